@@ -1,0 +1,51 @@
+# llmtk: `make demo` runs the main job, `make test` the test suite.
+# Both create .venv and install what they need on a fresh machine.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+# torch: a CPU build unless this machine has an NVIDIA GPU. `pip install torch==2.13.0`
+# takes the CPU wheel where one lies on disk (as on our CI machines); elsewhere set
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu to avoid PyPI's multi-GB CUDA build.
+# With a GPU, pip picks PyPI's normal CUDA build in the range pyproject.toml allows.
+ifeq ($(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu),gpu)
+TORCH_SPEC  ?= torch>=2.4,<=2.14.1
+else
+TORCH_SPEC  ?= torch==2.13.0
+endif
+TORCH_INDEX ?=
+PIP := $(BIN)/python -m pip
+PIP_QUIET := --quiet --disable-pip-version-check
+
+.PHONY: setup test test-fast lint demo bench clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c 'import torch' 2>/dev/null || \
+	  $(PIP) install $(PIP_QUIET) "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PIP) install $(PIP_QUIET) -e '.[dev]'
+	$(PIP) check
+	touch $@
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check llmtk tests benchmarks
+
+demo: setup
+	bash bin/demo.sh
+
+bench: setup
+	$(BIN)/python benchmarks/startup.py
+	$(BIN)/python benchmarks/io_throughput.py
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,3 @@
+from llmtk.cli import main
+
+main()

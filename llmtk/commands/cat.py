@@ -1,0 +1,56 @@
+"""`llmtk cat`: pass records through the I/O layer: validate, shard, recompress.
+
+A plumbing command (hidden from the main help): it reads any mix of plain,
+zstd and gzip JSONL, checks every line, and writes the records unchanged. It
+is the I/O layer on its own, which makes it the reference for tests and for
+`benchmarks/io_throughput.py`.
+"""
+
+import typer
+
+from llmtk.commands import options as o
+from llmtk.io import Doc, StreamRun
+
+HELP = """\
+Pass records through unchanged: validate, shard, split, recompress.
+
+[bold]Examples[/bold]
+
+  cat a.jsonl.zst b.jsonl.gz | llmtk cat -o all.jsonl.zst
+
+  llmtk cat crawl/ --shard 3/16 -o part-3.jsonl.zst
+
+  llmtk cat dirty.jsonl --on-error reject --rejects bad.jsonl > good.jsonl
+"""
+
+
+def _keep(doc: Doc) -> None:
+    return None
+
+
+def command(
+    inputs: o.Inputs = None,
+    output: o.Output = None,
+    compress: o.Compress = None,
+    rejects: o.Rejects = None,
+    stats: o.Stats = None,
+    text_field: o.TextField = "text",
+    on_error: o.OnError = "fail",
+    shard: o.Shard = None,
+    workers: o.Workers = 1,
+    quiet: o.Quiet = False,
+) -> None:
+    opts = o.stream_options(
+        inputs=inputs, output=output, compress=compress, rejects=rejects, stats=stats,
+        text_field=text_field, on_error=on_error, shard=shard, workers=workers, quiet=quiet,
+    )
+    with StreamRun("cat", opts) as run:
+        if workers > 1:
+            run.apply(_keep)
+        else:
+            for doc in run.docs():
+                run.write(doc)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="cat", help=HELP, hidden=True)(command)

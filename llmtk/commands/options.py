@@ -1,0 +1,142 @@
+"""The shared option vocabulary, declared once (sqlite-utils' option bundles).
+
+Every streaming command spells these the same way; use the aliases in a
+command's signature and pass the values to `stream_options(...)`.
+"""
+
+from typing import Annotated
+
+import typer
+
+from llmtk.errors import UsageError
+from llmtk.io.run import StreamOptions
+
+IO_PANEL = "Input and output"
+
+Inputs = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Input files, directories or globs (.jsonl, .jsonl.zst, .jsonl.gz); "
+        "'-' or nothing reads stdin.",
+        show_default=False,
+    ),
+]
+Output = Annotated[
+    str | None,
+    typer.Option(
+        "-o",
+        "--output",
+        help="Write here instead of stdout; .zst/.gz pick the compression. "
+        "Written to a temporary file and renamed when complete.",
+        rich_help_panel=IO_PANEL,
+    ),
+]
+Compress = Annotated[
+    str | None,
+    typer.Option(
+        "--compress",
+        help="Compression for the output: none, zstd or gzip (default: from the -o "
+        "extension; none on stdout).",
+        rich_help_panel=IO_PANEL,
+    ),
+]
+Rejects = Annotated[
+    str | None,
+    typer.Option(
+        "--rejects",
+        help="Write dropped records here, each with llmtk.reason.",
+        rich_help_panel=IO_PANEL,
+    ),
+]
+Stats = Annotated[
+    str | None,
+    typer.Option(
+        "--stats",
+        help="Write the run summary as JSON (sorted keys; counts add across shards).",
+        rich_help_panel=IO_PANEL,
+    ),
+]
+TextField = Annotated[
+    str,
+    typer.Option("--text-field", help="The field that holds the text.", rich_help_panel=IO_PANEL),
+]
+OnError = Annotated[
+    str,
+    typer.Option(
+        "--on-error",
+        help="On a bad input line: fail (stop with FILE:LINE), skip (count it) or "
+        "reject (count it and write it to --rejects).",
+        rich_help_panel=IO_PANEL,
+    ),
+]
+Shard = Annotated[
+    str | None,
+    typer.Option(
+        "--shard",
+        help="K/N: handle only shard K of N (0-based), by a stable hash of the record "
+        "id, or of its position when it has none.",
+        rich_help_panel=IO_PANEL,
+    ),
+]
+Workers = Annotated[
+    int,
+    typer.Option(
+        "--workers",
+        "-j",
+        min=1,
+        help="Worker processes; output order and bytes do not depend on it.",
+        rich_help_panel=IO_PANEL,
+    ),
+]
+Seed = Annotated[int, typer.Option("--seed", help="Random seed.")]
+Quiet = Annotated[
+    bool,
+    typer.Option("-q", "--quiet", help="No summary or progress on stderr; errors only."),
+]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of a table.")]
+
+
+def stream_options(
+    *,
+    inputs: list[str] | None,
+    output: str | None = None,
+    compress: str | None = None,
+    rejects: str | None = None,
+    stats: str | None = None,
+    text_field: str = "text",
+    on_error: str = "fail",
+    shard: str | None = None,
+    workers: int = 1,
+    quiet: bool = False,
+) -> StreamOptions:
+    """Check the shared options and bundle them for `llmtk.io.StreamRun`."""
+    if on_error not in ("fail", "skip", "reject"):
+        raise UsageError(f"--on-error: expected fail, skip or reject, got {on_error!r}")
+    if on_error == "reject" and not rejects:
+        raise UsageError("--on-error reject needs --rejects FILE")
+    if compress not in (None, "none", "zstd", "zst", "gzip", "gz"):
+        raise UsageError(f"--compress: expected none, zstd or gzip, got {compress!r}")
+    return StreamOptions(
+        inputs=list(inputs or []),
+        output=output,
+        compress=compress,
+        rejects=rejects,
+        stats=stats,
+        text_field=text_field,
+        on_error=on_error,
+        shard=parse_shard(shard),
+        workers=workers,
+        quiet=quiet,
+    )
+
+
+def parse_shard(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    try:
+        k, n = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard: expected K/N such as 0/8, got {value!r}") from None
+    if n < 1 or not 0 <= k < n:
+        raise UsageError(f"--shard: need 0 <= K < N, got {value!r}")
+    return k, n

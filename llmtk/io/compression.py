@@ -1,0 +1,108 @@
+"""Byte streams in and out: compression detected from magic bytes, not names.
+
+Reading yields decompressed chunks. zstd is read across frames (so
+`cat a.zst b.zst` is one stream) and gzip across members; a stream that ends
+inside a frame raises `TruncatedInput` instead of ending quietly, which is what
+python-zstandard's own stream reader would do.
+"""
+
+import os
+import sys
+import zlib
+from collections.abc import Iterator
+from typing import BinaryIO
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+GZIP_MAGIC = b"\x1f\x8b"
+CHUNK = 1 << 20
+
+
+class TruncatedInput(Exception):
+    """The compressed stream ended in the middle of a frame."""
+
+
+def detect(head: bytes) -> str:
+    """'zstd', 'gzip' or 'plain' from the first bytes of a stream."""
+    if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    return "plain"
+
+
+def open_binary(path: str) -> BinaryIO:
+    """A buffered binary reader for a path, or for stdin when path is '-'."""
+    if path == "-":
+        return os.fdopen(sys.stdin.fileno(), "rb", buffering=CHUNK, closefd=False)
+    return open(path, "rb", buffering=CHUNK)
+
+
+def iter_decompressed(f: BinaryIO) -> Iterator[bytes]:
+    """Decompressed chunks of a stream whose compression is read off its first bytes."""
+    kind = detect(f.peek(4)[:4])  # type: ignore[attr-defined]
+    if kind == "plain":
+        while chunk := f.read(CHUNK):
+            yield chunk
+    elif kind == "zstd":
+        yield from _frames(f, _new_zstd)
+    else:
+        yield from _frames(f, lambda: zlib.decompressobj(wbits=31))
+
+
+def _new_zstd():
+    import zstandard
+
+    return zstandard.ZstdDecompressor().decompressobj()
+
+
+def _frames(f: BinaryIO, new) -> Iterator[bytes]:
+    """Decompress frame after frame (zstd) or member after member (gzip)."""
+    d = new()
+    started = False  # bytes of the current frame have been fed
+    while chunk := f.read(CHUNK):
+        while chunk:
+            started = True
+            out = d.decompress(chunk)
+            if out:
+                yield out
+            if not d.eof:
+                break
+            chunk = d.unused_data
+            d = new()
+            started = False
+    if started and not d.eof:
+        raise TruncatedInput("compressed stream ends in the middle of a frame (truncated file?)")
+
+
+class Compressor:
+    """Incremental compressor with a `compress(bytes) -> bytes` / `finish() -> bytes` API."""
+
+    def __init__(self, kind: str, level: int | None = None) -> None:
+        if kind == "zstd":
+            import zstandard
+
+            self._c = zstandard.ZstdCompressor(level=level or 3).compressobj()
+            self._finish = self._c.flush
+        elif kind == "gzip":
+            self._c = zlib.compressobj(level or 6, zlib.DEFLATED, 31)
+            self._finish = self._c.flush
+        else:
+            raise ValueError(kind)
+        self.compress = self._c.compress
+
+    def finish(self) -> bytes:
+        return self._finish()
+
+
+def kind_from_name(path: str) -> str:
+    """Compression chosen by an output file's extension."""
+    if path.endswith((".zst", ".zstd")):
+        return "zstd"
+    if path.endswith(".gz"):
+        return "gzip"
+    return "plain"
+
+
+def normalise_kind(name: str | None) -> str | None:
+    return {None: None, "none": "plain", "zst": "zstd", "zstd": "zstd", "gz": "gzip",
+            "gzip": "gzip", "plain": "plain"}[name]

@@ -1,0 +1,71 @@
+"""The run summary: records in/out/dropped per reason, bytes, time, throughput.
+
+Printed to stderr as a small table, and written as `--stats FILE.json` with
+sorted keys. Every number in the JSON adds across shards (`seconds` then
+means total process time), so merging a job array's stats is a plain sum of
+the same keys; rates are left out of the JSON because they do not add.
+"""
+
+import time
+from collections import Counter
+
+import orjson
+
+
+class Summary:
+    def __init__(self, tool: str) -> None:
+        self.tool = tool
+        self.records_in = 0
+        self.records_out = 0
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.dropped: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()
+        self.started = time.perf_counter()
+        self.seconds = 0.0
+
+    def finish(self) -> None:
+        self.seconds = time.perf_counter() - self.started
+
+    def as_dict(self) -> dict:
+        return {
+            "tool": self.tool,
+            "records_in": self.records_in,
+            "records_out": self.records_out,
+            "dropped": dict(sorted(self.dropped.items())),
+            "errors": dict(sorted(self.errors.items())),
+            "counts": dict(sorted(self.counts.items())),
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "seconds": round(self.seconds, 3),
+        }
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            self.as_dict(), option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+        )
+
+    def mb_per_s(self) -> float:
+        return self.bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def print(self) -> None:
+        from rich.table import Table
+
+        from llmtk.io.console import stderr_console
+
+        table = Table(title=f"llmtk {self.tool}", title_justify="left", show_header=False,
+                      box=None, padding=(0, 2))
+        table.add_column(style="bold")
+        table.add_column(justify="right")
+        table.add_row("records in", f"{self.records_in:,}")
+        table.add_row("records out", f"{self.records_out:,}")
+        for reason, n in sorted(self.dropped.items()):
+            table.add_row(f"dropped {reason}", f"{n:,}")
+        for reason, n in sorted(self.errors.items()):
+            table.add_row(f"bad input {reason}", f"{n:,}")
+        for key, n in sorted(self.counts.items()):
+            table.add_row(key, f"{n:,}")
+        table.add_row("bytes in / out", f"{self.bytes_in:,} / {self.bytes_out:,}")
+        table.add_row("time", f"{self.seconds:.2f} s  ({self.mb_per_s():.1f} MB/s)")
+        stderr_console().print(table)
