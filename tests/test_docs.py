@@ -1,0 +1,56 @@
+"""Each command's --help and its docs page agree (sqlite-utils checks its CLI reference)."""
+
+import re
+
+import pytest
+import typer
+
+from llmtk.cli import app
+from tests.util import ROOT
+
+COMMANDS = ["clean", "dedup", "mix", "contam-check", "estimate", "train", "plot-loss", "diagnose"]
+
+
+def _click_group():
+    return typer.main.get_command(app)
+
+
+def _commands():
+    return _click_group().commands
+
+
+def test_all_eight_commands_registered():
+    visible = sorted(name for name, cmd in _commands().items() if not cmd.hidden)
+    assert visible == sorted(COMMANDS)
+
+
+def test_docs_index_links_every_command():
+    index = (ROOT / "docs" / "index.md").read_text()
+    for name in COMMANDS:
+        assert f"({name}.md)" in index, name
+
+
+def _option_names(command) -> set[str]:
+    names = set()
+    for param in command.params:
+        for opt in getattr(param, "opts", []):
+            if opt.startswith("--") and opt != "--help":
+                names.add(opt)
+    if hasattr(command, "commands"):  # a command group: its subcommands' options too
+        for sub in command.commands.values():
+            names |= _option_names(sub)
+    return names
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_docs_page_matches_help(name):
+    page = ROOT / "docs" / f"{name}.md"
+    assert page.exists(), f"docs/{name}.md is missing"
+    text = page.read_text()
+    command = _commands()[name]
+    if "not implemented yet" in (command.help or ""):
+        assert "not implemented yet" in text
+        return
+    documented = set(re.findall(r"--[a-z][a-z0-9-]*", text))
+    missing = _option_names(command) - documented
+    assert not missing, f"docs/{name}.md does not describe {sorted(missing)}"

@@ -1,0 +1,38 @@
+"""Helpers for tests that run llmtk as a real process."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# `python -m llmtk` from the repository root runs this checkout's code.
+LLMTK = [sys.executable, "-m", "llmtk"]
+
+
+def env(**extra: str) -> dict:
+    e = dict(os.environ)
+    e.pop("LLMTK_DEBUG", None)
+    e["PYTHONPATH"] = str(ROOT)
+    e.update(extra)
+    return e
+
+
+def llmtk(*args: str, input: bytes | None = None, check: bool = False, cwd=None, **extra_env: str):
+    """Run `llmtk ARGS` and return the CompletedProcess (bytes stdout/stderr)."""
+    return subprocess.run(
+        [*LLMTK, *map(str, args)],
+        input=input if input is not None else b"",
+        capture_output=True,
+        check=check,
+        cwd=cwd or ROOT,
+        env=env(**extra_env),
+    )
+
+
+def shell(script: str, **extra_env: str) -> subprocess.CompletedProcess:
+    """Run a bash pipeline where `llmtk` means this checkout's llmtk."""
+    prelude = f'llmtk() {{ "{sys.executable}" -m llmtk "$@"; }}\nset -o pipefail\n'
+    return subprocess.run(
+        ["bash", "-c", prelude + script], capture_output=True, cwd=ROOT, env=env(**extra_env)
+    )
