@@ -1,0 +1,1 @@
+"""Cleaning: normalisation, language filter, quality filters, PII scrubbing."""

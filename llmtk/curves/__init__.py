@@ -1,0 +1,1 @@
+"""Training curves: the metrics-log schema that train writes and plot-loss/diagnose read."""

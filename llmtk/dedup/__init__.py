@@ -1,0 +1,1 @@
+"""Deduplication: exact and MinHash LSH near-duplicate removal."""

@@ -1,0 +1,1 @@
+"""Estimates: FLOPs, memory, time and cost; GPU and model tables."""

@@ -1,0 +1,38 @@
+"""Script census and CJK-aware word segmentation.
+
+Chinese and Japanese are not written with spaces, so "split on whitespace"
+counts a whole paragraph as one word. Here a CJK ideograph, kana or hangul
+syllable is its own unit and everything else splits into runs of word
+characters. That is the unit both `clean` (word counts, n-grams) and `dedup`
+(shingles) agree on.
+"""
+
+import re
+
+# Han (CJK Unified Ideographs + Extension A + compatibility), Hiragana, Katakana
+# (incl. phonetic extensions and half-width forms), Hangul syllables.
+_CJK_CLASS = (
+    "\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\uf900-\ufaff\uff66-\uff9f\uac00-\ud7af"
+)
+_CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
+# One token: a single CJK character, or a run of other word characters.
+_TOKEN = re.compile(f"[{_CJK_CLASS}]|[^\\W{_CJK_CLASS}]+")
+
+
+def cjk_fraction(text: str) -> float:
+    """Share of the non-space characters that are CJK (0.0 for empty text)."""
+    letters = len(text) - text.count(" ") - text.count("\n")
+    if letters <= 0:
+        return 0.0
+    return len(_CJK_CHAR.findall(text)) / letters
+
+
+def is_cjk(text: str, threshold: float = 0.3) -> bool:
+    """True when enough of the text is CJK that words are not space-separated."""
+    return cjk_fraction(text) >= threshold
+
+
+def words(text: str) -> list[str]:
+    """Word-like units: each CJK character alone, other scripts by runs of word chars."""
+    return _TOKEN.findall(text)

@@ -1,0 +1,1 @@
+"""Training: the GPT model, data cache, loop, checkpoints and the torchrun launcher."""
