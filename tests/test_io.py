@@ -5,7 +5,9 @@ import hashlib
 import json
 import os
 import pty
+import signal
 import subprocess
+import time
 
 import orjson
 import pytest
@@ -301,3 +303,18 @@ def test_read_docs_raises_data_error_with_location(tmp_path):
     p.write_bytes(b'{"text": "a"}\n{"text": 1}\n')
     with pytest.raises(DataError, match=r"x\.jsonl:2: field 'text' is not a string"):
         list(read_docs([str(p)]))
+
+
+def test_sigterm_removes_the_partial_output(tmp_path):
+    out = tmp_path / "o.jsonl.zst"
+    proc = subprocess.Popen([*LLMTK, "cat", "-", "-o", str(out), "-q"], stdin=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env())
+    proc.stdin.write(jsonl(RECORDS) * 20)  # more than the output buffer, then hold stdin open
+    proc.stdin.flush()
+    deadline = time.monotonic() + 30
+    while not list(tmp_path.glob("o.jsonl.zst.tmp-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.glob("o.jsonl.zst.tmp-*")), "the temporary output was never created"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    assert list(tmp_path.iterdir()) == []
