@@ -66,7 +66,8 @@ def main() -> None:
               f"{records:,} records; best of {args.runs}")
 
         cases = {
-            "zstdcat | zstd -3 (2 processes)": (f"zstdcat {src} | zstd -q -3 > {tmp}/peer.zst", True),
+            "zstdcat | zstd -3 (2 processes)": (
+                f"zstdcat {src} | zstd -q -3 > {tmp}/peer.zst", True),
             "zstdcat | zstd -3 (one core)": (
                 f"taskset -c 0 sh -c 'zstdcat {src} | zstd -q -3 > {tmp}/peer1.zst'", True),
             "llmtk cat (one core)": (
@@ -89,7 +90,8 @@ def main() -> None:
     ours = mb / best["llmtk cat (one core)"][0]
     peer = mb / best["zstdcat | zstd -3 (2 processes)"][0]
     peer1 = mb / best["zstdcat | zstd -3 (one core)"][0]
-    print(f"\nllmtk / zstd pipe: {ours / peer:.2f}x  (one core vs the 2-process pipe; goal >= 0.50)")
+    print(f"\nllmtk / zstd pipe: {ours / peer:.2f}x  (one core vs the 2-process pipe; "
+          "goal >= 0.50)")
     print(f"llmtk / zstd pipe on one core: {ours / peer1:.2f}x")
     sys.exit(0)
 
