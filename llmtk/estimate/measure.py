@@ -32,7 +32,8 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4) -> dict[str, flo
     Once per model: the token ids (int64), the final norm (3C + rstd) and the
     log-softmax output of the cross-entropy (V per token, fp32) and its scalar weight.
     """
-    C, f, H, K, D, V = cfg.d_model, cfg.hidden, cfg.n_head, cfg.kv_heads, cfg.head_dim, cfg.vocab_size
+    C, f, V = cfg.d_model, cfg.hidden, cfg.vocab_size
+    H, K, D = cfg.n_head, cfg.kv_heads, cfg.head_dim
     n = batch * seq
     norms = 2 * (3 * C * elem + 4)
     if K == H:

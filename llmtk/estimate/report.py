@@ -98,8 +98,9 @@ def render(r: dict, file) -> None:
         t.add_row("  pipeline bubble", f"{run['pipeline_bubble']:.1%}",
                   "(pp-1)/(m+pp-1), 1F1B; MFU should already include it")
 
-    section(f"Memory per GPU (dp {run['dp']} · tp {run['tp']}{' +sp' if run['sequence_parallel'] else ''}"
-            f" · pp {run['pp']} · ZeRO-{run['zero']} · micro-batch {run['micro_batch']})")
+    sp = " +sp" if run["sequence_parallel"] else ""
+    section(f"Memory per GPU (dp {run['dp']} · tp {run['tp']}{sp} · pp {run['pp']} · "
+            f"ZeRO-{run['zero']} · micro-batch {run['micro_batch']})")
     wb = "fp32" if run["precision"] == "fp32" else "bf16"
     t.add_row("  weights", gb(mem["weights"]), wb + (" (frozen base + adapters)"
                                                      if run["lora_rank"] else ""))
