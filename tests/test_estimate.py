@@ -33,9 +33,9 @@ def rel(a, b):
 # (preset, training tokens, published training FLOPs)
 PUBLISHED_FLOPS = [
     ("gpt3-175b", 300e9, 3.14e23),      # Brown et al. 2020, Table D.1
-    ("chinchilla-70b", 1.4e12, 5.76e23),  # Hoffmann et al. 2022, Table 3
+    ("chinchilla-70b", 1.4e12, 5.76e23),  # Hoffmann et al. 2022 (Gopher's budget)
     ("palm-540b", 780e9, 2.5e24),        # Chowdhery et al. 2022, ~2.5e24
-    ("llama3-405b", 15.6e12, 3.8e25),    # Llama Team 2024, sec. 3.2.1
+    ("llama3-405b", 15.6e12, 3.8e25),    # Llama Team 2024
 ]
 
 

@@ -77,6 +77,12 @@ def config_from(model: str | None, dims: Dims):
         cfg.validate()
     except ValueError as e:
         raise UsageError(f"--measure: {e}") from None
+    from llmtk.train.model_config import count_params
+
+    n = count_params(cfg)
+    if n > MAX_PARAMS:
+        raise UsageError(f"--measure: {n / 1e6:,.0f}M parameters is too big for a CPU check "
+                         f"(limit {MAX_PARAMS / 1e6:,.0f}M): give smaller dimensions")
     return cfg
 
 
@@ -87,9 +93,6 @@ def measure(cfg, batch: int, seed: int = 0) -> dict:
     from llmtk.train.model import GPT, count_params
 
     n = count_params(cfg)
-    if n > MAX_PARAMS:
-        raise UsageError(f"--measure: {n / 1e6:,.0f}M parameters is too big for a CPU check "
-                         f"(limit {MAX_PARAMS / 1e6:,.0f}M): give smaller dimensions")
     torch.manual_seed(seed)
     model = GPT(cfg)
     params = list(model.parameters())
