@@ -259,6 +259,7 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu) -> dict:
     out["fsdp_buffers"] = buffers
     out["model_states"] = sum(states.values())
     capacity = gpu.mem_bytes
+    out["states_fit"] = memory.with_overhead(fixed)[1] <= capacity
     if spec is None:
         overhead, total_bytes = memory.with_overhead(fixed)
         out.update(activations=None, activations_per_sample=None, overhead=overhead,
@@ -306,14 +307,17 @@ def _suggestions(result, spec, counts, total, trainable, req, par, accum, gpu) -
             tries.append((f"--recompute {rc}", replace(req, recompute=rc), par))
     if req.micro_batch > 1:
         tries.append(("--micro-batch 1", replace(req, micro_batch=1), par))
-    if req.zero < 3:
-        tries.append(("--zero 3 --recompute full", replace(req, zero=3, recompute="full"),
-                      replace(par, zero=3)))
     out = []
     for label, r, p in tries:
         m = _memory(spec, counts, total, trainable, r, p, accum, gpu)
         if m["fits"]:
             out.append(f"{label}: {m['total'] / 1e9:,.1f} GB per GPU")
+    if not out and (req.zero < 3 or req.recompute != "full"):
+        r = replace(req, zero=3, recompute="full", micro_batch=1)
+        m = _memory(spec, counts, total, trainable, r, replace(par, zero=3), accum, gpu)
+        if m["fits"]:
+            out.append(f"--zero 3 --recompute full --micro-batch 1: "
+                       f"{m['total'] / 1e9:,.1f} GB per GPU")
     if not out:
         out.append("more GPUs (--tp/--pp/--zero 3 over more ranks) or a smaller model")
     return out

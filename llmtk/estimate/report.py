@@ -127,9 +127,14 @@ def render(r: dict, file) -> None:
     t.add_row("  [bold]verdict[/bold]", "", verdict)
     if mem["max_micro_batch"] is not None:
         mb = mem["max_micro_batch"]
-        t.add_row("  largest micro-batch", str(mb) if mb else "none",
-                  f"{gb(mem['activations_per_sample'])} activations per sequence"
-                  if mb else "the model states alone do not fit")
+        per_seq = f"{gb(mem['activations_per_sample'])} activations per sequence"
+        if mb:
+            why = per_seq
+        elif mem["states_fit"]:
+            why = f"states fit, but not with even one sequence ({per_seq})"
+        else:
+            why = "the model states alone do not fit"
+        t.add_row("  largest micro-batch", str(mb) if mb else "none", why)
     for s in r.get("suggestions", []):
         t.add_row("  would fit with", "", s)
 
