@@ -47,87 +47,70 @@ PAR = "Parallelism and memory"
 
 
 
+def _opt(name: str, metavar: str, help: str, panel: str | None = None):
+    return typer.Option(name, metavar=metavar, help=help, rich_help_panel=panel)
+
+
+Text = str | None
+
+
 def command(
-    model: Annotated[str | None, typer.Option(
-        "--model", help="Preset name (see --list), e.g. llama3-8b.", rich_help_panel=MODEL)] = None,
-    params: Annotated[str | None, typer.Option(
-        "--params", help="Parameter count, e.g. 535e9 or 7B (overrides the preset's).",
-        rich_help_panel=MODEL)] = None,
-    layers: Annotated[str | None, typer.Option(
-        "--layers", help="Transformer layers.", rich_help_panel=MODEL)] = None,
-    d_model: Annotated[str | None, typer.Option(
-        "--d-model", help="Hidden size.", rich_help_panel=MODEL)] = None,
-    heads: Annotated[str | None, typer.Option(
-        "--heads", help="Attention (query) heads.", rich_help_panel=MODEL)] = None,
-    kv_heads: Annotated[str | None, typer.Option(
-        "--kv-heads", help="Key/value heads (GQA); default = --heads.",
-        rich_help_panel=MODEL)] = None,
-    head_dim: Annotated[str | None, typer.Option(
-        "--head-dim", help="Head dimension; default d_model / heads.",
-        rich_help_panel=MODEL)] = None,
-    ffn: Annotated[str | None, typer.Option(
-        "--ffn", help="MLP hidden width; default SwiGLU 8/3 x d_model rounded to 64.",
-        rich_help_panel=MODEL)] = None,
-    vocab: Annotated[str | None, typer.Option(
-        "--vocab", help="Vocabulary size (default 32000 for a custom shape).",
-        rich_help_panel=MODEL)] = None,
-    seq_len: Annotated[str | None, typer.Option(
-        "--seq-len", help="Sequence length (default: the preset's, or 2048).",
-        rich_help_panel=MODEL)] = None,
-    tokens: Annotated[str | None, typer.Option(
-        "--tokens", help="Training tokens, e.g. 15e12 or 15T (default: Chinchilla 20 x N).",
-        rich_help_panel=RUN)] = None,
-    gpus: Annotated[str, typer.Option(
-        "--gpus", help="COUNTxGPU, e.g. 1024xH100 (see --list).", rich_help_panel=RUN)
-    ] = "1xH100",
-    mfu: Annotated[str, typer.Option(
-        "--mfu", help="Model FLOPs utilisation, 0-1.", rich_help_panel=RUN)] = "0.4",
-    price: Annotated[str | None, typer.Option(
-        "--price-per-gpu-hour", help="Dollars per GPU-hour, for the cost line.",
-        rich_help_panel=RUN)] = None,
-    precision: Annotated[str, typer.Option(
-        "--precision", help="bf16-mixed, fp16-mixed, fp8 or fp32.", rich_help_panel=RUN)
-    ] = "bf16-mixed",
-    optimizer: Annotated[str, typer.Option(
-        "--optimizer", help="adamw, sgd (momentum) or adafactor.", rich_help_panel=RUN)
-    ] = "adamw",
-    lora_rank: Annotated[str | None, typer.Option(
-        "--lora-rank", help="Fine-tune LoRA adapters of this rank; the base is frozen.",
-        rich_help_panel=RUN)] = None,
-    solve: Annotated[str | None, typer.Option(
-        "--solve", help="gpus, days or tokens: answer 'how many GPUs for --days 30?'.",
-        rich_help_panel=RUN)] = None,
-    days: Annotated[str | None, typer.Option(
-        "--days", help="Target wall-clock days for --solve gpus|tokens.",
-        rich_help_panel=RUN)] = None,
-    scaling_fit: Annotated[str, typer.Option(
-        "--scaling-fit", help="Chinchilla loss fit: besiroglu (2024 replication) or hoffmann.",
-        rich_help_panel=RUN)] = "besiroglu",
-    dp: Annotated[str | None, typer.Option(
-        "--dp", help="Data-parallel size (default: GPUs / (tp x pp)).", rich_help_panel=PAR)
-    ] = None,
-    tp: Annotated[str, typer.Option("--tp", help="Tensor-parallel size.", rich_help_panel=PAR)
-                  ] = "1",
-    pp: Annotated[str, typer.Option("--pp", help="Pipeline-parallel stages.",
-                                    rich_help_panel=PAR)] = "1",
-    zero: Annotated[str, typer.Option(
-        "--zero", help="ZeRO stage 0-3 (FSDP full sharding = 3).", rich_help_panel=PAR)] = "0",
+    model: Annotated[Text, _opt("--model", "NAME", "Preset name (see --list), e.g. llama3-8b.",
+                                MODEL)] = None,
+    params: Annotated[Text, _opt("--params", "N", "Parameter count, e.g. 535e9 or 7B "
+                                 "(overrides the preset's).", MODEL)] = None,
+    layers: Annotated[Text, _opt("--layers", "N", "Transformer layers.", MODEL)] = None,
+    d_model: Annotated[Text, _opt("--d-model", "N", "Hidden size.", MODEL)] = None,
+    heads: Annotated[Text, _opt("--heads", "N", "Attention (query) heads.", MODEL)] = None,
+    kv_heads: Annotated[Text, _opt("--kv-heads", "N", "Key/value heads (GQA); default = "
+                                   "--heads.", MODEL)] = None,
+    head_dim: Annotated[Text, _opt("--head-dim", "N", "Head dimension; default d_model / "
+                                   "heads.", MODEL)] = None,
+    ffn: Annotated[Text, _opt("--ffn", "N", "MLP hidden width; default SwiGLU 8/3 x d_model "
+                              "rounded to 64.", MODEL)] = None,
+    vocab: Annotated[Text, _opt("--vocab", "N", "Vocabulary size (default 32000 for a custom "
+                                "shape).", MODEL)] = None,
+    seq_len: Annotated[Text, _opt("--seq-len", "N", "Sequence length (default: the preset's, "
+                                  "or 2048).", MODEL)] = None,
+    tokens: Annotated[Text, _opt("--tokens", "N", "Training tokens, e.g. 15e12 or 15T "
+                                 "(default: Chinchilla 20 x N).", RUN)] = None,
+    gpus: Annotated[str, _opt("--gpus", "COUNTxGPU", "GPUs, e.g. 1024xH100 (see --list).",
+                              RUN)] = "1xH100",
+    mfu: Annotated[str, _opt("--mfu", "FRACTION", "Model FLOPs utilisation, 0-1.", RUN)] = "0.4",
+    price: Annotated[Text, _opt("--price-per-gpu-hour", "DOLLARS", "Dollars per GPU-hour, for "
+                                "the cost line.", RUN)] = None,
+    precision: Annotated[str, _opt("--precision", "NAME", "bf16-mixed, fp16-mixed, fp8 or "
+                                   "fp32.", RUN)] = "bf16-mixed",
+    optimizer: Annotated[str, _opt("--optimizer", "NAME", "adamw, sgd (momentum) or "
+                                   "adafactor.", RUN)] = "adamw",
+    lora_rank: Annotated[Text, _opt("--lora-rank", "R", "Fine-tune LoRA adapters of this "
+                                    "rank; the base is frozen.", RUN)] = None,
+    solve: Annotated[Text, _opt("--solve", "WHAT", "gpus, days or tokens: answer 'how many "
+                                "GPUs for --days 30?'.", RUN)] = None,
+    days: Annotated[Text, _opt("--days", "DAYS", "Target wall-clock days for --solve "
+                               "gpus|tokens.", RUN)] = None,
+    scaling_fit: Annotated[str, _opt("--scaling-fit", "NAME", "Chinchilla loss fit: "
+                                     "besiroglu (2024 replication) or hoffmann.", RUN)
+                           ] = "besiroglu",
+    dp: Annotated[Text, _opt("--dp", "N", "Data-parallel size (default: GPUs / (tp x pp)).",
+                             PAR)] = None,
+    tp: Annotated[str, _opt("--tp", "N", "Tensor-parallel size.", PAR)] = "1",
+    pp: Annotated[str, _opt("--pp", "N", "Pipeline-parallel stages.", PAR)] = "1",
+    zero: Annotated[str, _opt("--zero", "STAGE", "ZeRO stage 0-3 (FSDP full sharding = 3).",
+                              PAR)] = "0",
     sequence_parallel: Annotated[bool, typer.Option(
         "--sequence-parallel", help="Megatron sequence parallelism (with --tp > 1).",
         rich_help_panel=PAR)] = False,
-    micro_batch: Annotated[str, typer.Option(
-        "--micro-batch", help="Sequences per GPU per forward pass.", rich_help_panel=PAR)] = "1",
-    global_batch: Annotated[str | None, typer.Option(
-        "--global-batch", help="Sequences per optimizer step (default micro-batch x dp).",
-        rich_help_panel=PAR)] = None,
-    recompute: Annotated[str, typer.Option(
-        "--recompute", help="none, selective (= flash/SDPA attention) or full.",
-        rich_help_panel=PAR)] = "selective",
+    micro_batch: Annotated[str, _opt("--micro-batch", "N", "Sequences per GPU per forward "
+                                     "pass.", PAR)] = "1",
+    global_batch: Annotated[Text, _opt("--global-batch", "N", "Sequences per optimizer step "
+                                       "(default micro-batch x dp).", PAR)] = None,
+    recompute: Annotated[str, _opt("--recompute", "WHAT", "none, selective (= flash/SDPA "
+                                   "attention) or full.", PAR)] = "selective",
     measure: Annotated[bool, typer.Option(
         "--measure", help="Build the llmtk model on CPU at this shape and compare measured "
         "with predicted bytes (needs torch; small shapes).")] = False,
-    batch: Annotated[str, typer.Option(
-        "--batch", help="Batch size for --measure.")] = "2",
+    batch: Annotated[str, _opt("--batch", "N", "Batch size for --measure.")] = "2",
     list_: Annotated[bool, typer.Option("--list", help="List presets and GPUs, then exit.")
                      ] = False,
     json_out: o.Json = False,

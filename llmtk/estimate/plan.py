@@ -296,7 +296,7 @@ def _scaling(fit_name: str, n: float, tokens: float) -> dict:
 def _suggestions(result, spec, counts, total, trainable, req, par, accum, gpu) -> list[str]:
     """When the plan does not fit, the nearest changes that make it fit."""
     mem = result["memory"]
-    if mem["fits"] or spec is None:
+    if mem["fits"]:
         return []
     tries = []
     for z in (1, 2, 3):
