@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from llmtk.estimate import flops, hardware, memory, scaling
-from llmtk.estimate.models import PRESETS, count_params
+from llmtk.estimate.models import PRESETS, count_params, spec_from_config
 from llmtk.estimate.plan import Request, estimate, lora_params
 from tests.util import ROOT, env, llmtk
 
@@ -355,3 +355,19 @@ def test_device_name_matching_for_train_mfu():
     assert hardware.match_device_name("NVIDIA A100-SXM4-80GB").name == "A100-80"
     assert hardware.match_device_name("NVIDIA H100 PCIe").name == "H100-PCIe"
     assert hardware.match_device_name("Some CPU") is None
+
+
+def test_flops_and_peak_helpers_for_train_mfu():
+    from llmtk.train.model_config import PRESETS as TRAIN_PRESETS
+    from llmtk.train.model_config import count_params as train_count
+
+    for name, cfg in TRAIN_PRESETS.items():
+        spec_n = count_params(spec_from_config(cfg)).total
+        assert spec_n == train_count(cfg), name
+        n = train_count(cfg) - (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model)
+        want = 6 * n + 12 * cfg.n_layer * cfg.n_head * cfg.head_dim * cfg.seq_len
+        assert flops.flops_per_token_for_config(cfg) == want, name
+    assert hardware.device_peak_flops("NVIDIA H100 80GB HBM3") == 989.4e12
+    assert hardware.device_peak_flops("NVIDIA H100 80GB HBM3", "fp8") == 1978.9e12
+    assert hardware.device_peak_flops("Tesla V100-SXM2-32GB") == 125e12  # no bf16: fp16
+    assert hardware.device_peak_flops("Intel Arc") is None

@@ -114,3 +114,12 @@ def match_device_name(device_name: str) -> GPU | None:
                 key = "a100-40" if "40GB" in s.replace(" ", "") else "a100-80"
             return GPUS[key]
     return None
+
+
+def device_peak_flops(device_name: str, precision: str = "bf16-mixed") -> float | None:
+    """Dense peak FLOP/s for a torch.cuda.get_device_name() string; None when unknown."""
+    g = match_device_name(device_name)
+    if g is None:
+        return None
+    kind = PRECISION_PEAK.get(precision, "bf16")
+    return getattr(g, kind) or g.fp16

@@ -239,3 +239,12 @@ def validate(m: ModelSpec) -> None:
     if m.n_head % m.kv_heads:
         raise UsageError(f"--kv-heads: {m.kv_heads} kv heads do not divide "
                          f"{m.n_head} query heads")
+
+
+def spec_from_config(cfg) -> ModelSpec:
+    """The ModelSpec of a `llmtk.train` ModelConfig (Llama-style: RMSNorm, SwiGLU, rotary,
+    no biases), duck-typed so this module needs neither torch nor llmtk.train."""
+    return ModelSpec("llmtk", cfg.n_layer, cfg.d_model, cfg.n_head, cfg.vocab_size,
+                     cfg.seq_len, n_kv_head=cfg.kv_heads, ffn_hidden=cfg.hidden,
+                     head_dim=cfg.head_dim, tie_embeddings=cfg.tie_embeddings,
+                     source="llmtk.train ModelConfig")
