@@ -29,6 +29,18 @@ def test_measured_matches_predicted(dims, batch):
     assert rows["optimizer"]["measured"] == 8 * r["params"]
 
 
+@pytest.mark.parametrize("dims,batch", SHAPES[1:2])
+def test_full_recompute_keeps_only_layer_inputs(dims, batch):
+    cfg = config_from(None, dims)
+    full = compare(cfg, batch, recompute="full")["rows"]["activations"]
+    assert abs(full["error"]) < 0.15, full
+    normal = compare(cfg, batch)["rows"]["activations"]["measured"]
+    assert full["measured"] < normal / 3
+    # per layer: the layer input only, C fp32 values per token
+    per_layer = llmtk_saved_bytes(cfg, batch, cfg.seq_len, recompute="full")["per_layer"]
+    assert per_layer == batch * cfg.seq_len * cfg.d_model * 4
+
+
 def test_activations_scale_with_batch_and_layers():
     cfg = config_from(None, Dims(layers=2, d_model=64, heads=4, vocab=100, seq_len=32))
     one, two = llmtk_saved_bytes(cfg, 1, 32), llmtk_saved_bytes(cfg, 2, 32)

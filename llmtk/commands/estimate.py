@@ -134,7 +134,7 @@ def command(
         from llmtk.estimate.measure import measure_report
 
         measure_report(model, dims, batch=whole("--batch", batch), json_out=json_out,
-                       file=sys.stdout)
+                       file=sys.stdout, recompute=recompute)
         return
     req = Request(
         model=model, params=num("--params", params), dims=dims,

@@ -19,7 +19,8 @@ from llmtk.estimate.models import Dims, ModelSpec
 MAX_PARAMS = 200e6  # a CPU check, not a benchmark: refuse shapes that would take minutes
 
 
-def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4) -> dict[str, float]:
+def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
+                      recompute: str = "selective") -> dict[str, float]:
     """Bytes autograd keeps for backward in `llmtk.train.model.GPT` (eager, CPU, fp32).
 
     Per layer and token, in elements of C = d_model, f = MLP width, H/K heads/kv heads:
@@ -31,6 +32,8 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4) -> dict[str, flo
     - SwiGLU: w1 x, w3 x, silu(w1 x) and the product: 4f.
     Once per model: the token ids (int64), the final norm (3C + rstd) and the
     log-softmax output of the cross-entropy (V per token, fp32) and its scalar weight.
+    With recompute="full" (the model's activation checkpointing) a layer keeps only its
+    input, C per token. SDPA never stores the attention scores, so "none" = "selective".
     """
     C, f, V = cfg.d_model, cfg.hidden, cfg.vocab_size
     H, K, D = cfg.n_head, cfg.kv_heads, cfg.head_dim
@@ -43,16 +46,20 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4) -> dict[str, flo
     attn += 4 * H  # log-sum-exp, fp32
     mlp = 4 * f * elem
     per_layer = n * (norms + attn + mlp)
+    if recompute == "full":
+        per_layer = n * C * elem
     head = n * (8 + 3 * C * elem + 4 + V * 4) + 4  # + the loss's fp32 total weight
     return {"per_layer": per_layer, "layers": cfg.n_layer * per_layer, "once": head,
             "total": cfg.n_layer * per_layer + head}
 
 
-def korthikanti_style_bytes(cfg, batch: int, seq: int, elem: int = 4) -> float:
+def korthikanti_style_bytes(cfg, batch: int, seq: int, elem: int = 4,
+                            recompute: str = "selective") -> float:
     """The big-model formula (memory.activation_bytes) applied to this shape, for contrast."""
     spec = ModelSpec("measured", cfg.n_layer, cfg.d_model, cfg.n_head, cfg.vocab_size, seq,
                      n_kv_head=cfg.kv_heads, ffn_hidden=cfg.hidden, tie_embeddings=True)
-    return memory.activation_bytes(spec, batch, par=memory.Parallel(), recompute="selective",
+    return memory.activation_bytes(spec, batch, par=memory.Parallel(),
+                                   recompute="full" if recompute == "full" else "selective",
                                    elem=elem)
 
 
@@ -86,7 +93,7 @@ def config_from(model: str | None, dims: Dims):
     return cfg
 
 
-def measure(cfg, batch: int, seed: int = 0) -> dict:
+def measure(cfg, batch: int, seed: int = 0, recompute: str = "selective") -> dict:
     """Measure one training step of GPT(cfg) on CPU in fp32 (torch imported here)."""
     import torch
 
@@ -95,6 +102,7 @@ def measure(cfg, batch: int, seed: int = 0) -> dict:
     n = count_params(cfg)
     torch.manual_seed(seed)
     model = GPT(cfg)
+    model.activation_checkpointing = recompute == "full"
     params = list(model.parameters())
     not_activations = {t.untyped_storage().data_ptr() for t in [*params, *model.buffers()]}
     saved: dict[int, int] = {}
@@ -127,7 +135,7 @@ def measure(cfg, batch: int, seed: int = 0) -> dict:
     }
 
 
-def predict(cfg, batch: int) -> dict:
+def predict(cfg, batch: int, recompute: str = "selective") -> dict:
     from llmtk.train.model_config import count_params
 
     n = count_params(cfg)
@@ -135,24 +143,31 @@ def predict(cfg, batch: int) -> dict:
                                       par=memory.Parallel())
     return {"params": n, "weights": states["weights"], "gradients": states["gradients"],
             "optimizer": states["optimizer"],
-            "activations": llmtk_saved_bytes(cfg, batch, cfg.seq_len)["total"],
-            "activations_korthikanti_style": korthikanti_style_bytes(cfg, batch, cfg.seq_len)}
+            "activations": llmtk_saved_bytes(cfg, batch, cfg.seq_len,
+                                             recompute=recompute)["total"],
+            "activations_korthikanti_style": korthikanti_style_bytes(cfg, batch, cfg.seq_len,
+                                                                     recompute=recompute)}
 
 
-def compare(cfg, batch: int) -> dict:
-    got, want = measure(cfg, batch), predict(cfg, batch)
+def compare(cfg, batch: int, recompute: str = "selective") -> dict:
+    got = measure(cfg, batch, recompute=recompute)
+    want = predict(cfg, batch, recompute=recompute)
     rows = {}
     for k in ("weights", "gradients", "optimizer", "activations"):
         rows[k] = {"measured": got[k], "predicted": want[k],
                    "error": (want[k] - got[k]) / got[k] if got[k] else 0.0}
     rows["activations"]["korthikanti_style"] = want["activations_korthikanti_style"]
     return {"config": cfg.to_dict(), "batch": batch, "params": got["params"],
-            "precision": "fp32 (CPU)", "rows": rows}
+            "precision": "fp32 (CPU)", "recompute": recompute, "rows": rows}
 
 
-def measure_report(model: str | None, dims: Dims, *, batch: int, json_out: bool, file) -> None:
+def measure_report(model: str | None, dims: Dims, *, batch: int, json_out: bool, file,
+                   recompute: str = "selective") -> None:
+    if recompute not in memory.RECOMPUTE:
+        raise UsageError(f"--recompute: expected one of {', '.join(memory.RECOMPUTE)}, "
+                         f"got {recompute!r}")
     cfg = config_from(model, dims)
-    result = compare(cfg, batch)
+    result = compare(cfg, batch, recompute)
     if json_out:
         import json
 
@@ -164,7 +179,8 @@ def measure_report(model: str | None, dims: Dims, *, batch: int, json_out: bool,
     c = result["config"]
     t = Table(title=(f"llmtk estimate --measure: {c['n_layer']} layers x d_model {c['d_model']}, "
                      f"{c['n_head']} heads ({cfg.kv_heads} kv), ffn {cfg.hidden}, vocab "
-                     f"{c['vocab_size']}, seq {c['seq_len']}, batch {batch}, fp32 on CPU, "
+                     f"{c['vocab_size']}, seq {c['seq_len']}, batch {batch}, recompute "
+                     f"{recompute}, fp32 on CPU, "
                      f"{result['params']:,} params"), title_justify="left")
     for col in ("bytes", "measured", "predicted", "error"):
         t.add_column(col, justify="left" if col == "bytes" else "right")
