@@ -1,10 +1,11 @@
 """`llmtk estimate --measure`: predicted bytes against the real llmtk model on CPU."""
 
+import io
 import json
 
 import pytest
 
-from llmtk.estimate.measure import compare, config_from, llmtk_saved_bytes
+from llmtk.estimate.measure import compare, config_from, llmtk_saved_bytes, measure_report
 from llmtk.estimate.models import Dims
 from tests.util import llmtk
 
@@ -57,8 +58,13 @@ def test_cli_measure_json_and_table():
     r = json.loads(p.stdout)
     assert r["config"]["n_kv_head"] == 2 and r["batch"] == 2
     assert abs(r["rows"]["activations"]["error"]) < 0.15
-    table = llmtk(*args).stdout.decode()
-    for word in ("measured", "predicted", "weights", "gradients", "optimizer", "activations"):
+    # the table, in process (a second subprocess would import torch again)
+    buf = io.StringIO()
+    measure_report(None, Dims(layers=2, d_model=64, heads=4, kv_heads=2, vocab=128, seq_len=32),
+                   batch=2, json_out=False, file=buf)
+    table = buf.getvalue()
+    for word in ("measured", "predicted", "weights", "gradients", "optimizer", "activations",
+                 "big-model formula", f"{r['rows']['weights']['measured']:,}"):
         assert word in table
 
 
