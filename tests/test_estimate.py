@@ -371,3 +371,14 @@ def test_flops_and_peak_helpers_for_train_mfu():
     assert hardware.device_peak_flops("NVIDIA H100 80GB HBM3", "fp8") == 1978.9e12
     assert hardware.device_peak_flops("Tesla V100-SXM2-32GB") == 125e12  # no bf16: fp16
     assert hardware.device_peak_flops("Intel Arc") is None
+
+
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+def test_closed_pipe_ends_quietly(unbuffered):
+    from tests.util import shell
+
+    extra = {"PYTHONUNBUFFERED": unbuffered} if unbuffered else {}
+    p = shell("llmtk estimate --model llama3-405b --gpus 16384xH100 | head -1", **extra)
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stdout.decode().startswith("llmtk estimate: llama3-405b")
+    assert p.stderr == b""

@@ -176,12 +176,12 @@ def _list(json_out: bool) -> None:
                      for g in GPU_LIST},
         })
         return
-    from rich.console import Console
     from rich.table import Table
 
+    from llmtk.estimate.report import buffered_console
     from llmtk.estimate.units import si
 
-    console = Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 110)
+    console, emit = buffered_console(sys.stdout)
     t = Table(title="Model presets", title_justify="left")
     for col in ("name", "params", "shape", "source"):
         t.add_column(col)
@@ -199,6 +199,7 @@ def _list(json_out: bool) -> None:
         g.add_row(x.name, tf(x.bf16), tf(x.fp16), tf(x.fp8), tf(x.fp32), f"{x.mem_gib:g} GiB",
                   x.source)
     console.print(g)
+    emit()
 
 
 def register(app: typer.Typer) -> None:

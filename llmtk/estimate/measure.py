@@ -173,8 +173,9 @@ def measure_report(model: str | None, dims: Dims, *, batch: int, json_out: bool,
 
         file.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from llmtk.estimate.report import buffered_console
 
     c = result["config"]
     t = Table(title=(f"llmtk estimate --measure: {c['n_layer']} layers x d_model {c['d_model']}, "
@@ -190,4 +191,6 @@ def measure_report(model: str | None, dims: Dims, *, batch: int, json_out: bool,
     meas = result["rows"]["activations"]["measured"]
     t.add_row("activations, big-model formula", f"{meas:,}", f"{ks:,.0f}",
               f"{(ks - meas) / meas:+.2%}")
-    Console(file=file, highlight=False, width=None if file.isatty() else 110).print(t)
+    console, emit = buffered_console(file)
+    console.print(t)
+    emit()

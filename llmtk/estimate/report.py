@@ -14,12 +14,34 @@ _OPT_NOTE = {"adamw": "AdamW m and v, fp32", "sgd": "SGD momentum, fp32",
              "adafactor": "Adafactor factored second moment, fp32"}
 
 
-def render(r: dict, file) -> None:
+def buffered_console(file):
+    """A rich console that draws into a buffer; `emit` then writes it to `file` in one go.
+
+    Rich turns a BrokenPipeError into exit status 1; writing the finished text
+    ourselves lets `llmtk estimate | head -1` end quietly with 0, as every llmtk tool does.
+    """
+    import io
+    import shutil
+
     from rich.console import Console
+
+    tty = file.isatty()
+    buf = io.StringIO()
+    width = shutil.get_terminal_size().columns if tty else 110
+    console = Console(file=buf, force_terminal=tty, width=width, highlight=False,
+                      soft_wrap=False)
+
+    def emit() -> None:
+        file.write(buf.getvalue())
+        file.flush()
+
+    return console, emit
+
+
+def render(r: dict, file) -> None:
     from rich.table import Table
 
-    console = Console(file=file, highlight=False,
-                      width=None if file.isatty() else 110, soft_wrap=False)
+    console, emit = buffered_console(file)
     run, model, fl, tm, mem = r["run"], r["model"], r["flops"], r["time"], r["memory"]
 
     title = (f"llmtk estimate: {model['name']} · {si(run['tokens'])} tokens · "
@@ -167,3 +189,4 @@ def render(r: dict, file) -> None:
             table.add_row(*row)
         console.print()
         console.print(table)
+    emit()
