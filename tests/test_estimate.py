@@ -382,3 +382,7 @@ def test_closed_pipe_ends_quietly(unbuffered):
     assert p.returncode == 0, p.stderr.decode()
     assert p.stdout.decode().startswith("llmtk estimate: llama3-405b")
     assert p.stderr == b""
+    # `true` exits before llmtk has started, so the write surely meets a closed pipe.
+    for args in ("--model llama3-405b", "--model llama3-405b --json", "--list"):
+        p = shell(f"llmtk estimate {args} | true", **extra)
+        assert (p.returncode, p.stderr) == (0, b""), args

@@ -159,8 +159,9 @@ def command(
 def _write_json(obj) -> None:
     import json
 
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    sys.stdout.flush()
+    from llmtk.estimate.report import write_out
+
+    write_out(sys.stdout, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def _list(json_out: bool) -> None:

@@ -171,7 +171,9 @@ def measure_report(model: str | None, dims: Dims, *, batch: int, json_out: bool,
     if json_out:
         import json
 
-        file.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        from llmtk.estimate.report import write_out
+
+        write_out(file, json.dumps(result, indent=2, sort_keys=True) + "\n")
         return
     from rich.table import Table
 

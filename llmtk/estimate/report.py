@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from llmtk.errors import PipeClosed
 from llmtk.estimate.memory import OVERHEAD_FIXED, OVERHEAD_FRACTION
 from llmtk.estimate.units import duration, gb, sci, si
 
@@ -14,11 +15,20 @@ _OPT_NOTE = {"adamw": "AdamW m and v, fp32", "sgd": "SGD momentum, fp32",
              "adafactor": "Adafactor factored second moment, fp32"}
 
 
+def write_out(file, text: str) -> None:
+    """Write and flush; a reader that went away becomes PipeClosed (exit 0, no message)."""
+    try:
+        file.write(text)
+        file.flush()
+    except BrokenPipeError:
+        raise PipeClosed from None
+
+
 def buffered_console(file):
     """A rich console that draws into a buffer; `emit` then writes it to `file` in one go.
 
-    Rich turns a BrokenPipeError into exit status 1; writing the finished text
-    ourselves lets `llmtk estimate | head -1` end quietly with 0, as every llmtk tool does.
+    Rich (and click) turn a BrokenPipeError into exit status 1; writing the finished
+    text ourselves lets `llmtk estimate | head -1` end quietly with 0 like every llmtk tool.
     """
     import io
     import shutil
@@ -32,8 +42,7 @@ def buffered_console(file):
                       soft_wrap=False)
 
     def emit() -> None:
-        file.write(buf.getvalue())
-        file.flush()
+        write_out(file, buf.getvalue())
 
     return console, emit
 
