@@ -151,10 +151,11 @@ def render(r: dict, file) -> None:
               f"{OVERHEAD_FRACTION:.0%} fragmentation")
     t.add_row("  [bold]total[/bold]", f"[bold]{gb(mem['total'])}[/bold]", "")
     cap = f"{gb(mem['capacity'])} ({run['gpu']}, {mem['capacity'] / 2**30:g} GiB)"
+    used = f"{mem['total'] / mem['capacity']:.0%} used"
     if mem["fits"]:
-        verdict = f"[green]fits[/green] in {cap}"
+        verdict = f"[green]fits[/green] in {cap}: {used}"
     else:
-        verdict = f"[red]does not fit[/red] in {cap}"
+        verdict = f"[red]does not fit[/red] in {cap}: {used}"
     t.add_row("  [bold]verdict[/bold]", "", verdict)
     if mem["max_micro_batch"] is not None:
         mb = mem["max_micro_batch"]
