@@ -386,3 +386,12 @@ def test_closed_pipe_ends_quietly(unbuffered):
     for args in ("--model llama3-405b", "--model llama3-405b --json", "--list"):
         p = shell(f"llmtk estimate {args} | true", **extra)
         assert (p.returncode, p.stderr) == (0, b""), args
+
+
+def test_params_override_keeps_the_shape_and_moe_active_params():
+    r = estimate(Request(model="deepseek-v3", tokens=1e12))["model"]
+    assert (r["params"], r["active_params"]) == (671e9, 37e9)
+    assert r["matmul_params"] == 37e9 - 129280 * 7168  # the untied input table does no FLOPs
+    over = estimate(Request(model="llama2-7b", params=7e9))["model"]
+    assert over["params"] == over["active_params"] == 7e9
+    assert over["matmul_params"] == 7e9 - 32000 * 4096

@@ -104,8 +104,10 @@ def estimate(req: Request) -> dict:
     counts = count_params(spec) if spec is not None else None
     total = req.params if req.params is not None else counts.total
     active = total if req.params is not None else counts.active
-    matmul = (active - (counts.total - counts.matmul) if req.params is not None and counts
-              else (counts.matmul if counts else total))
+    if counts is None:
+        matmul = total
+    else:  # --params keeps the shape's non-matmul part (embedding lookup, position table)
+        matmul = active - (counts.active - counts.matmul)
     trainable = total
     lora = None
     if req.lora_rank is not None:
