@@ -159,7 +159,7 @@ def command(
 def _write_json(obj) -> None:
     import json
 
-    from llmtk.estimate.report import write_out
+    from llmtk.io.console import write_out
 
     write_out(sys.stdout, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
@@ -179,8 +179,8 @@ def _list(json_out: bool) -> None:
         return
     from rich.table import Table
 
-    from llmtk.estimate.report import buffered_console
     from llmtk.estimate.units import si
+    from llmtk.io.console import buffered_console
 
     console, emit = buffered_console(sys.stdout)
     t = Table(title="Model presets", title_justify="left")

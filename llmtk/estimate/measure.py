@@ -171,13 +171,13 @@ def measure_report(model: str | None, dims: Dims, *, batch: int, json_out: bool,
     if json_out:
         import json
 
-        from llmtk.estimate.report import write_out
+        from llmtk.io.console import write_out
 
         write_out(file, json.dumps(result, indent=2, sort_keys=True) + "\n")
         return
     from rich.table import Table
 
-    from llmtk.estimate.report import buffered_console
+    from llmtk.io.console import buffered_console
 
     c = result["config"]
     t = Table(title=(f"llmtk estimate --measure: {c['n_layer']} layers x d_model {c['d_model']}, "

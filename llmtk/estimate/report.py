@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from llmtk.errors import PipeClosed
 from llmtk.estimate.memory import OVERHEAD_FIXED, OVERHEAD_FRACTION
 from llmtk.estimate.units import duration, gb, sci, si
+from llmtk.io.console import buffered_console
 
 _RECOMPUTE_NOTE = {
     "none": "Korthikanti et al. 2022, attention scores stored",
@@ -13,38 +13,6 @@ _RECOMPUTE_NOTE = {
 }
 _OPT_NOTE = {"adamw": "AdamW m and v, fp32", "sgd": "SGD momentum, fp32",
              "adafactor": "Adafactor factored second moment, fp32"}
-
-
-def write_out(file, text: str) -> None:
-    """Write and flush; a reader that went away becomes PipeClosed (exit 0, no message)."""
-    try:
-        file.write(text)
-        file.flush()
-    except BrokenPipeError:
-        raise PipeClosed from None
-
-
-def buffered_console(file):
-    """A rich console that draws into a buffer; `emit` then writes it to `file` in one go.
-
-    Rich (and click) turn a BrokenPipeError into exit status 1; writing the finished
-    text ourselves lets `llmtk estimate | head -1` end quietly with 0 like every llmtk tool.
-    """
-    import io
-    import shutil
-
-    from rich.console import Console
-
-    tty = file.isatty()
-    buf = io.StringIO()
-    width = shutil.get_terminal_size().columns if tty else 110
-    console = Console(file=buf, force_terminal=tty, width=width, highlight=False,
-                      soft_wrap=False)
-
-    def emit() -> None:
-        write_out(file, buf.getvalue())
-
-    return console, emit
 
 
 def render(r: dict, file) -> None:
