@@ -35,9 +35,9 @@ soon as it is known to be the first of its cluster.
 
   llmtk dedup web/ -o web.dedup.jsonl.zst --rejects dups.jsonl.zst --workers 8
 
-  llmtk dedup new-crawl.jsonl --index old-index/ --save-index new-index/ -o new.jsonl
+  llmtk dedup new.jsonl --index old-idx/ --save-index new-idx/ -o new.dedup.jsonl
 
-  llmtk dedup pages.jsonl --level paragraph --max-repeats 1 > no-boilerplate.jsonl
+  llmtk dedup pages.jsonl --level paragraph --max-repeats 1 > no-footers.jsonl
 
 [bold]Scale-out[/bold] (a job array over a shared filesystem, same result as one process)
 
@@ -45,7 +45,7 @@ soon as it is known to be the first of its cluster.
 
   llmtk dedup index sigs/ --shard $K/$M -o index/
 
-  llmtk dedup filter crawl/ --index index/ --shard $K/$N -o out/part-$K.jsonl.zst
+  llmtk dedup filter crawl/ --index index/ --shard $K/$N -o out/$K.jsonl.zst
 
 See `llmtk dedup signatures --help` (index, filter) for each stage.
 """
@@ -265,6 +265,12 @@ def filter_command(
         filter_with_index(run, index, annotate, clusters)
 
 
+def _unwrap(text: str) -> str:
+    """Join the lines of prose paragraphs (rich keeps newlines); leave indented examples."""
+    paras = text.split("\n\n")
+    return "\n\n".join(p if p.startswith("  ") else " ".join(p.split("\n")) for p in paras)
+
+
 class DedupGroup(TyperGroup):
     """`llmtk dedup ARGS`: a stage name picks the stage, anything else the default command."""
 
@@ -284,11 +290,11 @@ class DefaultCommand(TyperCommand):
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(
-        cls=DedupGroup, help=HELP, short_help=SUMMARY, epilog=EPILOG, add_completion=False,
+        cls=DedupGroup, help=_unwrap(HELP), short_help=SUMMARY, epilog=EPILOG, add_completion=False,
         rich_markup_mode="rich", context_settings={"help_option_names": ["-h", "--help"]},
     )
-    group.command(DEFAULT, help=HELP, epilog=EPILOG, hidden=True, cls=DefaultCommand)(run_command)
-    group.command("signatures", help=SIG_HELP, epilog=EPILOG)(signatures_command)
-    group.command("index", help=INDEX_HELP, epilog=EPILOG)(index_command)
-    group.command("filter", help=FILTER_HELP, epilog=EPILOG)(filter_command)
+    group.command(DEFAULT, help=_unwrap(HELP), epilog=EPILOG, hidden=True, cls=DefaultCommand)(run_command)
+    group.command("signatures", help=_unwrap(SIG_HELP), epilog=EPILOG)(signatures_command)
+    group.command("index", help=_unwrap(INDEX_HELP), epilog=EPILOG)(index_command)
+    group.command("filter", help=_unwrap(FILTER_HELP), epilog=EPILOG)(filter_command)
     app.add_typer(group, name="dedup")
