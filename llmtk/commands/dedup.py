@@ -293,7 +293,8 @@ def register(app: typer.Typer) -> None:
         cls=DedupGroup, help=_unwrap(HELP), short_help=SUMMARY, epilog=EPILOG, add_completion=False,
         rich_markup_mode="rich", context_settings={"help_option_names": ["-h", "--help"]},
     )
-    group.command(DEFAULT, help=_unwrap(HELP), epilog=EPILOG, hidden=True, cls=DefaultCommand)(run_command)
+    group.command(DEFAULT, help=_unwrap(HELP), epilog=EPILOG, hidden=True,
+                  cls=DefaultCommand)(run_command)
     group.command("signatures", help=_unwrap(SIG_HELP), epilog=EPILOG)(signatures_command)
     group.command("index", help=_unwrap(INDEX_HELP), epilog=EPILOG)(index_command)
     group.command("filter", help=_unwrap(FILTER_HELP), epilog=EPILOG)(filter_command)

@@ -70,9 +70,9 @@ def occurrences(table: HashTable, keys: np.ndarray) -> np.ndarray:
 def dedup_paragraphs(
     run: StreamRun, steps: tuple[str, ...], max_repeats: int, annotate: bool, workers: int
 ) -> None:
-    import numpy as np
-
     from collections import deque
+
+    import numpy as np
 
     table = HashTable()
     pending = deque()

@@ -128,7 +128,8 @@ def build_index(sig_dir: str, out_dir: str, part: tuple[int, int] | None) -> int
     order = np.argsort(pos, kind="stable")
     pos = pos[order]
     if len(pos) > 1 and (np.diff(pos) == 0).any():
-        raise DataError(f"{sig_dir}: a document is in two signature parts (were --shard values reused?)")
+        raise DataError(f"{sig_dir}: a document is in two signature parts "
+                        "(were --shard values reused?)")
     band = np.concatenate(cols)[order]  # (D, len(mine))
     big = np.iinfo(np.int64).max
     band_parent = np.full(len(pos), big, dtype=np.int64)

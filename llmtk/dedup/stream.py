@@ -183,7 +183,8 @@ def _keep_longest(run: StreamRun, opts: DedupOptions, index: DedupIndex) -> Dedu
         try:
             for row, line in enumerate(spool):
                 raw = line.rstrip(b"\n")
-                doc = Doc(orjson.loads(raw), raw, "<spool>", row + 1, int(num[row]), run.opts.text_field)
+                doc = Doc(orjson.loads(raw), raw, "<spool>", row + 1, int(num[row]),
+                          run.opts.text_field)
                 k = int(keeper[row])
                 if k == int(num[row]):
                     run.write(doc)
