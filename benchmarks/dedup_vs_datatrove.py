@@ -68,11 +68,11 @@ def ensure_datatrove_venv() -> Path:
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
     probe = subprocess.run(
-        [str(python), "-c", "import datatrove, spacy, regex, tokenizers, xxhash"],
+        [str(python), "-c", "import datatrove, spacy, regex, tokenizers, xxhash, orjson"],
                            capture_output=True)
     if probe.returncode != 0:
         subprocess.run([str(python), "-m", "pip", "install", "--quiet",
-                        "datatrove==0.10.1", "spacy", "regex", "tokenizers", "xxhash"], check=True)
+                        "datatrove==0.10.1", "spacy", "regex", "tokenizers", "xxhash<4", "orjson"], check=True)
     return python
 
 
