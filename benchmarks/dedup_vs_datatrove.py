@@ -71,8 +71,10 @@ def ensure_datatrove_venv() -> Path:
         [str(python), "-c", "import datatrove, spacy, regex, tokenizers, xxhash, orjson"],
                            capture_output=True)
     if probe.returncode != 0:
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet",
-                        "datatrove==0.10.1", "spacy", "regex", "tokenizers", "xxhash<4", "orjson"], check=True)
+        # spaCy: datatrove's English word tokenizer; xxhash<4: datatrove 0.10.1 hashes str,
+        # which xxhash 4 refuses ("Strings must be encoded before hashing").
+        packages = ["datatrove==0.10.1", "spacy", "regex", "tokenizers", "xxhash<4", "orjson"]
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True)
     return python
 
 
