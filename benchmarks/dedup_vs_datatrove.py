@@ -19,6 +19,7 @@ spaCy for its English word tokenizer) with pip.
 """
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -101,6 +102,11 @@ def count_lines(path: Path) -> int:
         return sum(1 for _ in f)
 
 
+def ids(path: Path) -> set:
+    with open(path, "rb") as f:
+        return {json.loads(line)["id"] for line in f}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("corpus", help="JSONL corpus (.zst/.gz/plain), e.g. corpus-public.jsonl.zst")
@@ -130,12 +136,17 @@ def main() -> None:
         dt_wall += wall
         dt_rss = max(dt_rss, rss)
     n_dt = sum(count_lines(p) for p in (work / "dt" / "out").glob("*.jsonl"))
+    kept_llmtk = ids(out)
+    kept_dt = set().union(*(ids(p) for p in (work / "dt" / "out").glob("*.jsonl")))
 
     print(f"corpus: {args.corpus}  ({n_in:,} documents)")
     print(f"{'tool':<12}{'wall s':>10}{'peak RSS MB':>14}{'docs out':>12}")
     print(f"{'llmtk':<12}{llmtk_wall:>10.2f}{llmtk_rss / 2**20:>14.0f}{n_llmtk:>12,}")
     print(f"{'datatrove':<12}{dt_wall:>10.2f}{dt_rss / 2**20:>14.0f}{n_dt:>12,}")
     print("datatrove stages: " + ", ".join(f"{k} {v:.1f}s" for k, v in stage_walls.items()))
+    print(f"agreement: {len(kept_llmtk & kept_dt):,} kept by both, "
+          f"{len(kept_llmtk - kept_dt):,} only by llmtk, {len(kept_dt - kept_llmtk):,} only by "
+          "datatrove")
     print(f"speed-up (datatrove wall / llmtk wall): {dt_wall / llmtk_wall:.1f}x")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)

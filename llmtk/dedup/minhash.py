@@ -57,6 +57,17 @@ def _stable_u64(seed: int, label: str, count: int) -> np.ndarray:
     )
 
 
+class _TokenHashes(dict):
+    """token -> xxh3-64, computed on first sight (words are Zipf-distributed: most repeat)."""
+
+    def __missing__(self, token: str) -> int:
+        h = self[token] = xxhash.xxh3_64_intdigest(token.encode("utf-8", "surrogatepass"))
+        return h
+
+
+TOKEN_CACHE_MAX = 1 << 20
+
+
 class MinHasher:
     """Turns texts into exact keys, MinHash signatures and LSH band keys."""
 
@@ -69,6 +80,7 @@ class MinHasher:
         self.a = _stable_u64(config.seed, "a", p) | np.uint64(1)  # odd: a bijection mod 2^64
         self.b = _stable_u64(config.seed, "b", p)
         self.band_salt = _stable_u64(config.seed, "band", config.bands)
+        self._tokens = _TokenHashes()
 
     # -- shingles ------------------------------------------------------------
 
@@ -86,29 +98,22 @@ class MinHasher:
             chars = "".join(normalised.split())
             codes = np.frombuffer(chars.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
             return fmix64(codes.astype(np.uint64) + np.uint64(0x632BE59BD9B4E019))
-        toks = words(normalised)
-        h = xxhash.xxh3_64_intdigest
-        return np.fromiter((h(t.encode("utf-8", "surrogatepass")) for t in toks),
-                           dtype=np.uint64, count=len(toks))
+        return self._word_hashes(words(normalised))
+
+    def _word_hashes(self, toks: list[str]) -> np.ndarray:
+        import numpy as np
+
+        if len(self._tokens) > TOKEN_CACHE_MAX:
+            self._tokens.clear()
+        return np.fromiter(map(self._tokens.__getitem__, toks), dtype=np.uint64, count=len(toks))
 
     def shingles(self, text: str, normalised: str | None = None) -> np.ndarray:
         """(S,) uint64 hashes of the document's n-grams (a document shorter than n is one
         shingle; an empty one has none)."""
-        import numpy as np
 
         if normalised is None:
             normalised = self.normalise(text)
-        t = self.token_hashes(normalised, self.unit_for(text))  # (T,)
-        n = min(self.config.ngram, len(t))
-        if n == 0:
-            return np.empty(0, dtype=np.uint64)
-        s = len(t) - n + 1
-        h = t[:s].copy()  # (S,)
-        mul = np.uint64(_NGRAM_MUL)
-        for j in range(1, n):
-            h *= mul
-            h += t[j : j + s]
-        return fmix64(h)
+        return self._ngrams(self.token_hashes(normalised, self.unit_for(text)))
 
     # -- signatures ----------------------------------------------------------
 
@@ -116,31 +121,35 @@ class MinHasher:
         """(D, P) uint64 MinHash signatures; rows of documents without shingles are all-max."""
         import numpy as np
 
-        d, p = len(shingle_sets), self.config.permutations
+        counts = np.array([len(x) for x in shingle_sets], dtype=np.int64)
+        x = np.concatenate(shingle_sets) if shingle_sets else np.zeros(0, np.uint64)
+        return self.signatures_flat(x.astype(np.uint64, copy=False), counts)
+
+    def signatures_flat(self, x: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Signatures of D documents whose shingles lie back to back in x (S,); counts (D,)."""
+        import numpy as np
+
+        d, p = len(counts), self.config.permutations
         sig = np.full((d, p), np.iinfo(np.uint64).max, dtype=np.uint64)
+        starts = np.concatenate(([0], np.cumsum(counts)))  # (D + 1,)
         a, b = self.a, self.b
         i = 0
         while i < d:
-            # Gather whole documents into one block of at most BLOCK_SHINGLES shingles.
-            j, total = i, 0
-            while j < d and (j == i or total + len(shingle_sets[j]) <= BLOCK_SHINGLES):
-                total += len(shingle_sets[j])
-                j += 1
-            if j == i + 1 and total > BLOCK_SHINGLES:
-                x = shingle_sets[i]
-                for start in range(0, len(x), BLOCK_SHINGLES):
-                    block = np.multiply.outer(x[start : start + BLOCK_SHINGLES], a)  # (s, P)
+            # Whole documents, at most BLOCK_SHINGLES shingles (or one bigger document).
+            j = max(i + 1, int(np.searchsorted(starts, starts[i] + BLOCK_SHINGLES, "right")) - 1)
+            j = min(j, d)
+            if j == i + 1 and counts[i] > BLOCK_SHINGLES:
+                for lo in range(starts[i], starts[i + 1], BLOCK_SHINGLES):
+                    hi = min(lo + BLOCK_SHINGLES, starts[i + 1])
+                    block = np.multiply.outer(x[lo:hi], a)  # (s, P)
                     block += b
                     np.minimum(sig[i], block.min(axis=0), out=sig[i])
             else:
-                docs = [k for k in range(i, j) if len(shingle_sets[k])]
-                if docs:
-                    x = np.concatenate([shingle_sets[k] for k in docs])  # (S,)
-                    lens = np.array([len(shingle_sets[k]) for k in docs])
-                    starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
-                    block = np.multiply.outer(x, a)  # (S, P)
+                docs = i + np.flatnonzero(counts[i:j])
+                if len(docs):
+                    block = np.multiply.outer(x[starts[i] : starts[j]], a)  # (S, P)
                     block += b
-                    sig[docs] = np.minimum.reduceat(block, starts, axis=0)  # (len(docs), P)
+                    sig[docs] = np.minimum.reduceat(block, starts[docs] - starts[i], axis=0)
             i = j
         return sig
 
@@ -169,11 +178,66 @@ class MinHasher:
         norm = self.normalise
         normalised = [norm(t) for t in texts]
         exact = np.fromiter((text_key(n) for n in normalised), dtype=np.uint64, count=len(texts))
-        shingle_sets = [self.shingles(t, n) for t, n in zip(texts, normalised, strict=True)]
-        counts = np.array([len(s) for s in shingle_sets], dtype=np.int64)
-        bands = self.band_keys(self.signatures(shingle_sets))
+        x, counts = self.batch_shingles(texts, normalised)
+        bands = self.band_keys(self.signatures_flat(x, counts))
         bands[counts == 0] = 0  # no shingles, no band keys
         return Batch(exact, bands, counts)
+
+    def batch_shingles(
+        self, texts: list[str], normalised: list[str]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """All shingles of a batch back to back (S,), and per-document counts (D,).
+
+        Word documents are hashed together: one pass over all their tokens and one
+        n-gram polynomial over the concatenation, keeping the n-grams that do not
+        cross a document boundary. Char-unit and short documents go one by one.
+        """
+        import numpy as np
+
+        n = self.config.ngram
+        parts: list[np.ndarray | None] = [None] * len(texts)
+        word_docs, word_tokens, lengths = [], [], []
+        for k, (text, normed) in enumerate(zip(texts, normalised, strict=True)):
+            if self.unit_for(text) == "char":
+                parts[k] = self.shingles(text, normed)
+                continue
+            toks = words(normed)
+            if len(toks) < n:
+                parts[k] = self._ngrams(self._word_hashes(toks))
+                continue
+            word_docs.append(k)
+            word_tokens.extend(toks)
+            lengths.append(len(toks))
+        if word_docs:
+            t = self._word_hashes(word_tokens)  # (T,)
+            grams = self._ngrams(t)  # (T - n + 1,): n-grams starting at every position
+            lens = np.array(lengths)
+            ends = np.cumsum(lens)
+            valid = np.ones(len(grams), dtype=bool)
+            for j in range(1, n):  # n-grams starting in the last n-1 tokens of a document
+                cross = ends[:-1] - j
+                valid[cross] = False
+            chunks = np.split(grams[valid], np.cumsum(lens - n + 1)[:-1])
+            for k, chunk in zip(word_docs, chunks, strict=True):
+                parts[k] = chunk
+        counts = np.array([len(q) for q in parts], dtype=np.int64)  # type: ignore[arg-type]
+        x = np.concatenate(parts) if parts else np.zeros(0, np.uint64)  # type: ignore[arg-type]
+        return x.astype(np.uint64, copy=False), counts
+
+    def _ngrams(self, t: np.ndarray) -> np.ndarray:
+        """(T,) token hashes -> (max(T - n + 1, 1 if T else 0),) n-gram hashes."""
+        import numpy as np
+
+        n = min(self.config.ngram, len(t))
+        if n == 0:
+            return np.empty(0, dtype=np.uint64)
+        s = len(t) - n + 1
+        h = t[:s].copy()  # (S,)
+        mul = np.uint64(_NGRAM_MUL)
+        for j in range(1, n):
+            h *= mul
+            h += t[j : j + s]
+        return fmix64(h)
 
 
 class Batch:
