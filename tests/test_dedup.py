@@ -401,3 +401,42 @@ def test_pipe_into_head_is_quiet(corpus, tmp_path):
         assert r.returncode == 0, r.stderr
         assert r.stderr == b""
         assert len(r.stdout.splitlines()) == 1
+
+
+def test_paragraph_level_same_bytes_for_any_workers(tmp_path):
+    texts = _docstrings()
+    footer = "Read the full documentation online."
+    docs = [{"id": i, "text": f"{t}\n{footer}\n{texts[(i + 1) % len(texts)].splitlines()[0]}"}
+            for i, t in enumerate(texts * 3)]
+    outs = [llmtk("dedup", "--level", "paragraph", "--workers", w, "-q", input=_jsonl(docs))
+            for w in ("1", "2")]
+    assert outs[0].returncode == 0, outs[0].stderr
+    assert outs[0].stdout == outs[1].stdout
+    kept = _lines(outs[0].stdout)
+    assert sum(footer in d["text"] for d in kept) == 1
+
+
+def test_stages_number_documents_by_position_across_bad_lines(corpus, tmp_path):
+    records, _ = corpus
+    lines = _jsonl(records).splitlines()
+    lines.insert(5, b'{"text": broken')  # a bad line shifts every later position
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    single = llmtk("dedup", src, "--on-error", "skip", "-q")
+    assert single.returncode == 0, single.stderr
+    for k in range(2):
+        llmtk("dedup", "signatures", src, "--on-error", "skip", "--shard", f"{k}/2", "-o",
+              tmp_path / "sigs", check=True)
+    llmtk("dedup", "index", tmp_path / "sigs", "-o", tmp_path / "idx", check=True)
+    out = []
+    for k in range(2):
+        r = llmtk("dedup", "filter", src, "--index", tmp_path / "idx", "--on-error", "skip",
+                  "--shard", f"{k}/2", "-q")
+        assert r.returncode == 0, r.stderr
+        out += r.stdout.splitlines()
+    assert sorted(out) == sorted(single.stdout.splitlines())
+    # Inputs that do not match the signatures: a data error, not a wrong answer.
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(_jsonl(records + records))
+    r = llmtk("dedup", "filter", other, "--index", tmp_path / "idx", "-q")
+    assert r.returncode == 1 and b"not in the index" in r.stderr
