@@ -22,6 +22,7 @@ Reproduce:
     make setup
     .venv/bin/python benchmarks/dedup_quality.py            # defaults: 14 x 8
     .venv/bin/python benchmarks/dedup_quality.py --threshold 0.8
+    .venv/bin/python benchmarks/dedup_quality.py --verify 0.7
 """
 
 import argparse
@@ -147,11 +148,13 @@ def main() -> None:
     ap.add_argument("--copies", type=float, default=0.5, help="share of bases that get a copy")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threshold", type=float, help="pass --threshold to llmtk dedup")
+    ap.add_argument("--verify", type=float, help="pass --verify to llmtk dedup")
     args = ap.parse_args()
 
     records, origin = build(args.seed, args.latin, args.cjk, args.copies)
     data = b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in records)
     extra = ["--threshold", str(args.threshold)] if args.threshold else []
+    extra += ["--verify", str(args.verify)] if args.verify else []
     r = subprocess.run([sys.executable, "-m", "llmtk", "dedup", "--annotate", "-q", *extra],
                        input=data, capture_output=True, cwd=ROOT, check=True)
     marked = {}
@@ -171,7 +174,8 @@ def main() -> None:
         return cache[doc_id]
 
     print(f"corpus: {len(records):,} documents ({args.latin:,} + {args.cjk:,} bases, "
-          f"{len(origin):,} edited copies); LSH {bands} bands x {rows} rows")
+          f"{len(origin):,} edited copies); LSH {bands} bands x {rows} rows, "
+          f"--verify {args.verify or 0}")
     for script in ("all", "en", "zh"):
         pairs = [(c, o) for c, (o, _) in origin.items() if script == "all" or c.startswith(script)]
         true_j = np.array([jaccard(shingles(c), shingles(o)) for c, o in pairs])

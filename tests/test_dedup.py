@@ -232,17 +232,19 @@ def test_same_bytes_for_any_workers(corpus, tmp_path):
     assert outs[0] == outs[1]
 
 
-def test_sharded_stages_equal_single_command(corpus, tmp_path):
+@pytest.mark.parametrize("params", [[], ["--verify", "0.9", "--ngram", "3"]])
+def test_sharded_stages_equal_single_command(corpus, tmp_path, params):
     records, _ = corpus
     # Ids only on some records: the rest are named by position in dup_of.
     recs = [dict(r) if i % 4 else {"text": r["text"]} for i, r in enumerate(records * 2)]
     src = tmp_path / "in.jsonl"
     src.write_bytes(_jsonl(recs))
     single = llmtk("dedup", src, "--rejects", tmp_path / "rej.jsonl", "--clusters",
-                   tmp_path / "cl.jsonl", "-q")
+                   tmp_path / "cl.jsonl", "-q", *params)
     assert single.returncode == 0, single.stderr
     for k in range(3):
-        r = llmtk("dedup", "signatures", src, "--shard", f"{k}/3", "-o", tmp_path / "sigs", "-q")
+        r = llmtk("dedup", "signatures", src, "--shard", f"{k}/3", "-o", tmp_path / "sigs", "-q",
+                  *params)
         assert r.returncode == 0, r.stderr
     for k in range(3):
         r = llmtk("dedup", "index", tmp_path / "sigs", "--shard", f"{k}/3", "-o",
@@ -440,3 +442,26 @@ def test_stages_number_documents_by_position_across_bad_lines(corpus, tmp_path):
     other.write_bytes(_jsonl(records + records))
     r = llmtk("dedup", "filter", other, "--index", tmp_path / "idx", "-q")
     assert r.returncode == 1 and b"not in the index" in r.stderr
+
+
+def test_verify_rejects_band_matches_below_the_estimate(corpus, tmp_path):
+    records, expected = corpus
+    data = _jsonl(records)
+    strict = tmp_path / "strict.jsonl"
+    r = llmtk("dedup", "--verify", "0.97", "--rejects", strict, "-q", input=data)
+    assert r.returncode == 0, r.stderr
+    # The 1%-edited copies (true Jaccard ~0.9) share bands but fail a 0.97 check;
+    # exact copies do not need one.
+    got = {d["id"]: d["llmtk"]["reason"] for d in _lines(strict.read_bytes())}
+    assert got == {k: v for k, (v, _) in expected.items() if v == "dedup.exact"}
+    r = llmtk("dedup", "--verify", "0.7", "-q", input=data)
+    assert len(_lines(r.stdout)) == len(records) - len(expected)
+    # An index keeps the signature bytes that --verify needs.
+    half = len(records) // 2
+    llmtk("dedup", "--verify", "0.7", "--save-index", tmp_path / "idx", "-q",
+          input=_jsonl(records[:half]), check=True)
+    r2 = llmtk("dedup", "--verify", "0.7", "--index", tmp_path / "idx", "-q",
+               input=_jsonl(records[half:]))
+    assert r2.returncode == 0, r2.stderr
+    assert r2.stdout == b"".join(line + b"\n" for line in r.stdout.splitlines()
+                                 if json.loads(line)["id"] in {d["id"] for d in records[half:]})

@@ -70,6 +70,10 @@ Threshold = Annotated[float | None, typer.Option(
 Normalise = Annotated[str, typer.Option(
     "--normalise", help="Before hashing: any of lowercase,whitespace,punctuation,digits, "
     "or none.", rich_help_panel=PARAMS)]
+Verify = Annotated[float, typer.Option(
+    "--verify", help="Also require this estimated Jaccard similarity (from the full signature) "
+    "for a band match to count; 0 (default) accepts every band match, as datatrove does.",
+    rich_help_panel=PARAMS)]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the MinHash permutations.",
                                    rich_help_panel=PARAMS)]
 Annotate = Annotated[bool, typer.Option(
@@ -79,7 +83,7 @@ Clusters = Annotated[str | None, typer.Option(
     "member of each cluster that has duplicates.")]
 
 
-def _config(ngram, unit, bands, rows, threshold, seed, normalise):
+def _config(ngram, unit, bands, rows, threshold, seed, normalise, verify=0.0):
     from llmtk.dedup.config import DedupConfig, bands_rows_for, parse_normalise
 
     if threshold is not None:
@@ -88,7 +92,7 @@ def _config(ngram, unit, bands, rows, threshold, seed, normalise):
         bands, rows = bands_rows_for(threshold)
     return DedupConfig(ngram=ngram, unit=unit, bands=14 if bands is None else bands,
                        rows=8 if rows is None else rows, seed=seed,
-                       normalise=parse_normalise(normalise))
+                       normalise=parse_normalise(normalise), verify=verify)
 
 
 def run_command(
@@ -123,9 +127,10 @@ def run_command(
     rows: Rows = None,
     threshold: Threshold = None,
     normalise: Normalise = "lowercase,whitespace,punctuation,digits",
+    verify: Verify = 0.0,
     seed: Seed = 1,
 ) -> None:
-    config = _config(ngram, unit, bands, rows, threshold, seed, normalise)
+    config = _config(ngram, unit, bands, rows, threshold, seed, normalise, verify)
     if level not in ("doc", "paragraph"):
         raise UsageError(f"--level: expected doc or paragraph, got {level!r}")
     if keep not in ("first", "longest"):
@@ -182,11 +187,12 @@ def signatures_command(
     rows: Rows = None,
     threshold: Threshold = None,
     normalise: Normalise = "lowercase,whitespace,punctuation,digits",
+    verify: Verify = 0.0,
     seed: Seed = 1,
 ) -> None:
     from llmtk.dedup.stages import write_signatures
 
-    config = _config(ngram, unit, bands, rows, threshold, seed, normalise)
+    config = _config(ngram, unit, bands, rows, threshold, seed, normalise, verify)
     opts = o.stream_options(inputs=inputs, stats=stats, text_field=text_field, on_error=on_error,
                             rejects=rejects, shard=shard, workers=workers, quiet=quiet)
     with StreamRun("dedup signatures", opts) as run:

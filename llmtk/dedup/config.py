@@ -24,6 +24,8 @@ class DedupConfig:
     rows: int = 8
     seed: int = 1
     normalise: tuple[str, ...] = field(default=NORMALISE_STEPS)
+    verify: float = 0.0  # > 0: a band match counts only if the signatures agree this much
+
 
     def __post_init__(self) -> None:
         if self.ngram < 1:
@@ -35,6 +37,8 @@ class DedupConfig:
                 f"--bands/--rows: need bands, rows >= 1 and bands*rows <= {MAX_PERMUTATIONS}, "
                 f"got {self.bands}x{self.rows}"
             )
+        if not 0.0 <= self.verify < 1.0:
+            raise UsageError(f"--verify: must be between 0 and 1, got {self.verify}")
         bad = [s for s in self.normalise if s not in NORMALISE_STEPS]
         if bad:
             raise UsageError(
@@ -56,7 +60,20 @@ class DedupConfig:
         return cls(
             ngram=int(d["ngram"]), unit=str(d["unit"]), bands=int(d["bands"]),
             rows=int(d["rows"]), seed=int(d["seed"]), normalise=tuple(d["normalise"]),
+            verify=float(d.get("verify", 0.0)),
         )
+
+    @property
+    def verify_matches(self) -> int:
+        """Equal 8-bit signature values (of `permutations`) needed to pass --verify.
+
+        Two documents with Jaccard J agree on a minimum with probability J, and
+        on its low 8 bits with probability J + (1 - J)/256 (chance collisions).
+        """
+        import math
+
+        v = self.verify
+        return math.ceil((v + (1.0 - v) / 256.0) * self.permutations - 1e-9)
 
 
 def parse_normalise(value: str) -> tuple[str, ...]:

@@ -86,6 +86,8 @@ class DedupIndex:
         self.offset = 0  # numbers of this run's documents start here (after a loaded index)
         self._roots = np.zeros(1 << 12, dtype=np.int64)
         self.ids: dict[int, Any] = {}  # document number -> id, for kept documents with one
+        # --verify: the low byte of every signature value, by document number (P bytes each).
+        self.low = np.zeros((1 << 12 if config.verify else 0, config.permutations), np.uint8)
 
     # -- the streaming step --------------------------------------------------
 
@@ -103,6 +105,10 @@ class DedupIndex:
         band_first = first_occurrence(
             self.bands, batch.bands.reshape(-1), np.repeat(numbers, nb)
         ).reshape(d, nb)  # (D, B)
+        if self.config.verify:
+            self.low = _put_rows(self.low, numbers, batch.low)
+            band_first = verified(band_first, numbers, lambda n: self.low[n],
+                                  self.config.verify_matches)
         band_parent = band_parent_of(band_first, numbers)
         roots = self._record(numbers, np.where(exact_parent >= 0, exact_parent, band_parent))
         if ids is not None:
@@ -144,7 +150,7 @@ class DedupIndex:
         bk, bv = self.bands.items()
         tmp = os.path.join(directory, f"index.npz.tmp-{os.getpid()}.npz")
         np.savez(tmp, exact_keys=ek, exact_values=ev, band_keys=bk, band_values=bv,
-                 roots=self._roots[: self.count])
+                 roots=self._roots[: self.count], low=self.low[: self.count])
         os.replace(tmp, os.path.join(directory, "index.npz"))
         ids = orjson.dumps([[k, v] for k, v in sorted(self.ids.items())])
         _write(os.path.join(directory, "ids.json"), ids)
@@ -165,12 +171,44 @@ class DedupIndex:
             index.exact = HashTable.from_items(z["exact_keys"], z["exact_values"])
             index.bands = HashTable.from_items(z["band_keys"], z["band_values"])
             roots = z["roots"]
+            if config.verify:
+                index.low = _put_rows(index.low, np.arange(len(roots)), z["low"])
         index._roots = np.zeros(max(len(roots), 1 << 12), dtype=np.int64)
         index._roots[: len(roots)] = roots
         index.count = index.offset = len(roots)
         with open(os.path.join(directory, "ids.json"), "rb") as f:
             index.ids = {int(k): v for k, v in orjson.loads(f.read())}
         return index
+
+
+def _put_rows(store: np.ndarray, numbers: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """store[numbers] = rows, growing store (doubling) as needed; returns the store."""
+    import numpy as np
+
+    end = int(numbers[-1]) + 1 if len(numbers) else 0
+    if end > len(store):
+        grown = np.zeros((max(end, 2 * len(store)), store.shape[1]), dtype=store.dtype)
+        grown[: len(store)] = store
+        store = grown
+    store[numbers] = rows
+    return store
+
+
+def verified(owners: np.ndarray, numbers: np.ndarray, low_of, need: int) -> np.ndarray:
+    """--verify: the band owners (D, B) of documents `numbers` (D,), with -1 for each
+    earlier owner whose signature agrees on fewer than `need` of its P low bytes.
+
+    low_of(numbers) -> (n, P) uint8 low bytes of those documents' signatures.
+    """
+    import numpy as np
+
+    owners = owners.copy()
+    d_idx, b_idx = np.nonzero((owners >= 0) & (owners < numbers[:, None]))
+    if len(d_idx):
+        equal = (low_of(numbers[d_idx]) == low_of(owners[d_idx, b_idx])).sum(axis=1)
+        fail = equal < need
+        owners[d_idx[fail], b_idx[fail]] = -1
+    return owners
 
 
 def band_parent_of(band_first: np.ndarray, numbers: np.ndarray) -> np.ndarray:

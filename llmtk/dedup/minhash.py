@@ -179,9 +179,12 @@ class MinHasher:
         normalised = [norm(t) for t in texts]
         exact = np.fromiter((text_key(n) for n in normalised), dtype=np.uint64, count=len(texts))
         x, counts = self.batch_shingles(texts, normalised)
-        bands = self.band_keys(self.signatures_flat(x, counts))
+        sig = self.signatures_flat(x, counts)  # (D, P)
+        bands = self.band_keys(sig)
         bands[counts == 0] = 0  # no shingles, no band keys
-        return Batch(exact, bands, counts)
+        # --verify keeps the low byte of every value (b-bit MinHash, 1 byte per permutation).
+        low = (sig & np.uint64(0xFF)).astype(np.uint8) if self.config.verify else None
+        return Batch(exact, bands, counts, low)
 
     def batch_shingles(
         self, texts: list[str], normalised: list[str]
@@ -243,12 +246,14 @@ class MinHasher:
 class Batch:
     """What the signature pass computes for a batch of documents (picklable, for --workers)."""
 
-    __slots__ = ("exact", "bands", "shingles")
+    __slots__ = ("exact", "bands", "shingles", "low")
 
-    def __init__(self, exact: np.ndarray, bands: np.ndarray, shingles: np.ndarray) -> None:
+    def __init__(self, exact: np.ndarray, bands: np.ndarray, shingles: np.ndarray,
+                 low: np.ndarray | None = None) -> None:
         self.exact = exact  # (D,) uint64, never 0
         self.bands = bands  # (D, B) uint64, rows of 0 for documents without shingles
         self.shingles = shingles  # (D,) int64 shingle counts
+        self.low = low  # (D, P) uint8 low bytes of the signature, with --verify
 
     def __len__(self) -> int:
         return len(self.exact)

@@ -30,6 +30,7 @@ from llmtk.dedup.index import (
     check_same_config,
     read_meta,
     resolve_roots,
+    verified,
 )
 from llmtk.dedup.stream import ClusterLog, _emit, signature_batches
 from llmtk.errors import DataError, UsageError
@@ -70,11 +71,13 @@ def write_signatures(
     import numpy as np
 
     k, n = shard or (0, 1)
-    positions, exact, bands, ids = [], [], [], []
+    positions, exact, bands, low, ids = [], [], [], [], []
     for docs, batch in signature_batches(run.docs(), config, workers):
         positions.append(np.fromiter((d.index for d in docs), np.int64, len(docs)))
         exact.append(batch.exact)
         bands.append(batch.bands)
+        if batch.low is not None:
+            low.append(batch.low)
         ids.extend([d.index, d.id] for d in docs if d.id is not None)
         run.summary.records_out += len(docs)
     os.makedirs(out_dir, exist_ok=True)
@@ -87,6 +90,7 @@ def write_signatures(
         exact=np.concatenate(exact) if exact else np.zeros(0, np.uint64),
         bands=np.concatenate(bands) if bands else np.zeros((0, nb), np.uint64),
         ids=np.frombuffer(orjson.dumps(ids), dtype=np.uint8),
+        low=np.concatenate(low) if low else np.zeros((0, config.permutations), np.uint8),
     )
     os.replace(tmp, path)
     _write(os.path.join(out_dir, "meta.json"), _meta(SIG_KIND, config))
@@ -116,10 +120,12 @@ def build_index(sig_dir: str, out_dir: str, part: tuple[int, int] | None) -> int
     config = DedupConfig.from_dict(meta["config"])
     k, m = part or (0, 1)
     mine = [b for b in range(config.bands) if b % m == k]
-    positions, exact, cols, ids = [], [], [], []
+    positions, exact, cols, lows, ids = [], [], [], [], []
     for path in _parts(sig_dir, "sig", "SIGS"):
         with np.load(path) as z:
             positions.append(z["positions"])
+            if config.verify:
+                lows.append(z["low"])
             if k == 0:
                 exact.append(z["exact"])
                 ids.extend(orjson.loads(z["ids"].tobytes()))
@@ -133,8 +139,12 @@ def build_index(sig_dir: str, out_dir: str, part: tuple[int, int] | None) -> int
     band = np.concatenate(cols)[order]  # (D, len(mine))
     big = np.iinfo(np.int64).max
     band_parent = np.full(len(pos), big, dtype=np.int64)
+    low = np.concatenate(lows)[order] if config.verify else None  # (D, P) by position
     for j in range(band.shape[1]):
         p = _first_owner_parent(np.ascontiguousarray(band[:, j]), pos)
+        if low is not None:
+            p = verified(p[:, None], pos, lambda n: low[np.searchsorted(pos, n)],
+                         config.verify_matches)[:, 0]
         band_parent = np.minimum(band_parent, np.where(p >= 0, p, big))
     band_parent[band_parent == big] = -1
     if k == 0:
