@@ -1,11 +1,307 @@
-"""`llmtk dedup`: Drop exact and MinHash near-duplicate documents."""
+"""`llmtk dedup`: drop exact and MinHash near-duplicate documents.
+
+`llmtk dedup FILE` does the whole job in one process. The scale-out stages are
+subcommands (`signatures`, `index`, `filter`); a small click group sends any
+first argument that is not a stage name to the hidden default command, so the
+plain form needs no subcommand and its --help is the main help.
+"""
+
+from typing import Annotated
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-from llmtk.commands._stub import register_stub
+from llmtk.commands import options as o
+from llmtk.errors import UsageError
+from llmtk.io import StreamRun
 
 SUMMARY = "Drop exact and MinHash near-duplicate documents."
+STAGES = ("signatures", "index", "filter")
+DEFAULT = "run"
+
+HELP = f"""\
+{SUMMARY}
+
+Keeps the first document of each cluster, in input order, and drops the rest
+(to --rejects with llmtk.dup_of and llmtk.reason dedup.exact or dedup.minhash).
+Exact duplicates share their normalised text; near-duplicates share an LSH band
+of their MinHash signatures (word 5-grams, character 5-grams for CJK, 14 bands
+x 8 rows: about Jaccard 0.72 and up). It streams: each document is written as
+soon as it is known to be the first of its cluster.
+
+[bold]Examples[/bold]
+
+  zstdcat crawl.jsonl.zst | llmtk clean | llmtk dedup > unique.jsonl
+
+  llmtk dedup web/ -o web.dedup.jsonl.zst --rejects dups.jsonl.zst --workers 8
+
+  llmtk dedup new.jsonl --index old-idx/ --save-index new-idx/ -o new.dedup.jsonl
+
+  llmtk dedup pages.jsonl --level paragraph --max-repeats 1 > no-footers.jsonl
+
+[bold]Scale-out[/bold] (a job array over a shared filesystem, same result as one process)
+
+  llmtk dedup signatures crawl/ --shard $K/$N -o sigs/
+
+  llmtk dedup index sigs/ --shard $K/$M -o index/
+
+  llmtk dedup filter crawl/ --index index/ --shard $K/$N -o out/$K.jsonl.zst
+
+See `llmtk dedup signatures --help` (index, filter) for each stage.
+"""
+
+EPILOG = "Exit status: 0 success, 1 data or runtime error, 2 bad usage."
+
+PARAMS = "MinHash parameters"
+
+NGram = Annotated[int, typer.Option("--ngram", help="Shingle size: tokens per n-gram.",
+                                    rich_help_panel=PARAMS)]
+Unit = Annotated[str, typer.Option(
+    "--unit", help="Shingle tokens: word, char, or auto (char for CJK text, else word).",
+    rich_help_panel=PARAMS)]
+Bands = Annotated[int | None, typer.Option(
+    "--bands", help="LSH bands (default 14).", rich_help_panel=PARAMS, show_default=False)]
+Rows = Annotated[int | None, typer.Option(
+    "--rows", help="MinHash values per band (default 8).", rich_help_panel=PARAMS,
+    show_default=False)]
+Threshold = Annotated[float | None, typer.Option(
+    "--threshold", help="Target Jaccard similarity: picks --bands x --rows (<= 112 "
+    "permutations) for you.", rich_help_panel=PARAMS, show_default=False)]
+Normalise = Annotated[str, typer.Option(
+    "--normalise", help="Before hashing: any of lowercase,whitespace,punctuation,digits, "
+    "or none.", rich_help_panel=PARAMS)]
+Verify = Annotated[float, typer.Option(
+    "--verify", help="Also require this estimated Jaccard similarity (from the full signature) "
+    "for a band match to count; 0 (default) accepts every band match, as datatrove does.",
+    rich_help_panel=PARAMS)]
+Seed = Annotated[int, typer.Option("--seed", help="Seed of the MinHash permutations.",
+                                   rich_help_panel=PARAMS)]
+Annotate = Annotated[bool, typer.Option(
+    "--annotate", help="Keep duplicates, marked with llmtk.dup_of and llmtk.dup_reason.")]
+Clusters = Annotated[str | None, typer.Option(
+    "--clusters", help="Write cluster membership here: one {id, cluster, reason} line per "
+    "member of each cluster that has duplicates.")]
+
+
+def _config(ngram, unit, bands, rows, threshold, seed, normalise, verify=0.0):
+    from llmtk.dedup.config import DedupConfig, bands_rows_for, parse_normalise
+
+    if threshold is not None:
+        if bands is not None or rows is not None:
+            raise UsageError("--threshold picks --bands and --rows: give one or the other")
+        bands, rows = bands_rows_for(threshold)
+    return DedupConfig(ngram=ngram, unit=unit, bands=14 if bands is None else bands,
+                       rows=8 if rows is None else rows, seed=seed,
+                       normalise=parse_normalise(normalise), verify=verify)
+
+
+def run_command(
+    inputs: o.Inputs = None,
+    output: o.Output = None,
+    compress: o.Compress = None,
+    rejects: o.Rejects = None,
+    stats: o.Stats = None,
+    text_field: o.TextField = "text",
+    on_error: o.OnError = "fail",
+    shard: o.Shard = None,
+    workers: o.Workers = 1,
+    quiet: o.Quiet = False,
+    level: Annotated[str, typer.Option(
+        "--level", help="doc: drop duplicate documents; paragraph: remove repeated lines "
+        "across documents.")] = "doc",
+    keep: Annotated[str, typer.Option(
+        "--keep", help="Which document of a cluster stays: first (streaming) or longest "
+        "(reads all input first).")] = "first",
+    max_repeats: Annotated[int, typer.Option(
+        "--max-repeats", min=1, help="--level paragraph: keep this many occurrences of a "
+        "line; remove later ones.")] = 1,
+    annotate: Annotate = False,
+    clusters: Clusters = None,
+    index: Annotated[str | None, typer.Option(
+        "--index", help="Deduplicate against this saved index too (from --save-index).")] = None,
+    save_index: Annotated[str | None, typer.Option(
+        "--save-index", help="Save the index (with --index's documents) to this folder.")] = None,
+    ngram: NGram = 5,
+    unit: Unit = "auto",
+    bands: Bands = None,
+    rows: Rows = None,
+    threshold: Threshold = None,
+    normalise: Normalise = "lowercase,whitespace,punctuation,digits",
+    verify: Verify = 0.0,
+    seed: Seed = 1,
+) -> None:
+    config = _config(ngram, unit, bands, rows, threshold, seed, normalise, verify)
+    if level not in ("doc", "paragraph"):
+        raise UsageError(f"--level: expected doc or paragraph, got {level!r}")
+    if keep not in ("first", "longest"):
+        raise UsageError(f"--keep: expected first or longest, got {keep!r}")
+    if level == "paragraph" and (index or save_index or clusters or keep != "first"):
+        raise UsageError("--level paragraph does not take --index, --save-index, --clusters "
+                         "or --keep")
+    opts = o.stream_options(
+        inputs=inputs, output=output, compress=compress, rejects=rejects, stats=stats,
+        text_field=text_field, on_error=on_error, shard=shard, workers=workers, quiet=quiet,
+    )
+    with StreamRun("dedup", opts) as run:
+        if level == "paragraph":
+            from llmtk.dedup.paragraph import dedup_paragraphs
+
+            dedup_paragraphs(run, config.normalise, max_repeats, annotate, workers)
+            return
+        from llmtk.dedup.stream import DedupOptions, dedup_stream
+
+        dedup_stream(run, DedupOptions(config=config, keep=keep, annotate=annotate,
+                                       clusters=clusters, index=index, save_index=save_index,
+                                       workers=workers))
+
+
+SIG_HELP = """\
+Stage 1 of 3: compute MinHash signatures of one shard of the input.
+
+Writes OUT/sig-K-of-N.npz (LSH band keys and exact keys, 130 bytes per
+document with defaults) and OUT/meta.json with the parameters. Run it once per
+shard K of N, all on the same inputs and with the same parameters.
+
+[bold]Examples[/bold]
+
+  llmtk dedup signatures crawl/ --shard $SLURM_ARRAY_TASK_ID/64 -o sigs/
+
+  llmtk dedup signatures crawl/ -o sigs/ --workers 16 --threshold 0.8
+"""
+
+
+def signatures_command(
+    inputs: o.Inputs = None,
+    out_dir: Annotated[str, typer.Option("-o", "--output", help="Folder for the signatures.",
+                                         show_default=False)] = ...,  # type: ignore[assignment]
+    stats: o.Stats = None,
+    text_field: o.TextField = "text",
+    on_error: o.OnError = "fail",
+    rejects: o.Rejects = None,
+    shard: o.Shard = None,
+    workers: o.Workers = 1,
+    quiet: o.Quiet = False,
+    ngram: NGram = 5,
+    unit: Unit = "auto",
+    bands: Bands = None,
+    rows: Rows = None,
+    threshold: Threshold = None,
+    normalise: Normalise = "lowercase,whitespace,punctuation,digits",
+    verify: Verify = 0.0,
+    seed: Seed = 1,
+) -> None:
+    from llmtk.dedup.stages import write_signatures
+
+    config = _config(ngram, unit, bands, rows, threshold, seed, normalise, verify)
+    opts = o.stream_options(inputs=inputs, stats=stats, text_field=text_field, on_error=on_error,
+                            rejects=rejects, shard=shard, workers=workers, quiet=quiet)
+    with StreamRun("dedup signatures", opts) as run:
+        write_signatures(run, config, out_dir, opts.shard, workers)
+
+
+INDEX_HELP = """\
+Stage 2 of 3: find each document's earliest earlier match, for a share of the bands.
+
+Reads every SIGS/sig-K-of-N.npz and writes OUT/index-K-of-M.npz for the bands
+b with b % M == K (part 0 also does the exact keys), so M jobs split the work.
+Needs all signature shards to be complete.
+
+[bold]Examples[/bold]
+
+  llmtk dedup index sigs/ -o index/
+
+  llmtk dedup index sigs/ --shard $SLURM_ARRAY_TASK_ID/14 -o index/
+"""
+
+
+def index_command(
+    sigs: Annotated[str, typer.Argument(help="Folder written by `llmtk dedup signatures`.",
+                                        show_default=False)],
+    out_dir: Annotated[str, typer.Option("-o", "--output", help="Folder for the index part.",
+                                         show_default=False)] = ...,  # type: ignore[assignment]
+    shard: Annotated[str | None, typer.Option(
+        "--shard", help="K/M: build part K of M (bands b with b % M == K).")] = None,
+    quiet: o.Quiet = False,
+) -> None:
+    import sys
+
+    from llmtk.dedup.stages import build_index
+
+    n = build_index(sigs, out_dir, o.parse_shard(shard))
+    if not quiet:
+        print(f"llmtk dedup index: {n:,} documents -> {out_dir}", file=sys.stderr)
+
+
+FILTER_HELP = """\
+Stage 3 of 3: write the kept documents of one shard, using the built index.
+
+Reads the same inputs as the signatures stage (any --shard split) and all
+INDEX parts; the shards' outputs together equal `llmtk dedup`'s output.
+
+[bold]Examples[/bold]
+
+  llmtk dedup filter crawl/ --index index/ --shard $K/64 -o out/part-$K.jsonl.zst
+
+  llmtk dedup filter crawl/ --index index/ --rejects dups.jsonl > unique.jsonl
+"""
+
+
+def filter_command(
+    inputs: o.Inputs = None,
+    index: Annotated[str, typer.Option("--index", help="Folder written by `llmtk dedup index`.",
+                                       show_default=False)] = ...,  # type: ignore[assignment]
+    output: o.Output = None,
+    compress: o.Compress = None,
+    rejects: o.Rejects = None,
+    stats: o.Stats = None,
+    text_field: o.TextField = "text",
+    on_error: o.OnError = "fail",
+    shard: o.Shard = None,
+    quiet: o.Quiet = False,
+    annotate: Annotate = False,
+    clusters: Clusters = None,
+) -> None:
+    from llmtk.dedup.stages import filter_with_index
+
+    opts = o.stream_options(
+        inputs=inputs, output=output, compress=compress, rejects=rejects, stats=stats,
+        text_field=text_field, on_error=on_error, shard=shard, quiet=quiet,
+    )
+    with StreamRun("dedup", opts) as run:
+        filter_with_index(run, index, annotate, clusters)
+
+
+def _unwrap(text: str) -> str:
+    """Join the lines of prose paragraphs (rich keeps newlines); leave indented examples."""
+    paras = text.split("\n\n")
+    return "\n\n".join(p if p.startswith("  ") else " ".join(p.split("\n")) for p in paras)
+
+
+class DedupGroup(TyperGroup):
+    """`llmtk dedup ARGS`: a stage name picks the stage, anything else the default command."""
+
+    def parse_args(self, ctx, args):
+        if not args or args[0] not in self.commands or args[0] == DEFAULT:
+            args = [DEFAULT, *(args[1:] if args and args[0] == DEFAULT else args)]
+        return super().parse_args(ctx, args)
+
+
+class DefaultCommand(TyperCommand):
+    """The hidden default command: its usage line reads `llmtk dedup [OPTIONS] ...`."""
+
+    def format_usage(self, ctx, formatter):
+        path = ctx.parent.command_path if ctx.parent else ctx.command_path
+        formatter.write_usage(path, " ".join(self.collect_usage_pieces(ctx)))
 
 
 def register(app: typer.Typer) -> None:
-    register_stub(app, "dedup", SUMMARY, "llmtk dedup clean.jsonl -o dedup.jsonl.zst --rejects dups.jsonl")
+    group = typer.Typer(
+        cls=DedupGroup, help=_unwrap(HELP), short_help=SUMMARY, epilog=EPILOG, add_completion=False,
+        rich_markup_mode="rich", context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    group.command(DEFAULT, help=_unwrap(HELP), epilog=EPILOG, hidden=True,
+                  cls=DefaultCommand)(run_command)
+    group.command("signatures", help=_unwrap(SIG_HELP), epilog=EPILOG)(signatures_command)
+    group.command("index", help=_unwrap(INDEX_HELP), epilog=EPILOG)(index_command)
+    group.command("filter", help=_unwrap(FILTER_HELP), epilog=EPILOG)(filter_command)
+    app.add_typer(group, name="dedup")

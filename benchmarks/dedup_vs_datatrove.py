@@ -1,0 +1,156 @@
+"""llmtk dedup vs datatrove's 4-stage MinHash pipeline: same corpus, same parameters, one core.
+
+Both read the same plain JSONL (the corpus decompressed once beforehand) and
+write the kept documents as JSONL. Parameters: word 5-grams, 14 buckets x 8
+hashes, 64-bit xxhash (datatrove's defaults, which are llmtk's defaults).
+datatrove runs signatures -> buckets (14 tasks, one after another) -> cluster
+-> filter with LocalPipelineExecutor(workers=1); llmtk runs `llmtk dedup`
+with --workers 1. Each is pinned to one CPU with `taskset -c 0` (when
+available). Wall time is measured around each process, peak RSS from
+wait4's rusage of each process (datatrove: the largest stage).
+
+Reproduce:
+
+    make setup
+    python3.11 benchmarks/dedup_vs_datatrove.py /work/shared/data/corpus-public.jsonl.zst
+
+The first run creates benchmarks/.venvs/datatrove (datatrove 0.10.1 with
+spaCy for its English word tokenizer) with pip.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / "benchmarks" / ".venvs" / "datatrove"
+LLMTK_PY = ROOT / ".venv" / "bin" / "python"
+
+DATATROVE_SCRIPT = r'''
+import sys
+from datatrove.executor.local import LocalPipelineExecutor
+from datatrove.pipeline.dedup.minhash import (
+    MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster, MinhashDedupFilter,
+    MinhashDedupSignature)
+from datatrove.pipeline.readers import JsonlReader
+from datatrove.pipeline.writers import JsonlWriter
+from datatrove.utils.hashing import HashConfig
+
+stage, src_dir, work = sys.argv[1], sys.argv[2], sys.argv[3]
+config = MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8, seed=1,
+                       hash_config=HashConfig(precision=64, hash_fc="xxhash"))
+reader = lambda: JsonlReader(src_dir, glob_pattern="*.jsonl", compression=None)
+if stage == "signatures":
+    steps, tasks = [reader(), MinhashDedupSignature(output_folder=f"{work}/sigs", config=config)], 1
+elif stage == "buckets":
+    step = MinhashDedupBuckets(input_folder=f"{work}/sigs", output_folder=f"{work}/buckets",
+                               config=config)
+    steps, tasks = [step], config.num_buckets
+elif stage == "cluster":
+    step = MinhashDedupCluster(input_folder=f"{work}/buckets",
+                               output_folder=f"{work}/remove_ids", config=config)
+    steps, tasks = [step], 1
+else:
+    steps, tasks = [reader(), MinhashDedupFilter(input_folder=f"{work}/remove_ids"),
+                    JsonlWriter(f"{work}/out", compression=None)], 1
+LocalPipelineExecutor(pipeline=steps, tasks=tasks, workers=1, logging_dir=f"{work}/logs/{stage}",
+                      skip_completed=False).run()
+'''
+
+
+def ensure_datatrove_venv() -> Path:
+    python = VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    probe = subprocess.run(
+        [str(python), "-c", "import datatrove, spacy, regex, tokenizers, xxhash, orjson"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        # spaCy: datatrove's English word tokenizer; xxhash<4: datatrove 0.10.1 hashes str,
+        # which xxhash 4 refuses ("Strings must be encoded before hashing").
+        packages = ["datatrove==0.10.1", "spacy", "regex", "tokenizers", "xxhash<4", "orjson"]
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True)
+    return python
+
+
+def pinned(cmd: list[str]) -> list[str]:
+    return (["taskset", "-c", "0"] if shutil.which("taskset") else []) + cmd
+
+
+def timed(cmd: list[str], env: dict | None = None) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of one child process (os.wait4's own rusage)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(pinned(cmd), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    err = proc.stderr.read()  # type: ignore[union-attr]
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{err.decode()[-3000:]}")
+    return wall, usage.ru_maxrss * 1024  # KiB on Linux
+
+
+def count_lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
+
+
+def ids(path: Path) -> set:
+    with open(path, "rb") as f:
+        return {json.loads(line)["id"] for line in f}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("corpus", help="JSONL corpus (.zst/.gz/plain), e.g. corpus-public.jsonl.zst")
+    ap.add_argument("--keep", help="keep the work folder here")
+    args = ap.parse_args()
+    python = ensure_datatrove_venv()
+    work = Path(args.keep or tempfile.mkdtemp(prefix="dedup-vs-dt-"))
+    src = work / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    plain = src / "corpus.jsonl"
+    subprocess.run([str(LLMTK_PY), "-m", "llmtk", "cat", args.corpus, "-o", str(plain), "-q"],
+                   check=True, cwd=ROOT)
+    n_in = count_lines(plain)
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    out = work / "llmtk.jsonl"
+    llmtk_wall, llmtk_rss = timed(
+        [str(LLMTK_PY), "-m", "llmtk", "dedup", str(plain), "-o", str(out), "-q", "--workers", "1"],
+        env=env)
+    n_llmtk = count_lines(out)
+
+    script = work / "dt_stage.py"
+    script.write_text(DATATROVE_SCRIPT)
+    dt_wall, dt_rss, stage_walls = 0.0, 0, {}
+    for stage in ("signatures", "buckets", "cluster", "filter"):
+        wall, rss = timed([str(python), str(script), stage, str(src), str(work / "dt")], env=env)
+        stage_walls[stage] = wall
+        dt_wall += wall
+        dt_rss = max(dt_rss, rss)
+    n_dt = sum(count_lines(p) for p in (work / "dt" / "out").glob("*.jsonl"))
+    kept_llmtk = ids(out)
+    kept_dt = set().union(*(ids(p) for p in (work / "dt" / "out").glob("*.jsonl")))
+
+    print(f"corpus: {args.corpus}  ({n_in:,} documents)")
+    print(f"{'tool':<12}{'wall s':>10}{'peak RSS MB':>14}{'docs out':>12}")
+    print(f"{'llmtk':<12}{llmtk_wall:>10.2f}{llmtk_rss / 2**20:>14.0f}{n_llmtk:>12,}")
+    print(f"{'datatrove':<12}{dt_wall:>10.2f}{dt_rss / 2**20:>14.0f}{n_dt:>12,}")
+    print("datatrove stages: " + ", ".join(f"{k} {v:.1f}s" for k, v in stage_walls.items()))
+    print(f"agreement: {len(kept_llmtk & kept_dt):,} kept by both, "
+          f"{len(kept_llmtk - kept_dt):,} only by llmtk, {len(kept_dt - kept_llmtk):,} only by "
+          "datatrove")
+    print(f"speed-up (datatrove wall / llmtk wall): {dt_wall / llmtk_wall:.1f}x")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

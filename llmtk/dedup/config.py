@@ -1,0 +1,122 @@
+"""Dedup parameters, shared by the single-command run, the stages and saved indexes.
+
+Defaults are datatrove's: word 5-grams, 14 bands x 8 rows (112 permutations),
+64-bit hashes, a fixed seed. A saved index or a signatures folder records the
+parameters it was built with, and a later stage refuses different ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from llmtk.errors import UsageError
+
+NORMALISE_STEPS = ("lowercase", "whitespace", "punctuation", "digits")
+UNITS = ("word", "char", "auto")
+MAX_PERMUTATIONS = 1024
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    ngram: int = 5
+    unit: str = "auto"
+    bands: int = 14
+    rows: int = 8
+    seed: int = 1
+    normalise: tuple[str, ...] = field(default=NORMALISE_STEPS)
+    verify: float = 0.0  # > 0: a band match counts only if the signatures agree this much
+
+
+    def __post_init__(self) -> None:
+        if self.ngram < 1:
+            raise UsageError(f"--ngram: must be >= 1, got {self.ngram}")
+        if self.unit not in UNITS:
+            raise UsageError(f"--unit: expected word, char or auto, got {self.unit!r}")
+        if self.bands < 1 or self.rows < 1 or self.bands * self.rows > MAX_PERMUTATIONS:
+            raise UsageError(
+                f"--bands/--rows: need bands, rows >= 1 and bands*rows <= {MAX_PERMUTATIONS}, "
+                f"got {self.bands}x{self.rows}"
+            )
+        if not 0.0 <= self.verify < 1.0:
+            raise UsageError(f"--verify: must be between 0 and 1, got {self.verify}")
+        bad = [s for s in self.normalise if s not in NORMALISE_STEPS]
+        if bad:
+            raise UsageError(
+                f"--normalise: unknown step {bad[0]!r} (choose from {', '.join(NORMALISE_STEPS)} "
+                "or none)"
+            )
+
+    @property
+    def permutations(self) -> int:
+        return self.bands * self.rows
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["normalise"] = list(self.normalise)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> DedupConfig:
+        return cls(
+            ngram=int(d["ngram"]), unit=str(d["unit"]), bands=int(d["bands"]),
+            rows=int(d["rows"]), seed=int(d["seed"]), normalise=tuple(d["normalise"]),
+            verify=float(d.get("verify", 0.0)),
+        )
+
+    @property
+    def verify_matches(self) -> int:
+        """Equal 8-bit signature values (of `permutations`) needed to pass --verify.
+
+        Two documents with Jaccard J agree on a minimum with probability J, and
+        on its low 8 bits with probability J + (1 - J)/256 (chance collisions).
+        """
+        import math
+
+        v = self.verify
+        return math.ceil((v + (1.0 - v) / 256.0) * self.permutations - 1e-9)
+
+
+def parse_normalise(value: str) -> tuple[str, ...]:
+    """'lowercase,digits' -> ('lowercase', 'digits'); 'none' -> ()."""
+    value = value.strip()
+    if value in ("", "none"):
+        return ()
+    steps = tuple(s.strip() for s in value.split(",") if s.strip())
+    return tuple(s for s in NORMALISE_STEPS if s in steps) + tuple(
+        s for s in steps if s not in NORMALISE_STEPS
+    )
+
+
+def candidate_probability(jaccard, bands: int, rows: int):
+    """P(two documents with this Jaccard similarity share at least one band)."""
+    return 1.0 - (1.0 - jaccard**rows) ** bands
+
+
+def bands_rows_for(threshold: float, permutations: int = 112) -> tuple[int, int]:
+    """The bands x rows (<= permutations) whose S-curve best separates at `threshold`.
+
+    Minimises the area of false positives (below the threshold) plus false
+    negatives (above it) under the candidate-probability curve, with equal
+    weights, as datasketch's MinHashLSH does; ties go to fewer permutations.
+    """
+    import numpy as np
+
+    if not 0.0 < threshold < 1.0:
+        raise UsageError(f"--threshold: must be between 0 and 1, got {threshold}")
+    below = np.linspace(0.0, threshold, 201)
+    above = np.linspace(threshold, 1.0, 201)
+    best: tuple[float, int, int] | None = None
+    for bands in range(1, permutations + 1):
+        for rows in range(1, permutations // bands + 1):
+            fp = _area(candidate_probability(below, bands, rows), below)
+            fn = _area(1.0 - candidate_probability(above, bands, rows), above)
+            key = (round(float(fp + fn), 12), bands * rows, bands)
+            if best is None or key < best:
+                best = key
+    assert best is not None
+    return best[2], best[1] // best[2]
+
+
+def _area(y, x) -> float:
+    """Trapezoid rule (np.trapezoid needs NumPy 2)."""
+    return float(((y[1:] + y[:-1]) * 0.5 * (x[1:] - x[:-1])).sum())
