@@ -16,7 +16,6 @@ on any error the file outputs are removed.
 
 import os
 import sys
-
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial

@@ -1,0 +1,407 @@
+"""Heuristic quality filters: Gopher quality, Gopher repetition, C4 and FineWeb rules.
+
+Defaults are the published thresholds as datatrove implements them (same numbers, same order
+of checks, same arithmetic), so on English text the keep/drop decisions agree with datatrove.
+Every drop has a stable reason such as `gopher.short_doc` or `c4.lorem_ipsum`.
+
+Speed: a document is tokenized once (`DocText.words`) and the tokens, lines and n-gram hashes
+are shared by all filters; the n-gram rules work on integer hashes with numpy instead of
+joining strings. Language awareness: `Profile` says how to count words for a language (CJK
+characters are words), which stop words to look for, and which rules do not apply to a script
+(mean word length means nothing when every Chinese character is a word).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from llmtk.clean.tokens import tokens
+from llmtk.text.stopwords import stop_words
+
+CJK_LANGS = frozenset({"zh", "ja", "ko", "yue", "wuu"})
+
+# Characters that make a token a "symbol word" (datatrove's PUNCTUATION_SET: ASCII punctuation,
+# common CJK and typographic marks, control characters, sentence terminators of many scripts).
+_PUNCT_CHARS = (
+    "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
+    "—”“„’´–…«»►％＄〈〉《》、。，；：？！．（）【】「」━∶～１"
+    "｡؟۔।॥።፧։‼⁇⁈⁉﹒﹗"
+    + "".join(chr(c) for r in ((0, 9), (11, 32), (127, 160)) for c in range(*r))
+)
+_PUNCT_SET = frozenset(_PUNCT_CHARS)
+# Multi-character symbol tokens the tokenizer makes: runs of dots and dashes.
+_SYMBOL_TOKENS = frozenset(_PUNCT_CHARS) | frozenset(
+    [c * n for c in ".-" for n in range(2, 64)]
+)
+# Line endings that count as "ends with terminal punctuation" (FineWeb).
+TERMINAL_PUNCT = tuple(".!?。！？｡．؟۔।॥።፧։‼⁇⁈⁉﹒﹗")
+_SENT_END = frozenset(".!?。！？｡؟।॥")
+_ALPHA = re.compile(r"[^\W\d_]")
+
+
+class DocText:
+    """One document's text with the pieces the filters share, computed at most once."""
+
+    __slots__ = ("text", "_words", "_lines")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._words: list[str] | None = None
+        self._lines: list[str] | None = None
+
+    @property
+    def words(self) -> list[str]:
+        if self._words is None:
+            self._words = tokens(self.text)
+        return self._words
+
+    @property
+    def lines(self) -> list[str]:
+        if self._lines is None:
+            self._lines = self.text.splitlines()
+        return self._lines
+
+    def replace(self, text: str) -> None:
+        self.text = text
+        self._words = self._lines = None
+
+
+@dataclass
+class Profile:
+    """How the rules adapt to a document's language."""
+
+    lang: str = "en"
+    cjk: bool = False
+    stop_words: frozenset[str] | None = None
+
+    @classmethod
+    def for_lang(cls, lang: str | None, cjk_text: bool = False) -> Profile:
+        lang = lang or "en"
+        cjk = lang in CJK_LANGS or cjk_text
+        return cls(lang=lang, cjk=cjk, stop_words=stop_words(lang))
+
+
+# -- Gopher quality ------------------------------------------------------------------------
+
+
+@dataclass
+class GopherQuality:
+    enabled: bool = True
+    min_doc_words: int | None = 50
+    max_doc_words: int | None = 100_000
+    min_avg_word_length: float | None = 3
+    max_avg_word_length: float | None = 10
+    max_symbol_word_ratio: float | None = 0.1
+    max_bullet_lines_ratio: float | None = 0.9
+    max_ellipsis_lines_ratio: float | None = 0.3
+    min_alpha_words_ratio: float | None = 0.8
+    min_stop_words: int | None = 2
+
+    def check(self, d: DocText, p: Profile, vals: dict | None = None) -> str | None:
+        text, words = d.text, d.words
+        n_words = len(words)
+        n_symbol = sum(map(_SYMBOL_TOKENS.__contains__, words))
+        n_real = n_words - n_symbol
+        if vals is not None:
+            vals["words"] = n_real
+        if self.min_doc_words and n_real < self.min_doc_words:
+            return "gopher.short_doc"
+        if self.max_doc_words and n_real > self.max_doc_words:
+            return "gopher.long_doc"
+        # A CJK character is a word, so mean word length is ~1 by construction: skip the rule.
+        if not p.cjk and n_real:
+            chars = sum(map(len, words)) - sum(map(len, filter(_SYMBOL_TOKENS.__contains__, words)))
+            mean = chars / n_real
+            if vals is not None:
+                vals["mean_word_length"] = round(mean, 4)
+            if self.min_avg_word_length and mean < self.min_avg_word_length:
+                return "gopher.mean_word_length"
+            if self.max_avg_word_length and mean > self.max_avg_word_length:
+                return "gopher.mean_word_length"
+        if n_words == 0:
+            return "gopher.short_doc"
+        if self.max_symbol_word_ratio:
+            if text.count("#") / n_words > self.max_symbol_word_ratio:
+                return "gopher.hash_ratio"
+            if (text.count("...") + text.count("…")) / n_words > self.max_symbol_word_ratio:
+                return "gopher.ellipsis_ratio"
+        lines = d.lines or [""]
+        if self.max_bullet_lines_ratio:
+            bullets = sum(1 for s in lines if s.lstrip().startswith(("•", "-")))
+            if bullets / len(lines) > self.max_bullet_lines_ratio:
+                return "gopher.bullet_lines"
+        if self.max_ellipsis_lines_ratio:
+            ends = sum(1 for s in lines if s.rstrip().endswith(("...", "…")))
+            if ends / len(lines) > self.max_ellipsis_lines_ratio:
+                return "gopher.ellipsis_lines"
+        if self.min_alpha_words_ratio:
+            alpha = sum(map(bool, map(_ALPHA.search, words))) / n_words
+            if vals is not None:
+                vals["alpha_words"] = round(alpha, 4)
+            if alpha < self.min_alpha_words_ratio:
+                return "gopher.alpha_words"
+        if self.min_stop_words and p.stop_words is not None:
+            found = len(p.stop_words.intersection(words))
+            if vals is not None:
+                vals["stop_words"] = found
+            if found < self.min_stop_words:
+                return "gopher.stop_words"
+        return None
+
+
+# -- Gopher repetition -----------------------------------------------------------------------
+
+
+def _find_duplicates(items: list[str]) -> tuple[int, int]:
+    """(number of repeated items, their characters), counting each repeat after the first."""
+    seen: set[str] = set()
+    dup = dup_chars = 0
+    for x in items:
+        if x in seen:
+            dup += 1
+            dup_chars += len(x)
+        else:
+            seen.add(x)
+    return dup, dup_chars
+
+
+_PARA = re.compile(r"\n{2,}")
+_LINES = re.compile(r"\n+")
+
+
+@dataclass
+class GopherRepetition:
+    enabled: bool = True
+    dup_line_frac: float | None = 0.3
+    dup_para_frac: float | None = 0.3
+    dup_line_char_frac: float | None = 0.2
+    dup_para_char_frac: float | None = 0.2
+    top_n_grams: list[list[float]] = field(
+        default_factory=lambda: [[2, 0.2], [3, 0.18], [4, 0.16]]
+    )
+    dup_n_grams: list[list[float]] = field(
+        default_factory=lambda: [[5, 0.15], [6, 0.14], [7, 0.13], [8, 0.12], [9, 0.11], [10, 0.10]]
+    )
+
+    def check(self, d: DocText, p: Profile, vals: dict | None = None) -> str | None:
+        text = d.text
+        if not text:
+            return "gopher.empty"
+        n_chars = len(text)
+        paragraphs = _PARA.split(text.strip())
+        dup, dup_chars = _find_duplicates(paragraphs)
+        if self.dup_para_frac and dup / len(paragraphs) > self.dup_para_frac:
+            return "gopher.dup_para_frac"
+        if self.dup_para_char_frac and dup_chars / n_chars > self.dup_para_char_frac:
+            return "gopher.dup_para_char_frac"
+        lines = _LINES.split(text)
+        dup, dup_chars = _find_duplicates(lines)
+        if self.dup_line_frac and dup / len(lines) > self.dup_line_frac:
+            return "gopher.dup_line_frac"
+        if self.dup_line_char_frac and dup_chars / n_chars > self.dup_line_char_frac:
+            return "gopher.dup_line_char_frac"
+        words = d.words
+        if not self.top_n_grams and not self.dup_n_grams:
+            return None
+        grams = _NGrams(words)
+        for n, frac in self.top_n_grams:
+            n = int(n)
+            if len(words) < n:
+                continue
+            if grams.top_chars(n) / n_chars > frac:
+                return f"gopher.top_{n}_gram"
+        for n, frac in self.dup_n_grams:
+            n = int(n)
+            if grams.dup_chars(n) / n_chars > frac:
+                return f"gopher.dup_{n}_gram"
+        return None
+
+
+class _NGrams:
+    """Word n-grams of one document as 64-bit hashes (numpy), for the repetition rules.
+
+    Equal n-grams have equal hashes; a collision between different n-grams needs two 64-bit
+    polynomial hashes of random word codes to meet, which we accept.
+    """
+
+    _MULT = 0x9E3779B97F4A7C15
+
+    def __init__(self, words: list[str]) -> None:
+        import numpy as np
+
+        self.np = np
+        vocab: dict[str, int] = {}
+        ids = [vocab.setdefault(w, len(vocab)) for w in words]
+        keys = list(vocab)
+        # a random-looking 64-bit code per distinct word (splitmix64 of its index)
+        z = (np.arange(len(keys), dtype=np.uint64) + np.uint64(1)) * np.uint64(self._MULT)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+        self.codes = z[np.asarray(ids, dtype=np.int64)] if ids else np.zeros(0, np.uint64)
+        lens = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+        wl = lens[np.asarray(ids, dtype=np.int64)] if ids else np.zeros(0, np.int64)
+        self.cum = np.concatenate([[0], np.cumsum(wl)])  # cum[i] = chars of words[:i]
+        self.n_words = len(words)
+        self._hash: dict[int, object] = {}
+
+    def hashes(self, n: int):
+        """(N-n+1,) uint64: hash of words[i:i+n]."""
+        np = self.np
+        if n in self._hash:
+            return self._hash[n]
+        if n == 1:
+            h = self.codes
+        else:
+            prev = self.hashes(n - 1)
+            with np.errstate(over="ignore"):
+                h = prev[:-1] * np.uint64(self._MULT) + self.codes[n - 1 :]
+        self._hash[n] = h
+        return h
+
+    def top_chars(self, n: int) -> int:
+        """Characters of the most frequent n-gram (joined with spaces) times its count."""
+        np = self.np
+        h = self.hashes(n)
+        _, first, counts = np.unique(h, return_index=True, return_counts=True)
+        best = counts.max()
+        i = int(first[counts == best].min())  # Counter.most_common: first seen wins ties
+        length = int(self.cum[i + n] - self.cum[i]) + n - 1
+        return length * int(best)
+
+    def dup_chars(self, n: int) -> int:
+        """Characters in repeated n-grams, scanning left to right and skipping over a repeat."""
+        np = self.np
+        if self.n_words < n:
+            return 0
+        h = self.hashes(n)
+        _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+        repeat = first[inverse] < np.arange(len(h))
+        if not repeat.any():
+            return 0
+        # Up to the first repeat every position is visited; scan the rest one by one.
+        start = int(repeat.argmax())
+        seen = set(h[:start].tolist())
+        hl = h.tolist()
+        cum = self.cum
+        total, i, m = 0, start, len(hl)
+        while i < m:
+            if hl[i] in seen:
+                total += int(cum[i + n] - cum[i])
+                i += n
+            else:
+                seen.add(hl[i])
+                i += 1
+        return total
+
+
+# -- C4 ------------------------------------------------------------------------------------
+
+_CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+_C4_END = (".", "?", "!", '"', "'", "。", "！", "？")
+_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
+           "use cookies")
+
+
+def _sentences(line: str) -> int:
+    """Sentences in a line: tokens that end one (. ! ? 。) followed by a token that does not."""
+    toks = tokens(line)
+    n = 0
+    for i, t in enumerate(toks):
+        if t in _SENT_END and (i + 1 == len(toks) or toks[i + 1] not in _SENT_END):
+            n += 1
+    if toks and toks[-1] not in _SENT_END and not (n and toks[-1] in ('"', "'", ")")):
+        n += 1
+    return max(n, 1) if toks else 0
+
+
+@dataclass
+class C4:
+    enabled: bool = True
+    rewrite: bool = True  # keep only the lines that pass the line rules, as C4 does
+    remove_citations: bool = True
+    filter_no_terminal_punct: bool = True
+    min_num_sentences: int = 5
+    min_words_per_line: int = 3
+    max_word_length: int = 1000
+    filter_lorem_ipsum: bool = True
+    filter_javascript: bool = True
+    filter_curly_bracket: bool = True
+    filter_policy: bool = True
+
+    def check(self, d: DocText, p: Profile, vals: dict | None = None) -> str | None:
+        n_sent = 0
+        kept: list[str] = []
+        for line in d.lines:
+            line = line.strip()
+            # Words per line: whitespace-separated, or tokens for CJK (no spaces there).
+            words = tokens(line) if p.cjk else line.split()
+            if self.max_word_length != -1 and any(len(w) > self.max_word_length for w in words):
+                continue
+            if self.remove_citations and "[" in line:
+                line = _CITATION.sub("", line)
+            if self.filter_no_terminal_punct and (
+                not line.endswith(_C4_END) or line.endswith("...")
+            ):
+                continue
+            if len(words) < self.min_words_per_line:
+                continue
+            low = line.lower()
+            if self.filter_lorem_ipsum and "lorem ipsum" in low:
+                return "c4.lorem_ipsum"
+            if self.filter_javascript and "javascript" in low:
+                continue
+            if self.filter_curly_bracket and "{" in line:
+                return "c4.curly_bracket"
+            if self.filter_policy and any(x in low for x in _POLICY):
+                continue
+            if self.min_num_sentences != -1 and n_sent < self.min_num_sentences:
+                n_sent += _sentences(line)
+            kept.append(line)
+        if vals is not None:
+            vals["sentences"] = n_sent
+        if n_sent < self.min_num_sentences:
+            return "c4.too_few_sentences"
+        if self.rewrite:
+            new = "\n".join(kept).strip()
+            if new != d.text:
+                d.replace(new)
+        return None
+
+
+# -- FineWeb -------------------------------------------------------------------------------
+
+
+@dataclass
+class FineWeb:
+    enabled: bool = True
+    line_punct_thr: float = 0.12
+    line_punct_exclude_zero: bool = False
+    short_line_thr: float = 0.67
+    short_line_length: int = 30
+    short_line_length_cjk: int = 15  # a CJK character carries ~2-3 Latin characters' worth
+    char_duplicates_ratio: float = 0.01
+    new_line_ratio: float = 0.3
+
+    def check(self, d: DocText, p: Profile, vals: dict | None = None) -> str | None:
+        text = d.text
+        lines = [line for line in text.split("\n") if line.strip()]
+        if not lines:
+            return "fineweb.empty"
+        ratio = sum(1 for line in lines if line.endswith(TERMINAL_PUNCT)) / len(lines)
+        if vals is not None:
+            vals["line_punct_ratio"] = round(ratio, 4)
+        if ratio < self.line_punct_thr and not (ratio == 0 and self.line_punct_exclude_zero):
+            return "fineweb.line_punct_ratio"
+        short = self.short_line_length_cjk if p.cjk else self.short_line_length
+        ratio = sum(1 for line in lines if len(line) <= short) / len(lines)
+        if ratio > self.short_line_thr:
+            return "fineweb.short_line_ratio"
+        dup_chars = _find_duplicates(lines)[1]
+        if dup_chars / max(len(text) - text.count("\n"), 1) > self.char_duplicates_ratio:
+            return "fineweb.char_dup_ratio"
+        n_words = len(d.words)
+        if n_words == 0 or text.count("\n") / n_words > self.new_line_ratio:
+            return "fineweb.list_ratio"
+        return None
