@@ -14,7 +14,10 @@ characters are words), which stop words to look for, and which rules do not appl
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
+from itertools import accumulate, compress
+from operator import itemgetter, ne, sub
 
 from llmtk.clean.tokens import tokens
 from llmtk.text.stopwords import stop_words
@@ -211,89 +214,101 @@ class GopherRepetition:
                 continue
             if grams.top_chars(n) / n_chars > frac:
                 return f"gopher.top_{n}_gram"
+        if self.dup_n_grams:
+            # Repeated n-grams for n >= n0 lie inside repeated n0-grams: one bound for all.
+            n0 = int(min(n for n, _ in self.dup_n_grams))
+            found = grams.repeats(n0)
+            if found is None or grams.covered_chars(n0, found[1]) / n_chars <= min(
+                f for _, f in self.dup_n_grams
+            ):
+                return None
         for n, frac in self.dup_n_grams:
             n = int(n)
-            if grams.dup_chars(n) / n_chars > frac:
+            if grams.dup_exceeds(n, frac, n_chars):
                 return f"gopher.dup_{n}_gram"
         return None
 
 
 class _NGrams:
-    """Word n-grams of one document as 64-bit hashes (numpy), for the repetition rules.
+    """Word n-grams of one document as tuples, for the repetition rules.
 
-    Equal n-grams have equal hashes; a collision between different n-grams needs two 64-bit
-    polynomial hashes of random word codes to meet, which we accept.
+    Tuples of already-hashed strings are cheap to build with zip and to count with C-level
+    Counter/dict/set, which beats both joining strings (datatrove) and numpy (per-call
+    overhead on the many short documents of a real crawl). The expensive exact left-to-right
+    scan of the duplicate-n-gram rule runs only when a cheap upper bound says it could fire.
     """
 
-    _MULT = 0x9E3779B97F4A7C15
-
     def __init__(self, words: list[str]) -> None:
-        import numpy as np
+        self.words = words
+        self._cum: list[int] | None = None
+        self.no_repeats_from: int | None = None  # n from which no n-gram repeats
 
-        self.np = np
-        vocab: dict[str, int] = {}
-        ids = [vocab.setdefault(w, len(vocab)) for w in words]
-        keys = list(vocab)
-        # a random-looking 64-bit code per distinct word (splitmix64 of its index)
-        z = (np.arange(len(keys), dtype=np.uint64) + np.uint64(1)) * np.uint64(self._MULT)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z ^= z >> np.uint64(31)
-        self.codes = z[np.asarray(ids, dtype=np.int64)] if ids else np.zeros(0, np.uint64)
-        lens = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
-        wl = lens[np.asarray(ids, dtype=np.int64)] if ids else np.zeros(0, np.int64)
-        self.cum = np.concatenate([[0], np.cumsum(wl)])  # cum[i] = chars of words[:i]
-        self.n_words = len(words)
-        self._hash: dict[int, object] = {}
+    def grams(self, n: int) -> list[tuple[str, ...]]:
+        w = self.words
+        return list(zip(*(w[i:] for i in range(n)), strict=False))
 
-    def hashes(self, n: int):
-        """(N-n+1,) uint64: hash of words[i:i+n]."""
-        np = self.np
-        if n in self._hash:
-            return self._hash[n]
-        if n == 1:
-            h = self.codes
-        else:
-            prev = self.hashes(n - 1)
-            with np.errstate(over="ignore"):
-                h = prev[:-1] * np.uint64(self._MULT) + self.codes[n - 1 :]
-        self._hash[n] = h
-        return h
+    @property
+    def cum(self) -> list[int]:
+        """cum[i] = characters in words[:i]."""
+        if self._cum is None:
+            self._cum = [0, *accumulate(map(len, self.words))]
+        return self._cum
 
     def top_chars(self, n: int) -> int:
         """Characters of the most frequent n-gram (joined with spaces) times its count."""
-        np = self.np
-        h = self.hashes(n)
-        _, first, counts = np.unique(h, return_index=True, return_counts=True)
-        best = counts.max()
-        i = int(first[counts == best].min())  # Counter.most_common: first seen wins ties
-        length = int(self.cum[i + n] - self.cum[i]) + n - 1
-        return length * int(best)
+        counts = Counter(self.grams(n))
+        # max() keeps the first of equal counts, in first-seen order, like most_common(1)
+        gram, count = max(counts.items(), key=itemgetter(1))
+        return (sum(map(len, gram)) + n - 1) * count
 
-    def dup_chars(self, n: int) -> int:
-        """Characters in repeated n-grams, scanning left to right and skipping over a repeat."""
-        np = self.np
-        if self.n_words < n:
-            return 0
-        h = self.hashes(n)
-        _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
-        repeat = first[inverse] < np.arange(len(h))
-        if not repeat.any():
-            return 0
-        # Up to the first repeat every position is visited; scan the rest one by one.
-        start = int(repeat.argmax())
-        seen = set(h[:start].tolist())
-        hl = h.tolist()
+    def repeats(self, n: int) -> tuple[list[tuple[str, ...]], list[bool]] | None:
+        """(n-grams, is-a-repeat-of-an-earlier-position flags), or None without repeats."""
+        m = len(self.words) - n + 1
+        if m <= 0 or (self.no_repeats_from is not None and n >= self.no_repeats_from):
+            return None
+        grams = self.grams(n)
+        # reversed, so that each n-gram keeps its first position
+        first = dict(zip(reversed(grams), range(m - 1, -1, -1), strict=True))
+        if len(first) == m:
+            self.no_repeats_from = n  # a repeated n-gram would contain a repeated (n-1)-gram
+            return None
+        return grams, list(map(ne, map(first.__getitem__, grams), range(m)))
+
+    def covered_chars(self, n: int, repeat: list[bool]) -> int:
+        """Characters of the words inside at least one repeated n-gram (C-level calls only)."""
+        padded = [0] * (n - 1) + repeat + [0] * (n - 1)
+        prefix = [0, *accumulate(padded)]
+        n_words = len(self.words)
+        cover = map(sub, prefix[n : n + n_words], prefix[:n_words])
+        return sum(compress(map(len, self.words), cover))
+
+    def dup_exceeds(self, n: int, frac: float, n_chars: int) -> bool:
+        """datatrove's rule: repeated n-gram characters / n_chars > frac?
+
+        The exact count scans left to right, counts an n-gram seen before and skips over
+        it. The n-grams it counts are repeats and do not overlap, so they fit inside the
+        words covered by repeated n-grams; only when that bound is over the limit do we scan.
+        """
+        found = self.repeats(n)
+        if found is None:
+            return False
+        grams, repeat = found
+        if self.covered_chars(n, repeat) / n_chars <= frac:
+            return False
         cum = self.cum
-        total, i, m = 0, start, len(hl)
+        m = len(grams)
+        start = repeat.index(True)  # every position before the first repeat is visited
+        seen = set(grams[:start])
+        total, i = 0, start
         while i < m:
-            if hl[i] in seen:
-                total += int(cum[i + n] - cum[i])
+            g = grams[i]
+            if g in seen:
+                total += cum[i + n] - cum[i]
                 i += n
             else:
-                seen.add(hl[i])
+                seen.add(g)
                 i += 1
-        return total
+        return total / n_chars > frac
 
 
 # -- C4 ------------------------------------------------------------------------------------

@@ -22,6 +22,16 @@ _CONTROL_TABLE[0x0D] = None  # \r: line endings are made \n before this table ru
 # Unicode spaces (NBSP, ideographic space, ...) and line/paragraph separators.
 _SPACES = {c: " " for c in [0xA0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000]}
 _SPACES.update({0x2028: "\n", 0x2029: "\n", 0x85: "\n", 0x0B: "\n", 0x0C: "\n"})
+# Presence tests (a char-class search is a fast C scan; translate is not).
+_HAS_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\ufeff\u2060]")
+_HAS_SPACE = re.compile(r"[\xa0\u1680\u2000-\u200a\u202f\u205f\u3000\u2028\u2029\x85\x0b\x0c]")
+_HAS_WIDE = re.compile(r"[\uff01-\uff5e]")
+# UTF-8 read as Latin-1/Windows-1252 leaves a lead-byte character (U+00C2..U+00F4) next to a
+# continuation-byte character; only then is ftfy's (slower) check worth running.
+_MOJIBAKE_HINT = re.compile(
+    "[\u00c2-\u00f4][\u0080-\u00bf\u0152\u0153\u0160\u0161\u0178\u017d\u017e"
+    "\u0192\u02c6\u02dc\u2013-\u203a\u20ac\u2122]"
+)
 _TRAILING_WS = re.compile(r"[ \t]+$", re.M)
 _INNER_WS = re.compile(r"(?<=\S)[ \t]{2,}(?=\S)")
 _BLANK_LINES = re.compile(r"\n{3,}")
@@ -66,12 +76,12 @@ class Normalize:
         if self.whitespace:
             if "\r" in text:
                 text = text.replace("\r\n", "\n").replace("\r", "\n")
-            if not ascii_only:
+            if not ascii_only and _HAS_SPACE.search(text):
                 text = text.translate(_SPACES)
-        if self.strip_control:
+        if self.strip_control and _HAS_CONTROL.search(text):
             text = text.translate(_CONTROL_TABLE)
         if not ascii_only:
-            if self.fold_width != "none":
+            if self.fold_width != "none" and _HAS_WIDE.search(text):
                 text = text.translate(_WIDTH_ALL if self.fold_width == "all" else _WIDTH_ALNUM)
             if self.unicode != "none" and not unicodedata.is_normalized(self.unicode, text):
                 text = unicodedata.normalize(self.unicode, text)
@@ -96,7 +106,9 @@ class Normalize:
 
 
 def _fix_mojibake(text: str) -> str:
-    """Undo UTF-8 decoded as Latin-1/Windows-1252 etc. (ftfy), only where ftfy sees damage."""
+    """Undo UTF-8 decoded as Latin-1/Windows-1252 (ftfy), only where ftfy sees damage."""
+    if not _MOJIBAKE_HINT.search(text):
+        return text
     from ftfy import fix_encoding
     from ftfy.badness import is_bad
 

@@ -17,25 +17,34 @@ from llmtk.text.segment import _CJK_CLASS
 # A word character that is not CJK.
 _W = f"[^\\W{_CJK_CLASS}]"
 
-_TOKEN = re.compile(
-    "|".join(
-        [
-            r"(?:https?://|www\.)[^\s<>\"']*[^\s<>\"'.,;:!?)\]}]",  # URL, trailing punct left out
-            r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+",  # e-mail address
-            f"[{_CJK_CLASS}]",  # one CJK character
-            r"(?:[^\W\d_]\.){2,}",  # abbreviations: e.g. U.S. A.B.C.
-            f"{_W}+?(?=n['’]t\\b)",  # "do" of "don't"
-            r"n['’]t\b",  # "n't"
-            r"(?<=\w)['’](?:[sSdDmM]|re|RE|ve|VE|ll|LL)\b",  # 's 're 've 'll 'd 'm
-            # words and numbers with inner . : = + , (between digits) - (before a digit)
-            f"-?{_W}+(?:(?:[.:=+]|,(?=\\d)|-(?=\\d)){_W}+)*",
-            r"\.\.\.+|…|--+",  # ellipsis and dashes stay together
-            r"[^\w\s]",  # any other mark on its own
-        ]
-    )
-)
+_URL = r"(?:https?://|www\.)[^\s<>\"']*[^\s<>\"'.,;:!?)\]}]"  # trailing punct left out
+_EMAIL = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
+_CONTRACTION = f"{_W}+?(?=n['’]t\\b)|n['’]t\\b"  # "do" + "n't"
+_REST = [
+    f"[{_CJK_CLASS}]",  # one CJK character
+    r"(?:[^\W\d_]\.){2,}",  # abbreviations: e.g. U.S. A.B.C.
+    r"(?<=\w)['’](?:[sSdDmM]|re|RE|ve|VE|ll|LL)\b",  # 's 're 've 'll 'd 'm
+    # words and numbers with inner . : = + , (between digits) - (before a digit)
+    f"(?:(?<!\\w)-(?=\\d))?{_W}+(?:(?:[.:=+]|,(?=\\d)|-(?=\\d)){_W}+)*",
+    r"\.\.\.+|…|--+",  # ellipsis and dashes stay together
+    r"[^\w\s]",  # any other mark on its own
+]
+# The URL, e-mail and contraction alternatives are slow to try at every word, so each
+# document uses the variant that has only the ones its text can match.
+_VARIANTS: dict[tuple[bool, bool, bool], re.Pattern] = {}
+
+
+def _pattern(url: bool, email: bool, nt: bool) -> re.Pattern:
+    key = (url, email, nt)
+    if key not in _VARIANTS:
+        parts = ([_URL] if url else []) + ([_EMAIL] if email else [])
+        parts += ([_CONTRACTION] if nt else []) + _REST
+        _VARIANTS[key] = re.compile("|".join(parts))
+    return _VARIANTS[key]
 
 
 def tokens(text: str) -> list[str]:
     """Word and punctuation tokens (see the module docstring)."""
-    return _TOKEN.findall(text)
+    url = "://" in text or "www." in text
+    nt = "n't" in text or "n’t" in text
+    return _pattern(url, "@" in text, nt).findall(text)

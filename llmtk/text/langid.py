@@ -52,8 +52,12 @@ def model_path() -> str:
 def census(text: str) -> dict[str, int]:
     """Letters per script: han, kana, hangul, cyrillic, latin_other (everything else), letters."""
     letters = len(_NON_LETTER.sub("", text))
-    if text.isascii():
+    top = "\0" if text.isascii() else max(text)  # the highest code point bounds the scripts
+    if top < "\u0400":
         return {"letters": letters, "han": 0, "kana": 0, "hangul": 0, "cyrillic": 0}
+    if top < "\u1100":
+        return {"letters": letters, "han": 0, "kana": 0, "hangul": 0,
+                "cyrillic": _count(_CYRILLIC, text)}
     return {
         "letters": letters,
         "han": _count(_HAN, text),

@@ -18,17 +18,26 @@ from datetime import date
 
 KINDS = ("EMAIL", "PHONE", "ID_NUMBER", "CARD", "IP")
 
-_PATTERN = re.compile(
+# Three scans, each starting with a character class so that the regex engine skips quickly
+# to candidate positions: e-mail (only when the text has an '@'), IPv6 (only when it has "::"
+# or 7 colons), and everything made of digits. Left boundaries are checked after the first
+# character with a two-character lookbehind, which keeps that fast first-character scan.
+_EMAIL = re.compile(
+    r"[A-Za-z0-9](?<![\w.+-][A-Za-z0-9])[A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*"
+    r"\.[A-Za-z]{2,}(?![\w-])"
+)
+_IP6 = re.compile(
+    r"[0-9A-Fa-f:](?<![\w:][0-9A-Fa-f:])[0-9A-Fa-f]{0,3}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])"
+)
+_DIGITS = re.compile(
     r"""
-    (?P<email>(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-]))
-  | (?P<id>(?<![\w])\d{17}[\dXx](?![\w]))
-  | (?P<card>(?<![\w-])\d{4}(?:[ -]?\d{4}){2}(?:[ -]?\d{1,7})?(?![\w-]))
-  | (?P<ip4>(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w]|\.\d))
-  | (?P<ip6>(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){1,7}:?(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){0,6})?(?![\w:]))
-  | (?P<cnmobile>(?<![\w+])(?:\+?86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}(?![\w]))
-  | (?P<phone>(?<![\w+])(?:\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){2,4}
-                        |\(\d{3}\)[ .-]?\d{3}[ .-]\d{4}
-                        |\d{3}[.-]\d{3}[.-]\d{4})(?![\w]))
+    (?P<id>\d(?<!\w\d)\d{16}[\dXx](?!\w))
+  | (?P<card>\d(?<![\w-]\d)\d{3}(?:[ -]?\d{4}){2}(?:[ -]?\d{1,7})?(?![\w-]))
+  | (?P<ip4>\d(?<![\w.]\d)\d{0,2}(?:\.\d{1,3}){3}(?![\w]|\.\d))
+  | (?P<cnmobile>(?:\+86[ -]?|86[ -]?)?1(?<![\w+]1)[3-9]\d(?:[ -]?\d{4}){2}(?!\w))
+  | (?P<phone>\+(?<![\w+]\+)\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){2,4}(?!\w)
+      | \((?<!\w\()\d{3}\)[ .-]?\d{3}[ .-]\d{4}(?!\w)
+      | \d(?<!\w\d)\d{2}[.-]\d{3}[.-]\d{4}(?!\w))
     """,
     re.VERBOSE,
 )
@@ -108,42 +117,39 @@ def _valid_ip6(s: str) -> bool:
 def scrub(text: str, kinds: frozenset[str] | None = None) -> tuple[str, dict[str, int]]:
     """(text with PII replaced, {kind: count}); `kinds` limits what is replaced."""
     counts: dict[str, int] = {}
-    # Cheap exits: every kind needs a digit, except e-mail which needs an '@'.
-    if "@" not in text and not _HAS_DIGIT.search(text):
-        return text, counts
 
-    def replace(m: re.Match) -> str:
-        group = m.lastgroup
-        s = m.group()
-        if group == "email":
-            kind = "EMAIL"
-        elif group == "id":
-            if valid_cn_id(s):
-                kind = "ID_NUMBER"
-            elif valid_card(s):
-                kind = "CARD"
-            else:
-                return s
-        elif group == "card":
-            if not valid_card(s):
-                return s
-            kind = "CARD"
-        elif group == "ip4":
-            if not _valid_ip4(s):
-                return s
-            kind = "IP"
-        elif group == "ip6":
-            if not _valid_ip6(s):
-                return s
-            kind = "IP"
-        else:  # cnmobile, phone
-            kind = "PHONE"
+    def put(kind: str, s: str) -> str:
         if kinds is not None and kind not in kinds:
             return s
         counts[kind] = counts.get(kind, 0) + 1
         return f"<{kind}>"
 
-    return _PATTERN.sub(replace, text), counts
+    def email(m: re.Match) -> str:
+        return put("EMAIL", m.group())
+
+    def ip6(m: re.Match) -> str:
+        s = m.group()
+        return put("IP", s) if _valid_ip6(s) else s
+
+    def digits(m: re.Match) -> str:
+        group, s = m.lastgroup, m.group()
+        if group == "id":
+            if valid_cn_id(s):
+                return put("ID_NUMBER", s)
+            return put("CARD", s) if valid_card(s) else s
+        if group == "card":
+            return put("CARD", s) if valid_card(s) else s
+        if group == "ip4":
+            return put("IP", s) if _valid_ip4(s) else s
+        return put("PHONE", s)  # cnmobile, phone
+
+    if "@" in text:
+        text = _EMAIL.sub(email, text)
+    if "::" in text or text.count(":") >= 7:
+        text = _IP6.sub(ip6, text)
+    if _HAS_DIGIT.search(text):
+        text = _DIGITS.sub(digits, text)
+    return text, counts
 
 
 _HAS_DIGIT = re.compile(r"\d")
