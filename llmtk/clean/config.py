@@ -83,9 +83,13 @@ class CleanConfig:
             raise UsageError(f"normalize.unicode: expected NFC, NFKC or none, got {n.unicode!r}")
         n.unicode = "none" if n.unicode.lower() == "none" else n.unicode.upper()
         if n.fold_width not in ("none", "alnum", "all"):
-            raise UsageError(f"normalize.fold_width: expected none, alnum or all, got {n.fold_width!r}")
+            raise UsageError(
+                f"normalize.fold_width: expected none, alnum or all, got {n.fold_width!r}"
+            )
         if n.zh_convert not in ("none", "t2s", "s2t", "tw2s", "s2tw", "hk2s", "s2hk"):
-            raise UsageError(f"normalize.zh_convert: expected none, t2s or s2t, got {n.zh_convert!r}")
+            raise UsageError(
+                f"normalize.zh_convert: expected none, t2s or s2t, got {n.zh_convert!r}"
+            )
         if n.html not in ("off", "auto", "always"):
             raise UsageError(f"normalize.html: expected off, auto or always, got {n.html!r}")
         bad = set(self.pii.kinds) - {"EMAIL", "PHONE", "ID_NUMBER", "CARD", "IP"}

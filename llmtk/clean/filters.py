@@ -46,12 +46,15 @@ _ALPHA = re.compile(r"[^\W\d_]")
 class DocText:
     """One document's text with the pieces the filters share, computed at most once."""
 
-    __slots__ = ("text", "_words", "_lines")
+    __slots__ = ("text", "_words", "_lines", "line_breaks")
 
     def __init__(self, text: str) -> None:
         self.text = text
         self._words: list[str] | None = None
         self._lines: list[str] | None = None
+        # Line breaks as datatrove would count them after C4 joined the kept lines with one
+        # "\n" each; we keep paragraph breaks in the text, so FineWeb must not count those.
+        self.line_breaks: int | None = None
 
     @property
     def words(self) -> list[str]:
@@ -65,9 +68,10 @@ class DocText:
             self._lines = self.text.splitlines()
         return self._lines
 
-    def replace(self, text: str) -> None:
+    def replace(self, text: str, line_breaks: int | None = None) -> None:
         self.text = text
         self._words = self._lines = None
+        self.line_breaks = line_breaks
 
 
 @dataclass
@@ -348,8 +352,13 @@ class C4:
     def check(self, d: DocText, p: Profile, vals: dict | None = None) -> str | None:
         n_sent = 0
         kept: list[str] = []
+        n_kept = 0
+        gap = False  # a blank line since the last kept line: keep the paragraph break
         for line in d.lines:
             line = line.strip()
+            if not line:
+                gap = True
+                continue
             # Words per line: whitespace-separated, or tokens for CJK (no spaces there).
             words = tokens(line) if p.cjk else line.split()
             if self.max_word_length != -1 and any(len(w) > self.max_word_length for w in words):
@@ -373,15 +382,19 @@ class C4:
                 continue
             if self.min_num_sentences != -1 and n_sent < self.min_num_sentences:
                 n_sent += _sentences(line)
+            if gap and kept:
+                kept.append("")
+            gap = False
             kept.append(line)
+            n_kept += 1
         if vals is not None:
             vals["sentences"] = n_sent
         if n_sent < self.min_num_sentences:
             return "c4.too_few_sentences"
         if self.rewrite:
-            new = "\n".join(kept).strip()
+            new = "\n".join(kept)
             if new != d.text:
-                d.replace(new)
+                d.replace(new, line_breaks=max(n_kept - 1, 0))
         return None
 
 
@@ -417,6 +430,7 @@ class FineWeb:
         if dup_chars / max(len(text) - text.count("\n"), 1) > self.char_duplicates_ratio:
             return "fineweb.char_dup_ratio"
         n_words = len(d.words)
-        if n_words == 0 or text.count("\n") / n_words > self.new_line_ratio:
+        breaks = text.count("\n") if d.line_breaks is None else d.line_breaks
+        if n_words == 0 or breaks / n_words > self.new_line_ratio:
             return "fineweb.list_ratio"
         return None

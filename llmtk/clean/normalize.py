@@ -66,7 +66,8 @@ class Normalize:
         return state
 
     def __call__(self, text: str) -> str:
-        if self.html == "always" or (self.html == "auto" and "<" in text and _HTML_HINT.search(text)):
+        looks_html = "<" in text and _HTML_HINT.search(text) is not None
+        if self.html == "always" or (self.html == "auto" and looks_html):
             text = html_to_text(text)
         if self.strip_ansi and "\x1b" in text:
             text = _ANSI.sub("", text)

@@ -3,8 +3,8 @@
     cleaner = Cleaner(CleanConfig())
     reason = cleaner(doc)        # None: keep (doc may be modified); else the drop reason
 
-Stages run in this order: normalise -> language ID (+ --lang filter) -> Gopher repetition ->
-Gopher quality -> C4 -> FineWeb -> classifier -> PII. PII runs last so that placeholders do
+Stages run in this order: normalise -> language ID (+ --lang filter) -> Gopher quality ->
+Gopher repetition -> C4 -> FineWeb -> classifier -> PII. PII runs last so that placeholders do
 not change what the filters measure. A `Cleaner` is picklable and loads its models lazily in
 each worker process, so `StreamRun.apply(cleaner)` works with any --workers.
 """
@@ -29,8 +29,11 @@ class Cleaner:
         self.filters = [
             (name, stage)
             for name, stage in (
-                ("gopher_repetition", config.gopher_repetition),
+                # Quality before repetition (datatrove's FineWeb pipeline has it the other way
+                # round): the same keep/drop decisions, but short documents are named
+                # gopher.short_doc and leave before the costlier n-gram rules run.
                 ("gopher_quality", config.gopher_quality),
+                ("gopher_repetition", config.gopher_repetition),
                 ("c4", config.c4),
                 ("fineweb", config.fineweb),
             )
@@ -47,6 +50,8 @@ class Cleaner:
         """Load the models now (to fail early on a bad path, before reading any input)."""
         if self.quality is not None:
             self.quality.load()
+        if self.langid is not None:
+            self.langid.load()  # before --workers forks, so the workers share it
 
     def __call__(self, doc: Doc) -> str | None:
         notes: dict | None = {} if self.annotate else None

