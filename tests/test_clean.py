@@ -40,7 +40,8 @@ def mixed_corpus(n: int, seed: int = 0) -> list[dict]:
             art = rng.choice(ARTICLES)
             text = art["text"]
             if rng.random() < 0.3:
-                text = text.replace("\n\n", f"\n\nMail {i}@example.com or \x1b[1m13800138000\x1b[0m.\n\n", 1)
+                pii = f"Mail {i}@example.com or \x1b[1m13800138000\x1b[0m."
+                text = text.replace("\n\n", f"\n\n{pii}\n\n", 1)
             out.append({"id": i, "text": text, "meta": {"k": i}})
         else:
             out.append({"id": i, "text": rng.choice(junk)})

@@ -103,7 +103,8 @@ def make_positive(rng: random.Random) -> tuple[str, str]:
     if kind == "PHONE":
         fmt = rng.choice([
             lambda: f"1{rng.choice('3456789')}{rng.randint(0, 9)}{rng.randint(10**7, 10**8 - 1)}",
-            lambda: f"+86 13{rng.randint(0, 9)} {rng.randint(1000, 9999)} {rng.randint(1000, 9999)}",
+            lambda: f"+86 13{rng.randint(0, 9)} {rng.randint(1000, 9999)} "
+            f"{rng.randint(1000, 9999)}",
             lambda: f"+1 {rng.randint(200, 999)}-{rng.randint(200, 999)}-{rng.randint(1000, 9999)}",
             lambda: f"({rng.randint(200, 999)}) {rng.randint(200, 999)}-{rng.randint(1000, 9999)}",
             lambda: f"+44 20 {rng.randint(1000, 9999)} {rng.randint(1000, 9999)}",
