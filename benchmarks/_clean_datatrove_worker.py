@@ -26,7 +26,9 @@ def read(path: str, limit: int) -> list[dict]:
     with open(path, "rb") as f:
         raw = f.read()
     if raw[:4] == b"\x28\xb5\x2f\xfd":
-        reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True)
+        reader = zstandard.ZstdDecompressor().stream_reader(
+            io.BytesIO(raw), read_across_frames=True
+        )
         raw = reader.read()
     docs = [orjson.loads(line) for line in raw.splitlines() if line.strip()]
     return docs[:limit] if limit else docs

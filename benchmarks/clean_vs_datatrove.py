@@ -56,7 +56,9 @@ def read_corpus(path: str, limit: int) -> list[dict]:
 
     raw = Path(path).read_bytes()
     if raw[:4] == b"\x28\xb5\x2f\xfd":
-        reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw), read_across_frames=True)
+        reader = zstandard.ZstdDecompressor().stream_reader(
+            io.BytesIO(raw), read_across_frames=True
+        )
         raw = reader.read()
     docs = [orjson.loads(line) for line in raw.splitlines() if line.strip()]
     return docs[:limit] if limit else docs

@@ -30,6 +30,8 @@ _KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]+")
 _HANGUL = re.compile(r"[\uac00-\ud7af\u1100-\u11ff\u3130-\u318f]+")
 _CYRILLIC = re.compile(r"[\u0400-\u04ff]+")
 _NON_LETTER = re.compile(r"[\W\d_]+")
+_LETTER = re.compile(r"[^\W\d_]")
+_ASCII_CENSUS = {"letters": 1, "han": 0, "kana": 0, "hangul": 0, "cyrillic": 0}
 
 # Languages whose usual script is Cyrillic / CJK (for the agreement check of step 3).
 _CYRILLIC_LANGS = frozenset("ru uk be bg mk sr kk ky tg mn ba tt cv ce os sah av ab".split())
@@ -127,19 +129,30 @@ class LanguageId:
 
     def predict(self, text: str) -> tuple[str, float]:
         """(ISO code, score) for a whole document; ('und', 0.0) when it has no letters."""
-        c = census(text)
-        if c["letters"] == 0:
-            return "und", 0.0
-        by_script = decide_by_script(c)
-        if by_script is not None:
-            return by_script
-        model = self._model or self._load()
-        labels, probs = model.predict(text.replace("\n", " "), k=self.top_k)
-        best = None
+        if text.isascii():
+            # Latin script only: no census counts needed, just "are there letters at all".
+            if _LETTER.search(text) is None:
+                return "und", 0.0
+            c = _ASCII_CENSUS
+        else:
+            c = census(text)
+            if c["letters"] == 0:
+                return "und", 0.0
+            by_script = decide_by_script(c)
+            if by_script is not None:
+                return by_script
+        # The raw binding (no numpy conversion); ask for more labels only when the best one's
+        # script disagrees with the census.
+        model = (self._model or self._load()).f
+        line = text.replace("\n", " ")
+        labels, probs = model.predict(line, 1, 0.0, "strict")
+        if labels and _agrees(labels[0].removeprefix("__label__"), c):
+            return labels[0].removeprefix("__label__"), round(min(float(probs[0]), 1.0), 4)
+        labels, probs = model.predict(line, self.top_k, 0.0, "strict")
         for label, prob in zip(labels, probs, strict=True):
             lang = label.removeprefix("__label__")
             if _agrees(lang, c):
                 return lang, round(min(float(prob), 1.0), 4)
-            if best is None:
-                best = (lang, round(min(float(prob), 1.0), 4))
-        return best if best is not None else ("und", 0.0)
+        if labels:
+            return labels[0].removeprefix("__label__"), round(min(float(probs[0]), 1.0), 4)
+        return "und", 0.0
