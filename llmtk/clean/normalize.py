@@ -45,6 +45,9 @@ _WIDTH_ALL = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}
 _HTML_HINT = re.compile(r"<(?:html|body|div|p|br|span|a|table|td|li|h[1-6])\b[^>]*>", re.I)
 
 
+_OPENCC: dict[str, object] = {}
+
+
 @dataclass
 class Normalize:
     enabled: bool = True
@@ -100,9 +103,11 @@ class Normalize:
 
     def _convert_zh(self, text: str) -> str:
         if self._opencc is None:
-            import opencc
+            if self.zh_convert not in _OPENCC:  # per process, kept across --workers chunks
+                import opencc
 
-            self._opencc = opencc.OpenCC(self.zh_convert)
+                _OPENCC[self.zh_convert] = opencc.OpenCC(self.zh_convert)
+            self._opencc = _OPENCC[self.zh_convert]
         return self._opencc.convert(text)
 
 

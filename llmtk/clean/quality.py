@@ -23,6 +23,10 @@ def fasttext_line(text: str) -> str:
     return _WS.sub(" ", text).strip()
 
 
+# Loaded models by path, per process (see llmtk.text.langid._LOADED for why).
+_LOADED: dict[str, object] = {}
+
+
 class QualityModel:
     """P(label | text) from a fastText classifier; picklable, loads lazily per process."""
 
@@ -35,6 +39,8 @@ class QualityModel:
         return {"path": self.path, "label": self.label, "_model": None}
 
     def load(self):
+        if self._model is None and self.path in _LOADED:
+            self._model = _LOADED[self.path]
         if self._model is None:
             if not os.path.exists(self.path):
                 raise UsageError(f"--quality-model: no such file: {self.path}")
@@ -44,6 +50,7 @@ class QualityModel:
                 self._model = fasttext_new.load_model(self.path)
             except Exception as e:  # the binding raises plain ValueError/RuntimeError
                 raise UsageError(f"--quality-model: cannot load {self.path}: {e}") from None
+            _LOADED[self.path] = self._model
             labels = self._model.get_labels()
             if self.label not in labels:
                 names = ", ".join(x.removeprefix("__label__") for x in labels)

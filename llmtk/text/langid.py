@@ -103,6 +103,11 @@ def _agrees(lang: str, c: dict[str, int]) -> bool:
     return True
 
 
+# Loaded models by path, per process. `--workers` pickles the identifier with every chunk
+# (without its model); this cache, inherited through fork, means a worker never reloads.
+_LOADED: dict[str, object] = {}
+
+
 class LanguageId:
     """Picklable language identifier; the model loads on first use in each process."""
 
@@ -115,12 +120,15 @@ class LanguageId:
         return {"path": self.path, "top_k": self.top_k, "_model": None}
 
     def _load(self):
-        import fasttext_new
+        path = self.path or model_path()
+        if path not in _LOADED:
+            import fasttext_new
 
-        try:
-            self._model = fasttext_new.load_model(self.path or model_path())
-        except (OSError, ValueError, RuntimeError) as e:
-            raise LlmtkError(f"language ID: cannot load the lid.176 model: {e}") from None
+            try:
+                _LOADED[path] = fasttext_new.load_model(path)
+            except (OSError, ValueError, RuntimeError) as e:
+                raise LlmtkError(f"language ID: cannot load the lid.176 model: {e}") from None
+        self._model = _LOADED[path]
         return self._model
 
     def load(self) -> None:
