@@ -144,7 +144,8 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
         shutil.rmtree(tmp, ignore_errors=True)
         raise DataError(f"{train_paths[0]}: no training text (0 documents)")
     meta = {
-        "version": CACHE_VERSION, "dtype": np.dtype(dtype).name, "tokenizer": tokenizer.fingerprint(),
+        "version": CACHE_VERSION, "dtype": np.dtype(dtype).name,
+        "tokenizer": tokenizer.fingerprint(),
         "vocab_size": tokenizer.vocab_size, "eos_id": tokenizer.eos_id, "text_field": text_field,
         "val_fraction": val_fraction, "inputs": train_paths, "val_inputs": val_paths,
         "train": {"docs": train.docs, "tokens": train.tokens, "shards": train.shards},
