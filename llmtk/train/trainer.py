@@ -534,13 +534,16 @@ class Trainer:
             val = None
             if self.val_data is not None and (
                     (cfg.eval_every and self.step % cfg.eval_every == 0) or last):
+                t_eval = time.time()
                 val = self._evaluate()
+                window["t"] += time.time() - t_eval  # throughput counts training only
                 _say(dist, cfg, f"step {self.step}: val_loss {val:.4f}")
             if self.step % cfg.log_every == 0 or last:
                 self._log_row(loss_avg, lr, grad_norm, window, val)
                 window = {"t": time.time(), "tokens": 0, "data_s": 0.0, "steps": 0}
             elif val is not None and dist.rank == 0:
                 self.metrics.write({"step": self.step, "val_loss": val, "time": time.time()})
+            t_extra = time.time()
             if cfg.sample_every and (self.step % cfg.sample_every == 0 or last):
                 self._sample()
             if n_stop > 0:
@@ -552,6 +555,7 @@ class Trainer:
                 return
             if last or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
                 self._checkpoint(reason="final" if last else "scheduled")
+            window["t"] += time.time() - t_extra  # samples and checkpoints are not training
             if os.environ.get("LLMTK_TEST_STEP_DELAY"):  # tests: time to send a signal
                 time.sleep(float(os.environ["LLMTK_TEST_STEP_DELAY"]))
         if dist.rank == 0:
