@@ -15,8 +15,8 @@ SUMMARY = "Train a GPT-style model, one CPU process to many GPU nodes via torchr
 HELP = f"""\
 {SUMMARY}
 
-Tokenizes the document streams once into a memory-mapped cache, trains with
-AdamW and a warmup + cosine/WSD schedule, writes OUT/metrics.jsonl and crash-safe
+Tokenizes the document streams once into a memory-mapped cache, trains with \
+AdamW and a warmup + cosine/WSD schedule, writes OUT/metrics.jsonl and crash-safe \
 checkpoints, and resumes from the newest complete checkpoint by itself.
 
 [bold]Examples[/bold]
@@ -31,7 +31,7 @@ checkpoints, and resumes from the newest complete checkpoint by itself.
 
   llmtk plot-loss runs/a/metrics.jsonl -o loss.png
 
-Exit status: 0 done (or checkpointed and stopped on SIGTERM/SIGUSR1), 1 a data or
+Exit status: 0 done (or checkpointed and stopped on SIGTERM/SIGUSR1), 1 a data or \
 runtime error (including a stop on non-finite losses), 2 bad usage.
 """
 
@@ -232,7 +232,7 @@ def command(
 TOKENIZER_HELP = """\
 Train a byte-level BPE tokenizer (tokenizer.json) on a document stream.
 
-Uses the Hugging Face `tokenizers` library: GPT-2-style byte-level BPE, so any
+Uses the Hugging Face `tokenizers` library: GPT-2-style byte-level BPE, so any \
 UTF-8 text is covered and nothing is unknown; <|endoftext|> is the EOS token.
 
 [bold]Examples[/bold]

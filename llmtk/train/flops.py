@@ -1,8 +1,9 @@
 """Model FLOPs per token (PaLM's formula) and GPU peak throughput, for MFU.
 
 NOTE: this belongs in llmtk/estimate/ (DESIGN.md: train's MFU uses the same
-formula `estimate` prints). It lives here until the estimate branch lands; on
-merge, move it there and import it from llmtk.estimate.
+formula `estimate` prints). When llmtk.estimate.flops / .hardware exist (the
+estimate branch), these functions defer to them; the local fallbacks below keep
+train working without that branch and can be deleted once it is merged.
 """
 
 from __future__ import annotations
@@ -22,6 +23,14 @@ GPU_PEAK_BF16 = {
 
 
 def model_flops_per_token(cfg: ModelConfig) -> float:
+    try:
+        from llmtk.estimate.flops import flops_per_token_for_config
+    except ImportError:
+        return _model_flops_per_token(cfg)
+    return flops_per_token_for_config(cfg)
+
+
+def _model_flops_per_token(cfg: ModelConfig) -> float:
     """Training FLOPs per token: 6N + 12·L·H·Q·T (PaLM, appendix B).
 
     N counts the parameters used in matmuls: the input-embedding lookup costs no
@@ -35,6 +44,12 @@ def model_flops_per_token(cfg: ModelConfig) -> float:
 
 def gpu_peak_flops(device_name: str) -> float | None:
     """Peak bf16 FLOP/s for a torch.cuda.get_device_name() string, None when unknown."""
+    try:
+        from llmtk.estimate.hardware import device_peak_flops
+    except ImportError:
+        pass
+    else:
+        return device_peak_flops(device_name)
     name = device_name.upper()
     for key, peak in GPU_PEAK_BF16.items():
         if key in name:
