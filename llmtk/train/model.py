@@ -1,0 +1,200 @@
+"""The GPT model: a pre-norm decoder-only transformer, nanoGPT-clear.
+
+Blocks are Llama-style: RMSNorm before attention and MLP, rotary position
+embeddings (no learned positions), SwiGLU MLP, optional grouped-query
+attention, `F.scaled_dot_product_attention(is_causal=True)` (flash/memory-
+efficient kernels where the device has them), no biases anywhere, and an
+optional tied input/output embedding.
+
+Weight init (stated so a run is reproducible from the seed alone):
+- every Linear and the token embedding: normal(0, 0.02) (GPT-2);
+- the two projections that write into the residual stream (attention `wo`
+  and MLP `w2`): normal(0, 0.02 / sqrt(2 * n_layer)), GPT-2's scaling so the
+  residual stream's variance does not grow with depth;
+- RMSNorm weights: 1.
+With tied embeddings the shared matrix gets the embedding's init.
+
+Shapes: B batch, T sequence, C d_model, H heads, K kv heads, D head dim, V vocab.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# The configuration half lives in a torch-free module so `llmtk estimate` can use
+# the presets and exact parameter counts without importing torch.
+from llmtk.train.model_config import PRESETS, ModelConfig, count_params, preset
+
+__all__ = ["GPT", "PRESETS", "ModelConfig", "count_params", "preset"]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 for stability under bf16 autocast, return the input dtype.
+        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).type_as(x)
+
+
+def rotary_tables(cfg: ModelConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape (seq_len, D/2), fp32."""
+    hd = cfg.head_dim
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, device=device).float() / hd))
+    t = torch.arange(cfg.seq_len, device=device).float()
+    freqs = torch.outer(t, inv_freq)  # (T, D/2)
+    return freqs.cos(), freqs.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[..., i], x[..., i + D/2]) by position-dependent angles (GPT-NeoX layout).
+
+    x: (B, H, T, D); cos, sin: (T, D/2).
+    """
+    x1, x2 = x.float().chunk(2, dim=-1)  # (B, H, T, D/2) each
+    out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    return out.type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head, self.n_kv, self.hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
+        # q, k and v in one matmul: H*D + 2*K*D outputs.
+        self.wqkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv) * self.hd, bias=False)
+        self.wo = nn.Linear(self.n_head * self.hd, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        q, k, v = self.wqkv(x).split(
+            [self.n_head * self.hd, self.n_kv * self.hd, self.n_kv * self.hd], dim=-1)
+        q = q.view(B, T, self.n_head, self.hd).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, self.n_kv, self.hd).transpose(1, 2)    # (B, K, T, D)
+        v = v.view(B, T, self.n_kv, self.hd).transpose(1, 2)    # (B, K, T, D)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if self.n_kv != self.n_head:
+            # GQA: each kv head serves H/K query heads.
+            rep = self.n_head // self.n_kv
+            k = k.repeat_interleave(rep, dim=1)  # (B, H, T, D)
+            v = v.repeat_interleave(rep, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, D)
+        y = y.transpose(1, 2).reshape(B, T, self.n_head * self.hd)   # (B, T, C)
+        return self.wo(y)
+
+
+class MLP(nn.Module):
+    """SwiGLU: w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.w1 = nn.Linear(cfg.d_model, cfg.hidden, bias=False)  # gate
+        self.w3 = nn.Linear(cfg.d_model, cfg.hidden, bias=False)  # up
+        self.w2 = nn.Linear(cfg.hidden, cfg.d_model, bias=False)  # down
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin)  # (B, T, C)
+        x = x + self.mlp(self.mlp_norm(x))
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+        # Rotary tables are derived, not learned: non-persistent buffers (not in state_dict).
+        cos, sin = rotary_tables(cfg)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.activation_checkpointing = False
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """(Re)initialise every parameter and buffer; see the module docstring for the rule.
+
+        Callable after `to_empty(device=...)` to materialise a model built on the meta device.
+        """
+        cos, sin = rotary_tables(self.cfg, device=self.rope_cos.device)
+        self.rope_cos.copy_(cos)
+        self.rope_sin.copy_(sin)
+        residual_std = 0.02 / math.sqrt(2 * self.cfg.n_layer)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                if module is self.lm_head and self.cfg.tie_embeddings:
+                    continue  # shares tok_emb's weight, initialised below
+                std = residual_std if name.endswith(("attn.wo", "mlp.w2")) else 0.02
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            elif isinstance(module, RMSNorm):
+                nn.init.ones_(module.weight)
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """idx, targets: (B, T) int64. Returns logits (B, T, V) and the mean cross-entropy
+        over all target positions (targets == -1 are ignored), or None without targets."""
+        B, T = idx.shape
+        if T > self.cfg.seq_len:
+            raise ValueError(f"sequence length {T} exceeds the model's seq_len {self.cfg.seq_len}")
+        cos, sin = self.rope_cos[:T], self.rope_sin[:T]  # (T, D/2)
+        x = self.tok_emb(idx)  # (B, T, C)
+        for layer in self.layers:
+            if self.activation_checkpointing and self.training:
+                # Recompute the block's activations in backward instead of storing them.
+                x = torch.utils.checkpoint.checkpoint(layer, x, cos, sin, use_reentrant=False)
+            else:
+                x = layer(x, cos, sin)
+        x = self.norm(x)
+        logits = self.lm_head(x)  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1),
+                                   ignore_index=-1)
+        return logits, loss
+
+    @torch.no_grad()
+    def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """Append max_new_tokens sampled tokens to idx (B, T); no KV cache (clarity first)."""
+        for _ in range(max_new_tokens):
+            ctx = idx[:, -self.cfg.seq_len:]
+            logits, _ = self(ctx)
+            logits = logits[:, -1, :].float()  # (B, V)
+            if temperature <= 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                probs = F.softmax(logits, dim=-1)
+                nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+            idx = torch.cat((idx, nxt), dim=1)
+        return idx

@@ -1,0 +1,150 @@
+"""The GPT model: parameter counts, shapes, causality, GQA, tying, init, learning."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from llmtk.train.model import GPT, PRESETS, ModelConfig, count_params, preset  # noqa: E402
+
+
+def small(**kw) -> ModelConfig:
+    base = dict(vocab_size=61, seq_len=16, n_layer=2, d_model=32, n_head=4)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+@pytest.mark.parametrize("cfg", [
+    small(),
+    small(n_kv_head=2),
+    small(n_kv_head=1, tie_embeddings=False),
+    small(ffn_hidden=40),
+    small(n_layer=3, d_model=48, n_head=6, n_kv_head=3),
+])
+def test_count_params_is_exact(cfg):
+    model = GPT(cfg)
+    assert count_params(cfg) == sum(p.numel() for p in model.parameters())
+
+
+def test_count_params_presets_by_formula():
+    # Checked against the closed form rather than by building the big models.
+    cfg = PRESETS["gpt2-124m"]
+    assert cfg.hidden == 2048  # 8/3 * 768 = 2048 exactly
+    d, V, L = 768, 50304, 12
+    expected = V * d + L * (4 * d * d + 3 * d * 2048 + 2 * d) + d
+    assert count_params(cfg) == expected
+    assert 120e6 < count_params(cfg) < 130e6
+    assert 0.9e9 < count_params(PRESETS["1b"]) < 1.15e9
+    assert 6.5e9 < count_params(PRESETS["7b"]) < 7.0e9  # Llama-2-7B is 6.74B
+    assert count_params(PRESETS["7b"]) == 6_738_415_616
+
+
+def test_swiglu_default_rule():
+    assert ModelConfig(d_model=1024).hidden == 2752  # ceil(2730.67 / 64) * 64
+    assert ModelConfig(d_model=64).hidden == 192     # 170.67 -> 192
+
+
+def test_forward_shapes_and_loss():
+    torch.manual_seed(0)
+    cfg = small()
+    model = GPT(cfg)
+    idx = torch.randint(0, cfg.vocab_size, (3, 16))
+    targets = torch.randint(0, cfg.vocab_size, (3, 16))
+    logits, loss = model(idx, targets)
+    assert logits.shape == (3, 16, cfg.vocab_size)
+    # At init the prediction is near uniform: loss close to ln(V).
+    assert abs(loss.item() - math.log(cfg.vocab_size)) < 0.3
+    logits2, loss2 = model(idx)
+    assert loss2 is None and torch.equal(logits, logits2)
+
+
+def test_causal_future_tokens_do_not_change_past_logits():
+    torch.manual_seed(0)
+    cfg = small(n_kv_head=2)
+    model = GPT(cfg).eval()
+    idx = torch.randint(0, cfg.vocab_size, (1, 12))
+    other = idx.clone()
+    other[0, 8:] = (other[0, 8:] + 1) % cfg.vocab_size
+    a, _ = model(idx)
+    b, _ = model(other)
+    assert torch.allclose(a[:, :8], b[:, :8], atol=1e-6)
+    assert not torch.allclose(a[:, 8:], b[:, 8:])
+
+
+def test_rotary_makes_position_matter():
+    # Without positions, causal attention at the last token would be invariant to the
+    # order of the prefix; rotary must break that symmetry.
+    torch.manual_seed(0)
+    cfg = small()
+    model = GPT(cfg).eval()
+    a, _ = model(torch.tensor([[3, 9, 4, 7]]))
+    b, _ = model(torch.tensor([[9, 3, 4, 7]]))
+    assert not torch.allclose(a[0, -1], b[0, -1], atol=1e-5)
+
+
+def test_tied_and_untied():
+    tied = GPT(small())
+    assert tied.lm_head.weight is tied.tok_emb.weight
+    untied = GPT(small(tie_embeddings=False))
+    assert untied.lm_head.weight is not untied.tok_emb.weight
+
+
+def test_init_rule():
+    torch.manual_seed(0)
+    cfg = small(n_layer=8, d_model=256, n_head=4, vocab_size=1000)
+    model = GPT(cfg)
+    assert abs(model.layers[0].attn.wqkv.weight.std().item() - 0.02) < 0.002
+    assert abs(model.layers[0].mlp.w2.weight.std().item() - 0.02 / math.sqrt(16)) < 0.001
+    assert torch.equal(model.norm.weight, torch.ones(256))
+    assert all("bias" not in n for n, _ in model.named_parameters())
+
+
+def test_seq_len_limit_and_bad_config():
+    model = GPT(small())
+    with pytest.raises(ValueError, match="seq_len"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+    with pytest.raises(ValueError, match="divisible"):
+        GPT(small(d_model=30))
+    with pytest.raises(ValueError, match="n_kv_head"):
+        GPT(small(n_kv_head=3))
+    with pytest.raises(KeyError, match="unknown model preset"):
+        preset("nope")
+
+
+def test_activation_checkpointing_gives_same_gradients():
+    torch.manual_seed(0)
+    cfg = small()
+    a = GPT(cfg)
+    b = GPT(cfg)
+    b.load_state_dict(a.state_dict())
+    b.activation_checkpointing = True
+    idx = torch.randint(0, cfg.vocab_size, (2, 16))
+    a(idx, idx)[1].backward()
+    b(idx, idx)[1].backward()
+    for (n, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters(), strict=True):
+        assert torch.allclose(pa.grad, pb.grad, atol=1e-6), n
+
+
+def test_learns_a_repeating_sequence_and_generates_it():
+    torch.manual_seed(0)
+    cfg = small(vocab_size=10)
+    model = GPT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    seq = torch.tensor([[i % 7 for i in range(17)]])
+    for _ in range(150):
+        _, loss = model(seq[:, :-1], seq[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.05
+    out = model.eval().generate(seq[:, :3], 6, temperature=0)
+    assert out[0].tolist() == [i % 7 for i in range(9)]
+
+
+def test_config_module_does_not_import_torch():
+    import subprocess
+    import sys
+    code = ("import sys; from llmtk.train.model_config import count_params, PRESETS; "
+            "count_params(PRESETS['1b']); assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
