@@ -30,6 +30,14 @@ class Quality:
 
 
 @dataclass
+class Perplexity:
+    model: str = ""  # an llmtk train checkpoint (run dir or step dir); empty: stage off
+    max_ppl: float | None = None  # drop documents above this perplexity
+    quantile: float | None = None  # or: drop those above this quantile of the input's
+    max_tokens: int = 4096  # score at most this many tokens of a document
+
+
+@dataclass
 class Pii:
     enabled: bool = True
     kinds: list[str] = field(default_factory=lambda: ["EMAIL", "PHONE", "ID_NUMBER", "CARD", "IP"])
@@ -44,6 +52,7 @@ class CleanConfig:
     c4: C4 = field(default_factory=C4)
     fineweb: FineWeb = field(default_factory=FineWeb)
     quality: Quality = field(default_factory=Quality)
+    perplexity: Perplexity = field(default_factory=Perplexity)
     pii: Pii = field(default_factory=Pii)
 
     # -- TOML ------------------------------------------------------------------------------
@@ -99,6 +108,15 @@ class CleanConfig:
             raise UsageError("langid.min_score: expected a number between 0 and 1")
         if not 0.0 <= self.quality.min_score <= 1.0:
             raise UsageError("quality.min_score: expected a number between 0 and 1")
+        ppl = self.perplexity
+        if ppl.quantile is not None and not 0.0 < ppl.quantile < 1.0:
+            raise UsageError("perplexity.quantile: expected a number between 0 and 1")
+        if ppl.max_ppl is not None and ppl.quantile is not None:
+            raise UsageError("perplexity.max_ppl and perplexity.quantile: give one, not both")
+        if ppl.model and ppl.max_ppl is None and ppl.quantile is None:
+            raise UsageError("perplexity.model needs perplexity.max_ppl or perplexity.quantile")
+        if (ppl.max_ppl is not None or ppl.quantile is not None) and not ppl.model:
+            raise UsageError("perplexity.max_ppl/quantile need perplexity.model")
 
     def to_toml(self) -> str:
         out = [

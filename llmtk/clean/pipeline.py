@@ -4,16 +4,19 @@
     reason = cleaner(doc)        # None: keep (doc may be modified); else the drop reason
 
 Stages run in this order: normalise -> language ID (+ --lang filter) -> Gopher quality ->
-Gopher repetition -> C4 -> FineWeb -> classifier -> PII. PII runs last so that placeholders do
-not change what the filters measure. A `Cleaner` is picklable and loads its models lazily in
-each worker process, so `StreamRun.apply(cleaner)` works with any --workers.
+Gopher repetition -> C4 -> FineWeb -> classifier -> perplexity -> PII. PII runs last so that
+placeholders do not change what the filters measure. A `Cleaner` is picklable and loads its
+models lazily in each worker process, so `StreamRun.apply(cleaner)` works with any --workers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from functools import partial
+
 from llmtk.clean.config import CleanConfig
 from llmtk.clean.filters import DocText, Profile
-from llmtk.io import Doc
+from llmtk.io import Doc, ordered_map
 from llmtk.text.langid import LanguageId
 from llmtk.text.pii import scrub
 from llmtk.text.segment import is_cjk
@@ -44,12 +47,20 @@ class Cleaner:
             from llmtk.clean.quality import QualityModel
 
             self.quality = QualityModel(config.quality.model, config.quality.label)
+        self.ppl = None
+        if config.perplexity.model:
+            from llmtk.clean.perplexity import PerplexityModel
+
+            self.ppl = PerplexityModel(config.perplexity.model, config.perplexity.max_tokens)
+        self.max_ppl = config.perplexity.max_ppl  # set from the quantile by the caller
         self.pii_kinds = frozenset(config.pii.kinds) if config.pii.enabled else None
 
     def load(self) -> None:
         """Load the models now (to fail early on a bad path, before reading any input)."""
         if self.quality is not None:
             self.quality.load()
+        if self.ppl is not None:
+            self.ppl.load()
         if self.langid is not None:
             self.langid.load()  # before --workers forks, so the workers share it
 
@@ -103,6 +114,13 @@ class Cleaner:
             if score < cfg.quality.min_score:
                 return "quality.low_score"
 
+        if self.ppl is not None:
+            ppl = self.ppl.score(text)
+            if notes is not None:
+                notes["perplexity"] = round(ppl, 4) if ppl != float("inf") else None
+            if self.max_ppl is not None and ppl > self.max_ppl:
+                return "perplexity.too_high"
+
         if self.pii_kinds is not None:
             text, counts = scrub(text, self.pii_kinds)
             for kind, n in counts.items():
@@ -111,3 +129,19 @@ class Cleaner:
         if not self.dry_run and text != original:
             doc.set_text(text)
         return None
+
+
+def perplexity_threshold(
+    cleaner: Cleaner, docs: Iterable[Doc], q: float, workers: int = 1
+) -> float:
+    """The q-quantile of the (normalised) documents' perplexities: a first pass for
+    `--ppl-quantile`, run over the same input before the real one."""
+    from llmtk.clean.perplexity import quantile
+
+    values = list(ordered_map(partial(_ppl_chunk, cleaner), docs, workers))
+    return quantile(values, q)
+
+
+def _ppl_chunk(cleaner: Cleaner, chunk: list[Doc]) -> list[float]:
+    norm = cleaner.cfg.normalize
+    return [cleaner.ppl.score(norm(d.text) if norm.enabled else d.text) for d in chunk]

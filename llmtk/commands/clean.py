@@ -153,6 +153,22 @@ def clean(
         typer.Option("--quality-label", help="The classifier's positive label [default: hq].",
                      rich_help_panel=STAGES),
     ] = None,
+    ppl_model: Annotated[
+        str | None,
+        typer.Option("--ppl-model", help="An llmtk train checkpoint (run or step directory) "
+                     "to score perplexity with.", rich_help_panel=STAGES),
+    ] = None,
+    max_ppl: Annotated[
+        float | None,
+        typer.Option("--max-ppl", help="With --ppl-model: drop documents above this perplexity.",
+                     rich_help_panel=STAGES),
+    ] = None,
+    ppl_quantile: Annotated[
+        float | None,
+        typer.Option("--ppl-quantile", help="With --ppl-model: drop documents above this "
+                     "quantile of the input's perplexities (e.g. 0.9; reads the input twice).",
+                     rich_help_panel=STAGES),
+    ] = None,
     pii: Annotated[
         bool | None,
         typer.Option("--pii/--no-pii", help="Replace e-mails, phones, ID and card numbers, IPs "
@@ -209,6 +225,12 @@ def clean(
         cfg.quality.min_score = min_quality
     if quality_label is not None:
         cfg.quality.label = quality_label
+    if ppl_model is not None:
+        cfg.perplexity.model = ppl_model
+    if max_ppl is not None:
+        cfg.perplexity.max_ppl = max_ppl
+    if ppl_quantile is not None:
+        cfg.perplexity.quantile = ppl_quantile
     if pii is not None:
         cfg.pii.enabled = pii
     try:
@@ -216,7 +238,8 @@ def clean(
     except UsageError as e:
         flag = {"normalize.unicode": "--unicode", "normalize.zh_convert": "--zh-convert",
                 "normalize.html": "--html", "langid.min_score": "--min-lang-score",
-                "quality.min_score": "--min-quality"}
+                "quality.min_score": "--min-quality", "perplexity.model": "--ppl-model",
+                "perplexity.max_ppl": "--max-ppl", "perplexity.quantile": "--ppl-quantile"}
         msg = str(e)
         for key, name in flag.items():
             msg = msg.replace(key, name)
@@ -233,6 +256,22 @@ def clean(
     cleaner = Cleaner(cfg, annotate=annotate, dry_run=dry_run)
     cleaner.load()
     with StreamRun("clean", opts) as run:
+        if cfg.perplexity.quantile is not None:
+            if run.paths == ["-"] or "-" in run.paths:
+                raise UsageError("--ppl-quantile reads the input twice: give files, not stdin")
+            from llmtk.clean.pipeline import perplexity_threshold
+            from llmtk.io import read_docs
+
+            first_pass = read_docs(run.paths, text_field, lambda bad: None, opts.shard)
+            cleaner.max_ppl = perplexity_threshold(cleaner, first_pass, cfg.perplexity.quantile,
+                                                   workers)
+            if not quiet:
+                from llmtk.io.console import stderr_console
+
+                q = cfg.perplexity.quantile
+                stderr_console().print(
+                    f"llmtk clean: perplexity threshold (quantile {q}): {cleaner.max_ppl:.3f}"
+                )
         run.apply(cleaner)
 
 
