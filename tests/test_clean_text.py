@@ -69,6 +69,7 @@ def test_langid_pickles_without_its_model(lid):
     lid.predict("hello world")
     clone = pickle.loads(pickle.dumps(lid))
     assert clone._model is None and clone.predict(ARTICLES["en"])[0] == "en"
+    assert clone._model is lid._model  # a --workers chunk reuses the process's loaded model
 
 
 # -- PII -----------------------------------------------------------------------------------

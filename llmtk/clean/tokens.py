@@ -20,14 +20,33 @@ _W = f"[^\\W{_CJK_CLASS}]"
 _URL = r"(?:https?://|www\.)[^\s<>\"']*[^\s<>\"'.,;:!?)\]}]"  # trailing punct left out
 _EMAIL = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
 _CONTRACTION = f"{_W}+?(?=n['’]t\\b)|n['’]t\\b"  # "do" + "n't"
+_L = "[^\\W\\d_]"
+_JOIN = (
+    "(?!"
+    f"(?<={_L})(?:[-–—~]+|,)(?={_L})"
+    f"|(?<=[^\\W_])[:<>=/](?={_L})"
+    "|(?<=[a-z])\\.(?=[A-Z])"
+    "|(?<=\\d)[-+*^](?=\\d)"
+    "|\\.\\.|…"
+    "|['’](?:[sSdDmM]|re|RE|ve|VE|ll|LL)\\b"
+    ")[^\\s\\w]+?(?=\\w)"
+)
+# Word characters that may start or end a token: not "_", not CJK.
+_WE = f"[^\\W_{_CJK_CLASS}]"
+_CORE = f"{_WE}(?:{_W}*{_WE})?"
 _REST = [
+    r"(?<![\w+])C\+\+(?![\w+])",  # spaCy's exception
     f"[{_CJK_CLASS}]",  # one CJK character
     r"(?:[^\W\d_]\.){2,}",  # abbreviations: e.g. U.S. A.B.C.
     r"(?<=\w)['’](?:[sSdDmM]|re|RE|ve|VE|ll|LL)\b",  # 's 're 've 'll 'd 'm
-    # words and numbers with inner . : = + , (between digits) - (before a digit)
-    f"(?:(?<!\\w)-(?=\\d))?{_W}+(?:(?:[.:=+]|,(?=\\d)|-(?=\\d)){_W}+)*",
+    # A run of word characters glued by inner marks, as spaCy keeps "os.path.join", "x=1",
+    # "3.14" or "ref:`x" whole, except where its infix rules split: hyphens, commas and
+    # / : < > = before a letter, between letters; "." between a lower and an upper case
+    # letter; + - * ^ between digits; ellipses; and the 's 're 've 'll 'd 'm suffixes.
+    # (underscores at either end are split off, as spaCy does)
+    f"(?:(?<!\\w)-(?=\\d))?{_CORE}(?:{_JOIN}{_CORE})*",
     r"\.\.\.+|…|--+",  # ellipsis and dashes stay together
-    r"[^\w\s]",  # any other mark on its own
+    r"[^\w\s]|_",  # any other mark on its own
 ]
 # The URL, e-mail and contraction alternatives are slow to try at every word, so each
 # document uses the variant that has only the ones its text can match.

@@ -16,14 +16,14 @@ from typer.core import TyperGroup
 from llmtk.commands import options as o
 from llmtk.errors import UsageError
 
-HELP = """\
-Normalise, language-ID, quality-filter and PII-scrub a document stream.
-
-Stages: normalise (Unicode, mojibake, ANSI/control characters, whitespace, width) ->
-language ID (fastText lid.176 + script census) -> Gopher repetition, Gopher quality, C4 and
-FineWeb rules (datatrove's thresholds, language-aware) -> fastText quality classifier ->
-PII placeholders. Every dropped record carries a reason such as gopher.short_doc.
-
+HELP = (
+    "Normalise, language-ID, quality-filter and PII-scrub a document stream.\n\n"
+    "Stages: normalise (Unicode, mojibake, ANSI/control characters, whitespace, width) -> "
+    "language ID (fastText lid.176 + script census) -> Gopher quality, Gopher repetition, C4 "
+    "and FineWeb rules (datatrove's thresholds, language-aware) -> fastText quality classifier "
+    "-> perplexity under an llmtk train model -> PII placeholders. Every dropped record "
+    "carries a reason such as gopher.short_doc.\n\n"
+) + """\
 [bold]Examples[/bold]
 
   zstdcat crawl.jsonl.zst | llmtk clean --lang en,zh > clean.jsonl
