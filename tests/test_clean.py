@@ -71,6 +71,13 @@ def test_drop_reasons_in_rejects_and_stats(tmp_path):
     assert s["records_in"] == 3 and s["records_out"] == 1
 
 
+def test_text_field_option():
+    records = [{"body": ARTICLES[0]["text"] + "\nMail anna@example.com now.", "text": "x"}]
+    r = llmtk("clean", "--text-field", "body", "-q", input=jsonl(records))
+    (doc,) = parse(r.stdout)
+    assert doc["text"] == "x" and "<EMAIL>" in doc["body"]
+
+
 def test_mixed_script_chinese_is_kept_as_zh():
     text = "训练大模型时 Loss 曲线是判断模型收敛情况的重要依据"
     r = llmtk("clean", "--lang", "zh", "--filters", "none", "--annotate", "-q",

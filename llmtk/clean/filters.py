@@ -198,12 +198,16 @@ class GopherRepetition:
         n_chars = len(text)
         paragraphs = _PARA.split(text.strip())
         dup, dup_chars = _find_duplicates(paragraphs)
+        if vals is not None:
+            vals["dup_para_frac"] = round(dup / len(paragraphs), 4)
         if self.dup_para_frac and dup / len(paragraphs) > self.dup_para_frac:
             return "gopher.dup_para_frac"
         if self.dup_para_char_frac and dup_chars / n_chars > self.dup_para_char_frac:
             return "gopher.dup_para_char_frac"
         lines = _LINES.split(text)
         dup, dup_chars = _find_duplicates(lines)
+        if vals is not None:
+            vals["dup_line_frac"] = round(dup / len(lines), 4)
         if self.dup_line_frac and dup / len(lines) > self.dup_line_frac:
             return "gopher.dup_line_frac"
         if self.dup_line_char_frac and dup_chars / n_chars > self.dup_line_char_frac:
