@@ -54,7 +54,8 @@ class StreamRun:
         self.paths = expand_inputs(opts.inputs)
         if self.paths == ["-"] and _stdin_is_terminal():
             raise UsageError(
-                f"no input: give files, or pipe records in (e.g. zstdcat data.jsonl.zst | llmtk {tool})"
+                f"no input: give files, or pipe records in "
+                f"(e.g. zstdcat data.jsonl.zst | llmtk {tool})"
             )
         self.output: Sink | None = None
         self.rejects: Sink | None = None
@@ -102,21 +103,13 @@ class StreamRun:
 
     def docs(self) -> Iterator[Doc]:
         """Every good record of this shard; bad ones are handled per --on-error."""
-        on_bad = None if self.opts.on_error == "fail" else self._bad
-        summary = self.summary
-        tick = self._progress.tick if self._progress is not None else None
+        on_bad = None if self.opts.on_error == "fail" else self.bad_record
+        on_bytes = self._progress.update if self._progress is not None else None
+        return read_docs(self.paths, self.opts.text_field, on_bad, self.opts.shard,
+                         self.require_text, on_bytes, self.summary)
 
-        def count_bytes(n: int) -> None:
-            summary.bytes_in += n
-
-        for doc in read_docs(self.paths, self.opts.text_field, on_bad, self.opts.shard,
-                             self.require_text, count_bytes):
-            summary.records_in += 1
-            if tick is not None:
-                tick()
-            yield doc
-
-    def _bad(self, bad: BadRecord) -> None:
+    def bad_record(self, bad: BadRecord) -> None:
+        """Count a bad input line (and write it to --rejects with --on-error reject)."""
         self.summary.records_in += 1
         self.summary.errors[bad.reason] += 1
         if self.opts.on_error == "reject" and self.rejects is not None:
@@ -125,7 +118,8 @@ class StreamRun:
     # -- writing -------------------------------------------------------------
 
     def write(self, doc: Doc) -> None:
-        self.output.write(doc.to_bytes())  # type: ignore[union-attr]
+        raw = doc.raw
+        self.output.write(raw + b"\n" if raw is not None else doc.to_bytes())  # type: ignore[union-attr]
         self.summary.records_out += 1
         if doc.counts:
             self.summary.counts.update(doc.counts)
