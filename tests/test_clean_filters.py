@@ -220,3 +220,18 @@ def test_fineweb_reasons():
     listy = "\n".join(f"Internationalization{i:03d} considerations." for i in range(40))
     assert check(FineWeb(), listy) == "fineweb.list_ratio"
     assert check(FineWeb(), "\n \n") == "fineweb.empty"
+
+
+def test_every_threshold_can_be_switched_off():
+    # `false` in the TOML config becomes None: a switched-off rule never fires or fails.
+    from dataclasses import fields
+
+    junk = "x\n" * 30 + "{ lorem ipsum"
+    for rule in (GopherQuality(), GopherRepetition(), C4(), FineWeb()):
+        for f in fields(rule):
+            if f.name not in ("enabled", "rewrite") and not isinstance(getattr(rule, f.name), bool):
+                setattr(rule, f.name, None if not isinstance(getattr(rule, f.name), list) else [])
+        for f in fields(rule):
+            if isinstance(getattr(rule, f.name), bool) and f.name.startswith("filter_"):
+                setattr(rule, f.name, False)
+        assert rule.check(DocText(junk), EN) is None, type(rule).__name__

@@ -321,6 +321,11 @@ class _NGrams:
 
 # -- C4 ------------------------------------------------------------------------------------
 
+
+def _on(threshold) -> bool:
+    """A threshold is off when set to false (None) in the config, or -1 (datatrove's way)."""
+    return threshold is not None and threshold != -1
+
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 _C4_END = (".", "?", "!", '"', "'", "。", "！", "？")
 _POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies",
@@ -365,7 +370,7 @@ class C4:
                 continue
             # Words per line: whitespace-separated, or tokens for CJK (no spaces there).
             words = tokens(line) if p.cjk else line.split()
-            if self.max_word_length != -1 and any(len(w) > self.max_word_length for w in words):
+            if _on(self.max_word_length) and any(len(w) > self.max_word_length for w in words):
                 continue
             if self.remove_citations and "[" in line:
                 line = _CITATION.sub("", line)
@@ -373,7 +378,7 @@ class C4:
                 not line.endswith(_C4_END) or line.endswith("...")
             ):
                 continue
-            if len(words) < self.min_words_per_line:
+            if _on(self.min_words_per_line) and len(words) < self.min_words_per_line:
                 continue
             low = line.lower()
             if self.filter_lorem_ipsum and "lorem ipsum" in low:
@@ -384,7 +389,7 @@ class C4:
                 return "c4.curly_bracket"
             if self.filter_policy and any(x in low for x in _POLICY):
                 continue
-            if self.min_num_sentences != -1 and n_sent < self.min_num_sentences:
+            if _on(self.min_num_sentences) and n_sent < self.min_num_sentences:
                 n_sent += _sentences(line)
             if gap and kept:
                 kept.append("")
@@ -393,7 +398,7 @@ class C4:
             n_kept += 1
         if vals is not None:
             vals["sentences"] = n_sent
-        if n_sent < self.min_num_sentences:
+        if _on(self.min_num_sentences) and n_sent < self.min_num_sentences:
             return "c4.too_few_sentences"
         if self.rewrite:
             new = "\n".join(kept)
@@ -424,17 +429,21 @@ class FineWeb:
         ratio = sum(1 for line in lines if line.endswith(TERMINAL_PUNCT)) / len(lines)
         if vals is not None:
             vals["line_punct_ratio"] = round(ratio, 4)
-        if ratio < self.line_punct_thr and not (ratio == 0 and self.line_punct_exclude_zero):
+        if _on(self.line_punct_thr) and ratio < self.line_punct_thr and not (
+            ratio == 0 and self.line_punct_exclude_zero
+        ):
             return "fineweb.line_punct_ratio"
-        short = self.short_line_length_cjk if p.cjk else self.short_line_length
+        short = (self.short_line_length_cjk if p.cjk else self.short_line_length) or 0
         ratio = sum(1 for line in lines if len(line) <= short) / len(lines)
-        if ratio > self.short_line_thr:
+        if _on(self.short_line_thr) and ratio > self.short_line_thr:
             return "fineweb.short_line_ratio"
         dup_chars = _find_duplicates(lines)[1]
-        if dup_chars / max(len(text) - text.count("\n"), 1) > self.char_duplicates_ratio:
+        if _on(self.char_duplicates_ratio) and (
+            dup_chars / max(len(text) - text.count("\n"), 1) > self.char_duplicates_ratio
+        ):
             return "fineweb.char_dup_ratio"
         n_words = len(d.words)
         breaks = text.count("\n") if d.line_breaks is None else d.line_breaks
-        if n_words == 0 or breaks / n_words > self.new_line_ratio:
+        if _on(self.new_line_ratio) and (n_words == 0 or breaks / n_words > self.new_line_ratio):
             return "fineweb.list_ratio"
         return None
