@@ -66,6 +66,10 @@ def test_drop_reasons_in_rejects_and_stats(tmp_path):
     assert [d["id"] for d in parse(r.stdout)] == ["ok"]
     reasons = {d["id"]: d["llmtk"]["reason"] for d in parse(rej.read_bytes())}
     assert reasons == {"short": "gopher.short_doc", "lorem": "c4.lorem_ipsum"}
+    r = llmtk("clean", "--rejects", rej, "--annotate", "-q", input=jsonl(records[:1]))
+    (rejected,) = parse(rej.read_bytes())
+    # "Too short to be a document." has 6 words (the full stop is not one)
+    assert rejected["llmtk"]["lang"] == "en" and rejected["llmtk"]["gopher_quality"]["words"] == 6
     s = json.loads(stats.read_text())
     assert s["dropped"] == {"c4.lorem_ipsum": 1, "gopher.short_doc": 1}
     assert s["records_in"] == 3 and s["records_out"] == 1

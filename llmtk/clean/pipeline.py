@@ -72,8 +72,8 @@ class Cleaner:
             if notes is not None:
                 notes["reason"] = reason
             reason = None
-        if notes and reason is None:
-            doc.annotate(**notes)
+        if notes:
+            doc.annotate(**notes)  # on a dropped record too: --rejects then shows the values
         return reason
 
     def _run(self, doc: Doc, notes: dict | None) -> str | None:
