@@ -1,11 +1,344 @@
-"""`llmtk clean`: Normalise, language-ID, quality-filter and PII-scrub a document stream."""
+"""`llmtk clean`: normalise, language-ID, quality-filter and PII-scrub a document stream.
+
+Thin: options -> `llmtk.clean.CleanConfig` -> `Cleaner` applied by `StreamRun.apply`, plus the
+`train-quality` subcommand. `clean` is a command group whose own callback does the cleaning,
+so `llmtk clean FILES --lang en` and `llmtk clean train-quality ...` both work.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
 
-from llmtk.commands._stub import register_stub
+from llmtk.commands import options as o
+from llmtk.errors import UsageError
 
-SUMMARY = "Normalise, language-ID, quality-filter and PII-scrub a document stream."
+HELP = (
+    "Normalise, language-ID, quality-filter and PII-scrub a document stream.\n\n"
+    "Stages: normalise (Unicode, mojibake, ANSI/control characters, whitespace, width) -> "
+    "language ID (fastText lid.176 + script census) -> Gopher quality, Gopher repetition, C4 "
+    "and FineWeb rules (datatrove's thresholds, language-aware) -> fastText quality classifier "
+    "-> perplexity under an llmtk train model -> PII placeholders. Every dropped record "
+    "carries a reason such as gopher.short_doc.\n\n"
+) + """\
+[bold]Examples[/bold]
+
+  zstdcat crawl.jsonl.zst | llmtk clean --lang en,zh > clean.jsonl
+
+  llmtk clean crawl/ -j 8 --rejects rejects.jsonl.zst -o clean.jsonl.zst
+
+  llmtk clean --print-config > clean.toml; llmtk clean --config clean.toml in.jsonl
+
+  llmtk clean in.jsonl --dry-run --annotate --stats stats.json | head
+
+  llmtk clean train-quality --positive wiki.jsonl --negative crawl.jsonl -o quality.bin
+
+  llmtk clean in.jsonl --quality-model quality.bin --min-quality 0.5
+
+Exit status: 0 success, 1 data or runtime error, 2 bad usage.
+"""
+
+STAGES = "Stages"
+
+
+class _CleanGroup(TyperGroup):
+    """A group whose callback takes positional inputs: a subcommand only when named first."""
+
+    allow_interspersed_args = True
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        if args and args[0] in self.commands:
+            super(TyperGroup, self).parse_args(ctx, [])  # the group's own options at defaults
+            ctx._protected_args, ctx.args = args[:1], args[1:]
+            return ctx.args
+        return super(TyperGroup, self).parse_args(ctx, args)
+
+
+clean_app = typer.Typer(
+    cls=_CleanGroup,
+    invoke_without_command=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _split(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [x.strip() for x in value.split(",") if x.strip()]
+
+
+FILTER_NAMES = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
+
+
+@clean_app.callback(help=HELP)
+def clean(
+    ctx: typer.Context,
+    inputs: o.Inputs = None,
+    output: o.Output = None,
+    compress: o.Compress = None,
+    rejects: o.Rejects = None,
+    stats: o.Stats = None,
+    text_field: o.TextField = "text",
+    on_error: o.OnError = "fail",
+    shard: o.Shard = None,
+    workers: o.Workers = 1,
+    quiet: o.Quiet = False,
+    config: Annotated[
+        str | None,
+        typer.Option("--config", help="TOML file with stage settings (see --print-config).",
+                     rich_help_panel=STAGES),
+    ] = None,
+    print_config: Annotated[
+        bool,
+        typer.Option("--print-config", help="Print the effective configuration as TOML and exit.",
+                     rich_help_panel=STAGES),
+    ] = False,
+    lang: Annotated[
+        str | None,
+        typer.Option("--lang", help="Keep only these languages (ISO codes, comma-separated).",
+                     rich_help_panel=STAGES),
+    ] = None,
+    min_lang_score: Annotated[
+        float | None,
+        typer.Option("--min-lang-score", help="With --lang: drop documents whose language "
+                     "score is below this [default: 0.65].", rich_help_panel=STAGES),
+    ] = None,
+    no_langid: Annotated[
+        bool,
+        typer.Option("--no-langid", help="Skip language ID (filters then pick CJK rules from "
+                     "the script alone).", rich_help_panel=STAGES),
+    ] = False,
+    filters: Annotated[
+        str | None,
+        typer.Option("--filters", help="Heuristic filters to run: any of gopher_repetition, "
+                     "gopher_quality, c4, fineweb, comma-separated, or none [default: all].",
+                     rich_help_panel=STAGES),
+    ] = None,
+    unicode: Annotated[
+        str | None,
+        typer.Option("--unicode", help="Unicode normal form: nfc, nfkc or none [default: nfc].",
+                     rich_help_panel=STAGES),
+    ] = None,
+    no_normalize: Annotated[
+        bool,
+        typer.Option("--no-normalize", help="Skip normalisation entirely.", rich_help_panel=STAGES),
+    ] = False,
+    zh_convert: Annotated[
+        str | None,
+        typer.Option("--zh-convert", help="Convert Chinese script with OpenCC: t2s or s2t.",
+                     rich_help_panel=STAGES),
+    ] = None,
+    html: Annotated[
+        str | None,
+        typer.Option("--html", help="HTML to text: off, auto (documents that look like HTML) "
+                     "or always [default: off].", rich_help_panel=STAGES),
+    ] = None,
+    quality_model: Annotated[
+        str | None,
+        typer.Option("--quality-model", help="fastText classifier to score documents with.",
+                     rich_help_panel=STAGES),
+    ] = None,
+    min_quality: Annotated[
+        float | None,
+        typer.Option("--min-quality", help="Drop documents whose classifier score is below "
+                     "this [default: 0.5].", rich_help_panel=STAGES),
+    ] = None,
+    quality_label: Annotated[
+        str | None,
+        typer.Option("--quality-label", help="The classifier's positive label [default: hq].",
+                     rich_help_panel=STAGES),
+    ] = None,
+    ppl_model: Annotated[
+        str | None,
+        typer.Option("--ppl-model", help="An llmtk train checkpoint (run or step directory) "
+                     "to score perplexity with.", rich_help_panel=STAGES),
+    ] = None,
+    max_ppl: Annotated[
+        float | None,
+        typer.Option("--max-ppl", help="With --ppl-model: drop documents above this perplexity.",
+                     rich_help_panel=STAGES),
+    ] = None,
+    ppl_quantile: Annotated[
+        float | None,
+        typer.Option("--ppl-quantile", help="With --ppl-model: drop documents above this "
+                     "quantile of the input's perplexities (e.g. 0.9; reads the input twice).",
+                     rich_help_panel=STAGES),
+    ] = None,
+    pii: Annotated[
+        bool | None,
+        typer.Option("--pii/--no-pii", help="Replace e-mails, phones, ID and card numbers, IPs "
+                     "with placeholders [default: on].", show_default=False,
+                     rich_help_panel=STAGES),
+    ] = None,
+    annotate: Annotated[
+        bool,
+        typer.Option("--annotate", help="Add llmtk.lang, llmtk.lang_score, llmtk.quality and "
+                     "per-filter values to each written record.", rich_help_panel=STAGES),
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Drop and change nothing; count what would be dropped "
+                     "(with --annotate: llmtk.reason).", rich_help_panel=STAGES),
+    ] = False,
+) -> None:
+    if ctx.invoked_subcommand is not None:
+        return
+    from llmtk.clean import CleanConfig, Cleaner
+    from llmtk.io import StreamRun
+
+    cfg = CleanConfig.from_toml(config) if config else CleanConfig()
+    n = cfg.normalize
+    if no_normalize:
+        n.enabled = False
+    if unicode is not None:
+        n.unicode = unicode
+    if zh_convert is not None:
+        n.zh_convert = zh_convert
+    if html is not None:
+        n.html = html
+    if no_langid:
+        cfg.langid.enabled = False
+    if lang is not None:
+        cfg.langid.keep = _split(lang) or []
+    if min_lang_score is not None:
+        cfg.langid.min_score = min_lang_score
+    if cfg.langid.keep and not cfg.langid.enabled:
+        raise UsageError("--lang needs language ID; drop --no-langid")
+    if filters is not None:
+        chosen = _split(filters) or []
+        if chosen == ["none"]:
+            chosen = []
+        unknown = set(chosen) - set(FILTER_NAMES)
+        if unknown:
+            raise UsageError(f"--filters: unknown filter(s) {sorted(unknown)}; "
+                             f"choose from {', '.join(FILTER_NAMES)} or none")
+        for name in FILTER_NAMES:
+            getattr(cfg, name).enabled = name in chosen
+    if quality_model is not None:
+        cfg.quality.model = quality_model
+    if min_quality is not None:
+        cfg.quality.min_score = min_quality
+    if quality_label is not None:
+        cfg.quality.label = quality_label
+    if ppl_model is not None:
+        cfg.perplexity.model = ppl_model
+    if max_ppl is not None:
+        cfg.perplexity.max_ppl = max_ppl
+    if ppl_quantile is not None:
+        cfg.perplexity.quantile = ppl_quantile
+    if pii is not None:
+        cfg.pii.enabled = pii
+    try:
+        cfg.validate()
+    except UsageError as e:
+        flag = {"normalize.unicode": "--unicode", "normalize.zh_convert": "--zh-convert",
+                "normalize.html": "--html", "langid.min_score": "--min-lang-score",
+                "quality.min_score": "--min-quality", "perplexity.model": "--ppl-model",
+                "perplexity.max_ppl": "--max-ppl", "perplexity.quantile": "--ppl-quantile"}
+        msg = str(e)
+        for key, name in flag.items():
+            msg = msg.replace(key, name)
+        raise UsageError(msg) from None
+
+    if print_config:
+        sys.stdout.write(cfg.to_toml())
+        return
+
+    opts = o.stream_options(
+        inputs=inputs, output=output, compress=compress, rejects=rejects, stats=stats,
+        text_field=text_field, on_error=on_error, shard=shard, workers=workers, quiet=quiet,
+    )
+    cleaner = Cleaner(cfg, annotate=annotate, dry_run=dry_run)
+    cleaner.load()
+    with StreamRun("clean", opts) as run:
+        if cfg.perplexity.quantile is not None:
+            if run.paths == ["-"] or "-" in run.paths:
+                raise UsageError("--ppl-quantile reads the input twice: give files, not stdin")
+            from llmtk.clean.pipeline import perplexity_threshold
+            from llmtk.io import read_docs
+
+            first_pass = read_docs(run.paths, text_field, lambda bad: None, opts.shard)
+            cleaner.max_ppl = perplexity_threshold(cleaner, first_pass, cfg.perplexity.quantile,
+                                                   workers)
+            if not quiet:
+                from llmtk.io.console import stderr_console
+
+                q = cfg.perplexity.quantile
+                stderr_console().print(
+                    f"llmtk clean: perplexity threshold (quantile {q}): {cleaner.max_ppl:.3f}"
+                )
+        run.apply(cleaner)
+
+
+@clean_app.command(
+    "train-quality",
+    help="""\
+Train a fastText quality classifier: positive (good) vs negative documents.
+
+Holds out --test-fraction of the documents and prints precision/recall of the positive
+label on them (to stderr; --json prints them to stdout). The model is a standard fastText
+.bin file for --quality-model.
+
+[bold]Examples[/bold]
+
+  llmtk clean train-quality --positive wiki.jsonl --negative crawl.jsonl.zst -o q.bin
+
+  llmtk clean in.jsonl --quality-model q.bin --min-quality 0.5 > good.jsonl
+""",
+)
+def train_quality(
+    positive: Annotated[
+        list[str],
+        typer.Option("--positive", help="Documents of the good class (files, dirs, globs)."),
+    ],
+    negative: Annotated[
+        list[str],
+        typer.Option("--negative", help="Documents of the other class (files, dirs, globs)."),
+    ],
+    output: Annotated[str, typer.Option("-o", "--output", help="Where to write the model.")],
+    text_field: o.TextField = "text",
+    test_fraction: Annotated[
+        float, typer.Option("--test-fraction", help="Share of documents held out for testing.")
+    ] = 0.1,
+    epoch: Annotated[int, typer.Option("--epoch", help="Training epochs.")] = 5,
+    label: Annotated[str, typer.Option("--label", help="Name of the positive label.")] = "hq",
+    seed: o.Seed = 0,
+    json_out: o.Json = False,
+    quiet: o.Quiet = False,
+) -> None:
+    import orjson
+
+    from llmtk.clean.quality import train_quality as train
+    from llmtk.io import expand_inputs, read_docs
+
+    if not 0.0 < test_fraction < 1.0:
+        raise UsageError("--test-fraction: expected a number between 0 and 1")
+
+    def texts(paths: list[str]):
+        for doc in read_docs(expand_inputs(paths), text_field):
+            yield doc.text
+
+    report = train(texts(positive), texts(negative), output, test_fraction=test_fraction,
+                   epoch=epoch, seed=seed, label=label)
+    if json_out:
+        sys.stdout.buffer.write(
+            orjson.dumps(report.as_dict(), option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)
+        )
+    elif not quiet:
+        from llmtk.io.console import stderr_console
+
+        stderr_console().print(
+            f"llmtk clean train-quality: wrote {output}\n"
+            f"  trained on {report.train:,} documents, tested on {report.test:,}\n"
+            f"  held-out precision {report.precision:.3f}  recall {report.recall:.3f}  "
+            f"F1 {report.f1:.3f}  (label {label}, threshold {report.threshold})"
+        )
 
 
 def register(app: typer.Typer) -> None:
-    register_stub(app, "clean", SUMMARY, "zstdcat crawl.jsonl.zst | llmtk clean --lang en,zh > clean.jsonl")
+    app.add_typer(clean_app, name="clean", short_help=HELP.splitlines()[0])

@@ -1,11 +1,286 @@
-"""`llmtk train`: Train a GPT-style model, one CPU process to many GPU nodes via torchrun."""
+"""`llmtk train`: train a GPT-style model, one CPU process to many GPU nodes via torchrun.
+
+Every option defaults to None here so that a TOML file (--config) can supply it;
+the real defaults live in llmtk.train.config.TrainConfig.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
 
 import typer
 
-from llmtk.commands._stub import register_stub
-
 SUMMARY = "Train a GPT-style model, one CPU process to many GPU nodes via torchrun."
 
+HELP = f"""\
+{SUMMARY}
 
-def register(app: typer.Typer) -> None:
-    register_stub(app, "train", SUMMARY, "llmtk train --data train.jsonl.zst --out runs/a --model tiny --steps 1000")
+Tokenizes the document streams once into a memory-mapped cache, trains with \
+AdamW and a warmup + cosine/WSD schedule, writes OUT/metrics.jsonl and crash-safe \
+checkpoints, and resumes from the newest complete checkpoint by itself.
+
+[bold]Examples[/bold]
+
+  llmtk train --data train.jsonl.zst --out runs/a --model tiny --steps 1000
+
+  llmtk train --config run.toml --nproc-per-node 8
+
+  llmtk train --config run.toml --nproc-per-node 8 --nnodes 4 --rdzv-endpoint node0:29500
+
+  llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 -o tokenizer.json
+
+  llmtk plot-loss runs/a/metrics.jsonl -o loss.png
+
+Exit status: 0 done (or checkpointed and stopped on SIGTERM/SIGUSR1), 1 a data or \
+runtime error (including a stop on non-finite losses), 2 bad usage.
+"""
+
+DATA, MODEL, OPTIM, RUN, LOG, CKPT, LAUNCH = (
+    "Data", "Model", "Optimisation", "Runtime", "Logging, eval and sampling",
+    "Checkpoints and numerical safety", "Launch (torchrun)")
+
+
+def _opt(*names: str, help: str, panel: str, **kw):
+    return typer.Option(*names, help=help, rich_help_panel=panel, show_default=False, **kw)
+
+
+app = typer.Typer(
+    help=HELP, short_help=SUMMARY, rich_markup_mode="rich", invoke_without_command=True,
+    no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def command(
+    ctx: typer.Context,
+    data: Annotated[list[str] | None, _opt(
+        "--data", help="Training documents: JSONL(.zst/.gz) files, directories or globs; "
+        "repeat for several.", panel=DATA)] = None,
+    val_data: Annotated[list[str] | None, _opt(
+        "--val-data", help="Held-out documents for val_loss (repeatable).", panel=DATA)] = None,
+    val_fraction: Annotated[float | None, _opt(
+        "--val-fraction", help="Hold out this fraction of --data documents (by a stable "
+        "hash of the text) when there is no --val-data. Default 0.", panel=DATA)] = None,
+    text_field: Annotated[str | None, _opt(
+        "--text-field", help="The field that holds the text. Default text.", panel=DATA)] = None,
+    tokenizer: Annotated[str | None, _opt(
+        "--tokenizer", help="bytes (UTF-8 bytes + EOS, the default) or a tokenizer.json "
+        "file.", panel=DATA)] = None,
+    cache_dir: Annotated[str | None, _opt(
+        "--cache-dir", help="Where token caches live (shared by runs). Default OUT/cache.",
+        panel=DATA)] = None,
+    out: Annotated[str | None, _opt(
+        "--out", help="The run directory: metrics.jsonl, config.json, checkpoints/.",
+        panel=DATA)] = None,
+    model: Annotated[str | None, _opt(
+        "--model", help="Preset: tiny, gpt2-124m, 350m, 1b, 7b. Default tiny.",
+        panel=MODEL)] = None,
+    layers: Annotated[int | None, _opt("--layers", help="Override the number of layers.",
+                                       panel=MODEL)] = None,
+    d_model: Annotated[int | None, _opt("--d-model", help="Override the model width.",
+                                        panel=MODEL)] = None,
+    heads: Annotated[int | None, _opt("--heads", help="Override the attention heads.",
+                                      panel=MODEL)] = None,
+    kv_heads: Annotated[int | None, _opt(
+        "--kv-heads", help="Key/value heads (< --heads: grouped-query attention).",
+        panel=MODEL)] = None,
+    ffn_hidden: Annotated[int | None, _opt(
+        "--ffn-hidden", help="SwiGLU hidden width (default 8/3 d-model rounded up to 64).",
+        panel=MODEL)] = None,
+    untied: Annotated[bool | None, _opt(
+        "--untied", help="Separate input and output embeddings.", panel=MODEL)] = None,
+    steps: Annotated[int | None, _opt("--steps", help="Optimizer steps. Default 1000.",
+                                      panel=OPTIM)] = None,
+    seq_len: Annotated[int | None, _opt(
+        "--seq-len", help="Tokens per sequence. Default: the preset's.", panel=OPTIM)] = None,
+    batch_size: Annotated[int | None, _opt(
+        "--batch-size", help="Sequences per process per micro-step; the global batch is "
+        "batch-size x processes x grad-accum. Default 8.", panel=OPTIM)] = None,
+    grad_accum: Annotated[int | None, _opt(
+        "--grad-accum", help="Micro-steps per optimizer step. Default 1.", panel=OPTIM)] = None,
+    lr: Annotated[float | None, _opt("--lr", help="Peak learning rate. Default 3e-4.",
+                                     panel=OPTIM)] = None,
+    min_lr: Annotated[float | None, _opt(
+        "--min-lr", help="Final learning rate. Default lr/10.", panel=OPTIM)] = None,
+    warmup: Annotated[int | None, _opt("--warmup", help="Linear warmup steps. Default 100.",
+                                       panel=OPTIM)] = None,
+    schedule: Annotated[str | None, _opt(
+        "--schedule", help="cosine (default), wsd (warmup-stable-decay) or constant.",
+        panel=OPTIM)] = None,
+    decay_fraction: Annotated[float | None, _opt(
+        "--decay-fraction", help="wsd: the final fraction of steps that decays. Default 0.2.",
+        panel=OPTIM)] = None,
+    weight_decay: Annotated[float | None, _opt(
+        "--weight-decay", help="AdamW decoupled weight decay on matrices. Default 0.1.",
+        panel=OPTIM)] = None,
+    beta1: Annotated[float | None, _opt("--beta1", help="AdamW beta1. Default 0.9.",
+                                        panel=OPTIM)] = None,
+    beta2: Annotated[float | None, _opt("--beta2", help="AdamW beta2. Default 0.95.",
+                                        panel=OPTIM)] = None,
+    grad_clip: Annotated[float | None, _opt(
+        "--grad-clip", help="Clip the global gradient norm (0: off). Default 1.0.",
+        panel=OPTIM)] = None,
+    seed: Annotated[int | None, _opt("--seed", help="Seed for init and data order. Default 0.",
+                                     panel=OPTIM)] = None,
+    device: Annotated[str | None, _opt("--device", help="auto (default), cpu or cuda.",
+                                       panel=RUN)] = None,
+    dtype: Annotated[str | None, _opt(
+        "--dtype", help="auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16.",
+        panel=RUN)] = None,
+    parallel: Annotated[str | None, _opt(
+        "--parallel", help="auto (DDP when several processes), none, ddp or fsdp (FSDP2).",
+        panel=RUN)] = None,
+    compile: Annotated[bool | None, _opt("--compile", help="torch.compile the model.",
+                                         panel=RUN)] = None,
+    activation_checkpointing: Annotated[bool | None, _opt(
+        "--activation-checkpointing", help="Recompute block activations in backward.",
+        panel=RUN)] = None,
+    log_every: Annotated[int | None, _opt("--log-every", help="Steps per metrics row. "
+                                          "Default 10.", panel=LOG)] = None,
+    eval_every: Annotated[int | None, _opt(
+        "--eval-every", help="Steps between val_loss evaluations (0: at the end). Default 0.",
+        panel=LOG)] = None,
+    eval_batches: Annotated[int | None, _opt(
+        "--eval-batches", help="Global batches per evaluation. Default 10.", panel=LOG)] = None,
+    sample_every: Annotated[int | None, _opt(
+        "--sample-every", help="Steps between samples written to the log (0: never).",
+        panel=LOG)] = None,
+    prompt: Annotated[str | None, _opt("--prompt", help="Prompt for --sample-every.",
+                                       panel=LOG)] = None,
+    sample_tokens: Annotated[int | None, _opt(
+        "--sample-tokens", help="Tokens per sample. Default 64.", panel=LOG)] = None,
+    checkpoint_every: Annotated[int | None, _opt(
+        "--checkpoint-every", help="Steps between checkpoints (0: only at the end and on "
+        "SIGTERM/SIGUSR1). Default 0.", panel=CKPT)] = None,
+    keep_checkpoints: Annotated[int | None, _opt(
+        "--keep-checkpoints", help="Keep the newest K checkpoints (0: all). Default 3.",
+        panel=CKPT)] = None,
+    resume: Annotated[str | None, _opt(
+        "--resume", help="auto (newest complete checkpoint in OUT, the default), never, or "
+        "a checkpoint/run directory.", panel=CKPT)] = None,
+    init_from: Annotated[str | None, _opt(
+        "--init-from", help="Start from another run's weights with a fresh optimizer and "
+        "schedule.", panel=CKPT)] = None,
+    on_nan: Annotated[str | None, _opt(
+        "--on-nan", help="Non-finite loss or gradients: skip the step (default) or stop.",
+        panel=CKPT)] = None,
+    max_bad_steps: Annotated[int | None, _opt(
+        "--max-bad-steps", help="Stop (exit 1) after K consecutive skipped steps. Default 5.",
+        panel=CKPT)] = None,
+    on_spike: Annotated[str | None, _opt(
+        "--on-spike", help="none (default) or rollback: on a loss spike go back to the last "
+        "checkpoint, halve the lr and skip the batches that caused it.", panel=CKPT)] = None,
+    spike_factor: Annotated[float | None, _opt(
+        "--spike-factor", help="A spike is a loss above this times its running mean. "
+        "Default 3.", panel=CKPT)] = None,
+    config: Annotated[str | None, _opt(
+        "--config", help="A TOML file with any of these options (flags win).",
+        panel=DATA)] = None,
+    quiet: Annotated[bool | None, _opt("-q", "--quiet", help="Only errors on stderr.",
+                                       panel=LOG)] = None,
+    nproc_per_node: Annotated[int | None, _opt(
+        "--nproc-per-node", help="Start torchrun with this many processes per node.",
+        panel=LAUNCH)] = None,
+    nnodes: Annotated[int | None, _opt("--nnodes", help="Number of nodes. Default 1.",
+                                       panel=LAUNCH)] = None,
+    node_rank: Annotated[int | None, _opt(
+        "--node-rank", help="This node's rank (static rendezvous only; c10d assigns it).",
+        panel=LAUNCH)] = None,
+    rdzv_endpoint: Annotated[str | None, _opt(
+        "--rdzv-endpoint", help="HOST:PORT of the rendezvous (required with --nnodes > 1).",
+        panel=LAUNCH)] = None,
+    rdzv_id: Annotated[str | None, _opt(
+        "--rdzv-id", help="A job id shared by all nodes. Default llmtk.", panel=LAUNCH)] = None,
+    rdzv_backend: Annotated[str | None, _opt(
+        "--rdzv-backend", help="c10d (default) or static.", panel=LAUNCH)] = None,
+    max_restarts: Annotated[int | None, _opt(
+        "--max-restarts", help="torchrun restarts the workers this often on failure (they "
+        "resume from the last checkpoint). Default 0.", panel=LAUNCH)] = None,
+) -> None:
+    if ctx.invoked_subcommand is not None:
+        return
+    from llmtk.train.launch import is_worker, run_torchrun, torchrun_argv, worker_args
+
+    if (nproc_per_node or (nnodes or 1) > 1) and not is_worker():
+        argv = torchrun_argv(
+            nproc_per_node=nproc_per_node or 1, nnodes=nnodes or 1, node_rank=node_rank,
+            rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, rdzv_backend=rdzv_backend or "c10d",
+            max_restarts=max_restarts or 0, worker_args=worker_args())
+        run_torchrun(argv)
+        return
+
+    from llmtk.train.config import resolve_config
+    from llmtk.train.trainer import train
+
+    flags = dict(
+        data=data, val_data=val_data, val_fraction=val_fraction, text_field=text_field,
+        tokenizer=tokenizer, cache_dir=cache_dir, out=out, model=model, layers=layers,
+        d_model=d_model, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn_hidden, untied=untied,
+        steps=steps, seq_len=seq_len, batch_size=batch_size, grad_accum=grad_accum, lr=lr,
+        min_lr=min_lr, warmup=warmup, schedule=schedule, decay_fraction=decay_fraction,
+        weight_decay=weight_decay, beta1=beta1, beta2=beta2, grad_clip=grad_clip, seed=seed,
+        device=device, dtype=dtype, parallel=parallel, compile=compile,
+        activation_checkpointing=activation_checkpointing, log_every=log_every,
+        eval_every=eval_every, eval_batches=eval_batches, sample_every=sample_every,
+        prompt=prompt, sample_tokens=sample_tokens, checkpoint_every=checkpoint_every,
+        keep_checkpoints=keep_checkpoints, resume=resume, init_from=init_from, on_nan=on_nan,
+        max_bad_steps=max_bad_steps, on_spike=on_spike, spike_factor=spike_factor, quiet=quiet,
+    )
+    train(resolve_config(flags, config))
+
+
+TOKENIZER_HELP = """\
+Train a byte-level BPE tokenizer (tokenizer.json) on a document stream.
+
+Uses the Hugging Face `tokenizers` library: GPT-2-style byte-level BPE, so any \
+UTF-8 text is covered and nothing is unknown; <|endoftext|> is the EOS token.
+
+[bold]Examples[/bold]
+
+  llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 -o tokenizer.json
+
+  zstdcat web.jsonl.zst | head -100000 | llmtk train tokenizer -o tok.json
+
+  llmtk train --data train.jsonl.zst --tokenizer tok.json --out runs/b
+"""
+
+
+@app.command("tokenizer", help=TOKENIZER_HELP)
+def tokenizer_command(
+    data: Annotated[list[str] | None, typer.Option(
+        "--data", help="Documents (files, directories, globs; '-' or none: stdin).")] = None,
+    output: Annotated[str, typer.Option("-o", "--output", help="The tokenizer.json to write.")]
+    = "tokenizer.json",
+    vocab_size: Annotated[int, typer.Option("--vocab-size", help="Vocabulary size, "
+                                            "including 256 byte tokens and EOS.")] = 32000,
+    min_frequency: Annotated[int, typer.Option(
+        "--min-frequency", help="Merge only pairs seen at least this often.")] = 2,
+    text_field: Annotated[str, typer.Option("--text-field",
+                                            help="The field that holds the text.")] = "text",
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors on stderr.")] = False,
+) -> None:
+    import sys
+
+    from llmtk.io import expand_inputs, read_docs
+    from llmtk.text.tokenizer import train_bpe
+
+    paths = expand_inputs(list(data or []))
+    if paths == ["-"] and sys.stdin.isatty():
+        from llmtk.errors import UsageError
+
+        raise UsageError("no input: pass --data FILE or pipe documents into stdin")
+    count = [0]
+
+    def texts():
+        for doc in read_docs(paths, text_field=text_field):
+            count[0] += 1
+            yield doc.text
+
+    size = train_bpe(texts(), vocab_size, output, min_frequency=min_frequency)
+    if not quiet:
+        print(f"trained a {size}-token BPE tokenizer on {count[0]} documents -> {output}",
+              file=sys.stderr)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="train")

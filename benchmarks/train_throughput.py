@@ -1,0 +1,178 @@
+"""Training throughput: `llmtk train` against a minimal plain-PyTorch loop, same run.
+
+Both train the same GPT (llmtk.train.model) with the same batch, sequence length,
+AdamW, gradient clipping and precision, on the same tokens; the plain loop is the
+nanoGPT shape (memmap -> random windows -> forward/backward/step) without
+checkpoints, logging, NaN checks or schedules. The rounds alternate (llmtk, plain,
+llmtk, plain, ...) so machine noise hits both; the medians and their ratio are
+printed (goal: llmtk >= 0.95x the plain loop).
+
+Reproduce (CPU, a few minutes on 2 cores):
+
+    .venv/bin/python benchmarks/train_throughput.py
+    .venv/bin/python benchmarks/train_throughput.py --data /work/shared/data/corpus-public.jsonl.zst
+
+On a GPU (bf16 autocast + torch.compile; prints MFU by the PaLM formula):
+
+    python benchmarks/train_throughput.py --device cuda --model 350m --seq-len 2048 \\
+        --batch-size 8 --steps 60 --compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def stdlib_corpus(path: str) -> None:
+    """Docstrings of the standard library (offline), ~1 MB of text."""
+    names = ["json", "os", "re", "collections", "itertools", "functools", "pathlib", "argparse",
+             "subprocess", "textwrap", "string", "random", "math", "datetime", "logging",
+             "shutil", "tempfile", "csv", "heapq", "bisect", "typing", "asyncio", "socket",
+             "threading", "unittest", "email", "http.client", "urllib.request", "decimal"]
+    with open(path, "w") as f:
+        for name in names:
+            mod = importlib.import_module(name)
+            for _attr, obj in inspect.getmembers(mod):
+                doc = inspect.getdoc(obj)
+                if doc and len(doc) > 100:
+                    f.write(json.dumps({"text": doc}) + "\n")
+
+
+def run_llmtk(args, data: str, out: str, cache: str) -> float:
+    """tokens/s of `llmtk train` (library call, the same code path as the command)."""
+    from llmtk.curves.metrics import read_metrics
+    from llmtk.train.config import resolve_config
+    from llmtk.train.trainer import train
+
+    flags = dict(data=[data], out=out, cache_dir=cache, model=args.model, seq_len=args.seq_len,
+                 batch_size=args.batch_size, steps=args.steps, log_every=args.log_every,
+                 warmup=1, lr=3e-4, device=args.device, dtype=args.dtype, compile=args.compile,
+                 resume="never", quiet=True, checkpoint_every=0, layers=args.layers,
+                 d_model=args.d_model, heads=args.heads)
+    cfg = resolve_config(flags, None)
+    cfg.keep_checkpoints = 1
+    train(cfg)
+    rows = [r for r in read_metrics(os.path.join(out, "metrics.jsonl")) if "loss" in r]
+    # The first window holds the warm-up (allocator, compile); the last one the final
+    # checkpoint write is outside the window. Use the steady windows.
+    steady = rows[1:] if len(rows) > 1 else rows
+    return statistics.median(r["tokens_per_s"] for r in steady)
+
+
+def run_plain(args, cache_dir: str, mcfg) -> float:
+    """tokens/s of the minimal loop."""
+    import numpy as np
+    import torch
+
+    from llmtk.train.model import GPT
+
+    device = args.device
+    torch.manual_seed(0)
+    model = GPT(mcfg).to(device)
+    if args.compile:
+        model.compile()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": rest, "weight_decay": 0.0}], lr=3e-4, betas=(0.9, 0.95),
+                            **({"fused": True} if device == "cuda" else {}))
+    meta = json.load(open(os.path.join(cache_dir, "meta.json")))
+    tokens = np.memmap(os.path.join(cache_dir, meta["train"]["shards"][0]["file"]),
+                       dtype=meta["dtype"], mode="r")
+    B, T = args.batch_size, mcfg.seq_len
+    rng = np.random.default_rng(0)
+    bf16 = device == "cuda" if args.dtype == "auto" else args.dtype == "bf16"
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        starts = rng.integers(0, len(tokens) - T - 1, B)
+        rows = np.stack([tokens[s:s + T + 1] for s in starts]).astype(np.int64)
+        batch = torch.from_numpy(rows).to(device)
+        x, y = batch[:, :-1], batch[:, 1:]
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=bf16):
+            _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss.item()  # llmtk reads the loss every step too (NaN check, logging)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    steady = times[args.log_every:] or times
+    # Per-window rates like llmtk's rows, then the median.
+    windows = [steady[i:i + args.log_every] for i in range(0, len(steady), args.log_every)]
+    return statistics.median(B * T * len(w) / sum(w) for w in windows if w)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", help="JSONL(.zst) corpus (default: stdlib docstrings)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--dtype", default="auto", choices=["auto", "fp32", "bf16"])
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--d-model", type=int, default=None)
+    ap.add_argument("--heads", type=int, default=None)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--compile", action="store_true")
+    args = ap.parse_args()
+
+    import torch
+
+    from llmtk.text.tokenizer import ByteTokenizer
+    from llmtk.train.config import TrainConfig
+    from llmtk.train.data import build_cache
+    from llmtk.train.flops import gpu_peak_flops, model_flops_per_token
+    from llmtk.train.trainer import model_config
+
+    tmp = tempfile.mkdtemp(prefix="llmtk-bench-")
+    data = args.data
+    if data is None:
+        data = os.path.join(tmp, "stdlib.jsonl")
+        stdlib_corpus(data)
+    cache_root = os.path.join(tmp, "cache")
+    cache = build_cache([data], [], ByteTokenizer(), cache_root)
+    mcfg = model_config(TrainConfig(model=args.model, seq_len=args.seq_len, layers=args.layers,
+                                    d_model=args.d_model, heads=args.heads),
+                        ByteTokenizer().vocab_size)
+    print(f"model {args.model} ({mcfg.n_layer}x{mcfg.d_model}, "
+          f"seq {mcfg.seq_len}), batch {args.batch_size}, {args.steps} steps x {args.rounds} "
+          f"rounds, device {args.device}, torch {torch.__version__}, "
+          f"threads {torch.get_num_threads()}", file=sys.stderr)
+    ours, plain = [], []
+    for r in range(args.rounds):
+        ours.append(run_llmtk(args, data, os.path.join(tmp, f"run{r}"), cache_root))
+        plain.append(run_plain(args, cache, mcfg))
+        print(f"round {r + 1}: llmtk {ours[-1]:,.0f} tok/s, plain {plain[-1]:,.0f} tok/s",
+              file=sys.stderr)
+    a, b = statistics.median(ours), statistics.median(plain)
+    # On a shared machine the load changes between rounds; the ratio within a round (runs
+    # back to back) is the steadier number.
+    per_round = statistics.median(x / y for x, y in zip(ours, plain, strict=True))
+    print(f"llmtk train: {a:,.0f} tokens/s   plain PyTorch loop: {b:,.0f} tokens/s   "
+          f"ratio {a / b:.3f}x (median of per-round ratios {per_round:.3f}x)")
+    if args.device == "cuda":
+        peak = gpu_peak_flops(torch.cuda.get_device_name(0))
+        fpt = model_flops_per_token(mcfg)
+        if peak:
+            print(f"MFU (PaLM formula, {torch.cuda.get_device_name(0)}): llmtk {a * fpt / peak:.1%}"
+                  f"   plain {b * fpt / peak:.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Text normalisation: HTML to text, mojibake, escapes, control characters, Unicode, width.
+
+Each step has a cheap test first (ASCII text cannot hold mojibake, no ESC byte means no ANSI
+sequence), so clean text costs a few C-speed scans.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from html.parser import HTMLParser
+
+# CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), and two-byte ESC sequences.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
+# C0 controls except tab and newline, DEL, C1 controls, zero-width and BOM characters.
+_CONTROL_TABLE = {
+    c: None
+    for c in [*range(0, 9), *range(11, 32), *range(127, 160), 0x200B, 0xFEFF, 0x2060]
+}
+_CONTROL_TABLE[0x0D] = None  # \r: line endings are made \n before this table runs
+# Unicode spaces (NBSP, ideographic space, ...) and line/paragraph separators.
+_SPACES = {c: " " for c in [0xA0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000]}
+_SPACES.update({0x2028: "\n", 0x2029: "\n", 0x85: "\n", 0x0B: "\n", 0x0C: "\n"})
+# Presence tests (a char-class search is a fast C scan; translate is not).
+_HAS_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\ufeff\u2060]")
+_HAS_SPACE = re.compile(r"[\xa0\u1680\u2000-\u200a\u202f\u205f\u3000\u2028\u2029\x85\x0b\x0c]")
+_HAS_WIDE = re.compile(r"[\uff01-\uff5e]")
+# UTF-8 read as Latin-1/Windows-1252 leaves a lead-byte character (U+00C2..U+00F4) next to a
+# continuation-byte character; only then is ftfy's (slower) check worth running.
+_MOJIBAKE_HINT = re.compile(
+    "[\u00c2-\u00f4][\u0080-\u00bf\u0152\u0153\u0160\u0161\u0178\u017d\u017e"
+    "\u0192\u02c6\u02dc\u2013-\u203a\u20ac\u2122]"
+)
+_TRAILING_WS = re.compile(r"[ \t]+$", re.M)
+_INNER_WS = re.compile(r"(?<=\S)[ \t]{2,}(?=\S)")
+_BLANK_LINES = re.compile(r"\n{3,}")
+
+# Full-width ASCII-range forms U+FF01..FF5E -> U+0021..007E.
+_WIDTH_ALNUM = {
+    c: c - 0xFEE0
+    for c in [*range(0xFF10, 0xFF1A), *range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B)]
+}
+_WIDTH_ALL = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}
+_HTML_HINT = re.compile(r"<(?:html|body|div|p|br|span|a|table|td|li|h[1-6])\b[^>]*>", re.I)
+
+
+_OPENCC: dict[str, object] = {}
+
+
+@dataclass
+class Normalize:
+    enabled: bool = True
+    unicode: str = "NFC"  # NFC, NFKC or none
+    fix_mojibake: bool = True
+    strip_ansi: bool = True
+    strip_control: bool = True
+    whitespace: bool = True  # unify spaces and line endings, trim lines, <= 1 blank line
+    fold_width: str = "alnum"  # none, alnum (letters and digits) or all (incl. punctuation)
+    zh_convert: str = "none"  # none, t2s or s2t (OpenCC)
+    html: str = "off"  # off, auto (only documents that look like HTML) or always
+
+    def __post_init__(self) -> None:
+        self._opencc = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_opencc"] = None
+        return state
+
+    def __call__(self, text: str) -> str:
+        looks_html = "<" in text and _HTML_HINT.search(text) is not None
+        if self.html == "always" or (self.html == "auto" and looks_html):
+            text = html_to_text(text)
+        if self.strip_ansi and "\x1b" in text:
+            text = _ANSI.sub("", text)
+        ascii_only = text.isascii()
+        if self.fix_mojibake and not ascii_only:
+            text = _fix_mojibake(text)
+        if self.whitespace:
+            if "\r" in text:
+                text = text.replace("\r\n", "\n").replace("\r", "\n")
+            if not ascii_only and _HAS_SPACE.search(text):
+                text = text.translate(_SPACES)
+        if self.strip_control and _HAS_CONTROL.search(text):
+            text = text.translate(_CONTROL_TABLE)
+        if not ascii_only:
+            if self.fold_width != "none" and _HAS_WIDE.search(text):
+                text = text.translate(_WIDTH_ALL if self.fold_width == "all" else _WIDTH_ALNUM)
+            if self.unicode != "none" and not unicodedata.is_normalized(self.unicode, text):
+                text = unicodedata.normalize(self.unicode, text)
+            if self.zh_convert != "none":
+                text = self._convert_zh(text)
+        if self.whitespace:
+            if " \n" in text or "\t\n" in text or text.endswith((" ", "\t")):
+                text = _TRAILING_WS.sub("", text)
+            if "  " in text or "\t" in text:
+                text = _INNER_WS.sub(" ", text)
+            if "\n\n\n" in text:
+                text = _BLANK_LINES.sub("\n\n", text)
+            text = text.strip()
+        return text
+
+    def _convert_zh(self, text: str) -> str:
+        if self._opencc is None:
+            if self.zh_convert not in _OPENCC:  # per process, kept across --workers chunks
+                import opencc
+
+                _OPENCC[self.zh_convert] = opencc.OpenCC(self.zh_convert)
+            self._opencc = _OPENCC[self.zh_convert]
+        return self._opencc.convert(text)
+
+
+def _fix_mojibake(text: str) -> str:
+    """Undo UTF-8 decoded as Latin-1/Windows-1252 (ftfy), only where ftfy sees damage."""
+    if not _MOJIBAKE_HINT.search(text):
+        return text
+    from ftfy import fix_encoding
+    from ftfy.badness import is_bad
+
+    return fix_encoding(text) if is_bad(text) else text
+
+
+class _TextExtractor(HTMLParser):
+    _BLOCK = frozenset(
+        "p div br li ul ol tr table h1 h2 h3 h4 h5 h6 section article header footer pre "
+        "blockquote title dd dt".split()
+    )
+    _SKIP = frozenset(["script", "style", "noscript", "template", "head"])
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self._SKIP:
+            self.skip += 1
+        elif tag in self._BLOCK:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag):
+        if tag in self._SKIP:
+            self.skip = max(0, self.skip - 1)
+        elif tag in self._BLOCK:
+            self.parts.append("\n")
+
+    def handle_data(self, data):
+        if not self.skip:
+            self.parts.append(data)
+
+
+def html_to_text(html: str) -> str:
+    """Visible text of an HTML document; block elements become line breaks."""
+    parser = _TextExtractor()
+    parser.feed(html)
+    parser.close()
+    text = "".join(parser.parts)
+    text = re.sub(r"[ \t]+", " ", text)
+    return re.sub(r"\n\s*\n\s*", "\n\n", text).strip()

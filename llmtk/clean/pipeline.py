@@ -1,0 +1,147 @@
+"""`Cleaner`: the per-document function behind `llmtk clean`.
+
+    cleaner = Cleaner(CleanConfig())
+    reason = cleaner(doc)        # None: keep (doc may be modified); else the drop reason
+
+Stages run in this order: normalise -> language ID (+ --lang filter) -> Gopher quality ->
+Gopher repetition -> C4 -> FineWeb -> classifier -> perplexity -> PII. PII runs last so that
+placeholders do not change what the filters measure. A `Cleaner` is picklable and loads its
+models lazily in each worker process, so `StreamRun.apply(cleaner)` works with any --workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import partial
+
+from llmtk.clean.config import CleanConfig
+from llmtk.clean.filters import DocText, Profile
+from llmtk.io import Doc, ordered_map
+from llmtk.text.langid import LanguageId
+from llmtk.text.pii import scrub
+from llmtk.text.segment import is_cjk
+
+
+class Cleaner:
+    def __init__(self, config: CleanConfig, annotate: bool = False, dry_run: bool = False) -> None:
+        self.cfg = config
+        self.annotate = annotate
+        self.dry_run = dry_run
+        self.langid = LanguageId() if config.langid.enabled else None
+        self.keep_langs = frozenset(config.langid.keep)
+        self.filters = [
+            (name, stage)
+            for name, stage in (
+                # Quality before repetition (datatrove's FineWeb pipeline has it the other way
+                # round): the same keep/drop decisions, but short documents are named
+                # gopher.short_doc and leave before the costlier n-gram rules run.
+                ("gopher_quality", config.gopher_quality),
+                ("gopher_repetition", config.gopher_repetition),
+                ("c4", config.c4),
+                ("fineweb", config.fineweb),
+            )
+            if stage.enabled
+        ]
+        self.quality = None
+        if config.quality.model:
+            from llmtk.clean.quality import QualityModel
+
+            self.quality = QualityModel(config.quality.model, config.quality.label)
+        self.ppl = None
+        if config.perplexity.model:
+            from llmtk.clean.perplexity import PerplexityModel
+
+            self.ppl = PerplexityModel(config.perplexity.model, config.perplexity.max_tokens)
+        self.max_ppl = config.perplexity.max_ppl  # set from the quantile by the caller
+        self.pii_kinds = frozenset(config.pii.kinds) if config.pii.enabled else None
+
+    def load(self) -> None:
+        """Load the models now (to fail early on a bad path, before reading any input)."""
+        if self.quality is not None:
+            self.quality.load()
+        if self.ppl is not None:
+            self.ppl.load()
+        if self.langid is not None:
+            self.langid.load()  # before --workers forks, so the workers share it
+
+    def __call__(self, doc: Doc) -> str | None:
+        notes: dict | None = {} if self.annotate else None
+        reason = self._run(doc, notes)
+        if self.dry_run and reason is not None:
+            doc.count(f"would_drop.{reason}")
+            if notes is not None:
+                notes["reason"] = reason
+            reason = None
+        if notes:
+            doc.annotate(**notes)  # on a dropped record too: --rejects then shows the values
+        return reason
+
+    def _run(self, doc: Doc, notes: dict | None) -> str | None:
+        cfg = self.cfg
+        original = doc.text
+        text = cfg.normalize(original) if cfg.normalize.enabled else original
+        if not text.strip():
+            return "normalize.empty"
+
+        lang = None
+        if self.langid is not None:
+            lang, score = self.langid.predict(text)
+            doc.count(f"lang.{lang}")
+            if notes is not None:
+                notes["lang"] = lang
+                notes["lang_score"] = score
+            if self.keep_langs:
+                if lang not in self.keep_langs:
+                    return "lang.unwanted"
+                if score < cfg.langid.min_score:
+                    return "lang.low_score"
+        profile = Profile.for_lang(lang, cjk_text=lang is None and is_cjk(text))
+
+        d = DocText(text)
+        for name, stage in self.filters:
+            vals: dict | None = {} if notes is not None else None
+            reason = stage.check(d, profile, vals)
+            if vals:
+                notes[name] = vals  # type: ignore[index]
+            if reason is not None:
+                return reason
+        text = d.text
+
+        if self.quality is not None:
+            score = self.quality.score(text)
+            if notes is not None:
+                notes["quality"] = score
+            if score < cfg.quality.min_score:
+                return "quality.low_score"
+
+        if self.ppl is not None:
+            ppl = self.ppl.score(text)
+            if notes is not None:
+                notes["perplexity"] = round(ppl, 4) if ppl != float("inf") else None
+            if self.max_ppl is not None and ppl > self.max_ppl:
+                return "perplexity.too_high"
+
+        if self.pii_kinds is not None:
+            text, counts = scrub(text, self.pii_kinds)
+            for kind, n in counts.items():
+                doc.count(f"pii.{kind}", n)
+
+        if not self.dry_run and text != original:
+            doc.set_text(text)
+        return None
+
+
+def perplexity_threshold(
+    cleaner: Cleaner, docs: Iterable[Doc], q: float, workers: int = 1
+) -> float:
+    """The q-quantile of the (normalised) documents' perplexities: a first pass for
+    `--ppl-quantile`, run over the same input before the real one."""
+    from llmtk.clean.perplexity import quantile
+
+    values = list(ordered_map(partial(_ppl_chunk, cleaner), docs, workers))
+    return quantile(values, q)
+
+
+def _ppl_chunk(cleaner: Cleaner, chunk: list[Doc]) -> list[float]:
+    norm = cleaner.cfg.normalize
+    return [cleaner.ppl.score(norm(d.text) if norm.enabled else d.text) for d in chunk]

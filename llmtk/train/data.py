@@ -1,0 +1,238 @@
+"""The token cache and the batch sampler.
+
+Documents are tokenized once into memory-mapped shards of raw token ids
+(uint16 when the vocabulary fits, else uint32), EOS after every document, so
+training never re-parses JSON. A cache directory is named by a hash of its
+inputs (paths, sizes, mtimes), the tokenizer's fingerprint, the text field and
+the validation split, so a changed input or tokenizer builds a new cache and
+an unchanged one is reused by every run and every rank.
+
+Sampling: the train tokens are cut into fixed windows of seq_len + 1 tokens
+(packed across document boundaries). Window order is a seeded permutation per
+epoch. The position in the data is one integer, the number of windows the whole
+job has consumed; micro-batch g of the job covers windows [g*W*B, (g+1)*W*B) of
+the (epoch-permuted) order and rank r takes its B-window slice. So the data
+position is exact to save and restore, and a 2-process run sees the same
+global batches as a 1-process run with twice the batch size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+
+import numpy as np
+import xxhash
+
+from llmtk.errors import DataError, UsageError
+from llmtk.io import expand_inputs, read_docs
+
+CACHE_VERSION = 1
+SHARD_TOKENS = 1 << 26  # 64M tokens per shard file (128 MiB as uint16)
+
+
+def _input_identity(paths: list[str]) -> list:
+    out = []
+    for p in paths:
+        st = os.stat(p)
+        out.append([os.path.abspath(p), st.st_size, st.st_mtime_ns])
+    return out
+
+
+def cache_key(train_paths: list[str], val_paths: list[str], tokenizer_fp: str, text_field: str,
+              val_fraction: float) -> str:
+    spec = {
+        "version": CACHE_VERSION, "train": _input_identity(train_paths),
+        "val": _input_identity(val_paths), "tokenizer": tokenizer_fp, "text_field": text_field,
+        "val_fraction": val_fraction,
+    }
+    return hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class _ShardWriter:
+    def __init__(self, directory: str, split: str, dtype):
+        self.directory, self.split, self.dtype = directory, split, dtype
+        self.shards: list[dict] = []
+        self.buf: list[np.ndarray] = []
+        self.buf_tokens = 0
+        self.docs = 0
+
+    def add(self, ids: list[int], eos: int) -> None:
+        arr = np.empty(len(ids) + 1, dtype=self.dtype)
+        arr[:-1] = ids
+        arr[-1] = eos
+        self.buf.append(arr)
+        self.buf_tokens += len(arr)
+        self.docs += 1
+        if self.buf_tokens >= SHARD_TOKENS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.buf:
+            return
+        name = f"{self.split}-{len(self.shards):05d}.bin"
+        data = np.concatenate(self.buf)
+        with open(os.path.join(self.directory, name), "wb") as f:
+            f.write(data.tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        self.shards.append({"file": name, "tokens": int(len(data))})
+        self.buf, self.buf_tokens = [], 0
+
+    @property
+    def tokens(self) -> int:
+        return sum(s["tokens"] for s in self.shards) + self.buf_tokens
+
+
+def _is_val(text: str, fraction: float) -> bool:
+    """A stable, content-based split: the same document always lands on the same side."""
+    return xxhash.xxh64_intdigest(text.encode("utf-8", "surrogatepass")) < fraction * 2.0**64
+
+
+def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str,
+                text_field: str = "text", val_fraction: float = 0.0, log=None) -> str:
+    """Tokenize the inputs into cache_root/<key>/ unless it is there; return that directory.
+
+    Safe when several processes race: each builds into its own temporary directory and
+    the first rename wins; the others discard theirs.
+    """
+    train_paths = expand_inputs(data)
+    val_paths = expand_inputs(val_data) if val_data else []
+    if "-" in train_paths or "-" in val_paths:
+        raise UsageError("--data: training cannot read stdin (the cache and resume need files)")
+    key = cache_key(train_paths, val_paths, tokenizer.fingerprint(), text_field, val_fraction)
+    final = os.path.join(cache_root, key)
+    if os.path.exists(os.path.join(final, "meta.json")):
+        return final
+    os.makedirs(cache_root, exist_ok=True)
+    tmp = os.path.join(cache_root, f".tmp-{key}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    dtype = np.uint16 if tokenizer.vocab_size <= 65536 else np.uint32
+    train = _ShardWriter(tmp, "train", dtype)
+    val = _ShardWriter(tmp, "val", dtype)
+    from llmtk.text.tokenizer import encode_batch
+
+    def consume(paths, route_val: bool):
+        batch: list[str] = []
+
+        def drain():
+            for text, ids in zip(batch, encode_batch(tokenizer, batch), strict=True):
+                target = val if (route_val and val_fraction > 0 and _is_val(text, val_fraction)) \
+                    else train
+                target.add(ids, tokenizer.eos_id)
+            batch.clear()
+
+        for doc in read_docs(paths, text_field=text_field):
+            batch.append(doc.text)
+            if len(batch) >= 1024:
+                drain()
+        drain()
+
+    if log:
+        log(f"tokenizing {len(train_paths)} file(s) into {final}")
+    consume(train_paths, route_val=not val_paths)
+    if val_paths:
+        for doc_text in (d.text for d in read_docs(val_paths, text_field=text_field)):
+            val.add(tokenizer.encode(doc_text), tokenizer.eos_id)
+    train.flush()
+    val.flush()
+    if train.tokens == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise DataError(f"{train_paths[0]}: no training text (0 documents)")
+    meta = {
+        "version": CACHE_VERSION, "dtype": np.dtype(dtype).name,
+        "tokenizer": tokenizer.fingerprint(),
+        "vocab_size": tokenizer.vocab_size, "eos_id": tokenizer.eos_id, "text_field": text_field,
+        "val_fraction": val_fraction, "inputs": train_paths, "val_inputs": val_paths,
+        "train": {"docs": train.docs, "tokens": train.tokens, "shards": train.shards},
+        "val": {"docs": val.docs, "tokens": val.tokens, "shards": val.shards},
+    }
+    with open(os.path.join(tmp, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
+        if not os.path.exists(os.path.join(final, "meta.json")):
+            raise
+    return final
+
+
+def read_meta(cache_dir: str) -> dict:
+    with open(os.path.join(cache_dir, "meta.json")) as f:
+        return json.load(f)
+
+
+@dataclass
+class Windows:
+    """All (seq_len + 1)-token windows of one split, over its memory-mapped shards."""
+
+    shards: list[np.ndarray]
+    per_shard: list[int]   # windows in each shard
+    seq_len: int
+
+    @classmethod
+    def open(cls, cache_dir: str, split: str, seq_len: int) -> Windows:
+        meta = read_meta(cache_dir)
+        shards, per = [], []
+        for s in meta[split]["shards"]:
+            arr = np.memmap(os.path.join(cache_dir, s["file"]), dtype=meta["dtype"], mode="r")
+            n = (len(arr) - 1) // seq_len  # windows overlap by one token (the last target)
+            if n > 0:
+                shards.append(arr)
+                per.append(n)
+        return cls(shards, per, seq_len)
+
+    def __len__(self) -> int:
+        return sum(self.per_shard)
+
+    def get(self, i: int) -> np.ndarray:
+        """Window i: (seq_len + 1,) token ids."""
+        for arr, n in zip(self.shards, self.per_shard, strict=True):
+            if i < n:
+                start = i * self.seq_len
+                return arr[start:start + self.seq_len + 1]
+            i -= n
+        raise IndexError(i)
+
+
+class Sampler:
+    """Micro-batches for one rank, addressed by the job's global window position."""
+
+    def __init__(self, windows: Windows, micro_batch: int, world: int, rank: int, seed: int,
+                 shuffle: bool = True):
+        if len(windows) == 0:
+            raise DataError(f"not enough tokens for one sequence of {windows.seq_len + 1}")
+        self.w, self.B, self.world, self.rank = windows, micro_batch, world, rank
+        self.seed, self.shuffle = seed, shuffle
+        self._epoch, self._perm = -1, None
+
+    def _index(self, pos: int) -> int:
+        n = len(self.w)
+        epoch, i = divmod(pos, n)
+        if not self.shuffle:
+            return i
+        if epoch != self._epoch:
+            self._perm = np.random.default_rng([self.seed, epoch]).permutation(n)
+            self._epoch = epoch
+        return int(self._perm[i])
+
+    def batch(self, position: int):
+        """(x, y) int64 tensors of shape (B, T) for the job-wide micro-batch starting at
+        window `position` (this rank's slice)."""
+        import torch
+
+        start = position + self.rank * self.B
+        rows = np.stack([self.w.get(self._index(start + j)) for j in range(self.B)])
+        t = torch.from_numpy(rows.astype(np.int64))  # (B, T + 1)
+        return t[:, :-1], t[:, 1:]
+
+    @property
+    def global_batch(self) -> int:
+        return self.B * self.world

@@ -1,0 +1,66 @@
+"""Launching through torchrun (torch.distributed.elastic), the existing distributed engine.
+
+`llmtk train ... --nproc-per-node 8 [--nnodes 4 --rdzv-endpoint HOST:PORT ...]` runs
+torchrun in this process with those flags and `-m llmtk train <the same arguments>`
+as the worker. A worker sees RANK/WORLD_SIZE in its environment and trains; it
+ignores the launch flags it was passed again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from llmtk.errors import LlmtkError, UsageError
+
+
+def is_worker() -> bool:
+    """Started by torchrun (or srun with the torch variables exported)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def torchrun_argv(*, nproc_per_node: int, nnodes: int, node_rank: int | None,
+                  rdzv_endpoint: str | None, rdzv_id: str | None, rdzv_backend: str,
+                  max_restarts: int, worker_args: list[str]) -> list[str]:
+    if nproc_per_node < 1 or nnodes < 1:
+        raise UsageError("--nproc-per-node and --nnodes must be >= 1")
+    args = [f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}"]
+    if nnodes == 1 and not rdzv_endpoint:
+        args.append("--standalone")  # a private rendezvous on a free local port
+    else:
+        if not rdzv_endpoint:
+            raise UsageError("--rdzv-endpoint HOST:PORT is required with --nnodes > 1")
+        args += [f"--nnodes={nnodes}", f"--rdzv-backend={rdzv_backend}",
+                 f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id or 'llmtk'}"]
+        if node_rank is not None:
+            args.append(f"--node-rank={node_rank}")
+    return [*args, "-m", "llmtk", "train", *worker_args]
+
+
+def run_torchrun(argv: list[str]) -> int:
+    """Run torchrun's launcher here; return the exit status of the job."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun_main
+
+    # SIGUSR1 (Slurm's advance warning) is for the workers, which checkpoint on it; the
+    # launcher ignores it rather than die and orphan them. Workers set their own handler.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    try:
+        torchrun_main(argv)
+    except ChildFailedError as e:
+        codes = [f.exitcode for f in e.failures.values()]
+        code = next((c for c in codes if c and c > 0), 1)
+        err = LlmtkError(f"training failed: worker exit status {codes} (see the worker "
+                         "messages above)")
+        err.exit_code = code
+        raise err from None
+    return 0
+
+
+def worker_args() -> list[str]:
+    """This process's `llmtk train` arguments, to hand to the workers unchanged."""
+    argv = sys.argv[1:]
+    if "train" in argv:
+        argv = argv[argv.index("train") + 1:]
+    return argv

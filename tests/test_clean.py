@@ -1,0 +1,239 @@
+"""`llmtk clean` end to end, as a real process: reasons, rejects, options, config, workers."""
+
+import hashlib
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.util import ROOT, llmtk, shell
+
+DATA = Path(__file__).parent / "data" / "clean"
+ARTICLES_FILE = DATA / "articles.jsonl"
+ARTICLES = [json.loads(x) for x in ARTICLES_FILE.read_text(encoding="utf-8").splitlines()]
+
+
+def jsonl(records) -> bytes:
+    return b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in records)
+
+
+def parse(out: bytes) -> list[dict]:
+    return [json.loads(x) for x in out.decode().splitlines()]
+
+
+def mixed_corpus(n: int, seed: int = 0) -> list[dict]:
+    """Articles (kept), junk of several kinds (dropped), some with PII and escapes."""
+    rng = random.Random(seed)
+    junk = [
+        "Buy now!",
+        "click here click here click here click here click here click here " * 5,
+        "\n".join(f"- item {i}" for i in range(60)),
+        "Lorem ipsum dolor sit amet. " + ARTICLES[0]["text"],
+        "1 2 3 4 5 6 7 8 9 " * 20,
+    ]
+    out = []
+    for i in range(n):
+        if rng.random() < 0.5:
+            art = rng.choice(ARTICLES)
+            text = art["text"]
+            if rng.random() < 0.3:
+                pii = f"Mail {i}@example.com or \x1b[1m13800138000\x1b[0m."
+                text = text.replace("\n\n", f"\n\n{pii}\n\n", 1)
+            out.append({"id": i, "text": text, "meta": {"k": i}})
+        else:
+            out.append({"id": i, "text": rng.choice(junk)})
+    return out
+
+
+def test_articles_in_every_language_are_kept_unchanged():
+    r = llmtk("clean", ARTICLES_FILE, "-q")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ARTICLES_FILE.read_bytes()  # nothing to fix: bytes pass through
+
+
+def test_drop_reasons_in_rejects_and_stats(tmp_path):
+    records = [
+        {"id": "short", "text": "Too short to be a document."},
+        {"id": "lorem", "text": ARTICLES[0]["text"] + "\nLorem ipsum dolor sit amet."},
+        {"id": "ok", "text": ARTICLES[0]["text"]},
+    ]
+    rej, stats = tmp_path / "rej.jsonl", tmp_path / "stats.json"
+    r = llmtk("clean", "--rejects", rej, "--stats", stats, "-q", input=jsonl(records))
+    assert r.returncode == 0, r.stderr
+    assert [d["id"] for d in parse(r.stdout)] == ["ok"]
+    reasons = {d["id"]: d["llmtk"]["reason"] for d in parse(rej.read_bytes())}
+    assert reasons == {"short": "gopher.short_doc", "lorem": "c4.lorem_ipsum"}
+    r = llmtk("clean", "--rejects", rej, "--annotate", "-q", input=jsonl(records[:1]))
+    (rejected,) = parse(rej.read_bytes())
+    # "Too short to be a document." has 6 words (the full stop is not one)
+    assert rejected["llmtk"]["lang"] == "en" and rejected["llmtk"]["gopher_quality"]["words"] == 6
+    s = json.loads(stats.read_text())
+    assert s["dropped"] == {"c4.lorem_ipsum": 1, "gopher.short_doc": 1}
+    assert s["records_in"] == 3 and s["records_out"] == 1
+
+
+def test_text_field_option():
+    records = [{"body": ARTICLES[0]["text"] + "\nMail anna@example.com now.", "text": "x"}]
+    r = llmtk("clean", "--text-field", "body", "-q", input=jsonl(records))
+    (doc,) = parse(r.stdout)
+    assert doc["text"] == "x" and "<EMAIL>" in doc["body"]
+
+
+def test_mixed_script_chinese_is_kept_as_zh():
+    text = "训练大模型时 Loss 曲线是判断模型收敛情况的重要依据"
+    r = llmtk("clean", "--lang", "zh", "--filters", "none", "--annotate", "-q",
+              input=jsonl([{"text": text}]))
+    assert r.returncode == 0, r.stderr
+    (doc,) = parse(r.stdout)
+    assert doc["llmtk"]["lang"] == "zh"
+
+
+def test_lang_filter_and_min_score(tmp_path):
+    rej = tmp_path / "rej.jsonl"
+    r = llmtk("clean", ARTICLES_FILE, "--lang", "en,zh", "--rejects", rej, "-q")
+    assert [d["lang"] for d in parse(r.stdout)] == ["en", "zh"]
+    assert {d["llmtk"]["reason"] for d in parse(rej.read_bytes())} == {"lang.unwanted"}
+    r = llmtk("clean", ARTICLES_FILE, "--lang", "en", "--min-lang-score", "1.0", "-q",
+              "--rejects", rej)
+    assert parse(r.stdout) == []
+    assert "lang.low_score" in {d["llmtk"]["reason"] for d in parse(rej.read_bytes())}
+
+
+def test_pii_scrubbed_and_counted(tmp_path):
+    text = ARTICLES[0]["text"] + "\nWrite to anna@example.com or call +1 415-555-0132 today."
+    stats = tmp_path / "s.json"
+    r = llmtk("clean", "--stats", stats, "-q", input=jsonl([{"text": text}]))
+    (doc,) = parse(r.stdout)
+    assert "Write to <EMAIL> or call <PHONE> today." in doc["text"]
+    counts = json.loads(stats.read_text())["counts"]
+    assert counts["pii.EMAIL"] == 1 and counts["pii.PHONE"] == 1
+    r = llmtk("clean", "--no-pii", "-q", input=jsonl([{"text": text}]))
+    assert "anna@example.com" in parse(r.stdout)[0]["text"]
+
+
+def test_ansi_and_mojibake_cleaned():
+    text = ARTICLES[0]["text"].replace("old town", "\x1b[32mold\x1b[0m cafÃ© town", 1)
+    r = llmtk("clean", "-q", input=jsonl([{"text": text}]))
+    (doc,) = parse(r.stdout)
+    assert "old café town" in doc["text"] and "\x1b" not in doc["text"]
+
+
+def test_dry_run_keeps_everything_and_annotates_reasons(tmp_path):
+    records = [{"id": 1, "text": "Too short."}, {"id": 2, "text": ARTICLES[0]["text"]}]
+    stats = tmp_path / "s.json"
+    r = llmtk("clean", "--dry-run", "--annotate", "--stats", stats, "-q", input=jsonl(records))
+    docs = parse(r.stdout)
+    assert [d["id"] for d in docs] == [1, 2]
+    assert docs[0]["text"] == "Too short."
+    assert docs[0]["llmtk"]["reason"] == "gopher.short_doc"
+    assert "reason" not in docs[1]["llmtk"] and docs[1]["llmtk"]["lang"] == "en"
+    assert docs[1]["llmtk"]["gopher_quality"]["stop_words"] >= 2
+    s = json.loads(stats.read_text())
+    assert s["dropped"] == {} and s["counts"]["would_drop.gopher.short_doc"] == 1
+
+
+def test_workers_give_identical_bytes(tmp_path):
+    data = tmp_path / "in.jsonl"
+    data.write_bytes(jsonl(mixed_corpus(700)))
+    outs = []
+    for w in ("1", "2", "3"):
+        rej = tmp_path / f"rej{w}.jsonl"
+        r = llmtk("clean", data, "--workers", w, "--rejects", rej, "-q")
+        assert r.returncode == 0, r.stderr
+        outs.append((hashlib.sha256(r.stdout).hexdigest(), rej.read_bytes()))
+    assert outs[0] == outs[1] == outs[2]
+    kept = parse(llmtk("clean", data, "-q").stdout)
+    assert 0 < len(kept) < 700
+    assert all("\x1b" not in d["text"] and "@example.com" not in d["text"] for d in kept)
+
+
+def test_print_config_round_trips(tmp_path):
+    r = llmtk("clean", "--print-config")
+    assert r.returncode == 0 and b"[gopher_quality]" in r.stdout
+    assert b"min_doc_words = 50" in r.stdout and b"dup_line_frac = 0.3" in r.stdout
+    cfg = tmp_path / "c.toml"
+    cfg.write_bytes(r.stdout.replace(b"min_doc_words = 50", b"min_doc_words = 5"))
+    r2 = llmtk("clean", "--config", cfg, "--print-config")
+    assert b"min_doc_words = 5\n" in r2.stdout
+    r3 = llmtk("clean", "--config", cfg, "--filters", "gopher_quality", "--no-langid", "-q",
+               "--rejects", tmp_path / "rej.jsonl",
+               input=jsonl([{"text": "The cat and the dog sat with me."}]))
+    assert len(parse(r3.stdout)) == 1  # 9 words pass min_doc_words = 5
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--filters", "gopher,c4"], b"--filters"),
+        (["--unicode", "nfd"], b"--unicode"),
+        (["--min-lang-score", "2"], b"--min-lang-score"),
+        (["--lang", "en", "--no-langid"], b"--lang"),
+        (["--quality-model", "/nonexistent.bin"], b"--quality-model"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(args, needle):
+    r = llmtk("clean", *args, input=b"")
+    assert r.returncode == 2
+    assert needle in r.stderr and b"Traceback" not in r.stderr
+
+
+def test_bad_config_file_exit_2(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[gopher_quality]\nmin_doc_wrds = 3\n")
+    r = llmtk("clean", "--config", cfg, input=b"")
+    assert r.returncode == 2 and b"gopher_quality.min_doc_wrds" in r.stderr
+
+
+def test_bad_input_line_reports_file_and_line(tmp_path):
+    data = tmp_path / "bad.jsonl"
+    data.write_bytes(jsonl(ARTICLES[:1]) + b"{not json\n")
+    r = llmtk("clean", data)
+    assert r.returncode == 1 and f"{data}:2".encode() in r.stderr
+
+
+def test_head_closes_pipe_quietly():
+    r = shell(f"cat {ARTICLES_FILE} {ARTICLES_FILE} | llmtk clean -q | head -1")
+    assert r.returncode == 0 and r.stdout.count(b"\n") == 1 and r.stderr == b""
+
+
+def test_help_does_not_import_heavy_modules():
+    code = ("import sys, llmtk.cli; from typer.main import get_command; "
+            "get_command(llmtk.cli.app); "
+            "print(sorted(m for m in ('fasttext', 'fasttext_new', 'ftfy', 'numpy', 'opencc') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == b"[]"
+
+
+def test_train_quality_then_filter(tmp_path):
+    rng = random.Random(3)
+    good_words = "the river town museum history water farmers bridge herons council".split()
+    bad_words = "buy cheap free click casino winner prize offer discount now".split()
+
+    def docs(words, n):
+        return [{"text": " ".join(rng.choice(words) for _ in range(30))} for _ in range(n)]
+
+    pos, neg = tmp_path / "pos.jsonl", tmp_path / "neg.jsonl"
+    pos.write_bytes(jsonl(docs(good_words, 150)))
+    neg.write_bytes(jsonl(docs(bad_words, 150)))
+    model = tmp_path / "q.bin"
+    r = llmtk("clean", "train-quality", "--positive", pos, "--negative", neg, "-o", model,
+              "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["test"] == 30 and report["precision"] >= 0.9 and report["recall"] >= 0.9
+    assert model.exists()
+
+    test = docs(good_words, 5) + docs(bad_words, 5)
+    r = llmtk("clean", "--quality-model", model, "--min-quality", "0.5", "--filters", "none",
+              "--no-langid", "--annotate", "-q", input=jsonl(test))
+    kept = parse(r.stdout)
+    assert len(kept) == 5 and all(d["llmtk"]["quality"] >= 0.5 for d in kept)
+    assert all(set(d["text"].split()) <= set(good_words) for d in kept)
+    # the model is a standard fastText file: the C++ predict-only package reads it too
+    import fasttext
+
+    assert fasttext.load_model(str(model)).predict("cheap casino prize")[0][0] == "__label__other"

@@ -1,0 +1,86 @@
+"""The perplexity filter with a small byte-level model saved in `llmtk train`'s checkpoint
+layout (trained here for a few steps on English so that other text scores worse)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.util import llmtk
+
+DATA = Path(__file__).parent / "data" / "clean"
+ARTICLES = [
+    json.loads(x) for x in (DATA / "articles.jsonl").read_text(encoding="utf-8").splitlines()
+]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    torch = pytest.importorskip("torch")
+    from llmtk.text.tokenizer import ByteTokenizer
+    from llmtk.train import checkpoint as C
+    from llmtk.train.model import GPT, ModelConfig
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    cfg = ModelConfig(vocab_size=257, seq_len=64, n_layer=1, d_model=32, n_head=2)
+    model = GPT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    tok = ByteTokenizer()
+    ids = torch.tensor([tok.eos_id, *tok.encode(ARTICLES[0]["text"]), tok.eos_id])
+    for _ in range(60):
+        starts = torch.randint(0, len(ids) - 65, (8,))
+        x = torch.stack([ids[s:s + 64] for s in starts])  # (B, T)
+        y = torch.stack([ids[s + 1:s + 65] for s in starts])  # (B, T)
+        _, loss = model(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    root = tmp_path_factory.mktemp("run") / "checkpoints"
+    state = {"model_config": cfg.to_dict(), "train_config": {"tokenizer": "bytes"},
+             "tokenizer": tok.fingerprint(), "step": 60}
+    C.save(str(root), 60, rank=0, barrier=lambda: None, model_state=model.state_dict(),
+           optim_state={}, state=state, keep=1)
+    return root.parent
+
+
+def jsonl(records) -> bytes:
+    return b"".join(json.dumps(r, ensure_ascii=False).encode() + b"\n" for r in records)
+
+
+def test_perplexity_scores_and_max_ppl(checkpoint, tmp_path):
+    data = jsonl([{"id": a["lang"], "text": a["text"]} for a in ARTICLES])
+    r = llmtk("clean", "--ppl-model", checkpoint, "--max-ppl", "1e9", "--annotate", "-q",
+              "--filters", "none", input=data)
+    assert r.returncode == 0, r.stderr
+    ppl = {d["id"]: d["llmtk"]["perplexity"] for d in map(json.loads, r.stdout.splitlines())}
+    assert ppl["en"] == min(ppl.values())  # the model saw English
+    assert ppl["en"] < ppl["zh"] and ppl["en"] < ppl["ru"]
+    ordered = sorted(ppl.values())
+    limit = (ordered[2] + ordered[3]) / 2
+    rej = tmp_path / "rej.jsonl"
+    r = llmtk("clean", "--ppl-model", checkpoint, "--max-ppl", str(limit), "-q", "--rejects", rej,
+              "--filters", "none", input=data)
+    kept = [json.loads(x)["id"] for x in r.stdout.splitlines()]
+    assert len(kept) == 3 and "en" in kept
+    assert {json.loads(x)["llmtk"]["reason"] for x in rej.read_bytes().splitlines()} \
+        == {"perplexity.too_high"}
+
+
+def test_perplexity_quantile_two_passes(checkpoint, tmp_path):
+    data = tmp_path / "in.jsonl"
+    data.write_bytes(jsonl([{"id": a["lang"], "text": a["text"]} for a in ARTICLES] * 2))
+    outs = [llmtk("clean", data, "--ppl-model", checkpoint, "--ppl-quantile", "0.5", "-q",
+                  "--filters", "none", "-j", j) for j in ("1", "2")]
+    assert outs[0].returncode == 0, outs[0].stderr
+    assert outs[0].stdout == outs[1].stdout
+    assert len(outs[0].stdout.splitlines()) == 6  # half of 12
+    r = llmtk("clean", "--ppl-model", checkpoint, "--ppl-quantile", "0.5", input=data.read_bytes())
+    assert r.returncode == 2 and b"--ppl-quantile" in r.stderr
+
+
+def test_perplexity_option_errors(tmp_path):
+    r = llmtk("clean", "--ppl-model", tmp_path, "--max-ppl", "10", input=b"")
+    assert r.returncode == 2 and b"--ppl-model" in r.stderr and b"Traceback" not in r.stderr
+    r = llmtk("clean", "--max-ppl", "10", input=b"")
+    assert r.returncode == 2 and b"--ppl-model" in r.stderr

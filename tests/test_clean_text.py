@@ -1,0 +1,203 @@
+"""Language ID (model + script census), PII scrubbing, normalisation."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from llmtk.clean.normalize import Normalize, html_to_text
+from llmtk.text.langid import LanguageId, census, decide_by_script, model_path
+from llmtk.text.pii import luhn_ok, scrub, valid_card, valid_cn_id
+
+DATA = Path(__file__).parent / "data" / "clean"
+ARTICLES = {
+    d["lang"]: d["text"]
+    for d in map(json.loads, (DATA / "articles.jsonl").read_text(encoding="utf-8").splitlines())
+}
+
+
+@pytest.fixture(scope="module")
+def lid():
+    return LanguageId()
+
+
+# -- language ID ---------------------------------------------------------------------------
+
+MIXED_ZH = "训练大模型时 Loss 曲线是判断模型收敛情况的重要依据"
+
+
+def test_model_ships_in_an_installed_package():
+    assert model_path().endswith("lid.176.ftz")
+
+
+def test_raw_model_is_fooled_by_mixed_script_but_we_are_not(lid):
+    import fasttext_new
+
+    raw = fasttext_new.load_model(model_path())
+    assert raw.predict(MIXED_ZH)[0][0] != "__label__zh"  # the problem the census fixes
+    lang, score = lid.predict(MIXED_ZH)
+    assert lang == "zh" and score > 0.5
+
+
+@pytest.mark.parametrize("lang", ["en", "de", "fr", "ru", "zh", "ja"])
+def test_articles_identified(lid, lang):
+    got, score = lid.predict(ARTICLES[lang])
+    assert got == lang and score > 0.8
+
+
+def test_whole_document_is_classified(lid):
+    # The first 80 characters are English; the document is German.
+    text = "Short English intro line here, then the real text follows below.\n" + ARTICLES["de"]
+    assert lid.predict(text)[0] == "de"
+
+
+def test_census_counts_scripts():
+    c = census("日本語のテキスト abc Привет")
+    assert c["han"] == 3 and c["kana"] == 5 and c["cyrillic"] == 6 and c["letters"] == 17
+    assert decide_by_script(census("한국어 문장입니다")) == ("ko", 1.0)
+    assert decide_by_script(census("plain English")) is None
+
+
+def test_no_letters_is_undetermined(lid):
+    assert lid.predict("12345 --- 678") == ("und", 0.0)
+
+
+def test_langid_pickles_without_its_model(lid):
+    import pickle
+
+    lid.predict("hello world")
+    clone = pickle.loads(pickle.dumps(lid))
+    assert clone._model is None and clone.predict(ARTICLES["en"])[0] == "en"
+    assert clone._model is lid._model  # a --workers chunk reuses the process's loaded model
+
+
+# -- PII -----------------------------------------------------------------------------------
+
+_W = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
+
+
+def make_cn_id(rng: random.Random, valid: bool = True) -> str:
+    body = f"{rng.randint(110000, 659999)}{rng.randint(1950, 2010)}" \
+        f"{rng.randint(1, 12):02d}{rng.randint(1, 28):02d}{rng.randint(0, 999):03d}"
+    check = "10X98765432"[sum(int(c) * w for c, w in zip(body, _W, strict=True)) % 11]
+    if not valid:
+        check = "10X98765432"[("10X98765432".index(check) + 1) % 11]
+    return body + check
+
+
+def make_card(rng: random.Random, valid: bool = True) -> str:
+    prefix = rng.choice(["4", "51", "55", "6011", "62", "37"])
+    length = 15 if prefix == "37" else 16
+    body = prefix + "".join(str(rng.randint(0, 9)) for _ in range(length - len(prefix) - 1))
+    for d in "0123456789":
+        if luhn_ok(body + d) == valid:
+            return body + d
+    raise AssertionError
+
+
+def make_positive(rng: random.Random) -> tuple[str, str]:
+    kind = rng.choice(["EMAIL", "PHONE", "ID_NUMBER", "CARD", "IP"])
+    if kind == "EMAIL":
+        user = rng.choice(["anna", "li.wei", "j_smith", "x+tag"]) + str(rng.randint(1, 99))
+        return kind, f"{user}@{rng.choice(['example.com', 'mail.example.org', 'qq.com'])}"
+    if kind == "PHONE":
+        fmt = rng.choice([
+            lambda: f"1{rng.choice('3456789')}{rng.randint(0, 9)}{rng.randint(10**7, 10**8 - 1)}",
+            lambda: f"+86 13{rng.randint(0, 9)} {rng.randint(1000, 9999)} "
+            f"{rng.randint(1000, 9999)}",
+            lambda: f"+1 {rng.randint(200, 999)}-{rng.randint(200, 999)}-{rng.randint(1000, 9999)}",
+            lambda: f"({rng.randint(200, 999)}) {rng.randint(200, 999)}-{rng.randint(1000, 9999)}",
+            lambda: f"+44 20 {rng.randint(1000, 9999)} {rng.randint(1000, 9999)}",
+        ])
+        return kind, fmt()
+    if kind == "ID_NUMBER":
+        return kind, make_cn_id(rng)
+    if kind == "CARD":
+        card = make_card(rng)
+        if rng.random() < 0.5 and len(card) == 16:
+            card = " ".join(card[i:i + 4] for i in range(0, 16, 4))
+        return kind, card
+    if rng.random() < 0.7:
+        return kind, ".".join(str(rng.randint(1, 255)) for _ in range(4))
+    return kind, rng.choice(["2001:db8::8a2e:370:7334", "fe80::1ff:fe23:4567:890a",
+                             "2001:0db8:85a3:0000:0000:8a2e:0370:7334"])
+
+
+def test_pii_recall_on_generated_positives():
+    rng = random.Random(7)
+    found = total = 0
+    for _ in range(400):
+        kind, value = make_positive(rng)
+        text, counts = scrub(f"Contact: {value}, thanks.")
+        total += 1
+        if text == f"Contact: <{kind}>, thanks." and counts == {kind: 1}:
+            found += 1
+    assert found / total >= 0.98, found / total
+
+
+def test_pii_precision_on_checksum_failing_and_lookalike_numbers():
+    rng = random.Random(8)
+    negatives = []
+    for _ in range(150):
+        negatives.append(make_cn_id(rng, valid=False))
+        negatives.append(make_card(rng, valid=False))
+    negatives += [
+        "999.1.1.1", "1.2.3.4.5", "01.02.2024", "3.14159", "10:30:45", "2024-01-02",
+        "ISBN 978-3-16-148410-0", "version 2.7.18", "1999", "std::vector", "x@y",
+        "12345678901234567", "order #123456789",
+    ]
+    wrongly = [n for n in negatives if scrub(f"Value {n} here.")[1]]
+    assert len(wrongly) / len(negatives) <= 0.01, wrongly
+
+
+def test_checksums():
+    assert valid_cn_id("11010519491231002X")
+    assert not valid_cn_id("110105194912310021")
+    assert not valid_cn_id("110105194913310028")  # month 13
+    assert valid_card("4111 1111 1111 1111") and not valid_card("4111 1111 1111 1112")
+
+
+def test_pii_kinds_can_be_limited():
+    text, counts = scrub("a@example.com 192.168.0.1", frozenset({"IP"}))
+    assert text == "a@example.com <IP>" and counts == {"IP": 1}
+
+
+# -- normalisation -------------------------------------------------------------------------
+
+
+def test_ansi_escapes_and_controls_removed():
+    n = Normalize()
+    assert n("\x1b[1;31mError:\x1b[0m disk \x1b]0;title\x07full\x00\x07 now") == \
+        "Error: disk full now"
+
+
+def test_mojibake_fixed():
+    n = Normalize()
+    assert n("The cafÃ© was â€œniceâ€\x9d.") == "The café was “nice”."
+    assert n("Le café est déjà là.") == "Le café est déjà là."  # correct text untouched
+
+
+def test_whitespace_and_line_endings():
+    n = Normalize()
+    assert n("  one\r\ntwo  \u00a0three   four\r\n\n\n\n\nfive \t") == \
+        "one\ntwo three four\n\nfive"
+
+
+def test_width_folding_and_unicode_forms():
+    assert Normalize()("ＡＢＣ１２３，。") == "ABC123，。"  # CJK punctuation is kept
+    assert Normalize(fold_width="all")("ＡＢ，！") == "AB,!"
+    assert Normalize(unicode="NFKC")("ﬁne ①") == "fine 1"
+    assert Normalize()("e\u0301") == "é"  # NFC composes
+
+
+def test_zh_conversion_with_opencc():
+    assert Normalize(zh_convert="t2s")("漢字轉換") == "汉字转换"
+
+
+def test_html_to_text():
+    html = "<html><head><style>p{}</style></head><body><h1>Title</h1><p>One &amp; two." \
+        "</p><script>x()</script><p>Three</p></body></html>"
+    assert html_to_text(html) == "Title\n\nOne & two.\n\nThree"
+    assert Normalize(html="auto")(html) == "Title\n\nOne & two.\n\nThree"
+    assert Normalize(html="auto")("a < b and c > d") == "a < b and c > d"

@@ -1,0 +1,328 @@
+"""`llmtk train` end to end, as real processes: learning, exact resume, crash safety,
+NaN handling, preemption, DDP / FSDP2 / multi-node parity (CPU, gloo).
+
+The corpus is built from the Python standard library's own docstrings (offline).
+Models are tiny and runs short so the file stays fast on 2 busy cores.
+"""
+
+import importlib
+import inspect
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from tests.util import LLMTK, ROOT, env, llmtk
+
+MODULES = ["json", "os", "re", "collections", "itertools", "functools", "pathlib", "argparse",
+           "subprocess", "textwrap", "string", "random", "math", "datetime", "logging", "shutil",
+           "tempfile", "csv", "heapq", "bisect"]
+
+TINY = ["--layers", "2", "--d-model", "64", "--heads", "4", "--seq-len", "64", "--warmup", "2",
+        "--lr", "3e-3", "--log-every", "1", "-q"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """~420 stdlib docstrings (~300 KB of English-ish technical text) as JSONL."""
+    d = tmp_path_factory.mktemp("corpus")
+    path = d / "docs.jsonl"
+    with open(path, "w") as f:
+        for name in MODULES:
+            mod = importlib.import_module(name)
+            for attr, obj in inspect.getmembers(mod):
+                doc = inspect.getdoc(obj)
+                if doc and len(doc) > 200 and not attr.startswith("_"):
+                    f.write(json.dumps({"id": f"{name}.{attr}", "text": doc}) + "\n")
+    return {"data": str(path), "cache": str(d / "cache")}
+
+
+def run_train(corpus, out, *args, check=True, **extra_env):
+    p = llmtk("train", "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out,
+              *TINY, *args, **extra_env)
+    if check:
+        assert p.returncode == 0, p.stderr.decode()[-3000:]
+    return p
+
+
+def rows(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def losses(out):
+    return [(r["step"], r["loss"], r["grad_norm"], r["lr"], r["tokens"])
+            for r in rows(out) if "loss" in r and "event" not in r]
+
+
+def events(out, name):
+    return [r for r in rows(out) if r.get("event") == name]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- learning
+
+
+@pytest.mark.slow  # ~30 s: 300 steps
+def test_loss_falls_below_unigram_entropy(corpus, tmp_path):
+    import numpy as np
+
+    out = str(tmp_path / "run")
+    run_train(corpus, out, "--steps", "300", "--batch-size", "8", "--warmup", "20",
+              "--log-every", "25", "--val-fraction", "0.05", "--checkpoint-every", "0")
+    cache = json.load(open(os.path.join(out, "config.json")))["cache"]
+    tokens = np.fromfile(os.path.join(cache, "train-00000.bin"), dtype=np.uint16)
+    p = np.bincount(tokens, minlength=257) / len(tokens)
+    p = p[p > 0]
+    unigram = float(-(p * np.log(p)).sum())  # nats/token: the best context-free model
+    r = losses(out)
+    first, last = r[0][1], r[-1][1]
+    val = [x["val_loss"] for x in rows(out) if "val_loss" in x][-1]
+    print(f"unigram {unigram:.3f} nats, loss {first:.3f} -> {last:.3f}, val {val:.3f}")
+    assert first > unigram  # starts near ln(257) = 5.55
+    assert last < unigram - 0.4, (last, unigram)
+    assert val < unigram - 0.2, (val, unigram)
+
+
+def test_metrics_rows_follow_the_schema(corpus, tmp_path):
+    out = str(tmp_path / "run")
+    run_train(corpus, out, "--steps", "4", "--batch-size", "2", "--log-every", "2",
+              "--val-fraction", "0.1", "--eval-every", "2", "--sample-every", "4",
+              "--sample-tokens", "8", "--prompt", "def ")
+    train_rows = [r for r in rows(out) if "loss" in r]
+    assert [r["step"] for r in train_rows] == [2, 4]
+    keys = ["step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "mem_gb",
+            "data_s", "step_s", "time", "val_loss"]
+    assert list(train_rows[0]) == keys
+    assert train_rows[0]["mfu"] is None  # CPU
+    assert train_rows[1]["tokens"] == 4 * 2 * 64
+    sample = events(out, "sample")[0]
+    assert sample["prompt"] == "def " and isinstance(sample["text"], str)
+    ckpt = events(out, "checkpoint")[-1]
+    assert ckpt["path"] == "checkpoints/step-0000004" and ckpt["seconds"] >= 0
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    assert cfg["model"]["d_model"] == 64 and cfg["params"] > 0
+
+
+# ---------------------------------------------------------------- resume and crashes
+
+
+RESUME_ARGS = ["--steps", "12", "--batch-size", "4", "--checkpoint-every", "4"]
+
+
+@pytest.fixture(scope="module")
+def resume_ref(corpus, tmp_path_factory):
+    """The uninterrupted run the interrupted ones must reproduce bit for bit."""
+    out = str(tmp_path_factory.mktemp("resume") / "ref")
+    run_train(corpus, out, *RESUME_ARGS)
+    return out
+
+
+def test_exact_resume_after_sigkill(corpus, tmp_path, resume_ref):
+    args, ref = RESUME_ARGS, resume_ref
+
+    out = str(tmp_path / "killed")
+    cmd = [*LLMTK, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
+           "--out", out, *TINY, *args]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(LLMTK_TEST_STEP_DELAY="0.25"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = os.path.join(out, "metrics.jsonl")
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if os.path.exists(metrics) and any(r.get("step", 0) >= 6 for r in rows(out)):
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    assert max(r["step"] for r in rows(out)) < 12  # really interrupted
+
+    run_train(corpus, out, *args)  # the same command again
+    resume = events(out, "resume")
+    assert resume and resume[0]["path"] in ("checkpoints/step-0000004",
+                                            "checkpoints/step-0000008")
+    # Every step, before and after the kill, equals the uninterrupted run bit for bit.
+    assert losses(out) == losses(ref)
+    assert [r["step"] for r in rows(out) if "loss" in r] == list(range(1, 13))
+
+
+def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(corpus, tmp_path,
+                                                                 resume_ref):
+    args, ref = RESUME_ARGS, resume_ref
+    out = str(tmp_path / "crash")
+    p = run_train(corpus, out, *args, check=False, LLMTK_TEST_CRASH_IN_CHECKPOINT="8")
+    assert p.returncode == -signal.SIGKILL
+    ckpts = os.path.join(out, "checkpoints")
+    assert open(os.path.join(ckpts, "latest")).read().strip() == "step-0000004"
+    assert os.path.exists(os.path.join(ckpts, "step-0000004", "COMPLETE"))
+    partial = os.path.join(ckpts, ".tmp-step-0000008")
+    assert os.path.exists(os.path.join(partial, "model.pt"))  # it died mid-write
+    assert not os.path.exists(os.path.join(partial, "COMPLETE"))
+    assert not os.path.exists(os.path.join(ckpts, "step-0000008"))
+
+    run_train(corpus, out, *args)
+    assert events(out, "resume")[0]["path"] == "checkpoints/step-0000004"
+    assert losses(out) == losses(ref)
+    assert not os.path.exists(partial)  # cleaned up by the next good save
+    assert sorted(os.listdir(ckpts)) == ["latest", "step-0000004", "step-0000008",
+                                         "step-0000012"]
+
+
+def test_sigterm_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, resume_ref):
+    args, ref = RESUME_ARGS, resume_ref
+    out = str(tmp_path / "pre")
+    cmd = [*LLMTK, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
+           "--out", out, *TINY, *args]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(LLMTK_TEST_STEP_DELAY="0.25"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if os.path.exists(os.path.join(out, "metrics.jsonl")) and rows(out):
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    pre = events(out, "preempt")
+    assert pre and pre[0]["signal"] == "SIGTERM"
+    step = pre[0]["step"]
+    assert 1 <= step < 12
+    assert os.path.exists(os.path.join(out, "checkpoints", f"step-{step:07d}", "COMPLETE"))
+    run_train(corpus, out, *args)
+    assert losses(out) == losses(ref)
+
+
+def test_resume_refuses_a_different_model_shape(corpus, resume_ref):
+    before = open(os.path.join(resume_ref, "metrics.jsonl"), "rb").read()
+    p = run_train(corpus, resume_ref, "--steps", "14", "--batch-size", "4", "--d-model", "32",
+                  check=False)
+    assert p.returncode == 2
+    assert b"different model shape" in p.stderr and b"d_model: 64 -> 32" in p.stderr
+    p = run_train(corpus, resume_ref, "--steps", "14", "--batch-size", "3", check=False)
+    assert p.returncode == 2 and b"global batch" in p.stderr
+    assert b"Traceback" not in p.stderr
+    assert open(os.path.join(resume_ref, "metrics.jsonl"), "rb").read() == before
+
+
+def test_init_from_starts_from_trained_weights(corpus, tmp_path, resume_ref):
+    a = resume_ref
+    b = str(tmp_path / "b")
+    run_train(corpus, b, "--steps", "2", "--batch-size", "4", "--init-from", a)
+    assert losses(b)[0][1] < losses(a)[0][1] - 1.0
+    assert losses(b)[0][3] == pytest.approx(3e-3 / 2)  # a fresh schedule: warmup step 1 of 2
+    assert not events(b, "resume")
+
+
+# ---------------------------------------------------------------- numerical safety
+
+
+def test_absurd_learning_rate_skips_then_stops(corpus, tmp_path):
+    out = str(tmp_path / "run")
+    p = run_train(corpus, out, "--steps", "40", "--batch-size", "2", "--lr", "1e6",
+                  "--warmup", "0", "--grad-clip", "0", "--max-bad-steps", "3", check=False)
+    assert p.returncode == 1, p.stderr.decode()
+    assert b"3 consecutive non-finite steps" in p.stderr
+    assert b"Traceback" not in p.stderr
+    nan = events(out, "nan")
+    assert [e["action"] for e in nan] == ["skip", "skip", "stop"]
+    assert [e["consecutive"] for e in nan] == [1, 2, 3]
+    assert nan[0]["bad_params"]  # the parameters whose gradients were not finite
+    assert all(isinstance(n, str) and "." in n for n in nan[0]["bad_params"])
+    text = open(os.path.join(out, "metrics.jsonl")).read()
+    assert "NaN" in text or "Infinity" in text
+    # Strict JSON: no bare NaN tokens.
+    def no_bare(token):
+        pytest.fail(f"bare {token} in the log")
+
+    for line in text.splitlines():
+        json.loads(line, parse_constant=no_bare)
+
+
+def test_on_nan_stop_names_the_step(corpus, tmp_path):
+    out = str(tmp_path / "run")
+    p = run_train(corpus, out, "--steps", "6", "--batch-size", "2", "--on-nan", "stop",
+                  check=False, LLMTK_TEST_NAN_LOSS="2")
+    assert p.returncode == 1
+    assert b"stopped at step 3: --on-nan stop" in p.stderr
+    (e,) = events(out, "nan")
+    assert e["step"] == 3 and e["loss"] == "NaN" and e["action"] == "stop"
+    assert "tok_emb.weight" in e["bad_params"]
+
+
+def test_single_nan_is_skipped_and_training_continues(corpus, tmp_path):
+    out = str(tmp_path / "run")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "2", LLMTK_TEST_NAN_LOSS="1")
+    (e,) = events(out, "nan")
+    assert e["action"] == "skip" and e["step"] == 2
+    r = losses(out)
+    assert [x[0] for x in r] == [1, 3, 4, 5]
+    assert all(math.isfinite(x[1]) for x in r)
+
+
+# ---------------------------------------------------------------- parallel (gloo)
+
+
+def _parallel_matches(ref, out):
+    a, b = losses(ref), losses(out)
+    assert [x[0] for x in a] == [x[0] for x in b]
+    for (s, la, ga, lra, ta), (_, lb, gb, lrb, tb) in zip(a, b, strict=True):
+        assert lb == pytest.approx(la, rel=1e-5, abs=1e-6), s
+        assert gb == pytest.approx(ga, rel=1e-4), s
+        assert (lra, ta) == (lrb, tb)
+
+
+@pytest.fixture(scope="module")
+def single_ref(corpus, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("single") / "run")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "4")
+    return out
+
+
+def test_ddp_two_processes_match_one(corpus, tmp_path, single_ref):
+    out = str(tmp_path / "ddp")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "2")
+    _parallel_matches(single_ref, out)
+    assert json.load(open(os.path.join(out, "config.json")))["parallel"] == "ddp"
+
+
+def test_fsdp2_two_processes_match_one(corpus, tmp_path, single_ref):
+    out = str(tmp_path / "fsdp")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "2",
+              "--parallel", "fsdp", "--checkpoint-every", "3")
+    _parallel_matches(single_ref, out)
+    # The FSDP checkpoint is a full state dict: a single process can resume it.
+    resumed = str(tmp_path / "resumed")
+    os.makedirs(os.path.join(resumed, "checkpoints"))
+    os.rename(os.path.join(out, "checkpoints", "step-0000003"),
+              os.path.join(resumed, "checkpoints", "step-0000003"))
+    run_train(corpus, resumed, "--steps", "5", "--batch-size", "4")
+    after = losses(resumed)[-2:]
+    assert [x[0] for x in after] == [4, 5]
+    for x, y in zip(after, losses(single_ref)[-2:], strict=True):
+        assert x[1] == pytest.approx(y[1], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_two_nodes_c10d_rendezvous_match_one(corpus, tmp_path, single_ref):
+    out = str(tmp_path / "nodes")
+    port = free_port()
+    cmd = [*LLMTK, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
+           "--out", out, *TINY, "--steps", "5", "--batch-size", "2", "--nnodes", "2",
+           "--nproc-per-node", "1", "--rdzv-endpoint", f"127.0.0.1:{port}",
+           "--rdzv-id", "llmtk-test"]
+    nodes = [subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE) for _ in range(2)]
+    for node in nodes:
+        _, err = node.communicate(timeout=300)
+        assert node.returncode == 0, err.decode()[-2000:]
+    _parallel_matches(single_ref, out)
+    assert json.load(open(os.path.join(out, "config.json")))["world_size"] == 2

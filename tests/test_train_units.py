@@ -1,0 +1,260 @@
+"""Pieces of `llmtk train` on their own: tokenizers, metrics schema, token cache,
+sampler, config resolution, schedule, launcher, usage errors."""
+
+import json
+import math
+import os
+
+import pytest
+
+from llmtk.curves.metrics import decode_row, encode_row, read_metrics, truncate_after
+from llmtk.errors import DataError, UsageError
+from llmtk.text.tokenizer import ByteTokenizer, load_tokenizer, train_bpe
+from llmtk.train.config import TrainConfig, resolve_config
+from llmtk.train.launch import torchrun_argv
+from llmtk.train.trainer import lr_at
+from tests.util import llmtk
+
+TEXTS = ["Hello, world. " * 5, "Grüße aus Köln — 東京 and Москва.", "def f(x):\n    return x\n"]
+
+
+def write_jsonl(path, texts):
+    with open(path, "w") as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({"id": i, "text": t}) + "\n")
+    return str(path)
+
+
+# ---------------------------------------------------------------- tokenizers
+
+
+def test_byte_tokenizer_round_trips_any_language():
+    tok = load_tokenizer(None)
+    assert isinstance(tok, ByteTokenizer) and tok.vocab_size == 257 and tok.eos_id == 256
+    for text in TEXTS:
+        ids = tok.encode(text)
+        assert ids == list(text.encode("utf-8"))
+        assert tok.decode(ids + [tok.eos_id]) == text
+
+
+def test_bpe_train_save_load_round_trip(tmp_path):
+    out = str(tmp_path / "tok.json")
+    size = train_bpe(iter(TEXTS * 20), 300, out, min_frequency=1)
+    assert size <= 300 and os.path.exists(out) and not os.path.exists(out + ".tmp")
+    tok = load_tokenizer(out)
+    assert tok.vocab_size == size and tok.eos_token == "<|endoftext|>"
+    for text in TEXTS:
+        ids = tok.encode(text)
+        assert tok.decode(ids) == text
+        assert tok.eos_id not in ids
+    assert len(tok.encode(TEXTS[0])) < len(TEXTS[0].encode())  # merges learned
+    assert tok.fingerprint() == load_tokenizer(out).fingerprint()
+
+
+def test_bad_tokenizer_files(tmp_path):
+    with pytest.raises(UsageError, match="cannot read"):
+        load_tokenizer(str(tmp_path / "missing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(DataError, match="not a tokenizer.json"):
+        load_tokenizer(str(bad))
+
+
+def test_train_tokenizer_command(tmp_path):
+    data = write_jsonl(tmp_path / "d.jsonl", TEXTS * 30)
+    out = tmp_path / "tok.json"
+    p = llmtk("train", "tokenizer", "--data", data, "--vocab-size", "280", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert b"documents" in p.stderr and b"90" in p.stderr
+    assert json.loads(out.read_text())["model"]["type"] == "BPE"
+    # stdin works too, and the result is deterministic
+    out2 = tmp_path / "tok2.json"
+    p = llmtk("train", "tokenizer", "-o", str(out2), "--vocab-size", "280", "-q",
+              input=open(data, "rb").read())
+    assert p.returncode == 0 and p.stderr == b""
+    assert out.read_bytes() == out2.read_bytes()
+    p = llmtk("train", "tokenizer", "--data", data, "--vocab-size", "100", "-o", str(out))
+    assert p.returncode == 2 and b"--vocab-size" in p.stderr
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def test_metrics_are_strict_json_and_read_back(tmp_path):
+    row = {"step": 3, "loss": math.nan, "grad_norm": math.inf, "lr": -math.inf, "mfu": None,
+           "bad_params": ["a.weight"]}
+    line = encode_row(row)
+    assert line.endswith(b"\n")
+    assert json.loads(line) == {"step": 3, "loss": "NaN", "grad_norm": "Infinity",
+                                "lr": "-Infinity", "mfu": None, "bad_params": ["a.weight"]}
+    back = decode_row(line)
+    assert math.isnan(back["loss"]) and back["grad_norm"] == math.inf and back["mfu"] is None
+    # Python's bare tokens are accepted too.
+    assert math.isnan(decode_row('{"step": 1, "loss": NaN}')["loss"])
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(line + b'{"step": 4, "loss": 1.5}\n' + b"[1]\n")
+    with pytest.raises(ValueError, match=":3: expected a JSON object"):
+        list(read_metrics(str(path)))
+
+
+def test_truncate_after_drops_redone_steps_and_torn_lines(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b"".join(encode_row({"step": s, "loss": 1.0}) for s in range(1, 6))
+                     + b'{"step": 6, "lo')
+    assert truncate_after(str(path), 3) == 3
+    assert [r["step"] for r in read_metrics(str(path))] == [1, 2, 3]
+
+
+# ---------------------------------------------------------------- cache and sampler
+
+
+def test_cache_packs_docs_with_eos_and_is_reused(tmp_path):
+    import numpy as np
+
+    from llmtk.train import data as D
+
+    src = write_jsonl(tmp_path / "d.jsonl", TEXTS)
+    tok = ByteTokenizer()
+    root = str(tmp_path / "cache")
+    d1 = D.build_cache([src], [], tok, root)
+    meta = D.read_meta(d1)
+    assert meta["dtype"] == "uint16" and meta["train"]["docs"] == 3
+    tokens = np.fromfile(os.path.join(d1, "train-00000.bin"), dtype=np.uint16).tolist()
+    expected = []
+    for t in TEXTS:
+        expected += list(t.encode()) + [256]
+    assert tokens == expected
+    mtime = os.path.getmtime(os.path.join(d1, "meta.json"))
+    assert D.build_cache([src], [], tok, root) == d1  # reused, not rebuilt
+    assert os.path.getmtime(os.path.join(d1, "meta.json")) == mtime
+    # A changed input gets a new cache.
+    write_jsonl(tmp_path / "d.jsonl", TEXTS + ["more text"])
+    assert D.build_cache([src], [], tok, root) != d1
+
+
+def test_val_fraction_split_is_stable_and_disjoint(tmp_path):
+    from llmtk.train import data as D
+
+    texts = [f"document number {i} " * 3 for i in range(200)]
+    src = write_jsonl(tmp_path / "d.jsonl", texts)
+    d = D.build_cache([src], [], ByteTokenizer(), str(tmp_path / "c"), val_fraction=0.2)
+    meta = D.read_meta(d)
+    assert meta["train"]["docs"] + meta["val"]["docs"] == 200
+    assert 20 <= meta["val"]["docs"] <= 60
+    d2 = D.build_cache([src], [], ByteTokenizer(), str(tmp_path / "c2"), val_fraction=0.2)
+    assert D.read_meta(d2)["val"] == meta["val"]
+
+
+def test_bad_line_names_file_and_line(tmp_path):
+    from llmtk.train import data as D
+
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"text": "ok"}\n{"text": broken}\n')
+    with pytest.raises(DataError, match=r"d.jsonl:2: malformed JSON"):
+        D.build_cache([str(src)], [], ByteTokenizer(), str(tmp_path / "c"))
+    with pytest.raises(UsageError, match="stdin"):
+        D.build_cache(["-"], [], ByteTokenizer(), str(tmp_path / "c"))
+
+
+def test_sampler_ranks_partition_the_global_batch(tmp_path):
+    from llmtk.train import data as D
+
+    src = write_jsonl(tmp_path / "d.jsonl", [f"text {i} " * 10 for i in range(50)])
+    d = D.build_cache([src], [], ByteTokenizer(), str(tmp_path / "c"))
+    w = D.Windows.open(d, "train", 16)
+    one = D.Sampler(w, 4, 1, 0, seed=7)
+    r0, r1 = D.Sampler(w, 2, 2, 0, seed=7), D.Sampler(w, 2, 2, 1, seed=7)
+    for pos in (0, 4, len(w) - 2, 3 * len(w) + 8):  # across epochs too
+        x, y = one.batch(pos)
+        x0, y0 = r0.batch(pos)
+        x1, y1 = r1.batch(pos)
+        assert x.shape == (4, 16) and x.dtype.is_floating_point is False
+        assert (x[:2] == x0).all() and (x[2:] == x1).all()
+        assert (x[:, 1:] == y[:, :-1]).all()  # targets are inputs shifted by one
+    # A different epoch is a different order; the same seed the same order.
+    assert not (one.batch(0)[0] == one.batch(len(w))[0]).all()
+    assert (D.Sampler(w, 4, 1, 0, seed=7).batch(8)[0] == one.batch(8)[0]).all()
+
+
+# ---------------------------------------------------------------- config, schedule, launch
+
+
+def test_toml_config_then_flags_win(tmp_path):
+    toml = tmp_path / "run.toml"
+    toml.write_text('data = "a.jsonl"\nout = "runs/x"\nbatch-size = 16\n'
+                    '[train]\nlr = 1e-3\nsteps = 50\n')
+    cfg = resolve_config({"steps": 70, "lr": None}, str(toml))
+    assert cfg.data == ["a.jsonl"] and cfg.batch_size == 16 and cfg.lr == 1e-3
+    assert cfg.steps == 70  # the flag wins
+    toml.write_text('data = "a"\nout = "b"\nbatch_sise = 3\n')
+    with pytest.raises(UsageError, match="unknown key 'batch_sise'"):
+        resolve_config({}, str(toml))
+    with pytest.raises(UsageError, match="--schedule must be one of"):
+        resolve_config({"data": ["a"], "out": "b", "schedule": "linear"}, None)
+    with pytest.raises(UsageError, match="--data is required"):
+        resolve_config({"out": "b"}, None)
+
+
+def test_lr_schedules():
+    cfg = TrainConfig(lr=1.0, min_lr=0.1, warmup=10, steps=110)
+    assert lr_at(0, cfg) == pytest.approx(0.1) and lr_at(9, cfg) == pytest.approx(1.0)
+    assert lr_at(10, cfg) == pytest.approx(1.0)
+    assert lr_at(60, cfg) == pytest.approx(0.55)  # half way down the cosine
+    assert lr_at(109, cfg) == pytest.approx(0.1, abs=1e-3)
+    wsd = TrainConfig(lr=1.0, min_lr=0.0, warmup=10, steps=110, schedule="wsd",
+                      decay_fraction=0.1)
+    assert lr_at(50, wsd) == 1.0 and lr_at(98, wsd) == 1.0
+    # 11 decay steps (99..109), linear to min_lr
+    assert lr_at(104, wsd) == pytest.approx(1 - 6 / 11) and lr_at(109, wsd) == pytest.approx(0.0)
+
+
+def test_torchrun_argv():
+    argv = torchrun_argv(nproc_per_node=8, nnodes=1, node_rank=None, rdzv_endpoint=None,
+                         rdzv_id=None, rdzv_backend="c10d", max_restarts=0,
+                         worker_args=["--data", "x"])
+    assert argv == ["--nproc-per-node=8", "--max-restarts=0", "--standalone", "-m", "llmtk",
+                    "train", "--data", "x"]
+    argv = torchrun_argv(nproc_per_node=4, nnodes=2, node_rank=None, rdzv_endpoint="h:29500",
+                         rdzv_id="job", rdzv_backend="c10d", max_restarts=3, worker_args=[])
+    assert "--rdzv-endpoint=h:29500" in argv and "--nnodes=2" in argv
+    assert "--rdzv-id=job" in argv and "--max-restarts=3" in argv
+    with pytest.raises(UsageError, match="--rdzv-endpoint"):
+        torchrun_argv(nproc_per_node=1, nnodes=2, node_rank=None, rdzv_endpoint=None,
+                      rdzv_id=None, rdzv_backend="c10d", max_restarts=0, worker_args=[])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--out", "x"], b"--data is required"),
+    (["--data", "NOPE.jsonl", "--out", "x"], b"NOPE.jsonl: no such file"),
+    (["--data", "D", "--out", "x", "--model", "huge"], b"--model must be one of"),
+    (["--data", "D", "--out", "x", "--heads", "5"], b"model shape"),
+    (["--data", "D", "--out", "x", "--on-nan", "maybe"], b"--on-nan must be one of"),
+])
+def test_usage_errors_exit_2_with_one_line(tmp_path, args, message):
+    data = write_jsonl(tmp_path / "d.jsonl", TEXTS)
+    args = [data if a == "D" else a for a in args]
+    p = llmtk("train", *args, cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr and b"Traceback" not in p.stderr
+
+
+def test_data_error_exits_1(tmp_path):
+    src = tmp_path / "d.jsonl"
+    src.write_text('{"text": "ok"}\nnot json\n')
+    p = llmtk("train", "--data", str(src), "--out", str(tmp_path / "r"))
+    assert p.returncode == 1
+    assert p.stderr.decode().strip().endswith("d.jsonl:2: malformed JSON (unexpected character: "
+                                              "line 1 column 1 (char 0))") or \
+        b"d.jsonl:2: malformed JSON" in p.stderr
+
+
+def test_mfu_flops_per_token_palm_formula():
+    from llmtk.train.flops import _model_flops_per_token, gpu_peak_flops, model_flops_per_token
+    from llmtk.train.model_config import PRESETS, count_params
+
+    cfg = PRESETS["gpt2-124m"]
+    n = count_params(cfg)  # tied: the embedding matrix is the output matmul, counted once
+    assert _model_flops_per_token(cfg) == 6 * n + 12 * 12 * 768 * 1024
+    assert model_flops_per_token(cfg) == pytest.approx(_model_flops_per_token(cfg), rel=0.01)
+    assert gpu_peak_flops("NVIDIA H100 80GB HBM3") == pytest.approx(989e12, rel=0.01)
+    assert gpu_peak_flops("Some Unknown GPU") is None
