@@ -5,6 +5,7 @@ inside the commands that need them, so `llmtk --help` starts fast.
 """
 
 import os
+import signal
 import sys
 
 import typer
@@ -88,8 +89,18 @@ def _quiet_stdout() -> None:
         pass
 
 
+class Terminated(Exception):
+    """SIGTERM arrived: unwind so that partial outputs are removed, then exit 143."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
 def main() -> None:
     debug = os.environ.get("LLMTK_DEBUG", "") not in ("", "0")
+    # Commands that need their own SIGTERM behaviour (train checkpoints) replace this.
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         app(prog_name="llmtk")
     except PipeClosed:
@@ -105,6 +116,8 @@ def main() -> None:
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Terminated:
+        sys.exit(128 + signal.SIGTERM)
     except MemoryError:
         print("llmtk: error: out of memory", file=sys.stderr)
         sys.exit(1)

@@ -8,4 +8,9 @@ SUMMARY = "Find evaluation-set n-grams in training data; report, drop or mask."
 
 
 def register(app: typer.Typer) -> None:
-    register_stub(app, "contam-check", SUMMARY, "llmtk contam-check train.jsonl.zst --eval evals/ --drop > decontaminated.jsonl")
+    register_stub(
+        app,
+        "contam-check",
+        SUMMARY,
+        "llmtk contam-check train.jsonl.zst --eval evals/ --drop > clean.jsonl",
+    )

@@ -38,10 +38,16 @@ def open_binary(path: str) -> BinaryIO:
 
 
 def iter_decompressed(f: BinaryIO) -> Iterator[bytes]:
-    """Decompressed chunks of a stream whose compression is read off its first bytes."""
+    """Decompressed chunks of a stream whose compression is read off its first bytes.
+
+    Reads use `read1` (one system call each), never `read(n)`: on a pipe,
+    BufferedReader.read(n) loops in C until n bytes arrive, so a record could
+    wait for a megabyte of later input and a SIGTERM that lands between two of
+    its system calls would not be handled until more data came.
+    """
     kind = detect(f.peek(4)[:4])  # type: ignore[attr-defined]
     if kind == "plain":
-        while chunk := f.read(CHUNK):
+        while chunk := f.read1(CHUNK):  # type: ignore[attr-defined]
             yield chunk
     elif kind == "zstd":
         yield from _frames(f, _new_zstd)
@@ -59,7 +65,7 @@ def _frames(f: BinaryIO, new) -> Iterator[bytes]:
     """Decompress frame after frame (zstd) or member after member (gzip)."""
     d = new()
     started = False  # bytes of the current frame have been fed
-    while chunk := f.read(CHUNK):
+    while chunk := f.read1(CHUNK):  # type: ignore[attr-defined]
         while chunk:
             started = True
             out = d.decompress(chunk)

@@ -16,7 +16,6 @@ class Progress:
         self._text = Text
         self.tool = tool
         self.summary = summary
-        self._n = 0
         self._next = time.perf_counter() + self.EVERY
         self._live = Live(self._render(), console=stderr_console(), transient=True,
                           auto_refresh=False)
@@ -30,10 +29,8 @@ class Progress:
             f"({s.bytes_in / 1e6 / seconds:,.1f} MB/s), {s.records_out:,} out"
         )
 
-    def tick(self) -> None:
-        self._n += 1
-        if self._n & 1023:
-            return
+    def update(self, _bytes_read: int = 0) -> None:
+        """Called once per chunk read (about 1 MiB); redraws at most every EVERY seconds."""
         now = time.perf_counter()
         if now >= self._next:
             self._next = now + self.EVERY

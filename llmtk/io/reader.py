@@ -17,6 +17,7 @@ from llmtk.errors import DataError, UsageError
 from llmtk.io.compression import TruncatedInput, iter_decompressed, open_binary
 from llmtk.io.record import Doc
 from llmtk.io.shard import in_shard
+from llmtk.io.summary import Summary
 
 INPUT_PATTERNS = ("*.jsonl", "*.jsonl.zst", "*.jsonl.gz", "*.jsonl.zstd", "*.json.zst", "*.json.gz")
 
@@ -61,7 +62,7 @@ def expand_inputs(inputs: list[str]) -> list[str]:
             for pattern in INPUT_PATTERNS:
                 found.update(glob.glob(os.path.join(item, "**", pattern), recursive=True))
             if not found:
-                raise UsageError(f"{item}: directory holds no .jsonl, .jsonl.zst or .jsonl.gz files")
+                raise UsageError(f"{item}: directory holds no .jsonl, .jsonl.zst or .gz files")
             paths.extend(sorted(found))
         elif glob.has_magic(item):
             matches = sorted(p for p in glob.glob(item, recursive=True) if os.path.isfile(p))
@@ -73,23 +74,24 @@ def expand_inputs(inputs: list[str]) -> list[str]:
     return paths
 
 
-def iter_lines(path: str) -> Iterator[tuple[int, bytes]]:
-    """(line number, line bytes without newline) for every line of a (compressed) file.
+def iter_line_batches(path: str) -> Iterator[tuple[int, list[bytes], int]]:
+    """(number of the line before the batch, lines without newlines, decompressed bytes) per chunk.
 
-    Raises TruncatedInput with `.line` set to the line where the stream broke off.
+    Batches keep the per-line cost of the hot loop down. Raises TruncatedInput
+    with `.line` set to the line where the stream broke off.
     """
     lineno = 0
     pending = b""
     try:
         with open_binary(path) as f:
             for chunk in iter_decompressed(f):
+                size = len(chunk)
                 if pending:
                     chunk = pending + chunk
                 lines = chunk.split(b"\n")
                 pending = lines.pop()
-                for line in lines:
-                    lineno += 1
-                    yield lineno, line
+                yield lineno, lines, size
+                lineno += len(lines)
     except TruncatedInput as e:
         e.line = lineno + 1  # type: ignore[attr-defined]
         raise
@@ -98,7 +100,13 @@ def iter_lines(path: str) -> Iterator[tuple[int, bytes]]:
     except OSError as e:
         raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
     if pending:
-        yield lineno + 1, pending
+        yield lineno, [pending], 0
+
+
+def iter_lines(path: str) -> Iterator[tuple[int, bytes]]:
+    """(line number, line bytes without newline) for every line of a (compressed) file."""
+    for before, lines, _ in iter_line_batches(path):
+        yield from enumerate(lines, before + 1)
 
 
 def _classify_json_error(message: str) -> tuple[str, str]:
@@ -114,57 +122,69 @@ def read_docs(
     shard: tuple[int, int] | None = None,
     require_text: bool = True,
     on_bytes: Callable[[int], None] | None = None,
+    summary: Summary | None = None,
 ) -> Iterator[Doc]:
-    """Parse every line of every path into a Doc.
+    """Parse every line of every path into a Doc. Blank lines are skipped, not records.
 
     on_bad: called with each bad line; when None a bad line raises DataError.
     shard: (k, n) keeps only the records of shard k (see llmtk.io.shard).
-    on_bytes: called with the size of each line read (for the summary).
+    on_bytes: called with the number of decompressed bytes of each chunk read.
+    summary: its records_in and bytes_in are kept up to date (cheaper than a wrapper).
     """
     loads = orjson.loads
-    index = -1
+    decode_error = orjson.JSONDecodeError
+    index = -1  # position of the record in the whole input, blank lines excluded
     for path in paths:
         name = "<stdin>" if path == "-" else path
         try:
-            for lineno, line in iter_lines(path):
+            for lineno, lines, size in iter_line_batches(path):
+                if summary is not None:
+                    summary.bytes_in += size
                 if on_bytes is not None:
-                    on_bytes(len(line) + 1)
-                if line.endswith(b"\r"):
-                    line = line[:-1]
-                if not line.strip():
-                    continue  # blank lines are not records
-                index += 1
-                try:
-                    data = loads(line)
-                except orjson.JSONDecodeError as e:
-                    reason, msg = _classify_json_error(str(e))
-                    bad = BadRecord(name, lineno, index, reason, msg, line)
-                else:
-                    if type(data) is not dict:
-                        bad = BadRecord(name, lineno, index, "io.not_object",
-                                        f"expected a JSON object, got {type(data).__name__}", line)
-                    elif require_text and type(data.get(text_field)) is not str:
-                        if text_field not in data:
-                            bad = BadRecord(name, lineno, index, "io.missing_text",
-                                            f"no {text_field!r} field", line)
-                        else:
-                            bad = BadRecord(name, lineno, index, "io.text_not_string",
-                                            f"field {text_field!r} is not a string", line)
+                    on_bytes(size)
+                for line in lines:
+                    lineno += 1
+                    try:
+                        data = loads(line)
+                    except decode_error as e:
+                        if not line.strip():
+                            continue
+                        index += 1
+                        reason, msg = _classify_json_error(str(e))
+                        bad = BadRecord(name, lineno, index, reason, msg, line)
                     else:
-                        if shard is None or in_shard(data.get("id"), index, shard):
-                            yield Doc(data, line, name, lineno, index, text_field)
+                        index += 1
+                        if type(data) is dict and (
+                            not require_text or type(data.get(text_field)) is str
+                        ):
+                            if shard is None or in_shard(data.get("id"), index, shard):
+                                if line.endswith(b"\r"):
+                                    line = line[:-1]
+                                if summary is not None:
+                                    summary.records_in += 1
+                                yield Doc(data, line, name, lineno, index, text_field)
+                            continue
+                        bad = _invalid_record(data, text_field, name, lineno, index, line)
+                    if shard is not None and not in_shard(None, index, shard):
                         continue
-                if shard is not None and not in_shard(None, index, shard):
-                    continue
-                if on_bad is None:
-                    raise DataError(f"{bad.where()}: {bad.message}")
-                on_bad(bad)
+                    if on_bad is None:
+                        raise DataError(f"{bad.where()}: {bad.message}")
+                    on_bad(bad)
         except TruncatedInput as e:
             index += 1
-            line_no = getattr(e, "line", 0)
             if shard is not None and not in_shard(None, index, shard):
                 continue
-            bad = BadRecord(name, line_no, index, "io.truncated", str(e), b"")
+            bad = BadRecord(name, getattr(e, "line", 0), index, "io.truncated", str(e), b"")
             if on_bad is None:
                 raise DataError(f"{bad.where()}: {bad.message}") from None
             on_bad(bad)
+
+
+def _invalid_record(data, text_field: str, name: str, lineno: int, index: int, line: bytes):
+    if type(data) is not dict:
+        return BadRecord(name, lineno, index, "io.not_object",
+                         f"expected a JSON object, got {type(data).__name__}", line)
+    if text_field not in data:
+        return BadRecord(name, lineno, index, "io.missing_text", f"no {text_field!r} field", line)
+    return BadRecord(name, lineno, index, "io.text_not_string",
+                     f"field {text_field!r} is not a string", line)

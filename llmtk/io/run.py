@@ -16,7 +16,6 @@ on any error the file outputs are removed.
 
 import os
 import sys
-
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -55,7 +54,8 @@ class StreamRun:
         self.paths = expand_inputs(opts.inputs)
         if self.paths == ["-"] and _stdin_is_terminal():
             raise UsageError(
-                f"no input: give files, or pipe records in (e.g. zstdcat data.jsonl.zst | llmtk {tool})"
+                f"no input: give files, or pipe records in "
+                f"(e.g. zstdcat data.jsonl.zst | llmtk {tool})"
             )
         self.output: Sink | None = None
         self.rejects: Sink | None = None
@@ -104,18 +104,9 @@ class StreamRun:
     def docs(self) -> Iterator[Doc]:
         """Every good record of this shard; bad ones are handled per --on-error."""
         on_bad = None if self.opts.on_error == "fail" else self._bad
-        summary = self.summary
-        tick = self._progress.tick if self._progress is not None else None
-
-        def count_bytes(n: int) -> None:
-            summary.bytes_in += n
-
-        for doc in read_docs(self.paths, self.opts.text_field, on_bad, self.opts.shard,
-                             self.require_text, count_bytes):
-            summary.records_in += 1
-            if tick is not None:
-                tick()
-            yield doc
+        on_bytes = self._progress.update if self._progress is not None else None
+        return read_docs(self.paths, self.opts.text_field, on_bad, self.opts.shard,
+                         self.require_text, on_bytes, self.summary)
 
     def _bad(self, bad: BadRecord) -> None:
         self.summary.records_in += 1
@@ -126,7 +117,8 @@ class StreamRun:
     # -- writing -------------------------------------------------------------
 
     def write(self, doc: Doc) -> None:
-        self.output.write(doc.to_bytes())  # type: ignore[union-attr]
+        raw = doc.raw
+        self.output.write(raw + b"\n" if raw is not None else doc.to_bytes())  # type: ignore[union-attr]
         self.summary.records_out += 1
         if doc.counts:
             self.summary.counts.update(doc.counts)

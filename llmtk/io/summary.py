@@ -42,9 +42,8 @@ class Summary:
         }
 
     def to_json(self) -> bytes:
-        return orjson.dumps(
-            self.as_dict(), option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
-        )
+        options = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+        return orjson.dumps(self.as_dict(), option=options)
 
     def mb_per_s(self) -> float:
         return self.bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0

@@ -23,7 +23,7 @@ class Sink:
         self.path = None if self.to_stdout else path
         kind = compress or ("plain" if self.to_stdout else kind_from_name(path))  # type: ignore[arg-type]
         if self.to_stdout and kind != "plain" and os.isatty(1):
-            raise UsageError("refusing to write compressed data to a terminal (use -o FILE or a pipe)")
+            raise UsageError("refusing to write compressed data to a terminal (use -o or a pipe)")
         self._compressor = Compressor(kind) if kind != "plain" else None
         self._buf = bytearray()
         self.bytes_written = 0  # uncompressed bytes handed to write()
@@ -42,14 +42,15 @@ class Sink:
                 raise LlmtkError(f"{path}: cannot create: {e.strerror}") from None
 
     def write(self, data: bytes) -> None:
-        self._buf += data
-        self.bytes_written += len(data)
-        if len(self._buf) >= BUFFER:
+        buf = self._buf
+        buf += data
+        if len(buf) >= BUFFER:
             self._drain()
 
     def _drain(self) -> None:
         data = bytes(self._buf)
         self._buf.clear()
+        self.bytes_written += len(data)
         if self._compressor is not None:
             data = self._compressor.compress(data)
         self._write_all(data)
