@@ -21,7 +21,7 @@ clean < 20% (Llama 2's thresholds), else partial.
 
   llmtk contam-check train.jsonl.zst --eval evals/ --drop -o train.clean.jsonl.zst
 
-  zstdcat web.jsonl.zst | llmtk contam-check --eval mmlu.jsonl --eval-field question,choices --report-only --report contam.json
+  zstdcat web.jsonl.zst | llmtk contam-check -e mmlu.jsonl --report-only --report r.json
 
   llmtk contam-check train.jsonl --eval gsm8k.jsonl --n 8 --dirty 0.7 --annotate > marked.jsonl
 """
