@@ -121,6 +121,12 @@ def main() -> None:
     except MemoryError:
         print("llmtk: error: out of memory", file=sys.stderr)
         sys.exit(1)
+    except Exception as e:  # a bug: still one line, the traceback on request
+        if debug:
+            raise
+        print(f"llmtk: error: internal error ({type(e).__name__}: {e}); "
+              "set LLMTK_DEBUG=1 for the traceback", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,11 @@
-"""The one rich console on stderr (rich honours NO_COLOR by itself)."""
+"""Consoles: the one rich console on stderr, and buffered rich output for stdout.
+
+rich honours NO_COLOR by itself.
+"""
 
 from functools import cache
+
+from llmtk.errors import PipeClosed
 
 
 @cache
@@ -8,3 +13,35 @@ def stderr_console():
     from rich.console import Console
 
     return Console(stderr=True, highlight=False)
+
+
+def write_out(file, text: str) -> None:
+    """Write and flush; a reader that went away becomes PipeClosed (exit 0, no message)."""
+    try:
+        file.write(text)
+        file.flush()
+    except BrokenPipeError:
+        raise PipeClosed from None
+
+
+def buffered_console(file):
+    """A rich console that draws into a buffer; `emit` then writes it to `file` in one go.
+
+    Rich (and click) turn a BrokenPipeError into exit status 1; writing the finished
+    text ourselves lets `llmtk estimate | head -1` end quietly with 0 like every llmtk tool.
+    """
+    import io
+    import shutil
+
+    from rich.console import Console
+
+    tty = file.isatty()
+    buf = io.StringIO()
+    width = shutil.get_terminal_size().columns if tty else 110
+    console = Console(file=buf, force_terminal=tty, width=width, highlight=False,
+                      soft_wrap=False)
+
+    def emit() -> None:
+        write_out(file, buf.getvalue())
+
+    return console, emit

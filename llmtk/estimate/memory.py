@@ -1,0 +1,190 @@
+"""Training memory per GPU: model states with ZeRO/FSDP sharding, activations, overhead.
+
+Model states follow the ZeRO paper (Rajbhandari et al. 2020, sec. 3 and fig. 1):
+mixed-precision AdamW keeps 2 bytes of weights, 2 of gradients and K = 12 of
+optimizer state (4 fp32 master + 4 m + 4 v) per parameter, 16Ψ in all; stage 1
+shards the K part over the Nd data-parallel ranks (4Ψ + 12Ψ/Nd), stage 2 the
+gradients too (2Ψ + 14Ψ/Nd), stage 3 (= FSDP full sharding) everything (16Ψ/Nd).
+Tensor and pipeline parallelism split the parameters over tp·pp GPUs first.
+
+Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation
+in Large Transformer Models", sec. 4), per layer with sequence s, micro-batch b,
+hidden h, a heads and tensor-parallel size t, 16-bit activations:
+  no parallelism             sbh(34 + 5as/h)
+  tensor parallel            sbh(10 + 24/t + 5as/(ht))
+  + sequence parallel        sbh(34 + 5as/h)/t
+  + selective recompute      drops the 5as/h term (attention scores recomputed)
+  full recompute             2sbh (only the layer input), /t with sequence parallel.
+`layer_activation_bytes` derives those numbers term by term, so it also covers
+SwiGLU MLPs, grouped-query attention, no-dropout models and fp32 activations, and
+reduces to the paper's formulas for a GPT-3 block (tests check that).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llmtk.estimate.models import ModelSpec
+
+# Bytes per parameter: (weights, gradients, fp32 master copy).
+PRECISION_BYTES = {
+    "bf16-mixed": (2, 2, 4),
+    "fp16-mixed": (2, 2, 4),
+    # FP8 training (Transformer Engine, DeepSeek-V3) casts to FP8 inside the matmuls
+    # but keeps BF16 weights/gradients and FP32 masters: memory as bf16-mixed.
+    "fp8": (2, 2, 4),
+    "fp32": (4, 4, 0),
+}
+# Activation element size (the 16-bit "2" of Korthikanti's formulas).
+ACTIVATION_BYTES = {"bf16-mixed": 2, "fp16-mixed": 2, "fp8": 2, "fp32": 4}
+# Optimizer state bytes per trainable parameter (fp32 states). Adafactor's factored
+# second moment is counted from the matrix shapes instead (see adafactor_state_elems).
+OPTIMIZER_BYTES = {"adamw": 8, "sgd": 4, "adafactor": None}
+RECOMPUTE = ("none", "selective", "full")
+
+# The stated overhead: CUDA context, cuBLAS/NCCL workspaces (fixed), plus allocator
+# fragmentation and temporary buffers (a fraction of everything else).
+OVERHEAD_FIXED = 1.0 * 1024**3
+OVERHEAD_FRACTION = 0.10
+
+
+@dataclass(frozen=True)
+class Parallel:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    zero: int = 0
+    sp: bool = False  # Megatron sequence parallelism (only meaningful with tp > 1)
+
+
+def model_state_bytes(
+    n_params: float, *, precision: str, optimizer: str, par: Parallel,
+    trainable: float | None = None, adafactor_elems: float | None = None,
+) -> dict[str, float]:
+    """Per-GPU bytes of weights, gradients, fp32 master weights and optimizer states.
+
+    n_params: all parameters stored. trainable: those that get gradients (LoRA
+    adapters; default all). adafactor_elems: fp32 elements of Adafactor's factored
+    state for the trainable parameters (required for optimizer='adafactor').
+    """
+    w, g, m = PRECISION_BYTES[precision]
+    trainable = n_params if trainable is None else trainable
+    per_opt = OPTIMIZER_BYTES[optimizer]
+    opt = 4.0 * (adafactor_elems or 0.0) if per_opt is None else per_opt * trainable
+    mp = par.tp * par.pp  # tensor and pipeline parallelism split every state first
+    shard = {  # the data-parallel divisor of each state at each ZeRO stage
+        "weights": par.dp if par.zero >= 3 else 1,
+        "gradients": par.dp if par.zero >= 2 else 1,
+        "master_weights": par.dp if par.zero >= 1 else 1,
+        "optimizer": par.dp if par.zero >= 1 else 1,
+    }
+    full = {"weights": w * n_params, "gradients": g * trainable,
+            "master_weights": m * trainable, "optimizer": opt}
+    return {k: v / mp / shard[k] for k, v in full.items()}
+
+
+def adafactor_state_elems(m: ModelSpec) -> float:
+    """Adafactor (beta1 = 0, factored): r + c fp32 statistics per r x c matrix, and a full
+    second moment for vectors (norm weights, biases)."""
+    d, H, K, hd, f = m.d_model, m.n_head, m.kv_heads, m.hd, m.ffn
+    mats = [(d, H * hd), (d, K * hd), (d, K * hd), (H * hd, d)]
+    mats += [(d, f)] * (3 if m.glu else 2)
+    vectors = (4 * d if m.norm == "layernorm" else 2 * d)
+    if m.bias:
+        vectors += H * hd + 2 * K * hd + d + (0 if m.glu else f) + d
+    per_layer = sum(r + c for r, c in mats) + vectors
+    embed = (m.vocab_size + d) * (1 if m.tie_embeddings else 2)
+    return float(m.n_layer * per_layer + embed + (m.seq_len + d if m.learned_pos else 0))
+
+
+def layer_activation_bytes(
+    m: ModelSpec, micro_batch: int, *, tp: int = 1, sp: bool = False,
+    recompute: str = "none", elem: int = 2,
+) -> float:
+    """Activation bytes one transformer layer keeps for backward (Korthikanti's accounting).
+
+    Replicated across tensor-parallel ranks unless sequence parallel: the two norm
+    inputs, the QKV and MLP inputs, the dropout masks. Split by tp: Q, K, V, the output
+    projection input, the MLP intermediates, the attention scores.
+    """
+    s, b, h = m.seq_len, micro_batch, m.d_model
+    sb = s * b
+    t = tp
+    if recompute == "full":
+        return elem * sb * h / (t if sp else 1)  # only the layer input is kept
+    hq, hkv, f = m.n_head * m.hd, m.kv_heads * m.hd, m.ffn
+    mask = 1  # dropout masks: one byte per element
+    replicated = 2 * elem * sb * h + elem * sb * h + elem * sb * h  # 2 norms, QKV in, MLP in
+    if m.dropout:
+        replicated += 2 * mask * sb * h  # after attention and after the MLP
+    split = elem * sb * (hq + 2 * hkv) + elem * sb * hq  # Q, K, V; output projection input
+    # GELU: its input and the fc2 input. SwiGLU (fused, as Megatron does): gate and up
+    # projections (silu recomputed) and the fc2 input.
+    split += (3 if m.glu else 2) * elem * sb * f
+    if recompute == "none":
+        scores = m.n_head * s * s * b  # a·s²·b
+        split += elem * scores  # softmax output (needed by the AV matmul)
+        if m.dropout:
+            split += mask * scores + elem * scores  # dropout mask and output
+    return (replicated / (t if sp else 1)) + split / t
+
+
+def embedding_activation_bytes(m: ModelSpec, micro_batch: int, *, tp: int, sp: bool) -> float:
+    """First stage: the embedding dropout mask (Korthikanti sec. 4.3)."""
+    return (m.seq_len * micro_batch * m.d_model / (tp if sp else 1)) if m.dropout else 0.0
+
+
+def output_activation_bytes(
+    m: ModelSpec, micro_batch: int, *, tp: int, sp: bool, elem: int,
+) -> float:
+    """Last stage: final norm input, output projection input, and fp32 logits for the
+    cross-entropy (vocab-parallel over tp), Korthikanti sec. 4.3."""
+    sb = m.seq_len * micro_batch
+    return 2 * elem * sb * m.d_model / (tp if sp else 1) + 4 * sb * m.vocab_size / tp
+
+
+def activation_bytes(
+    m: ModelSpec, micro_batch: int, *, par: Parallel, recompute: str, elem: int,
+    n_micro: int = 1,
+) -> float:
+    """Activation bytes on the busiest GPU.
+
+    With pipeline parallelism under 1F1B the first stage holds min(pp, n_micro)
+    micro-batches of its L/pp layers in flight (L layers' worth when n_micro >= pp);
+    the last stage holds one micro-batch plus the output layer. pp = 1: one GPU holds all.
+    """
+    per_layer = layer_activation_bytes(m, micro_batch, tp=par.tp, sp=par.sp,
+                                       recompute=recompute, elem=elem)
+    layers = math.ceil(m.n_layer / par.pp)
+    emb = embedding_activation_bytes(m, micro_batch, tp=par.tp, sp=par.sp)
+    out = output_activation_bytes(m, micro_batch, tp=par.tp, sp=par.sp, elem=elem)
+    if par.pp == 1:
+        return layers * per_layer + emb + out
+    in_flight = min(par.pp, n_micro)
+    first = in_flight * (layers * per_layer + emb)
+    last = layers * per_layer + out
+    return max(first, last)
+
+
+def fsdp_buffer_bytes(per_layer_params: float, *, precision: str, tp: int,
+                      full_grads: bool = True) -> float:
+    """ZeRO-3/FSDP all-gathers a layer's weights before use: the current and the prefetched
+    layer are unsharded at once, plus one layer's full gradients before reduce-scatter."""
+    w, g, _ = PRECISION_BYTES[precision]
+    return (2 * w + (g if full_grads else 0)) * per_layer_params / tp
+
+
+def with_overhead(subtotal: float) -> tuple[float, float]:
+    """(overhead, total) for a subtotal of states + activations + buffers."""
+    overhead = OVERHEAD_FIXED + OVERHEAD_FRACTION * subtotal
+    return overhead, subtotal + overhead
+
+
+def max_micro_batch(fixed: float, act_per_sample: float, capacity: float) -> int:
+    """Largest micro-batch b with (fixed + b·act_per_sample)·(1 + frac) + fixed overhead
+    <= capacity; 0 when even the states do not fit."""
+    room = (capacity - OVERHEAD_FIXED) / (1 + OVERHEAD_FRACTION) - fixed
+    if room <= 0 or act_per_sample <= 0:
+        return 0
+    return int(room // act_per_sample)

@@ -1,0 +1,325 @@
+"""One estimate: check the request, then compute FLOPs, time, cost, memory and scaling.
+
+`estimate(Request(...))` returns a plain dict (the `--json` output; the table is
+drawn from it). Every number is in base units: FLOPs, bytes, seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from llmtk.errors import UsageError
+from llmtk.estimate import flops as F
+from llmtk.estimate import hardware, memory, scaling
+from llmtk.estimate.models import Dims, ModelSpec, build_spec, count_params
+
+SOLVE = ("gpus", "days", "tokens")
+INFERENCE_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "int4": 0.5}
+
+
+@dataclass
+class Request:
+    model: str | None = None
+    params: float | None = None
+    dims: Dims = field(default_factory=Dims)
+    tokens: float | None = None
+    gpus: str = "1xH100"
+    mfu: float = 0.4
+    price_per_gpu_hour: float | None = None
+    dp: int | None = None
+    tp: int = 1
+    pp: int = 1
+    zero: int = 0
+    sequence_parallel: bool = False
+    micro_batch: int = 1
+    global_batch: int | None = None
+    recompute: str = "selective"
+    optimizer: str = "adamw"
+    precision: str = "bf16-mixed"
+    lora_rank: int | None = None
+    solve: str | None = None
+    days: float | None = None
+    fit: str = "besiroglu"
+
+
+def _choice(option: str, value: str, choices) -> str:
+    if value not in choices:
+        raise UsageError(f"{option}: expected one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def lora_params(m: ModelSpec, rank: int) -> float:
+    """LoRA adapters (A: r x in, B: out x r) on every linear layer of every block:
+    wq, wk, wv, wo and the two or three MLP matrices."""
+    d, H, K, hd, f = m.d_model, m.n_head, m.kv_heads, m.hd, m.ffn
+    shapes = [(d, H * hd), (d, K * hd), (d, K * hd), (H * hd, d)]
+    shapes += [(d, f), (d, f), (f, d)] if m.glu else [(d, f), (f, d)]
+    return float(m.n_layer * sum(rank * (i + o) for i, o in shapes))
+
+
+def _check(req: Request) -> None:
+    _choice("--recompute", req.recompute, memory.RECOMPUTE)
+    _choice("--optimizer", req.optimizer, tuple(memory.OPTIMIZER_BYTES))
+    _choice("--precision", req.precision, tuple(memory.PRECISION_BYTES))
+    _choice("--scaling-fit", req.fit, tuple(scaling.FITS))
+    if req.solve is not None:
+        _choice("--solve", req.solve, SOLVE)
+    if not 0 < req.mfu <= 1:
+        raise UsageError(f"--mfu: must be in (0, 1], got {req.mfu:g}")
+    if req.zero not in (0, 1, 2, 3):
+        raise UsageError(f"--zero: expected 0, 1, 2 or 3 (FSDP = 3), got {req.zero}")
+    for opt, v in (("--tp", req.tp), ("--pp", req.pp), ("--micro-batch", req.micro_batch)):
+        if v < 1:
+            raise UsageError(f"{opt}: must be >= 1, got {v}")
+    if req.solve in ("gpus", "tokens") and req.days is None:
+        raise UsageError(f"--days: --solve {req.solve} needs the target duration in days")
+
+
+def _layout(req: Request, n_gpus: int) -> tuple[int, int, int]:
+    """(dp, tp, pp) with dp·tp·pp = n_gpus."""
+    mp = req.tp * req.pp
+    if req.dp is not None:
+        if req.dp < 1:
+            raise UsageError(f"--dp: must be >= 1, got {req.dp}")
+        if req.dp * mp != n_gpus:
+            raise UsageError(f"--dp: dp x tp x pp = {req.dp} x {req.tp} x {req.pp} = "
+                             f"{req.dp * mp} is not the {n_gpus} GPUs of --gpus")
+        return req.dp, req.tp, req.pp
+    if n_gpus % mp:
+        raise UsageError(f"--gpus: {n_gpus} GPUs are not a multiple of tp x pp = {mp}")
+    return n_gpus // mp, req.tp, req.pp
+
+
+def estimate(req: Request) -> dict:
+    _check(req)
+    spec = build_spec(req.model, req.dims)
+    if spec is None and req.params is None:
+        raise UsageError("--model: give a preset (--model llama3-8b), --params, or "
+                         "--layers/--d-model/--heads")
+    n_gpus, gpu = hardware.parse_gpus(req.gpus)
+    peak = hardware.peak_flops(gpu, req.precision)
+
+    # --- parameters -------------------------------------------------------------------
+    counts = count_params(spec) if spec is not None else None
+    total = req.params if req.params is not None else counts.total
+    active = total if req.params is not None else counts.active
+    if counts is None:
+        matmul = total
+    else:  # --params keeps the shape's non-matmul part (embedding lookup, position table)
+        matmul = active - (counts.active - counts.matmul)
+    trainable = total
+    lora = None
+    if req.lora_rank is not None:
+        if req.lora_rank < 1:
+            raise UsageError(f"--lora-rank: must be >= 1, got {req.lora_rank}")
+        if spec is None:
+            raise UsageError("--lora-rank: needs the model's shape (--model or --layers/"
+                             "--d-model/--heads), not only --params")
+        lora = lora_params(spec, req.lora_rank)
+        trainable = lora
+
+    if spec is not None:
+        if spec.n_head % req.tp:
+            raise UsageError(f"--tp: {req.tp} does not divide the {spec.n_head} attention heads")
+        if spec.ffn % req.tp:
+            raise UsageError(f"--tp: {req.tp} does not divide the MLP width {spec.ffn}")
+        if req.pp > spec.n_layer:
+            raise UsageError(f"--pp: {req.pp} pipeline stages for {spec.n_layer} layers")
+
+    # --- FLOPs --------------------------------------------------------------------------
+    if spec is not None:
+        frac = trainable / (matmul + (lora or 0)) if lora else 1.0
+        per_token = F.model_flops_per_token(matmul + (lora or 0), spec.n_layer, spec.n_head,
+                                            spec.hd, spec.seq_len, trainable_fraction=frac)
+        attn = F.attention_flops_per_token(spec.n_layer, spec.n_head, spec.hd, spec.seq_len)
+    else:
+        per_token = (6.0 if lora is None else 4.0) * active
+        attn = 0.0
+    per_token_6n = 6.0 * active
+
+    # --- what to solve for --------------------------------------------------------------
+    tokens = req.tokens
+    tokens_from = "--tokens"
+    solved = None
+    if req.solve == "gpus":
+        if tokens is None:
+            tokens, tokens_from = scaling.chinchilla_tokens(total), "chinchilla"
+        need = tokens * per_token / (peak * req.mfu * req.days * 86400)
+        step = req.tp * req.pp
+        n_gpus = max(step, math.ceil(need / step) * step)
+        solved = {"for": "gpus", "value": n_gpus, "exact": need, "days": req.days}
+    elif req.solve == "tokens":
+        tokens = n_gpus * peak * req.mfu * req.days * 86400 / per_token
+        tokens_from = "solved"
+        solved = {"for": "tokens", "value": tokens, "days": req.days}
+    if tokens is None:
+        tokens, tokens_from = scaling.chinchilla_tokens(total), "chinchilla"
+    if tokens <= 0:
+        raise UsageError(f"--tokens: must be > 0, got {tokens:g}")
+
+    dp, tp, pp = _layout(replace(req, dp=None) if req.solve == "gpus" else req, n_gpus)
+    par = memory.Parallel(dp=dp, tp=tp, pp=pp, zero=req.zero,
+                          sp=req.sequence_parallel and tp > 1)
+    seq = spec.seq_len if spec is not None else None
+    global_batch = req.global_batch if req.global_batch is not None else req.micro_batch * dp
+    if global_batch < 1:
+        raise UsageError(f"--global-batch: must be >= 1, got {global_batch}")
+    if global_batch % (req.micro_batch * dp):
+        raise UsageError(f"--global-batch: {global_batch} is not a multiple of micro-batch x "
+                         f"dp = {req.micro_batch} x {dp}")
+    accum = global_batch // (req.micro_batch * dp)
+
+    total_flops = tokens * per_token
+    seconds = F.time_seconds(total_flops, n_gpus, peak, req.mfu)
+    if req.solve == "days":
+        solved = {"for": "days", "value": seconds / 86400}
+    gpu_hours = seconds * n_gpus / 3600
+    recompute_factor = {"none": 1.0, "selective": 1.0, "full": 4.0 / 3.0}[req.recompute]
+
+    result = {
+        "model": {
+            "name": spec.name if spec else "custom",
+            "source": spec.source if spec else "--params",
+            "note": spec.note if spec else "",
+            "shape": _shape(spec),
+            "params": total,
+            "active_params": active,
+            "matmul_params": matmul,
+            "trainable_params": trainable,
+            "lora_params": lora,
+        },
+        "run": {
+            "tokens": tokens, "tokens_from": tokens_from,
+            "gpus": n_gpus, "gpu": gpu.name, "gpu_memory_bytes": gpu.mem_bytes,
+            "precision": req.precision, "peak_flops_per_gpu": peak, "mfu": req.mfu,
+            "dp": dp, "tp": tp, "pp": pp, "zero": req.zero, "sequence_parallel": par.sp,
+            "micro_batch": req.micro_batch, "global_batch": global_batch,
+            "grad_accum_steps": accum, "seq_len": seq,
+            "tokens_per_step": global_batch * seq if seq else None,
+            "steps": tokens / (global_batch * seq) if seq else None,
+            "recompute": req.recompute, "optimizer": req.optimizer, "lora_rank": req.lora_rank,
+            "pipeline_bubble": (pp - 1) / (accum + pp - 1) if pp > 1 else 0.0,
+        },
+        "flops": {
+            "per_token_6n": per_token_6n,
+            "per_token": per_token,
+            "attention_per_token": attn,
+            "total_6nd": F.flops_6nd(active, tokens),
+            "total": total_flops,
+            "hardware_total": total_flops * recompute_factor,
+        },
+        "time": {
+            "seconds": seconds, "days": seconds / 86400, "gpu_hours": gpu_hours,
+            "price_per_gpu_hour": req.price_per_gpu_hour,
+            "cost": gpu_hours * req.price_per_gpu_hour if req.price_per_gpu_hour else None,
+            "tokens_per_second_per_gpu": tokens / seconds / n_gpus,
+        },
+        "memory": _memory(spec, counts, total, trainable, req, par, accum, gpu),
+        "inference": {
+            "weights": {k: total * b for k, b in INFERENCE_BYTES.items()},
+            "kv_cache_per_token_bf16": (2 * spec.n_layer * spec.kv_heads * spec.hd * 2
+                                        if spec else None),
+        },
+        "scaling": _scaling(req.fit, total, tokens),
+        "solve": solved,
+    }
+    result["suggestions"] = _suggestions(result, spec, counts, total, trainable, req, par,
+                                         accum, gpu)
+    return result
+
+
+def _shape(spec: ModelSpec | None) -> dict | None:
+    if spec is None:
+        return None
+    return {"n_layer": spec.n_layer, "d_model": spec.d_model, "n_head": spec.n_head,
+            "n_kv_head": spec.kv_heads, "head_dim": spec.hd, "ffn": spec.ffn,
+            "vocab_size": spec.vocab_size, "seq_len": spec.seq_len, "glu": spec.glu,
+            "norm": spec.norm, "tie_embeddings": spec.tie_embeddings, "dropout": spec.dropout,
+            "text": spec.shape_text()}
+
+
+def _memory(spec, counts, total, trainable, req, par, accum, gpu) -> dict:
+    ada = None
+    if req.optimizer == "adafactor":
+        if spec is None:
+            ada = 0.0  # no shape to factor: the row/column statistics are negligible
+        elif req.lora_rank is not None:
+            ada = trainable  # small adapters: count an unfactored second moment
+        else:
+            ada = memory.adafactor_state_elems(spec)
+    states = memory.model_state_bytes(
+        total + (trainable if req.lora_rank else 0), precision=req.precision,
+        optimizer=req.optimizer, par=par, trainable=trainable, adafactor_elems=ada)
+    buffers = 0.0
+    if req.zero == 3 and counts is not None:
+        buffers = memory.fsdp_buffer_bytes(counts.per_layer, precision=req.precision,
+                                           tp=par.tp, full_grads=req.lora_rank is None)
+    elem = memory.ACTIVATION_BYTES[req.precision]
+    fixed = sum(states.values()) + buffers
+    out = dict(states)
+    out["fsdp_buffers"] = buffers
+    out["model_states"] = sum(states.values())
+    capacity = gpu.mem_bytes
+    out["states_fit"] = memory.with_overhead(fixed)[1] <= capacity
+    if spec is None:
+        overhead, total_bytes = memory.with_overhead(fixed)
+        out.update(activations=None, activations_per_sample=None, overhead=overhead,
+                   total=total_bytes, capacity=capacity, fits=total_bytes <= capacity,
+                   max_micro_batch=None,
+                   note="activations not counted: give the shape (--model or "
+                        "--layers/--d-model/--heads)")
+        return out
+    act = memory.activation_bytes(spec, req.micro_batch, par=par, recompute=req.recompute,
+                                  elem=elem, n_micro=accum)
+    act1 = memory.activation_bytes(spec, 1, par=par, recompute=req.recompute, elem=elem,
+                                   n_micro=accum)
+    overhead, total_bytes = memory.with_overhead(fixed + act)
+    out.update(activations=act, activations_per_sample=act1, overhead=overhead,
+               total=total_bytes, capacity=capacity, fits=total_bytes <= capacity,
+               max_micro_batch=memory.max_micro_batch(fixed, act1, capacity), note="")
+    return out
+
+
+def _scaling(fit_name: str, n: float, tokens: float) -> dict:
+    fit = scaling.FITS[fit_name]
+    n_opt, d_opt = fit.compute_optimal(6 * n * tokens)
+    return {
+        "fit": fit.name, "source": fit.source,
+        "constants": {"E": fit.E, "A": fit.A, "B": fit.B, "alpha": fit.alpha, "beta": fit.beta},
+        "chinchilla_tokens": scaling.chinchilla_tokens(n),
+        "tokens_per_param": tokens / n,
+        "predicted_loss": fit.loss(n, tokens),
+        "optimal_params": n_opt, "optimal_tokens": d_opt,
+        "optimal_loss": fit.loss(n_opt, d_opt),
+    }
+
+
+def _suggestions(result, spec, counts, total, trainable, req, par, accum, gpu) -> list[str]:
+    """When the plan does not fit, the nearest changes that make it fit."""
+    mem = result["memory"]
+    if mem["fits"]:
+        return []
+    tries = []
+    for z in (1, 2, 3):
+        if z > req.zero:
+            tries.append((f"--zero {z}", replace(req, zero=z), replace(par, zero=z)))
+    for rc in ("selective", "full"):
+        if memory.RECOMPUTE.index(rc) > memory.RECOMPUTE.index(req.recompute):
+            tries.append((f"--recompute {rc}", replace(req, recompute=rc), par))
+    if req.micro_batch > 1:
+        tries.append(("--micro-batch 1", replace(req, micro_batch=1), par))
+    out = []
+    for label, r, p in tries:
+        m = _memory(spec, counts, total, trainable, r, p, accum, gpu)
+        if m["fits"]:
+            out.append(f"{label}: {m['total'] / 1e9:,.1f} GB per GPU")
+    if not out and (req.zero < 3 or req.recompute != "full"):
+        r = replace(req, zero=3, recompute="full", micro_batch=1)
+        m = _memory(spec, counts, total, trainable, r, replace(par, zero=3), accum, gpu)
+        if m["fits"]:
+            out.append(f"--zero 3 --recompute full --micro-batch 1: "
+                       f"{m['total'] / 1e9:,.1f} GB per GPU")
+    if not out:
+        out.append("more GPUs (--tp/--pp/--zero 3 over more ranks) or a smaller model")
+    return out

@@ -1,0 +1,170 @@
+"""Draw an estimate (the dict from `plan.estimate`) as a rich table for people."""
+
+from __future__ import annotations
+
+from llmtk.estimate.memory import OVERHEAD_FIXED, OVERHEAD_FRACTION
+from llmtk.estimate.units import duration, gb, sci, si
+from llmtk.io.console import buffered_console
+
+_RECOMPUTE_NOTE = {
+    "none": "Korthikanti et al. 2022, attention scores stored",
+    "selective": "Korthikanti et al. 2022, selective recompute (= flash/SDPA attention)",
+    "full": "Korthikanti et al. 2022, full recompute: layer inputs only",
+}
+_OPT_NOTE = {"adamw": "AdamW m and v, fp32", "sgd": "SGD momentum, fp32",
+             "adafactor": "Adafactor factored second moment, fp32"}
+
+
+def render(r: dict, file) -> None:
+    from rich.table import Table
+
+    console, emit = buffered_console(file)
+    run, model, fl, tm, mem = r["run"], r["model"], r["flops"], r["time"], r["memory"]
+
+    title = (f"llmtk estimate: {model['name']} · {si(run['tokens'])} tokens · "
+             f"{run['gpus']:,} x {run['gpu']} · {run['precision']} · MFU {run['mfu']:.0%}")
+    console.print(f"[bold]{title}[/bold]")
+    sections: list[tuple[str, list[tuple[str, str, str]]]] = []
+
+    class _Rows:
+        def add_row(self, what: str, value: str, note: str) -> None:
+            sections[-1][1].append(("  " + what.strip(), value, note))
+
+    t = _Rows()
+
+    def section(name: str) -> None:
+        sections.append((name, []))
+
+    solve = r.get("solve")
+    if solve:
+        section("Answer (--solve)")
+        if solve["for"] == "gpus":
+            t.add_row("  GPUs needed", f"[bold]{solve['value']:,}[/bold]",
+                      f"{run['gpu']} to finish in {solve['days']:g} days "
+                      f"(exactly {solve['exact']:,.1f}, rounded up to tp x pp)")
+        elif solve["for"] == "tokens":
+            t.add_row("  tokens", f"[bold]{si(solve['value'])}[/bold]",
+                      f"trainable in {solve['days']:g} days on {run['gpus']:,} x {run['gpu']}")
+        else:
+            t.add_row("  days", f"[bold]{solve['value']:,.1f}[/bold]",
+                      f"on {run['gpus']:,} x {run['gpu']}")
+
+    section("Model")
+    t.add_row("  parameters", si(model["params"]), model["source"])
+    if model["active_params"] != model["params"]:
+        t.add_row("  active per token", si(model["active_params"]), "mixture of experts")
+    t.add_row("  in matmuls (N of 6N)", si(model["matmul_params"]),
+              "without input-embedding lookup and position table")
+    if model["lora_params"]:
+        t.add_row("  trainable (LoRA)", si(model["lora_params"]),
+                  f"rank {run['lora_rank']} on every linear layer; base frozen")
+    if model["shape"]:
+        t.add_row("  shape", "", model["shape"]["text"])
+    if model["note"]:
+        t.add_row("  note", "", model["note"])
+
+    section("Compute")
+    tf = run["tokens_from"]
+    tok_note = {"--tokens": "", "chinchilla": "no --tokens: Chinchilla 20 x N",
+                "solved": "solved"}[tf]
+    t.add_row("  training tokens", si(run["tokens"]), tok_note)
+    t.add_row("  FLOPs 6·N·D", sci(fl["total_6nd"]), "Kaplan et al. 2020")
+    if fl["attention_per_token"]:
+        share = fl["attention_per_token"] / fl["per_token"]
+        t.add_row("  FLOPs with attention", sci(fl["total"]),
+                  f"PaLM: (6N + 12·L·H·Q·T)·D; attention is {share:.1%} of it")
+    t.add_row("  model FLOPs per token", sci(fl["per_token"]), "what MFU is measured against")
+    if fl["hardware_total"] != fl["total"]:
+        t.add_row("  hardware FLOPs", sci(fl["hardware_total"]),
+                  "+ one forward pass recomputed")
+
+    section("Time and cost")
+    t.add_row("  wall clock", duration(tm["seconds"]),
+              f"{run['gpus']:,} GPUs at {run['mfu']:.0%} of {run['peak_flops_per_gpu'] / 1e12:,.0f}"
+              f" TFLOP/s ({run['precision']} dense peak)")
+    t.add_row("  GPU-hours", f"{tm['gpu_hours']:,.0f}", "")
+    if tm["cost"] is not None:
+        t.add_row("  cost", f"${tm['cost']:,.0f}", f"at ${tm['price_per_gpu_hour']:g} per GPU-hour")
+    else:
+        t.add_row("  cost", "-", "give --price-per-gpu-hour")
+    t.add_row("  throughput", f"{tm['tokens_per_second_per_gpu']:,.0f}", "tokens/s per GPU")
+    if run["steps"]:
+        t.add_row("  optimizer steps", f"{run['steps']:,.0f}",
+                  f"global batch {run['global_batch']:,} x {run['seq_len']:,} = "
+                  f"{si(run['tokens_per_step'])} tokens; grad accumulation "
+                  f"{run['grad_accum_steps']}")
+    if run["pp"] > 1:
+        t.add_row("  pipeline bubble", f"{run['pipeline_bubble']:.1%}",
+                  "(pp-1)/(m+pp-1), 1F1B; MFU should already include it")
+
+    sp = " +sp" if run["sequence_parallel"] else ""
+    section(f"Memory per GPU (dp {run['dp']} · tp {run['tp']}{sp} · pp {run['pp']} · "
+            f"ZeRO-{run['zero']} · micro-batch {run['micro_batch']})")
+    wb = "fp32" if run["precision"] == "fp32" else "bf16"
+    t.add_row("  weights", gb(mem["weights"]), wb + (" (frozen base + adapters)"
+                                                     if run["lora_rank"] else ""))
+    t.add_row("  gradients", gb(mem["gradients"]), wb)
+    t.add_row("  fp32 master weights", gb(mem["master_weights"]),
+              "" if mem["master_weights"] else "none in fp32 training")
+    t.add_row("  optimizer states", gb(mem["optimizer"]), _OPT_NOTE[run["optimizer"]])
+    if mem["fsdp_buffers"]:
+        t.add_row("  FSDP gather buffers", gb(mem["fsdp_buffers"]),
+                  "2 layers' weights + 1 layer's grads unsharded")
+    if mem["activations"] is None:
+        t.add_row("  activations", "?", mem["note"])
+    else:
+        t.add_row("  activations", gb(mem["activations"]), _RECOMPUTE_NOTE[run["recompute"]])
+    t.add_row("  overhead", gb(mem["overhead"]),
+              f"{OVERHEAD_FIXED / 2**30:g} GiB context/workspaces + "
+              f"{OVERHEAD_FRACTION:.0%} fragmentation")
+    t.add_row("  [bold]total[/bold]", f"[bold]{gb(mem['total'])}[/bold]", "")
+    cap = f"{gb(mem['capacity'])} ({run['gpu']}, {mem['capacity'] / 2**30:g} GiB)"
+    used = f"{mem['total'] / mem['capacity']:.0%} used"
+    if mem["fits"]:
+        verdict = f"[green]fits[/green] in {cap}: {used}"
+    else:
+        verdict = f"[red]does not fit[/red] in {cap}: {used}"
+    t.add_row("  [bold]verdict[/bold]", "", verdict)
+    if mem["max_micro_batch"] is not None:
+        mb = mem["max_micro_batch"]
+        per_seq = f"{gb(mem['activations_per_sample'])} activations per sequence"
+        if mb:
+            why = per_seq
+        elif mem["states_fit"]:
+            why = f"states fit, but not with even one sequence ({per_seq})"
+        else:
+            why = "the model states alone do not fit"
+        t.add_row("  largest micro-batch", str(mb) if mb else "none", why)
+    for s in r.get("suggestions", []):
+        t.add_row("  would fit with", "", s)
+
+    section("Inference weights")
+    w = r["inference"]["weights"]
+    t.add_row("  fp32 / bf16", f"{gb(w['fp32'])} / {gb(w['bf16'])}",
+              f"{si(model['params'])} x 4 / x 2 bytes")
+    t.add_row("  fp8 / int4", f"{gb(w['fp8'])} / {gb(w['int4'])}", "x 1 / x 0.5 bytes")
+    kv = r["inference"]["kv_cache_per_token_bf16"]
+    if kv:
+        t.add_row("  KV cache", f"{kv / 1024:,.0f} KiB", "per token of context, bf16")
+
+    sc = r["scaling"]
+    c = sc["constants"]
+    section("Scaling (Chinchilla)")
+    t.add_row("  compute-optimal tokens", si(sc["chinchilla_tokens"]),
+              f"20 x N; this run: {sc['tokens_per_param']:,.1f} tokens/param")
+    t.add_row("  predicted loss", f"{sc['predicted_loss']:.3f}",
+              f"{sc['source']}: E={c['E']:g} A={c['A']:g} B={c['B']:g} "
+              f"α={c['alpha']:g} β={c['beta']:g}")
+    t.add_row("  optimal at this compute", f"{si(sc['optimal_params'])} params",
+              f"{si(sc['optimal_tokens'])} tokens, loss {sc['optimal_loss']:.3f}")
+    for name, rows in sections:
+        table = Table(title=f"[bold]{name}[/bold]", title_justify="left", show_header=False,
+                      box=None, padding=(0, 1), pad_edge=False)
+        table.add_column("what", width=26, no_wrap=True)
+        table.add_column("value", width=19, justify="right", no_wrap=True)
+        table.add_column("note", overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        console.print()
+        console.print(table)
+    emit()
