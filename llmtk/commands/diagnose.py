@@ -49,9 +49,13 @@ def command(
     for run in load_runs(logs):
         reports.append({**overview(run), "findings": [f.as_dict() for f in diagnose(run)]})
     if json_out:
+        import sys
+
         import orjson
 
-        typer.echo(orjson.dumps(reports, option=orjson.OPT_INDENT_2).decode())
+        from llmtk.io.console import write_out
+
+        write_out(sys.stdout, orjson.dumps(reports, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif not quiet:
         _print(reports)
     levels = {"warning": ("warning", "error"), "error": ("error",), "never": ()}[fail_on]
@@ -60,9 +64,11 @@ def command(
 
 
 def _print(reports: list[dict]) -> None:
-    from rich.console import Console
+    import sys
 
-    console = Console(highlight=False, soft_wrap=True)
+    from llmtk.io.console import buffered_console
+
+    console, emit = buffered_console(sys.stdout)
     for r in reports:
         head = f"[bold]{r['run']}[/bold]  ({r['path']}, {r['rows']} rows"
         if "last_step" in r:
@@ -82,6 +88,7 @@ def _print(reports: list[dict]) -> None:
             for fix in f["fixes"]:
                 console.print(f"           fix:   {fix}")
         console.print()
+    emit()
 
 
 def register(app: typer.Typer) -> None:

@@ -69,7 +69,11 @@ def command(
         return
     chart = plot_terminal(runs, metrics, x=x, weight=smooth, log_y=log_y,
                           colour="NO_COLOR" not in os.environ)
-    typer.echo(chart)
+    import sys
+
+    from llmtk.io.console import write_out
+
+    write_out(sys.stdout, chart + "\n")
 
 
 def register(app: typer.Typer) -> None:
