@@ -117,7 +117,7 @@ def command(
 ) -> None:
     from llmtk.estimate.models import Dims
     from llmtk.estimate.plan import Request, estimate
-    from llmtk.estimate.units import parse_number as num
+    from llmtk.units import parse_number as num
 
     if list_:
         _list(json_out)
@@ -179,7 +179,7 @@ def _list(json_out: bool) -> None:
         return
     from rich.table import Table
 
-    from llmtk.estimate.units import si
+    from llmtk.units import si
     from llmtk.io.console import buffered_console
 
     console, emit = buffered_console(sys.stdout)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmtk.estimate.memory import OVERHEAD_FIXED, OVERHEAD_FRACTION
-from llmtk.estimate.units import duration, gb, sci, si
+from llmtk.units import duration, gb, sci, si
 from llmtk.io.console import buffered_console
 
 _RECOMPUTE_NOTE = {
