@@ -103,12 +103,13 @@ class StreamRun:
 
     def docs(self) -> Iterator[Doc]:
         """Every good record of this shard; bad ones are handled per --on-error."""
-        on_bad = None if self.opts.on_error == "fail" else self._bad
+        on_bad = None if self.opts.on_error == "fail" else self.bad_record
         on_bytes = self._progress.update if self._progress is not None else None
         return read_docs(self.paths, self.opts.text_field, on_bad, self.opts.shard,
                          self.require_text, on_bytes, self.summary)
 
-    def _bad(self, bad: BadRecord) -> None:
+    def bad_record(self, bad: BadRecord) -> None:
+        """Count a bad input line (and write it to --rejects with --on-error reject)."""
         self.summary.records_in += 1
         self.summary.errors[bad.reason] += 1
         if self.opts.on_error == "reject" and self.rejects is not None:
