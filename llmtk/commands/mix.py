@@ -23,7 +23,7 @@ reported on stderr and with --report.
 
   llmtk mix -s en=en.jsonl:3 -s zh=zh.jsonl:1 --tokens 500M --report mix.json > train.jsonl
 
-  llmtk mix -s old=old/:0.2 -s new=new/:0.8 --tokenizer tokenizer.json --max-epochs 2 -o cont.jsonl.zst
+  llmtk mix -s old=old/:0.2 -s new=new/:0.8 --tokenizer tok.json --max-epochs 2 -o c.jsonl
 """
 
 EPILOG = "Exit status: 0 success, 1 data error, 2 bad usage (e.g. a source too small)."
