@@ -1,16 +1,114 @@
-"""`llmtk contam-check`: Find evaluation-set n-grams in training data; report, drop or mask."""
+"""`llmtk contam-check`: find evaluation-set n-grams in training data; report, drop or annotate."""
+
+from typing import Annotated
 
 import typer
 
-from llmtk.commands._stub import register_stub
+from llmtk.commands import options as o
 
-SUMMARY = "Find evaluation-set n-grams in training data; report, drop or mask."
+SUMMARY = "Find evaluation-set n-grams in training data; report, drop or annotate."
+
+HELP = f"""\
+{SUMMARY}
+
+Training documents stream through (stdin/files to stdout/-o); every document
+sharing an n-gram (default 13 words, GPT-3's rule) with an evaluation item is
+counted, and dropped with --drop. Each evaluation item gets its coverage (share
+of its words inside n-grams seen in training) and a class: dirty >= 80%,
+clean < 20% (Llama 2's thresholds), else partial.
+
+[bold]Examples[/bold]
+
+  llmtk contam-check train.jsonl.zst --eval evals/ --drop -o train.clean.jsonl.zst
+
+  zstdcat web.jsonl.zst | llmtk contam-check -e mmlu.jsonl --report-only --report r.json
+
+  llmtk contam-check train.jsonl --eval gsm8k.jsonl --n 8 --dirty 0.7 --annotate > marked.jsonl
+"""
+
+EPILOG = ("Exit status: 0 no contamination (or it was dropped with --drop), 3 contaminated "
+          "documents found and left in, 1 data error, 2 bad usage.")
+
+
+def command(
+    inputs: o.Inputs = None,
+    eval_paths: Annotated[list[str], typer.Option(
+        "--eval", "-e", help="Evaluation set (JSONL file or directory), repeatable.")] = ...,
+    eval_field: Annotated[str, typer.Option(
+        "--eval-field", help="Field(s) of an eval record to check, comma-separated "
+                             "(lists are joined).")] = "text",
+    eval_id_field: Annotated[str, typer.Option(
+        "--eval-id-field", help="Field that names an eval item (default id; else FILE:LINE).")
+    ] = "id",
+    n: Annotated[int, typer.Option("--n", min=3, max=50,
+                                   help="n-gram length in words (13 = GPT-3, 8 = PaLM).")] = 13,
+    drop: Annotated[bool, typer.Option("--drop", help="Drop contaminated documents "
+                                                      "(reason contam.ngram).")] = False,
+    annotate: Annotated[bool, typer.Option(
+        "--annotate", help="Add llmtk.contaminated (and eval_ids) to every document.")] = False,
+    report: Annotated[str | None, typer.Option(
+        "--report", help="Write the per-item report as JSON.")] = None,
+    report_only: Annotated[bool, typer.Option(
+        "--report-only", help="Check and report; write no documents.")] = False,
+    dirty: Annotated[float, typer.Option("--dirty", min=0.0, max=1.0,
+                                         help="Coverage at or above which an item is dirty.")
+                     ] = 0.8,
+    clean: Annotated[float, typer.Option("--clean", min=0.0, max=1.0,
+                                         help="Coverage below which an item is clean.")] = 0.2,
+    output: o.Output = None,
+    compress: o.Compress = None,
+    rejects: o.Rejects = None,
+    stats: o.Stats = None,
+    text_field: o.TextField = "text",
+    on_error: o.OnError = "fail",
+    shard: o.Shard = None,
+    workers: o.Workers = 1,
+    quiet: o.Quiet = False,
+) -> None:
+    from llmtk.contam.check import EvalIndex
+    from llmtk.contam.run import build_report, check_stream, load_eval_items
+    from llmtk.errors import UsageError
+    from llmtk.io import StreamRun, write_file_atomically
+
+    if clean > dirty:
+        raise UsageError(f"--clean {clean} is above --dirty {dirty}")
+    if drop and report_only:
+        raise UsageError("--drop and --report-only contradict each other")
+    opts = o.stream_options(
+        inputs=inputs, output=output, compress=compress, rejects=rejects, stats=stats,
+        text_field=text_field, on_error=on_error, shard=shard, workers=workers, quiet=quiet,
+    )
+    fields = [f.strip() for f in eval_field.split(",") if f.strip()]
+    index = EvalIndex(load_eval_items(eval_paths, fields, eval_id_field, n), n)
+    with StreamRun("contam-check", opts) as run:
+        found = check_stream(run, index, drop=drop, annotate=annotate, write=not report_only)
+        result = build_report(index, dirty, clean, found, run.summary.records_in)
+        run.count("eval_items", len(index.items))
+        for cls, k in result["classes"].items():
+            run.count(f"eval_items_{cls}", k)
+        run.count("contaminated_docs", found)
+        if report:
+            import orjson
+
+            write_file_atomically(report, orjson.dumps(
+                result, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
+                | orjson.OPT_APPEND_NEWLINE))
+    if not quiet:
+        _print_sources(result)
+    if found and not drop:
+        raise typer.Exit(3)
+
+
+def _print_sources(result: dict) -> None:
+    from llmtk.io.console import stderr_console
+
+    console = stderr_console()
+    for source, counts in result["sources"].items():
+        console.print(f"{source}: {counts.get('items', 0)} items, "
+                      f"{counts.get('dirty', 0)} dirty, {counts.get('partial', 0)} partial, "
+                      f"{counts.get('clean', 0)} clean, {counts.get('too_short', 0)} too short "
+                      f"(n={result['n']})")
 
 
 def register(app: typer.Typer) -> None:
-    register_stub(
-        app,
-        "contam-check",
-        SUMMARY,
-        "llmtk contam-check train.jsonl.zst --eval evals/ --drop > clean.jsonl",
-    )
+    app.command(name="contam-check", help=HELP, short_help=SUMMARY, epilog=EPILOG)(command)

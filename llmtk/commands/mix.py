@@ -1,17 +1,107 @@
-"""`llmtk mix`: Blend several sources by weight to a token budget."""
+"""`llmtk mix`: blend several sources by weight to a token budget."""
+
+from typing import Annotated
 
 import typer
 
-from llmtk.commands._stub import register_stub
+from llmtk.commands import options as o
 
 SUMMARY = "Blend several sources by weight to a token budget."
 
+HELP = f"""\
+{SUMMARY}
+
+Counts every source's tokens (as the trainer will: tokenizer + one end-of-
+document token), then writes each source's share of the budget: whole epochs
+plus a seeded random subset when a source is smaller than its share, a seeded
+subset when it is larger. Sources are interleaved evenly; the achieved mix is
+reported on stderr and with --report.
+
+[bold]Examples[/bold]
+
+  llmtk mix --source web=web.jsonl.zst:0.7 --source code=code/:0.3 --tokens 2e9 -o train.jsonl.zst
+
+  llmtk mix -s en=en.jsonl:3 -s zh=zh.jsonl:1 --tokens 500M --report mix.json > train.jsonl
+
+  llmtk mix -s old=old/:0.2 -s new=new/:0.8 --tokenizer tok.json --max-epochs 2 -o c.jsonl
+"""
+
+EPILOG = "Exit status: 0 success, 1 data error, 2 bad usage (e.g. a source too small)."
+
+
+def command(
+    source: Annotated[list[str], typer.Option(
+        "--source", "-s", help="NAME=PATH[:WEIGHT], repeatable; PATH is a file, directory or "
+                               "glob; weights are normalised (default 1).")] = ...,
+    tokens: Annotated[str | None, typer.Option(
+        "--tokens", help="Token budget (2e9, 500M, 1.5B); default: all of the scarcest source "
+                         "once.")] = None,
+    tokenizer: Annotated[str, typer.Option(
+        "--tokenizer", help="'bytes' (default) or a tokenizer.json file.")] = "bytes",
+    max_epochs: Annotated[float, typer.Option(
+        "--max-epochs", min=0.0, help="Refuse to repeat any source more often than this.")] = 4.0,
+    report: Annotated[str | None, typer.Option(
+        "--report", help="Write the achieved mix as JSON.")] = None,
+    annotate: Annotated[bool, typer.Option(
+        "--annotate", help="Add llmtk.source and llmtk.epoch to every document.")] = False,
+    seed: o.Seed = 0,
+    output: o.Output = None,
+    compress: o.Compress = None,
+    rejects: o.Rejects = None,
+    stats: o.Stats = None,
+    text_field: o.TextField = "text",
+    on_error: o.OnError = "fail",
+    shard: o.Shard = None,
+    quiet: o.Quiet = False,
+) -> None:
+    import orjson
+
+    from llmtk.errors import UsageError
+    from llmtk.io import StreamRun, write_file_atomically
+    from llmtk.mix.plan import parse_source, plan
+    from llmtk.mix.run import count_tokens, emit
+    from llmtk.mix.run import report as build_report
+    from llmtk.text.tokenizer import load_tokenizer
+    from llmtk.units import parse_number
+
+    sources = [parse_source(s) for s in source]
+    names = [s.name for s in sources]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--source: names must be unique, got {', '.join(names)}")
+    budget = parse_number("--tokens", tokens)
+    tok = load_tokenizer(tokenizer)
+    opts = o.stream_options(
+        inputs=[s.spec for s in sources], output=output, compress=compress, rejects=rejects,
+        stats=stats, text_field=text_field, on_error=on_error, shard=shard, quiet=quiet,
+    )
+    with StreamRun("mix", opts) as run:
+        for s in sources:
+            count_tokens(run, s, tok)
+        used = plan(sources, budget, max_epochs, seed)
+        result = build_report(sources, emit(run, sources, annotate), used, tok)
+        if report:
+            write_file_atomically(report, orjson.dumps(
+                result, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
+                | orjson.OPT_APPEND_NEWLINE))
+    if not quiet:
+        _print(result)
+
+
+def _print(result: dict) -> None:
+    from rich.table import Table
+
+    from llmtk.io.console import stderr_console
+
+    table = Table(title=f"achieved mix: {result['emitted_tokens']:,} tokens "
+                        f"(budget {result['budget_tokens']:,})", title_justify="left")
+    for col in ("source", "tokens", "share", "target", "emitted", "achieved", "epochs"):
+        table.add_column(col, justify="left" if col == "source" else "right")
+    for name, r in result["sources"].items():
+        table.add_row(name, f"{r['tokens']:,}", f"{r['share']:.1%}", f"{r['target_tokens']:,}",
+                      f"{r['emitted_tokens']:,}", f"{r['achieved_share']:.1%}",
+                      f"{r['epochs']:.2f}")
+    stderr_console().print(table)
+
 
 def register(app: typer.Typer) -> None:
-    register_stub(
-        app,
-        "mix",
-        SUMMARY,
-        "llmtk mix --source web=web.jsonl.zst:0.7 --source code=code.jsonl.zst:0.3 "
-        "--tokens 2e9 -o train.jsonl.zst",
-    )
+    app.command(name="mix", help=HELP, short_help=SUMMARY, epilog=EPILOG)(command)

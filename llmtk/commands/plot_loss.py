@@ -1,11 +1,80 @@
-"""`llmtk plot-loss`: Draw loss, learning-rate and grad-norm curves of one or more runs."""
+"""`llmtk plot-loss`: draw loss, learning-rate and grad-norm curves of one or more runs."""
+
+from typing import Annotated
 
 import typer
 
-from llmtk.commands._stub import register_stub
-
 SUMMARY = "Draw loss, learning-rate and grad-norm curves of one or more runs."
+
+HELP = f"""\
+{SUMMARY}
+
+Reads llmtk's metrics.jsonl, CSV logs with a header and nanoGPT-style text
+logs. Writes PNG, SVG or PDF (by the -o extension), or draws in the terminal.
+
+[bold]Examples[/bold]
+
+  llmtk plot-loss runs/*/metrics.jsonl -o loss.png
+
+  llmtk plot-loss runs/a runs/b --metric loss --metric lr --metric grad_norm -o curves.svg
+
+  llmtk plot-loss runs/a/metrics.jsonl --smooth 0.9 --x tokens
+"""
+
+EPILOG = "Exit status: 0 success, 1 unreadable log or plot error, 2 bad usage."
+
+
+def command(
+    logs: Annotated[list[str], typer.Argument(help="metrics.jsonl / CSV / text logs, or run "
+                                                   "directories holding metrics.jsonl.")],
+    output: Annotated[str | None, typer.Option(
+        "-o", "--output", help="Image file (.png, .svg, .pdf); without it, draw in the "
+                               "terminal.")] = None,
+    metric: Annotated[list[str] | None, typer.Option(
+        "--metric", "-m", help="Metric to draw, repeatable (default: loss and val_loss). "
+                               "val_loss shares the loss panel.")] = None,
+    all_metrics: Annotated[bool, typer.Option(
+        "--all", help="Draw loss, val_loss, lr and grad_norm.")] = False,
+    x: Annotated[str, typer.Option("--x", help="X axis: step, tokens or time.")] = "step",
+    smooth: Annotated[float, typer.Option(
+        "--smooth", min=0.0, max=0.999, help="EMA smoothing weight, 0 (raw) to 0.999.")] = 0.0,
+    log_y: Annotated[bool, typer.Option("--log-y", help="Logarithmic y axis.")] = False,
+    title: Annotated[str | None, typer.Option("--title", help="Figure title.")] = None,
+) -> None:
+    import os
+
+    from llmtk.curves.logs import load_runs
+    from llmtk.curves.plot import panels_for, plot_file, plot_terminal
+    from llmtk.errors import UsageError
+
+    if x not in ("step", "tokens", "time"):
+        raise UsageError(f"--x: expected step, tokens or time, got {x!r}")
+    metrics = ["loss", "val_loss", "lr", "grad_norm"] if all_metrics else (metric or
+                                                                            ["loss", "val_loss"])
+    if output and os.path.splitext(output)[1].lower() not in (".png", ".svg", ".pdf"):
+        raise UsageError(f"--output: expected a .png, .svg or .pdf file, got {output!r}")
+    runs = load_runs(logs)
+    if not panels_for(runs, metrics):
+        raise UsageError(f"--metric: none of {', '.join(metrics)} is in these logs")
+    if x != "step" and not any(run.has(x) for run in runs):
+        raise UsageError(f"--x {x}: the logs have no {x!r} field")
+    if output:
+        tmp = f"{output}.tmp-{os.getpid()}{os.path.splitext(output)[1]}"
+        try:
+            plot_file(runs, metrics, tmp, x=x, weight=smooth, log_y=log_y, title=title)
+            os.replace(tmp, output)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return
+    chart = plot_terminal(runs, metrics, x=x, weight=smooth, log_y=log_y,
+                          colour="NO_COLOR" not in os.environ)
+    import sys
+
+    from llmtk.io.console import write_out
+
+    write_out(sys.stdout, chart + "\n")
 
 
 def register(app: typer.Typer) -> None:
-    register_stub(app, "plot-loss", SUMMARY, "llmtk plot-loss runs/*/metrics.jsonl -o loss.png")
+    app.command(name="plot-loss", help=HELP, short_help=SUMMARY, epilog=EPILOG)(command)

@@ -1,0 +1,1 @@
+"""Contamination checks: evaluation-set n-grams inside training data."""

@@ -1,0 +1,85 @@
+"""`contam-check` as a whole: load eval sets, stream training docs, build the report."""
+
+from __future__ import annotations
+
+from collections import Counter
+from functools import partial
+
+from llmtk.contam.check import EvalIndex, EvalItem, build_items, classify, coverage
+from llmtk.errors import DataError, UsageError
+from llmtk.io import Doc, StreamRun, expand_inputs, ordered_map, read_docs
+
+
+def load_eval_items(paths: list[str], fields: list[str], id_field: str, n: int) -> list[EvalItem]:
+    """Every record of the eval files; the checked text joins `fields` with spaces."""
+    def records():
+        for path in expand_inputs(paths):
+            for doc in read_docs([path], require_text=False):
+                parts = []
+                for name in fields:
+                    value = doc.data.get(name)
+                    if isinstance(value, list):
+                        value = " ".join(str(v) for v in value)
+                    if value is not None:
+                        parts.append(str(value))
+                if not parts:
+                    raise DataError(f"{doc.where()}: none of the fields {', '.join(fields)}")
+                item_id = doc.data.get(id_field)
+                yield (str(item_id) if item_id is not None else f"{path}:{doc.line}",
+                       path, " ".join(parts))
+
+    if any(p == "-" for p in paths):
+        raise UsageError("--eval: evaluation sets must be files or directories, not stdin")
+    return build_items(records(), n)
+
+
+def _match_chunk(index: EvalIndex, chunk: list[Doc]) -> list[tuple[Doc, object]]:
+    return [(doc, index.match(doc.text)) for doc in chunk]
+
+
+def check_stream(run: StreamRun, index: EvalIndex, drop: bool, annotate: bool,
+                 write: bool = True) -> int:
+    """Pass the training docs through; returns the number of contaminated docs."""
+    contaminated = 0
+    work = partial(_match_chunk, index)
+    for doc, matched in ordered_map(work, run.docs(), run.opts.workers, 64):
+        if len(matched):
+            contaminated += 1
+            items = index.record(matched, doc.id if doc.id is not None else doc.where())
+            if drop:
+                run.drop(doc, "contam.ngram",
+                         eval_ids=[index.items[i].id for i in items][:20])
+                continue
+            if annotate:
+                doc.annotate(contaminated=True, eval_ids=[index.items[i].id for i in items][:20],
+                             matched_ngrams=int(len(matched)))
+        elif annotate:
+            doc.annotate(contaminated=False)
+        if write:
+            run.write(doc)
+        else:
+            run.count("contam.report_only_not_written")
+    return contaminated
+
+
+def build_report(index: EvalIndex, dirty: float, clean: float, contaminated_docs: int,
+                 docs: int) -> dict:
+    n = index.n
+    items, classes, per_source = [], Counter(), {}
+    for it in index.items:
+        cov = coverage(it, n)
+        cls = classify(cov, len(it.ngrams) > 0, dirty, clean)
+        classes[cls] += 1
+        src = per_source.setdefault(it.source, Counter())
+        src[cls] += 1
+        src["items"] += 1
+        items.append({"id": it.id, "source": it.source, "words": it.n_words,
+                      "ngrams": int(len(it.ngrams)), "seen_ngrams": int(it.seen.sum()),
+                      "coverage": round(cov, 4), "class": cls, "docs": list(it.docs)})
+    return {
+        "n": n, "dirty_threshold": dirty, "clean_threshold": clean,
+        "docs": docs, "contaminated_docs": contaminated_docs,
+        "classes": {k: classes.get(k, 0) for k in ("dirty", "partial", "clean", "too_short")},
+        "sources": {s: dict(sorted(c.items())) for s, c in sorted(per_source.items())},
+        "items": items,
+    }

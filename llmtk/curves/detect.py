@@ -1,0 +1,387 @@
+"""Finding problems in a training curve, and saying what usually causes them.
+
+Each detector looks at one run and returns `Finding`s with the step where the
+problem starts, the numbers that show it, likely causes and fixes. They are
+deliberately simple and robust (rolling medians and MADs, an EMA trend) so a
+user can check a finding by eye on the plot.
+
+Thresholds are module constants, chosen on synthetic curves (see the tests)
+and on llmtk's own runs: a spike is a point more than SPIKE_SIGMAS robust
+standard deviations *and* SPIKE_MIN_REL above the median of the preceding
+window; divergence means the trend has given back more than half of the
+progress made; and so on, each stated where it is used.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from statistics import median
+
+from llmtk.curves.logs import Run
+
+SPIKE_SIGMAS = 6.0  # robust z-score for a loss spike
+SPIKE_MIN_REL = 0.05  # ... and at least 5% above the local median
+GRAD_SPIKE_FACTOR = 10.0  # grad norm 10x its local median
+PLATEAU_REL = 0.005  # < 0.5% improvement over the last third of the run
+NO_LEARNING_REL = 0.02  # < 2% improvement over the whole run
+REBOUND_REL = 0.03  # trend ends 3% above its best
+DIVERGE_GIVEBACK = 0.5  # trend gives back half of the progress made
+NOISE_REL = 0.08  # residual noise above 8% of the loss level
+OVERFIT_REL = 0.02  # validation loss 2% above its best
+RESUME_JUMP_REL = 0.10  # loss 10% higher right after a resume than before it
+
+
+@dataclass
+class Finding:
+    kind: str
+    severity: str  # "error" | "warning" | "info"
+    step: float
+    summary: str
+    causes: list[str] = field(default_factory=list)
+    fixes: list[str] = field(default_factory=list)
+    end_step: float | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# -- small numeric helpers --------------------------------------------------------------
+
+
+def _finite(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
+    pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(y)]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def ema(ys: list[float], span: int) -> list[float]:
+    """Exponential moving average, debiased at the start (like TensorBoard's smoothing)."""
+    alpha = 2.0 / (span + 1.0)
+    out, avg, weight = [], 0.0, 0.0
+    for y in ys:
+        avg = (1 - alpha) * avg + alpha * y
+        weight = (1 - alpha) * weight + alpha
+        out.append(avg / weight)
+    return out
+
+
+def _mad_sigma(window: list[float], centre: float) -> float:
+    return 1.4826 * median(abs(v - centre) for v in window)
+
+
+def _window(n: int) -> int:
+    return max(5, min(50, n // 10))
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}"
+
+
+# -- detectors ---------------------------------------------------------------------------
+
+
+def detect_nan(run: Run) -> list[Finding]:
+    xs, ys = run.series("loss")
+    bad = [x for x, y in zip(xs, ys, strict=True) if not math.isfinite(y)]
+    _, gs = run.series("grad_norm")
+    bad_grads = sum(1 for g in gs if not math.isfinite(g))
+    events = [e for e in run.events if e.get("event") in ("nan", "skip")]
+    if not bad and not events and not bad_grads:
+        return []
+    ended_bad = bool(ys) and not math.isfinite(ys[-1])
+    first = min([*bad, *(float(e.get("step", math.inf)) for e in events)], default=xs[0])
+    params = sorted({p for e in events for p in (e.get("bad_params") or [])})
+    parts = []
+    if bad:
+        parts.append(f"{len(bad)} logged step(s) with a non-finite loss")
+    if bad_grads:
+        parts.append(f"{bad_grads} with a non-finite grad norm")
+    if events:
+        parts.append(f"{len(events)} skipped step(s)")
+    summary = f"non-finite values from step {first:.0f}: " + ", ".join(parts)
+    if ended_bad:
+        summary += "; the run ends with a non-finite loss"
+    if params:
+        shown = ", ".join(params[:5]) + (" ..." if len(params) > 5 else "")
+        summary += f"; first bad gradients in {shown}"
+    return [Finding(
+        "nan", "error" if ended_bad or bad else "warning", first, summary,
+        causes=["learning rate too high for the batch size or model width",
+                "fp16 overflow (no loss scaling) or an unstable op in low precision",
+                "a bad batch (empty or extreme documents, out-of-range token ids)"],
+        fixes=["lower the learning rate or lengthen warmup; clip gradients (e.g. 1.0)",
+               "train in bf16 rather than fp16",
+               "resume from the last good checkpoint and skip the batches at this step "
+               "(llmtk train --on-spike rollback)"],
+    )]
+
+
+def detect_spikes(run: Run) -> list[Finding]:
+    xs, ys = _finite(*run.series("loss"))
+    n = len(ys)
+    w = _window(n)
+    if n < w + 3:
+        return []
+    flagged: list[int] = []
+    baselines: dict[int, tuple[float, float]] = {}
+    for i in range(w, n):
+        prev = ys[i - w:i]
+        centre = median(prev)
+        sigma = max(_mad_sigma(prev, centre), 1e-3 * abs(centre))
+        if ys[i] > centre + max(SPIKE_SIGMAS * sigma, SPIKE_MIN_REL * abs(centre)):
+            flagged.append(i)
+            baselines[i] = (centre, sigma)
+    groups: list[list[int]] = []
+    for i in flagged:
+        if groups and i - groups[-1][-1] <= 3:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    findings = []
+    for group in groups:
+        start = group[0]
+        centre, sigma = baselines[start]
+        peak = max(ys[i] for i in group)
+        after = ys[group[-1] + 1: group[-1] + 1 + max(5, w)]
+        recovered = any(y <= centre + 3 * sigma + 0.02 * abs(centre) for y in after)
+        summary = (f"loss spike at step {xs[start]:.0f}: {_fmt(centre)} -> {_fmt(peak)} "
+                   f"(+{(peak - centre) / abs(centre) * 100:.0f}%), "
+                   + ("recovered" if recovered else "not recovered"))
+        findings.append(Finding(
+            "spike", "warning" if recovered else "error", xs[start], summary,
+            end_step=xs[group[-1]],
+            causes=["a batch of unusual data (duplicated, garbled or very long documents)",
+                    "learning rate too high; Adam's second-moment estimate lagging "
+                    "(beta2 too high) after a run of small gradients",
+                    "attention-logit growth in deep models"],
+            fixes=["inspect the batches at this step; skip them on resume "
+                   "(PaLM: rewind ~100 steps and skip ~200-500 batches)",
+                   "lower the peak learning rate or use beta2=0.95; keep gradient clipping",
+                   "QK-norm or z-loss for very large models"],
+        ))
+    if len(findings) >= 3:
+        for f in findings:
+            f.causes.insert(0, f"recurring: {len(findings)} spikes in this run point to a "
+                               "systematic cause (learning rate, data order) rather than one batch")
+    return findings
+
+
+def _trend(ys: list[float]) -> list[float]:
+    return ema(ys, span=max(5, len(ys) // 20))
+
+
+def detect_divergence_and_rebound(run: Run) -> list[Finding]:
+    xs, ys = _finite(*run.series("loss"))
+    n = len(ys)
+    if n < 10:
+        return []
+    trend = _trend(ys)
+    i_min = min(range(n), key=trend.__getitem__)
+    best, start, end = trend[i_min], trend[0], trend[-1]
+    if i_min >= n - 3:
+        return []
+    progress = max(start - best, 1e-12)
+    rise = end - best
+    tail = trend[int(n * 0.9):]
+    sustained = all(t > best + rise / 2 for t in tail)
+    if rise >= DIVERGE_GIVEBACK * progress and rise > REBOUND_REL * abs(best):
+        return [Finding(
+            "divergence", "error", xs[i_min],
+            f"the loss diverges after step {xs[i_min]:.0f}: trend {_fmt(best)} -> {_fmt(end)}, "
+            f"giving back {rise / progress * 100:.0f}% of the progress made",
+            causes=["learning rate too high once warmup ends",
+                    "numerical instability (fp16, missing gradient clipping)",
+                    "a data-order problem: the stream switched to a very different source"],
+            fixes=["restart from a checkpoint before this step with a lower peak learning rate",
+                   "enable gradient clipping and bf16; check the data mix around this step"],
+        )]
+    if rise > REBOUND_REL * abs(best) and sustained:
+        return [Finding(
+            "rebound", "warning", xs[i_min],
+            f"the loss rebounds after step {xs[i_min]:.0f}: trend {_fmt(best)} -> {_fmt(end)} "
+            f"(+{rise / abs(best) * 100:.1f}%) and stays up",
+            causes=["learning rate too high for this phase (e.g. after warmup or a restart)",
+                    "the data distribution changed (new source, repeated epoch)",
+                    "optimizer state lost on resume"],
+            fixes=["lower the learning rate or decay it sooner",
+                   "check the mix and data position at this step"],
+        )]
+    return []
+
+
+def detect_plateau(run: Run) -> list[Finding]:
+    xs, ys = _finite(*run.series("loss"))
+    n = len(ys)
+    if n < 30:
+        return []
+    trend = _trend(ys)
+    overall = (trend[0] - min(trend)) / max(abs(trend[0]), 1e-12)
+    if overall < NO_LEARNING_REL:
+        return [Finding(
+            "no_learning", "error", xs[0],
+            f"the loss barely moves over the whole run: {_fmt(trend[0])} -> {_fmt(trend[-1])} "
+            f"({overall * 100:.1f}% improvement in {n} logged steps)",
+            causes=["learning rate far too low (or zero: check warmup and schedule)",
+                    "gradients not reaching the weights (frozen parameters, detached loss)",
+                    "targets not aligned with inputs, or data that is random/unlearnable"],
+            fixes=["check lr in the log; run a short lr range test",
+                   "overfit one small batch first: the loss must go to ~0"],
+        )]
+    third = n * 2 // 3
+    window_gain = (trend[third] - trend[-1]) / max(abs(trend[third]), 1e-12)
+    if window_gain >= PLATEAU_REL:
+        return []
+    lrs = run.series("lr")[1]
+    if lrs and max(lrs) > 0 and lrs[-1] < 0.1 * max(lrs):
+        return []  # the schedule has decayed: flattening is expected at the end
+    j = third
+    while j > 0 and (trend[j - 1] - trend[-1]) / max(abs(trend[j - 1]), 1e-12) < PLATEAU_REL:
+        j -= 1
+    return [Finding(
+        "plateau", "warning", xs[j],
+        f"the loss has plateaued since step {xs[j]:.0f} at about {_fmt(trend[-1])} "
+        f"(< {PLATEAU_REL * 100:.1f}% better over the last {n - j} logged steps) "
+        "while the learning rate is still high",
+        causes=["learning rate too high to settle into a lower loss, or too low to make progress",
+                "model capacity or data exhausted (small model, repeated data)"],
+        fixes=["decay the learning rate (cosine/WSD cool-down) and watch the loss drop",
+               "more or fresher data; a larger model if the token budget allows"],
+    )]
+
+
+def detect_noise(run: Run) -> list[Finding]:
+    xs, ys = _finite(*run.series("loss"))
+    n = len(ys)
+    if n < 30:
+        return []
+    trend = _trend(ys)
+    half = n // 2
+    residual = [abs(y - t) / max(abs(t), 1e-12) for y, t in zip(ys[half:], trend[half:],
+                                                                   strict=True)]
+    noise = 1.4826 * median(residual)
+    if noise < NOISE_REL:
+        return []
+    diffs = [b - a for a, b in zip(ys[half:], ys[half + 1:], strict=False)]
+    flips = sum(1 for a, b in zip(diffs, diffs[1:], strict=False) if a * b < 0)
+    rate = flips / max(len(diffs) - 1, 1)
+    return [Finding(
+        "oscillation", "warning", xs[half],
+        f"the loss oscillates by about {noise * 100:.0f}% around its trend in the second half "
+        f"of the run (direction changes at {rate * 100:.0f}% of steps)",
+        causes=["learning rate too high", "batch too small (noisy gradients)",
+                "very uneven batches (document lengths or sources not shuffled)"],
+        fixes=["lower the learning rate or raise the batch (gradient accumulation)",
+               "shuffle or mix sources more evenly"],
+    )]
+
+
+def detect_grad_explosions(run: Run) -> list[Finding]:
+    xs, gs = _finite(*run.series("grad_norm"))
+    n = len(gs)
+    w = _window(n)
+    if n < w + 3:
+        return []
+    hits = []
+    for i in range(w, n):
+        centre = median(gs[i - w:i])
+        if centre > 0 and gs[i] > GRAD_SPIKE_FACTOR * centre:
+            hits.append((i, centre))
+    findings = []
+    if hits:
+        i, centre = hits[0]
+        findings.append(Finding(
+            "grad_explosion", "warning", xs[i],
+            f"{len(hits)} gradient-norm spike(s) over {GRAD_SPIKE_FACTOR:.0f}x the local median, "
+            f"first at step {xs[i]:.0f} ({_fmt(centre)} -> {_fmt(gs[i])})",
+            causes=["a batch with extreme activations; learning rate too high",
+                    "no or too loose gradient clipping"],
+            fixes=["clip gradients (max norm 1.0 is the usual choice)",
+                   "lower the learning rate; look at the data of these steps"],
+        ))
+    q = n // 4
+    if q >= 5:
+        early, late = median(gs[q:2 * q]), median(gs[-q:])
+        if early > 0 and late > GRAD_SPIKE_FACTOR * early:
+            findings.append(Finding(
+                "grad_growth", "warning", xs[-q],
+                f"the gradient norm keeps growing: median {_fmt(early)} early, {_fmt(late)} late",
+                causes=["training heading towards instability (often precedes divergence)"],
+                fixes=["lower the learning rate; add weight decay; check clipping"],
+            ))
+    return findings
+
+
+def detect_overfitting(run: Run) -> list[Finding]:
+    vx, vy = _finite(*run.series("val_loss"))
+    if len(vy) < 3:
+        return []
+    i_best = min(range(len(vy)), key=vy.__getitem__)
+    best, last = vy[i_best], vy[-1]
+    after = vy[i_best + 1:]
+    if len(after) < 2 or last <= best * (1 + OVERFIT_REL) or not all(v > best for v in after):
+        return []
+    tx, ty = _finite(*run.series("loss"))
+    train_at_best = next((y for x, y in zip(tx, ty, strict=True) if x >= vx[i_best]), None)
+    train_now = ty[-1] if ty else None
+    detail = ""
+    if train_at_best is not None and train_now is not None:
+        if train_now >= train_at_best:
+            return []  # both went up: that is divergence, not overfitting
+        detail = f" while the training loss fell {_fmt(train_at_best)} -> {_fmt(train_now)}"
+    return [Finding(
+        "overfitting", "warning", vx[i_best],
+        f"validation loss is up {(last / best - 1) * 100:.1f}% since its best at step "
+        f"{vx[i_best]:.0f} ({_fmt(best)} -> {_fmt(last)}){detail}",
+        causes=["too many epochs over too little data (repeated tokens)",
+                "validation data from a different distribution than training data"],
+        fixes=["stop at (or keep) the checkpoint of the best validation loss",
+               "more unique data, deduplication, or fewer epochs; more weight decay or dropout"],
+    )]
+
+
+def detect_resume_jumps(run: Run) -> list[Finding]:
+    xs, ys = _finite(*run.series("loss"))
+    findings = []
+    for event in run.events:
+        if event.get("event") != "resume" or not isinstance(event.get("step"), int | float):
+            continue
+        s = event["step"]
+        before = [y for x, y in zip(xs, ys, strict=True) if x <= s][-5:]
+        after = [y for x, y in zip(xs, ys, strict=True) if x > s][:5]
+        if len(before) >= 2 and after and median(after) > median(before) * (1 + RESUME_JUMP_REL):
+            findings.append(Finding(
+                "resume_jump", "warning", s,
+                f"the loss jumped after the resume at step {s:.0f}: "
+                f"{_fmt(median(before))} -> {_fmt(median(after))}",
+                causes=["optimizer state, learning-rate schedule or data position "
+                        "not restored from the checkpoint"],
+                fixes=["resume from a full checkpoint (model + optimizer + scheduler + data "
+                       "position), as llmtk train does by itself"],
+            ))
+    return findings
+
+
+DETECTORS = (detect_nan, detect_spikes, detect_divergence_and_rebound, detect_plateau,
+             detect_noise, detect_grad_explosions, detect_overfitting, detect_resume_jumps)
+
+
+def diagnose(run: Run) -> list[Finding]:
+    findings = [f for detector in DETECTORS for f in detector(run)]
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(findings, key=lambda f: (order[f.severity], f.step))
+
+
+def overview(run: Run) -> dict:
+    """Headline numbers of a run for the report."""
+    xs, ys = _finite(*run.series("loss"))
+    out: dict = {"run": run.name, "path": run.path, "rows": len(run.rows)}
+    if ys:
+        out.update(first_step=xs[0], last_step=xs[-1], first_loss=ys[0], last_loss=ys[-1],
+                   best_loss=min(ys))
+    _, vy = _finite(*run.series("val_loss"))
+    if vy:
+        out.update(best_val_loss=min(vy), last_val_loss=vy[-1])
+    _, tokens = run.series("tokens")
+    if tokens:
+        out["tokens"] = tokens[-1]
+    return out

@@ -1,0 +1,1 @@
+"""Mixing: blend several document streams by weight to a token budget."""

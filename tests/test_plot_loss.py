@@ -1,0 +1,49 @@
+"""`llmtk plot-loss`: files by extension, atomic writes, terminal charts, bad usage."""
+
+import json
+import math
+
+from tests.util import llmtk
+
+
+def write_run(path, n=200, val=True):
+    rows = []
+    for s in range(n):
+        rows.append({"step": s, "loss": 2 + 3 * math.exp(-s / 40), "lr": 1e-3 * min(1, s / 20),
+                     "grad_norm": 1.0, "tokens": s * 512, "time": 1000.0 + s})
+        if val and s % 50 == 0:
+            rows.append({"step": s, "val_loss": 2.1 + 3 * math.exp(-s / 40)})
+    rows.append({"step": 100, "event": "resume"})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_png_and_svg_files(tmp_path):
+    a = write_run(tmp_path / "a" / "metrics.jsonl")
+    b = write_run(tmp_path / "b" / "metrics.jsonl", val=False)
+    png, svg = tmp_path / "loss.png", tmp_path / "loss.svg"
+    r = llmtk("plot-loss", a, b, "-o", png, "--all", "--smooth", "0.6")
+    assert r.returncode == 0, r.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = llmtk("plot-loss", tmp_path / "a", "-o", svg, "--x", "tokens", "--log-y")
+    assert r.returncode == 0, r.stderr
+    assert b"<svg" in svg.read_bytes()[:500]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "loss.png", "loss.svg"]
+
+
+def test_terminal_chart_names_the_runs(tmp_path):
+    a = write_run(tmp_path / "runA" / "metrics.jsonl")
+    r = llmtk("plot-loss", a, "--metric", "loss", NO_COLOR="1")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert "runA" in out and "loss" in out and "step" in out
+
+
+def test_bad_usage(tmp_path):
+    a = write_run(tmp_path / "a.jsonl")
+    assert llmtk("plot-loss", a, "-o", tmp_path / "x.jpg").returncode == 2
+    assert llmtk("plot-loss", a, "--metric", "perplexity").returncode == 2
+    assert llmtk("plot-loss", a, "--x", "epochs").returncode == 2
+    assert llmtk("plot-loss", tmp_path / "nope.jsonl").returncode == 2
+    assert not (tmp_path / "x.jpg").exists()
