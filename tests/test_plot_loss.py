@@ -34,10 +34,11 @@ def test_png_and_svg_files(tmp_path):
 
 def test_terminal_chart_names_the_runs(tmp_path):
     a = write_run(tmp_path / "runA" / "metrics.jsonl")
-    r = llmtk("plot-loss", a, "--metric", "loss", NO_COLOR="1")
+    r = llmtk("plot-loss", a, "--metric", "loss")
     assert r.returncode == 0, r.stderr
     out = r.stdout.decode()
     assert "runA" in out and "loss" in out and "step" in out
+    assert "\x1b[" not in out  # no colour codes into a pipe
 
 
 def test_bad_usage(tmp_path):

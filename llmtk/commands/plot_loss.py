@@ -67,10 +67,10 @@ def command(
             if os.path.exists(tmp):
                 os.unlink(tmp)
         return
-    chart = plot_terminal(runs, metrics, x=x, weight=smooth, log_y=log_y,
-                          colour="NO_COLOR" not in os.environ)
     import sys
 
+    colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    chart = plot_terminal(runs, metrics, x=x, weight=smooth, log_y=log_y, colour=colour)
     from llmtk.io.console import write_out
 
     write_out(sys.stdout, chart + "\n")

@@ -109,7 +109,6 @@ def plot_terminal(runs: list[Run], metrics: list[str], x: str = "step", weight: 
         plt.xlabel(X_LABEL[x])
         if log_y or panel == "grad_norm":
             plt.yscale("log")
-        if not colour:
-            plt.theme("clear")
-        charts.append(plt.build())
+        chart = plt.build()
+        charts.append(chart if colour else plt.uncolorize(chart))
     return "\n".join(charts)
