@@ -179,8 +179,8 @@ def _list(json_out: bool) -> None:
         return
     from rich.table import Table
 
-    from llmtk.units import si
     from llmtk.io.console import buffered_console
+    from llmtk.units import si
 
     console, emit = buffered_console(sys.stdout)
     t = Table(title="Model presets", title_justify="left")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from llmtk.estimate.memory import OVERHEAD_FIXED, OVERHEAD_FRACTION
-from llmtk.units import duration, gb, sci, si
 from llmtk.io.console import buffered_console
+from llmtk.units import duration, gb, sci, si
 
 _RECOMPUTE_NOTE = {
     "none": "Korthikanti et al. 2022, attention scores stored",

@@ -77,7 +77,7 @@ def _ignore(bad: BadRecord) -> None:
 
 
 def emit(run: StreamRun, sources: list[Source], annotate: bool) -> dict[str, dict]:
-    """Interleave the sources' emissions so each stays near its share; returns per-source tallies."""
+    """Interleave the sources so each stays near its share; returns per-source tallies."""
     tallies = {s.name: {"emitted_docs": 0, "emitted_tokens": 0} for s in sources}
     streams = {s.name: _emission(run, s) for s in sources}
     targets = {s.name: s.target for s in sources}
