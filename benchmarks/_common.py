@@ -26,3 +26,27 @@ def timed(cmd, shell: bool = False) -> tuple[float, float]:
 def one_core(cmd: list[str]) -> list[str]:
     """Pin a command to one CPU when taskset exists (the per-core comparison)."""
     return ["taskset", "-c", "0", *cmd] if shutil.which("taskset") else cmd
+
+
+# datatrove, the peer of clean and dedup, lives in its own virtualenv (never in .venv).
+DATATROVE_VENV = ROOT / "benchmarks" / ".venvs" / "datatrove"
+# spaCy: datatrove's English word tokenizer; xxhash<4: datatrove 0.10.1 hashes str, which
+# xxhash 4 refuses ("Strings must be encoded before hashing").
+DATATROVE_PACKAGES = ["datatrove==0.10.1", "spacy", "regex", "tokenizers", "xxhash<4", "orjson",
+                      "zstandard"]
+
+
+def datatrove_python() -> Path:
+    """The datatrove venv's python, created (or completed) on first use with pip."""
+    python = DATATROVE_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"creating {DATATROVE_VENV.relative_to(ROOT)} (datatrove + spaCy; a few minutes)",
+              file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(DATATROVE_VENV)], check=True)
+    probe = subprocess.run(
+        [str(python), "-c", "import datatrove, spacy, regex, tokenizers, xxhash, orjson"],
+        capture_output=True)
+    if probe.returncode != 0:
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *DATATROVE_PACKAGES],
+                       check=True)
+    return python

@@ -31,19 +31,10 @@ import sys
 import time
 from pathlib import Path
 
+from _common import datatrove_python
+
 ROOT = Path(__file__).resolve().parent.parent
-VENV = ROOT / "benchmarks" / ".venvs" / "datatrove"
-DT_PY = VENV / "bin" / "python"
 DT_WORKER = ROOT / "benchmarks" / "_clean_datatrove_worker.py"
-DT_PACKAGES = ["datatrove==0.10.1", "spacy", "regex", "orjson", "zstandard"]
-
-
-def ensure_datatrove() -> None:
-    if DT_PY.exists():
-        return
-    print(f"creating {VENV.relative_to(ROOT)} (datatrove + spaCy; a few minutes)", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    subprocess.run([str(DT_PY), "-m", "pip", "install", "--quiet", *DT_PACKAGES], check=True)
 
 
 def pinned(cmd: list[str], core: int) -> list[str]:
@@ -136,11 +127,11 @@ def main() -> None:
         llmtk_worker(args.corpus, args.result, args.limit, args.llmtk_worker)
         return
 
-    ensure_datatrove()
+    dt_python = datatrove_python()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     me = [sys.executable, __file__, args.corpus, "--limit", str(args.limit)]
-    dt_v, dt = run_side(pinned([str(DT_PY), str(DT_WORKER), args.corpus,
+    dt_v, dt = run_side(pinned([str(dt_python), str(DT_WORKER), args.corpus,
                                 str(out / "datatrove.txt"), str(args.limit)], 0),
                         out / "datatrove.txt")
     lt_v, lt = run_side(pinned([*me, "--llmtk-worker", "filters", "--result",

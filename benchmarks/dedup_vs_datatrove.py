@@ -28,8 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import datatrove_python
+
 ROOT = Path(__file__).resolve().parent.parent
-VENV = ROOT / "benchmarks" / ".venvs" / "datatrove"
 LLMTK_PY = ROOT / ".venv" / "bin" / "python"
 
 DATATROVE_SCRIPT = r'''
@@ -62,21 +63,6 @@ else:
 LocalPipelineExecutor(pipeline=steps, tasks=tasks, workers=1, logging_dir=f"{work}/logs/{stage}",
                       skip_completed=False).run()
 '''
-
-
-def ensure_datatrove_venv() -> Path:
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    probe = subprocess.run(
-        [str(python), "-c", "import datatrove, spacy, regex, tokenizers, xxhash, orjson"],
-                           capture_output=True)
-    if probe.returncode != 0:
-        # spaCy: datatrove's English word tokenizer; xxhash<4: datatrove 0.10.1 hashes str,
-        # which xxhash 4 refuses ("Strings must be encoded before hashing").
-        packages = ["datatrove==0.10.1", "spacy", "regex", "tokenizers", "xxhash<4", "orjson"]
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True)
-    return python
 
 
 def pinned(cmd: list[str]) -> list[str]:
@@ -112,7 +98,7 @@ def main() -> None:
     ap.add_argument("corpus", help="JSONL corpus (.zst/.gz/plain), e.g. corpus-public.jsonl.zst")
     ap.add_argument("--keep", help="keep the work folder here")
     args = ap.parse_args()
-    python = ensure_datatrove_venv()
+    python = datatrove_python()
     work = Path(args.keep or tempfile.mkdtemp(prefix="dedup-vs-dt-"))
     src = work / "src"
     src.mkdir(parents=True, exist_ok=True)
