@@ -326,9 +326,10 @@ def train_quality(
     report = train(texts(positive), texts(negative), output, test_fraction=test_fraction,
                    epoch=epoch, seed=seed, label=label)
     if json_out:
-        sys.stdout.buffer.write(
-            orjson.dumps(report.as_dict(), option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)
-        )
+        from llmtk.io.console import write_out
+
+        write_out(sys.stdout, orjson.dumps(report.as_dict(), option=orjson.OPT_SORT_KEYS).decode()
+                  + "\n")
     elif not quiet:
         from llmtk.io.console import stderr_console
 

@@ -68,7 +68,7 @@ def command(
     from llmtk.contam.check import EvalIndex
     from llmtk.contam.run import build_report, check_stream, load_eval_items
     from llmtk.errors import UsageError
-    from llmtk.io import StreamRun, write_file_atomically
+    from llmtk.io import StreamRun, write_json_atomically
 
     if clean > dirty:
         raise UsageError(f"--clean {clean} is above --dirty {dirty}")
@@ -88,11 +88,7 @@ def command(
             run.count(f"eval_items_{cls}", k)
         run.count("contaminated_docs", found)
         if report:
-            import orjson
-
-            write_file_atomically(report, orjson.dumps(
-                result, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
-                | orjson.OPT_APPEND_NEWLINE))
+            write_json_atomically(report, result)
     if not quiet:
         _print_sources(result)
     if found and not drop:

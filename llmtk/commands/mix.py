@@ -54,10 +54,8 @@ def command(
     shard: o.Shard = None,
     quiet: o.Quiet = False,
 ) -> None:
-    import orjson
-
     from llmtk.errors import UsageError
-    from llmtk.io import StreamRun, write_file_atomically
+    from llmtk.io import StreamRun, write_json_atomically
     from llmtk.mix.plan import parse_source, plan
     from llmtk.mix.run import count_tokens, emit
     from llmtk.mix.run import report as build_report
@@ -80,9 +78,7 @@ def command(
         used = plan(sources, budget, max_epochs, seed)
         result = build_report(sources, emit(run, sources, annotate), used, tok)
         if report:
-            write_file_atomically(report, orjson.dumps(
-                result, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
-                | orjson.OPT_APPEND_NEWLINE))
+            write_json_atomically(report, result)
     if not quiet:
         _print(result)
 

@@ -10,7 +10,7 @@ See docs/io.md for the contract. The pieces:
 
 from llmtk.io.reader import BadRecord, expand_inputs, iter_lines, read_docs
 from llmtk.io.record import Doc
-from llmtk.io.run import StreamOptions, StreamRun, write_file_atomically
+from llmtk.io.run import StreamOptions, StreamRun, write_file_atomically, write_json_atomically
 from llmtk.io.shard import in_shard, shard_of
 from llmtk.io.workers import chunked, ordered_map
 from llmtk.io.writer import Sink
@@ -18,4 +18,5 @@ from llmtk.io.writer import Sink
 __all__ = [
     "BadRecord", "Doc", "Sink", "StreamOptions", "StreamRun", "chunked", "expand_inputs",
     "in_shard", "iter_lines", "ordered_map", "read_docs", "shard_of", "write_file_atomically",
+    "write_json_atomically",
 ]

@@ -95,7 +95,7 @@ class StreamRun:
         self.summary.bytes_out = self.output.bytes_written if self.output else 0
         self.summary.finish()
         if self.opts.stats:
-            write_file_atomically(self.opts.stats, self.summary.to_json())
+            write_json_atomically(self.opts.stats, self.summary.as_dict())
         if not self.opts.quiet:
             self.summary.print()
 
@@ -165,6 +165,12 @@ def _stdin_is_terminal() -> bool:
         return os.isatty(sys.stdin.fileno())
     except (OSError, ValueError):
         return False
+
+
+def write_json_atomically(path: str, obj) -> None:
+    """A report or stats file: indented JSON with sorted keys, written atomically."""
+    options = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+    write_file_atomically(path, orjson.dumps(obj, option=options))
 
 
 def write_file_atomically(path: str, data: bytes) -> None:

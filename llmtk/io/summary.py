@@ -9,8 +9,6 @@ the same keys; rates are left out of the JSON because they do not add.
 import time
 from collections import Counter
 
-import orjson
-
 
 class Summary:
     def __init__(self, tool: str) -> None:
@@ -40,10 +38,6 @@ class Summary:
             "bytes_out": self.bytes_out,
             "seconds": round(self.seconds, 3),
         }
-
-    def to_json(self) -> bytes:
-        options = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
-        return orjson.dumps(self.as_dict(), option=options)
 
     def mb_per_s(self) -> float:
         return self.bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
