@@ -16,6 +16,7 @@ on any error the file outputs are removed.
 
 import os
 import sys
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -148,16 +149,33 @@ class StreamRun:
         fn returns None to keep the (possibly modified) doc, or a drop reason.
         """
         source = self.docs() if docs is None else docs
-        for doc, reason in ordered_map(partial(_apply_chunk, fn), source, self.opts.workers,
-                                       chunk_size):
+        in_flight: deque[Doc] = deque()  # the docs whose results are still to come, in order
+
+        def feed() -> Iterator[Doc]:
+            for doc in source:
+                in_flight.append(doc)
+                yield doc
+
+        for reason, data, counts in ordered_map(partial(_apply_chunk, fn), feed(),
+                                                self.opts.workers, chunk_size):
+            doc = in_flight.popleft()
+            if data is not None:  # changed by fn (in a worker, or in place here)
+                doc.data, doc.raw = data, None
+            doc.counts = counts
             if reason is None:
                 self.write(doc)
             else:
                 self.drop(doc, reason)
 
 
-def _apply_chunk(fn: Callable[[Doc], str | None], chunk: list[Doc]) -> list[tuple[Doc, str | None]]:
-    return [(doc, fn(doc)) for doc in chunk]
+def _apply_chunk(fn: Callable[[Doc], str | None], chunk: list[Doc]) -> list[tuple]:
+    """(reason, new data or None if unchanged, counts) per doc: an unchanged doc's data
+    does not travel back from a worker process."""
+    out = []
+    for doc in chunk:
+        reason = fn(doc)
+        out.append((reason, None if doc.raw is not None else doc.data, doc.counts))
+    return out
 
 
 def _stdin_is_terminal() -> bool:
