@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+from llmtk.train.config import TrainConfig as TrainConfigForTest
+from llmtk.train.trainer import lr_at
 from tests.util import LLMTK, ROOT, env, llmtk
 
 MODULES = ["json", "os", "re", "collections", "itertools", "functools", "pathlib", "argparse",
@@ -177,7 +179,9 @@ def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(corpus, tmp_pat
                                          "step-0000012"]
 
 
-def test_sigterm_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, resume_ref):
+@pytest.mark.parametrize("sig", [
+    signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.slow)], ids=["TERM", "USR1"])
+def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, resume_ref, sig):
     args, ref = RESUME_ARGS, resume_ref
     out = str(tmp_path / "pre")
     cmd = [*LLMTK, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
@@ -189,11 +193,11 @@ def test_sigterm_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, re
         if os.path.exists(os.path.join(out, "metrics.jsonl")) and rows(out):
             break
         time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
     pre = events(out, "preempt")
-    assert pre and pre[0]["signal"] == "SIGTERM"
+    assert pre and pre[0]["signal"] == sig.name
     step = pre[0]["step"]
     assert 1 <= step < 12
     assert os.path.exists(os.path.join(out, "checkpoints", f"step-{step:07d}", "COMPLETE"))
@@ -266,6 +270,21 @@ def test_single_nan_is_skipped_and_training_continues(corpus, tmp_path):
     r = losses(out)
     assert [x[0] for x in r] == [1, 3, 4, 5]
     assert all(math.isfinite(x[1]) for x in r)
+
+
+def test_loss_spike_rolls_back_with_half_the_lr(corpus, tmp_path):
+    out = str(tmp_path / "run")
+    run_train(corpus, out, "--steps", "12", "--batch-size", "4", "--checkpoint-every", "4",
+              "--on-spike", "rollback", "--spike-factor", "2", LLMTK_TEST_SPIKE_LOSS="9")
+    (rb,) = events(out, "rollback")
+    assert rb["from_step"] == 10 and rb["to_step"] == 8
+    assert rb["skipped_windows"] == 2 * 4  # the two batches since step 8 are not replayed
+    assert rb["loss"] > 2 * rb["ema_loss"]
+    r = losses(out)
+    assert [x[0] for x in r] == list(range(1, 13))  # one row per step after the rollback
+    cfg = TrainConfigForTest(lr=3e-3, warmup=2, steps=12)
+    assert r[10][3] == pytest.approx(0.5 * lr_at(10, cfg))  # step 11 at half the rate
+    assert r[10][4] == 11 * 4 * 64  # tokens count the steps kept, not the skipped ones
 
 
 # ---------------------------------------------------------------- parallel (gloo)

@@ -483,6 +483,9 @@ class Trainer:
                         _, loss = self.model(x, y)
                     if _fault("NAN_LOSS", self.step):
                         loss = loss * float("nan")
+                    if _fault("SPIKE_LOSS", self.step):
+                        del os.environ["LLMTK_TEST_SPIKE_LOSS"]  # once, not on the redo
+                        loss = loss * 10.0
                     (loss / cfg.grad_accum).backward()
                 loss_sum += loss.detach().float().item()
             max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
@@ -574,13 +577,23 @@ class Trainer:
         state = C.load_state(path)
         self._set_states(C.load_tensors(path, "model.pt"), C.load_tensors(path, "optim.pt"))
         self.opt.zero_grad(set_to_none=True)
-        self._event("rollback", loss=loss, ema_loss=ema, to_step=state["step"],
-                    skipped_windows=position - state["data_position"])
+        if self.dist.rank == 0:
+            # Rows after the checkpoint describe steps that are being redone: drop them.
+            from llmtk.curves.metrics import MetricsWriter, truncate_after
+
+            self.metrics.close()
+            truncate_after(self.metrics.path, state["step"])
+            self.metrics = MetricsWriter(self.metrics.path)
+        self._event("rollback", loss=loss, ema_loss=ema, from_step=self.step + 1,
+                    to_step=state["step"], skipped_windows=position - state["data_position"])
         _say(self.dist, self.cfg, f"step {self.step}: loss spike {loss:.3f} (avg {ema:.3f}); "
              f"rolled back to step {state['step']} with half the learning rate")
         self.step, self.tokens = state["step"], state["tokens"]
         self.position = position
         self.lr_scale *= 0.5
+        if self.lr_scale < 1 / 16:
+            raise LlmtkError(f"loss spikes persist after 4 rollbacks (now step {self.step}, "
+                             "lr x 1/32); lower --lr or check the data near this position")
 
     def _log_row(self, loss: float, lr: float, grad_norm: float, window: dict,
                  val_loss: float | None) -> None:
