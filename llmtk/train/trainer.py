@@ -137,6 +137,10 @@ def train(cfg: TrainConfig) -> None:
     dist = setup_dist(cfg)
     try:
         Trainer(cfg, dist).run()
+    except LlmtkError as e:
+        if getattr(e, "collective", False) and dist.rank != 0:
+            sys.exit(e.exit_code)  # every rank reached the same verdict; rank 0 says it
+        raise
     finally:
         if dist.distributed:
             import torch.distributed as tdist
@@ -517,10 +521,12 @@ class Trainer:
                         self.metrics.sync()
                     why = ("--on-nan stop" if cfg.on_nan == "stop"
                            else f"{self.bad_streak} consecutive non-finite steps")
-                    raise LlmtkError(
+                    err = LlmtkError(
                         f"stopped at step {self.step}: {why}; first bad parameters: "
                         f"{', '.join(bad[:5]) or 'none (the loss itself)'}. Lower --lr, raise "
                         f"--warmup or lower --grad-clip; the last checkpoint is kept")
+                    err.collective = True
+                    raise err
                 continue
 
             if (cfg.on_spike == "rollback" and ema is not None and self.step > cfg.warmup
@@ -592,8 +598,10 @@ class Trainer:
         self.position = position
         self.lr_scale *= 0.5
         if self.lr_scale < 1 / 16:
-            raise LlmtkError(f"loss spikes persist after 4 rollbacks (now step {self.step}, "
+            err = LlmtkError(f"loss spikes persist after 4 rollbacks (now step {self.step}, "
                              "lr x 1/32); lower --lr or check the data near this position")
+            err.collective = True
+            raise err
 
     def _log_row(self, loss: float, lr: float, grad_norm: float, window: dict,
                  val_loss: float | None) -> None:
