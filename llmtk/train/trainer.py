@@ -471,7 +471,7 @@ class Trainer:
             lr = lr_at(self.step, cfg) * self.lr_scale
             for group in self.opt.param_groups:
                 group["lr"] = lr
-            loss_sum = 0.0
+            loss_sum = torch.zeros((), device=dist.device)  # read once per step (one sync)
             for m in range(cfg.grad_accum):
                 t0 = time.time()
                 x, y = self.train_data.batch(self.position + m * self.train_data.global_batch)
@@ -491,7 +491,8 @@ class Trainer:
                         del os.environ["LLMTK_TEST_SPIKE_LOSS"]  # once, not on the redo
                         loss = loss * 10.0
                     (loss / cfg.grad_accum).backward()
-                loss_sum += loss.detach().float().item()
+                loss_sum += loss.detach().float()
+            loss_sum = loss_sum.item()
             max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
             norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
             if hasattr(norm, "full_tensor"):
