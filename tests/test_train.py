@@ -98,9 +98,18 @@ def test_loss_falls_below_unigram_entropy(corpus, tmp_path):
 
 def test_metrics_rows_follow_the_schema(corpus, tmp_path):
     out = str(tmp_path / "run")
-    run_train(corpus, out, "--steps", "4", "--batch-size", "2", "--log-every", "2",
-              "--val-fraction", "0.1", "--eval-every", "2", "--sample-every", "4",
-              "--sample-tokens", "8", "--prompt", "def ")
+    toml = tmp_path / "run.toml"
+    # TOML supplies some options; the command line wins where both give one.
+    toml.write_text('steps = 4\nbatch-size = 2\nlog-every = 3\n[train]\nval_fraction = 0.1\n'
+                    'eval-every = 2\nsample-every = 4\nsample-tokens = 8\nprompt = "def "\n')
+    args = [a for a in TINY if a != "-q"]
+    p = llmtk("train", "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out,
+              *args, "--config", str(toml), "--log-every", "2")
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    err = p.stderr.decode()
+    assert "resolved config" in err and '"log_every": 2' in err and '"steps": 4' in err
+    assert "step 4/4 | loss" in err and "sample @ 4" in err
+    assert p.stdout == b""  # messages never go to stdout
     train_rows = [r for r in rows(out) if "loss" in r]
     assert [r["step"] for r in train_rows] == [2, 4]
     keys = ["step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "mem_gb",

@@ -218,11 +218,15 @@ class Trainer:
             ids = [dist.local_rank] if dist.device.startswith("cuda") else None
             self.model = DDP(model, device_ids=ids)
         elif parallel == "fsdp":
-            from torch.distributed.fsdp import fully_shard
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+            # bf16: gather parameters in bf16, reduce gradients in fp32 (torchtitan's policy);
+            # the sharded master weights and the optimizer stay fp32.
+            mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+                  if self._bf16() else MixedPrecisionPolicy())
             for block in model.layers:
-                fully_shard(block)
-            fully_shard(model)
+                fully_shard(block, mp_policy=mp)
+            fully_shard(model, mp_policy=mp)
             self.model = model
         else:
             self.model = model
@@ -237,16 +241,20 @@ class Trainer:
                                      **({"fused": True} if fused else {}))
         self.param_names = {p: n for n, p in model.named_parameters()}
 
-        use_bf16 = cfg.dtype == "bf16" or (cfg.dtype == "auto" and dist.device.startswith("cuda"))
         self.autocast = (
             (lambda: torch.autocast(device_type=dist.device.split(":")[0], dtype=torch.bfloat16))
-            if use_bf16 else contextlib.nullcontext)
+            if self._bf16() else contextlib.nullcontext)
 
         from llmtk.train.flops import gpu_peak_flops, model_flops_per_token
 
         self.flops_per_token = model_flops_per_token(self.mcfg)
         self.peak = (gpu_peak_flops(torch.cuda.get_device_name(dist.local_rank))
                      if dist.device.startswith("cuda") else None)
+
+    def _bf16(self) -> bool:
+        """bf16 autocast: on GPU by default, on request anywhere."""
+        return self.cfg.dtype == "bf16" or (self.cfg.dtype == "auto"
+                                            and self.dist.device.startswith("cuda"))
 
     def _state_options(self, full_for_load: bool = False):
         from torch.distributed.checkpoint.state_dict import StateDictOptions
