@@ -258,3 +258,29 @@ def test_mfu_flops_per_token_palm_formula():
     assert model_flops_per_token(cfg) == pytest.approx(_model_flops_per_token(cfg), rel=0.01)
     assert gpu_peak_flops("NVIDIA H100 80GB HBM3") == pytest.approx(989e12, rel=0.01)
     assert gpu_peak_flops("Some Unknown GPU") is None
+
+
+def test_cache_with_a_bpe_tokenizer(tmp_path):
+    import numpy as np
+
+    from llmtk.train import data as D
+
+    tok_path = str(tmp_path / "tok.json")
+    train_bpe(iter(TEXTS * 20), 300, tok_path, min_frequency=1)
+    tok = load_tokenizer(tok_path)
+    src = write_jsonl(tmp_path / "d.jsonl", TEXTS)
+    d = D.build_cache([src], [], tok, str(tmp_path / "c"))
+    meta = D.read_meta(d)
+    assert meta["vocab_size"] == tok.vocab_size and meta["eos_id"] == tok.eos_id
+    ids = np.fromfile(os.path.join(d, "train-00000.bin"), dtype=np.uint16).tolist()
+    assert ids.count(tok.eos_id) == 3 and ids[-1] == tok.eos_id
+    docs, cur = [], []
+    for i in ids:
+        if i == tok.eos_id:
+            docs.append(tok.decode(cur))
+            cur = []
+        else:
+            cur.append(i)
+    assert docs == TEXTS
+    # Another tokenizer means another cache.
+    assert D.build_cache([src], [], ByteTokenizer(), str(tmp_path / "c")) != d
