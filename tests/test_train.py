@@ -315,6 +315,12 @@ def single_ref(corpus, tmp_path_factory):
     return out
 
 
+def test_grad_accum_matches_a_bigger_batch(corpus, tmp_path, single_ref):
+    out = str(tmp_path / "accum")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--grad-accum", "2")
+    _parallel_matches(single_ref, out)
+
+
 def test_ddp_two_processes_match_one(corpus, tmp_path, single_ref):
     out = str(tmp_path / "ddp")
     run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "2")
