@@ -214,6 +214,17 @@ def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, res
     assert losses(out) == losses(ref)
 
 
+@pytest.mark.slow
+def test_torchrun_restarts_a_crashed_worker_which_resumes(corpus, tmp_path, resume_ref):
+    out = str(tmp_path / "restarted")
+    marker = str(tmp_path / "died")
+    run_train(corpus, out, *RESUME_ARGS, "--nproc-per-node", "1", "--max-restarts", "1",
+              LLMTK_TEST_DIE_ONCE=f"{marker}:6")
+    assert os.path.exists(marker)  # the worker really died (exit 17) after step 6
+    assert events(out, "resume")[0]["path"] == "checkpoints/step-0000004"
+    assert losses(out) == losses(resume_ref)
+
+
 def test_resume_refuses_a_different_model_shape(corpus, resume_ref):
     before = open(os.path.join(resume_ref, "metrics.jsonl"), "rb").read()
     p = run_train(corpus, resume_ref, "--steps", "14", "--batch-size", "4", "--d-model", "32",

@@ -576,6 +576,11 @@ class Trainer:
             if last or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
                 self._checkpoint(reason="final" if last else "scheduled")
             window["t"] += time.time() - t_extra  # samples and checkpoints are not training
+            die = os.environ.get("LLMTK_TEST_DIE_ONCE")  # tests: a worker crash, once
+            if die and int(die.split(":")[1]) == self.step and not os.path.exists(
+                    die.split(":")[0]):
+                open(die.split(":")[0], "w").close()
+                os._exit(17)
             if os.environ.get("LLMTK_TEST_STEP_DELAY"):  # tests: time to send a signal
                 time.sleep(float(os.environ["LLMTK_TEST_STEP_DELAY"]))
         if dist.rank == 0:
