@@ -240,7 +240,12 @@ def test_resume_refuses_a_different_model_shape(corpus, resume_ref):
 def test_init_from_starts_from_trained_weights(corpus, tmp_path, resume_ref):
     a = resume_ref
     b = str(tmp_path / "b")
-    run_train(corpus, b, "--steps", "2", "--batch-size", "4", "--init-from", a)
+    run_train(corpus, b, "--steps", "2", "--batch-size", "4")
+    # --resume never starts over and moves the earlier run aside.
+    run_train(corpus, b, "--steps", "2", "--batch-size", "4", "--init-from", a,
+              "--resume", "never")
+    assert os.path.exists(os.path.join(b, "checkpoints.old-1", "step-0000002", "COMPLETE"))
+    assert os.path.exists(os.path.join(b, "metrics.jsonl.old"))
     assert losses(b)[0][1] < losses(a)[0][1] - 1.0
     assert losses(b)[0][3] == pytest.approx(3e-3 / 2)  # a fresh schedule: warmup step 1 of 2
     assert not events(b, "resume")

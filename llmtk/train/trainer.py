@@ -160,6 +160,15 @@ class Trainer:
         self.out = cfg.out
         self.ckpt_root = os.path.join(cfg.out, "checkpoints")
         if dist.rank == 0:
+            if cfg.resume == "never" and os.path.isdir(self.ckpt_root) and os.listdir(
+                    self.ckpt_root):
+                # A fresh start must not later auto-resume an earlier run's checkpoints.
+                n = 1
+                while os.path.exists(f"{self.ckpt_root}.old-{n}"):
+                    n += 1
+                os.rename(self.ckpt_root, f"{self.ckpt_root}.old-{n}")
+                _say(dist, cfg, f"--resume never: moved the earlier checkpoints to "
+                     f"{self.ckpt_root}.old-{n}")
             os.makedirs(self.ckpt_root, exist_ok=True)
         if dist.device == "cpu":
             # Exact resume is tested on CPU; on GPU the fast (non-deterministic) kernels win.
@@ -331,6 +340,9 @@ class Trainer:
             self.step, self.tokens = state["step"], state["tokens"]
             self.position, self.lr_scale = state["data_position"], state["lr_scale"]
             self.resumed_from = path
+            if cfg.init_from:
+                _say(dist, cfg, f"note: resuming {path}; --init-from only applies to a fresh "
+                     "start (--resume never)")
             return
         if cfg.init_from:
             src = C.resolve(cfg.init_from)
