@@ -284,3 +284,24 @@ def test_cache_with_a_bpe_tokenizer(tmp_path):
     assert docs == TEXTS
     # Another tokenizer means another cache.
     assert D.build_cache([src], [], ByteTokenizer(), str(tmp_path / "c")) != d
+
+
+def test_windows_span_several_shards(tmp_path, monkeypatch):
+    import numpy as np
+
+    from llmtk.train import data as D
+
+    monkeypatch.setattr(D, "SHARD_TOKENS", 100)  # force many small shards
+    texts = [f"doc {i:03d} " * 8 for i in range(30)]
+    src = write_jsonl(tmp_path / "d.jsonl", texts)
+    d = D.build_cache([src], [], ByteTokenizer(), str(tmp_path / "c"))
+    meta = D.read_meta(d)
+    assert len(meta["train"]["shards"]) > 5
+    w = D.Windows.open(d, "train", 10)
+    assert len(w) == sum((s["tokens"] - 1) // 10 for s in meta["train"]["shards"])
+    seen = [w.get(i) for i in range(len(w))]
+    assert all(len(x) == 11 for x in seen)
+    first = np.fromfile(os.path.join(d, meta["train"]["shards"][1]["file"]), dtype=np.uint16)
+    assert (seen[w.per_shard[0]] == first[:11]).all()  # shard 1's first window
+    with pytest.raises(IndexError):
+        w.get(len(w))
