@@ -569,12 +569,12 @@ class Trainer:
                 t_eval = time.time()
                 val = self._evaluate()
                 window["t"] += time.time() - t_eval  # throughput counts training only
-                _say(dist, cfg, f"step {self.step}: val_loss {val:.4f}")
             if self.step % cfg.log_every == 0 or last:
                 self._log_row(loss_avg, lr, grad_norm, window, val)
                 window = {"t": time.time(), "tokens": 0, "data_s": 0.0, "steps": 0}
             elif val is not None and dist.rank == 0:
                 self.metrics.write({"step": self.step, "val_loss": val, "time": time.time()})
+                _say(dist, cfg, f"step {self.step}: val_loss {val:.4f}")
             t_extra = time.time()
             if cfg.sample_every and (self.step % cfg.sample_every == 0 or last):
                 self._sample()
@@ -647,7 +647,11 @@ class Trainer:
             row["val_loss"] = val_loss
         self.metrics.write(row)
         if not self.cfg.quiet:
+            from llmtk.io.console import stderr_console
+
             mfu_s = f" | mfu {mfu:.1%}" if mfu is not None else ""
-            print(f"step {self.step}/{self.cfg.steps} | loss {loss:.4f} | lr {lr:.2e} | "
-                  f"gnorm {grad_norm:.3f} | {tps:,.0f} tok/s{mfu_s} | "
-                  f"{row['step_s'] * 1000:.0f} ms/step", file=sys.stderr, flush=True)
+            val_s = f" | val {val_loss:.4f}" if val_loss is not None else ""
+            stderr_console().print(
+                f"[bold]step {self.step}/{self.cfg.steps}[/bold] | loss [cyan]{loss:.4f}[/cyan]"
+                f"{val_s} | lr {lr:.2e} | gnorm {grad_norm:.3f} | {tps:,.0f} tok/s{mfu_s} | "
+                f"{row['step_s'] * 1000:.0f} ms/step | {row['mem_gb']:.2f} GB", soft_wrap=True)
