@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+from llmtk.train.config import TrainConfig as TrainConfigForTest
+from llmtk.train.trainer import lr_at
 from tests.util import LLMTK, ROOT, env, llmtk
 
 MODULES = ["json", "os", "re", "collections", "itertools", "functools", "pathlib", "argparse",
@@ -96,9 +98,18 @@ def test_loss_falls_below_unigram_entropy(corpus, tmp_path):
 
 def test_metrics_rows_follow_the_schema(corpus, tmp_path):
     out = str(tmp_path / "run")
-    run_train(corpus, out, "--steps", "4", "--batch-size", "2", "--log-every", "2",
-              "--val-fraction", "0.1", "--eval-every", "2", "--sample-every", "4",
-              "--sample-tokens", "8", "--prompt", "def ")
+    toml = tmp_path / "run.toml"
+    # TOML supplies some options; the command line wins where both give one.
+    toml.write_text('steps = 4\nbatch-size = 2\nlog-every = 3\n[train]\nval_fraction = 0.1\n'
+                    'eval-every = 2\nsample-every = 4\nsample-tokens = 8\nprompt = "def "\n')
+    args = [a for a in TINY if a != "-q"]
+    p = llmtk("train", "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out,
+              *args, "--config", str(toml), "--log-every", "2")
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    err = p.stderr.decode()
+    assert "resolved config" in err and '"log_every": 2' in err and '"steps": 4' in err
+    assert "step 4/4 | loss" in err and "sample @ 4" in err
+    assert p.stdout == b""  # messages never go to stdout
     train_rows = [r for r in rows(out) if "loss" in r]
     assert [r["step"] for r in train_rows] == [2, 4]
     keys = ["step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "mem_gb",
@@ -177,7 +188,9 @@ def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(corpus, tmp_pat
                                          "step-0000012"]
 
 
-def test_sigterm_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, resume_ref):
+@pytest.mark.parametrize("sig", [
+    signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.slow)], ids=["TERM", "USR1"])
+def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, resume_ref, sig):
     args, ref = RESUME_ARGS, resume_ref
     out = str(tmp_path / "pre")
     cmd = [*LLMTK, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
@@ -189,16 +202,27 @@ def test_sigterm_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, re
         if os.path.exists(os.path.join(out, "metrics.jsonl")) and rows(out):
             break
         time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
     pre = events(out, "preempt")
-    assert pre and pre[0]["signal"] == "SIGTERM"
+    assert pre and pre[0]["signal"] == sig.name
     step = pre[0]["step"]
     assert 1 <= step < 12
     assert os.path.exists(os.path.join(out, "checkpoints", f"step-{step:07d}", "COMPLETE"))
     run_train(corpus, out, *args)
     assert losses(out) == losses(ref)
+
+
+@pytest.mark.slow
+def test_torchrun_restarts_a_crashed_worker_which_resumes(corpus, tmp_path, resume_ref):
+    out = str(tmp_path / "restarted")
+    marker = str(tmp_path / "died")
+    run_train(corpus, out, *RESUME_ARGS, "--nproc-per-node", "1", "--max-restarts", "1",
+              LLMTK_TEST_DIE_ONCE=f"{marker}:6")
+    assert os.path.exists(marker)  # the worker really died (exit 17) after step 6
+    assert events(out, "resume")[0]["path"] == "checkpoints/step-0000004"
+    assert losses(out) == losses(resume_ref)
 
 
 def test_resume_refuses_a_different_model_shape(corpus, resume_ref):
@@ -216,7 +240,12 @@ def test_resume_refuses_a_different_model_shape(corpus, resume_ref):
 def test_init_from_starts_from_trained_weights(corpus, tmp_path, resume_ref):
     a = resume_ref
     b = str(tmp_path / "b")
-    run_train(corpus, b, "--steps", "2", "--batch-size", "4", "--init-from", a)
+    run_train(corpus, b, "--steps", "2", "--batch-size", "4")
+    # --resume never starts over and moves the earlier run aside.
+    run_train(corpus, b, "--steps", "2", "--batch-size", "4", "--init-from", a,
+              "--resume", "never")
+    assert os.path.exists(os.path.join(b, "checkpoints.old-1", "step-0000002", "COMPLETE"))
+    assert os.path.exists(os.path.join(b, "metrics.jsonl.old"))
     assert losses(b)[0][1] < losses(a)[0][1] - 1.0
     assert losses(b)[0][3] == pytest.approx(3e-3 / 2)  # a fresh schedule: warmup step 1 of 2
     assert not events(b, "resume")
@@ -268,6 +297,21 @@ def test_single_nan_is_skipped_and_training_continues(corpus, tmp_path):
     assert all(math.isfinite(x[1]) for x in r)
 
 
+def test_loss_spike_rolls_back_with_half_the_lr(corpus, tmp_path):
+    out = str(tmp_path / "run")
+    run_train(corpus, out, "--steps", "12", "--batch-size", "4", "--checkpoint-every", "4",
+              "--on-spike", "rollback", "--spike-factor", "2", LLMTK_TEST_SPIKE_LOSS="9")
+    (rb,) = events(out, "rollback")
+    assert rb["from_step"] == 10 and rb["to_step"] == 8
+    assert rb["skipped_windows"] == 2 * 4  # the two batches since step 8 are not replayed
+    assert rb["loss"] > 2 * rb["ema_loss"]
+    r = losses(out)
+    assert [x[0] for x in r] == list(range(1, 13))  # one row per step after the rollback
+    cfg = TrainConfigForTest(lr=3e-3, warmup=2, steps=12)
+    assert r[10][3] == pytest.approx(0.5 * lr_at(10, cfg))  # step 11 at half the rate
+    assert r[10][4] == 11 * 4 * 64  # tokens count the steps kept, not the skipped ones
+
+
 # ---------------------------------------------------------------- parallel (gloo)
 
 
@@ -285,6 +329,12 @@ def single_ref(corpus, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("single") / "run")
     run_train(corpus, out, "--steps", "5", "--batch-size", "4")
     return out
+
+
+def test_grad_accum_matches_a_bigger_batch(corpus, tmp_path, single_ref):
+    out = str(tmp_path / "accum")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--grad-accum", "2")
+    _parallel_matches(single_ref, out)
 
 
 def test_ddp_two_processes_match_one(corpus, tmp_path, single_ref):

@@ -258,3 +258,50 @@ def test_mfu_flops_per_token_palm_formula():
     assert model_flops_per_token(cfg) == pytest.approx(_model_flops_per_token(cfg), rel=0.01)
     assert gpu_peak_flops("NVIDIA H100 80GB HBM3") == pytest.approx(989e12, rel=0.01)
     assert gpu_peak_flops("Some Unknown GPU") is None
+
+
+def test_cache_with_a_bpe_tokenizer(tmp_path):
+    import numpy as np
+
+    from llmtk.train import data as D
+
+    tok_path = str(tmp_path / "tok.json")
+    train_bpe(iter(TEXTS * 20), 300, tok_path, min_frequency=1)
+    tok = load_tokenizer(tok_path)
+    src = write_jsonl(tmp_path / "d.jsonl", TEXTS)
+    d = D.build_cache([src], [], tok, str(tmp_path / "c"))
+    meta = D.read_meta(d)
+    assert meta["vocab_size"] == tok.vocab_size and meta["eos_id"] == tok.eos_id
+    ids = np.fromfile(os.path.join(d, "train-00000.bin"), dtype=np.uint16).tolist()
+    assert ids.count(tok.eos_id) == 3 and ids[-1] == tok.eos_id
+    docs, cur = [], []
+    for i in ids:
+        if i == tok.eos_id:
+            docs.append(tok.decode(cur))
+            cur = []
+        else:
+            cur.append(i)
+    assert docs == TEXTS
+    # Another tokenizer means another cache.
+    assert D.build_cache([src], [], ByteTokenizer(), str(tmp_path / "c")) != d
+
+
+def test_windows_span_several_shards(tmp_path, monkeypatch):
+    import numpy as np
+
+    from llmtk.train import data as D
+
+    monkeypatch.setattr(D, "SHARD_TOKENS", 100)  # force many small shards
+    texts = [f"doc {i:03d} " * 8 for i in range(30)]
+    src = write_jsonl(tmp_path / "d.jsonl", texts)
+    d = D.build_cache([src], [], ByteTokenizer(), str(tmp_path / "c"))
+    meta = D.read_meta(d)
+    assert len(meta["train"]["shards"]) > 5
+    w = D.Windows.open(d, "train", 10)
+    assert len(w) == sum((s["tokens"] - 1) // 10 for s in meta["train"]["shards"])
+    seen = [w.get(i) for i in range(len(w))]
+    assert all(len(x) == 11 for x in seen)
+    first = np.fromfile(os.path.join(d, meta["train"]["shards"][1]["file"]), dtype=np.uint16)
+    assert (seen[w.per_shard[0]] == first[:11]).all()  # shard 1's first window
+    with pytest.raises(IndexError):
+        w.get(len(w))

@@ -192,14 +192,16 @@ class Windows:
     def __len__(self) -> int:
         return sum(self.per_shard)
 
+    def __post_init__(self):
+        self._starts = np.cumsum([0, *self.per_shard])  # first window of each shard
+
     def get(self, i: int) -> np.ndarray:
         """Window i: (seq_len + 1,) token ids."""
-        for arr, n in zip(self.shards, self.per_shard, strict=True):
-            if i < n:
-                start = i * self.seq_len
-                return arr[start:start + self.seq_len + 1]
-            i -= n
-        raise IndexError(i)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        k = int(np.searchsorted(self._starts, i, side="right")) - 1  # the shard holding i
+        start = (i - int(self._starts[k])) * self.seq_len
+        return self.shards[k][start:start + self.seq_len + 1]
 
 
 class Sampler:

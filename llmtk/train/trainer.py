@@ -137,6 +137,10 @@ def train(cfg: TrainConfig) -> None:
     dist = setup_dist(cfg)
     try:
         Trainer(cfg, dist).run()
+    except LlmtkError as e:
+        if getattr(e, "collective", False) and dist.rank != 0:
+            sys.exit(e.exit_code)  # every rank reached the same verdict; rank 0 says it
+        raise
     finally:
         if dist.distributed:
             import torch.distributed as tdist
@@ -156,6 +160,15 @@ class Trainer:
         self.out = cfg.out
         self.ckpt_root = os.path.join(cfg.out, "checkpoints")
         if dist.rank == 0:
+            if cfg.resume == "never" and os.path.isdir(self.ckpt_root) and os.listdir(
+                    self.ckpt_root):
+                # A fresh start must not later auto-resume an earlier run's checkpoints.
+                n = 1
+                while os.path.exists(f"{self.ckpt_root}.old-{n}"):
+                    n += 1
+                os.rename(self.ckpt_root, f"{self.ckpt_root}.old-{n}")
+                _say(dist, cfg, f"--resume never: moved the earlier checkpoints to "
+                     f"{self.ckpt_root}.old-{n}")
             os.makedirs(self.ckpt_root, exist_ok=True)
         if dist.device == "cpu":
             # Exact resume is tested on CPU; on GPU the fast (non-deterministic) kernels win.
@@ -214,11 +227,15 @@ class Trainer:
             ids = [dist.local_rank] if dist.device.startswith("cuda") else None
             self.model = DDP(model, device_ids=ids)
         elif parallel == "fsdp":
-            from torch.distributed.fsdp import fully_shard
+            from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+            # bf16: gather parameters in bf16, reduce gradients in fp32 (torchtitan's policy);
+            # the sharded master weights and the optimizer stay fp32.
+            mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+                  if self._bf16() else MixedPrecisionPolicy())
             for block in model.layers:
-                fully_shard(block)
-            fully_shard(model)
+                fully_shard(block, mp_policy=mp)
+            fully_shard(model, mp_policy=mp)
             self.model = model
         else:
             self.model = model
@@ -233,16 +250,20 @@ class Trainer:
                                      **({"fused": True} if fused else {}))
         self.param_names = {p: n for n, p in model.named_parameters()}
 
-        use_bf16 = cfg.dtype == "bf16" or (cfg.dtype == "auto" and dist.device.startswith("cuda"))
         self.autocast = (
             (lambda: torch.autocast(device_type=dist.device.split(":")[0], dtype=torch.bfloat16))
-            if use_bf16 else contextlib.nullcontext)
+            if self._bf16() else contextlib.nullcontext)
 
         from llmtk.train.flops import gpu_peak_flops, model_flops_per_token
 
         self.flops_per_token = model_flops_per_token(self.mcfg)
         self.peak = (gpu_peak_flops(torch.cuda.get_device_name(dist.local_rank))
                      if dist.device.startswith("cuda") else None)
+
+    def _bf16(self) -> bool:
+        """bf16 autocast: on GPU by default, on request anywhere."""
+        return self.cfg.dtype == "bf16" or (self.cfg.dtype == "auto"
+                                            and self.dist.device.startswith("cuda"))
 
     def _state_options(self, full_for_load: bool = False):
         from torch.distributed.checkpoint.state_dict import StateDictOptions
@@ -319,6 +340,9 @@ class Trainer:
             self.step, self.tokens = state["step"], state["tokens"]
             self.position, self.lr_scale = state["data_position"], state["lr_scale"]
             self.resumed_from = path
+            if cfg.init_from:
+                _say(dist, cfg, f"note: resuming {path}; --init-from only applies to a fresh "
+                     "start (--resume never)")
             return
         if cfg.init_from:
             src = C.resolve(cfg.init_from)
@@ -467,7 +491,7 @@ class Trainer:
             lr = lr_at(self.step, cfg) * self.lr_scale
             for group in self.opt.param_groups:
                 group["lr"] = lr
-            loss_sum = 0.0
+            loss_sum = torch.zeros((), device=dist.device)  # read once per step (one sync)
             for m in range(cfg.grad_accum):
                 t0 = time.time()
                 x, y = self.train_data.batch(self.position + m * self.train_data.global_batch)
@@ -483,8 +507,12 @@ class Trainer:
                         _, loss = self.model(x, y)
                     if _fault("NAN_LOSS", self.step):
                         loss = loss * float("nan")
+                    if _fault("SPIKE_LOSS", self.step):
+                        del os.environ["LLMTK_TEST_SPIKE_LOSS"]  # once, not on the redo
+                        loss = loss * 10.0
                     (loss / cfg.grad_accum).backward()
-                loss_sum += loss.detach().float().item()
+                loss_sum += loss.detach().float()
+            loss_sum = loss_sum.item()
             max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
             norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
             if hasattr(norm, "full_tensor"):
@@ -514,10 +542,12 @@ class Trainer:
                         self.metrics.sync()
                     why = ("--on-nan stop" if cfg.on_nan == "stop"
                            else f"{self.bad_streak} consecutive non-finite steps")
-                    raise LlmtkError(
+                    err = LlmtkError(
                         f"stopped at step {self.step}: {why}; first bad parameters: "
                         f"{', '.join(bad[:5]) or 'none (the loss itself)'}. Lower --lr, raise "
                         f"--warmup or lower --grad-clip; the last checkpoint is kept")
+                    err.collective = True
+                    raise err
                 continue
 
             if (cfg.on_spike == "rollback" and ema is not None and self.step > cfg.warmup
@@ -539,12 +569,12 @@ class Trainer:
                 t_eval = time.time()
                 val = self._evaluate()
                 window["t"] += time.time() - t_eval  # throughput counts training only
-                _say(dist, cfg, f"step {self.step}: val_loss {val:.4f}")
             if self.step % cfg.log_every == 0 or last:
                 self._log_row(loss_avg, lr, grad_norm, window, val)
                 window = {"t": time.time(), "tokens": 0, "data_s": 0.0, "steps": 0}
             elif val is not None and dist.rank == 0:
                 self.metrics.write({"step": self.step, "val_loss": val, "time": time.time()})
+                _say(dist, cfg, f"step {self.step}: val_loss {val:.4f}")
             t_extra = time.time()
             if cfg.sample_every and (self.step % cfg.sample_every == 0 or last):
                 self._sample()
@@ -558,6 +588,11 @@ class Trainer:
             if last or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
                 self._checkpoint(reason="final" if last else "scheduled")
             window["t"] += time.time() - t_extra  # samples and checkpoints are not training
+            die = os.environ.get("LLMTK_TEST_DIE_ONCE")  # tests: a worker crash, once
+            if die and int(die.split(":")[1]) == self.step and not os.path.exists(
+                    die.split(":")[0]):
+                open(die.split(":")[0], "w").close()
+                os._exit(17)
             if os.environ.get("LLMTK_TEST_STEP_DELAY"):  # tests: time to send a signal
                 time.sleep(float(os.environ["LLMTK_TEST_STEP_DELAY"]))
         if dist.rank == 0:
@@ -574,13 +609,25 @@ class Trainer:
         state = C.load_state(path)
         self._set_states(C.load_tensors(path, "model.pt"), C.load_tensors(path, "optim.pt"))
         self.opt.zero_grad(set_to_none=True)
-        self._event("rollback", loss=loss, ema_loss=ema, to_step=state["step"],
-                    skipped_windows=position - state["data_position"])
+        if self.dist.rank == 0:
+            # Rows after the checkpoint describe steps that are being redone: drop them.
+            from llmtk.curves.metrics import MetricsWriter, truncate_after
+
+            self.metrics.close()
+            truncate_after(self.metrics.path, state["step"])
+            self.metrics = MetricsWriter(self.metrics.path)
+        self._event("rollback", loss=loss, ema_loss=ema, from_step=self.step + 1,
+                    to_step=state["step"], skipped_windows=position - state["data_position"])
         _say(self.dist, self.cfg, f"step {self.step}: loss spike {loss:.3f} (avg {ema:.3f}); "
              f"rolled back to step {state['step']} with half the learning rate")
         self.step, self.tokens = state["step"], state["tokens"]
         self.position = position
         self.lr_scale *= 0.5
+        if self.lr_scale < 1 / 16:
+            err = LlmtkError(f"loss spikes persist after 4 rollbacks (now step {self.step}, "
+                             "lr x 1/32); lower --lr or check the data near this position")
+            err.collective = True
+            raise err
 
     def _log_row(self, loss: float, lr: float, grad_norm: float, window: dict,
                  val_loss: float | None) -> None:
@@ -600,7 +647,11 @@ class Trainer:
             row["val_loss"] = val_loss
         self.metrics.write(row)
         if not self.cfg.quiet:
+            from llmtk.io.console import stderr_console
+
             mfu_s = f" | mfu {mfu:.1%}" if mfu is not None else ""
-            print(f"step {self.step}/{self.cfg.steps} | loss {loss:.4f} | lr {lr:.2e} | "
-                  f"gnorm {grad_norm:.3f} | {tps:,.0f} tok/s{mfu_s} | "
-                  f"{row['step_s'] * 1000:.0f} ms/step", file=sys.stderr, flush=True)
+            val_s = f" | val {val_loss:.4f}" if val_loss is not None else ""
+            stderr_console().print(
+                f"[bold]step {self.step}/{self.cfg.steps}[/bold] | loss [cyan]{loss:.4f}[/cyan]"
+                f"{val_s} | lr {lr:.2e} | gnorm {grad_norm:.3f} | {tps:,.0f} tok/s{mfu_s} | "
+                f"{row['step_s'] * 1000:.0f} ms/step | {row['mem_gb']:.2f} GB", soft_wrap=True)
