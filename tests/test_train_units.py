@@ -249,15 +249,16 @@ def test_data_error_exits_1(tmp_path):
 
 
 def test_mfu_flops_per_token_palm_formula():
-    from llmtk.train.flops import _model_flops_per_token, gpu_peak_flops, model_flops_per_token
+    from llmtk.estimate.flops import flops_per_token_for_config
+    from llmtk.estimate.hardware import device_peak_flops
     from llmtk.train.model_config import PRESETS, count_params
 
     cfg = PRESETS["gpt2-124m"]
     n = count_params(cfg)  # tied: the embedding matrix is the output matmul, counted once
-    assert _model_flops_per_token(cfg) == 6 * n + 12 * 12 * 768 * 1024
-    assert model_flops_per_token(cfg) == pytest.approx(_model_flops_per_token(cfg), rel=0.01)
-    assert gpu_peak_flops("NVIDIA H100 80GB HBM3") == pytest.approx(989e12, rel=0.01)
-    assert gpu_peak_flops("Some Unknown GPU") is None
+    assert flops_per_token_for_config(cfg) == pytest.approx(6 * n + 12 * 12 * 768 * 1024,
+                                                            rel=1e-9)
+    assert device_peak_flops("NVIDIA H100 80GB HBM3") == pytest.approx(989e12, rel=0.01)
+    assert device_peak_flops("Some Unknown GPU") is None
 
 
 def test_cache_with_a_bpe_tokenizer(tmp_path):

@@ -254,10 +254,12 @@ class Trainer:
             (lambda: torch.autocast(device_type=dist.device.split(":")[0], dtype=torch.bfloat16))
             if self._bf16() else contextlib.nullcontext)
 
-        from llmtk.train.flops import gpu_peak_flops, model_flops_per_token
+        # MFU: the same PaLM formula and peak table that `llmtk estimate` prints.
+        from llmtk.estimate.flops import flops_per_token_for_config
+        from llmtk.estimate.hardware import device_peak_flops
 
-        self.flops_per_token = model_flops_per_token(self.mcfg)
-        self.peak = (gpu_peak_flops(torch.cuda.get_device_name(dist.local_rank))
+        self.flops_per_token = flops_per_token_for_config(self.mcfg)
+        self.peak = (device_peak_flops(torch.cuda.get_device_name(dist.local_rank))
                      if dist.device.startswith("cuda") else None)
 
     def _bf16(self) -> bool:
