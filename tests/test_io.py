@@ -318,3 +318,37 @@ def test_sigterm_removes_the_partial_output(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143
     assert list(tmp_path.iterdir()) == []
+
+
+def test_progress_only_when_stderr_is_a_terminal(tmp_path):
+    data = jsonl(RECORDS) * 20
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([*LLMTK, "cat", "-"], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=slave, env=env())
+        for _ in range(4):  # a slow producer, so the progress line gets drawn
+            proc.stdin.write(data)
+            proc.stdin.flush()
+            time.sleep(0.4)
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+        os.close(slave)
+        slave = None
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(master)
+        if slave is not None:
+            os.close(slave)
+    assert b"llmtk cat: " in seen and b"MB/s" in seen  # the live line
+    assert b"records in" in seen  # then the summary
+    # without a terminal: the summary only, no progress line
+    r = llmtk("cat", "-", input=data)
+    assert b"llmtk cat: " not in r.stderr and b"records in" in r.stderr
