@@ -21,10 +21,5 @@ class UsageError(LlmtkError):
     exit_code = 2
 
 
-class NotImplementedYet(LlmtkError):
-    def __init__(self, command: str) -> None:
-        super().__init__(f"{command} is not implemented yet")
-
-
 class PipeClosed(Exception):
     """The reader of stdout went away (`| head`): end quietly with status 0."""

@@ -52,5 +52,8 @@ def command(
                 run.write(doc)
 
 
+EPILOG = "Exit status: 0 success, 1 bad input data (FILE:LINE), 2 bad usage."
+
+
 def register(app: typer.Typer) -> None:
-    app.command(name="cat", help=HELP, hidden=True)(command)
+    app.command(name="cat", help=HELP, epilog=EPILOG, hidden=True)(command)
