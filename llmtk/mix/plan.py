@@ -15,7 +15,9 @@ so that each one's share of the tokens emitted so far stays as even as possible.
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import xxhash
 
@@ -28,19 +30,21 @@ class Source:
     spec: str  # the paths as given
     weight: float
     paths: list[str] = field(default_factory=list)
-    doc_tokens: list[int] = field(default_factory=list)  # by record index; 0 = bad line
+    # tokens of each document by record index (0 = bad line); 4 bytes per document
+    doc_tokens: array = field(default_factory=lambda: array("I"))
     # filled in by plan():
     target: float = 0.0
     full_epochs: int = 0
     subset: bytearray | None = None  # 1 = chosen for the last, partial pass
 
-    @property
+    # Read only after counting has finished (plan() and the report), so computed once.
+    @cached_property
     def tokens(self) -> int:
         return sum(self.doc_tokens)
 
-    @property
+    @cached_property
     def docs(self) -> int:
-        return sum(1 for t in self.doc_tokens if t)
+        return len(self.doc_tokens) - self.doc_tokens.count(0)
 
     @property
     def epochs(self) -> float:

@@ -52,9 +52,9 @@ def count_tokens(run: StreamRun, source: Source, tokenizer) -> None:
     flush()
 
 
-def _pad(counts: list[int], index: int) -> None:
-    while len(counts) <= index:
-        counts.append(0)
+def _pad(counts, index: int) -> None:
+    if len(counts) <= index:
+        counts.extend([0] * (index + 1 - len(counts)))
 
 
 def _emission(run: StreamRun, source: Source) -> Iterator[tuple[Doc, int]]:
