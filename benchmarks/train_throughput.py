@@ -134,10 +134,11 @@ def main() -> None:
 
     import torch
 
+    from llmtk.estimate.flops import flops_per_token_for_config
+    from llmtk.estimate.hardware import device_peak_flops
     from llmtk.text.tokenizer import ByteTokenizer
     from llmtk.train.config import TrainConfig
     from llmtk.train.data import build_cache
-    from llmtk.train.flops import gpu_peak_flops, model_flops_per_token
     from llmtk.train.trainer import model_config
 
     tmp = tempfile.mkdtemp(prefix="llmtk-bench-")
@@ -167,8 +168,8 @@ def main() -> None:
     print(f"llmtk train: {a:,.0f} tokens/s   plain PyTorch loop: {b:,.0f} tokens/s   "
           f"ratio {a / b:.3f}x (median of per-round ratios {per_round:.3f}x)")
     if args.device == "cuda":
-        peak = gpu_peak_flops(torch.cuda.get_device_name(0))
-        fpt = model_flops_per_token(mcfg)
+        peak = device_peak_flops(torch.cuda.get_device_name(0))
+        fpt = flops_per_token_for_config(mcfg)
         if peak:
             print(f"MFU (PaLM formula, {torch.cuda.get_device_name(0)}): llmtk {a * fpt / peak:.1%}"
                   f"   plain {b * fpt / peak:.1%}")
