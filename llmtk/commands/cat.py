@@ -9,7 +9,7 @@ is the I/O layer on its own, which makes it the reference for tests and for
 import typer
 
 from llmtk.commands import options as o
-from llmtk.io import Doc, StreamRun
+from llmtk.io import Doc, StreamOptions, StreamRun
 
 HELP = """\
 Pass records through unchanged: validate, shard, split, recompress.
@@ -28,24 +28,10 @@ def _keep(doc: Doc) -> None:
     return None
 
 
-def command(
-    inputs: o.Inputs = None,
-    output: o.Output = None,
-    compress: o.Compress = None,
-    rejects: o.Rejects = None,
-    stats: o.Stats = None,
-    text_field: o.TextField = "text",
-    on_error: o.OnError = "fail",
-    shard: o.Shard = None,
-    workers: o.Workers = 1,
-    quiet: o.Quiet = False,
-) -> None:
-    opts = o.stream_options(
-        inputs=inputs, output=output, compress=compress, rejects=rejects, stats=stats,
-        text_field=text_field, on_error=on_error, shard=shard, workers=workers, quiet=quiet,
-    )
-    with StreamRun("cat", opts) as run:
-        if workers > 1:
+@o.stream_command()
+def command(*, stream: StreamOptions) -> None:
+    with StreamRun("cat", stream) as run:
+        if stream.workers > 1:
             run.apply(_keep)
         else:
             for doc in run.docs():

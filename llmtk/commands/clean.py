@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 
 from llmtk.commands import options as o
 from llmtk.errors import UsageError
+from llmtk.io.run import StreamOptions
 
 HELP = (
     "Normalise, language-ID, quality-filter and PII-scrub a document stream.\n\n"
@@ -76,18 +77,9 @@ FILTER_NAMES = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
 
 
 @clean_app.callback(help=HELP)
+@o.stream_command()
 def clean(
     ctx: typer.Context,
-    inputs: o.Inputs = None,
-    output: o.Output = None,
-    compress: o.Compress = None,
-    rejects: o.Rejects = None,
-    stats: o.Stats = None,
-    text_field: o.TextField = "text",
-    on_error: o.OnError = "fail",
-    shard: o.Shard = None,
-    workers: o.Workers = 1,
-    quiet: o.Quiet = False,
     config: Annotated[
         str | None,
         typer.Option("--config", help="TOML file with stage settings (see --print-config).",
@@ -185,6 +177,8 @@ def clean(
         typer.Option("--dry-run", help="Drop and change nothing; count what would be dropped "
                      "(with --annotate: llmtk.reason).", rich_help_panel=STAGES),
     ] = False,
+    *,
+    stream: StreamOptions,
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
@@ -249,10 +243,7 @@ def clean(
         sys.stdout.write(cfg.to_toml())
         return
 
-    opts = o.stream_options(
-        inputs=inputs, output=output, compress=compress, rejects=rejects, stats=stats,
-        text_field=text_field, on_error=on_error, shard=shard, workers=workers, quiet=quiet,
-    )
+    opts = stream
     cleaner = Cleaner(cfg, annotate=annotate, dry_run=dry_run)
     cleaner.load()
     with StreamRun("clean", opts) as run:
@@ -262,10 +253,10 @@ def clean(
             from llmtk.clean.pipeline import perplexity_threshold
             from llmtk.io import read_docs
 
-            first_pass = read_docs(run.paths, text_field, lambda bad: None, opts.shard)
+            first_pass = read_docs(run.paths, opts.text_field, lambda bad: None, opts.shard)
             cleaner.max_ppl = perplexity_threshold(cleaner, first_pass, cfg.perplexity.quantile,
-                                                   workers)
-            if not quiet:
+                                                   opts.workers)
+            if not opts.quiet:
                 from llmtk.io.console import stderr_console
 
                 q = cfg.perplexity.quantile

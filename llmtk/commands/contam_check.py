@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 
 from llmtk.commands import options as o
+from llmtk.io.run import StreamOptions
 
 SUMMARY = "Find evaluation-set n-grams in training data; report, drop or annotate."
 
@@ -30,8 +31,8 @@ EPILOG = ("Exit status: 0 no contamination (or it was dropped with --drop), 3 co
           "documents found and left in, 1 data error, 2 bad usage.")
 
 
+@o.stream_command()
 def command(
-    inputs: o.Inputs = None,
     eval_paths: Annotated[list[str], typer.Option(
         "--eval", "-e", help="Evaluation set (JSONL file or directory), repeatable.")] = ...,
     eval_field: Annotated[str, typer.Option(
@@ -55,15 +56,8 @@ def command(
                      ] = 0.8,
     clean: Annotated[float, typer.Option("--clean", min=0.0, max=1.0,
                                          help="Coverage below which an item is clean.")] = 0.2,
-    output: o.Output = None,
-    compress: o.Compress = None,
-    rejects: o.Rejects = None,
-    stats: o.Stats = None,
-    text_field: o.TextField = "text",
-    on_error: o.OnError = "fail",
-    shard: o.Shard = None,
-    workers: o.Workers = 1,
-    quiet: o.Quiet = False,
+    *,
+    stream: StreamOptions,
 ) -> None:
     from llmtk.contam.check import EvalIndex
     from llmtk.contam.run import build_report, check_stream, load_eval_items
@@ -74,13 +68,9 @@ def command(
         raise UsageError(f"--clean {clean} is above --dirty {dirty}")
     if drop and report_only:
         raise UsageError("--drop and --report-only contradict each other")
-    opts = o.stream_options(
-        inputs=inputs, output=output, compress=compress, rejects=rejects, stats=stats,
-        text_field=text_field, on_error=on_error, shard=shard, workers=workers, quiet=quiet,
-    )
     fields = [f.strip() for f in eval_field.split(",") if f.strip()]
     index = EvalIndex(load_eval_items(eval_paths, fields, eval_id_field, n), n)
-    with StreamRun("contam-check", opts) as run:
+    with StreamRun("contam-check", stream) as run:
         found = check_stream(run, index, drop=drop, annotate=annotate, write=not report_only)
         result = build_report(index, dirty, clean, found, run.summary.records_in)
         run.count("eval_items", len(index.items))
@@ -89,7 +79,7 @@ def command(
         run.count("contaminated_docs", found)
         if report:
             write_json_atomically(report, result)
-    if not quiet:
+    if not stream.quiet:
         _print_sources(result)
     if found and not drop:
         raise typer.Exit(3)

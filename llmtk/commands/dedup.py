@@ -13,7 +13,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from llmtk.commands import options as o
 from llmtk.errors import UsageError
-from llmtk.io import StreamRun
+from llmtk.io import StreamOptions, StreamRun
 
 SUMMARY = "Drop exact and MinHash near-duplicate documents."
 STAGES = ("signatures", "index", "filter")
@@ -95,17 +95,8 @@ def _config(ngram, unit, bands, rows, threshold, seed, normalise, verify=0.0):
                        normalise=parse_normalise(normalise), verify=verify)
 
 
+@o.stream_command()
 def run_command(
-    inputs: o.Inputs = None,
-    output: o.Output = None,
-    compress: o.Compress = None,
-    rejects: o.Rejects = None,
-    stats: o.Stats = None,
-    text_field: o.TextField = "text",
-    on_error: o.OnError = "fail",
-    shard: o.Shard = None,
-    workers: o.Workers = 1,
-    quiet: o.Quiet = False,
     level: Annotated[str, typer.Option(
         "--level", help="doc: drop duplicate documents; paragraph: remove repeated lines "
         "across documents.")] = "doc",
@@ -129,6 +120,8 @@ def run_command(
     normalise: Normalise = "lowercase,whitespace,punctuation,digits",
     verify: Verify = 0.0,
     seed: Seed = 1,
+    *,
+    stream: StreamOptions,
 ) -> None:
     config = _config(ngram, unit, bands, rows, threshold, seed, normalise, verify)
     if level not in ("doc", "paragraph"):
@@ -138,11 +131,8 @@ def run_command(
     if level == "paragraph" and (index or save_index or clusters or keep != "first"):
         raise UsageError("--level paragraph does not take --index, --save-index, --clusters "
                          "or --keep")
-    opts = o.stream_options(
-        inputs=inputs, output=output, compress=compress, rejects=rejects, stats=stats,
-        text_field=text_field, on_error=on_error, shard=shard, workers=workers, quiet=quiet,
-    )
-    with StreamRun("dedup", opts) as run:
+    workers = stream.workers
+    with StreamRun("dedup", stream) as run:
         if level == "paragraph":
             from llmtk.dedup.paragraph import dedup_paragraphs
 
@@ -170,17 +160,10 @@ shard K of N, all on the same inputs and with the same parameters.
 """
 
 
+@o.stream_command(without=("output", "compress"))
 def signatures_command(
-    inputs: o.Inputs = None,
     out_dir: Annotated[str, typer.Option("-o", "--output", help="Folder for the signatures.",
                                          show_default=False)] = ...,  # type: ignore[assignment]
-    stats: o.Stats = None,
-    text_field: o.TextField = "text",
-    on_error: o.OnError = "fail",
-    rejects: o.Rejects = None,
-    shard: o.Shard = None,
-    workers: o.Workers = 1,
-    quiet: o.Quiet = False,
     ngram: NGram = 5,
     unit: Unit = "auto",
     bands: Bands = None,
@@ -189,14 +172,14 @@ def signatures_command(
     normalise: Normalise = "lowercase,whitespace,punctuation,digits",
     verify: Verify = 0.0,
     seed: Seed = 1,
+    *,
+    stream: StreamOptions,
 ) -> None:
     from llmtk.dedup.stages import write_signatures
 
     config = _config(ngram, unit, bands, rows, threshold, seed, normalise, verify)
-    opts = o.stream_options(inputs=inputs, stats=stats, text_field=text_field, on_error=on_error,
-                            rejects=rejects, shard=shard, workers=workers, quiet=quiet)
-    with StreamRun("dedup signatures", opts) as run:
-        write_signatures(run, config, out_dir, opts.shard, workers)
+    with StreamRun("dedup signatures", stream) as run:
+        write_signatures(run, config, out_dir, stream.shard, stream.workers)
 
 
 INDEX_HELP = """\
@@ -246,28 +229,18 @@ INDEX parts; the shards' outputs together equal `llmtk dedup`'s output.
 """
 
 
+@o.stream_command(without=("workers",))
 def filter_command(
-    inputs: o.Inputs = None,
     index: Annotated[str, typer.Option("--index", help="Folder written by `llmtk dedup index`.",
                                        show_default=False)] = ...,  # type: ignore[assignment]
-    output: o.Output = None,
-    compress: o.Compress = None,
-    rejects: o.Rejects = None,
-    stats: o.Stats = None,
-    text_field: o.TextField = "text",
-    on_error: o.OnError = "fail",
-    shard: o.Shard = None,
-    quiet: o.Quiet = False,
     annotate: Annotate = False,
     clusters: Clusters = None,
+    *,
+    stream: StreamOptions,
 ) -> None:
     from llmtk.dedup.stages import filter_with_index
 
-    opts = o.stream_options(
-        inputs=inputs, output=output, compress=compress, rejects=rejects, stats=stats,
-        text_field=text_field, on_error=on_error, shard=shard, quiet=quiet,
-    )
-    with StreamRun("dedup", opts) as run:
+    with StreamRun("dedup", stream) as run:
         filter_with_index(run, index, annotate, clusters)
 
 

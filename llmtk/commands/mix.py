@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 
 from llmtk.commands import options as o
+from llmtk.io.run import StreamOptions
 
 SUMMARY = "Blend several sources by weight to a token budget."
 
@@ -29,6 +30,7 @@ reported on stderr and with --report.
 EPILOG = "Exit status: 0 success, 1 data error, 2 bad usage (e.g. a source too small)."
 
 
+@o.stream_command(without=("inputs", "workers"))
 def command(
     source: Annotated[list[str], typer.Option(
         "--source", "-s", help="NAME=PATH[:WEIGHT], repeatable; PATH is a file, directory or "
@@ -45,14 +47,8 @@ def command(
     annotate: Annotated[bool, typer.Option(
         "--annotate", help="Add llmtk.source and llmtk.epoch to every document.")] = False,
     seed: o.Seed = 0,
-    output: o.Output = None,
-    compress: o.Compress = None,
-    rejects: o.Rejects = None,
-    stats: o.Stats = None,
-    text_field: o.TextField = "text",
-    on_error: o.OnError = "fail",
-    shard: o.Shard = None,
-    quiet: o.Quiet = False,
+    *,
+    stream: StreamOptions,
 ) -> None:
     from llmtk.errors import UsageError
     from llmtk.io import StreamRun, write_json_atomically
@@ -68,18 +64,15 @@ def command(
         raise UsageError(f"--source: names must be unique, got {', '.join(names)}")
     budget = parse_number("--tokens", tokens)
     tok = load_tokenizer(tokenizer)
-    opts = o.stream_options(
-        inputs=[s.spec for s in sources], output=output, compress=compress, rejects=rejects,
-        stats=stats, text_field=text_field, on_error=on_error, shard=shard, quiet=quiet,
-    )
-    with StreamRun("mix", opts) as run:
+    stream.inputs = [s.spec for s in sources]
+    with StreamRun("mix", stream) as run:
         for s in sources:
             count_tokens(run, s, tok)
         used = plan(sources, budget, max_epochs, seed)
         result = build_report(sources, emit(run, sources, annotate), used, tok)
         if report:
             write_json_atomically(report, result)
-    if not quiet:
+    if not stream.quiet:
         _print(result)
 
 

@@ -4,6 +4,9 @@ Every streaming command spells these the same way; use the aliases in a
 command's signature and pass the values to `stream_options(...)`.
 """
 
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -140,3 +143,59 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     if n < 1 or not 0 <= k < n:
         raise UsageError(f"--shard: need 0 <= K < N, got {value!r}")
     return k, n
+
+
+# The shared stream options, in the order they appear in a command's signature.
+STREAM_OPTIONS: dict[str, tuple[object, object]] = {
+    "inputs": (Inputs, None),
+    "output": (Output, None),
+    "compress": (Compress, None),
+    "rejects": (Rejects, None),
+    "stats": (Stats, None),
+    "text_field": (TextField, "text"),
+    "on_error": (OnError, "fail"),
+    "shard": (Shard, None),
+    "workers": (Workers, 1),
+    "quiet": (Quiet, False),
+}
+
+
+def stream_command(*, without: tuple[str, ...] = ()) -> Callable:
+    """Give a command the shared stream options, checked and bundled as `stream`.
+
+        @stream_command(without=("workers",))
+        def command(own_option: ... = ..., *, stream: StreamOptions) -> None: ...
+
+    The options are declared once here (sqlite-utils' option bundles): the
+    decorator adds them to the signature typer reads, right after a leading
+    `ctx: typer.Context` if there is one, and calls the command with
+    `stream=stream_options(...)`. Options in `without` are left out (and take
+    their defaults).
+    """
+    unknown = set(without) - set(STREAM_OPTIONS)
+    if unknown:
+        raise ValueError(f"unknown stream options: {sorted(unknown)}")
+    names = [n for n in STREAM_OPTIONS if n not in without]
+
+    def decorate(func: Callable) -> Callable:
+        sig = inspect.signature(func, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != "stream"]
+        lead = [p for p in own[:1] if p.annotation is typer.Context]
+        shared = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                    default=STREAM_OPTIONS[n][1],
+                                    annotation=STREAM_OPTIONS[n][0]) for n in names]
+        rest = [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in own[len(lead):]]
+        new_sig = sig.replace(parameters=[*lead, *shared, *rest])
+
+        @functools.wraps(func)
+        def command(*args, **kwargs):
+            values = {n: kwargs.pop(n) if n in names else default
+                      for n, (_, default) in STREAM_OPTIONS.items()}
+            return func(*args, stream=stream_options(**values), **kwargs)
+
+        command.__signature__ = new_sig  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in new_sig.parameters.values()
+                                   if p.annotation is not inspect.Parameter.empty}
+        return command
+
+    return decorate
