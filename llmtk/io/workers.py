@@ -8,10 +8,8 @@ Pool.imap would read the whole input ahead). `fn` must be picklable: a
 module-level function or an instance of a module-level class.
 """
 
-import multiprocessing
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from itertools import islice
 from typing import TypeVar
 
@@ -35,6 +33,10 @@ def ordered_map(
         for chunk in chunked(items, chunk_size):
             yield from fn(chunk)
         return
+    # Imported here: multiprocessing costs ~15 ms of start-up that one process never needs.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     # fork: workers inherit loaded modules and models, which start in milliseconds.
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
