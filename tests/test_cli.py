@@ -68,3 +68,17 @@ def test_command_help_does_not_import_heavy_libraries(name):
 
 def test_unknown_command_is_usage_error():
     assert llmtk("no-such-command").returncode == 2
+
+
+def test_shared_stream_options_are_declared_once_and_left_out_where_they_cannot_apply():
+    import typer as typer_mod
+
+    from llmtk.commands.options import STREAM_OPTIONS
+
+    group = typer_mod.main.get_command(app)
+    names = {name: {p.name for p in cmd.params} for name, cmd in group.commands.items()}
+    for command in ("cat", "contam-check"):
+        assert set(STREAM_OPTIONS) <= names[command]
+    assert names["mix"] >= set(STREAM_OPTIONS) - {"inputs", "workers"}
+    assert not names["mix"] & {"inputs", "workers"}
+    assert llmtk("mix", "-s", "a=x.jsonl", "--workers", "2").returncode == 2
