@@ -42,7 +42,7 @@ llmtk train --data "$OUT/train.jsonl.zst" --val-fraction 0.05 --out "$OUT/run" \
   --steps "$STEPS" --log-every 10 --eval-every 100 --checkpoint-every 100 -q
 
 say "7. plot-loss and diagnose"
-llmtk plot-loss "$OUT/run" --all -o "$OUT/loss.png"
+llmtk plot-loss "$OUT/run" --all --findings -o "$OUT/loss.png"
 llmtk plot-loss "$OUT/run" --metric loss --metric val_loss
 llmtk diagnose "$OUT/run" --fail-on error
 

@@ -48,3 +48,17 @@ def test_bad_usage(tmp_path):
     assert llmtk("plot-loss", a, "--x", "epochs").returncode == 2
     assert llmtk("plot-loss", tmp_path / "nope.jsonl").returncode == 2
     assert not (tmp_path / "x.jpg").exists()
+
+
+def test_findings_are_marked_and_labelled(tmp_path):
+    rows = [{"step": s, "loss": 2 + 3 * math.exp(-s / 40) + (1.5 if s == 150 else 0.0)}
+            for s in range(300)]
+    log = tmp_path / "spiky.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    svg = tmp_path / "a.svg"
+    r = llmtk("plot-loss", log, "--findings", "-o", svg)
+    assert r.returncode == 0, r.stderr
+    assert "spike" in svg.read_text()
+    plain = tmp_path / "b.svg"
+    llmtk("plot-loss", log, "-o", plain, check=True)
+    assert "spike" not in plain.read_text()

@@ -19,6 +19,8 @@ logs. Writes PNG, SVG or PDF (by the -o extension), or draws in the terminal.
   llmtk plot-loss runs/a runs/b --metric loss --metric lr --metric grad_norm -o curves.svg
 
   llmtk plot-loss runs/a/metrics.jsonl --smooth 0.9 --x tokens
+
+  llmtk plot-loss runs/a --findings -o a.svg    # mark spikes, NaNs, plateaus ...
 """
 
 EPILOG = "Exit status: 0 success, 1 unreadable log or plot error, 2 bad usage."
@@ -40,6 +42,9 @@ def command(
         "--smooth", min=0.0, max=0.999, help="EMA smoothing weight, 0 (raw) to 0.999.")] = 0.0,
     log_y: Annotated[bool, typer.Option("--log-y", help="Logarithmic y axis.")] = False,
     title: Annotated[str | None, typer.Option("--title", help="Figure title.")] = None,
+    findings: Annotated[bool, typer.Option(
+        "--findings", help="Mark what `llmtk diagnose` finds on the first panel (files, "
+                           "x = step).")] = False,
 ) -> None:
     import os
 
@@ -61,7 +66,8 @@ def command(
     if output:
         tmp = f"{output}.tmp-{os.getpid()}{os.path.splitext(output)[1]}"
         try:
-            plot_file(runs, metrics, tmp, x=x, weight=smooth, log_y=log_y, title=title)
+            plot_file(runs, metrics, tmp, x=x, weight=smooth, log_y=log_y, title=title,
+                      findings=findings)
             os.replace(tmp, output)
         finally:
             if os.path.exists(tmp):

@@ -50,11 +50,29 @@ def _event_steps(run: Run, kinds: tuple[str, ...]) -> list[float]:
             if e.get("event") in kinds and isinstance(e.get("step"), int | float)]
 
 
+SEVERITY_COLOUR = {"error": "red", "warning": "darkorange", "info": "grey"}
+
+
+def _mark_findings(ax, run: Run) -> None:
+    """Draw `llmtk diagnose`'s findings: a line (or span) at the step, labelled by kind."""
+    from llmtk.curves.detect import diagnose
+
+    for f in diagnose(run):
+        colour = SEVERITY_COLOUR[f.severity]
+        if f.end_step is not None and f.end_step > f.step:
+            ax.axvspan(f.step, f.end_step, color=colour, alpha=0.12)
+        ax.axvline(f.step, color=colour, linewidth=0.9, alpha=0.8)
+        ax.text(f.step, 0.98, f" {f.kind}", transform=ax.get_xaxis_transform(), rotation=90,
+                va="top", ha="right", fontsize=7, color=colour)
+
+
 def plot_file(runs: list[Run], metrics: list[str], out: str, x: str = "step",
-              weight: float = 0.0, log_y: bool = False, title: str | None = None) -> None:
+              weight: float = 0.0, log_y: bool = False, title: str | None = None,
+              findings: bool = False) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text (searchable)
     import matplotlib.pyplot as plt
 
     panels = panels_for(runs, metrics)
@@ -76,6 +94,8 @@ def plot_file(runs: list[Run], metrics: list[str], out: str, x: str = "step",
                     ax.axvline(s, color="red", linestyle="--", linewidth=0.8, alpha=0.6)
                 for s in _event_steps(run, ("resume",)):
                     ax.axvline(s, color="grey", linestyle=":", linewidth=0.8)
+                if findings and panel == next(iter(panels)):
+                    _mark_findings(ax, run)
         ax.set_ylabel(panel)
         if log_y or panel == "grad_norm":
             ax.set_yscale("log")
