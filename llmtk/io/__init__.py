@@ -8,7 +8,7 @@ See docs/io.md for the contract. The pieces:
 - `shard_of` / `in_shard` (shard.py): the stable `--shard K/N` rule.
 """
 
-from llmtk.io.reader import BadRecord, expand_inputs, iter_lines, read_docs
+from llmtk.io.reader import BadRecord, expand_inputs, read_docs
 from llmtk.io.record import Doc
 from llmtk.io.run import StreamOptions, StreamRun, write_file_atomically, write_json_atomically
 from llmtk.io.shard import in_shard, shard_of
@@ -17,6 +17,6 @@ from llmtk.io.writer import Sink
 
 __all__ = [
     "BadRecord", "Doc", "Sink", "StreamOptions", "StreamRun", "chunked", "expand_inputs",
-    "in_shard", "iter_lines", "ordered_map", "read_docs", "shard_of", "write_file_atomically",
+    "in_shard", "ordered_map", "read_docs", "shard_of", "write_file_atomically",
     "write_json_atomically",
 ]

@@ -103,12 +103,6 @@ def iter_line_batches(path: str) -> Iterator[tuple[int, list[bytes], int]]:
         yield lineno, [pending], 0
 
 
-def iter_lines(path: str) -> Iterator[tuple[int, bytes]]:
-    """(line number, line bytes without newline) for every line of a (compressed) file."""
-    for before, lines, _ in iter_line_batches(path):
-        yield from enumerate(lines, before + 1)
-
-
 def _classify_json_error(message: str) -> tuple[str, str]:
     if "UTF-8" in message or "utf-8" in message:
         return "io.invalid_utf8", f"invalid UTF-8 ({message})"

@@ -12,8 +12,9 @@ class Doc:
 
     `raw` is the line as read (without the newline); it is written back
     unchanged unless the record was modified, so pass-through costs no
-    re-serialisation and keeps the input's bytes exactly. Any change through
-    `set_text`/`annotate`/`touch` drops `raw`.
+    re-serialisation and keeps the input's bytes exactly. A change through
+    `set_text`/`annotate` drops `raw`; code that edits `data` directly must set
+    `raw = None` itself.
     """
 
     __slots__ = ("data", "raw", "source", "line", "index", "field", "counts")
@@ -48,10 +49,6 @@ class Doc:
     def annotate(self, **values: Any) -> None:
         """Add values under the record's `llmtk` key."""
         self.data.setdefault("llmtk", {}).update(values)
-        self.raw = None
-
-    def touch(self) -> None:
-        """Say that `data` was changed in place."""
         self.raw = None
 
     def count(self, key: str, n: int = 1) -> None:
