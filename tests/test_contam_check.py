@@ -109,3 +109,24 @@ def test_bad_usage(tmp_path):
     assert llmtk("contam-check", tr, "--eval", tmp_path / "none.jsonl").returncode == 2
     r = llmtk("contam-check", tr, "--eval", ev, "--eval-field", "nope")
     assert r.returncode == 1 and b"eval.jsonl:1: none of the fields nope" in r.stderr
+
+
+def test_mask_replaces_only_the_matched_words(tmp_path):
+    ev, tr = setup(tmp_path)
+    stats = tmp_path / "s.json"
+    r = llmtk("contam-check", tr, "--eval", ev, "--eval-field", "question", "--mask", "<EVAL>",
+              "--stats", stats, "-q")
+    assert r.returncode == 0, r.stderr
+    out = {d["id"]: d["text"] for d in map(json.loads, r.stdout.splitlines())}
+    assert out["d1"] == "Quiz night! <EVAL>? Paris."
+    assert out["d3"] == "<EVAL> — and more."
+    assert out["d5"] == "地理常识：<EVAL>。这是课本上的内容。"
+    assert out["d2"] == TRAIN[1]["text"] and out["d4"] == TRAIN[3]["text"]
+    s = json.loads(stats.read_text())
+    assert s["records_out"] == 5 and s["counts"]["contam.masked_runs"] == 3
+    # the masked stream is clean now
+    again = tmp_path / "masked.jsonl"
+    again.write_bytes(r.stdout)
+    assert llmtk("contam-check", again, "--eval", ev, "--eval-field", "question",
+                 "-q").returncode == 0
+    assert llmtk("contam-check", tr, "--eval", ev, "--mask", "X", "--drop").returncode == 2

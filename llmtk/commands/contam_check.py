@@ -14,7 +14,7 @@ HELP = f"""\
 
 Training documents stream through (stdin/files to stdout/-o); every document
 sharing an n-gram (default 13 words, GPT-3's rule) with an evaluation item is
-counted, and dropped with --drop. Each evaluation item gets its coverage (share
+counted, and dropped with --drop (or the matched words masked with --mask). Each evaluation item gets its coverage (share
 of its words inside n-grams seen in training) and a class: dirty >= 80%,
 clean < 20% (Llama 2's thresholds), else partial.
 
@@ -27,8 +27,8 @@ clean < 20% (Llama 2's thresholds), else partial.
   llmtk contam-check train.jsonl --eval gsm8k.jsonl --n 8 --dirty 0.7 --annotate > marked.jsonl
 """
 
-EPILOG = ("Exit status: 0 no contamination (or it was dropped with --drop), 3 contaminated "
-          "documents found and left in, 1 data error, 2 bad usage.")
+EPILOG = ("Exit status: 0 no contamination (or it was removed with --drop or --mask), "
+          "3 contaminated documents found and left in, 1 data error, 2 bad usage.")
 
 
 @o.stream_command()
@@ -45,6 +45,9 @@ def command(
                                    help="n-gram length in words (13 = GPT-3, 8 = PaLM).")] = 13,
     drop: Annotated[bool, typer.Option("--drop", help="Drop contaminated documents "
                                                       "(reason contam.ngram).")] = False,
+    mask: Annotated[str | None, typer.Option(
+        "--mask", help="Replace the matched word runs with this token (e.g. '<EVAL>') "
+                       "instead of dropping the document.")] = None,
     annotate: Annotated[bool, typer.Option(
         "--annotate", help="Add llmtk.contaminated (and eval_ids) to every document.")] = False,
     report: Annotated[str | None, typer.Option(
@@ -68,10 +71,15 @@ def command(
         raise UsageError(f"--clean {clean} is above --dirty {dirty}")
     if drop and report_only:
         raise UsageError("--drop and --report-only contradict each other")
+    if mask is not None and (drop or report_only):
+        raise UsageError("--mask cannot be combined with --drop or --report-only")
+    if mask == "":
+        raise UsageError("--mask: give a token such as '<EVAL>'")
     fields = [f.strip() for f in eval_field.split(",") if f.strip()]
     index = EvalIndex(load_eval_items(eval_paths, fields, eval_id_field, n), n)
     with StreamRun("contam-check", stream) as run:
-        found = check_stream(run, index, drop=drop, annotate=annotate, write=not report_only)
+        found = check_stream(run, index, drop=drop, annotate=annotate, write=not report_only,
+                             mask=mask)
         result = build_report(index, dirty, clean, found, run.summary.records_in)
         run.count("eval_items", len(index.items))
         for cls, k in result["classes"].items():
@@ -81,7 +89,7 @@ def command(
             write_json_atomically(report, result)
     if not stream.quiet:
         _print_sources(result)
-    if found and not drop:
+    if found and not drop and mask is None:
         raise typer.Exit(3)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import xxhash
 
-from llmtk.text.segment import words
+from llmtk.text.segment import word_spans, words
 
 # Odd 64-bit multipliers for the polynomial combination; fixed forever (the
 # hashes of an index must not change between versions).
@@ -27,6 +27,44 @@ def word_hashes(text: str):
     toks = words(text.lower())
     return np.fromiter((xxhash.xxh64_intdigest(t.encode()) for t in toks), dtype=np.uint64,
                        count=len(toks))
+
+
+def mask_ngrams(text: str, n: int, matched, token: str) -> tuple[str, int]:
+    """Replace every run of words covered by a matched n-gram with `token`.
+
+    Returns the new text and the number of runs replaced. Works on the original
+    text's word positions, so everything outside the matched runs (case,
+    punctuation, spacing) is kept as it was. Returns 0 runs when lowercasing
+    changed the word segmentation (a few exotic characters), so the caller can
+    fall back to dropping the document.
+    """
+    import numpy as np
+
+    spans = word_spans(text)
+    hashes = word_hashes(text)
+    if len(spans) != len(hashes):
+        return text, 0
+    grams = ngram_hashes(hashes, n)
+    hit = np.flatnonzero(np.isin(grams, matched)).tolist()
+    covered = [False] * len(spans)
+    for i in hit:
+        for k in range(i, i + n):
+            covered[k] = True
+    out, pos, runs, i = [], 0, 0, 0
+    while i < len(spans):
+        if not covered[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(spans) and covered[j + 1]:
+            j += 1
+        out.append(text[pos:spans[i][0]])
+        out.append(token)
+        pos = spans[j][1]
+        runs += 1
+        i = j + 1
+    out.append(text[pos:])
+    return "".join(out), runs
 
 
 def ngram_hashes(hashes, n: int):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from functools import partial
+from collections import Counter, deque
+from collections.abc import Iterator
 
 from llmtk.contam.check import EvalIndex, EvalItem, build_items, classify, coverage
+from llmtk.contam.ngrams import mask_ngrams
 from llmtk.errors import DataError, UsageError
 from llmtk.io import Doc, StreamRun, expand_inputs, ordered_map, read_docs
 
@@ -33,20 +34,47 @@ def load_eval_items(paths: list[str], fields: list[str], id_field: str, n: int) 
     return build_items(records(), n)
 
 
-def _match_chunk(index: EvalIndex, chunk: list[Doc]) -> list[tuple[Doc, object]]:
-    return [(doc, index.match(doc.text)) for doc in chunk]
+# The index of the run in progress. Worker processes are forked from this one and
+# inherit it, so it is never pickled (it can be hundreds of MB); only texts go to
+# the workers and only the matched hashes come back.
+_INDEX: EvalIndex | None = None
+
+
+def _match_texts(texts: list[str]) -> list:
+    return [_INDEX.match(text) for text in texts]  # type: ignore[union-attr]
 
 
 def check_stream(run: StreamRun, index: EvalIndex, drop: bool, annotate: bool,
-                 write: bool = True) -> int:
-    """Pass the training docs through; returns the number of contaminated docs."""
+                 write: bool = True, mask: str | None = None) -> int:
+    """Pass the training docs through; returns the number of contaminated docs.
+
+    mask: replace the matched word runs with this token instead of dropping the
+    document (a document whose words cannot be located is dropped).
+    """
+    global _INDEX
+    _INDEX = index
     contaminated = 0
-    work = partial(_match_chunk, index)
-    for doc, matched in ordered_map(work, run.docs(), run.opts.workers, 64):
+    pending: deque[Doc] = deque()
+
+    def texts() -> Iterator[str]:
+        for doc in run.docs():
+            pending.append(doc)
+            yield doc.text
+
+    for matched in ordered_map(_match_texts, texts(), run.opts.workers, 64):
+        doc = pending.popleft()
         if len(matched):
             contaminated += 1
             items = index.record(matched, doc.id if doc.id is not None else doc.where())
-            if drop:
+            drop_this = drop
+            if mask is not None:
+                masked, runs = mask_ngrams(doc.text, index.n, matched, mask)
+                if runs:
+                    doc.set_text(masked)
+                    doc.count("contam.masked_runs", runs)
+                else:
+                    drop_this = True  # its words could not be located: drop, never leak
+            if drop_this:
                 run.drop(doc, "contam.ngram",
                          eval_ids=[index.items[i].id for i in items][:20])
                 continue

@@ -36,3 +36,8 @@ def is_cjk(text: str, threshold: float = 0.3) -> bool:
 def words(text: str) -> list[str]:
     """Word-like units: each CJK character alone, other scripts by runs of word chars."""
     return _TOKEN.findall(text)
+
+
+def word_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) in `text` of each unit that `words(text)` returns, in order."""
+    return [m.span() for m in _TOKEN.finditer(text)]
