@@ -14,8 +14,9 @@ HELP = f"""\
 
 Training documents stream through (stdin/files to stdout/-o); every document
 sharing an n-gram (default 13 words, GPT-3's rule) with an evaluation item is
-counted, and dropped with --drop (or the matched words masked with --mask). Each evaluation item gets its coverage (share
-of its words inside n-grams seen in training) and a class: dirty >= 80%,
+counted, and dropped with --drop (or the matched words masked with --mask).
+Each evaluation item gets its coverage (share of its words inside n-grams seen
+in training) and a class: dirty >= 80%,
 clean < 20% (Llama 2's thresholds), else partial.
 
 [bold]Examples[/bold]
