@@ -12,6 +12,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from llmtk.commands import options as o
+from llmtk.dedup.config import DedupConfig
 from llmtk.errors import UsageError
 from llmtk.io import StreamOptions, StreamRun
 
@@ -84,6 +85,7 @@ Clusters = Annotated[str | None, typer.Option(
 
 
 def _config(ngram, unit, bands, rows, threshold, seed, normalise, verify=0.0):
+    """The checked DedupConfig of the MinHash options."""
     from llmtk.dedup.config import DedupConfig, bands_rows_for, parse_normalise
 
     if threshold is not None:
@@ -95,7 +97,22 @@ def _config(ngram, unit, bands, rows, threshold, seed, normalise, verify=0.0):
                        normalise=parse_normalise(normalise), verify=verify)
 
 
+MINHASH_OPTIONS: dict[str, tuple[object, object]] = {
+    "ngram": (NGram, 5),
+    "unit": (Unit, "auto"),
+    "bands": (Bands, None),
+    "rows": (Rows, None),
+    "threshold": (Threshold, None),
+    "normalise": (Normalise, "lowercase,whitespace,punctuation,digits"),
+    "verify": (Verify, 0.0),
+    "seed": (Seed, 1),
+}
+# `@minhash_options()`: the shingling and LSH parameters, handed over as `config`.
+minhash_options = o.option_bundle("config", MINHASH_OPTIONS, _config)
+
+
 @o.stream_command()
+@minhash_options()
 def run_command(
     level: Annotated[str, typer.Option(
         "--level", help="doc: drop duplicate documents; paragraph: remove repeated lines "
@@ -112,18 +129,10 @@ def run_command(
         "--index", help="Deduplicate against this saved index too (from --save-index).")] = None,
     save_index: Annotated[str | None, typer.Option(
         "--save-index", help="Save the index (with --index's documents) to this folder.")] = None,
-    ngram: NGram = 5,
-    unit: Unit = "auto",
-    bands: Bands = None,
-    rows: Rows = None,
-    threshold: Threshold = None,
-    normalise: Normalise = "lowercase,whitespace,punctuation,digits",
-    verify: Verify = 0.0,
-    seed: Seed = 1,
     *,
+    config: DedupConfig,
     stream: StreamOptions,
 ) -> None:
-    config = _config(ngram, unit, bands, rows, threshold, seed, normalise, verify)
     if level not in ("doc", "paragraph"):
         raise UsageError(f"--level: expected doc or paragraph, got {level!r}")
     if keep not in ("first", "longest"):
@@ -161,23 +170,16 @@ shard K of N, all on the same inputs and with the same parameters.
 
 
 @o.stream_command(without=("output", "compress"))
+@minhash_options()
 def signatures_command(
     out_dir: Annotated[str, typer.Option("-o", "--output", help="Folder for the signatures.",
                                          show_default=False)] = ...,  # type: ignore[assignment]
-    ngram: NGram = 5,
-    unit: Unit = "auto",
-    bands: Bands = None,
-    rows: Rows = None,
-    threshold: Threshold = None,
-    normalise: Normalise = "lowercase,whitespace,punctuation,digits",
-    verify: Verify = 0.0,
-    seed: Seed = 1,
     *,
+    config: DedupConfig,
     stream: StreamOptions,
 ) -> None:
     from llmtk.dedup.stages import write_signatures
 
-    config = _config(ngram, unit, bands, rows, threshold, seed, normalise, verify)
     with StreamRun("dedup signatures", stream) as run:
         write_signatures(run, config, out_dir, stream.shard, stream.workers)
 

@@ -21,6 +21,7 @@ Inputs = Annotated[
     typer.Argument(
         help="Input files, directories or globs (.jsonl, .jsonl.zst, .jsonl.gz); "
         "'-' or nothing reads stdin.",
+        metavar="FILES",
         show_default=False,
     ),
 ]
@@ -160,42 +161,52 @@ STREAM_OPTIONS: dict[str, tuple[object, object]] = {
 }
 
 
-def stream_command(*, without: tuple[str, ...] = ()) -> Callable:
-    """Give a command the shared stream options, checked and bundled as `stream`.
+def option_bundle(name: str, options: dict[str, tuple[object, object]],
+                  build: Callable[..., object]) -> Callable:
+    """A decorator factory for a bundle of options shared by several commands.
 
-        @stream_command(without=("workers",))
+        bundle = option_bundle("stream", STREAM_OPTIONS, stream_options)
+
+        @bundle(without=("workers",))
         def command(own_option: ... = ..., *, stream: StreamOptions) -> None: ...
 
-    The options are declared once here (sqlite-utils' option bundles): the
-    decorator adds them to the signature typer reads, right after a leading
-    `ctx: typer.Context` if there is one, and calls the command with
-    `stream=stream_options(...)`. Options in `without` are left out (and take
-    their defaults).
+    The options are declared once (sqlite-utils' option bundles): the decorator
+    adds them, keyword-only, to the signature typer reads and calls the command
+    with `name=build(**values)`. Options in `without` are left out of the
+    command and reach `build` with their defaults. Bundles stack.
     """
-    unknown = set(without) - set(STREAM_OPTIONS)
-    if unknown:
-        raise ValueError(f"unknown stream options: {sorted(unknown)}")
-    names = [n for n in STREAM_OPTIONS if n not in without]
 
-    def decorate(func: Callable) -> Callable:
-        sig = inspect.signature(func, eval_str=True)
-        own = [p for p in sig.parameters.values() if p.name != "stream"]
-        lead = [p for p in own[:1] if p.annotation is typer.Context]
-        shared = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                    default=STREAM_OPTIONS[n][1],
-                                    annotation=STREAM_OPTIONS[n][0]) for n in names]
-        rest = [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in own[len(lead):]]
-        new_sig = sig.replace(parameters=[*lead, *shared, *rest])
+    def bundle(*, without: tuple[str, ...] = ()) -> Callable:
+        unknown = set(without) - set(options)
+        if unknown:
+            raise ValueError(f"unknown {name} options: {sorted(unknown)}")
+        names = [n for n in options if n not in without]
 
-        @functools.wraps(func)
-        def command(*args, **kwargs):
-            values = {n: kwargs.pop(n) if n in names else default
-                      for n, (_, default) in STREAM_OPTIONS.items()}
-            return func(*args, stream=stream_options(**values), **kwargs)
+        def decorate(func: Callable) -> Callable:
+            sig = inspect.signature(func, eval_str=True)
+            own = [p for p in sig.parameters.values() if p.name != name]
+            keyword_only = inspect.Parameter.KEYWORD_ONLY
+            positional = [p for p in own if p.kind != keyword_only]
+            added = [inspect.Parameter(n, keyword_only, default=options[n][1],
+                                       annotation=options[n][0]) for n in names]
+            later = [p for p in own if p.kind == keyword_only]
+            new_sig = sig.replace(parameters=[*positional, *added, *later])
 
-        command.__signature__ = new_sig  # type: ignore[attr-defined]
-        command.__annotations__ = {p.name: p.annotation for p in new_sig.parameters.values()
-                                   if p.annotation is not inspect.Parameter.empty}
-        return command
+            @functools.wraps(func)
+            def command(*args, **kwargs):
+                values = {n: kwargs.pop(n) if n in names else default
+                          for n, (_, default) in options.items()}
+                return func(*args, **{name: build(**values)}, **kwargs)
 
-    return decorate
+            command.__signature__ = new_sig  # type: ignore[attr-defined]
+            command.__annotations__ = {p.name: p.annotation for p in new_sig.parameters.values()
+                                       if p.annotation is not inspect.Parameter.empty}
+            return command
+
+        return decorate
+
+    return bundle
+
+
+# `@stream_command()`: the shared stream options, handed over as `stream: StreamOptions`.
+stream_command = option_bundle("stream", STREAM_OPTIONS, stream_options)

@@ -32,7 +32,7 @@ from llmtk.dedup.index import (
     resolve_roots,
     verified,
 )
-from llmtk.dedup.stream import ClusterLog, _emit, signature_batches
+from llmtk.dedup.stream import cluster_log, settle_duplicate, signature_batches
 from llmtk.errors import DataError, UsageError
 from llmtk.io import StreamRun
 
@@ -211,30 +211,20 @@ def filter_with_index(
 
     index = StageIndex(directory)
     roots, positions = index.roots, index.positions
-    log = ClusterLog(clusters) if clusters else None
-    # Clusters with duplicates: a kept document's own --clusters line is written by
-    # the shard that holds it, so the shards' lines together equal the single run's.
-    heads = set(np.unique(roots[roots != positions]).tolist()) if log is not None else set()
-    try:
+    with cluster_log(clusters) as log:
+        # Clusters with duplicates: a kept document's own --clusters line is written by
+        # the shard that holds it, so the shards' lines together equal the single run's.
+        heads = set(np.unique(roots[roots != positions]).tolist()) if log is not None else set()
         for doc in run.docs():
             i = index.row(doc.index, doc.where())
             root = int(roots[i])
             ref = index.ids.get(doc.index, doc.index)
             if root == doc.index:
                 if doc.index in heads:
-                    log.heads.add(root)  # type: ignore[union-attr]
-                    log.sink.write(orjson.dumps({"id": ref, "cluster": ref}) + b"\n")  # type: ignore[union-attr]
+                    log.head(root, ref)  # type: ignore[union-attr]
                 run.write(doc)
                 continue
-            reason = EXACT if index.exact[i] else MINHASH
-            head = index.ids.get(root, root)
             if log is not None:
-                log.heads.add(root)  # the head's line comes from its own shard
-                log.add(ref, root, head, reason)
-            _emit(run, doc, reason, head, annotate)
-        if log is not None:
-            log.sink.commit()
-    except BaseException:
-        if log is not None:
-            log.sink.abort()
-        raise
+                log.heads.add(root)  # its head's line comes from the shard that holds it
+            settle_duplicate(run, doc, EXACT if index.exact[i] else MINHASH,
+                             index.ids.get(root, root), annotate, log, ref, root)

@@ -7,6 +7,7 @@ stream and stay in this process, so the output is the same for any --workers.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -74,28 +75,51 @@ class ClusterLog:
 
     {"id": member, "cluster": kept, "reason": ...}; the kept document's own
     line ({"id": kept, "cluster": kept}) comes right before its first duplicate.
+    A context manager: the file is committed on success and removed on error.
     """
 
     def __init__(self, path: str) -> None:
         self.sink = Sink(path)
         self.heads: set[int] = set()
 
-    def add(self, member: Any, head_number: int, head: Any, reason: str) -> None:
+    def __enter__(self) -> ClusterLog:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.sink.commit()
+        else:
+            self.sink.abort()
+
+    def head(self, head_number: int, head: Any) -> None:
+        """The kept document's own line (once per cluster)."""
         if head_number not in self.heads:
             self.heads.add(head_number)
             self.sink.write(orjson.dumps({"id": head, "cluster": head}, option=DUMP_OPTS))
+
+    def add(self, member: Any, head_number: int, head: Any, reason: str) -> None:
+        self.head(head_number, head)
         self.sink.write(
             orjson.dumps({"id": member, "cluster": head, "reason": reason}, option=DUMP_OPTS)
         )
 
 
-def _emit(run: StreamRun, doc: Doc, reason: str, dup_of: Any, annotate: bool) -> None:
+def cluster_log(path: str | None) -> ClusterLog | contextlib.nullcontext:
+    """`with cluster_log(path) as log:` gives a ClusterLog, or None without --clusters."""
+    return ClusterLog(path) if path else contextlib.nullcontext()
+
+
+def settle_duplicate(run: StreamRun, doc: Doc, reason: str, head: Any, annotate: bool,
+                     log: ClusterLog | None, member: Any, head_number: int) -> None:
+    """A duplicate of `head`: into --clusters, then dropped (or marked with --annotate)."""
+    if log is not None:
+        log.add(member, head_number, head, reason)
     if annotate:
-        doc.annotate(dup_of=dup_of, dup_reason=reason)
+        doc.annotate(dup_of=head, dup_reason=reason)
         run.write(doc)
         run.count(f"annotated {reason}")
     else:
-        run.drop(doc, reason, dup_of=dup_of)
+        run.drop(doc, reason, dup_of=head)
 
 
 def dedup_stream(run: StreamRun, opts: DedupOptions) -> DedupIndex:
@@ -105,8 +129,7 @@ def dedup_stream(run: StreamRun, opts: DedupOptions) -> DedupIndex:
     index = DedupIndex.load(opts.index, opts.config) if opts.index else DedupIndex(opts.config)
     if opts.keep == "longest":
         return _keep_longest(run, opts, index)
-    log = ClusterLog(opts.clusters) if opts.clusters else None
-    try:
+    with cluster_log(opts.clusters) as log:
         for docs, batch in signature_batches(run.docs(), opts.config, opts.workers):
             positions = np.fromiter((d.index for d in docs), dtype=np.int64, count=len(docs))
             dec = index.add(batch, positions, [d.id for d in docs])
@@ -114,18 +137,9 @@ def dedup_stream(run: StreamRun, opts: DedupOptions) -> DedupIndex:
                                                 dec.exact.tolist(), strict=True):
                 if root == number:
                     run.write(doc)
-                    continue
-                reason = EXACT if exact else MINHASH
-                head = index.ref(root)
-                if log is not None:
-                    log.add(_ref(doc, number), root, head, reason)
-                _emit(run, doc, reason, head, opts.annotate)
-        if log is not None:
-            log.sink.commit()
-    except BaseException:
-        if log is not None:
-            log.sink.abort()
-        raise
+                else:
+                    settle_duplicate(run, doc, EXACT if exact else MINHASH, index.ref(root),
+                                     opts.annotate, log, _ref(doc, number), root)
     if opts.save_index:
         index.save(opts.save_index)
     return index
@@ -178,9 +192,8 @@ def _keep_longest(run: StreamRun, opts: DedupOptions, index: DedupIndex) -> Dedu
         for row in np.flatnonzero(~old & (keeper_row == np.arange(n))).tolist():
             index.ids[int(num[row])] = refs[row]
         exact_dup = np.where(old, np.concatenate(exact_flags), key == key[keeper_row])
-        log = ClusterLog(opts.clusters) if opts.clusters else None
         spool.seek(0)
-        try:
+        with cluster_log(opts.clusters) as log:
             for row, line in enumerate(spool):
                 raw = line.rstrip(b"\n")
                 doc = Doc(orjson.loads(raw), raw, "<spool>", row + 1, int(num[row]),
@@ -188,18 +201,9 @@ def _keep_longest(run: StreamRun, opts: DedupOptions, index: DedupIndex) -> Dedu
                 k = int(keeper[row])
                 if k == int(num[row]):
                     run.write(doc)
-                    continue
-                reason = EXACT if exact_dup[row] else MINHASH
-                head = index.ref(k)
-                if log is not None:
-                    log.add(refs[row], k, head, reason)
-                _emit(run, doc, reason, head, opts.annotate)
-            if log is not None:
-                log.sink.commit()
-        except BaseException:
-            if log is not None:
-                log.sink.abort()
-            raise
+                else:
+                    settle_duplicate(run, doc, EXACT if exact_dup[row] else MINHASH,
+                                     index.ref(k), opts.annotate, log, refs[row], k)
     if opts.save_index:
         index.save(opts.save_index)
     return index
