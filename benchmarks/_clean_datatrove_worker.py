@@ -6,13 +6,11 @@ line per document: `keep` or the first failing filter's reason. The last line is
 summary with the filtering time (reading is not timed).
 """
 
-import io
 import json
 import sys
 import time
 
-import orjson
-import zstandard
+from _common import read_corpus
 from datatrove.data import Document
 from datatrove.pipeline.filters import (
     C4QualityFilter,
@@ -22,21 +20,9 @@ from datatrove.pipeline.filters import (
 )
 
 
-def read(path: str, limit: int) -> list[dict]:
-    with open(path, "rb") as f:
-        raw = f.read()
-    if raw[:4] == b"\x28\xb5\x2f\xfd":
-        reader = zstandard.ZstdDecompressor().stream_reader(
-            io.BytesIO(raw), read_across_frames=True
-        )
-        raw = reader.read()
-    docs = [orjson.loads(line) for line in raw.splitlines() if line.strip()]
-    return docs[:limit] if limit else docs
-
-
 def main() -> None:
     path, out_path, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    docs = read(path, limit)
+    docs = read_corpus(path, limit)
     filters = [
         ("gopher_repetition", GopherRepetitionFilter()),
         ("gopher_quality", GopherQualityFilter()),

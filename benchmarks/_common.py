@@ -23,9 +23,33 @@ def timed(cmd, shell: bool = False) -> tuple[float, float]:
     return wall, cpu
 
 
-def one_core(cmd: list[str]) -> list[str]:
+def one_core(cmd: list[str], core: int = 0) -> list[str]:
     """Pin a command to one CPU when taskset exists (the per-core comparison)."""
-    return ["taskset", "-c", "0", *cmd] if shutil.which("taskset") else cmd
+    return ["taskset", "-c", str(core), *cmd] if shutil.which("taskset") else cmd
+
+
+def corpus_bytes(path: str) -> bytes:
+    """A JSONL file's bytes, zstd-decompressed (across frames) when it is zstd.
+
+    Standard library + zstandard only: datatrove's virtualenv imports this too.
+    """
+    raw = Path(path).read_bytes()
+    if raw[:4] == b"\x28\xb5\x2f\xfd":
+        import io
+
+        import zstandard
+
+        raw = zstandard.ZstdDecompressor().stream_reader(
+            io.BytesIO(raw), read_across_frames=True).read()
+    return raw
+
+
+def read_corpus(path: str, limit: int = 0) -> list[dict]:
+    """The first `limit` records (all with 0) of a JSONL(.zst) file."""
+    import orjson
+
+    docs = [orjson.loads(line) for line in corpus_bytes(path).splitlines() if line.strip()]
+    return docs[:limit] if limit else docs
 
 
 # datatrove, the peer of clean and dedup, lives in its own virtualenv (never in .venv).

@@ -22,37 +22,17 @@ the real CLI with --workers 1 and 2 (I/O included; only meaningful with two idle
 """
 
 import argparse
-import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from _common import datatrove_python
+from _common import datatrove_python, one_core, read_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 DT_WORKER = ROOT / "benchmarks" / "_clean_datatrove_worker.py"
-
-
-def pinned(cmd: list[str], core: int) -> list[str]:
-    return ["taskset", "-c", str(core), *cmd] if shutil.which("taskset") else cmd
-
-
-def read_corpus(path: str, limit: int) -> list[dict]:
-    import orjson
-    import zstandard
-
-    raw = Path(path).read_bytes()
-    if raw[:4] == b"\x28\xb5\x2f\xfd":
-        reader = zstandard.ZstdDecompressor().stream_reader(
-            io.BytesIO(raw), read_across_frames=True
-        )
-        raw = reader.read()
-    docs = [orjson.loads(line) for line in raw.splitlines() if line.strip()]
-    return docs[:limit] if limit else docs
 
 
 # -- the llmtk side (runs in a child process: `--llmtk-worker MODE`) -------------------------
@@ -131,14 +111,14 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     me = [sys.executable, __file__, args.corpus, "--limit", str(args.limit)]
-    dt_v, dt = run_side(pinned([str(dt_python), str(DT_WORKER), args.corpus,
+    dt_v, dt = run_side(one_core([str(dt_python), str(DT_WORKER), args.corpus,
                                 str(out / "datatrove.txt"), str(args.limit)], 0),
                         out / "datatrove.txt")
-    lt_v, lt = run_side(pinned([*me, "--llmtk-worker", "filters", "--result",
+    lt_v, lt = run_side(one_core([*me, "--llmtk-worker", "filters", "--result",
                                 str(out / "llmtk_filters.txt")], 0), out / "llmtk_filters.txt")
-    _, full = run_side(pinned([*me, "--llmtk-worker", "full", "--result",
+    _, full = run_side(one_core([*me, "--llmtk-worker", "full", "--result",
                                str(out / "llmtk_full.txt")], 0), out / "llmtk_full.txt")
-    _, lid = run_side(pinned([*me, "--llmtk-worker", "langid", "--result",
+    _, lid = run_side(one_core([*me, "--llmtk-worker", "langid", "--result",
                               str(out / "llmtk_langid.txt")], 0), out / "llmtk_langid.txt")
 
     docs = read_corpus(args.corpus, args.limit)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import orjson
 import zstandard
-from _common import CORPUS, LLMTK, one_core, timed
+from _common import CORPUS, LLMTK, corpus_bytes, one_core, timed
 
 
 def synthetic_corpus() -> bytes:
@@ -53,8 +53,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if args.corpus:
-            raw = zstandard.ZstdDecompressor().stream_reader(open(args.corpus, "rb"),
-                                                              read_across_frames=True).read()
+            raw = corpus_bytes(args.corpus)
         else:
             raw = synthetic_corpus()
         raw = raw * args.copies
