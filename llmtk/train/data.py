@@ -21,7 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,13 +94,42 @@ def _is_val(text: str, fraction: float) -> bool:
     return xxhash.xxh64_intdigest(text.encode("utf-8", "surrogatepass")) < fraction * 2.0**64
 
 
+_TMP = re.compile(r"^\.tmp-[0-9a-f]{16}-(?P<host>.+)-(?P<pid>\d+)$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def sweep_stale(cache_root: str) -> list[str]:
+    """Remove temporary cache directories left by dead processes of this host (a SIGKILL
+    mid-tokenization); another host's, or a live process's, are left alone."""
+    host, removed = socket.gethostname(), []
+    for name in os.listdir(cache_root):
+        m = _TMP.match(name)
+        if m and m["host"] == host and not _pid_alive(int(m["pid"])):
+            shutil.rmtree(os.path.join(cache_root, name), ignore_errors=True)
+            removed.append(name)
+    return removed
+
+
 def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str,
                 text_field: str = "text", val_fraction: float = 0.0, log=None) -> str:
     """Tokenize the inputs into cache_root/<key>/ unless it is there; return that directory.
 
-    Safe when several processes race: each builds into its own temporary directory and
-    the first rename wins; the others discard theirs.
+    One process tokenizes, under a lock per cache key; the others wait on the lock and then
+    reuse the result (on a shared filesystem whose flock works across hosts, once per job;
+    otherwise once per node, and the first rename wins). The lock is a file lock, not a
+    collective, so the wait is not bounded by the process group's NCCL timeout.
     """
+    from llmtk.train.lock import DirLock
+
     train_paths = expand_inputs(data)
     val_paths = expand_inputs(val_data) if val_data else []
     if "-" in train_paths or "-" in val_paths:
@@ -108,9 +139,24 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
     if os.path.exists(os.path.join(final, "meta.json")):
         return final
     os.makedirs(cache_root, exist_ok=True)
-    tmp = os.path.join(cache_root, f".tmp-{key}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    with DirLock(cache_root, f".lock-{key}"):
+        if os.path.exists(os.path.join(final, "meta.json")):
+            return final  # built by the process that held the lock before us
+        sweep_stale(cache_root)
+        tmp = os.path.join(cache_root, f".tmp-{key}-{socket.gethostname()}-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        try:
+            _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fraction,
+                      log)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a bad line or Ctrl-C leaves nothing
+            raise
+    return final
+
+
+def _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fraction,
+              log) -> None:
     dtype = np.uint16 if tokenizer.vocab_size <= 65536 else np.uint32
     train = _ShardWriter(tmp, "train", dtype)
     val = _ShardWriter(tmp, "val", dtype)
@@ -141,7 +187,6 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
     train.flush()
     val.flush()
     if train.tokens == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise DataError(f"{train_paths[0]}: no training text (0 documents)")
     meta = {
         "version": CACHE_VERSION, "dtype": np.dtype(dtype).name,
@@ -158,10 +203,9 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
     try:
         os.rename(tmp, final)
     except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
+        shutil.rmtree(tmp, ignore_errors=True)  # another node won the race
         if not os.path.exists(os.path.join(final, "meta.json")):
             raise
-    return final
 
 
 def read_meta(cache_dir: str) -> dict:
