@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -44,9 +45,14 @@ def corpus(tmp_path_factory):
     return {"data": str(path), "cache": str(d / "cache")}
 
 
-def run_train(corpus, out, *args, check=True, **extra_env):
-    p = llmtk("train", "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out,
-              *TINY, *args, **extra_env)
+DRIVER = [sys.executable, "-m", "tests.train_driver"]  # llmtk with test faults
+
+
+def run_train(corpus, out, *args, check=True, faults=None):
+    cmd = [*(DRIVER if faults else LLMTK), "train", "--data", corpus["data"], "--cache-dir",
+           corpus["cache"], "--out", out, *TINY, *args]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True,
+                       env=env(LLMTK_TEST_FAULTS=json.dumps(faults or {})))
     if check:
         assert p.returncode == 0, p.stderr.decode()[-3000:]
     return p
@@ -143,9 +149,9 @@ def test_exact_resume_after_sigkill(corpus, tmp_path, resume_ref):
     args, ref = RESUME_ARGS, resume_ref
 
     out = str(tmp_path / "killed")
-    cmd = [*LLMTK, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
+    cmd = [*DRIVER, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
            "--out", out, *TINY, *args]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(LLMTK_TEST_STEP_DELAY="0.25"),
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(LLMTK_TEST_FAULTS='{"step_delay": 0.25}'),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = os.path.join(out, "metrics.jsonl")
     deadline = time.time() + 120
@@ -170,7 +176,7 @@ def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(corpus, tmp_pat
                                                                  resume_ref):
     args, ref = RESUME_ARGS, resume_ref
     out = str(tmp_path / "crash")
-    p = run_train(corpus, out, *args, check=False, LLMTK_TEST_CRASH_IN_CHECKPOINT="8")
+    p = run_train(corpus, out, *args, check=False, faults={"crash_in_checkpoint": 8})
     assert p.returncode == -signal.SIGKILL
     ckpts = os.path.join(out, "checkpoints")
     assert open(os.path.join(ckpts, "latest")).read().strip() == "step-0000004"
@@ -193,9 +199,9 @@ def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(corpus, tmp_pat
 def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, resume_ref, sig):
     args, ref = RESUME_ARGS, resume_ref
     out = str(tmp_path / "pre")
-    cmd = [*LLMTK, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
+    cmd = [*DRIVER, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
            "--out", out, *TINY, *args]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(LLMTK_TEST_STEP_DELAY="0.25"),
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(LLMTK_TEST_FAULTS='{"step_delay": 0.25}'),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -218,8 +224,13 @@ def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, res
 def test_torchrun_restarts_a_crashed_worker_which_resumes(corpus, tmp_path, resume_ref):
     out = str(tmp_path / "restarted")
     marker = str(tmp_path / "died")
-    run_train(corpus, out, *RESUME_ARGS, "--nproc-per-node", "1", "--max-restarts", "1",
-              LLMTK_TEST_DIE_ONCE=f"{marker}:6")
+    # torchrun itself, with the fault-injecting driver as its worker.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
+           "--max-restarts=1", "-m", "tests.train_driver", "train", "--data", corpus["data"],
+           "--cache-dir", corpus["cache"], "--out", out, *TINY, *RESUME_ARGS]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True,
+                       env=env(LLMTK_TEST_FAULTS=json.dumps({"die_once": [marker, 6]})))
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
     assert os.path.exists(marker)  # the worker really died (exit 17) after step 6
     assert events(out, "resume")[0]["path"] == "checkpoints/step-0000004"
     assert losses(out) == losses(resume_ref)
@@ -279,7 +290,7 @@ def test_absurd_learning_rate_skips_then_stops(corpus, tmp_path):
 def test_on_nan_stop_names_the_step(corpus, tmp_path):
     out = str(tmp_path / "run")
     p = run_train(corpus, out, "--steps", "6", "--batch-size", "2", "--on-nan", "stop",
-                  check=False, LLMTK_TEST_NAN_LOSS="2")
+                  check=False, faults={"nan_loss": 2})
     assert p.returncode == 1
     assert b"stopped at step 3: --on-nan stop" in p.stderr
     (e,) = events(out, "nan")
@@ -289,7 +300,7 @@ def test_on_nan_stop_names_the_step(corpus, tmp_path):
 
 def test_single_nan_is_skipped_and_training_continues(corpus, tmp_path):
     out = str(tmp_path / "run")
-    run_train(corpus, out, "--steps", "5", "--batch-size", "2", LLMTK_TEST_NAN_LOSS="1")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "2", faults={"nan_loss": 1})
     (e,) = events(out, "nan")
     assert e["action"] == "skip" and e["step"] == 2
     r = losses(out)
@@ -300,7 +311,7 @@ def test_single_nan_is_skipped_and_training_continues(corpus, tmp_path):
 def test_loss_spike_rolls_back_with_half_the_lr(corpus, tmp_path):
     out = str(tmp_path / "run")
     run_train(corpus, out, "--steps", "12", "--batch-size", "4", "--checkpoint-every", "4",
-              "--on-spike", "rollback", "--spike-factor", "2", LLMTK_TEST_SPIKE_LOSS="9")
+              "--on-spike", "rollback", "--spike-factor", "2", faults={"spike_loss": 9})
     (rb,) = events(out, "rollback")
     assert rb["from_step"] == 10 and rb["to_step"] == 8
     assert rb["skipped_windows"] == 2 * 4  # the two batches since step 8 are not replayed

@@ -21,9 +21,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
 import re
 import shutil
 import socket
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -269,16 +271,86 @@ class Sampler:
             self._epoch = epoch
         return int(self._perm[i])
 
-    def batch(self, position: int):
-        """(x, y) int64 tensors of shape (B, T) for the job-wide micro-batch starting at
-        window `position` (this rank's slice)."""
+    def rows(self, position: int):
+        """(B, T + 1) int64 tensor: this rank's windows of the job-wide micro-batch starting
+        at window `position`."""
         import torch
 
         start = position + self.rank * self.B
         rows = np.stack([self.w.get(self._index(start + j)) for j in range(self.B)])
-        t = torch.from_numpy(rows.astype(np.int64))  # (B, T + 1)
+        return torch.from_numpy(rows.astype(np.int64))
+
+    def batch(self, position: int):
+        """(x, y) int64 tensors of shape (B, T): inputs and the targets shifted by one."""
+        t = self.rows(position)
         return t[:, :-1], t[:, 1:]
 
     @property
     def global_batch(self) -> int:
         return self.B * self.world
+
+
+class Prefetcher:
+    """Training micro-batches for positions start, start + stride, ... prepared ahead.
+
+    The data position only ever moves forward by one global micro-batch, so the next
+    batches are known in advance: a background thread cuts them from the memory map (into
+    pinned memory on CUDA) while the GPU works on the current one, and the copy to the
+    device is non_blocking. Asking for another position (a rollback) restarts the thread
+    there. On CPU the batches are cut inline (threaded=False): a thread would only compete
+    with the math for the same cores.
+    """
+
+    def __init__(self, sampler: Sampler, stride: int, device: str, threaded: bool,
+                 depth: int = 4):
+        self.sampler, self.stride, self.device, self.depth = sampler, stride, device, depth
+        self.threaded, self.pin = threaded, device.startswith("cuda")
+        self._queue: queue.Queue | None = None
+        self._stop: threading.Event | None = None
+        self._expect: int | None = None
+
+    def _load(self, position: int):
+        t = self.sampler.rows(position)
+        return t.pin_memory() if self.pin else t
+
+    def _start(self, position: int) -> None:
+        self.close()
+        q: queue.Queue = queue.Queue(maxsize=self.depth)
+        stop = threading.Event()
+
+        def work(pos: int) -> None:
+            try:
+                while not stop.is_set():
+                    item = (pos, self._load(pos))
+                    while not stop.is_set():
+                        try:
+                            q.put(item, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    pos += self.stride
+            except BaseException as e:  # handed to the consumer, raised there
+                q.put((None, e))
+
+        self._queue, self._stop = q, stop
+        threading.Thread(target=work, args=(position,), daemon=True,
+                         name="llmtk-prefetch").start()
+
+    def get(self, position: int):
+        """(x, y) on the device for the micro-batch at `position`."""
+        if not self.threaded:
+            t = self._load(position)
+        else:
+            if self._expect != position:
+                self._start(position)
+            got, t = self._queue.get()
+            if got is None:
+                raise t
+            self._expect = position + self.stride
+        t = t.to(self.device, non_blocking=True)  # (B, T + 1)
+        return t[:, :-1], t[:, 1:]
+
+    def close(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        self._queue = self._stop = self._expect = None

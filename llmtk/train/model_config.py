@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-
 VOCAB_MULTIPLE = 128
 
 
