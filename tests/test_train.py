@@ -387,3 +387,89 @@ def test_two_nodes_c10d_rendezvous_match_one(corpus, tmp_path, single_ref):
         assert node.returncode == 0, err.decode()[-2000:]
     _parallel_matches(single_ref, out)
     assert json.load(open(os.path.join(out, "config.json")))["world_size"] == 2
+
+
+# ---------------------------------------------------------------- sharded (DCP) checkpoints
+
+DCP_ARGS = ["--steps", "6", "--batch-size", "2", "--nproc-per-node", "2", "--parallel", "fsdp",
+            "--schedule", "constant", "--checkpoint-every", "2"]
+
+
+@pytest.fixture(scope="module")
+def fsdp_ref(corpus, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("fsdp") / "ref")
+    run_train(corpus, out, *DCP_ARGS)
+    return out
+
+
+def test_fsdp2_writes_sharded_checkpoints_and_resumes_them_bit_exactly(corpus, tmp_path,
+                                                                       fsdp_ref):
+    ckpt = os.path.join(fsdp_ref, "checkpoints", "step-0000006")
+    names = sorted(os.listdir(os.path.join(ckpt, "dcp")))
+    assert ".metadata" in names and len([n for n in names if n.endswith(".distcp")]) == 2
+    manifest = json.load(open(os.path.join(ckpt, "MANIFEST.json")))["files"]
+    assert "dcp/.metadata" in manifest and "rng-00001.pt" in manifest
+    event = events(fsdp_ref, "checkpoint")[-1]
+    assert event["format"] == "dcp" and event["bytes"] == sum(f["size"]
+                                                              for f in manifest.values())
+    out = str(tmp_path / "stopped")
+    run_train(corpus, out, *[a if a != "6" else "3" for a in DCP_ARGS])  # stops at step 3
+    run_train(corpus, out, *DCP_ARGS)  # resumes the sharded step-3 checkpoint
+    assert events(out, "resume")[0]["path"] == "checkpoints/step-0000003"
+    assert losses(out) == losses(fsdp_ref)
+
+
+def test_export_consolidates_a_sharded_checkpoint(fsdp_ref, tmp_path):
+    import torch
+
+    from llmtk.train import full_state_dict, load_model
+
+    out = tmp_path / "model.pt"
+    p = llmtk("train", "export", fsdp_ref, "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert b"step-0000006 -> " in p.stderr
+    blob = torch.load(out, weights_only=True)  # plain tensors and strings only
+    assert blob["step"] == 6 and blob["model_config"]["d_model"] == 64
+    sharded = full_state_dict(fsdp_ref)
+    assert sharded.keys() == blob["state_dict"].keys()
+    assert all(torch.equal(sharded[k], blob["state_dict"][k]) for k in sharded)
+    model, tok = load_model(str(out))
+    x = torch.tensor([tok.encode("def f(x):\n    return x")])
+    _, loss = model(x[:, :-1], x[:, 1:])
+    assert loss.item() < 5.0  # trained: below the uniform ln(257) = 5.55
+    p = llmtk("train", "export", str(tmp_path), "-o", str(tmp_path / "x.pt"))
+    assert p.returncode == 2 and b"no complete llmtk train checkpoint" in p.stderr
+
+
+@pytest.mark.slow  # three 2-process FSDP runs
+def test_async_sharded_checkpoint_killed_mid_write_keeps_the_previous(corpus, tmp_path,
+                                                                      fsdp_ref):
+    out = str(tmp_path / "killed")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           "-m", "tests.train_driver", "train", "--data", corpus["data"], "--cache-dir",
+           corpus["cache"], "--out", out, *TINY, *DCP_ARGS[:4], *DCP_ARGS[6:]]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True,
+                       env=env(LLMTK_TEST_FAULTS=json.dumps({"crash_in_checkpoint": 4})))
+    assert p.returncode != 0
+    ckpts = os.path.join(out, "checkpoints")
+    assert open(os.path.join(ckpts, "latest")).read().strip() == "step-0000002"
+    partial = os.path.join(ckpts, ".tmp-step-0000004")
+    assert os.path.exists(os.path.join(partial, "dcp", ".metadata"))  # written, not sealed
+    assert not os.path.exists(os.path.join(partial, "COMPLETE"))
+    run_train(corpus, out, *DCP_ARGS)
+    assert events(out, "resume")[0]["path"] == "checkpoints/step-0000002"
+    assert losses(out) == losses(fsdp_ref)
+
+
+@pytest.mark.slow  # torch.compile on CPU (inductor) takes a while
+def test_gpu_check_cpu_smoke(tmp_path):
+    """benchmarks/gpu_check.py runs end to end (tiny model, CPU, eager and compile)."""
+    report = tmp_path / "gpu_check.json"
+    p = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--cpu-smoke", "--json",
+                        str(report)], cwd=ROOT, env=env(), capture_output=True, timeout=1200)
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    results = json.loads(report.read_text())["results"]
+    assert [r["compile"] for r in results] == [False, True]
+    for r in results:
+        assert r["tokens_per_s"] > 0 and r["plain_tokens_per_s"] > 0
+        assert r["checkpoint_bytes"] > 0 and r["checkpoint_s"] >= 0

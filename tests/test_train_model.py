@@ -193,3 +193,31 @@ def test_config_module_does_not_import_torch():
     code = ("import sys; from llmtk.train.model_config import count_params, PRESETS; "
             "count_params(PRESETS['1b']); assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_forward_traces_as_one_graph_without_breaks():
+    """torch.compile sees the whole forward (loss included) as one graph: no graph breaks."""
+    cfg = small(n_kv_head=2)
+    model = GPT(cfg)
+    x = torch.randint(0, cfg.vocab_size, (2, 16))
+    torch._dynamo.reset()
+    for args in ((x, x), (x,)):  # training (loss) and sampling (logits)
+        e = torch._dynamo.explain(model)(*args)
+        assert (e.graph_count, e.graph_break_count) == (1, 0), e.break_reasons
+
+
+def test_forward_under_ddp_traces_without_breaks(tmp_path):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        cfg = small()
+        ddp = DDP(GPT(cfg))
+        x = torch.randint(0, cfg.vocab_size, (2, 16))
+        torch._dynamo.reset()
+        e = torch._dynamo.explain(ddp)(x, x)
+        assert e.graph_break_count == 0, e.break_reasons
+    finally:
+        dist.destroy_process_group()

@@ -288,5 +288,39 @@ def tokenizer_command(
               file=sys.stderr)
 
 
+EXPORT_HELP = """\
+Write a checkpoint's model as one consolidated, weights-only file.
+
+Works on full and DCP-sharded (FSDP2) checkpoints alike: the shards are gathered in \
+this one process, no GPUs or process group needed. The file holds the model's full \
+state dict, its configuration and its tokenizer's fingerprint; \
+`llmtk.train.load_model(FILE)` loads it (torch.load with weights_only=True works too).
+
+[bold]Examples[/bold]
+
+  llmtk train export runs/a -o model.pt
+
+  llmtk train export runs/a/checkpoints/step-0020000 -o step20k.pt
+
+Exit status: 0 written, 1 a corrupt checkpoint or a write error, 2 no checkpoint there.
+"""
+
+
+@app.command("export", help=EXPORT_HELP)
+def export_command(
+    checkpoint: Annotated[str, typer.Argument(help="A run directory, its checkpoints/ "
+                                              "directory or one step-NNNNNNN directory.")],
+    output: Annotated[str, typer.Option("-o", "--output", help="The file to write.")],
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors on stderr.")] = False,
+) -> None:
+    import sys
+
+    from llmtk.train import export
+
+    source = export(checkpoint, output)
+    if not quiet:
+        print(f"exported {source} -> {output}", file=sys.stderr)
+
+
 def register(root: typer.Typer) -> None:
     root.add_typer(app, name="train")

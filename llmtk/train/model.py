@@ -32,6 +32,22 @@ from llmtk.train.model_config import PRESETS, ModelConfig, count_params, preset
 __all__ = ["GPT", "PRESETS", "ModelConfig", "count_params", "preset"]
 
 
+def _normal_(param: torch.Tensor, std: float) -> None:
+    """normal(0, std) in place. A sharded (FSDP2 DTensor) parameter gets its slice of the
+    full tensor drawn from the CPU generator, so a model initialised after sharding holds
+    exactly the weights of one initialised whole with the same seed."""
+    if hasattr(param, "device_mesh"):
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        full = torch.empty(param.shape, dtype=param.dtype).normal_(0.0, std)
+        shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh,
+                                                              param.placements)
+        local = full[tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))]
+        param.to_local().copy_(local)
+    else:
+        nn.init.normal_(param, mean=0.0, std=std)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -147,9 +163,9 @@ class GPT(nn.Module):
                 if module is self.lm_head and self.cfg.tie_embeddings:
                     continue  # shares tok_emb's weight, initialised below
                 std = residual_std if name.endswith(("attn.wo", "mlp.w2")) else 0.02
-                nn.init.normal_(module.weight, mean=0.0, std=std)
+                _normal_(module.weight, std)
             elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                _normal_(module.weight, 0.02)
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
 

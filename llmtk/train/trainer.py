@@ -207,11 +207,15 @@ class Trainer:
         if dist.device == "cpu":
             # Exact resume is tested on CPU; on GPU the fast (non-deterministic) kernels win.
             torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.manual_seed(cfg.seed)  # the same initial weights on every rank
         if self.parallel == "fsdp":
             model = self._build_fsdp()
         else:
             model = GPT(self.mcfg)
+            # The init draws from a freshly seeded generator (not from what the layers'
+            # constructors left), so an FSDP2 run, initialised after sharding, and this one
+            # start from the same weights, on every rank.
+            torch.manual_seed(cfg.seed)
+            model.init_weights()
             model.activation_checkpointing = cfg.activation_checkpointing
             model.to(dist.device)
             if self.compiled:
@@ -266,12 +270,15 @@ class Trainer:
               if self._bf16() else MixedPrecisionPolicy())
         for block in model.layers:
             if self.compiled:
-                block.compile()  # per block: FSDP's hooks sit between blocks, not inside
+                # Compile each block's forward: FSDP's all-gather/reshard hooks run around it
+                # (eagerly, in Module.__call__), never inside a graph, so nothing breaks it.
+                block.forward = torch.compile(block.forward)
             fully_shard(block, mp_policy=mp)
         if self.compiled:
             model.head_loss = torch.compile(model.head_loss)
         fully_shard(model, mp_policy=mp)
         model.to_empty(device=self.dist.device)
+        torch.manual_seed(self.cfg.seed)
         model.init_weights()
         return model
 
@@ -373,10 +380,10 @@ class Trainer:
 
         if not self.pending:
             return True
-        values = torch.stack([r.values for r in self.pending]).tolist()  # the one sync
-        bads = torch.stack([r.bad for r in self.pending]).cpu()
         pending, self.pending = self.pending, []
-        for r, (loss, norm, not_finite), bad in zip(pending, values, bads, strict=True):
+        rows = torch.stack([torch.cat([r.values, r.bad.float()]) for r in pending])
+        values = rows.tolist()  # the one device -> host read
+        for r, (loss, norm, not_finite, *bad) in zip(pending, values, strict=True):
             if not_finite:
                 self._non_finite(st, r.step, loss, norm, bad)
             elif self._is_spike(st, loss):
@@ -385,14 +392,13 @@ class Trainer:
             else:
                 st.bad_streak = 0
                 st.ema_loss = loss if st.ema_loss is None else 0.95 * st.ema_loss + 0.05 * loss
-        last = pending[-1]
-        self.last_row = (last.step, values[-1], last.lr)
+        self.last_row = (pending[-1].step, values[-1][:3], pending[-1].lr)
         return True
 
     def _non_finite(self, st: TrainState, step: int, loss: float, norm: float, bad) -> None:
         cfg = self.cfg
         st.bad_streak += 1
-        names = [n for n, b in zip(self.param_names, bad.tolist(), strict=True) if b]
+        names = [n for n, b in zip(self.param_names, bad, strict=True) if b]
         stop = cfg.on_nan == "stop" or st.bad_streak >= cfg.max_bad_steps
         self._event("nan", step=step, loss=loss, grad_norm=norm, bad_params=names,
                     action="stop" if stop else "skip", consecutive=st.bad_streak)
