@@ -192,7 +192,6 @@ def bench_plain(args, model: str, compile_: bool, cache: str, vocab: int) -> dic
     tps = args.steps * B * T / (time.perf_counter() - t0)
     peak = device_peak_flops(torch.cuda.get_device_name(0)) if device == "cuda" else None
     mfu = flops_per_token_for_config(mcfg, causal=True) * tps / peak if peak else None
-    del net, opt
     return {"model": model, "compile": compile_, "tokens_per_s": tps, "mfu": mfu}
 
 
