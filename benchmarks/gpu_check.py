@@ -73,6 +73,24 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def flash_attention_ok(head_dim: int) -> bool | None:
+    """Whether SDPA's flash backend takes bf16 causal attention at this head dim (CUDA)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if not torch.cuda.is_available():
+        return None
+    q = torch.randn(2, 16, 256, head_dim, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 8, 256, head_dim, device="cuda", dtype=torch.bfloat16)  # GQA 16/8
+    try:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=True)
+        return True
+    except RuntimeError:
+        return False
+
+
 def bench_llmtk(args, model: str, compile_: bool, cache: str, tok, workdir: str) -> dict:
     import torch
 
@@ -224,6 +242,9 @@ def main() -> None:
     device_name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     print(f"llmtk gpu_check: {device_name}, torch {torch.__version__}, seq {args.seq_len}, "
           f"batch {args.batch_size}, {args.steps} timed steps", file=sys.stderr)
+    flash = {hd: flash_attention_ok(hd) for hd in (64, 128)}
+    print(f"flash attention (bf16, causal, GQA) chosen for head dim 64: {flash[64]}, "
+          f"128: {flash[128]}", flush=True)
     results = []
     for model in args.models.split(","):
         for mode in args.modes.split(","):
@@ -240,7 +261,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": device_name, "torch": torch.__version__, "args": vars(args),
-                       "results": results}, f, indent=1)
+                       "flash_attention": flash, "results": results}, f, indent=1)
 
 
 def _line(r: dict) -> str:

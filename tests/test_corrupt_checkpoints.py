@@ -164,6 +164,17 @@ def test_steps_below_the_checkpoint_step_exits_2(template, four):
     assert e.value.exit_code == 2
 
 
+def test_a_stale_config_temp_file_of_a_dead_run_is_removed(template, four):
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = four / f"config.json.tmp-{dead.pid}"
+    stale.write_text("{")
+    run(template, four, 5)
+    assert not stale.exists() and json.loads((four / "config.json").read_text())
+
+
 def test_a_changed_seed_is_a_notice(template, four, capsys):
     run(template, four, 5, seed=9)
     assert "note: --seed 9 differs from the checkpoint's 0: the data order from step 4 on " \

@@ -590,6 +590,12 @@ class Trainer:
                     "device": self.dist.device, "tokenizer": self.tok.fingerprint(),
                     "data": self.data_meta, "cache": self.cache}
         text = json.dumps(resolved, indent=1, sort_keys=True)
+        from llmtk.train.data import _pid_alive
+
+        for name in os.listdir(self.out):  # left by a run killed mid-write (we hold the lock)
+            pid = name.removeprefix("config.json.tmp-")
+            if pid != name and pid.isdigit() and not _pid_alive(int(pid)):
+                os.remove(os.path.join(self.out, name))
         tmp = os.path.join(self.out, f"config.json.tmp-{os.getpid()}")
         with open(tmp, "w") as f:
             f.write(text + "\n")
