@@ -28,13 +28,16 @@ real llmtk model built on CPU.
 
   llmtk estimate --model llama3-8b --tokens 15T --gpus 1024xH100 --zero 1
 
-  llmtk estimate --model llama2-70b --gpus 512xA100-80 --tp 8 --pp 4 --sequence-parallel
+  llmtk estimate --model llama2-70b --gpus 512xA100-80 --tp 8 --pp 4 \\
+    --sequence-parallel
 
-  llmtk estimate --model llama3-70b --tokens 2T --gpus H100 --solve gpus --days 30
+  llmtk estimate --model llama3-70b --tokens 2T --gpus H100 \\
+    --solve gpus --days 30
 
   llmtk estimate --params 535e9 --gpus 8xH200 --json | jq .inference.weights
 
-  llmtk estimate --layers 4 --d-model 128 --heads 4 --vocab 257 --seq-len 256 --measure
+  llmtk estimate --layers 4 --d-model 128 --heads 4 --vocab 257 \\
+    --seq-len 256 --measure
 
   llmtk estimate --list
 """

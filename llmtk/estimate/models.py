@@ -186,8 +186,8 @@ def preset(name: str) -> ModelSpec:
     else:
         guesses = [squashed[g] for g in
                    difflib.get_close_matches(_squash(name), list(squashed), n=2, cutoff=0.75)]
-    hint = f"did you mean {' or '.join(guesses)}? " if guesses else ""
-    raise UsageError(f"--model: unknown preset {name!r}; {hint}(known: {', '.join(PRESETS)})")
+    hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
+    raise UsageError(f"--model: unknown preset {name!r}{hint} (known: {', '.join(PRESETS)})")
 
 
 @dataclass
