@@ -218,14 +218,16 @@ class Trainer:
             model.init_weights()
             model.activation_checkpointing = cfg.activation_checkpointing
             model.to(dist.device)
-            if self.compiled:
-                model.compile()
         self.raw = model
         self.model = model
         if self.parallel == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             self.model = DDP(model, device_ids=[dist.local_rank] if dist.cuda else None)
+        if self.compiled and self.parallel != "fsdp":
+            # Compiling the DDP wrapper (not the inner model) lets dynamo split the graph at
+            # DDP's bucket boundaries, so gradient all-reduces overlap the backward.
+            self.model.compile()
         self.params = list(model.parameters())
         self.param_names = [n for n, _ in model.named_parameters()]
 
