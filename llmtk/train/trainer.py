@@ -191,6 +191,7 @@ class Trainer:
         self.compiled = cfg.compile if cfg.compile is not None else dist.cuda
         self._build_model()
         self.pending: list[StepResult] = []   # steps not yet settled by the host
+        self.last_row = None                  # (step, [loss, norm, not_finite], lr) settled
         self.last_ckpt_step = 0
         self.metrics = None                   # rank 0's MetricsWriter, opened in run()
         self.async_ckpt = None                # (future, step, t0, blocking_s) of a DCP write
