@@ -516,6 +516,10 @@ class Trainer:
             self._set_states(path, with_optim=True)
         except C.CheckpointError as e:
             raise CollectiveError(str(e)) from None
+        except (RuntimeError, KeyError, ValueError) as e:  # e.g. written before vocab padding
+            raise CollectiveError(f"{path}: its weights do not fit this model "
+                                  f"({C._first_line(e)}); use --resume never", exit_code=2) \
+                from None
         rng_file = os.path.join(path, f"rng-{self.dist.rank:05d}.pt")
         if os.path.exists(rng_file):
             if state["world_size"] == self.dist.world:
