@@ -29,7 +29,14 @@ REBOUND_REL = 0.03  # trend ends 3% above its best
 DIVERGE_GIVEBACK = 0.5  # trend gives back half of the progress made
 NOISE_REL = 0.08  # residual noise above 8% of the loss level
 OVERFIT_REL = 0.02  # validation loss 2% above its best
+FROM_START_SHARE = 0.05  # a log "starts with the run" if its first step is in the first 5%
 RESUME_JUMP_REL = 0.10  # loss 10% higher right after a resume than before it
+SPIKE_SETTLE = 3  # steps skipped after a spike before measuring the level it left behind
+SPIKE_HARM_SIGMAS = 1.0  # lasting harm: the settled level is 1 robust sigma ...
+SPIKE_HARM_REL = 0.01  # ... and 1% above the level before the spike
+SPIKE_GROWTH_MIN = 3  # at least 3 spikes in the last third, twice as many as in the first
+SPIKE_SCORE_WARN = 0.01  # OLMo 2 spike score above 1% of steps
+SPIKE_GRAD_GROWTH = 2.0  # grad norm median doubles between the 2nd and the last quarter
 
 
 @dataclass
@@ -41,6 +48,7 @@ class Finding:
     causes: list[str] = field(default_factory=list)
     fixes: list[str] = field(default_factory=list)
     end_step: float | None = None
+    details: list[str] = field(default_factory=list)  # one line per event, for --verbose
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -81,7 +89,7 @@ def _fmt(v: float) -> str:
 
 
 def detect_nan(run: Run) -> list[Finding]:
-    xs, ys = run.series("loss")
+    xs, ys = run.series(run.loss_key)
     bad = [x for x, y in zip(xs, ys, strict=True) if not math.isfinite(y)]
     _, gs = run.series("grad_norm")
     bad_grads = sum(1 for g in gs if not math.isfinite(g))
@@ -116,53 +124,161 @@ def detect_nan(run: Run) -> list[Finding]:
     )]
 
 
-def detect_spikes(run: Run) -> list[Finding]:
-    xs, ys = _finite(*run.series("loss"))
+@dataclass
+class Spike:
+    start: int  # index of the first flagged point
+    end: int  # index of the last flagged point of this group
+    centre: float  # median of the window before the spike
+    sigma: float  # robust standard deviation of that window
+    peak: float
+    recovered: bool  # back near the pre-spike level within the next window
+    lasting: float  # level after the spike minus the pre-spike level (> 0: still higher)
+
+
+def find_spikes(ys: list[float]) -> list[Spike]:
+    """Points more than SPIKE_SIGMAS robust sigmas and SPIKE_MIN_REL above the median of
+    the preceding window, grouped when at most 3 points apart."""
     n = len(ys)
     w = _window(n)
     if n < w + 3:
         return []
-    flagged: list[int] = []
-    baselines: dict[int, tuple[float, float]] = {}
+    flagged: list[tuple[int, float, float]] = []
     for i in range(w, n):
         prev = ys[i - w:i]
         centre = median(prev)
         sigma = max(_mad_sigma(prev, centre), 1e-3 * abs(centre))
         if ys[i] > centre + max(SPIKE_SIGMAS * sigma, SPIKE_MIN_REL * abs(centre)):
-            flagged.append(i)
-            baselines[i] = (centre, sigma)
-    groups: list[list[int]] = []
-    for i in flagged:
-        if groups and i - groups[-1][-1] <= 3:
-            groups[-1].append(i)
+            flagged.append((i, centre, sigma))
+    groups: list[list[tuple[int, float, float]]] = []
+    for hit in flagged:
+        if groups and hit[0] - groups[-1][-1][0] <= 3:
+            groups[-1].append(hit)
         else:
-            groups.append([i])
-    findings = []
+            groups.append([hit])
+    spikes = []
     for group in groups:
-        start = group[0]
-        centre, sigma = baselines[start]
-        peak = max(ys[i] for i in group)
-        after = ys[group[-1] + 1: group[-1] + 1 + max(5, w)]
+        (start, centre, sigma), last = group[0], group[-1][0]
+        after = ys[last + 1: last + 1 + max(5, w)]
         recovered = any(y <= centre + 3 * sigma + 0.02 * abs(centre) for y in after)
-        summary = (f"loss spike at step {xs[start]:.0f}: {_fmt(centre)} -> {_fmt(peak)} "
-                   f"(+{(peak - centre) / abs(centre) * 100:.0f}%), "
-                   + ("recovered" if recovered else "not recovered"))
+        # the level once the spike has passed: skip a few settling steps, then a window
+        settled = ys[last + 1 + SPIKE_SETTLE: last + 1 + SPIKE_SETTLE + w]
+        lasting = (median(settled) - centre) if len(settled) >= 5 else 0.0
+        spikes.append(Spike(start, last, centre, sigma, max(ys[i] for i, _, _ in group),
+                            recovered, lasting))
+    return spikes
+
+
+def spike_score(ys: list[float]) -> float:
+    """OLMo 2's spike score: the share of steps at least 7 standard deviations above the
+    rolling average of the previous (up to) 1000 steps. Robust statistics (median, MAD)
+    stand in for mean and standard deviation, so one spike does not hide the next."""
+    w = min(1000, max(20, len(ys) // 10))
+    if len(ys) <= w:
+        return 0.0
+    hits = 0
+    for i in range(w, len(ys)):
+        prev = ys[i - w:i]
+        centre = median(prev)
+        sigma = max(_mad_sigma(prev, centre), 1e-6 * abs(centre))
+        hits += ys[i] > centre + 7 * sigma
+    return hits / (len(ys) - w)
+
+
+SPIKE_CAUSES = ["a batch of unusual data (duplicated, garbled or very long documents)",
+                "learning rate too high; Adam's second-moment estimate lagging "
+                "(beta2 too high) after a run of small gradients",
+                "attention-logit growth in deep models"]
+SPIKE_FIXES = ["inspect the batches at this step; skip them on resume "
+               "(PaLM: rewind ~100 steps and skip ~200-500 batches)",
+               "lower the peak learning rate or use beta2=0.95; keep gradient clipping",
+               "QK-norm or z-loss for very large models"]
+
+
+def _spike_text(xs: list[float], ys: list[float], s: Spike) -> str:
+    return (f"step {xs[s.start]:.0f}: {_fmt(s.centre)} -> {_fmt(s.peak)} "
+            f"(+{(s.peak - s.centre) / abs(s.centre) * 100:.0f}%)")
+
+
+def _grad_growth(run: Run) -> float | None:
+    """Median grad norm of the last quarter over that of the second quarter (the first
+    quarter holds the large norms of initialisation and warmup); None if not logged."""
+    _, gs = _finite(*run.series("grad_norm"))
+    q = len(gs) // 4
+    if q < 5:
+        return None
+    early = median(gs[q:2 * q])
+    return median(gs[-q:]) / early if early > 0 else None
+
+
+def detect_spikes(run: Run) -> list[Finding]:
+    """Loss spikes, with a severity from what they did to the run.
+
+    error:   a spike the loss never came back from (it stays at the new level);
+    warning: lasting harm: the level after the spike stays above the level before it,
+             spikes that grow in frequency or size over the run, a high spike score,
+             or spikes together with a growing gradient norm;
+    info:    spikes that recover within a few steps and leave the trend where it was
+             (noisy batches: every real run has some), reported once, aggregated.
+    """
+    xs, ys = _finite(*run.series(run.loss_key))
+    spikes = find_spikes(ys)
+    if not spikes:
+        return []
+    findings = []
+    for s in spikes:
+        if not s.recovered:
+            findings.append(Finding(
+                "spike", "error", xs[s.start],
+                f"loss spike at {_spike_text(xs, ys, s)}, not recovered: the loss stays at "
+                "the new level", SPIKE_CAUSES, SPIKE_FIXES, end_step=xs[s.end]))
+    benign = [s for s in spikes if s.recovered]
+    harmed = [s for s in benign
+              if s.lasting > max(SPIKE_HARM_SIGMAS * s.sigma, SPIKE_HARM_REL * abs(s.centre))]
+    for s in harmed:
         findings.append(Finding(
-            "spike", "warning" if recovered else "error", xs[start], summary,
-            end_step=xs[group[-1]],
-            causes=["a batch of unusual data (duplicated, garbled or very long documents)",
-                    "learning rate too high; Adam's second-moment estimate lagging "
-                    "(beta2 too high) after a run of small gradients",
-                    "attention-logit growth in deep models"],
-            fixes=["inspect the batches at this step; skip them on resume "
-                   "(PaLM: rewind ~100 steps and skip ~200-500 batches)",
-                   "lower the peak learning rate or use beta2=0.95; keep gradient clipping",
-                   "QK-norm or z-loss for very large models"],
-        ))
-    if len(findings) >= 3:
-        for f in findings:
-            f.causes.insert(0, f"recurring: {len(findings)} spikes in this run point to a "
-                               "systematic cause (learning rate, data order) rather than one batch")
+            "spike", "warning", xs[s.start],
+            f"loss spike at {_spike_text(xs, ys, s)}; it recovered, but the loss settled "
+            f"{s.lasting / abs(s.centre) * 100:.1f}% above its level before the spike",
+            SPIKE_CAUSES, SPIKE_FIXES, end_step=xs[s.end]))
+    reasons = []
+    third = len(ys) // 3
+    early = [s for s in spikes if s.start < third]
+    late = [s for s in spikes if s.start >= 2 * third]
+    if len(late) >= SPIKE_GROWTH_MIN and len(late) >= 2 * max(len(early), 1):
+        reasons.append(f"more frequent late in the run ({len(early)} in the first third, "
+                       f"{len(late)} in the last)")
+    elif early and len(late) >= 2:
+        size = (lambda ss: median((x.peak - x.centre) / abs(x.centre) for x in ss))
+        if size(late) > 2 * size(early):
+            reasons.append(f"growing: median +{size(early) * 100:.0f}% early, "
+                           f"+{size(late) * 100:.0f}% late")
+    score = spike_score(ys)
+    if score > SPIKE_SCORE_WARN:
+        reasons.append(f"spike score {score * 100:.2f}% of steps (warning above "
+                       f"{SPIKE_SCORE_WARN * 100:.1f}%)")
+    growth = _grad_growth(run)
+    if growth is not None and growth > SPIKE_GRAD_GROWTH and len(spikes) >= 2:
+        reasons.append(f"with the gradient norm growing {growth:.1f}x over the run")
+    shown = ", ".join(f"{xs[s.start]:.0f}" for s in spikes[:8]) + (" ..." if len(spikes) > 8
+                                                                  else "")
+    largest = max(spikes, key=lambda s: (s.peak - s.centre) / abs(s.centre))
+    size = (largest.peak - largest.centre) / abs(largest.centre) * 100
+    summary = f"{len(spikes)} loss spike(s), largest +{size:.0f}% at step {xs[largest.start]:.0f}"
+    details = [f"{_spike_text(xs, ys, s)}, "
+               + ("recovered" if s.recovered else "not recovered")
+               + f", settled {s.lasting / abs(s.centre) * 100:+.1f}% from the level before"
+               for s in spikes]
+    if reasons:
+        findings.append(Finding("spikes", "warning", xs[spikes[0].start],
+                                summary + "; " + "; ".join(reasons) + f"; steps {shown}",
+                                ["recurring spikes point to a systematic cause (learning rate, "
+                                 "data order, precision) rather than one bad batch",
+                                 *SPIKE_CAUSES[1:]], SPIKE_FIXES, details=details))
+    elif len(benign) > len(harmed):
+        findings.append(Finding("spikes", "info", xs[spikes[0].start],
+                                summary + f", all recovered at once (steps {shown})",
+                                SPIKE_CAUSES, SPIKE_FIXES,
+                                details=details))
     return findings
 
 
@@ -171,7 +287,7 @@ def _trend(ys: list[float]) -> list[float]:
 
 
 def detect_divergence_and_rebound(run: Run) -> list[Finding]:
-    xs, ys = _finite(*run.series("loss"))
+    xs, ys = _finite(*run.series(run.loss_key))
     n = len(ys)
     if n < 10:
         return []
@@ -210,13 +326,16 @@ def detect_divergence_and_rebound(run: Run) -> list[Finding]:
 
 
 def detect_plateau(run: Run) -> list[Finding]:
-    xs, ys = _finite(*run.series("loss"))
+    xs, ys = _finite(*run.series(run.loss_key))
     n = len(ys)
     if n < 30:
         return []
     trend = _trend(ys)
     overall = (trend[0] - min(trend)) / max(abs(trend[0]), 1e-12)
-    if overall < NO_LEARNING_REL:
+    # "never learned" only means something when the log starts with the run: a log that
+    # starts mid-run (a resumed run, an excerpt) is flat because the easy progress is done
+    from_start = xs[0] <= max(10.0, FROM_START_SHARE * xs[-1])
+    if overall < NO_LEARNING_REL and from_start:
         return [Finding(
             "no_learning", "error", xs[0],
             f"the loss barely moves over the whole run: {_fmt(trend[0])} -> {_fmt(trend[-1])} "
@@ -234,14 +353,18 @@ def detect_plateau(run: Run) -> list[Finding]:
     lrs = run.series("lr")[1]
     if lrs and max(lrs) > 0 and lrs[-1] < 0.1 * max(lrs):
         return []  # the schedule has decayed: flattening is expected at the end
+    known_lr = bool(lrs) and max(lrs) > 0
     j = third
     while j > 0 and (trend[j - 1] - trend[-1]) / max(abs(trend[j - 1]), 1e-12) < PLATEAU_REL:
         j -= 1
+    # without a logged learning rate a flat stretch may be the end of a decayed schedule:
+    # say so, but do not warn
     return [Finding(
-        "plateau", "warning", xs[j],
+        "plateau", "warning" if known_lr else "info", xs[j],
         f"the loss has plateaued since step {xs[j]:.0f} at about {_fmt(trend[-1])} "
         f"(< {PLATEAU_REL * 100:.1f}% better over the last {n - j} logged steps) "
-        "while the learning rate is still high",
+        + ("while the learning rate is still high" if known_lr else
+           "(no learning rate in the log to tell a plateau from a finished schedule)"),
         causes=["learning rate too high to settle into a lower loss, or too low to make progress",
                 "model capacity or data exhausted (small model, repeated data)"],
         fixes=["decay the learning rate (cosine/WSD cool-down) and watch the loss drop",
@@ -250,7 +373,7 @@ def detect_plateau(run: Run) -> list[Finding]:
 
 
 def detect_noise(run: Run) -> list[Finding]:
-    xs, ys = _finite(*run.series("loss"))
+    xs, ys = _finite(*run.series(run.loss_key))
     n = len(ys)
     if n < 30:
         return []
@@ -340,7 +463,7 @@ def detect_overfitting(run: Run) -> list[Finding]:
 
 
 def detect_resume_jumps(run: Run) -> list[Finding]:
-    xs, ys = _finite(*run.series("loss"))
+    xs, ys = _finite(*run.series(run.loss_key))
     findings = []
     for event in run.events:
         if event.get("event") != "resume" or not isinstance(event.get("step"), int | float):
@@ -373,15 +496,28 @@ def diagnose(run: Run) -> list[Finding]:
 
 def overview(run: Run) -> dict:
     """Headline numbers of a run for the report."""
-    xs, ys = _finite(*run.series("loss"))
-    out: dict = {"run": run.name, "path": run.path, "rows": len(run.rows)}
+    xs, ys = _finite(*run.series(run.loss_key))
+    out: dict = {"run": run.name, "path": run.path, "format": run.format, "rows": len(run.rows),
+                 "curve": run.loss_key}
+    if run.notes:
+        out["notes"] = list(run.notes)
     if ys:
+        tail = ys[-min(10, len(ys)):]
         out.update(first_step=xs[0], last_step=xs[-1], first_loss=ys[0], last_loss=ys[-1],
-                   best_loss=min(ys))
-    _, vy = _finite(*run.series("val_loss"))
+                   final_loss=median(tail), best_loss=min(ys),
+                   spike_score=round(spike_score(ys), 6))
+    vx, vy = _finite(*run.series("val_loss"))
     if vy:
         out.update(best_val_loss=min(vy), last_val_loss=vy[-1])
+        tx, ty = _finite(*run.series("loss"))
+        near = [y for x, y in zip(tx, ty, strict=True) if abs(x - vx[-1]) <= max(5, _window(
+            len(ty)))]
+        if near:  # validation minus training loss at the last evaluation
+            out["val_gap"] = vy[-1] - median(near)
     _, tokens = run.series("tokens")
     if tokens:
         out["tokens"] = tokens[-1]
+    _, times = _finite(*run.series("time"))
+    if len(times) >= 2:
+        out["hours"] = (times[-1] - times[0]) / 3600
     return out
