@@ -32,9 +32,9 @@ OVERFIT_REL = 0.02  # validation loss 2% above its best
 FROM_START_SHARE = 0.05  # a log "starts with the run" if its first step is in the first 5%
 RESUME_JUMP_REL = 0.10  # loss 10% higher right after a resume than before it
 SPIKE_SETTLE = 3  # steps skipped after a spike before measuring the level it left behind
-SPIKE_HARM_SIGMAS = 1.0  # lasting harm: the settled level is 1 robust sigma ...
-SPIKE_HARM_REL = 0.01  # ... and 1% above the level before the spike
-SPIKE_GROWTH_MIN = 3  # at least 3 spikes in the last third, twice as many as in the first
+SPIKE_HARM_SIGMAS = 2.0  # lasting harm: the settled level is 2 robust sigmas ...
+SPIKE_HARM_REL = 0.02  # ... and 2% above the level just before the spike
+SPIKE_GROWTH_MIN = 4  # at least 4 spikes in the last third, 3x as many as in the middle
 SPIKE_SCORE_WARN = 0.01  # OLMo 2 spike score above 1% of steps
 SPIKE_GRAD_GROWTH = 2.0  # grad norm median doubles between the 2nd and the last quarter
 
@@ -160,9 +160,13 @@ def find_spikes(ys: list[float]) -> list[Spike]:
         (start, centre, sigma), last = group[0], group[-1][0]
         after = ys[last + 1: last + 1 + max(5, w)]
         recovered = any(y <= centre + 3 * sigma + 0.02 * abs(centre) for y in after)
-        # the level once the spike has passed: skip a few settling steps, then a window
+        # the level once the spike has passed (skip a few settling steps, then a window)
+        # against the level just before it. The loss was usually still falling, so this
+        # under-states harm; extrapolating the fall instead was too noisy (false alarms on
+        # healthy runs in the calibration set).
         settled = ys[last + 1 + SPIKE_SETTLE: last + 1 + SPIKE_SETTLE + w]
-        lasting = (median(settled) - centre) if len(settled) >= 5 else 0.0
+        before = ys[start - max(5, w // 2):start]
+        lasting = median(settled) - median(before) if len(settled) >= 5 else 0.0
         spikes.append(Spike(start, last, centre, sigma, max(ys[i] for i, _, _ in group),
                             recovered, lasting))
     return spikes
@@ -241,12 +245,15 @@ def detect_spikes(run: Run) -> list[Finding]:
             f"{s.lasting / abs(s.centre) * 100:.1f}% above its level before the spike",
             SPIKE_CAUSES, SPIKE_FIXES, end_step=xs[s.end]))
     reasons = []
+    # growth: the first third is left out (spikes hide in the fast early descent), the
+    # rest is cut in two halves
     third = len(ys) // 3
-    early = [s for s in spikes if s.start < third]
-    late = [s for s in spikes if s.start >= 2 * third]
-    if len(late) >= SPIKE_GROWTH_MIN and len(late) >= 2 * max(len(early), 1):
-        reasons.append(f"more frequent late in the run ({len(early)} in the first third, "
-                       f"{len(late)} in the last)")
+    middle = third + (len(ys) - third) // 2
+    early = [s for s in spikes if third <= s.start < middle]
+    late = [s for s in spikes if s.start >= middle]
+    if len(late) >= SPIKE_GROWTH_MIN and len(late) >= 3 * max(len(early), 1):
+        reasons.append(f"more frequent late in the run ({len(early)} in the middle, "
+                       f"{len(late)} in the last third)")
     elif early and len(late) >= 2:
         size = (lambda ss: median((x.peak - x.centre) / abs(x.centre) for x in ss))
         if size(late) > 2 * size(early):
@@ -350,6 +357,8 @@ def detect_plateau(run: Run) -> list[Finding]:
     window_gain = (trend[third] - trend[-1]) / max(abs(trend[third]), 1e-12)
     if window_gain >= PLATEAU_REL:
         return []
+    if trend[-1] - min(trend) > PLATEAU_REL * abs(min(trend)):
+        return []  # rising, not flat: divergence and rebound speak for that
     lrs = run.series("lr")[1]
     if lrs and max(lrs) > 0 and lrs[-1] < 0.1 * max(lrs):
         return []  # the schedule has decayed: flattening is expected at the end
@@ -377,10 +386,12 @@ def detect_noise(run: Run) -> list[Finding]:
     n = len(ys)
     if n < 30:
         return []
-    trend = _trend(ys)
+    # a centred rolling median as the trend: an EMA lags a steady rise or fall, and that
+    # lag would read as noise
+    k = max(2, _window(n) // 2)
     half = n // 2
-    residual = [abs(y - t) / max(abs(t), 1e-12) for y, t in zip(ys[half:], trend[half:],
-                                                                   strict=True)]
+    trend = [median(ys[max(0, i - k):i + k + 1]) for i in range(half, n)]
+    residual = [abs(y - t) / max(abs(t), 1e-12) for y, t in zip(ys[half:], trend, strict=True)]
     noise = 1.4826 * median(residual)
     if noise < NOISE_REL:
         return []
