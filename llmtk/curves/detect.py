@@ -255,10 +255,10 @@ def detect_spikes(run: Run) -> list[Finding]:
         reasons.append(f"more frequent late in the run ({len(early)} in the middle, "
                        f"{len(late)} in the last third)")
     elif early and len(late) >= 2:
-        size = (lambda ss: median((x.peak - x.centre) / abs(x.centre) for x in ss))
-        if size(late) > 2 * size(early):
-            reasons.append(f"growing: median +{size(early) * 100:.0f}% early, "
-                           f"+{size(late) * 100:.0f}% late")
+        small, big = (median((x.peak - x.centre) / abs(x.centre) for x in ss)
+                      for ss in (early, late))
+        if big > 2 * small:
+            reasons.append(f"growing: median +{small * 100:.0f}% early, +{big * 100:.0f}% late")
     score = spike_score(ys)
     if score > SPIKE_SCORE_WARN:
         reasons.append(f"spike score {score * 100:.2f}% of steps (warning above "

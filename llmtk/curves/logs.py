@@ -74,6 +74,7 @@ class Run:
     events: list[dict] = field(default_factory=list)
     format: str = "llmtk metrics.jsonl"
     notes: list[str] = field(default_factory=list)  # how the log was read, for the report
+    renamed: dict[str, str] = field(default_factory=dict)  # a column's own name -> ours
 
     def series(self, metric: str, x: str = "step") -> tuple[list[float], list[float]]:
         """(x values, metric values) over rows that have both; non-finite values kept."""
@@ -93,6 +94,11 @@ class Run:
         for row in self.rows:
             seen.update(dict.fromkeys(k for k, v in row.items() if _is_number(v)))
         return list(seen)
+
+    def metric(self, name: str) -> str:
+        """Our name for a metric asked for by any of its names (`Value`, `train/loss`)."""
+        key = canonical(name)
+        return self.renamed.get(key, key)
 
     @property
     def loss_key(self) -> str:
@@ -327,6 +333,7 @@ def _csv_names(path: str, header: list[str], run: Run) -> list[str | None]:
             metric = "loss"
             run.notes.append(f"read TensorBoard's Value column as loss ({base} names no tag)")
         run.format = "TensorBoard CSV export"
+        run.renamed["value"] = metric
         return [metric if n == "value" else n for n in lowered]
     prefixes = {m.group(1) for h in header if (m := _WANDB_COLUMN.match(h))}
     if prefixes:
