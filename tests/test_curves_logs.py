@@ -10,7 +10,7 @@ import pytest
 from llmtk.curves.logs import load_run
 from llmtk.errors import DataError
 from tests import curve_cases as cc
-from tests.test_diagnose import cli
+from tests.test_diagnose import DATA, cli
 
 LOSSES = cc.curve(200)
 
@@ -123,11 +123,32 @@ def test_wandb_exports(tmp_path):
     two.write_text('"Step","a - loss","b - loss"\n"0","1","2"\n')
     with pytest.raises(DataError, match="export of 2 runs"):
         load_run(str(two))
-    offline = tmp_path / "offline-run-20240101_000000-abc"
-    offline.mkdir()
-    (offline / "run-abc.wandb").write_bytes(b":W&B\xe1\xbe\x01")
-    with pytest.raises(DataError, match="binary .wandb file"):
-        load_run(str(offline))
+
+
+def test_wandb_offline_run_directory():
+    """A real offline run written by wandb 0.31 (tests/data/curves/wandb/make_offline_run.py):
+    its history records span LevelDB blocks, one record is split across two."""
+    (offline,) = (DATA / "wandb").glob("offline-run-*")
+    run = load_run(str(offline))
+    assert run.format == "W&B run file" and len(run.rows) == 200
+    xs, ys = run.series("loss")
+    assert xs[:2] == [0, 1] and ys[0] == 7.0 and math.isnan(ys[150])
+    assert ys[199] == pytest.approx(3 + 4 * math.exp(-199 / 40))
+    assert run.series("val_loss")[0] == [49, 99, 149, 199]
+    assert run.has("lr") and run.has("grad_norm") and run.has("time")
+    (file,) = offline.glob("*.wandb")
+    torn = file.read_bytes()[:40000]  # a run still writing: the torn last record is dropped
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".wandb") as f:
+        f.write(torn)
+        f.flush()
+        assert 0 < len(load_run(f.name).rows) < 200
+        f.seek(0)
+        f.write(b"not W&B!")
+        f.flush()
+        with pytest.raises(DataError):
+            load_run(f.name)
 
 
 def test_megatron_text_log(tmp_path):

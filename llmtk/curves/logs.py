@@ -12,6 +12,8 @@ The format is told from the content, never from the file name alone:
   `run.history()` tables (`_step,train/loss,...`);
 - JSON documents: a list of row objects (W&B `scan_history()`), or pandas'
   column-wise `to_json()` of a W&B history;
+- W&B run files (`run-ID.wandb`, or an offline run directory holding one), read
+  without the `wandb` package (see `wandblog.py`);
 - text printed by nanoGPT, llm.c, modded-nanogpt, Megatron-LM and torchtitan
   (see `textlogs.py`).
 
@@ -171,10 +173,11 @@ def _resolve_dir(path: str) -> tuple[str, list[str]]:
         return "file", [os.path.join(path, newest, "trainer_state.json")]
     if tb := _tb_files(path):
         return "tensorboard", tb
-    if any(f.endswith(".wandb") for f in os.listdir(path)):
-        raise DataError(f"{path}: a W&B offline run keeps its history in a binary .wandb file "
-                        "that llmtk does not read; export the run's history as CSV or JSON "
-                        "(W&B panel 'Export CSV', or run.history().to_csv())")
+    runs = sorted(f for f in os.listdir(path) if f.endswith(".wandb"))
+    if len(runs) == 1:  # a W&B run directory (wandb/offline-run-*, wandb/latest-run)
+        return "file", [os.path.join(path, runs[0])]
+    if len(runs) > 1:
+        raise DataError(f"{path}: {len(runs)} W&B run files ({', '.join(runs)}); give one")
     raise DataError(f"{path}: no metrics.jsonl, trainer_state.json or TensorBoard event files "
                     f"in this directory ({EXPECTED})")
 
@@ -211,9 +214,10 @@ def _file_rows(path: str, run: Run) -> list[dict]:
     if b"brain.Event:" in data[:64] or "tfevents" in os.path.basename(path):
         return _tensorboard_rows([path], run)
     if data[:4] == b":W&B":
-        raise DataError(f"{path}: a binary W&B run log, which llmtk does not read; export the "
-                        "run's history as CSV or JSON (W&B panel 'Export CSV', or "
-                        "run.history().to_csv())")
+        from llmtk.curves.wandblog import history_rows
+
+        run.format = "W&B run file"
+        return [_normalise(r) for r in history_rows(path, data)]
     if b"\x00" in data[:4096]:
         raise DataError(f"{path}: a binary file, not a training log ({EXPECTED})")
     text = data.decode("utf-8", "replace")
