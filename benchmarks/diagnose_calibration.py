@@ -1,6 +1,6 @@
 """Calibration of `llmtk diagnose`: false alarms on real healthy logs, detection on known problems.
 
-    .venv/bin/python benchmarks/diagnose_calibration.py [MORE_LOGS ...]
+    .venv/bin/python benchmarks/diagnose_calibration.py [HEALTHY_LOG ...] [--failing LOG ...]
 
 Reports, per log, the findings at warning/error level, then the false-alarm rate (healthy
 logs with any warning or error) and the detection rate (problem cases whose problem is
@@ -20,6 +20,15 @@ More public logs can be given on the command line (any format llmtk reads), e.g.
 files above, fetched by hand:
 
     curl -LO https://raw.githubusercontent.com/KellerJordan/modded-nanogpt/master/records/2024-10-13_llmc/main.log
+
+Real failing logs are only public as lines pasted into issue threads, which are not ours
+to copy into the repository; save the pasted lines to a file by hand and pass them after
+`--failing` (each must raise at least one warning or error), e.g.
+
+- karpathy/nanoGPT issue #215 ("GPT2 train loss become nan since iter 3000"): the
+  `iter N: loss X` lines of the description (fp16, loss nan from iter 3010);
+- bigscience-workshop/Megatron-DeepSpeed issue #396: the `iteration N/ 250000 | ... |
+  grad norm: nan | ...` lines of the description (no loss logged, grad norm NaN).
 
 Synthetic cases come from tests/curve_cases.py (also used by tests/test_diagnose.py); the
 healthy noisy case is run with 20 seeds.
@@ -50,13 +59,17 @@ def synthetic(name: str, rows: list[dict]) -> Run:
                [r for r in rows if "event" in r])
 
 
-def main(extra: list[str]) -> None:
+def main(args: list[str]) -> None:
     t0 = time.perf_counter()
+    split = args.index("--failing") if "--failing" in args else len(args)
+    extra, failing = args[:split], args[split + 1:]
     healthy: list[tuple[str, list[str]]] = []
     problems: list[tuple[str, str, list[str]]] = []
     for path in sorted((ROOT / "tests" / "data" / "curves").glob("*.log")) + [Path(p) for p in
                                                                               extra]:
         healthy.append((f"real: {path.name}", alarms(load_run(str(path)))))
+    for path in map(Path, failing):
+        problems.append((f"real: {path.name}", "any", alarms(load_run(str(path)))))
     for name, (make, kind) in cc.CASES.items():
         if kind is None:
             seeds = range(SEEDS) if make is cc.healthy_noisy_with_blips else [None]
@@ -74,11 +87,13 @@ def main(extra: list[str]) -> None:
         print(f"{label:58} {kind:16} {', '.join(found) or '-'}")
     false_alarms = sum(1 for _, found in healthy if found)
     real = [found for label, found in healthy if label.startswith("real")]
-    detected = sum(1 for _, kind, found in problems if any(f.endswith(" " + kind) for f in found))
+    detected = sum(1 for _, kind, found in problems
+                   if any(kind == "any" or f.endswith(" " + kind) for f in found))
     print()
     print(f"false alarms: {false_alarms}/{len(healthy)} healthy logs "
           f"({sum(1 for f in real if f)}/{len(real)} real)")
-    print(f"detection:    {detected}/{len(problems)} synthetic problems found")
+    print(f"detection:    {detected}/{len(problems)} problems found "
+          f"({len(failing)} real, {len(problems) - len(failing)} synthetic)")
     print(f"({time.perf_counter() - t0:.1f} s)")
 
 

@@ -220,3 +220,21 @@ def test_help_examples_run_as_written(tmp_path, monkeypatch):
         assert r.returncode == 0, (example, r.stdout, r.stderr)
         if "--json" in args:
             assert [x["run"] for x in json.loads(r.stdout)] == ["a", "b"]
+
+
+def test_grad_norm_only_log_with_trainer_skips(tmp_path):
+    """Megatron-LM logs with `grad norm: nan` and no loss (as users report them)."""
+    lines = [f" iteration {s:8d}/  250000 | consumed samples: {s * 8:10d} | elapsed time per "
+             "iteration (ms): 4247.9 | learning rate: 2.999E-04 | global batch size:     8 | "
+             f"loss scale: 1.0 | grad norm: {'nan' if s >= 5 else '1.3'} | number of skipped "
+             f"iterations:   0 | number of nan iterations: {2 if s == 7 else 0:3d} |"
+             for s in range(10)]
+    log = tmp_path / "megatron.log"
+    log.write_text("\n".join(lines) + "\n")
+    r = cli("diagnose", log, "--json")
+    assert r.returncode == 3
+    (nan,) = json.loads(r.stdout)[0]["findings"]
+    assert nan["kind"] == "nan" and nan["severity"] == "error" and nan["step"] == 5
+    assert "5 with a non-finite grad norm" in nan["summary"]
+    assert "1 skipped step(s)" in nan["summary"]
+    assert "grad norm only" in cli("diagnose", log).stdout

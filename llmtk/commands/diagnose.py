@@ -56,10 +56,10 @@ def command(
         raise UsageError(f"--fail-on: expected warning, error or never, got {fail_on!r}")
     reports = []
     for run in load_runs(logs):
-        if not run.has("loss") and not run.has("val_loss"):
+        if not any(run.has(m) for m in ("loss", "val_loss", "grad_norm")):
             raise DataError(f"{run.path}: no loss values to diagnose (found "
                             f"{', '.join(run.columns())}; expected a loss column such as "
-                            "loss, train/loss, lm loss, eval_loss)")
+                            "loss, train/loss, lm loss, eval_loss, or a grad norm)")
         reports.append({**overview(run), "findings": [f.as_dict() for f in diagnose(run)]})
     if json_out:
         import sys
@@ -82,6 +82,8 @@ def _head(r: dict) -> str:
         head += f", steps {r['first_step']:.0f}-{r['last_step']:.0f}"
     if r["curve"] != "loss":
         head += f", diagnosing {r['curve']}"
+    elif "final_loss" not in r:
+        head += ", no loss logged: grad norm only"
     return head + ")"
 
 
@@ -132,7 +134,7 @@ def _print(reports: list[dict], verbose: bool) -> None:
                     console.print(f"           cause? {cause}")
                 for fix in group[0]["fixes"]:
                     console.print(f"           fix:   {fix}")
-        if any(f["severity"] != "info" for f in r["findings"]) and not verbose:
+        if any(f["severity"] != "info" for f in r["findings"]) and not verbose and _ok_line(r):
             console.print(f"           ({_ok_line(r)})")
         console.print()
     emit()

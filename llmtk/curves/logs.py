@@ -77,19 +77,28 @@ class Run:
     format: str = "llmtk metrics.jsonl"
     notes: list[str] = field(default_factory=list)  # how the log was read, for the report
     renamed: dict[str, str] = field(default_factory=dict)  # a column's own name -> ours
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def series(self, metric: str, x: str = "step") -> tuple[list[float], list[float]]:
-        """(x values, metric values) over rows that have both; non-finite values kept."""
-        xs, ys = [], []
-        for row in self.rows:
-            xv, yv = row.get(x), row.get(metric)
-            if _is_number(xv) and _is_number(yv):
-                xs.append(float(xv))
-                ys.append(float(yv))
-        return xs, ys
+        """(x values, metric values) over rows that have both; non-finite values kept.
+        Computed once per (metric, x): the detectors ask for the same series many times.
+        The lists are shared: callers must not modify them."""
+        key = (metric, x, len(self.rows))
+        if key not in self._cache:
+            xs, ys = [], []
+            for row in self.rows:
+                xv, yv = row.get(x), row.get(metric)
+                if _is_number(xv) and _is_number(yv):
+                    xs.append(float(xv))
+                    ys.append(float(yv))
+            self._cache[key] = (xs, ys)
+        return self._cache[key]
 
     def has(self, metric: str) -> bool:
-        return any(_is_number(row.get(metric)) for row in self.rows)
+        key = ("has", metric, len(self.rows))
+        if key not in self._cache:
+            self._cache[key] = any(_is_number(row.get(metric)) for row in self.rows)
+        return self._cache[key]
 
     def columns(self) -> list[str]:
         seen: dict[str, None] = {}
