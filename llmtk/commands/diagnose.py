@@ -12,9 +12,9 @@ HELP = f"""\
 {SUMMARY}
 
 Reads llmtk's metrics.jsonl, HF Trainer trainer_state.json, TensorBoard event
-files, CSV (step,loss / TensorBoard and W&B exports), W&B history JSON, and
-nanoGPT, llm.c, Megatron-LM and torchtitan text logs; the format is told from
-the content. Several runs at once. A healthy run prints one "ok" line; each
+files, CSV (step,loss / TensorBoard and W&B exports), W&B history JSON and
+offline run files, and nanoGPT, llm.c, Megatron-LM and torchtitan text logs;
+the format is told from the content. Several runs at once. A healthy run prints one "ok" line; each
 kind of problem is printed once, with the numbers behind it, likely causes
 and fixes. Spikes that recover at once are info; a warning needs lasting harm.
 
