@@ -60,6 +60,22 @@ RECORDS = {
                     "answers": {"text": ["France"], "answer_start": [159]}},
     "ceval.jsonl": {"id": 0, "question": Q[7], "A": "长江", "B": "黄河", "C": "珠江", "D": "淮河",
                     "answer": "A", "explanation": ""},
+    "winogrande.jsonl": {"sentence": "Sarah was a much better surgeon than Maria so _ always "
+                         "got the harder cases", "option1": "Sarah", "option2": "Maria",
+                         "answer": "1"},
+    "piqa.jsonl": {"goal": "How do I ready a guinea pig cage for its new occupants?",
+                   "sol1": "Provide the guinea pig with a cage full of a few inches of bedding",
+                   "sol2": "Provide the guinea pig with a cage full of a few inches of jeans",
+                   "label": 0},
+    "openbookqa.jsonl": {"id": "7-980", "question_stem": "The sun is responsible for",
+                         "choices": {"text": ["puppies learning new tricks", "plants sprouting"],
+                                     "label": ["A", "B"]}, "answerKey": "B"},
+    "race.jsonl": {"example_id": "high19432.txt", "article": "Last week I talked with some of "
+                   "my students about what they wanted to do", "question": "What did the writer "
+                   "talk about?", "options": ["jobs", "food", "sports", "music"], "answer": "A"},
+    "drop.jsonl": {"query_id": "f37e81fa", "passage": "Hoping to rebound from their loss to the "
+                   "Patriots, the Raiders stayed at home", "question": "Who did the Raiders "
+                   "lose to?", "answers_spans": {"spans": ["Patriots"], "types": ["span"]}},
     "chat.jsonl": {"id": "c1", "messages": [{"role": "user", "content": Q[0]},
                                             {"role": "assistant", "content": "energy"}]},
 }
@@ -67,7 +83,8 @@ LAYOUT = {"mmlu.jsonl": "MMLU", "gsm8k.jsonl": "GSM8K", "humaneval.jsonl": "Huma
           "mbpp.jsonl": "MBPP", "hellaswag.jsonl": "HellaSwag", "arc.jsonl": "ARC",
           "triviaqa.jsonl": "TriviaQA", "nq_open.jsonl": "NaturalQuestions",
           "boolq.jsonl": "BoolQ", "squad.jsonl": "SQuAD", "ceval.jsonl": "C-Eval",
-          "chat.jsonl": "chat"}
+          "winogrande.jsonl": "Winogrande", "piqa.jsonl": "PIQA", "openbookqa.jsonl": "OpenBookQA",
+          "race.jsonl": "RACE", "drop.jsonl": "passage QA", "chat.jsonl": "chat"}
 CLEAN = {"question": "What is the boiling point of water at sea level measured in degrees "
                      "Celsius on a normal day", "choices": ["100", "90", "80", "70"], "answer": 0}
 
@@ -111,6 +128,12 @@ def test_unknown_layout_is_one_line_naming_the_fields(tmp_path):
                                  "bar, foo; name the text with --eval-field\n")
     r = llmtk("contam-check", tr, "--eval", ev, "--eval-field", "foo", "-q")
     assert r.returncode == 0
+    ev.write_text("")
+    r = llmtk("contam-check", tr, "--eval", ev, "-q")
+    assert r.returncode == 1 and b"an empty evaluation set" in r.stderr
+    (tmp_path / "empty").mkdir()
+    r = llmtk("contam-check", tr, "--eval", tmp_path / "empty", "-q")
+    assert r.returncode == 2 and b"no evaluation files in this directory" in r.stderr
 
 
 def test_every_layout_in_one_directory_with_a_per_benchmark_summary(tmp_path):

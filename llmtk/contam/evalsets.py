@@ -25,7 +25,11 @@ from llmtk.errors import DataError
 LAYOUTS: list[tuple[str, tuple[str, ...], tuple[str, ...], str | None]] = [
     ("SQuAD", ("context", "question", "answers.text"), ("context", "question", "answers.text"),
      "id"),
-    ("BoolQ", ("passage", "question"), ("passage", "question"), None),
+    ("BoolQ", ("passage", "question"), ("passage", "question"), None),  # answer: a bool
+    ("passage QA", ("passage", "question"), ("passage", "question"), "query_id"),  # DROP ...
+    ("RACE", ("article", "question", "options"), ("article", "question", "options"),
+     "example_id"),
+    ("OpenBookQA", ("question_stem", "choices.text"), ("question_stem", "choices.text"), "id"),
     ("ARC", ("question", "choices.text"), ("question", "choices.text"), "id"),
     ("MMLU", ("question", "choices"), ("question", "choices"), None),
     ("C-Eval", ("question", "A", "B", "C", "D"), ("question", "A", "B", "C", "D"), "id"),
@@ -37,6 +41,8 @@ LAYOUTS: list[tuple[str, tuple[str, ...], tuple[str, ...], str | None]] = [
     ("MBPP", ("text", "code"), ("text", "code"), "task_id"),
     ("MBPP", ("prompt", "code"), ("prompt", "code"), "task_id"),
     ("HellaSwag", ("ctx", "endings"), ("ctx", "endings"), "ind"),
+    ("Winogrande", ("sentence", "option1", "option2"), ("sentence", "option1", "option2"), None),
+    ("PIQA", ("goal", "sol1", "sol2"), ("goal", "sol1", "sol2"), None),
     ("chat", ("messages.content",), ("messages.content",), "id"),
     ("text", ("text",), ("text",), "id"),
 ]
@@ -87,6 +93,8 @@ def detect_layout(record: dict) -> tuple[str, list[str], str | None] | None:
                 continue  # ARC's choices are a dict: handled above
             if name == "GSM8K" and not isinstance(record.get("answer"), str):
                 continue  # NaturalQuestions-open: answer is a list
+            if name == "BoolQ" and not isinstance(record.get("answer"), bool):
+                continue  # DROP and other passage/question sets: "passage QA"
             return name, list(fields), id_field
     if "question" in record and isinstance(record.get("answer"), list):
         return "NaturalQuestions", ["question", "answer"], None
@@ -112,6 +120,11 @@ def expand(paths: list[str]) -> list[str]:
                 found += [os.path.join(dirpath, f) for f in files if f.endswith(SUFFIXES)
                           and f not in ("dataset_info.json", "state.json", "dataset_dict.json")]
                 dirs.sort()
+            if not found:
+                from llmtk.errors import UsageError
+
+                raise UsageError(f"--eval: {path}: no evaluation files in this directory "
+                                 f"(expected {', '.join(SUFFIXES)} or save_to_disk folders)")
             out += sorted(found)
         else:
             from llmtk.errors import UsageError
@@ -260,3 +273,5 @@ def eval_records(paths: list[str], fields: list[str] | None, id_field: str,
                 item_id = record.get(layout_id)
             current.items += 1
             yield (str(item_id) if item_id is not None else where, source, text)
+        if current is None:
+            raise DataError(f"{path}: an empty evaluation set (no records)")
