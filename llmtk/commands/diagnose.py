@@ -99,7 +99,9 @@ def _ok_line(r: dict) -> str:
     if "spike_score" in r:
         parts.append(f"spike score {r['spike_score'] * 100:.2f}%")
     if "hours" in r:
-        parts.append(f"{r['hours']:.3g} h")
+        seconds = r["hours"] * 3600
+        parts.append(f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+                     if seconds < 7200 else f"{r['hours']:.1f} h")
     return ", ".join(parts)
 
 
