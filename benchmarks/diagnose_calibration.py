@@ -30,6 +30,12 @@ to copy into the repository; save the pasted lines to a file by hand and pass th
 - bigscience-workshop/Megatron-DeepSpeed issue #396: the `iteration N/ 250000 | ... |
   grad norm: nan | ...` lines of the description (no loss logged, grad norm NaN).
 
+and a public file without a licence, to download by hand:
+
+- aigoncharov/trainer_state_viz `trainer_state.json` (HF Trainer, 30 epochs, six eval sets
+  eval_g0..g5: the training loss falls 1.11 -> 0.06 while eval_g0_loss rises from 1.11:
+  overfitting).
+
 Synthetic cases come from tests/curve_cases.py (also used by tests/test_diagnose.py); the
 healthy noisy case is run with 20 seeds.
 """

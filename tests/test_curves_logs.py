@@ -220,3 +220,21 @@ def test_plot_loss_reads_the_same_formats_and_fails_loudly(tmp_path):
     text.write_text("nothing to see\n")
     r = cli("plot-loss", text, "-o", tmp_path / "d.svg")
     assert r.returncode == 1 and "no training rows found" in r.stderr
+
+
+def test_hf_trainer_state_with_several_eval_sets(tmp_path):
+    """Trainer(eval_dataset={"g0": ..., "g1": ...}) logs eval_g0_loss, eval_g1_loss."""
+    history = []
+    for epoch in range(1, 13):
+        step = epoch * 400
+        history.append({"epoch": float(epoch), "loss": 1.1 * 0.7 ** epoch, "step": step})
+        history.append({"epoch": float(epoch), "eval_g0_loss": 1.0 + 0.1 * epoch, "step": step})
+        history.append({"epoch": float(epoch), "eval_g1_loss": 2.0 + 0.1 * epoch, "step": step})
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": 4800, "log_history": history}))
+    run = load_run(str(path))
+    assert run.series("val_loss")[1][0] == pytest.approx(1.1)
+    assert run.notes == ["val_loss is eval_g0_loss (of eval_g0_loss, eval_g1_loss)"]
+    r = cli("diagnose", path, "--json")
+    assert r.returncode == 3
+    assert [f["kind"] for f in json.loads(r.stdout)[0]["findings"]] == ["overfitting"]

@@ -259,8 +259,16 @@ def _json_doc_rows(path: str, doc, run: Run) -> list[dict]:
         run.format = "HF Trainer trainer_state.json"
         # the last entry of a finished run is the summary (train_runtime, and train_loss as the
         # average over the whole run): not a step's loss
-        return [_normalise(r) for r in doc["log_history"]
+        rows = [_normalise(r) for r in doc["log_history"]
                 if isinstance(r, dict) and "train_runtime" not in r]
+        # several eval datasets log eval_NAME_loss: the first (by name) is the validation curve
+        named = sorted({k for r in rows for k in r if re.fullmatch(r"eval_.+_loss", k)})
+        if named and not any("val_loss" in r for r in rows):
+            for r in rows:
+                if named[0] in r:
+                    r["val_loss"] = r[named[0]]
+            run.notes.append(f"val_loss is {named[0]} (of {', '.join(named)})")
+        return rows
     if isinstance(doc, list) and doc and all(isinstance(r, dict) for r in doc):
         run.format = "JSON rows (e.g. W&B scan_history)"
         return [_normalise({k: decode_value(v) for k, v in r.items()}) for r in doc]
