@@ -106,9 +106,9 @@ def test_wandb_exports(tmp_path):
     run = load_run(str(panel))
     check(run, "W&B CSV export")
     assert run.columns() == ["step", "loss"]
-    history = tmp_path / "history.csv"
-    history.write_text("_step,_runtime,_timestamp,train/loss,train/lr\n" + "".join(
-        f"{s},{s * 0.5},{1.7e9 + s},{v},0.001\n" for s, v in enumerate(LOSSES)))
+    history = tmp_path / "history.csv"  # run.history().to_csv(): pandas' unnamed index first
+    history.write_text(",_step,_runtime,_timestamp,train/loss,train/lr\n" + "".join(
+        f"{s},{s},{s * 0.5},{1.7e9 + s},{v},0.001\n" for s, v in enumerate(LOSSES)))
     run = load_run(str(history))
     check(run, "W&B history CSV")
     assert run.has("time") and run.has("lr")
@@ -238,3 +238,26 @@ def test_hf_trainer_state_with_several_eval_sets(tmp_path):
     r = cli("diagnose", path, "--json")
     assert r.returncode == 3
     assert [f["kind"] for f in json.loads(r.stdout)[0]["findings"]] == ["overfitting"]
+
+
+def test_hf_trainer_stdout(tmp_path):
+    """The dicts Trainer prints (logging_steps), some glued to a tqdm bar, NaN included."""
+    lines = ["***** Running training *****", "  Num examples = 1000"]
+    for i, v in enumerate(LOSSES):
+        bar = f"  {i}%|##        | {i}/200 [00:{i % 60:02d}<01:00,  3.2it/s]" if i % 3 else ""
+        loss = "nan" if i == 150 else f"{v:.4f}"
+        lines.append(f"{bar}{{'loss': {loss}, 'grad_norm': 1.5, 'learning_rate': 5e-05, "
+                     f"'epoch': {i / 100:.2f}}}")
+        if i % 50 == 49:
+            lines.append(f"{{'eval_loss': {v + 0.1:.4f}, 'eval_runtime': 1.2, 'epoch': 0.5}}")
+    lines.append("{'train_runtime': 100.0, 'train_samples_per_second': 10.0, 'train_loss': 3.0,"
+                 " 'epoch': 2.0}")
+    path = tmp_path / "stdout.log"
+    path.write_text("\n".join(lines) + "\n")
+    run = load_run(str(path))
+    assert run.format == "HF Trainer stdout text log"
+    xs, ys = run.series("loss")
+    assert xs[:3] == [1, 2, 3] and len(ys) == 200 and math.isnan(ys[150])
+    assert ys[0] == pytest.approx(LOSSES[0], abs=1e-4)
+    assert run.series("val_loss")[0] == [50, 100, 150, 200]
+    assert run.has("lr") and run.has("grad_norm")

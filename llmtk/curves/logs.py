@@ -244,7 +244,7 @@ def _file_rows(path: str, run: Run) -> list[dict]:
 
     rows, fmt = text_rows(text)
     run.format = f"{fmt} text log" if fmt else "text"
-    return rows
+    return [_normalise(r) for r in rows]
 
 
 def _whole_json(text: str):
@@ -310,7 +310,8 @@ def _csv_delimiter(lines: list[str]) -> str | None:
     """',' or '\\t' when the first line is a header of names over rows with numbers."""
     delim = "\t" if "\t" in lines[0] else ","
     header = next(csv.reader([lines[0]], delimiter=delim))
-    if len(header) < 2 or any(_is_number(_number(h)) or not h.strip() for h in header):
+    names = [h for h in header if h.strip()]  # pandas' to_csv() leaves the index unnamed
+    if len(names) < 2 or any(_is_number(_number(h)) for h in names):
         return None
     for line in lines[1:6]:
         cells = next(csv.reader([line], delimiter=delim), [])
@@ -342,7 +343,7 @@ def _csv_rows(path: str, text: str, delimiter: str, run: Run) -> list[dict]:
 
 
 def _csv_names(path: str, header: list[str], run: Run) -> list[str | None]:
-    lowered = [canonical(h) for h in header]
+    lowered: list = [canonical(h) if h.strip() else None for h in header]
     run.format = "CSV"
     if set(lowered) >= {"step", "value"} and len(header) <= 3:
         # TensorBoard's export: one scalar per file, named by its tag in the file name
@@ -368,7 +369,7 @@ def _csv_names(path: str, header: list[str], run: Run) -> list[str | None]:
             metric = m.group(2) if m else h
             names.append(None if metric.endswith(("__MIN", "__MAX")) else canonical(metric))
         return names
-    if any(h.startswith("_") for h in header) and "_step" in (h.lower() for h in header):
+    if "_step" in (h.lower() for h in header):
         run.format = "W&B history CSV"
     return lowered
 

@@ -15,11 +15,16 @@ their metrics). Colour codes (torchtitan colours its lines) are removed first.
                 `validation loss at iteration 1000 | lm loss value: 5.4E+00 | ...`
 - torchtitan:   `[titan] ... step:  1  loss: 12.25  grad_norm: 3.7  memory: 31.6GiB(33%)
                 tps: 1,092  tflops: 50.6  mfu: 16.2%`
+- HF Trainer stdout: the dicts it prints, `{'loss': 2.3, 'grad_norm': 1.2, 'learning_rate':
+                5e-05, 'epoch': 0.1}` (also glued to a tqdm bar); they carry no step, so a
+                training dict counts as the next logged step and an eval dict belongs to the
+                step before it.
 - generic:      any other line with `step N` / `iter N` and `loss X`.
 """
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 
@@ -74,12 +79,39 @@ PATTERNS: list[tuple[str, re.Pattern, dict[str, str]]] = [
 ]
 
 
+_HF_DICT = re.compile(r"\{'(?:loss|eval_loss|train_loss|learning_rate)'[^{}]*\}")
+
+
+def _hf_dict(line: str) -> dict | None:
+    m = _HF_DICT.search(line)
+    if not m:
+        return None
+    # literal_eval knows no nan/inf: mark them, then put the floats back
+    marked = re.sub(r"(:\s*)(-?)(nan|inf)\b", lambda g: f"{g[1]}'{g[2]}{g[3]}'", m.group(0))
+    try:
+        value = ast.literal_eval(marked)
+    except (ValueError, SyntaxError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    return {k: float(v) if v in ("nan", "inf", "-inf") else v for k, v in value.items()}
+
+
 def text_rows(text: str) -> tuple[list[dict], str | None]:
     """(rows, name of the format that matched most lines) from a text log."""
     rows: list[dict] = []
     counts: dict[str, int] = {}
+    hf_step = 0
     for raw in text.splitlines():
         line = _ANSI.sub("", raw)
+        if (d := _hf_dict(line)) is not None:
+            if "train_runtime" in d:
+                continue  # the end-of-run summary: train_loss is the run's average
+            if "loss" in d:
+                hf_step += 1
+            rows.append({"step": hf_step, **d})
+            counts["HF Trainer stdout"] = counts.get("HF Trainer stdout", 0) + 1
+            continue
         for fmt, step_re, names in PATTERNS:
             if m := step_re.search(line):
                 row = {"step": int(m.group(1)), **_fields(line, names)}
