@@ -5,6 +5,7 @@ import csv
 import json
 import re
 import shlex
+from pathlib import Path
 
 import orjson
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from llmtk.commands.contam_check import HELP
 from llmtk.contam.evalsets import detect_layout, eval_records
 from tests.util import llmtk
+
+DATA = Path(__file__).parent / "data" / "evals"
 
 # Long enough for 13-gram matches; each question leaks into the training data below.
 Q = [
@@ -213,6 +216,16 @@ def test_eval_file_formats(tmp_path):
                    "gsm8k_hf/test": ("GSM8K", 1, 0), squad.name: ("SQuAD", 1, 0)}
     items = {i["id"] for i in json.loads(report.read_text())["items"]}
     assert "q1" in items and f"{tmp_path / 'ceval.csv'}:2" not in items  # ids from the data
+
+
+def test_real_save_to_disk_folders():
+    """Folders written by `datasets` itself (tests/data/evals/make_save_to_disk.py)."""
+    sets = []
+    got = list(eval_records([str(DATA)], None, "id", sets))
+    assert [(s.path.removeprefix(str(DATA) + "/"), s.layout, s.items) for s in sets] == [
+        ("arc", "ARC", 1), ("gsm8k/test", "GSM8K", 2), ("gsm8k/train", "GSM8K", 1)]
+    assert got[0][0] == "Mercury_SC_415702" and got[0][2].endswith("dry palms wet palms")
+    assert got[1][0] == f"{DATA / 'gsm8k' / 'test'}:row 1" and "#### 72" in got[1][2]
 
 
 def test_help_examples_run_as_written(tmp_path):

@@ -16,7 +16,7 @@ import csv
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from llmtk.errors import DataError
 
@@ -57,7 +57,6 @@ class EvalSet:
     layout: str
     fields: list[str]
     items: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 def get_field(record: dict, name: str):
