@@ -12,6 +12,7 @@ import pytest
 
 from llmtk.commands.contam_check import HELP
 from llmtk.contam.evalsets import detect_layout, eval_records
+from tests.examples import help_examples
 from tests.util import llmtk
 
 DATA = Path(__file__).parent / "data" / "evals"
@@ -239,14 +240,13 @@ def test_help_examples_run_as_written(tmp_path):
 
     for name in ("train.jsonl.zst", "web.jsonl.zst"):
         (tmp_path / name).write_bytes(zstandard.ZstdCompressor().compress(docs))
-    examples = [line.strip() for line in HELP.splitlines() if line.startswith("  ")
-                and ("llmtk contam-check" in line)]
+    examples = help_examples(HELP)
     assert len(examples) == 3
     for example in examples:
         # zstdcat X | llmtk ...  -> llmtk reads X itself (it detects zstd from the bytes)
         command = example
         stdin_file = None
-        if m := re.match(r"zstdcat (\S+) \| (.*)", example):
+        if m := re.match(r"zstdcat (\S+) +\| (.*)", example):
             stdin_file, command = m.group(1), m.group(2)
         command = command.split(" > ")[0]
         args = shlex.split(command)[1:]

@@ -11,6 +11,7 @@ from llmtk.curves.logs import load_run
 from llmtk.errors import DataError
 from tests import curve_cases as cc
 from tests.test_diagnose import DATA, cli
+from tests.util import llmtk
 
 LOSSES = cc.curve(200)
 
@@ -261,3 +262,30 @@ def test_hf_trainer_stdout(tmp_path):
     assert ys[0] == pytest.approx(LOSSES[0], abs=1e-4)
     assert run.series("val_loss")[0] == [50, 100, 150, 200]
     assert run.has("lr") and run.has("grad_norm")
+
+
+def test_plot_loss_help_examples_run_as_written(tmp_path, monkeypatch):
+    import glob
+    import shlex
+
+    from llmtk.commands.plot_loss import HELP
+    from llmtk.curves.metrics import encode_row
+    from tests.examples import help_examples
+
+    for run in ("a", "b"):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        (tmp_path / "runs" / run / "metrics.jsonl").write_bytes(b"".join(
+            encode_row(r) for r in cc.rows_of(LOSSES)))
+    monkeypatch.chdir(tmp_path)
+    examples = help_examples(HELP)
+    assert len(examples) == 4
+    for example in examples:
+        args = [a for arg in shlex.split(example)[1:] for a in (sorted(glob.glob(arg))
+                                                                  if "*" in arg else [arg])]
+        if "-o" not in args:  # a terminal chart, written to fd 1: a real process
+            r = llmtk(*args, cwd=tmp_path)
+            assert r.returncode == 0 and b"loss" in r.stdout, (example, r.stderr)
+            continue
+        r = cli(*args)
+        assert r.returncode == 0, (example, r.stderr)
+        assert (tmp_path / args[args.index("-o") + 1]).stat().st_size > 0

@@ -18,6 +18,7 @@ from llmtk.curves.logs import load_run
 from llmtk.curves.metrics import encode_row
 from llmtk.errors import LlmtkError
 from tests import curve_cases as cc
+from tests.examples import help_examples
 from tests.util import llmtk
 
 DATA = Path(__file__).parent / "data" / "curves"
@@ -210,7 +211,7 @@ def test_help_examples_run_as_written(tmp_path, monkeypatch):
     (tmp_path / "log.csv").write_text("Step,Loss\n" + "".join(
         f"{s},{v}\n" for s, v in enumerate(cc.curve())))
     monkeypatch.chdir(tmp_path)
-    examples = [line.strip() for line in HELP.splitlines() if line.startswith("  llmtk ")]
+    examples = help_examples(HELP)
     assert len(examples) == 4
     for example in examples:
         command = re.split(r" \|\|? ", example)[0]  # the llmtk part of a pipeline

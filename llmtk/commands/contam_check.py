@@ -16,9 +16,9 @@ Training documents stream through (stdin/files to stdout/-o); every document
 sharing an n-gram (default 13 words, GPT-3's rule) with an evaluation item is
 counted, and dropped with --drop (or the matched words masked with --mask).
 Each evaluation item gets its coverage (share of its words inside n-grams seen
-in training) and a class: dirty >= 80%,
-clean < 20% (Llama 2's thresholds), else partial; each eval file gets its
-dirty/partial/clean shares, as in the Llama 2 and GPT-3 contamination tables.
+in training) and a class: dirty >= 80%, clean < 20% (Llama 2's thresholds),
+else partial; each eval file gets its dirty/partial/clean shares, as in the
+Llama 2 and GPT-3 contamination tables.
 
 Eval sets: JSONL, JSON arrays, CSV/TSV, Parquet, or a `datasets.save_to_disk`
 folder. The benchmark is recognised by its fields (MMLU, GSM8K, HumanEval,
