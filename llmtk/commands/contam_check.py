@@ -45,14 +45,16 @@ EPILOG = ("Exit status: 0 no contamination (or it was removed with --drop or --m
 @o.stream_command()
 def command(
     eval_paths: Annotated[list[str], typer.Option(
-        "--eval", "-e", help="Evaluation set (file, save_to_disk folder or directory), "
-                             "repeatable.")] = ...,
+        "--eval", "-e", metavar="PATH", help="Evaluation set (file, save_to_disk folder "
+                                             "or directory), repeatable.")] = ...,
     eval_field: Annotated[str | None, typer.Option(
-        "--eval-field", help="Field(s) of an eval record to check, comma-separated; a.b "
+        "--eval-field", metavar="FIELDS",
+        help="Field(s) of an eval record to check, comma-separated; a.b "
                              "reaches inside (lists are joined). Default: by the benchmark's "
                              "layout.")] = None,
     eval_id_field: Annotated[str, typer.Option(
-        "--eval-id-field", help="Field that names an eval item (default id; else FILE:LINE).")
+        "--eval-id-field", metavar="FIELD",
+        help="Field that names an eval item (default id; else FILE:LINE).")
     ] = "id",
     n: Annotated[int, typer.Option("--n", min=3, max=50,
                                    help="n-gram length in words (13 = GPT-3, 8 = PaLM).")] = 13,

@@ -11,12 +11,13 @@ SUMMARY = "Find NaNs, spikes, divergence, plateaus and overfitting in a training
 HELP = f"""\
 {SUMMARY}
 
-Reads llmtk's metrics.jsonl, HF Trainer trainer_state.json, TensorBoard event
-files, CSV (step,loss / TensorBoard and W&B exports), W&B history JSON and
-offline run files, and nanoGPT, llm.c, Megatron-LM and torchtitan text logs;
-the format is told from the content. Several runs at once. A healthy run prints one "ok" line; each
-kind of problem is printed once, with the numbers behind it, likely causes
-and fixes. Spikes that recover at once are info; a warning needs lasting harm.
+Reads llmtk's metrics.jsonl, HF Trainer trainer_state.json, TensorBoard
+event files, CSV (step,loss / TensorBoard and W&B exports), W&B history JSON
+and offline run files, and nanoGPT, llm.c, Megatron-LM and torchtitan text
+logs; the format is told from the content. Several runs at once. A healthy
+run prints one "ok" line; each kind of problem is printed once, with the
+numbers behind it, likely causes and fixes. Spikes that recover at once are
+info; a warning needs lasting harm.
 
 [bold]Examples[/bold]
 
@@ -41,8 +42,9 @@ def command(
                                                    "directories.")],
     json_out: o.Json = False,
     fail_on: Annotated[str, typer.Option(
-        "--fail-on", help="Exit 3 when a finding of this severity or worse exists: "
-                          "warning, error or never.")] = "warning",
+        "--fail-on", metavar="LEVEL",
+        help="Exit 3 when a finding of this severity or worse exists: warning, error or "
+             "never.")] = "warning",
     verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Show every finding with its causes and fixes, each spike, "
                                 "and how each log was read.")] = False,

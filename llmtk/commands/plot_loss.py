@@ -11,8 +11,8 @@ HELP = f"""\
 
 Reads the logs `llmtk diagnose` reads: metrics.jsonl, HF trainer_state.json,
 TensorBoard event files, CSV (incl. TensorBoard and W&B exports), W&B history
-JSON and run files, and nanoGPT, llm.c, Megatron-LM and torchtitan text. Writes PNG, SVG or
-PDF (by the -o extension), or draws in the terminal.
+JSON and run files, and nanoGPT, llm.c, Megatron-LM and torchtitan text.
+Writes PNG, SVG or PDF (by the -o extension), or draws in the terminal.
 
 [bold]Examples[/bold]
 
