@@ -123,6 +123,7 @@ def eval_records_of(record, tmp=None):
 
 def test_unknown_layout_is_one_line_naming_the_fields(tmp_path):
     ev = tmp_path / "odd.jsonl"
+    assert detect_layout({"question": "q", "id": 1})[0] == "question"
     ev.write_bytes(jsonl([{"foo": "x", "bar": 1}]))
     tr = tmp_path / "train.jsonl"
     tr.write_bytes(jsonl([{"text": "anything"}]))

@@ -45,6 +45,7 @@ LAYOUTS: list[tuple[str, tuple[str, ...], tuple[str, ...], str | None]] = [
     ("PIQA", ("goal", "sol1", "sol2"), ("goal", "sol1", "sol2"), None),
     ("chat", ("messages.content",), ("messages.content",), "id"),
     ("text", ("text",), ("text",), "id"),
+    ("question", ("question",), ("question",), "id"),  # any other QA set: its question
 ]
 SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".csv", ".tsv", ".parquet")
 
