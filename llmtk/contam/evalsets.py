@@ -36,6 +36,7 @@ LAYOUTS: list[tuple[str, tuple[str, ...], tuple[str, ...], str | None]] = [
     ("CMMLU", ("Question", "A", "B", "C", "D"), ("Question", "A", "B", "C", "D"), None),
     ("TriviaQA", ("question", "answer.value"), ("question", "answer.value"), "question_id"),
     ("GSM8K", ("question", "answer"), ("question", "answer"), None),  # answer: the worked text
+    ("NaturalQuestions", ("question", "answer"), ("question", "answer"), None),  # answers: list
     ("HumanEval", ("prompt", "canonical_solution"), ("prompt", "canonical_solution"),
      "task_id"),
     ("MBPP", ("text", "code"), ("text", "code"), "task_id"),
@@ -93,11 +94,11 @@ def detect_layout(record: dict) -> tuple[str, list[str], str | None] | None:
                 continue  # ARC's choices are a dict: handled above
             if name == "GSM8K" and not isinstance(record.get("answer"), str):
                 continue  # NaturalQuestions-open: answer is a list
+            if name == "NaturalQuestions" and not isinstance(record.get("answer"), list):
+                continue
             if name == "BoolQ" and not isinstance(record.get("answer"), bool):
                 continue  # DROP and other passage/question sets: "passage QA"
             return name, list(fields), id_field
-    if "question" in record and isinstance(record.get("answer"), list):
-        return "NaturalQuestions", ["question", "answer"], None
     return None
 
 
