@@ -49,9 +49,8 @@ def command(
                                              "or directory), repeatable.")] = ...,
     eval_field: Annotated[str | None, typer.Option(
         "--eval-field", metavar="FIELDS",
-        help="Field(s) of an eval record to check, comma-separated; a.b "
-                             "reaches inside (lists are joined). Default: by the benchmark's "
-                             "layout.")] = None,
+        help="Field(s) of an eval record to check, comma-separated; a.b reaches inside "
+             "(lists are joined). Default: by the benchmark's layout.")] = None,
     eval_id_field: Annotated[str, typer.Option(
         "--eval-id-field", metavar="FIELD",
         help="Field that names an eval item (default id; else FILE:LINE).")
@@ -78,6 +77,7 @@ def command(
     stream: StreamOptions,
 ) -> None:
     from llmtk.contam.check import EvalIndex
+    from llmtk.contam.evalsets import summary as eval_set_summary
     from llmtk.contam.run import build_report, check_stream, load_eval_items
     from llmtk.errors import UsageError
     from llmtk.io import StreamRun, write_json_atomically
@@ -108,22 +108,6 @@ def command(
         _print_eval_sets(result)
     if found and not drop and mask is None:
         raise typer.Exit(3)
-
-
-def eval_set_summary(sets: list, sources: dict) -> dict:
-    """Per eval file: the layout and fields checked, and items dirty/partial/clean with
-    their shares of the checkable items (Llama 2 Table 51 / GPT-3 Table C.1 style)."""
-    out = {}
-    for s in sets:
-        counts = sources.get(s.path, {})
-        checkable = sum(counts.get(c, 0) for c in ("dirty", "partial", "clean"))
-        entry = {"layout": s.layout, "fields": s.fields, "items": counts.get("items", 0),
-                 "too_short": counts.get("too_short", 0)}
-        for cls in ("dirty", "partial", "clean"):
-            entry[cls] = counts.get(cls, 0)
-            entry[f"{cls}_share"] = round(entry[cls] / checkable, 4) if checkable else 0.0
-        out[s.path] = entry
-    return out
 
 
 def _print_eval_sets(result: dict) -> None:

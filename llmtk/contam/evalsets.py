@@ -276,3 +276,19 @@ def eval_records(paths: list[str], fields: list[str] | None, id_field: str,
             yield (str(item_id) if item_id is not None else where, source, text)
         if current is None:
             raise DataError(f"{path}: an empty evaluation set (no records)")
+
+
+def summary(sets: list[EvalSet], sources: dict) -> dict:
+    """Per eval file: the layout and fields checked, and items dirty/partial/clean with
+    their shares of the checkable items (Llama 2 Table 51 / GPT-3 Table C.1 style)."""
+    out = {}
+    for s in sets:
+        counts = sources.get(s.path, {})
+        checkable = sum(counts.get(c, 0) for c in ("dirty", "partial", "clean"))
+        entry = {"layout": s.layout, "fields": s.fields, "items": counts.get("items", 0),
+                 "too_short": counts.get("too_short", 0)}
+        for cls in ("dirty", "partial", "clean"):
+            entry[cls] = counts.get(cls, 0)
+            entry[f"{cls}_share"] = round(entry[cls] / checkable, 4) if checkable else 0.0
+        out[s.path] = entry
+    return out
