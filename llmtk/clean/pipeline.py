@@ -125,6 +125,11 @@ class Cleaner:
             text, counts = scrub(text, self.pii_kinds)
             for kind, n in counts.items():
                 doc.count(f"pii.{kind}", n)
+            if not self.dry_run:
+                # Written from the parsed record, never the input line: a line with two
+                # "text" keys parses to the last one, and the other (unscrubbed) must not
+                # pass through in the original bytes.
+                doc.raw = None
 
         if not self.dry_run and text != original:
             doc.set_text(text)

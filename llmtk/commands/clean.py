@@ -244,9 +244,11 @@ def clean(
         return
 
     opts = stream
+    models = [m for m in (cfg.quality.model, cfg.perplexity.model, config) if m]
+    run = StreamRun("clean", opts, inputs_also=models)  # paths checked before reading
     cleaner = Cleaner(cfg, annotate=annotate, dry_run=dry_run)
     cleaner.load()
-    with StreamRun("clean", opts) as run:
+    with run:
         if cfg.perplexity.quantile is not None:
             if run.paths == ["-"] or "-" in run.paths:
                 raise UsageError("--ppl-quantile reads the input twice: give files, not stdin")

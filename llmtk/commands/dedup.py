@@ -141,7 +141,9 @@ def run_command(
         raise UsageError("--level paragraph does not take --index, --save-index, --clusters "
                          "or --keep")
     workers = stream.workers
-    with StreamRun("dedup", stream) as run:
+    with StreamRun("dedup", stream, inputs_also=[index] if index else [],
+                   outputs_also=[("--clusters", clusters)],
+                   output_dirs=[("--save-index", save_index)]) as run:
         if level == "paragraph":
             from llmtk.dedup.paragraph import dedup_paragraphs
 
@@ -180,7 +182,7 @@ def signatures_command(
 ) -> None:
     from llmtk.dedup.stages import write_signatures
 
-    with StreamRun("dedup signatures", stream) as run:
+    with StreamRun("dedup signatures", stream, output_dirs=[("-o", out_dir)]) as run:
         write_signatures(run, config, out_dir, stream.shard, stream.workers)
 
 
@@ -242,7 +244,8 @@ def filter_command(
 ) -> None:
     from llmtk.dedup.stages import filter_with_index
 
-    with StreamRun("dedup", stream) as run:
+    with StreamRun("dedup", stream, inputs_also=[index],
+                   outputs_also=[("--clusters", clusters)]) as run:
         filter_with_index(run, index, annotate, clusters)
 
 

@@ -51,7 +51,7 @@ def command(
     stream: StreamOptions,
 ) -> None:
     from llmtk.errors import UsageError
-    from llmtk.io import StreamRun, write_json_atomically
+    from llmtk.io import StreamRun
     from llmtk.mix.plan import parse_source, plan
     from llmtk.mix.run import count_tokens, emit
     from llmtk.mix.run import report as build_report
@@ -65,13 +65,13 @@ def command(
     budget = parse_number("--tokens", tokens)
     tok = load_tokenizer(tokenizer)
     stream.inputs = [s.spec for s in sources]
-    with StreamRun("mix", stream) as run:
+    with StreamRun("mix", stream, outputs_also=[("--report", report)]) as run:
         for s in sources:
             count_tokens(run, s, tok)
         used = plan(sources, budget, max_epochs, seed)
         result = build_report(sources, emit(run, sources, annotate), used, tok)
         if report:
-            write_json_atomically(report, result)
+            run.write_json(report, result)
     if not stream.quiet:
         _print(result)
 

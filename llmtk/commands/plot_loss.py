@@ -58,20 +58,25 @@ def command(
                                                                             ["loss", "val_loss"])
     if output and os.path.splitext(output)[1].lower() not in (".png", ".svg", ".pdf"):
         raise UsageError(f"--output: expected a .png, .svg or .pdf file, got {output!r}")
+    from llmtk.io.paths import check_paths
+
+    if output:  # checked before the logs are read
+        check_paths({}, [("--output", output)])
     runs = load_runs(logs)
     if not panels_for(runs, metrics):
         raise UsageError(f"--metric: none of {', '.join(metrics)} is in these logs")
     if x != "step" and not any(run.has(x) for run in runs):
         raise UsageError(f"--x {x}: the logs have no {x!r} field")
     if output:
-        tmp = f"{output}.tmp-{os.getpid()}{os.path.splitext(output)[1]}"
+        from llmtk.errors import DataError
+        from llmtk.io.atomic import atomic_file
+
         try:
-            plot_file(runs, metrics, tmp, x=x, weight=smooth, log_y=log_y, title=title,
-                      findings=findings)
-            os.replace(tmp, output)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            with atomic_file(output) as f:
+                plot_file(runs, metrics, f, x=x, weight=smooth, log_y=log_y, title=title,
+                          findings=findings, fmt=os.path.splitext(output)[1][1:].lower())
+        except (ValueError, OverflowError) as e:  # matplotlib on values it cannot scale
+            raise DataError(f"{output}: cannot draw these values ({e})") from None
         return
     import sys
 
