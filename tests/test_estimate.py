@@ -395,3 +395,15 @@ def test_params_override_keeps_the_shape_and_moe_active_params():
     over = estimate(Request(model="llama2-7b", params=7e9))["model"]
     assert over["params"] == over["active_params"] == 7e9
     assert over["matmul_params"] == 7e9 - 32000 * 4096
+
+
+def test_json_is_strict_even_when_values_overflow():
+    r = llmtk("estimate", "--params", "1e9", "--tokens", "1e300", "--gpus", "1xH100", "--json")
+    assert r.returncode == 0, r.stderr
+    text = r.stdout.decode()
+    assert '"Infinity"' in text  # the overflowed times and costs, as strings
+
+    def no_constants(name):
+        raise AssertionError(f"bare {name} in the JSON")
+
+    json.loads(text, parse_constant=no_constants)
