@@ -368,3 +368,20 @@ def test_sweep_leaves_links_and_other_users_files(tmp_path):
     else:
         assert sweep_stale(target) == [str(theirs)]
     assert link.is_symlink()
+
+
+def test_an_output_folder_that_is_an_input_folder_is_refused(tmp_path, src):
+    sigs = tmp_path / "sigs"
+    code, msg = cli("dedup", "signatures", src, "-o", sigs, "-q")
+    assert code == 0, msg
+    meta = (sigs / "meta.json").read_bytes()
+    code, msg = cli("dedup", "index", sigs, "-o", sigs, "-q")
+    assert code == 2 and "is also an input" in msg
+    assert (sigs / "meta.json").read_bytes() == meta
+    idx = tmp_path / "idx"
+    code, msg = cli("dedup", src, "-o", tmp_path / "o.jsonl", "--save-index", idx, "-q")
+    assert code == 0, msg
+    code, msg = cli("dedup", src, "-o", tmp_path / "p.jsonl", "--index", idx,
+                    "--save-index", idx, "-q")
+    assert code == 2 and "is also an input" in msg
+    assert not (tmp_path / "p.jsonl").exists()

@@ -213,7 +213,9 @@ def index_command(
     import sys
 
     from llmtk.dedup.stages import build_index
+    from llmtk.io.paths import check_paths, input_identities
 
+    check_paths(input_identities([], [sigs]), [], [("-o", out_dir)])
     n = build_index(sigs, out_dir, o.parse_shard(shard))
     if not quiet:
         print(f"llmtk dedup index: {n:,} documents -> {out_dir}", file=sys.stderr)

@@ -48,7 +48,9 @@ def input_identities(paths: list[str], extra: list[str] = ()) -> dict[tuple, str
     found: dict[tuple, str] = {}
     names = list(paths)
     for item in extra:
-        names.extend(walk(item, None) if os.path.isdir(item) else [item])
+        names.append(item)  # a folder itself too: an output folder must not be it
+        if os.path.isdir(item):
+            names.extend(walk(item, None))
     for name in names:
         key = _fd_identity(0) if name == "-" else _path_identity(name)
         if key is not None:
