@@ -46,10 +46,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         long, normal = tmp / "long.jsonl", tmp / "normal.jsonl"
-        long.write_bytes(b'{"text": "' + b"a" * (n - 13) + b'"}\n')
+        # Written in 1 MB pieces: a child forked while this process held 200 MB would
+        # count those pages in its peak RSS.
+        piece = b"a" * 1_000_000
+        with open(long, "wb") as f:
+            f.write(b'{"text": "')
+            for _ in range(args.mb):
+                f.write(piece)
+            f.write(b'"}\n')
         record = b'{"text": "' + b"a" * 987 + b'"}\n'  # 1000 bytes
-        normal.write_bytes(record * (n // len(record)))
-        print(f"{args.mb} MB: one line vs {n // len(record):,} records of 1 kB; "
+        with open(normal, "wb") as f:
+            for _ in range(args.mb):
+                f.write(record * 1000)
+        del piece
+        print(f"{args.mb} MB: one line vs {args.mb * 1000:,} records of 1 kB; "
               f"llmtk from {args.checkout}")
         cases = {
             "ordinary records": [*llmtk, str(normal)],

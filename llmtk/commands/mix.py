@@ -63,9 +63,12 @@ def command(
     if len(set(names)) != len(names):
         raise UsageError(f"--source: names must be unique, got {', '.join(names)}")
     budget = parse_number("--tokens", tokens)
-    tok = load_tokenizer(tokenizer)
     stream.inputs = [s.spec for s in sources]
-    with StreamRun("mix", stream, outputs_also=[("--report", report)]) as run:
+    # Paths are checked (no output is a source or the tokenizer) before anything is read.
+    run = StreamRun("mix", stream, inputs_also=[tokenizer] if tokenizer != "bytes" else [],
+                    outputs_also=[("--report", report)])
+    tok = load_tokenizer(tokenizer)
+    with run:
         for s in sources:
             count_tokens(run, s, tok)
         used = plan(sources, budget, max_epochs, seed)

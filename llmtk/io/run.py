@@ -36,7 +36,7 @@ from llmtk.io.reader import MAX_RECORD_BYTES, BadRecord, expand_inputs, read_doc
 from llmtk.io.record import DUMP_OPTS, Doc
 from llmtk.io.summary import Summary
 from llmtk.io.workers import ordered_map
-from llmtk.io.writer import Sink, stderr_is_terminal
+from llmtk.io.writer import BUFFER, Sink, stderr_is_terminal
 
 
 @dataclass
@@ -165,7 +165,13 @@ class StreamRun:
 
     def write(self, doc: Doc) -> None:
         raw = doc.raw
-        self.output.write(raw + b"\n" if raw is not None else doc.to_bytes())  # type: ignore[union-attr]
+        if raw is None:
+            self.output.write(doc.to_bytes())  # type: ignore[union-attr]
+        elif len(raw) < BUFFER:
+            self.output.write(raw + b"\n")  # type: ignore[union-attr]
+        else:  # a huge record: no extra copy of it
+            self.output.write(raw)  # type: ignore[union-attr]
+            self.output.write(b"\n")  # type: ignore[union-attr]
         self.summary.records_out += 1
         if doc.counts:
             self.summary.counts.update(doc.counts)

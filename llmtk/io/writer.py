@@ -79,6 +79,10 @@ class Sink:
 
     def write(self, data: bytes) -> None:
         buf = self._buf
+        if len(data) >= BUFFER:  # a huge record goes out as it is, not copied twice more
+            self._drain()
+            self._emit(data)
+            return
         buf += data
         if len(buf) >= BUFFER:
             self._drain()
@@ -86,6 +90,9 @@ class Sink:
     def _drain(self) -> None:
         data = bytes(self._buf)
         self._buf.clear()
+        self._emit(data)
+
+    def _emit(self, data: bytes) -> None:
         self.bytes_written += len(data)
         if self._compressor is not None:
             data = self._compressor.compress(data)
