@@ -385,3 +385,30 @@ def test_an_output_folder_that_is_an_input_folder_is_refused(tmp_path, src):
                     "--save-index", idx, "-q")
     assert code == 2 and "is also an input" in msg
     assert not (tmp_path / "p.jsonl").exists()
+
+
+def test_train_quality_model_over_its_training_data_is_refused(tmp_path, src):
+    neg = tmp_path / "neg.jsonl"
+    neg.write_bytes(jsonl(RECORDS[:5]))
+    before = src.read_bytes()
+    code, msg = cli("clean", "train-quality", "--positive", src, "--negative", neg, "-o", src)
+    assert code == 2 and "is also an input" in msg
+    assert src.read_bytes() == before
+
+
+def test_no_script_or_test_points_an_output_at_dev_null():
+    """-o /dev/null as root used to turn the machine's /dev/null into a file: never again."""
+    import re
+    from pathlib import Path
+
+    from tests.util import ROOT
+
+    flag = re.compile(r"""(-o|--output|--rejects|--stats|--report|--clusters)["',\s]+"""
+                      r"""(os\.devnull|/dev/null)""")
+    here = Path(__file__).resolve()
+    files = [p for d in ("benchmarks", "tests", "bin") for p in (ROOT / d).rglob("*")
+             if p.is_file() and p.suffix in (".py", ".sh", "") and p.resolve() != here]
+    hits = [f"{p}:{i}" for p in [*files, ROOT / "Makefile"]
+            for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+            if flag.search(line)]
+    assert hits == []

@@ -311,6 +311,10 @@ def train_quality(
 
     if not 0.0 < test_fraction < 1.0:
         raise UsageError("--test-fraction: expected a number between 0 and 1")
+    from llmtk.io.paths import check_paths, input_identities
+
+    inputs = expand_inputs(positive) + expand_inputs(negative)
+    check_paths(input_identities(inputs), [("-o", output)])  # before anything is read
 
     def texts(paths: list[str]):
         for doc in read_docs(expand_inputs(paths), text_field):
