@@ -4,7 +4,7 @@ Generates N documents (default 1,000,000) of ~80 words drawn from a 50,000-word
 made-up vocabulary, each with a string id; 10 % of them are near-copies of an
 earlier document (2 words substituted) and 2 % exact copies. Writes them to a
 temporary plain JSONL file, then runs `llmtk dedup FILE --stats S > /dev/null`
-(stdout redirected by the caller, never `-o /dev/null`) as one process on one
+(stdout redirected by the caller; no output path is a device) as one process on one
 core and reports its wall time, peak RSS (wait4 rusage) and what it dropped.
 The baseline RSS of `llmtk dedup` on a 1-record input is reported too, so the
 difference is the state for N documents.

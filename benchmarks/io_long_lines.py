@@ -3,7 +3,7 @@
 Reading must be linear in the line length (issue 9, item 10): the ratio of the
 long-line run to the ordinary run, in wall time and in peak memory, should be
 near 1, not grow with the line. Both files are plain JSONL of the same size;
-stdout goes to a file (never `-o /dev/null`). Peak RSS comes from wait4.
+stdout goes to a file (no output path is a device). Peak RSS comes from wait4.
 `--max-record-bytes` is raised above the line so that the record is read, not
 skipped; a second long-line run with the default 64 MiB limit shows the cost
 of skipping it. The peer is `jq -c .` on the same two files.

@@ -407,7 +407,8 @@ def test_no_script_or_test_points_an_output_at_dev_null():
                       r"""(os\.devnull|/dev/null)""")
     here = Path(__file__).resolve()
     files = [p for d in ("benchmarks", "tests", "bin") for p in (ROOT / d).rglob("*")
-             if p.is_file() and p.suffix in (".py", ".sh", "") and p.resolve() != here]
+             if p.is_file() and p.suffix in (".py", ".sh", "") and p.resolve() != here
+             and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
     hits = [f"{p}:{i}" for p in [*files, ROOT / "Makefile"]
             for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
             if flag.search(line)]
