@@ -364,9 +364,11 @@ def test_flops_and_peak_helpers_for_train_mfu():
     for name, cfg in TRAIN_PRESETS.items():
         spec_n = count_params(spec_from_config(cfg)).total
         assert spec_n == train_count(cfg), name
-        n = train_count(cfg) - (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model)
+        n = train_count(cfg) - (0 if cfg.tie_embeddings else cfg.padded_vocab * cfg.d_model)
         want = 6 * n + 12 * cfg.n_layer * cfg.n_head * cfg.head_dim * cfg.seq_len
         assert flops.flops_per_token_for_config(cfg) == want, name
+        causal = 6 * n + 6 * cfg.n_layer * cfg.n_head * cfg.head_dim * cfg.seq_len
+        assert flops.flops_per_token_for_config(cfg, causal=True) == causal, name
     assert hardware.device_peak_flops("NVIDIA H100 80GB HBM3") == 989.4e12
     assert hardware.device_peak_flops("NVIDIA H100 80GB HBM3", "fp8") == 1978.9e12
     assert hardware.device_peak_flops("Tesla V100-SXM2-32GB") == 125e12  # no bf16: fp16
