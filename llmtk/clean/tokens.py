@@ -50,20 +50,28 @@ _REST = [
 ]
 # The URL, e-mail and contraction alternatives are slow to try at every word, so each
 # document uses the variant that has only the ones its text can match.
-_VARIANTS: dict[tuple[bool, bool, bool], re.Pattern] = {}
+_VARIANTS: dict[tuple[bool, bool, bool, bool], re.Pattern] = {}
+
+# Elided words of French, Italian and Catalan, kept with their apostrophe.
+_ELISION = (
+    r"(?<![\w'’])(?i:c|d|j|l|m|n|s|t|qu|jusqu|lorsqu|puisqu|quoiqu|dell|nell|all|dall|sull"
+    r"|coll|dev|un|quest|quell|anch|com|dov|cos|tutt|sant)['’](?=[^\W\d_])"
+)
+ELISION_LANGS = frozenset({"fr", "it", "ca"})
 
 
-def _pattern(url: bool, email: bool, nt: bool) -> re.Pattern:
-    key = (url, email, nt)
+def _pattern(url: bool, email: bool, nt: bool, elision: bool) -> re.Pattern:
+    key = (url, email, nt, elision)
     if key not in _VARIANTS:
         parts = ([_URL] if url else []) + ([_EMAIL] if email else [])
-        parts += ([_CONTRACTION] if nt else []) + _REST
+        parts += ([_ELISION] if elision else []) + ([_CONTRACTION] if nt else []) + _REST
         _VARIANTS[key] = re.compile("|".join(parts))
     return _VARIANTS[key]
 
 
-def tokens(text: str) -> list[str]:
+def tokens(text: str, lang: str | None = None) -> list[str]:
     """Word and punctuation tokens (see the module docstring)."""
     url = "://" in text or "www." in text
-    nt = "n't" in text or "n’t" in text
-    return _pattern(url, "@" in text, nt).findall(text)
+    elision = lang in ELISION_LANGS and ("'" in text or "’" in text)
+    nt = not elision and ("n't" in text or "n’t" in text)
+    return _pattern(url, "@" in text, nt, elision).findall(text)
