@@ -385,9 +385,8 @@ def calibrate(
         raise UsageError(f"-o {output}: is also an input")
     stats = measure((d.text for d in read_docs(paths, text_field)), lang)
     table = thresholds(stats, lang, quantile)
-    text = (f"# llmtk clean calibrate --lang {lang} --quantile {quantile}: use with llmtk clean --config\n"
-             + "\n".join(lang_tables_toml({lang: table})).lstrip("\n")
-            + "\n")
+    head = f"# llmtk clean calibrate --lang {lang} --quantile {quantile}; for llmtk clean --config"
+    text = head + "\n" + "\n".join(lang_tables_toml({lang: table})).lstrip("\n") + "\n"
     if output is None:
         from llmtk.io.console import write_out
 
