@@ -36,6 +36,7 @@ Zeitangaben folgen dem Format der aktuellen Locale, wenn kein anderes Format gew
 mögliche Werte sind iso, full-iso und locale.
 Mit --sort=size wird nach der Größe sortiert, mit --sort=time nach dem Datum der letzten \
 Änderung, und -r kehrt die Reihenfolge um.
+Die Standardwerte sind 80, 24 und 8 (Spalten, Zeilen, Tabulator).
 """
 
 CHINESE = """\

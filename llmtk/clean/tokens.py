@@ -23,7 +23,7 @@ _CONTRACTION = f"{_W}+?(?=n['’]t\\b)|n['’]t\\b"  # "do" + "n't"
 _L = "[^\\W\\d_]"
 _JOIN = (
     "(?!"
-    f"(?<={_L})(?:[-–—~]+|,)(?={_L})"
+    f"(?<=[^\\W_])[-–—~]+(?={_L})|(?<={_L}),(?={_L})"
     f"|(?<=[^\\W_])[:<>=/](?={_L})"
     "|(?<=[a-z])\\.(?=[A-Z])"
     "|(?<=\\d)[-+*^](?=\\d)"
@@ -35,7 +35,10 @@ _JOIN = (
 _WE = f"[^\\W_{_CJK_CLASS}]"
 _CORE = f"{_WE}(?:{_W}*{_WE})?"
 _REST = [
-    r"(?<![\w+])C\+\+(?![\w+])",  # spaCy's exception
+    r"(?<![\w+])C\+\+(?![\w+])",  # spaCy's exceptions
+    r"(?<![\w/])(?i:and/or)(?![\w/])",
+    r"(?<!\w)(?i:can)(?=(?i:not)\b)",  # "cannot" -> "can", "not"
+    r"(?<![\w.])(?:Inc|Ltd|Corp|Co|etc|vs|Mr|Mrs|Dr|Jr|St)\.",  # abbreviations
     f"[{_CJK_CLASS}]",  # one CJK character
     r"(?:[^\W\d_]\.){2,}",  # abbreviations: e.g. U.S. A.B.C.
     r"(?<=\w)['’](?:[sSdDmM]|re|RE|ve|VE|ll|LL)\b",  # 's 're 've 'll 'd 'm
@@ -44,7 +47,9 @@ _REST = [
     # / : < > = before a letter, between letters; "." between a lower and an upper case
     # letter; + - * ^ between digits; ellipses; and the 's 're 've 'll 'd 'm suffixes.
     # (underscores at either end are split off, as spaCy does)
-    f"(?:(?<!\\w)-(?=\\d))?{_CORE}(?:{_JOIN}{_CORE})*",
+    # A leading "-", "--", "/" or "." stays on the word, as spaCy keeps option names, paths
+    # and roff requests ("--help", "-f", "/usr", ".SH") whole: none is one of its prefixes.
+    f"(?:(?<![\\w/.-])(?:--?|/|\\.)(?=[^\\W_]))?{_CORE}(?:{_JOIN}{_CORE})*",
     r"\.\.\.+|…|--+",  # ellipsis and dashes stay together
     r"[^\w\s]|_",  # any other mark on its own
 ]
