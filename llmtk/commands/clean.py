@@ -41,6 +41,8 @@ HELP = (
 
   llmtk clean in.jsonl --quality-model quality.bin --min-quality 0.5
 
+  llmtk clean calibrate --lang sw wiki-sw.jsonl -o sw.toml
+
 Exit status: 0 success, 1 data or runtime error, 2 bad usage.
 """
 
