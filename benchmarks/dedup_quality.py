@@ -237,7 +237,7 @@ def main() -> None:
     print(f"corpus: {args.real or 'synthetic'}: {len(records):,} documents "
           f"({len(records) - len(origin):,} bases, "
           f"{len(origin):,} edited copies); LSH {bands} bands x {rows} rows, "
-          f"--verify {args.verify or 0}")
+          f"--verify {args.verify if args.verify is not None else default.verify}")
     for script in ("all", "en", "zh"):
         pairs = [(c, o) for c, (o, _) in origin.items() if script == "all" or c.startswith(script)]
         true_j = np.array([jaccard(shingles(c), shingles(o)) for c, o in pairs])
