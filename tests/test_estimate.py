@@ -476,3 +476,15 @@ def test_redirected_table_honours_columns():
     assert max(len(x) for x in narrow.splitlines()) <= 80
     wide = cli("--model", "llama2-7b", COLUMNS="")[1]
     assert max(len(x) for x in wide.splitlines()) > 80
+
+
+def test_json_is_strict_even_when_values_overflow():
+    r = llmtk("estimate", "--params", "1e9", "--tokens", "1e300", "--gpus", "1xH100", "--json")
+    assert r.returncode == 0, r.stderr
+    text = r.stdout.decode()
+    assert '"Infinity"' in text  # the overflowed times and costs, as strings
+
+    def no_constants(name):
+        raise AssertionError(f"bare {name} in the JSON")
+
+    json.loads(text, parse_constant=no_constants)

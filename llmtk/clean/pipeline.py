@@ -17,6 +17,7 @@ from functools import partial
 from llmtk.clean.config import CleanConfig
 from llmtk.clean.filters import DocText, Profile
 from llmtk.io import Doc, ordered_map
+from llmtk.io.record import repeats_key
 from llmtk.text.langid import LanguageId
 from llmtk.text.pii import scrub
 from llmtk.text.segment import is_cjk
@@ -127,6 +128,10 @@ class Cleaner:
             text, counts = scrub(text, self.pii_kinds)
             for kind, n in counts.items():
                 doc.count(f"pii.{kind}", n)
+            if not self.dry_run and doc.raw is not None and repeats_key(doc.raw, doc.field):
+                # A line with two text keys parses to the last one; the other, unscrubbed,
+                # must not pass through in the original bytes: write the parsed record.
+                doc.raw = None
 
         if not self.dry_run and text != original:
             doc.set_text(text)

@@ -256,9 +256,11 @@ def clean(
         return
 
     opts = stream
+    models = [m for m in (cfg.quality.model, cfg.perplexity.model, config) if m]
+    run = StreamRun("clean", opts, inputs_also=models)  # paths checked before reading
     cleaner = Cleaner(cfg, annotate=annotate, dry_run=dry_run)
     cleaner.load()
-    with StreamRun("clean", opts) as run:
+    with run:
         if cfg.perplexity.quantile is not None:
             if run.paths == ["-"] or "-" in run.paths:
                 raise UsageError("--ppl-quantile reads the input twice: give files, not stdin")
@@ -322,6 +324,10 @@ def train_quality(
 
     if not 0.0 < test_fraction < 1.0:
         raise UsageError("--test-fraction: expected a number between 0 and 1")
+    from llmtk.io.paths import check_paths, input_identities
+
+    inputs = expand_inputs(positive) + expand_inputs(negative)
+    check_paths(input_identities(inputs), [("-o", output)])  # before anything is read
 
     def texts(paths: list[str]):
         for doc in read_docs(expand_inputs(paths), text_field):

@@ -144,7 +144,9 @@ def run_command(
         raise UsageError("--level paragraph does not take --index, --save-index, --clusters "
                          "or --keep")
     workers = stream.workers
-    with StreamRun("dedup", stream) as run:
+    with StreamRun("dedup", stream, inputs_also=[index] if index else [],
+                   outputs_also=[("--clusters", clusters)],
+                   output_dirs=[("--save-index", save_index)]) as run:
         if level == "paragraph":
             from llmtk.dedup.paragraph import dedup_paragraphs
 
@@ -183,7 +185,7 @@ def signatures_command(
 ) -> None:
     from llmtk.dedup.stages import write_signatures
 
-    with StreamRun("dedup signatures", stream) as run:
+    with StreamRun("dedup signatures", stream, output_dirs=[("-o", out_dir)]) as run:
         write_signatures(run, config, out_dir, stream.shard, stream.workers)
 
 
@@ -214,7 +216,9 @@ def index_command(
     import sys
 
     from llmtk.dedup.stages import build_index
+    from llmtk.io.paths import check_paths, input_identities
 
+    check_paths(input_identities([], [sigs]), [], [("-o", out_dir)])
     n = build_index(sigs, out_dir, o.parse_shard(shard))
     if not quiet:
         print(f"llmtk dedup index: {n:,} documents -> {out_dir}", file=sys.stderr)
@@ -247,7 +251,8 @@ def filter_command(
 ) -> None:
     from llmtk.dedup.stages import filter_with_index
 
-    with StreamRun("dedup", stream) as run:
+    with StreamRun("dedup", stream, inputs_also=[index],
+                   outputs_also=[("--clusters", clusters)]) as run:
         filter_with_index(run, index, annotate, clusters)
 
 
