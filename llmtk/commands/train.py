@@ -149,6 +149,10 @@ def command(
                                        panel=LOG)] = None,
     sample_tokens: Annotated[int | None, _opt(
         "--sample-tokens", help="Tokens per sample. Default 64.", panel=LOG)] = None,
+    log_to: Annotated[str | None, _opt(
+        "--log-to", help="Also log every metrics row and event to tensorboard (OUT/tensorboard) "
+        "and/or wandb (OUT/wandb, offline unless WANDB_MODE is set), comma-separated. "
+        "metrics.jsonl is always written.", panel=LOG)] = None,
     checkpoint_every: Annotated[int | None, _opt(
         "--checkpoint-every", help="Steps between checkpoints (0: only at the end and on "
         "SIGTERM/SIGUSR1). Default 0.", panel=CKPT)] = None,
@@ -159,8 +163,9 @@ def command(
         "--resume", help="auto (newest complete checkpoint in OUT, the default), never, or "
         "a checkpoint/run directory.", panel=CKPT)] = None,
     init_from: Annotated[str | None, _opt(
-        "--init-from", help="Start from another run's weights with a fresh optimizer and "
-        "schedule.", panel=CKPT)] = None,
+        "--init-from", help="Start from another run's weights, or from a Hugging Face "
+        "Llama/Qwen2/Mistral folder with hf:PATH (its shape and tokenizer too), with a fresh "
+        "optimizer and schedule.", panel=CKPT)] = None,
     on_nan: Annotated[str | None, _opt(
         "--on-nan", help="Non-finite loss or gradients: skip the step (default) or stop.",
         panel=CKPT)] = None,
@@ -222,7 +227,7 @@ def command(
         device=device, dtype=dtype, parallel=parallel, compile=compile,
         activation_checkpointing=activation_checkpointing, log_every=log_every,
         eval_every=eval_every, eval_batches=eval_batches, sample_every=sample_every,
-        prompt=prompt, sample_tokens=sample_tokens, checkpoint_every=checkpoint_every,
+        prompt=prompt, sample_tokens=sample_tokens, log_to=log_to, checkpoint_every=checkpoint_every,
         keep_checkpoints=keep_checkpoints, resume=resume, init_from=init_from, on_nan=on_nan,
         max_bad_steps=max_bad_steps, on_spike=on_spike, spike_factor=spike_factor, quiet=quiet,
     )
@@ -280,6 +285,45 @@ def tokenizer_command(
     if not quiet:
         print(f"trained a {size}-token BPE tokenizer on {count[0]} documents -> {output}",
               file=sys.stderr)
+
+
+EXPORT_HELP = """\
+Export a run's newest checkpoint as a Hugging Face transformers folder.
+
+Writes OUT_DIR/config.json (LlamaForCausalLM; Qwen2ForCausalLM for q/k/v-bias models), \
+model.safetensors (fp32) and the tokenizer files (a byte-level run gets a \
+tokenizer.json with the same ids, so text round-trips). The folder is written under a \
+temporary name and renamed when complete.
+
+[bold]Examples[/bold]
+
+  llmtk train export runs/a --hf hf/a
+
+  llmtk train export runs/a/checkpoints/step-0001000 --hf hf/a-1000
+
+  python -c "from transformers import AutoModelForCausalLM as M; M.from_pretrained('hf/a')"
+
+Exit status: 0 written, 1 an unreadable checkpoint, 2 bad usage (no checkpoint, OUT_DIR \
+not empty).
+"""
+
+
+@app.command("export", help=EXPORT_HELP)
+def export_command(
+    run: Annotated[str, typer.Argument(help="A run, checkpoints or step directory.",
+                                       show_default=False)],
+    hf: Annotated[str, typer.Option("--hf", help="The Hugging Face folder to write (new or "
+                                    "empty).", show_default=False)],
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors on stderr.")] = False,
+) -> None:
+    import sys
+
+    from llmtk.train.hf import export_hf
+
+    info = export_hf(run, hf)
+    if not quiet:
+        print(f"exported {info['checkpoint']} (step {info['step']}, {info['params']:,} "
+              f"parameters) as {info['architecture']} -> {info['out']}", file=sys.stderr)
 
 
 def register(root: typer.Typer) -> None:

@@ -15,11 +15,13 @@ import orjson
 
 from llmtk.errors import DataError, UsageError
 from llmtk.io.compression import TruncatedInput, iter_decompressed, open_binary
+from llmtk.io.parquet import columnar_kind, hf_dataset_files, read_columnar
 from llmtk.io.record import Doc
 from llmtk.io.shard import in_shard
 from llmtk.io.summary import Summary
 
-INPUT_PATTERNS = ("*.jsonl", "*.jsonl.zst", "*.jsonl.gz", "*.jsonl.zstd", "*.json.zst", "*.json.gz")
+INPUT_PATTERNS = ("*.jsonl", "*.jsonl.zst", "*.jsonl.gz", "*.jsonl.zstd", "*.json.zst", "*.json.gz",
+                  "*.parquet")
 
 
 @dataclass
@@ -58,11 +60,16 @@ def expand_inputs(inputs: list[str]) -> list[str]:
         if item == "-" or os.path.isfile(item):
             paths.append(item)
         elif os.path.isdir(item):
+            arrow = hf_dataset_files(item)  # a Hugging Face save_to_disk folder
+            if arrow is not None:
+                paths.extend(arrow)
+                continue
             found = set()
             for pattern in INPUT_PATTERNS:
                 found.update(glob.glob(os.path.join(item, "**", pattern), recursive=True))
             if not found:
-                raise UsageError(f"{item}: directory holds no .jsonl, .jsonl.zst or .gz files")
+                raise UsageError(f"{item}: directory holds no .jsonl, .jsonl.zst, .gz or "
+                                 ".parquet files")
             paths.extend(sorted(found))
         elif glob.has_magic(item):
             matches = sorted(p for p in glob.glob(item, recursive=True) if os.path.isfile(p))
@@ -130,6 +137,11 @@ def read_docs(
     index = -1  # position of the record in the whole input, blank lines excluded
     for path in paths:
         name = "<stdin>" if path == "-" else path
+        kind = columnar_kind(path)  # Parquet / Arrow, by content
+        if kind is not None:
+            index = yield from read_columnar(path, kind, index, text_field, on_bad, shard,
+                                             require_text, on_bytes, summary)
+            continue
         try:
             for lineno, lines, size in iter_line_batches(path):
                 if summary is not None:

@@ -25,6 +25,7 @@ import orjson
 
 from llmtk.errors import UsageError
 from llmtk.io.compression import normalise_kind
+from llmtk.io.parquet import is_parquet_name
 from llmtk.io.reader import BadRecord, expand_inputs, read_docs
 from llmtk.io.record import DUMP_OPTS, Doc
 from llmtk.io.summary import Summary
@@ -61,12 +62,24 @@ class StreamRun:
         self.output: Sink | None = None
         self.rejects: Sink | None = None
         self._progress = None
+        self._write_doc = None
 
     # -- context -------------------------------------------------------------
 
     def __enter__(self) -> "StreamRun":
-        self.output = Sink(self.opts.output, normalise_kind(self.opts.compress))
+        if is_parquet_name(self.opts.output):  # columnar output: records, not lines
+            if self.opts.compress:
+                raise UsageError("--compress: a .parquet output is always zstd-compressed")
+            from llmtk.io.parquet import ParquetSink
+
+            self.output = ParquetSink(self.opts.output, self.opts.text_field)
+            self._write_doc = self.output.write_doc
+        else:
+            self.output = Sink(self.opts.output, normalise_kind(self.opts.compress))
         try:
+            if is_parquet_name(self.opts.rejects):
+                raise UsageError("--rejects: write JSONL (rejected records carry varying "
+                                 "fields that one Parquet schema cannot hold)")
             if self.opts.rejects:
                 self.rejects = Sink(self.opts.rejects)
         except BaseException:
@@ -120,7 +133,10 @@ class StreamRun:
 
     def write(self, doc: Doc) -> None:
         raw = doc.raw
-        self.output.write(raw + b"\n" if raw is not None else doc.to_bytes())  # type: ignore[union-attr]
+        if self._write_doc is not None:  # a columnar output takes the record itself
+            self._write_doc(doc)
+        else:
+            self.output.write(raw + b"\n" if raw is not None else doc.to_bytes())  # type: ignore[union-attr]
         self.summary.records_out += 1
         if doc.counts:
             self.summary.counts.update(doc.counts)

@@ -61,6 +61,7 @@ class TrainConfig:
     sample_every: int = 0
     prompt: str = "\n"
     sample_tokens: int = 64
+    log_to: str | list[str] = "none"      # none | tensorboard | wandb | tensorboard,wandb
     # checkpoints and safety
     checkpoint_every: int = 0             # 0: only at the end and on SIGTERM/SIGUSR1
     keep_checkpoints: int = 3
@@ -100,6 +101,9 @@ class TrainConfig:
                                  f"{', '.join(allowed)}, got {getattr(self, name)!r}")
         if not 0.0 < self.decay_fraction <= 1.0:
             raise UsageError("--decay-fraction must be in (0, 1]")
+        from llmtk.train.loggers import parse_log_to
+
+        parse_log_to(self.log_to)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -21,6 +21,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    qkv_bias: bool = False    # biases on q/k/v only (Qwen2's one difference from Llama)
 
     @property
     def head_dim(self) -> int:
@@ -87,6 +88,8 @@ def count_params(cfg: ModelConfig) -> int:
     """Exact parameter count of GPT(cfg) (equals sum(p.numel() for p in model.parameters()))."""
     d, hd = cfg.d_model, cfg.head_dim
     attn = d * (cfg.n_head + 2 * cfg.kv_heads) * hd + cfg.n_head * hd * d  # wqkv + wo
+    if cfg.qkv_bias:
+        attn += (cfg.n_head + 2 * cfg.kv_heads) * hd
     mlp = 3 * d * cfg.hidden                                                # w1, w3, w2
     norms = 2 * d                                                           # attn_norm, mlp_norm
     per_layer = attn + mlp + norms

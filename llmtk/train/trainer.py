@@ -82,7 +82,11 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def model_config(cfg: TrainConfig, vocab_size: int):
+    from llmtk.train import hf
     from llmtk.train.model_config import PRESETS
+
+    if hf.is_hf_spec(cfg.init_from):
+        return hf.init_model_config(cfg, vocab_size)
 
     if cfg.model not in PRESETS:
         raise UsageError(f"--model must be one of {', '.join(PRESETS)}, got {cfg.model!r}")
@@ -134,9 +138,18 @@ def _fault(name: str, step: int) -> bool:
 
 
 def train(cfg: TrainConfig) -> None:
+    from llmtk.train.hf import resolve_init
+
+    cfg = resolve_init(cfg)  # --init-from hf:PATH brings its tokenizer
     dist = setup_dist(cfg)
     try:
-        Trainer(cfg, dist).run()
+        trainer = Trainer(cfg, dist)
+        try:
+            trainer.run()
+        except BaseException:
+            trainer.close_mirrors(ok=False)
+            raise
+        trainer.close_mirrors(ok=True)
     except LlmtkError as e:
         if getattr(e, "collective", False) and dist.rank != 0:
             sys.exit(e.exit_code)  # every rank reached the same verdict; rank 0 says it
@@ -296,8 +309,10 @@ class Trainer:
 
     # ---------------------------------------------------------------- checkpoints
     def _compat(self, state: dict, path: str, for_init: bool = False) -> None:
+        from llmtk.train.model_config import ModelConfig
+
         mine = self.mcfg.to_dict()
-        theirs = state["model_config"]
+        theirs = ModelConfig(**state["model_config"]).to_dict()  # fields added later: defaults
         if theirs != mine:
             diff = ", ".join(f"{k}: {theirs.get(k)} -> {v}" for k, v in mine.items()
                              if theirs.get(k) != v)
@@ -320,6 +335,7 @@ class Trainer:
 
     def _resume(self) -> None:
         from llmtk.train import checkpoint as C
+        from llmtk.train import hf
 
         cfg, dist = self.cfg, self.dist
         self.step, self.tokens, self.position, self.lr_scale = 0, 0, 0, 1.0
@@ -346,7 +362,11 @@ class Trainer:
                 _say(dist, cfg, f"note: resuming {path}; --init-from only applies to a fresh "
                      "start (--resume never)")
             return
-        if cfg.init_from:
+        if hf.is_hf_spec(cfg.init_from):
+            self._set_states(hf.init_weights(cfg, self.mcfg), None)
+            _say(dist, cfg, f"initialised weights from {cfg.init_from} (fresh optimizer and "
+                 "schedule)")
+        elif cfg.init_from:
             src = C.resolve(cfg.init_from)
             if src is None:
                 raise UsageError(f"--init-from {cfg.init_from}: no complete checkpoint there")
@@ -454,6 +474,13 @@ class Trainer:
         _say(self.dist, self.cfg, f"sample @ {self.step}: {self.cfg.prompt!r} -> {text!r}")
 
     # ---------------------------------------------------------------- the loop
+    mirrors = None  # --log-to backends (rank 0)
+
+    def close_mirrors(self, ok: bool) -> None:
+        if self.mirrors is not None:
+            self.mirrors.close(ok)
+            self.mirrors = None
+
     def run(self) -> None:
         import torch
 
@@ -479,6 +506,10 @@ class Trainer:
             os.replace(os.path.join(self.out, "config.json.tmp"),
                        os.path.join(self.out, "config.json"))
             _say(dist, cfg, f"llmtk train: resolved config\n{text}")
+            from llmtk.train.loggers import open_mirrors
+
+            self.mirrors = open_mirrors(cfg.log_to, self.out, resolved)  # --log-to
+            self.metrics.mirror = self.mirrors.log if self.mirrors else None
             if self.resumed_from:
                 self._event("resume", path=os.path.relpath(self.resumed_from, self.out))
                 _say(dist, cfg, f"resumed from {self.resumed_from} at step {self.step}")
@@ -617,7 +648,7 @@ class Trainer:
 
             self.metrics.close()
             truncate_after(self.metrics.path, state["step"])
-            self.metrics = MetricsWriter(self.metrics.path)
+            self.metrics = MetricsWriter(self.metrics.path, mirror=self.metrics.mirror)
         self._event("rollback", loss=loss, ema_loss=ema, from_step=self.step + 1,
                     to_step=state["step"], skipped_windows=position - state["data_position"])
         _say(self.dist, self.cfg, f"step {self.step}: loss spike {loss:.3f} (avg {ema:.3f}); "
