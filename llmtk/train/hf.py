@@ -91,7 +91,8 @@ def config_from_hf(hf: dict, seq_len: int | None = None) -> ModelConfig:
     uses_window = hf.get("use_sliding_window", kind == "mistral")
     max_pos = int(hf.get("max_position_embeddings", 2048))
     T = seq_len or min(max_pos, 4096)
-    if window is not None and uses_window and int(window) < T:
+    sliding_layers = [t for t in hf.get("layer_types") or [] if t != "full_attention"]
+    if window is not None and (uses_window or sliding_layers) and int(window) < T:
         raise ValueError(f"sliding_window {window} < the context {T} (llmtk attends to the "
                          "whole context)")
     if hf.get("num_experts") or hf.get("num_local_experts"):
@@ -132,6 +133,7 @@ def hf_config(cfg: ModelConfig, eos_id: int | None, bos_id: int | None = None) -
         "tie_word_embeddings": cfg.tie_embeddings,
         "initializer_range": 0.02,
         "use_cache": True,
+        "dtype": "float32",  # transformers 5.x; 4.x reads torch_dtype
         "torch_dtype": "float32",
         "eos_token_id": eos_id,
         "bos_token_id": bos_id,
