@@ -3,40 +3,18 @@
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
 
 import pytest
 
-from llmtk.cli import main
-from tests.util import env, llmtk
+from tests.util import InProcess, env, llmtk
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 
-@dataclass
-class Result:
-    exit_code: int
-    stdout: str
-    output: str  # stderr: messages
-
-
 @pytest.fixture
 def cli(capfd, monkeypatch):
-    """Run `llmtk ARGS` in this process (fd-level capture: llmtk writes fd 1 itself)."""
-
-    def run(*args) -> Result:
-        capfd.readouterr()
-        monkeypatch.setattr(sys, "argv", ["llmtk", *map(str, args)])
-        code = 0
-        try:
-            main()
-        except SystemExit as e:
-            code = e.code or 0
-        out, err = capfd.readouterr()
-        return Result(code, out, err)
-
-    return run
+    return InProcess(capfd, monkeypatch)
 
 
 def records(text: str) -> list[dict]:

@@ -18,7 +18,7 @@ from llmtk.errors import UsageError  # noqa: E402
 from llmtk.train import hf  # noqa: E402
 from llmtk.train.config import resolve_config  # noqa: E402
 from llmtk.train.trainer import train  # noqa: E402
-from tests.test_io_parquet import cli  # noqa: E402,F401  (the in-process CLI fixture)
+from tests.util import InProcess  # noqa: E402
 
 TEXT = ("The quick brown fox jumps over the lazy dog. Zwölf Boxkämpfer jagen Viktor quer "
         "über den großen Sylter Deich. 敏捷的棕色狐狸跳过了懒狗。 ") * 8
@@ -34,6 +34,11 @@ def corpus(tmp_path_factory):
         for i in range(60):
             f.write(json.dumps({"text": f"{i} {TEXT[i:]}"}) + "\n")
     return d
+
+
+@pytest.fixture
+def cli(capfd, monkeypatch):
+    return InProcess(capfd, monkeypatch)
 
 
 def run_train(corpus, out, **flags):

@@ -36,3 +36,26 @@ def shell(script: str, **extra_env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", "-c", prelude + script], capture_output=True, cwd=ROOT, env=env(**extra_env)
     )
+
+
+class InProcess:
+    """`llmtk ARGS` run in this process through `llmtk.cli.main` (exit code, messages and
+    all), with pytest's fd-level capture: llmtk writes stdout to fd 1 itself."""
+
+    def __init__(self, capfd, monkeypatch):
+        self.capfd, self.monkeypatch = capfd, monkeypatch
+
+    def __call__(self, *args):
+        from types import SimpleNamespace
+
+        from llmtk.cli import main
+
+        self.capfd.readouterr()
+        self.monkeypatch.setattr(sys, "argv", ["llmtk", *map(str, args)])
+        code = 0
+        try:
+            main()
+        except SystemExit as e:
+            code = e.code or 0
+        out, err = self.capfd.readouterr()
+        return SimpleNamespace(exit_code=code, stdout=out, output=err)

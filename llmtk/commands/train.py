@@ -227,8 +227,9 @@ def command(
         device=device, dtype=dtype, parallel=parallel, compile=compile,
         activation_checkpointing=activation_checkpointing, log_every=log_every,
         eval_every=eval_every, eval_batches=eval_batches, sample_every=sample_every,
-        prompt=prompt, sample_tokens=sample_tokens, log_to=log_to, checkpoint_every=checkpoint_every,
-        keep_checkpoints=keep_checkpoints, resume=resume, init_from=init_from, on_nan=on_nan,
+        prompt=prompt, sample_tokens=sample_tokens, log_to=log_to,
+        checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints, resume=resume,
+        init_from=init_from, on_nan=on_nan,
         max_bad_steps=max_bad_steps, on_spike=on_spike, spike_factor=spike_factor, quiet=quiet,
     )
     train(resolve_config(flags, config))
