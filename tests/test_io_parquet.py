@@ -270,3 +270,21 @@ def test_jsonl_runs_never_import_pyarrow(tmp_path):
     p = subprocess.run([sys.executable, "-c", code, str(src)], capture_output=True, env=env())
     assert p.stdout == b'{"text": "hello"}\n'
     assert b"PYARROW=False" in p.stderr
+
+
+def test_workers_give_the_same_parquet_bytes(cli, tmp_path):
+    src = tmp_path / "in.parquet"
+    import inspect
+    import json as json_module
+
+    texts = [inspect.getdoc(obj) for mod in (json_module, subprocess, inspect, pytest)
+             for _, obj in inspect.getmembers(mod) if inspect.getdoc(obj)]
+    pq.write_table(pa.table({"id": list(range(len(texts))), "text": texts}), src,
+                   row_group_size=64)
+    outs = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"o{workers}.parquet"
+        r = cli("clean", src, "-o", out, "--workers", workers, "-q")
+        assert r.exit_code == 0, r.output
+        outs.append(pq.read_table(out).to_pylist())
+    assert outs[0] == outs[1] and 0 < len(outs[0]) < len(texts)
