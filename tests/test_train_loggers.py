@@ -32,8 +32,8 @@ def run(corpus, out, log_to, **flags):
     values = dict(data=[str(corpus / "docs.jsonl")], cache_dir=str(corpus / "cache"),
                   out=str(out), layers=1, d_model=32, heads=2, seq_len=32, batch_size=2,
                   steps=4, warmup=1, log_every=1, checkpoint_every=2, sample_every=4,
-                  prompt="Pack", sample_tokens=4, device="cpu", quiet=True, log_to=log_to,
-                  **flags)
+                  prompt="Pack", sample_tokens=4, device="cpu", quiet=True, log_to=log_to)
+    values.update(flags)
     train(resolve_config(values, None))
     with open(out / "metrics.jsonl") as f:
         return [json.loads(line) for line in f]
@@ -115,8 +115,9 @@ def test_wandb_offline_run_holds_the_config_history_and_events(corpus, tmp_path,
             items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
                      for i in record.history.item}
             history.setdefault(record.history.step.num, {}).update(items)
-        elif kind == "run":
-            config.update({i.key: json.loads(i.value_json) for i in record.run.config.update})
+        elif kind in ("run", "config"):  # the config comes with the run, or after it
+            items = record.run.config.update if kind == "run" else record.config.update
+            config.update({i.key: json.loads(i.value_json) for i in items})
     assert config["train"]["d_model"] == 32
     assert config["model"]["n_layer"] == 1
     train_rows = [r for r in rows if "loss" in r and "event" not in r]
@@ -174,3 +175,26 @@ def test_non_finite_values_reach_tensorboard_as_nan(tmp_path):
     assert math.isnan(scalars["train/loss"][0][1])
     assert scalars["events/nan/loss"][0][1] == math.inf
     assert json.loads(texts["events/nan"][0][1])["bad_params"] == ["a"]
+
+
+def test_a_resumed_run_continues_its_logs(corpus, tmp_path, monkeypatch):
+    """Resume: TensorBoard purges the redone steps (as metrics.jsonl is truncated) and W&B
+    continues the same run id."""
+    pytest.importorskip("wandb")
+    pytest.importorskip("tensorboard")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    out = tmp_path / "run"
+    run(corpus, out, "tensorboard,wandb", steps=3, checkpoint_every=2)  # checkpoints 2 and 3
+    (out / "checkpoints" / "latest").write_text("step-0000002\n")
+    import shutil
+
+    shutil.rmtree(out / "checkpoints" / "step-0000003")  # as if killed after step 3's row
+    rows = run(corpus, out, "tensorboard,wandb", steps=5, checkpoint_every=2)
+    assert [r["step"] for r in rows if "loss" in r and "event" not in r] == [1, 2, 3, 4, 5]
+    scalars, _ = tensorboard_events(out)
+    assert [s for s, _ in scalars["train/loss"]] == [1, 2, 3, 4, 5]
+    losses = {r["step"]: r["loss"] for r in rows if "loss" in r and "event" not in r}
+    assert [v for _, v in scalars["train/loss"]] == pytest.approx([losses[s] for s in
+                                                                   range(1, 6)])
+    runs = sorted(glob.glob(str(out / "wandb" / "offline-run-*")))
+    assert len(runs) == 2 and runs[0].rsplit("-", 1)[1] == runs[1].rsplit("-", 1)[1]

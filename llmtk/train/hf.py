@@ -298,7 +298,8 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 
 def _write_tokenizer(out: str, tok_spec: str, tok) -> None:
-    """tokenizer.json (copied, or the byte-level one) plus tokenizer_config.json."""
+    """tokenizer.json (copied, or the byte-level one) plus tokenizer_config.json (the
+    source folder's, or a minimal one naming the EOS token)."""
     if tok.name == "bytes":
         text = byte_tokenizer_json()
     else:
@@ -306,6 +307,14 @@ def _write_tokenizer(out: str, tok_spec: str, tok) -> None:
             text = f.read()
     with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
         f.write(text)
+    home = os.path.dirname(os.path.abspath(tok.path)) if tok.name != "bytes" else None
+    if home and os.path.isfile(os.path.join(home, "tokenizer_config.json")):
+        # The tokenizer came from a Hugging Face folder (--init-from hf:): keep its own
+        # settings (BOS handling, chat template, special tokens).
+        for name in ("tokenizer_config.json", "special_tokens_map.json"):
+            if os.path.isfile(os.path.join(home, name)):
+                shutil.copyfile(os.path.join(home, name), os.path.join(out, name))
+        return
     eos = getattr(tok, "eos_token", "<|endoftext|>")
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos,
               "model_max_length": None, "clean_up_tokenization_spaces": False,

@@ -63,13 +63,16 @@ def _as_text(row: dict) -> str:
 
 
 class TensorBoard:
-    def __init__(self, out: str, config: dict):
+    def __init__(self, out: str, config: dict, start_step: int = 0):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise UsageError("--log-to tensorboard needs the tensorboard package "
                              "(pip install 'llmtk[logging]')") from None
-        self.writer = SummaryWriter(log_dir=os.path.join(out, "tensorboard"))
+        # On resume, purge_step hides the earlier process's events after the checkpoint
+        # (they describe steps being redone), as resume truncates metrics.jsonl.
+        self.writer = SummaryWriter(log_dir=os.path.join(out, "tensorboard"),
+                                    purge_step=start_step + 1 if start_step else None)
         self.writer.add_text("config", "```\n" + json.dumps(config, indent=1, sort_keys=True,
                                                             default=str) + "\n```", 0)
 
@@ -93,19 +96,29 @@ class TensorBoard:
 
 
 class WandB:
-    def __init__(self, out: str, config: dict):
+    def __init__(self, out: str, config: dict, start_step: int = 0):
         try:
             import wandb
         except ImportError:
             raise UsageError("--log-to wandb needs the wandb package "
                              "(pip install 'llmtk[logging]')") from None
-        self.wandb = wandb
         mode = os.environ.get("WANDB_MODE") or "offline"
+        # One W&B run per run directory: a resumed or requeued process continues it.
+        id_file = os.path.join(out, "wandb", "llmtk-run-id")
+        os.makedirs(os.path.dirname(id_file), exist_ok=True)
+        run_id = None
+        if os.path.exists(id_file):
+            with open(id_file) as f:
+                run_id = f.read().strip() or None
         self.run = wandb.init(
-            project=os.environ.get("WANDB_PROJECT", "llmtk"),
+            project=os.environ.get("WANDB_PROJECT", "llmtk"), id=run_id, resume="allow",
             name=os.path.basename(os.path.abspath(out)), dir=out, mode=mode,
             config=config, settings=wandb.Settings(console="off", silent=True))
-        self.last_step = -1
+        if run_id is None:
+            with open(id_file + ".tmp", "w") as f:
+                f.write(self.run.id + "\n")
+            os.replace(id_file + ".tmp", id_file)
+        self.last_step = start_step
 
     def log(self, row: dict) -> None:
         step = int(row.get("step", 0))
@@ -115,8 +128,8 @@ class WandB:
             data[f"events/{event}"] = _as_text(row)
         else:
             data = {k: v for k, v in _numbers(row).items()}
-        # W&B's step must not go back (a resume or rollback redoes steps): then the rows
-        # are logged without a step and keep `step` as a field.
+        # W&B's step must not go back (a rollback redoes steps): such rows are logged
+        # without a step and keep `step` as a field.
         if step >= self.last_step:
             self.run.log(data, step=step)
             self.last_step = step
@@ -133,12 +146,12 @@ class WandB:
 class Mirrors:
     """The chosen backends behind one `log(row)`; `close()` flushes and finishes them."""
 
-    def __init__(self, names: list[str], out: str, config: dict):
+    def __init__(self, names: list[str], out: str, config: dict, start_step: int = 0):
         self.backends = []
         try:
             for name in names:
-                self.backends.append(TensorBoard(out, config) if name == "tensorboard"
-                                     else WandB(out, config))
+                backend = TensorBoard if name == "tensorboard" else WandB
+                self.backends.append(backend(out, config, start_step))
         except BaseException:
             self.close(ok=False)
             raise
@@ -153,6 +166,7 @@ class Mirrors:
         self.backends = []
 
 
-def open_mirrors(value, out: str, config: dict) -> Mirrors | None:
+def open_mirrors(value, out: str, config: dict, start_step: int = 0) -> Mirrors | None:
+    """The --log-to backends for a run directory; start_step > 0 when resuming."""
     names = parse_log_to(value)
-    return Mirrors(names, out, config) if names else None
+    return Mirrors(names, out, config, start_step) if names else None

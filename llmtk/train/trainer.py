@@ -513,7 +513,7 @@ class Trainer:
             _say(dist, cfg, f"llmtk train: resolved config\n{text}")
             from llmtk.train.loggers import open_mirrors
 
-            self.mirrors = open_mirrors(cfg.log_to, self.out, resolved)  # --log-to
+            self.mirrors = open_mirrors(cfg.log_to, self.out, resolved, self.step)  # --log-to
             self.metrics.mirror = self.mirrors.log if self.mirrors else None
             if self.resumed_from:
                 self._event("resume", path=os.path.relpath(self.resumed_from, self.out))
