@@ -152,6 +152,9 @@ def save_tiny(folder, kind="llama", **extra):
             p.add_(torch.randn_like(p) * 0.05)
     model.save_pretrained(folder)
     (folder / "tokenizer.json").write_text(hf.byte_tokenizer_json())
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>",
+         "model_max_length": 64, "chat_template": "{{ messages }}"}))
     return model
 
 
@@ -193,6 +196,7 @@ def test_other_architectures_are_refused(tmp_path):
         load_model(str(tmp_path / "g"))
 
 
+@pytest.mark.slow  # two short training runs (~25 s on 2 busy cores)
 def test_init_from_hf_trains_and_exports_back(corpus, tmp_path):
     """Continued pre-training: start from the HF weights and tokenizer, train, export.
 
@@ -206,6 +210,11 @@ def test_init_from_hf_trains_and_exports_back(corpus, tmp_path):
     back = json.loads((tmp_path / "back" / "config.json").read_text())
     assert back["rope_theta"] == 50000.0 and back["rms_norm_eps"] == 1e-6
     assert back["vocab_size"] == 300 and back["num_key_value_heads"] == 2
+    # The source folder's tokenizer files travel with the model.
+    assert (tmp_path / "back" / "tokenizer_config.json").read_text() == (
+        tmp_path / "base" / "tokenizer_config.json").read_text()
+    assert (tmp_path / "back" / "tokenizer.json").read_text() == (
+        tmp_path / "base" / "tokenizer.json").read_text()
     ids = list(range(5, 45))
     with torch.no_grad():
         original = model(torch.tensor([ids])).logits[0]
