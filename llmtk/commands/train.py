@@ -29,6 +29,10 @@ checkpoints, and resumes from the newest complete checkpoint by itself.
 
   llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 -o tokenizer.json
 
+  llmtk train --init-from hf:models/base --data cpt.jsonl.zst --out runs/cpt --log-to tensorboard
+
+  llmtk train export runs/a --hf hf/a
+
   llmtk plot-loss runs/a/metrics.jsonl -o loss.png
 
 Exit status: 0 done (or checkpointed and stopped on SIGTERM/SIGUSR1), 1 a data or \
@@ -73,7 +77,8 @@ def command(
         "--out", help="The run directory: metrics.jsonl, config.json, checkpoints/.",
         panel=DATA)] = None,
     model: Annotated[str | None, _opt(
-        "--model", help="Preset: tiny, gpt2-124m, 350m, 1b, 7b. Default tiny.",
+        "--model", help="A Llama-style preset of `llmtk estimate --list`: tiny, llmtk-124m, "
+        "350m, 1b, 7b, llama2-7b, llama3-8b, mistral-7b, ... Default tiny.",
         panel=MODEL)] = None,
     layers: Annotated[int | None, _opt("--layers", help="Override the number of layers.",
                                        panel=MODEL)] = None,
