@@ -18,7 +18,7 @@ from llmtk.errors import UsageError  # noqa: E402
 from llmtk.train import hf  # noqa: E402
 from llmtk.train.config import resolve_config  # noqa: E402
 from llmtk.train.trainer import train  # noqa: E402
-from tests.util import InProcess  # noqa: E402
+from tests.util import InProcess, own_signal_handlers  # noqa: E402
 
 TEXT = ("The quick brown fox jumps over the lazy dog. Zwölf Boxkämpfer jagen Viktor quer "
         "über den großen Sylter Deich. 敏捷的棕色狐狸跳过了懒狗。 ") * 8
@@ -46,7 +46,8 @@ def run_train(corpus, out, **flags):
         k: v for k, v in TINY.items() if k not in ("layers", "d_model", "heads")}
     values = {**base, "data": [str(corpus / "docs.jsonl")], "cache_dir": str(corpus / "cache"),
               "out": str(out), **flags}
-    train(resolve_config(values, None))
+    with own_signal_handlers():
+        train(resolve_config(values, None))
 
 
 def hf_logits(folder, ids):

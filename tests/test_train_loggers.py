@@ -15,6 +15,7 @@ from llmtk.errors import UsageError  # noqa: E402
 from llmtk.train.config import resolve_config  # noqa: E402
 from llmtk.train.loggers import parse_log_to  # noqa: E402
 from llmtk.train.trainer import train  # noqa: E402
+from tests.util import own_signal_handlers  # noqa: E402
 
 TEXT = "Pack my box with five dozen liquor jugs. How vexingly quick daft zebras jump! " * 6
 
@@ -34,7 +35,8 @@ def run(corpus, out, log_to, **flags):
                   steps=4, warmup=1, log_every=1, checkpoint_every=2, sample_every=4,
                   prompt="Pack", sample_tokens=4, device="cpu", quiet=True, log_to=log_to)
     values.update(flags)
-    train(resolve_config(values, None))
+    with own_signal_handlers():
+        train(resolve_config(values, None))
     with open(out / "metrics.jsonl") as f:
         return [json.loads(line) for line in f]
 

@@ -1,6 +1,8 @@
 """Helpers for tests that run llmtk as a real process."""
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -52,10 +54,24 @@ class InProcess:
 
         self.capfd.readouterr()
         self.monkeypatch.setattr(sys, "argv", ["llmtk", *map(str, args)])
+        self.monkeypatch.setenv("LLMTK_DEBUG", "0")
         code = 0
-        try:
-            main()
-        except SystemExit as e:
-            code = e.code or 0
+        with own_signal_handlers():
+            try:
+                main()
+            except SystemExit as e:
+                code = e.code or 0
         out, err = self.capfd.readouterr()
         return SimpleNamespace(exit_code=code, stdout=out, output=err)
+
+
+@contextlib.contextmanager
+def own_signal_handlers():
+    """Put back pytest's SIGTERM/SIGUSR1 handlers after llmtk ran in this process (the
+    CLI and the trainer install their own)."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

@@ -25,11 +25,14 @@ checkpoints, and resumes from the newest complete checkpoint by itself.
 
   llmtk train --config run.toml --nproc-per-node 8
 
-  llmtk train --config run.toml --nproc-per-node 8 --nnodes 4 --rdzv-endpoint node0:29500
+  llmtk train --config run.toml --nproc-per-node 8 --nnodes 4 \\
+    --rdzv-endpoint node0:29500
 
-  llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 -o tokenizer.json
+  llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 \\
+    -o tokenizer.json
 
-  llmtk train --init-from hf:models/base --data cpt.jsonl.zst --out runs/cpt --log-to tensorboard
+  llmtk train --init-from hf:models/base --data cpt.jsonl.zst --out runs/cpt \\
+    --log-to tensorboard
 
   llmtk train export runs/a --hf hf/a
 
@@ -248,7 +251,8 @@ UTF-8 text is covered and nothing is unknown; <|endoftext|> is the EOS token.
 
 [bold]Examples[/bold]
 
-  llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 -o tokenizer.json
+  llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 \\
+    -o tokenizer.json
 
   zstdcat web.jsonl.zst | head -100000 | llmtk train tokenizer -o tok.json
 
@@ -307,7 +311,9 @@ temporary name and renamed when complete.
 
   llmtk train export runs/a/checkpoints/step-0001000 --hf hf/a-1000
 
-  python -c "from transformers import AutoModelForCausalLM as M; M.from_pretrained('hf/a')"
+  llmtk generate hf/a --prompt "Once upon a time" --temperature 0
+
+The folder loads with transformers' AutoModelForCausalLM.from_pretrained('hf/a').
 
 Exit status: 0 written, 1 an unreadable checkpoint, 2 bad usage (no checkpoint, OUT_DIR \
 not empty).
