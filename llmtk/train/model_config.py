@@ -79,9 +79,10 @@ PRESETS: dict[str, ModelConfig] = {
 def preset(name: str, **overrides) -> ModelConfig:
     """A copy of a named preset with some fields replaced."""
     if name not in PRESETS:
-        why = f": {trainable(_SHARED[name])}" if name in _SHARED else ""
-        raise KeyError(f"preset {name!r} cannot be trained by llmtk{why} (trainable: "
-                       f"{', '.join(PRESETS)})")
+        if name in _SHARED:
+            raise KeyError(f"preset {name!r} cannot be trained by llmtk: "
+                           f"{trainable(_SHARED[name])} (trainable: {', '.join(PRESETS)})")
+        raise KeyError(f"unknown model preset {name!r} (known: {', '.join(PRESETS)})")
     return replace(PRESETS[name], **overrides)
 
 

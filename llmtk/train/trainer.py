@@ -92,9 +92,9 @@ def model_config(cfg: TrainConfig, vocab_size: int):
         from llmtk.presets import PRESETS as ALL
         from llmtk.presets import trainable
 
-        why = f"{cfg.model} is {trainable(ALL[cfg.model])}; " if cfg.model in ALL else ""
-        raise UsageError(f"--model: {why}llmtk trains one of {', '.join(PRESETS)}, "
-                         f"got {cfg.model!r}")
+        why = f" ({cfg.model} is {trainable(ALL[cfg.model])})" if cfg.model in ALL else ""
+        raise UsageError(f"--model must be one of {', '.join(PRESETS)}, got "
+                         f"{cfg.model!r}{why}")
     mc = replace(PRESETS[cfg.model], vocab_size=vocab_size)
     overrides = {"n_layer": cfg.layers, "d_model": cfg.d_model, "n_head": cfg.heads,
                  "n_kv_head": cfg.kv_heads, "ffn_hidden": cfg.ffn_hidden, "seq_len": cfg.seq_len}
