@@ -19,6 +19,7 @@ from llmtk.commands import (
     dedup,
     diagnose,
     estimate,
+    generate,
     mix,
     plot_loss,
     train,
@@ -69,7 +70,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (clean, dedup, mix, contam_check, estimate, train, plot_loss, diagnose, cat):
+for module in (clean, dedup, mix, contam_check, estimate, train, generate, plot_loss, diagnose,
+               cat):
     module.register(app)
 
 

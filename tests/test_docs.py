@@ -8,7 +8,8 @@ import typer
 from llmtk.cli import app
 from tests.util import ROOT
 
-COMMANDS = ["clean", "dedup", "mix", "contam-check", "estimate", "train", "plot-loss", "diagnose"]
+COMMANDS = ["clean", "dedup", "mix", "contam-check", "estimate", "train", "generate", "plot-loss",
+            "diagnose"]
 
 
 def _click_group():

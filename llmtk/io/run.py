@@ -31,6 +31,7 @@ import orjson
 
 from llmtk.errors import UsageError
 from llmtk.io.compression import normalise_kind
+from llmtk.io.parquet import is_parquet_name
 from llmtk.io.paths import check_paths, input_identities
 from llmtk.io.reader import MAX_RECORD_BYTES, BadRecord, expand_inputs, read_docs
 from llmtk.io.record import DUMP_OPTS, Doc
@@ -84,12 +85,25 @@ class StreamRun:
         self._stats: Sink | None = None
         self._sinks: list[Sink] = []  # every output, committed together
         self._progress = None
+        self._write_doc = None
 
     # -- context -------------------------------------------------------------
 
     def __enter__(self) -> "StreamRun":
         try:
-            self.output = self._open(self.opts.output, normalise_kind(self.opts.compress))
+            if is_parquet_name(self.opts.output):  # columnar output: records, not lines
+                if self.opts.compress:
+                    raise UsageError("--compress: a .parquet output is always zstd-compressed")
+                from llmtk.io.parquet import ParquetSink
+
+                self.output = ParquetSink(self.opts.output, self.opts.text_field)
+                self._sinks.append(self.output)  # committed with the others
+                self._write_doc = self.output.write_doc
+            else:
+                self.output = self._open(self.opts.output, normalise_kind(self.opts.compress))
+            if is_parquet_name(self.opts.rejects):
+                raise UsageError("--rejects: write JSONL (rejected records carry varying "
+                                 "fields that one Parquet schema cannot hold)")
             if self.opts.rejects:
                 self.rejects = self._open(self.opts.rejects)
             if self.opts.stats:
@@ -166,7 +180,9 @@ class StreamRun:
 
     def write(self, doc: Doc) -> None:
         raw = doc.raw
-        if raw is None:
+        if self._write_doc is not None:  # a columnar output takes the record itself
+            self._write_doc(doc)
+        elif raw is None:
             self.output.write(doc.to_bytes())  # type: ignore[union-attr]
         elif len(raw) < BUFFER:
             self.output.write(raw + b"\n")  # type: ignore[union-attr]
