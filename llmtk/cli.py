@@ -20,9 +20,10 @@ from llmtk.commands import (
     estimate,
     mix,
     plot_loss,
+    stats,
     train,
 )
-from llmtk.errors import LlmtkError, PipeClosed
+from llmtk.errors import AlreadyDone, LlmtkError, PipeClosed
 
 HELP = """\
 Small Unix-style tools for the whole LLM pre-training workflow.
@@ -58,7 +59,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (clean, dedup, mix, contam_check, estimate, train, plot_loss, diagnose, cat):
+for module in (clean, dedup, mix, contam_check, estimate, train, plot_loss, diagnose, stats,
+               cat):
     module.register(app)
 
 
@@ -105,6 +107,9 @@ def main() -> None:
         app(prog_name="llmtk")
     except PipeClosed:
         _quiet_stdout()
+        sys.exit(0)
+    except AlreadyDone as e:
+        print(f"llmtk: {e}", file=sys.stderr)
         sys.exit(0)
     except BrokenPipeError:
         _quiet_stdout()
