@@ -441,3 +441,20 @@ def test_progress_only_when_stderr_is_a_terminal(tmp_path):
     # without a terminal: the summary only, no progress line
     r = llmtk("cat", "-", input=data)
     assert b"llmtk cat: " not in r.stderr and b"records in" in r.stderr
+
+
+def test_stats_merge_adds_counters_and_refuses_other_tools(tmp_path):
+    a, b, c = (tmp_path / f"{x}.json" for x in "abc")
+    a.write_text(json.dumps({"tool": "clean", "records_in": 3, "dropped": {"x": 1},
+                             "seconds": 0.5}))
+    b.write_text(json.dumps({"tool": "clean", "records_in": 4, "dropped": {"x": 2, "y": 1},
+                             "seconds": 0.25}))
+    c.write_text(json.dumps({"tool": "dedup", "records_in": 1}))
+    r = llmtk("stats", "merge", a, b, check=True)
+    assert json.loads(r.stdout) == {"tool": "clean", "records_in": 7,
+                                    "dropped": {"x": 3, "y": 1}, "seconds": 0.75}
+    r = llmtk("stats", "merge", a, c)
+    assert r.returncode == 2 and b"only stats of the same tool merge" in r.stderr
+    (tmp_path / "bad.json").write_text("{")
+    r = llmtk("stats", "merge", a, tmp_path / "bad.json")
+    assert r.returncode == 1 and r.stderr.startswith(b"llmtk: error: ")
