@@ -1,0 +1,107 @@
+"""Cluster entry points: the Slurm array scripts in bin/ (on a fake sbatch that runs the
+array here, task by task) and `llmtk run` on a local Ray instance."""
+
+import os
+import stat
+import subprocess
+import sys
+
+import orjson
+import pytest
+import zstandard
+
+from tests.test_clean import jsonl, mixed_corpus
+from tests.util import ROOT, env, llmtk
+
+ARRAY = ROOT / "bin" / "llmtk-array.sbatch"
+PIPELINE = ROOT / "bin" / "llmtk-pipeline.sh"
+
+# A stand-in for sbatch: runs every task of the array now, in order, with the Slurm
+# variables set, and fails like afterok would when a task fails; prints a job id.
+FAKE_SBATCH = r"""#!/bin/bash
+set -u
+array="" dep=""
+while [[ $1 == --* ]]; do
+  case $1 in
+    --array=*) array=${1#--array=} ;;
+    --dependency=*) dep=${1#--dependency=} ;;
+  esac
+  shift
+done
+echo "$dep $*" >> "$SBATCH_LOG"
+count=$(( ${array#*-} + 1 ))
+for ((i = 0; i < count; i++)); do
+  SLURM_ARRAY_TASK_ID=$i SLURM_ARRAY_TASK_MIN=0 SLURM_ARRAY_TASK_COUNT=$count bash "$@" \
+    >&2 || exit 1
+done
+n=$(wc -l < "$SBATCH_LOG")
+echo "job$n"
+"""
+
+
+def test_array_script_turns_the_task_id_into_a_shard():
+    r = subprocess.run(["bash", ARRAY, "echo", "--shard", "{shard}", "-o", "out/{k}.jsonl",
+                        "{n}"], capture_output=True,
+                       env=env(SLURM_ARRAY_TASK_ID="12", SLURM_ARRAY_TASK_MIN="10",
+                               SLURM_ARRAY_TASK_COUNT="5"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"--shard 2/5 -o out/00002.jsonl 5\n"
+    r = subprocess.run(["bash", ARRAY, "echo"], capture_output=True, env=env())
+    assert r.returncode != 0 and b"SLURM_ARRAY_TASK_ID" in r.stderr
+
+
+def _crawl(tmp_path):
+    d = tmp_path / "crawl"
+    d.mkdir()
+    corpus = mixed_corpus(80, seed=5)
+    corpus += [dict(r, id=f"copy{i}") for i, r in enumerate(corpus[:30])]  # duplicates
+    for f in range(4):
+        (d / f"c{f}.jsonl").write_bytes(jsonl(corpus[f * 30:(f + 1) * 30]))
+    ev = tmp_path / "eval.jsonl"
+    kept = [r for r in corpus if len(r["text"]) > 500]
+    ev.write_bytes(jsonl([{"id": "e1", "text": " ".join(kept[0]["text"].split()[:40])}]))
+    return d, ev
+
+
+@pytest.mark.slow
+def test_pipeline_on_slurm_equals_the_single_machine_pipeline(tmp_path):
+    crawl, ev = _crawl(tmp_path)
+    bindir = tmp_path / "fakebin"
+    bindir.mkdir()
+    sbatch = bindir / "sbatch"
+    sbatch.write_text(FAKE_SBATCH)
+    sbatch.chmod(sbatch.stat().st_mode | stat.S_IEXEC)
+    work = tmp_path / "work"
+    run_env = env(PATH=f"{bindir}:{os.environ['PATH']}", SBATCH_LOG=str(tmp_path / "log"),
+                  TASKS="3", BUCKET_TASKS="4", LLMTK=f"{sys.executable} -m llmtk")
+    r = subprocess.run(["bash", PIPELINE, crawl, work, ev], capture_output=True, env=run_env,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    deps = [line.split(" ", 1)[0] for line in (tmp_path / "log").read_text().splitlines()]
+    assert deps == ["", *(f"afterok:job{i}" for i in range(1, 9))]
+    # The single-machine pipeline.
+    single = tmp_path / "single"
+    single.mkdir()
+    llmtk("clean", crawl, "-o", single / "clean.jsonl", "-q", check=True)
+    llmtk("dedup", single / "clean.jsonl", "-o", single / "dedup.jsonl", "-q", check=True)
+    r = llmtk("contam-check", single / "dedup.jsonl", "--eval", ev, "--drop", "-o",
+              single / "decontam.jsonl", "--report", single / "report.json", "-q")
+    assert r.returncode == 0, r.stderr
+    staged = b"".join(zstandard.ZstdDecompressor().decompress(p.read_bytes(),
+                                                             max_output_size=1 << 30)
+                      for p in sorted((work / "decontam").glob("*.jsonl.zst")))
+    assert staged == (single / "decontam.jsonl").read_bytes()
+    assert orjson.loads((work / "reports" / "contam.json").read_bytes()) == orjson.loads(
+        (single / "report.json").read_bytes())
+    mix = llmtk("mix", "--source", f"web={single / 'decontam.jsonl'}", "-q", check=True)
+    staged_mix = b"".join(zstandard.ZstdDecompressor().decompress(p.read_bytes(),
+                                                                 max_output_size=1 << 30)
+                          for p in sorted((work / "mix").glob("*.jsonl.zst")))
+    assert sorted(staged_mix.splitlines()) == sorted(mix.stdout.splitlines())
+    # A rerun skips every finished task and leaves the outputs as they are.
+    before = {p: p.stat().st_mtime_ns for p in work.rglob("*.jsonl.zst")}
+    r = subprocess.run(["bash", PIPELINE, crawl, work, ev], capture_output=True, env=run_env,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stderr.count(b"skipping") >= 3 * 5 + 4
+    assert before == {p: p.stat().st_mtime_ns for p in work.rglob("*.jsonl.zst")}
