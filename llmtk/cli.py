@@ -20,6 +20,7 @@ from llmtk.commands import (
     estimate,
     mix,
     plot_loss,
+    run,
     stats,
     train,
 )
@@ -60,7 +61,7 @@ app = typer.Typer(
 )
 
 for module in (clean, dedup, mix, contam_check, estimate, train, plot_loss, diagnose, stats,
-               cat):
+               run, cat):
     module.register(app)
 
 

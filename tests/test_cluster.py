@@ -105,3 +105,57 @@ def test_pipeline_on_slurm_equals_the_single_machine_pipeline(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stderr.count(b"skipping") >= 3 * 5 + 4
     assert before == {p: p.stat().st_mtime_ns for p in work.rglob("*.jsonl.zst")}
+
+
+def _task_command(tmp_path, d, out):
+    """bash -c: task 1 fails on its first try (it leaves a flag), then runs `llmtk cat`."""
+    flag = tmp_path / "failed-once"
+    script = (f'if [ {{k}} = 00001 ] && [ ! -e {flag} ]; then touch {flag}; exit 1; fi; '
+              f'exec {sys.executable} -m llmtk cat {d} --shard {{shard}} -o {out}/{{k}}.jsonl -q')
+    return ["bash", "-c", script], flag
+
+
+def _inputs(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    rows = [{"id": i, "text": f"document {i}"} for i in range(300)]
+    for f in range(5):
+        (d / f"f{f}.jsonl").write_bytes(jsonl(rows[f * 60:(f + 1) * 60]))
+    out = tmp_path / "out"
+    out.mkdir()
+    return d, out
+
+
+@pytest.mark.parametrize("executor", [
+    "local", pytest.param("ray", marks=pytest.mark.slow)])
+def test_run_executes_every_task_and_retries_a_failed_one(tmp_path, executor):
+    if executor == "ray":
+        pytest.importorskip("ray", reason="ray is not installed (pip install 'llmtk[ray]')")
+    d, out = _inputs(tmp_path)
+    command, flag = _task_command(tmp_path, d, out)
+    r = llmtk("run", "--executor", executor, "--tasks", "3", "--parallel", "2", "--retries", "2",
+              "--", *command)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert flag.exists()  # task 1 did fail once
+    whole = llmtk("cat", d, "-q", check=True).stdout
+    assert b"".join((out / f"{k:05d}.jsonl").read_bytes() for k in range(3)) == whole
+    assert all((out / f"{k:05d}.jsonl.done").exists() for k in range(3))
+
+
+def test_run_reports_a_task_that_keeps_failing(tmp_path):
+    r = llmtk("run", "--tasks", "2", "--retries", "1", "--", "bash", "-c", "test {k} = 00000")
+    assert r.returncode == 1
+    assert b"llmtk: error: task 1 of 2 exited with status 1, after 2 tries" in r.stderr
+    assert llmtk("run", "--tasks", "2").returncode == 2
+
+
+def test_single_machine_path_never_imports_ray(tmp_path):
+    d, out = _inputs(tmp_path)
+    probe = ("import sys, runpy; sys.argv = ['llmtk', 'cat', sys.argv[1], '-q', '--shard', "
+             "'0/2', '-o', sys.argv[2]]\n"
+             "from llmtk.cli import main\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             "sys.stderr.write('RAY=' + str('ray' in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", probe, str(d), str(out / "x.jsonl")],
+                       capture_output=True, env=env())
+    assert r.stderr.endswith(b"RAY=False"), r.stderr

@@ -68,4 +68,5 @@ def register(app: typer.Typer) -> None:
                         rich_markup_mode="rich",
                         context_settings={"help_option_names": ["-h", "--help"]})
     group.command("merge", help=MERGE_HELP, epilog=EPILOG)(merge_command)
-    app.add_typer(group, name="stats")
+    # Plumbing beside the eight tools (like `cat`): documented in docs/cluster.md.
+    app.add_typer(group, name="stats", hidden=True)
