@@ -374,21 +374,31 @@ def build_clusters(bucket_dir: str, out_dir: str) -> int:
     if os.path.exists(_done(out_dir, "clusters")):
         raise AlreadyDone(f"{out_dir} is done; skipping this task")
     ranges = int(meta["ranges"])
-    child, owner, banded = [], [], []
-    for band in range(config.bands + 1):
+    # Exact key first: a document's exact owner is its parent if it has one, else its
+    # earliest band owner. One band at a time is reduced to one (owner, exact) per child,
+    # then merged into the running result: memory ~ the duplicates, plus one band's edges.
+    docs = np.zeros(0, np.uint64)
+    parent = np.zeros(0, np.uint64)
+    exact = np.zeros(0, bool)
+    for band in (config.bands, *range(config.bands)):
+        child, owner = [], []
         for r in range(ranges):
             with np.load(os.path.join(
                     bucket_dir, f"edges-b{band:03d}-r{r:05d}-of-{ranges:05d}.npz")) as z:
                 child.append(z["child"])
                 owner.append(z["owner"])
-            banded.append(np.full(len(child[-1]), band < config.bands))
-    c, o, b = np.concatenate(child), np.concatenate(owner), np.concatenate(banded)
-    # parent: the exact owner if there is one, else the earliest band owner.
-    order = np.lexsort((o, b, c))
-    c, o, b = c[order], o[order], b[order]
-    first = np.r_[True, c[1:] != c[:-1]] if len(c) else np.zeros(0, bool)
-    docs, parent, exact = c[first], o[first], ~b[first]
+        is_exact = band == config.bands
+        c = np.concatenate([docs, *child])
+        o = np.concatenate([parent, *owner])
+        x = np.concatenate([exact, np.full(len(c) - len(docs), is_exact)])
+        del child, owner
+        order = np.lexsort((o, ~x, c))  # by child, exact first, then earliest owner
+        c, o, x = c[order], o[order], x[order]
+        first = np.r_[True, c[1:] != c[:-1]] if len(c) else np.zeros(0, bool)
+        docs, parent, exact = c[first], o[first], x[first]
+        del c, o, x, order, first
     roots = _roots(docs, parent)
+    del parent
     # Where the single run writes a root's --clusters line: before its first duplicate.
     _, first_dup = np.unique(roots, return_index=True)
     head_first = np.zeros(len(docs), bool)
@@ -396,18 +406,27 @@ def build_clusters(bucket_dir: str, out_dir: str) -> int:
     counts = sigs.record_counts()
     offsets = np.cumsum([0, *counts]).astype(np.int64)
     uroots = np.unique(roots)
-    ids = sigs.lookup(uroots, "id")
-    refs = [i if i is not None else _position(int(r), offsets)
-            for r, i in zip(uroots.tolist(), ids, strict=True)]
-    root_ref = np.searchsorted(uroots, roots)  # (D,) index into refs
-    ordinal = (docs >> np.uint64(RECORD_BITS)).astype(np.int64)
+    ids = sigs.lookup(uroots, "id")  # None where the root has no id
+    has_id = np.fromiter((i is not None for i in ids), bool, len(ids))
+    root_at = np.searchsorted(uroots, roots)  # (D,) row of each document's root in uroots
+    # dup_of: the root's id, or its position in the whole input.
+    position = (offsets[(roots >> np.uint64(RECORD_BITS)).astype(np.int64)]
+                + (roots & np.uint64(RECORD_MASK)).astype(np.int64))
     for k, p in enumerate(sigs.parts):
-        mine = np.isin(ordinal, np.asarray(p["ordinals"], dtype=np.int64))
+        if p["ordinals"]:  # a task's files are a contiguous run of ordinals
+            lo, hi = (np.uint64(o << RECORD_BITS) for o in (p["ordinals"][0],
+                                                           p["ordinals"][-1] + 1))
+            a, b = np.searchsorted(docs, [lo, hi])
+        else:
+            a = b = 0
+        rows = root_at[a:b]
+        named = has_id[rows]
+        dup_ids = orjson.dumps([ids[i] for i in rows[named].tolist()])
         path = os.path.join(out_dir, f"remove-{_part(k, sigs.tasks)}.npz")
         tmp = f"{path}.tmp-{os.getpid()}.npz"
-        dup_of = orjson.dumps([refs[i] for i in root_ref[mine].tolist()])
-        np.savez(tmp, docs=docs[mine], roots=roots[mine], exact=exact[mine],
-                 head_first=head_first[mine], dup_of=np.frombuffer(dup_of, np.uint8))
+        np.savez(tmp, docs=docs[a:b], exact=exact[a:b], head_first=head_first[a:b],
+                 root_position=position[a:b], root_named=named,
+                 root_ids=np.frombuffer(dup_ids, np.uint8))
         os.replace(tmp, path)
     _write_meta(out_dir, CLUSTER_KIND, "-o", config=config.to_dict(), tasks=sigs.tasks,
                 files=sigs.files, records=counts, ordinals=[p["ordinals"] for p in sigs.parts])
@@ -429,11 +448,6 @@ def _roots(docs: np.ndarray, parent: np.ndarray) -> np.ndarray:
         if not has.any():
             return root
         root[has] = root[pos[has]]
-
-
-def _position(key: int, offsets: np.ndarray) -> int:
-    """A document's 0-based position in the whole input (its name when it has no id)."""
-    return int(offsets[key >> RECORD_BITS]) + (key & RECORD_MASK)
 
 
 # -- 4. filter ------------------------------------------------------------------------------
@@ -462,7 +476,9 @@ def filter_with_clusters(run: StreamRun, directory: str, annotate: bool,
             docs.append(z["docs"][keep])
             exact.append(z["exact"][keep])
             head_first.append(z["head_first"][keep])
-            refs = orjson.loads(z["dup_of"].tobytes())
+            named_ids = iter(orjson.loads(z["root_ids"].tobytes()))
+            refs = [next(named_ids) if named else pos for pos, named in
+                    zip(z["root_position"].tolist(), z["root_named"].tolist(), strict=True)]
             dup_of.extend(refs[i] for i in np.flatnonzero(keep).tolist())
     remove = np.concatenate(docs).tolist() if docs else []
     exact_l = np.concatenate(exact).tolist() if exact else []
