@@ -220,16 +220,10 @@ class Signatures:
             for r in range(p["runs"]):
                 yield os.path.join(p["dir"], f"r{r:05d}")
 
-    def band_runs(self, band: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        import numpy as np
-
-        out = []
-        for p in self.parts:
-            for r in range(p["runs"]):
-                stem = os.path.join(p["dir"], f"b{band:03d}-r{r:05d}")
-                out.append((np.load(stem + ".keys.npy", mmap_mode="r"),
-                            np.load(stem + ".docs.npy", mmap_mode="r")))
-        return out
+    def band_runs(self, band: int) -> list[str]:
+        """The path stem of each sorted run of one band (STEM.keys.npy, STEM.docs.npy)."""
+        return [os.path.join(p["dir"], f"b{band:03d}-r{r:05d}")
+                for p in self.parts for r in range(p["runs"])]
 
     def record_counts(self) -> list[int]:
         """Records of every input file, by file ordinal."""
@@ -309,23 +303,28 @@ def build_buckets(sig_dir: str, out_dir: str, part: tuple[int, int] | None) -> i
 
 
 def _unit_edges(sigs: Signatures, band: int, r: int, ranges: int, window: int):
-    """(child, owner) uint64 for one band's key range r of `ranges`, window by window."""
+    """(child, owner) uint64 for one band's key range r of `ranges`, window by window.
+
+    The window boundaries are found by binary search in each run's memory map (a few
+    pages, unmapped at once); the windows' pairs are read with plain reads, so the
+    memory is one window whatever the corpus size.
+    """
     import numpy as np
 
     lo, hi = (r << 64) // ranges, ((r + 1) << 64) // ranges  # keys in [lo, hi)
-    runs = sigs.band_runs(band)
-    bounds = [_span(keys, lo, hi) for keys, _ in runs]
-    total = sum(b - a for a, b in bounds)
+    runs = [_RunFile(stem) for stem in sigs.band_runs(band)]
+    total = sum(int(np.diff(run.cuts([lo, hi]))[0]) for run in runs)
     windows = max(1, -(-total // window))
+    bounds = [lo + (hi - lo) * w // windows for w in range(windows + 1)]
+    cuts = [run.cuts(bounds) for run in runs]  # (windows + 1,) positions per run
     children, owners = [], []
     for w in range(windows):
-        wlo, whi = lo + (hi - lo) * w // windows, lo + (hi - lo) * (w + 1) // windows
         ks, ds = [], []
-        for (keys, docs), (a, b) in zip(runs, bounds, strict=True):
-            x, y = _span(keys[a:b], wlo, whi)
-            ks.append(np.asarray(keys[a + x:a + y]))
-            ds.append(np.asarray(docs[a + x:a + y]))
+        for run, c in zip(runs, cuts, strict=True):
+            ks.append(run.read("keys", c[w], c[w + 1]))
+            ds.append(run.read("docs", c[w], c[w + 1]))
         key, doc = np.concatenate(ks), np.concatenate(ds)
+        del ks, ds
         if not len(key):
             continue
         order = np.lexsort((doc, key))  # by key, then document
@@ -339,13 +338,38 @@ def _unit_edges(sigs: Signatures, band: int, r: int, ranges: int, window: int):
     return np.concatenate(children), np.concatenate(owners)
 
 
-def _span(keys, lo: int, hi: int) -> tuple[int, int]:
-    """[a, b): the positions of the sorted keys in [lo, hi) (hi may be 2**64)."""
-    import numpy as np
+class _RunFile:
+    """One sorted run of a band: binary search and slices, without keeping it mapped."""
 
-    a = int(np.searchsorted(keys, np.uint64(lo), side="left"))
-    b = len(keys) if hi >= 1 << 64 else int(np.searchsorted(keys, np.uint64(hi), side="left"))
-    return a, b
+    def __init__(self, stem: str) -> None:
+        self.stem = stem
+        self._offset: dict[str, int] = {}
+
+    def cuts(self, bounds: list[int]):
+        """Position of the first key >= each bound (a bound of 2**64: the end)."""
+        import numpy as np
+
+        keys = np.load(self.stem + ".keys.npy", mmap_mode="r")
+        top = [b >= 1 << 64 for b in bounds]
+        q = np.array([0 if t else b for b, t in zip(bounds, top, strict=True)], np.uint64)
+        pos = np.searchsorted(keys, q, side="left")
+        pos[np.array(top, bool)] = len(keys)
+        del keys
+        return pos.tolist()
+
+    def read(self, what: str, a: int, b: int):
+        import numpy as np
+
+        path = f"{self.stem}.{what}.npy"
+        if what not in self._offset:
+            with open(path, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    np.lib.format.read_array_header_1_0(f)
+                else:
+                    np.lib.format.read_array_header_2_0(f)
+                self._offset[what] = f.tell()
+        return np.fromfile(path, dtype=np.uint64, count=b - a, offset=self._offset[what] + 8 * a)
 
 
 def _verified(sigs: Signatures, child: np.ndarray, owner: np.ndarray):
