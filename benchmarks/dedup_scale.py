@@ -125,16 +125,18 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def bench_stages(docs: int, seed: int, keep: bool) -> dict:
+def bench_stages(docs: int, seed: int, keep: bool, signatures: tuple | None) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"dedup-scale-{docs}-", dir=os.environ.get("TMPDIR")))
     try:
-        t0 = time.perf_counter()
-        files = write_synthetic(work, docs, seed)
-        gen = time.perf_counter() - t0
+        # Generated in a child process: a process's peak RSS is inherited through fork and
+        # exec, so this driver stays small and the stage processes' numbers are their own.
+        gen, _ = measure([str(PY), __file__, "--generate", str(work), "--docs", str(docs),
+                          "--seed", str(seed)])
+        files = sorted((work / "inputs").iterdir())
         res = {"docs": docs, "tasks": len(files), "generate_s": gen}
         # One real signatures task (its own file): per-task work, the same at any corpus size.
-        res["signatures"] = measure([*LLMTK, "dedup", "signatures", str(files[0]), "-o",
-                                     str(work / "sigs-real"), "-q"])
+        res["signatures"] = signatures or measure(
+            [*LLMTK, "dedup", "signatures", str(files[0]), "-o", str(work / "sigs-real"), "-q"])
         walls, rss = [], []
         for k in range(BUCKET_TASKS):
             w, r = measure([*LLMTK, "dedup", "buckets", str(work / "sigs"), "--shard",
@@ -255,15 +257,21 @@ def main() -> None:
     ap.add_argument("--docs", type=float, nargs="+", default=[1e6, 1e7])
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", action="store_true", help="keep the work folders")
+    ap.add_argument("--generate", help=argparse.SUPPRESS)  # internal: the child that generates
     args = ap.parse_args()
+    if args.generate:
+        write_synthetic(Path(args.generate), int(args.docs[0]), args.seed)
+        return
     if args.bench == "reads":
         bench_reads(100, 2000)
         return
-    results = []
+    results: list[dict] = []
     for d in args.docs:
-        r = bench_stages(int(d), args.seed, args.keep)
+        r = bench_stages(int(d), args.seed, args.keep,
+                         results[0]["signatures"] if results else None)
         results.append(r)
         print_stages([r])
+        sys.stdout.flush()
     print_stages(results)
 
 

@@ -159,3 +159,19 @@ def test_single_machine_path_never_imports_ray(tmp_path):
     r = subprocess.run([sys.executable, "-c", probe, str(d), str(out / "x.jsonl")],
                        capture_output=True, env=env())
     assert r.stderr.endswith(b"RAY=False"), r.stderr
+
+
+def test_cluster_page_describes_the_plumbing_commands_options():
+    import re
+
+    import typer
+
+    from llmtk.cli import app
+
+    text = (ROOT / "docs" / "cluster.md").read_text()
+    documented = set(re.findall(r"--[a-z][a-z0-9-]*", text))
+    commands = typer.main.get_command(app).commands
+    for cmd in (commands["run"], commands["stats"].commands["merge"]):
+        options = {o for p in cmd.params for o in getattr(p, "opts", [])
+                   if o.startswith("--") and o != "--help"}
+        assert options <= documented, sorted(options - documented)
