@@ -147,3 +147,30 @@ def test_stages_refuse_mismatches_and_incomplete_parts(corpus_dir, tmp_path):
     assert r.exit_code == 2 and "other input files" in r.output
     r = cli("dedup", "signatures", "-o", tmp_path / "s2", input=b'{"text": "a"}\n')
     assert r.exit_code == 2 and "not stdin" in r.output
+
+
+def test_rerun_skips_finished_tasks_and_redoes_killed_ones(corpus_dir, tmp_path):
+    _single(corpus_dir, tmp_path, [])
+    sigs = tmp_path / "sigs"
+    sigs.mkdir()
+    # Task 0 was killed after renaming its part into place, before its marker; task 1 was
+    # killed while writing (a temporary folder that no later stage looks at).
+    (sigs / "part-00000-of-00002").mkdir()
+    (sigs / "part-00000-of-00002" / "junk").write_bytes(b"half")
+    (sigs / ".part-00001-of-00002.tmp-999").mkdir()
+    out, rej, cl = _staged(corpus_dir, tmp_path, 2, 3, 2, [], [])
+    assert out == (tmp_path / "single.jsonl").read_bytes()
+    assert not (sigs / "part-00000-of-00002" / "junk").exists()
+    # Every stage's finished task is skipped on a rerun, without touching its outputs.
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    for args in (["dedup", "signatures", corpus_dir, "--shard", "1/2", "-o", sigs,
+                  "--on-error", "skip"],
+                 ["dedup", "buckets", sigs, "--shard", "2/3", "-o", tmp_path / "buckets"],
+                 ["dedup", "clusters", tmp_path / "buckets", "-o", tmp_path / "clusters"],
+                 ["dedup", "filter", corpus_dir, "--index", tmp_path / "clusters", "--shard",
+                  "0/2", "-o", tmp_path / "out0.jsonl", "--rejects", tmp_path / "rej0.jsonl",
+                  "--clusters", tmp_path / "cl0.jsonl", "--on-error", "skip", "--stats",
+                  tmp_path / "stats0.json"]):
+        r = cli(*args)
+        assert r.exit_code == 0 and "skipping" in r.output, (args, r.output)
+    assert before == {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
