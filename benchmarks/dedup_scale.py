@@ -32,6 +32,7 @@ Reproduce:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -202,6 +203,24 @@ class ReadBytes(threading.Thread):
             time.sleep(0.005)
 
 
+def read_bytes(cmd: list[str], stdin: Path | None) -> tuple[int, float]:
+    """(bytes the process read, wall seconds)."""
+    with tempfile.TemporaryFile() as out:
+        src = open(stdin, "rb") if stdin else subprocess.DEVNULL
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdin=src, stdout=out)
+        reader = ReadBytes(proc.pid)
+        reader.start()
+        proc.wait()
+        wall = time.perf_counter() - t0
+        reader.join()
+        if stdin:
+            src.close()
+    if proc.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}")
+    return reader.rchar, wall
+
+
 def bench_reads(files: int, per_file: int) -> None:
     import zstandard
 
@@ -209,44 +228,36 @@ def bench_reads(files: int, per_file: int) -> None:
     try:
         d = work / "corpus"
         d.mkdir()
-        text = "word " * 200
-        rows = b"".join(b'{"id":%d,"text":"%s"}\n' % (i, text.encode()) for i in range(per_file))
-        data = zstandard.ZstdCompressor(level=3).compress(rows)
+        rng = np.random.default_rng(0)
+        vocab = [bytes(rng.integers(97, 123, size=rng.integers(2, 9)).astype(np.uint8))
+                 for _ in range(5000)]
+        frames = []
         for f in range(files):
-            (d / f"{f:05d}.jsonl.zst").write_bytes(data)
+            rows = b"".join(b'{"id":%d,"text":"%s"}\n' % (
+                f * per_file + i, b" ".join(vocab[j] for j in rng.integers(0, 5000, 150)))
+                for i in range(per_file))
+            frames.append(zstandard.ZstdCompressor(level=3).compress(rows))
+            (d / f"{f:05d}.jsonl.zst").write_bytes(frames[-1])
         total = du(d)
         whole = work / "whole.jsonl.zst"
-        whole.write_bytes(data * files)  # the same corpus as one stream (zstd frames concatenate)
-        print(f"corpus: {files} files, {total / 1e6:.1f} MB compressed, "
-              f"{files * len(rows) / 1e6:.0f} MB of JSONL")
-        for label, cmd, stdin in (
-                ("files, --shard 0/100", [*LLMTK, "cat", str(d), "--shard", "0/100", "-o",
-                                          str(work / "files.jsonl"), "-q"], None),
-                ("stdin, --shard 0/100", [*LLMTK, "cat", "--shard", "0/100", "-o",
-                                          str(work / "stdin.jsonl"), "-q"], whole)):
-            with tempfile.TemporaryFile() as out:
-                src = open(stdin, "rb") if stdin else subprocess.DEVNULL
-                t0 = time.perf_counter()
-                proc = subprocess.Popen(cmd, cwd=ROOT, stdin=src, stdout=out)
-                reader = ReadBytes(proc.pid)
-                reader.start()
-                proc.wait()
-                wall = time.perf_counter() - t0
-                reader.join()
-                if stdin:
-                    src.close()
-            # rchar includes Python's own start-up reads (modules): subtract a no-input run.
-            print(f"{label}: read {reader.rchar / 1e6:8.1f} MB (corpus {total / 1e6:.1f} MB, "
-                  f"ratio {reader.rchar / total:.3f}), {wall:.2f} s")
+        whole.write_bytes(b"".join(frames))  # the same corpus as one stream (frames concatenate)
+        print(f"corpus: {files} files, {total / 1e6:.1f} MB compressed")
         base = work / "empty.jsonl"
         base.write_bytes(b"")
-        proc = subprocess.Popen([*LLMTK, "cat", str(base), "-o", str(work / "e.jsonl"), "-q"],
-                                cwd=ROOT)
-        reader = ReadBytes(proc.pid)
-        reader.start()
-        proc.wait()
-        reader.join()
-        print(f"(start-up alone reads {reader.rchar / 1e6:.1f} MB: Python modules)")
+        startup = read_bytes([*LLMTK, "cat", str(base), "-o", str(work / "e.jsonl"), "-q"],
+                             None)[0]
+        print(f"(start-up alone reads {startup / 1e6:.1f} MB: Python modules; subtracted)")
+        for label, cmd, stdin in (
+                ("files, --shard 0/100", [*LLMTK, "cat", str(d), "--shard", "0/100"], None),
+                ("stdin, --shard 0/100", [*LLMTK, "cat", "--shard", "0/100"], whole)):
+            stats = work / "stats.json"
+            cmd = [*cmd, "-o", str(work / "out.jsonl"), "--stats", str(stats), "-q"]
+            rchar, wall = read_bytes(cmd, stdin)
+            read = rchar - startup
+            s = json.loads(stats.read_text())
+            print(f"{label}: read {read / 1e6:7.2f} MB of {total / 1e6:.1f} MB "
+                  f"({read / total:.4f} of the corpus), decompressed {s['bytes_in'] / 1e6:.1f} MB, "
+                  f"kept {s['records_out']:,} of {files * per_file:,} records, {wall:.2f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
