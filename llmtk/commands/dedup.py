@@ -36,7 +36,8 @@ soon as it is known to be the first of its cluster.
 
   llmtk dedup web/ -o web.dedup.jsonl.zst --rejects dups.jsonl.zst --workers 8
 
-  llmtk dedup new.jsonl --index old-idx/ --save-index new-idx/ -o new.dedup.jsonl
+  llmtk dedup new.jsonl --index old-idx/ --save-index new-idx/ \\
+    -o new.dedup.jsonl
 
   llmtk dedup pages.jsonl --level paragraph --max-repeats 1 > no-footers.jsonl
 
@@ -49,7 +50,8 @@ soon as it is known to be the first of its cluster.
 
   llmtk dedup clusters work/buckets/ -o work/clusters/
 
-  llmtk dedup filter crawl/ --index work/clusters/ --shard $K/$N -o out/$K.jsonl.zst
+  llmtk dedup filter crawl/ --index work/clusters/ --shard $K/$N \\
+    -o out/$K.jsonl.zst
 
 See `llmtk dedup signatures --help` (buckets, clusters, filter) for each stage.
 """
@@ -202,7 +204,8 @@ whatever the corpus size. Needs every signature task to be finished.
 
 [bold]Examples[/bold]
 
-  llmtk dedup buckets work/sigs/ --shard $SLURM_ARRAY_TASK_ID/60 -o work/buckets/
+  llmtk dedup buckets work/sigs/ --shard $SLURM_ARRAY_TASK_ID/60 \\
+    -o work/buckets/
 
   llmtk dedup buckets work/sigs/ -o work/buckets/
 """
@@ -267,9 +270,11 @@ and --clusters.
 
 [bold]Examples[/bold]
 
-  llmtk dedup filter crawl/ --index work/clusters/ --shard $K/64 -o out/$K.jsonl.zst
+  llmtk dedup filter crawl/ --index work/clusters/ --shard $K/64 \\
+    -o out/$K.jsonl.zst
 
-  llmtk dedup filter crawl/ --index work/clusters/ --rejects dups.jsonl > unique.jsonl
+  llmtk dedup filter crawl/ --index work/clusters/ --rejects dups.jsonl \\
+    > unique.jsonl
 """
 
 
