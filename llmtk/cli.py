@@ -22,10 +22,12 @@ from llmtk.commands import (
     generate,
     mix,
     plot_loss,
+    run,
+    stats,
     train,
 )
 from llmtk.commands.helpfmt import pipeline_sorted, polish
-from llmtk.errors import LlmtkError, PipeClosed
+from llmtk.errors import AlreadyDone, LlmtkError, PipeClosed
 
 HELP = """\
 Small Unix-style tools for the whole LLM pre-training workflow.
@@ -71,7 +73,7 @@ app = typer.Typer(
 )
 
 for module in (clean, dedup, mix, contam_check, estimate, train, generate, plot_loss, diagnose,
-               cat):
+               stats, run, cat):
     module.register(app)
 
 
@@ -149,6 +151,9 @@ def main() -> None:
         sys.exit(130)
     except PipeClosed:
         _quiet_stdout()
+        sys.exit(0)
+    except AlreadyDone as e:
+        print(f"llmtk: {e}", file=sys.stderr)
         sys.exit(0)
     except BrokenPipeError:
         _quiet_stdout()

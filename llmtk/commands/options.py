@@ -78,8 +78,10 @@ Shard = Annotated[
     str | None,
     typer.Option(
         "--shard",
-        help="K/N: handle only shard K of N (0-based), by a stable hash of the record "
-        "id, or of its position when it has none.",
+        help="K/N: handle only task K of N (0-based). File inputs: whole files, a "
+        "contiguous size-balanced run of the sorted list per task; stdin: records by a "
+        "stable hash of the id (or position). With -o, OUTPUT.done marks a finished task "
+        "and a rerun skips it.",
         rich_help_panel=IO_PANEL,
     ),
 ]

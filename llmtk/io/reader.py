@@ -226,6 +226,7 @@ def read_docs(
     on_bytes: Callable[[int], None] | None = None,
     summary: Summary | None = None,
     max_record: int = MAX_RECORD_BYTES,
+    file_starts: list[int] | None = None,
 ) -> Iterator[Doc]:
     """Parse every line of every path into a Doc. Blank lines are skipped, not records.
 
@@ -234,11 +235,15 @@ def read_docs(
     on_bytes: called with the number of decompressed bytes of each chunk read.
     summary: its records_in and bytes_in are kept up to date (cheaper than a wrapper).
     max_record: a longer line is a bad record (io.record_too_long).
+    file_starts: gets the index of each file's first record as the file is opened, and
+    the total number of records at the end, so record ordinal in file = index - start.
     """
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
     index = -1  # position of the record in the whole input, blank lines excluded
     for path in paths:
+        if file_starts is not None:
+            file_starts.append(index + 1)
         name = "<stdin>" if path == "-" else path
         kind = columnar_kind(path)  # Parquet / Arrow, by content
         if kind is not None:
@@ -296,6 +301,8 @@ def read_docs(
             if on_bad is None:
                 raise DataError(f"{bad.where()}: {bad.message}") from None
             on_bad(bad)
+    if file_starts is not None:
+        file_starts.append(index + 1)
 
 
 def _invalid_record(data, text_field: str, name: str, lineno: int, index: int, line: bytes):
