@@ -511,7 +511,7 @@ def filter_with_clusters(run: StreamRun, directory: str, annotate: bool,
     starts = run.file_starts
     next_i = 0
     nxt = remove[0] if remove else -1
-    with _StageLog(clusters) if clusters else contextlib.nullcontext() as log:
+    with _StageLog(run.open_output(clusters)) if clusters else contextlib.nullcontext() as log:
         for doc in run.docs():
             j = len(starts) - 1  # the file being read is the last one started
             record = doc.index - starts[j]

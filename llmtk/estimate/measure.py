@@ -25,30 +25,29 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
 
     Per layer and token, in elements of C = d_model, f = MLP width, H/K heads/kv heads:
     - each RMSNorm (F.rms_norm decomposes): its input, x·rstd and its output: 3C, + rstd;
-    - attention: q and k after rotary (new tensors), the SDPA output, the w_o input (a
-      copy made by reshape): 4C; with MHA, v is a view into the fused qkv output, which
-      stays alive whole (C + 2·K·D); with GQA repeat_interleave copies k and v to C each
-      and the qkv output is freed; + SDPA's fp32 log-sum-exp, H per token;
+    - attention: q and k after rotary (new tensors: C and K·D), the SDPA output and the
+      w_o input (a copy made by reshape): 3C + K·D; v is a view into the fused qkv output,
+      which stays alive whole (C + 2·K·D) — SDPA's enable_gqa broadcasts K/V without
+      copies; + SDPA's fp32 log-sum-exp, H per token;
     - SwiGLU: w1 x, w3 x, silu(w1 x) and the product: 4f.
-    Once per model: the token ids (int64), the final norm (3C + rstd) and the
-    log-softmax output of the cross-entropy (V per token, fp32) and its scalar weight.
-    With recompute="full" (the model's activation checkpointing) a layer keeps only its
-    input, C per token. SDPA never stores the attention scores, so "none" = "selective".
+    Once per model: the token ids (int64), the final norm's input and x·rstd (2C + rstd:
+    its output is not kept), and the chunked cross-entropy's gradients computed in
+    forward: d/dh (C per token) and d/dW of the padded head (fp32, Vp·C) plus its token
+    count. With recompute="full" (the model's activation checkpointing) a layer keeps only
+    its input, C per token. SDPA never stores the attention scores, so "none" = "selective".
     """
-    C, f, V = cfg.d_model, cfg.hidden, cfg.vocab_size
+    C, f = cfg.d_model, cfg.hidden
+    Vp = getattr(cfg, "padded_vocab", cfg.vocab_size)
     H, K, D = cfg.n_head, cfg.kv_heads, cfg.head_dim
     n = batch * seq
     norms = 2 * (3 * C * elem + 4)
-    if K == H:
-        attn = (4 * C + C + 2 * K * D) * elem
-    else:
-        attn = 5 * C * elem
+    attn = (4 * C + 3 * K * D) * elem
     attn += 4 * H  # log-sum-exp, fp32
     mlp = 4 * f * elem
     per_layer = n * (norms + attn + mlp)
     if recompute == "full":
         per_layer = n * C * elem
-    head = n * (8 + 3 * C * elem + 4 + V * 4) + 4  # + the loss's fp32 total weight
+    head = n * (8 + 2 * C * elem + 4 + C * elem) + Vp * C * 4 + 8  # + the token count
     return {"per_layer": per_layer, "layers": cfg.n_layer * per_layer, "once": head,
             "total": cfg.n_layer * per_layer + head}
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Callable, Iterator
 
 import orjson
@@ -44,6 +45,10 @@ def columnar_kind(path: str) -> str | None:
     if path == "-":
         return None
     try:
+        # Only regular files are peeked: a FIFO, /dev/stdin or <(...) can be read once,
+        # and Parquet needs seeking anyway, so those are always line streams.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         with open(path, "rb") as f:
             head = f.read(8)
     except OSError:
