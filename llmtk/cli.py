@@ -18,6 +18,7 @@ from llmtk.commands import (
     dedup,
     diagnose,
     estimate,
+    eval,
     mix,
     plot_loss,
     train,
@@ -58,7 +59,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (clean, dedup, mix, contam_check, estimate, train, plot_loss, diagnose, cat):
+for module in (clean, dedup, mix, contam_check, estimate, train, eval, plot_loss, diagnose,
+               cat):
     module.register(app)
 
 

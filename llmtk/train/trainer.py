@@ -174,6 +174,12 @@ class Trainer:
             # Exact resume is tested on CPU; on GPU the fast (non-deterministic) kernels win.
             torch.use_deterministic_algorithms(True, warn_only=True)
 
+        if cfg.sft:  # issue 16: instruction data instead of the token cache (train/finetune.py)
+            from llmtk.train.finetune import setup_sft
+
+            setup_sft(self)
+            self._build_model()
+            return
         # Data: the node's first process tokenizes (if no cache yet), the others wait.
         self.tok = load_tokenizer(cfg.tokenizer)
         cache_root = cfg.cache_dir or os.path.join(cfg.out, "cache")
@@ -210,6 +216,10 @@ class Trainer:
         cfg, dist = self.cfg, self.dist
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
         model = GPT(self.mcfg)
+        if cfg.lora_rank:  # issue 16: freeze the base, train adapters (train/lora.py)
+            from llmtk.train.lora import add_lora
+
+            add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.lora_dropout)
         model.activation_checkpointing = cfg.activation_checkpointing
         model.to(dist.device)
         self.raw = model
@@ -428,10 +438,10 @@ class Trainer:
         total = 0.0
         with torch.no_grad():
             for g in range(self.cfg.eval_batches):
-                x, y = self.val_data.batch(g * self.val_data.global_batch)
-                x, y = x.to(self.dist.device), y.to(self.dist.device)
+                batch = [t.to(self.dist.device)  # (x, y), or (x, y, doc) for SFT
+                         for t in self.val_data.batch(g * self.val_data.global_batch)]
                 with self.autocast():
-                    _, loss = self.model(x, y)
+                    _, loss = self.model(*batch)
                 total += loss.item()
         self.model.train()
         (s,) = self._all_reduce([total])
@@ -483,6 +493,11 @@ class Trainer:
                 self._event("resume", path=os.path.relpath(self.resumed_from, self.out))
                 _say(dist, cfg, f"resumed from {self.resumed_from} at step {self.step}")
         self.last_ckpt_step = self.step
+        task_eval = None
+        if cfg.eval_tasks:  # issue 16: task files are read (and checked) before training
+            from llmtk.train.finetune import TaskEvaluator
+
+            task_eval = TaskEvaluator(self)
         stopper = Stopper()
         self.model.train()
         params = [p for p in self.raw.parameters()]
@@ -496,8 +511,9 @@ class Trainer:
             loss_sum = torch.zeros((), device=dist.device)  # read once per step (one sync)
             for m in range(cfg.grad_accum):
                 t0 = time.time()
-                x, y = self.train_data.batch(self.position + m * self.train_data.global_batch)
-                x, y = x.to(dist.device, non_blocking=True), y.to(dist.device, non_blocking=True)
+                batch = [t.to(dist.device, non_blocking=True)  # (x, y), or (x, y, doc) for SFT
+                         for t in self.train_data.batch(
+                             self.position + m * self.train_data.global_batch)]
                 window["data_s"] += time.time() - t0
                 sync = m == cfg.grad_accum - 1
                 ctx = (self.model.no_sync() if self.parallel == "ddp" and not sync
@@ -506,7 +522,7 @@ class Trainer:
                     self.model.set_requires_gradient_sync(sync)
                 with ctx:
                     with self.autocast():
-                        _, loss = self.model(x, y)
+                        _, loss = self.model(*batch)
                     if _fault("NAN_LOSS", self.step):
                         loss = loss * float("nan")
                     if _fault("SPIKE_LOSS", self.step):
@@ -577,6 +593,11 @@ class Trainer:
             elif val is not None and dist.rank == 0:
                 self.metrics.write({"step": self.step, "val_loss": val, "time": time.time()})
                 _say(dist, cfg, f"step {self.step}: val_loss {val:.4f}")
+            if task_eval is not None and ((cfg.eval_every and self.step % cfg.eval_every == 0)
+                                          or last):  # issue 16
+                t_eval = time.time()
+                task_eval()
+                window["t"] += time.time() - t_eval
             t_extra = time.time()
             if cfg.sample_every and (self.step % cfg.sample_every == 0 or last):
                 self._sample()
@@ -647,6 +668,8 @@ class Trainer:
                "step_s": round(elapsed / max(1, window["steps"]), 4), "time": time.time()}
         if val_loss is not None:
             row["val_loss"] = val_loss
+        if hasattr(self.train_data, "trained_tokens"):  # issue 16: SFT's loss-carrying tokens
+            row["trained_tokens"] = self.train_data.trained_tokens(self.position)
         self.metrics.write(row)
         if not self.cfg.quiet:
             from llmtk.io.console import stderr_console
