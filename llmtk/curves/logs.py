@@ -131,6 +131,10 @@ def load_run(path: str, name: str | None = None) -> Run:
         rows = _text_rows(text)
     for row in rows:
         (run.events if "event" in row else run.rows).append(row)
+        if row.get("event") == "eval" and _is_number(row.get("value")):
+            # `llmtk eval` / `train --eval-tasks` rows become the series eval/TASK/METRIC.
+            run.rows.append({"step": row.get("step"),
+                             f"eval/{row.get('task')}/{row.get('metric')}": row["value"]})
     if not run.rows:
         raise DataError(f"{path}: no training rows found (expected metrics.jsonl, CSV with a "
                         "header such as step,loss, or 'iter N: loss X' lines)")

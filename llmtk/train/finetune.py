@@ -51,7 +51,7 @@ def inherited_model_config(cfg, vocab_size: int, state: dict | None):
         return model_config(cfg, vocab_size)
     mc = ModelConfig(**state["model_config"])
     given = {"n_layer": cfg.layers, "d_model": cfg.d_model, "n_head": cfg.heads,
-             "n_kv_head": cfg.kv_heads, "ffn_hidden": cfg.ffn_hidden}
+             "n_kv_head": cfg.kv_heads, "ffn_hidden": cfg.ffn_hidden, "seq_len": cfg.seq_len}
     mc = replace(mc, **{k: v for k, v in given.items() if v is not None})
     return mc
 
