@@ -1,0 +1,220 @@
+"""Instruction fine-tuning and LoRA: chat templates and their loss masks, packed rows with
+document masking, no gradient through prompt tokens, LoRA freezing / merging / sizing
+against `llmtk estimate`, and the CLI runs (exact resume, learning) as real processes."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from llmtk.errors import DataError
+from llmtk.text.tokenizer import ByteTokenizer
+from llmtk.train import sft_data as S
+from llmtk.train.chat import JinjaTemplate, LlmtkTemplate
+from llmtk.train.lora import add_lora, merge_lora, merged_state_dict
+from llmtk.train.model import GPT, ModelConfig
+
+TOK = ByteTokenizer()
+CHAT = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "yo"}, {"role": "user", "content": "and?"},
+        {"role": "assistant", "content": "ok"}]
+
+
+def write_jsonl(path, records):
+    with open(path, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    return str(path)
+
+
+def trained_text(ids, trained):
+    """The trained tokens as text, EOS shown as |."""
+    return "".join("|" if i == TOK.eos_id else chr(i) for i, t in zip(ids, trained, strict=True)
+                   if t)
+
+
+# ---------------------------------------------------------------- templates and data
+
+
+def test_llmtk_template_trains_only_assistant_contents_and_their_eos():
+    ids, trained = LlmtkTemplate(TOK).encode(CHAT)
+    assert TOK.decode(ids) == ("<|system|>\nbe brief\n<|user|>\nhi\n<|assistant|>\nyo"
+                               "<|user|>\nand?\n<|assistant|>\nok")
+    assert trained_text(ids, trained) == "yo|ok|"
+    prompt = LlmtkTemplate(TOK).prompt(CHAT[:2])
+    assert TOK.decode(prompt).endswith("<|user|>\nhi\n<|assistant|>\n")
+
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_a_jinja_chat_template_marks_what_each_assistant_turn_adds():
+    tpl = JinjaTemplate(TOK, CHATML, "chatml")
+    ids, trained = tpl.encode(CHAT)
+    assert TOK.decode(ids) == tpl.render(CHAT, False)
+    assert trained_text(ids, trained) == "yo<|im_end|>\nok<|im_end|>\n"
+    assert TOK.decode(tpl.prompt(CHAT[:2])).endswith("<|im_start|>assistant\n")
+
+
+def test_layouts_are_detected_and_template_forces_one(tmp_path):
+    path = write_jsonl(tmp_path / "mix.jsonl", [
+        {"messages": CHAT},
+        {"prompt": "p", "response": "r", "system": "s"},
+        {"instruction": "i", "input": "x", "output": "o"},
+        {"instruction": "i", "input": "", "output": "o"},
+    ])
+    convs = [m for _, m in S.read_conversations([path], "auto")]
+    assert convs[1] == [{"role": "system", "content": "s"}, {"role": "user", "content": "p"},
+                        {"role": "assistant", "content": "r"}]
+    assert convs[2][0] == {"role": "user", "content": "i\n\nx"}
+    assert convs[3][0] == {"role": "user", "content": "i"}
+    with pytest.raises(DataError, match=r"mix\.jsonl:1: --template prompt: no 'prompt' field"):
+        S.read_conversations([path], "prompt")
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "p", "response": "r"},
+                                               {"messages": [{"role": "bot", "content": "x"}]}])
+    with pytest.raises(DataError, match=r"bad\.jsonl:2: each message needs role"):
+        S.read_conversations([bad], "auto")
+
+
+def _convs(*pairs):
+    return [(f"f:{i}", [{"role": "user", "content": p}, {"role": "assistant", "content": r}])
+            for i, (p, r) in enumerate(pairs)]
+
+
+def test_packing_keeps_examples_whole_and_never_targets_across_them():
+    chat = LlmtkTemplate(TOK)
+    convs = _convs(("a", "bc"), ("d", "ef"), ("g", "h"))
+    one = len(chat.encode(convs[0][1])[0])  # 28 tokens
+    rows = S.build_rows(convs, chat, seq_len=2 * one + 1, pad_id=TOK.eos_id)
+    assert rows.stats["rows"] == 2 and rows.stats["examples"] == 3
+    assert rows.doc[0].tolist() == [0] * one + [1] * one + [2] * 2  # + padding as its own doc
+    sampler = S.SFTSampler(rows, 2, 1, 0, 0, shuffle=False)
+    x, y, doc = sampler.batch(0)
+    trained = [(chr(int(a)), chr(int(b)) if b != TOK.eos_id else "|")
+               for a, b in zip(x[0], y[0], strict=True) if b >= 0]
+    assert trained == [("\n", "b"), ("b", "c"), ("c", "|"), ("\n", "e"), ("e", "f"), ("f", "|")]
+    assert rows.stats["trained_tokens"] == 3 + 3 + 2
+    assert sampler.trained_tokens(2) == 8 and sampler.trained_tokens(3) == 8 + 6
+    padded = S.build_rows(convs, chat, seq_len=2 * one + 1, pad_id=TOK.eos_id, packing=False)
+    assert padded.stats["rows"] == 3
+
+
+def test_long_examples_are_truncated_and_prompt_only_ones_dropped():
+    chat = LlmtkTemplate(TOK)
+    rows = S.build_rows(_convs(("x" * 40, "yy"), ("q", "r" * 50)), chat, seq_len=40,
+                        pad_id=TOK.eos_id)
+    assert rows.stats["truncated"] == 2 and rows.stats["dropped"] == 1
+    assert rows.stats["examples"] == 1
+    with pytest.raises(DataError, match="no instruction example with an assistant token"):
+        S.build_rows(_convs(("x" * 60, "y")), chat, seq_len=40, pad_id=TOK.eos_id)
+
+
+# ---------------------------------------------------------------- model: masking, gradients
+
+
+def tiny(seq_len=64, **kw):
+    torch.manual_seed(0)
+    return GPT(ModelConfig(vocab_size=257, seq_len=seq_len, n_layer=2, d_model=32, n_head=4,
+                           **kw))
+
+
+def test_packed_examples_see_only_themselves():
+    m = tiny(n_kv_head=2).eval()
+    a, b = torch.randint(0, 256, (1, 10)), torch.randint(0, 256, (1, 14))
+    doc = torch.tensor([[0] * 10 + [1] * 14])
+    packed, _ = m(torch.cat([a, b], 1), doc=doc)
+    alone_a, _ = m(a)
+    alone_b, _ = m(b)
+    assert torch.allclose(packed[0, :10], alone_a[0], atol=1e-5)
+    assert torch.allclose(packed[0, 10:], alone_b[0], atol=1e-5)
+    unmasked, _ = m(torch.cat([a, b], 1))
+    assert not torch.allclose(unmasked[0, 10:], alone_b[0], atol=1e-3)
+
+
+def test_prompt_tokens_get_no_gradient():
+    chat = LlmtkTemplate(TOK)
+    rows = S.build_rows(_convs(("reverse abc", "cba"), ("add 1 2", "3")), chat, 63, TOK.eos_id)
+    x, y, doc = S.SFTSampler(rows, 1, 1, 0, 0, shuffle=False).batch(0)
+    m = tiny()
+    seen = {}
+
+    def keep(module, args, out):  # the logits, kept so their gradient can be read
+        out.retain_grad()
+        seen["logits"] = out
+
+    m.lm_head.register_forward_hook(keep)
+    _, loss = m(x, y, doc)
+    loss.backward()
+    g = seen["logits"].grad[0].abs().sum(-1)  # (T,) gradient at each output position
+    prompt = y[0] == -1
+    assert prompt.sum() > 2 * (~prompt).sum()  # mostly prompt, so the check means something
+    assert g[prompt].max() == 0  # no loss flows from any prompt (or padding) position
+    assert (g[~prompt] > 0).all()
+
+
+# ---------------------------------------------------------------- LoRA
+
+
+def test_lora_freezes_the_base_and_starts_as_the_base_model():
+    m = tiny()
+    x = torch.randint(0, 256, (2, 16))
+    before, _ = m.eval()(x)
+    n = add_lora(m, rank=4)
+    after, _ = m(x)
+    assert torch.equal(before, after)  # B = 0: step 0 is the base model
+    trainable = {k for k, p in m.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_" in k for k in trainable)
+    assert n == sum(p.numel() for p in m.parameters() if p.requires_grad)
+
+
+def test_merged_lora_equals_adapter_inference():
+    m = tiny(n_kv_head=2)
+    add_lora(m, rank=4, alpha=8, targets="q,v,o,down")
+    torch.manual_seed(1)
+    for p in m.parameters():
+        if p.requires_grad:
+            torch.nn.init.normal_(p, std=0.1)  # as after training
+    m.eval()
+    x = torch.randint(0, 256, (2, 20))
+    with_adapters, _ = m(x)
+    plain = tiny(n_kv_head=2).eval()
+    plain.load_state_dict(merged_state_dict(m.state_dict(), m.cfg.to_dict(), alpha=8))
+    merged, _ = plain(x)
+    assert torch.allclose(with_adapters, merged, atol=1e-5)
+    merge_lora(m)
+    in_place, _ = m(x)
+    assert torch.allclose(with_adapters, in_place, atol=1e-5)
+    assert not any(".lora_" in k for k in m.state_dict())
+
+
+def test_lora_size_and_memory_match_llmtk_estimate():
+    """Adapter count equals estimate's formula exactly; measured weights + gradients +
+    AdamW states after one step are within 10% of `estimate --lora-rank` (fp32, CPU)."""
+    from llmtk.estimate import memory
+    from llmtk.estimate.models import ModelSpec
+    from llmtk.estimate.plan import lora_params
+
+    cfg = ModelConfig(vocab_size=257, seq_len=64, n_layer=4, d_model=128, n_head=4)
+    torch.manual_seed(0)
+    m = GPT(cfg)
+    n_adapters = add_lora(m, rank=8)
+    spec = ModelSpec("t", cfg.n_layer, cfg.d_model, cfg.n_head, cfg.vocab_size, cfg.seq_len,
+                     n_kv_head=cfg.kv_heads, ffn_hidden=cfg.hidden, tie_embeddings=True)
+    assert n_adapters == lora_params(spec, 8)
+    params = [p for p in m.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-3)
+    x = torch.randint(0, 256, (2, 64))
+    _, loss = m(x, x)
+    loss.backward()
+    opt.step()
+    measured = (sum(p.numel() * p.element_size() for p in m.parameters())
+                + sum(p.grad.numel() * p.grad.element_size() for p in params)
+                + sum(v.numel() * v.element_size() for st in opt.state.values()
+                      for k, v in st.items() if k != "step"))
+    total = sum(p.numel() for p in m.parameters()) - n_adapters
+    states = memory.model_state_bytes(total + n_adapters, precision="fp32", optimizer="adamw",
+                                      par=memory.Parallel(), trainable=n_adapters)
+    predicted = states["weights"] + states["gradients"] + states["optimizer"]
+    assert abs(predicted - measured) / measured < 0.10
