@@ -218,3 +218,103 @@ def test_lora_size_and_memory_match_llmtk_estimate():
                                       par=memory.Parallel(), trainable=n_adapters)
     predicted = states["weights"] + states["gradients"] + states["optimizer"]
     assert abs(predicted - measured) / measured < 0.10
+
+
+# ---------------------------------------------------------------- the CLI, as real processes
+
+SMALL = ["--layers", "2", "--d-model", "64", "--heads", "4", "--seq-len", "64", "--warmup", "2",
+         "--lr", "3e-3", "--log-every", "1", "-q"]
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # 2 busy cores: threads only fight each other
+
+
+def words(n, seed, tasks=("repeat", "upper", "reverse")):
+    """n distinct synthetic instruction pairs over 3-letter words."""
+    import random
+
+    rng = random.Random(seed)
+    fn = {"repeat": lambda w: w, "upper": str.upper, "reverse": lambda w: w[::-1]}
+    seen, out = set(), []
+    while len(out) < n:
+        w = "".join(rng.choice("abcdefgh") for _ in range(3))
+        kind = rng.choice(tasks)
+        if (kind, w) not in seen:
+            seen.add((kind, w))
+            out.append({"prompt": f"{kind} {w}", "response": fn[kind](w)})
+    return out
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A tiny pre-trained run (a few steps on stdlib docstrings) to fine-tune from."""
+    import importlib
+    import inspect
+
+    from tests.util import llmtk
+
+    d = tmp_path_factory.mktemp("base")
+    docs = d / "docs.jsonl"
+    with open(docs, "w") as f:
+        for name in ("json", "os", "re", "collections", "itertools"):
+            for _, obj in inspect.getmembers(importlib.import_module(name)):
+                doc = inspect.getdoc(obj)
+                if doc and len(doc) > 200:
+                    f.write(json.dumps({"text": doc}) + "\n")
+    out = str(d / "run")
+    p = llmtk("train", "--data", docs, "--out", out, *SMALL, "--steps", "10", **ONE_THREAD)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    return {"run": out, "dir": d}
+
+
+def rows(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def sft(base, out, data, *args, check=True, **env):
+    from tests.util import llmtk
+
+    p = llmtk("train", "--sft", "--init-from", base["run"], "--data", data, "--out", out,
+              "--warmup", "2", "--lr", "3e-3", "--log-every", "1", "-q", *args,
+              **{**ONE_THREAD, **env})
+    if check:
+        assert p.returncode == 0, p.stderr.decode()[-3000:]
+    return p
+
+
+def test_sft_with_lora_resumes_exactly_and_leaves_the_base_untouched(base, tmp_path):
+    data = write_jsonl(tmp_path / "sft.jsonl", words(60, 0))
+    common = ["--steps", "6", "--batch-size", "4", "--checkpoint-every", "3", "--lora-rank", "4",
+              "--lora-dropout", "0.1"]  # dropout: the RNG state must resume too
+    ref = str(tmp_path / "ref")
+    sft(base, ref, data, *common)
+    out = str(tmp_path / "crash")
+    marker = str(tmp_path / "died")
+    p = sft(base, out, data, *common, check=False, LLMTK_TEST_DIE_ONCE=f"{marker}:4")
+    assert p.returncode == 17 and os.path.exists(marker)
+    sft(base, out, data, *common)
+
+    def train_rows(run):
+        return [(r["step"], r["loss"], r["grad_norm"], r["trained_tokens"]) for r in rows(run)
+                if "loss" in r and "event" not in r]
+
+    assert train_rows(out) == train_rows(ref)
+    assert [r[0] for r in train_rows(ref)] == [1, 2, 3, 4, 5, 6]
+    assert train_rows(ref)[-1][3] > train_rows(ref)[0][3] > 0  # loss-carrying tokens counted
+    # Frozen: every base weight in the final checkpoint is the base run's.
+    from llmtk.train import checkpoint as C
+
+    before = C.load_tensors(C.resolve(base["run"]), "model.pt")
+    after = C.load_tensors(C.resolve(ref), "model.pt")
+    assert {k for k in after if ".lora_" in k}
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert any(not torch.equal(after[k], torch.zeros_like(after[k]))
+               for k in after if ".lora_B." in k)
+
+
+def test_sft_refuses_bad_records_with_file_and_line(base, tmp_path):
+    data = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "p", "response": "r"},
+                                                {"prompt": "p"}])
+    p = sft(base, str(tmp_path / "o"), data, "--steps", "1", check=False)
+    assert p.returncode == 1
+    assert p.stderr.decode().strip().splitlines()[-1].startswith(
+        f"llmtk: error: {data}:2: not an instruction record")
