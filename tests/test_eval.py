@@ -226,3 +226,85 @@ def test_diagnose_sees_a_task_getting_worse_while_the_loss_improves(tmp_path):
     assert len(found) == 2  # acc and acc_norm
     assert "mc/acc got worse since its best at step 50 (1 -> 0.25" in found[0].summary
     assert "while the training loss fell" in found[0].summary
+
+
+# ---------------------------------------------------------------- a real tiny model, end to end
+
+
+def _all_layouts(d):
+    return [
+        write_jsonl(d / "hs.jsonl", [{"ctx": f"The {w} is", "endings": ["red", "a big dog"],
+                                      "label": k % 2} for k, w in enumerate(["sky", "cat"])]),
+        write_jsonl(d / "arc.jsonl", [{"id": "a1", "question": "What is it?", "answerKey": "B",
+                                       "choices": {"text": ["x", "y"], "label": ["A", "B"]}}]),
+        write_jsonl(d / "mmlu.jsonl", [{"question": "2+2?", "choices": ["3", "4"], "answer": 1}]),
+        write_jsonl(d / "gsm8k.jsonl", [{"question": "1+1?", "answer": "so\n#### 2"}]),
+        write_jsonl(d / "pairs.jsonl", [{"prompt": "reverse ab", "response": "ba"}]),
+        write_jsonl(d / "held.jsonl", [{"text": "Return the number of items."}]),
+    ]
+
+
+def test_train_eval_tasks_and_llmtk_eval_agree_on_a_real_model(tmp_path):
+    """`train --eval-tasks` scores every layout at each --eval-every step (files, log rows);
+    `llmtk eval` on the same checkpoint reproduces the numbers; plot-loss draws them."""
+    from tests.util import llmtk
+
+    tasks = _all_layouts(tmp_path)
+    docs = write_jsonl(tmp_path / "docs.jsonl",
+                       [{"text": (json.__doc__ or "") + str(k)} for k in range(20)])
+    out = str(tmp_path / "run")
+    args = ["train", "--data", docs, "--out", out, "--layers", "1", "--d-model", "32",
+            "--heads", "2", "--seq-len", "32", "--steps", "4", "--batch-size", "2",
+            "--warmup", "1", "--log-every", "1", "--eval-every", "2",
+            "--eval-max-new-tokens", "4", "-q", "--checkpoint-every", "2"]
+    for t in tasks:
+        args += ["--eval-tasks", t]
+    p = llmtk(*args, OMP_NUM_THREADS="1")
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        evals = [r for r in map(json.loads, f) if r.get("event") == "eval"]
+    names = ["hs", "arc", "mmlu", "gsm8k", "pairs", "held"]
+    assert {(r["step"], r["task"]) for r in evals} == {(s, n) for s in (2, 4) for n in names}
+    at4 = {(r["task"], r["metric"]): r["value"] for r in evals if r["step"] == 4}
+    assert set(at4) == {("hs", "acc"), ("hs", "acc_norm"), ("arc", "acc"), ("arc", "acc_norm"),
+                        ("mmlu", "acc"), ("mmlu", "acc_norm"), ("gsm8k", "exact_match"),
+                        ("gsm8k", "exact_match_flexible"), ("pairs", "exact_match"),
+                        ("held", "perplexity"), ("held", "bits_per_byte")}
+    for step in (2, 4):
+        for n in names:
+            assert os.path.exists(os.path.join(out, "eval", str(step), f"{n}.bad.jsonl"))
+    with open(os.path.join(out, "eval", "4", "hs.bad.jsonl")) as f:
+        for case in map(json.loads, f):
+            assert {"prompt", "expected", "answer", "scores", "why"} <= set(case)
+
+    cli = ["eval", os.path.join(out, "checkpoints", "step-0000004"), "--json", "--no-log",
+           "--max-new-tokens", "4", "-q"]
+    for t in tasks:
+        cli += ["--tasks", t]
+    p = llmtk(*cli, OMP_NUM_THREADS="1")
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    report = json.loads(p.stdout)
+    assert report["step"] == 4 and set(report["tasks"]) == set(names)
+    got = {(n, m): v for n, t in report["tasks"].items() for m, v in t["metrics"].items()}
+    assert got.keys() == at4.keys()
+    for key, value in at4.items():
+        assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+    assert report["tasks"]["hs"]["previous_step"] == 2 and report["tasks"]["hs"]["items"] == 2
+
+    svg = str(tmp_path / "eval.svg")
+    p = llmtk("plot-loss", out, "--metric", "loss", "--metric", "eval/held/perplexity",
+              "-o", svg)
+    assert p.returncode == 0, p.stderr.decode()
+    with open(svg) as f:
+        assert "eval/held/perplexity" in f.read()
+
+
+def test_llmtk_eval_rejects_a_bad_task_file_before_loading_the_model(tmp_path):
+    from tests.util import llmtk
+
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"ctx": "c", "endings": ["a"], "label": 0},
+                                               {"ctx": "c", "endings": ["a"], "label": 5}])
+    p = llmtk("eval", str(tmp_path / "nothing-here"), "--tasks", bad)
+    assert p.returncode == 1
+    assert p.stderr.decode().strip() == (f"llmtk: error: {bad}:2: the answer index 5 is not one "
+                                         "of the 1 choices")
