@@ -311,6 +311,35 @@ def test_sft_with_lora_resumes_exactly_and_leaves_the_base_untouched(base, tmp_p
                for k in after if ".lora_B." in k)
 
 
+def _losses(run):
+    return [(r["step"], r["loss"], r["grad_norm"], r["trained_tokens"]) for r in rows(run)
+            if "loss" in r and "event" not in r]
+
+
+@pytest.mark.parametrize("lora,extra", [
+    ([], ["--grad-accum", "2"]),
+    pytest.param([], ["--nproc-per-node", "2"], marks=pytest.mark.slow),
+    pytest.param(["--lora-rank", "4"], ["--nproc-per-node", "2", "--parallel", "fsdp"],
+                 marks=pytest.mark.slow),
+])
+def test_sft_steps_do_not_depend_on_how_the_batch_is_split(base, tmp_path, lora, extra):
+    """The loss is the mean over every trained token of the step, whatever the split into
+    processes and micro-steps: 2 x 2 (DDP, FSDP2 with LoRA, grad accumulation) = 1 x 4."""
+    # Responses of 1-7 tokens: micro-batches hold different numbers of trained tokens, so a
+    # mean of per-micro-batch means would differ from the step's token mean.
+    data = write_jsonl(tmp_path / "sft.jsonl", [
+        {"prompt": f"say {i}", "response": "x" * (1 + i % 7)} for i in range(40)])
+    common = ["--steps", "3", *lora]
+    ref, out = str(tmp_path / "ref"), str(tmp_path / "split")
+    sft(base, ref, data, *common, "--batch-size", "4")
+    sft(base, out, data, *common, "--batch-size", "2", *extra)
+    a, b = _losses(ref), _losses(out)
+    assert [x[0] for x in a] == [x[0] for x in b] == [1, 2, 3]
+    for (_, la, ga, ta), (_, lb, gb, tb) in zip(a, b, strict=True):
+        assert lb == pytest.approx(la, rel=1e-5) and gb == pytest.approx(ga, rel=1e-4)
+        assert ta == tb
+
+
 def test_sft_refuses_bad_records_with_file_and_line(base, tmp_path):
     data = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "p", "response": "r"},
                                                 {"prompt": "p"}])
@@ -318,3 +347,52 @@ def test_sft_refuses_bad_records_with_file_and_line(base, tmp_path):
     assert p.returncode == 1
     assert p.stderr.decode().strip().splitlines()[-1].startswith(
         f"llmtk: error: {data}:2: not an instruction record")
+
+
+@pytest.fixture(scope="module")
+def learner_base(base):
+    """A 2 x 128 model pre-trained for a few steps, and synthetic instruction pairs:
+    400 to train on, 60 held out (different words or a different task per word)."""
+    from tests.util import llmtk
+
+    d = base["dir"]
+    out = str(d / "base128")
+    p = llmtk("train", "--data", d / "docs.jsonl", "--out", out, "--layers", "2", "--d-model",
+              "128", "--heads", "4", "--seq-len", "127", "--warmup", "5", "--lr", "3e-3",
+              "--steps", "20", "--batch-size", "8", "-q", **ONE_THREAD)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    pairs = words(460, seed=0)
+    held = [{"id": f"h{i}", **r} for i, r in enumerate(pairs[400:])]
+    return {"run": out, "train": write_jsonl(d / "pairs.jsonl", pairs[:400]),
+            "held": write_jsonl(d / "held.jsonl", held)}
+
+
+def exact_match(run, step):
+    vals = [r["value"] for r in rows(run) if r.get("event") == "eval"
+            and r["metric"] == "exact_match" and r["step"] == step]
+    assert len(vals) == 1
+    return vals[0]
+
+
+@pytest.mark.slow  # ~2 x 600 steps of a 2 x 128 model: minutes on 2 busy cores
+@pytest.mark.parametrize("mode,args", [
+    ("full", ["--lr", "2e-3"]),
+    ("lora", ["--lr", "3e-3", "--lora-rank", "16"]),
+])
+def test_fine_tuning_lifts_held_out_exact_match_well_above_the_base(learner_base, tmp_path,
+                                                                     mode, args):
+    from tests.util import llmtk
+
+    lb = learner_base
+    p = llmtk("eval", lb["run"], "--tasks", lb["held"], "--max-new-tokens", "5", "--json",
+              "--no-log", "-q", **ONE_THREAD)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    base_em = json.loads(p.stdout)["tasks"]["held"]["metrics"]["exact_match"]
+    out = str(tmp_path / mode)
+    p = llmtk("train", "--sft", "--init-from", lb["run"], "--data", lb["train"], "--out", out,
+              "--steps", "600", "--batch-size", "8", "--warmup", "30", "--weight-decay", "0",
+              "--log-every", "100", "--eval-tasks", lb["held"], "--eval-every", "600",
+              "--eval-max-new-tokens", "5", "-q", *args, **ONE_THREAD)
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    tuned = exact_match(out, 600)
+    assert base_em <= 0.05 and tuned >= base_em + 0.3, (base_em, tuned)

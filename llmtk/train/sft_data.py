@@ -171,6 +171,22 @@ class SFTSampler(Sampler):
         y = torch.where(trained[:, 1:], tokens[:, 1:], torch.full_like(tokens[:, 1:], -1))
         return tokens[:, :-1], y, doc[:, :-1]  # (B, T) each
 
+    def _trained(self, start: int, count: int) -> int:
+        """Loss-carrying tokens in rows [start, start + count) of the job's order."""
+        if not hasattr(self, "_per_row"):
+            self._per_row = self.w.trained.sum(axis=1)
+        return int(sum(self._per_row[self._index(start + j)] for j in range(count)))
+
+    def loss_scale(self, step_position: int, micro: int, grad_accum: int) -> float:
+        """The factor that turns this rank's micro-batch mean loss into its share of the
+        mean over every trained token of the optimizer step (all ranks, all micro-batches),
+        so a step's loss and gradient do not depend on how it is split across processes
+        and micro-steps. The trainer divides by grad_accum and DDP averages over ranks:
+        scale = n_micro * world * grad_accum / n_step."""
+        n_step = self._trained(step_position, self.B * self.world * grad_accum)
+        n = self._trained(step_position + micro * self.global_batch + self.rank * self.B, self.B)
+        return n * self.world * grad_accum / max(1, n_step)
+
     def trained_tokens(self, position: int) -> int:
         """Loss-carrying tokens in the first `position` rows the job has consumed."""
         per_row = self.w.trained.sum(axis=1)

@@ -523,6 +523,8 @@ class Trainer:
                 with ctx:
                     with self.autocast():
                         _, loss = self.model(*batch)
+                    if hasattr(self.train_data, "loss_scale"):  # issue 16: SFT token weighting
+                        loss = loss * self.train_data.loss_scale(self.position, m, cfg.grad_accum)
                     if _fault("NAN_LOSS", self.step):
                         loss = loss * float("nan")
                     if _fault("SPIKE_LOSS", self.step):
