@@ -19,7 +19,9 @@ TORCH_INDEX ?=
 PIP := $(BIN)/python -m pip
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: setup test test-fast lint demo bench clean-venv
+PREFIX ?= $(HOME)/.local
+
+.PHONY: setup install test test-fast lint demo bench clean-venv
 
 setup: $(STAMP)
 
@@ -30,6 +32,13 @@ $(STAMP): pyproject.toml
 	$(PIP) install $(PIP_QUIET) -e '.[dev]'
 	$(PIP) check
 	touch $@
+
+# Puts `llmtk` on PATH for every new shell: a link in $(PREFIX)/bin (default
+# ~/.local/bin, on PATH in most distributions) to this checkout's .venv/bin/llmtk.
+install: setup
+	mkdir -p $(PREFIX)/bin
+	ln -sf $(abspath $(BIN))/llmtk $(PREFIX)/bin/llmtk
+	@echo "llmtk -> $(PREFIX)/bin/llmtk (make sure $(PREFIX)/bin is on your PATH)"
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -9,6 +9,7 @@ import signal
 import sys
 
 import typer
+from typer.core import TyperGroup
 
 from llmtk import __version__
 from llmtk.commands import (
@@ -23,6 +24,7 @@ from llmtk.commands import (
     plot_loss,
     train,
 )
+from llmtk.commands.helpfmt import pipeline_sorted, polish
 from llmtk.errors import LlmtkError, PipeClosed
 
 HELP = """\
@@ -33,7 +35,8 @@ compose in shell pipelines, Makefiles and cluster job scripts.
 
 [bold]Examples[/bold]
 
-  zstdcat crawl/*.jsonl.zst | llmtk clean --lang en,zh | llmtk dedup > clean.jsonl
+  zstdcat crawl/*.jsonl.zst | llmtk clean --lang en,zh \\
+    | llmtk dedup > clean.jsonl
 
   llmtk estimate --model llama3-8b --tokens 15e12 --gpus 1024xH100
 
@@ -48,8 +51,16 @@ EPILOG = (
     "Set LLMTK_DEBUG=1 for tracebacks."
 )
 
+class _PipelineOrdered(TyperGroup):
+    """Lists the commands in the order a pipeline uses them, not as registered."""
+
+    def list_commands(self, ctx) -> list[str]:
+        return pipeline_sorted(super().list_commands(ctx))
+
+
 app = typer.Typer(
     name="llmtk",
+    cls=_PipelineOrdered,
     help=HELP,
     epilog=EPILOG,
     no_args_is_help=True,
@@ -62,6 +73,13 @@ app = typer.Typer(
 for module in (clean, dedup, mix, contam_check, estimate, train, eval, plot_loss, diagnose,
                cat):
     module.register(app)
+
+
+def build_command():
+    """The click command tree of `app`, with help placeholders as words (helpfmt)."""
+    command = typer.main.get_command(app)
+    polish(command)
+    return command
 
 
 def _version(value: bool) -> None:
@@ -99,12 +117,36 @@ def _on_sigterm(signum, frame) -> None:
     raise Terminated()
 
 
+def _debug() -> bool:
+    """LLMTK_DEBUG=1, or --debug (which sets it once the app has parsed it)."""
+    return os.environ.get("LLMTK_DEBUG", "") not in ("", "0")
+
+
+def _usage_line(e: typer.TyperException) -> str:
+    """typer's boxed usage error as one `llmtk: error:` line, like every other error."""
+    ctx = getattr(e, "ctx", None)
+    where = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
+    return f"llmtk: error: {e.format_message()}{where}"
+
+
 def main() -> None:
-    debug = os.environ.get("LLMTK_DEBUG", "") not in ("", "0")
     # Commands that need their own SIGTERM behaviour (train checkpoints) replace this.
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        app(prog_name="llmtk")
+        # standalone_mode=False: usage errors come back to us as exceptions, so they
+        # print as one line; the return value is the exit status of typer.Exit.
+        status = build_command().main(prog_name="llmtk", standalone_mode=False)
+        sys.exit(status if isinstance(status, int) else 0)
+    except typer.TyperException as e:  # click's UsageError / BadParameter / NoSuchOption
+        if _debug():
+            raise
+        # `llmtk` alone: the help has been shown already (typer names this class
+        # only by its name too)
+        if type(e).__name__ != "NoArgsIsHelpError":
+            print(_usage_line(e), file=sys.stderr)
+        sys.exit(getattr(e, "exit_code", 2))
+    except typer.Abort:
+        sys.exit(130)
     except PipeClosed:
         _quiet_stdout()
         sys.exit(0)
@@ -112,7 +154,7 @@ def main() -> None:
         _quiet_stdout()
         sys.exit(0)
     except LlmtkError as e:
-        if debug or os.environ.get("LLMTK_DEBUG", "") not in ("", "0"):
+        if _debug():
             raise
         print(f"llmtk: error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
@@ -124,7 +166,7 @@ def main() -> None:
         print("llmtk: error: out of memory", file=sys.stderr)
         sys.exit(1)
     except Exception as e:  # a bug: still one line, the traceback on request
-        if debug:
+        if _debug():
             raise
         print(f"llmtk: error: internal error ({type(e).__name__}: {e}); "
               "set LLMTK_DEBUG=1 for the traceback", file=sys.stderr)

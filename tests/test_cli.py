@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from llmtk import __version__
 from llmtk.cli import app
 from tests.test_docs import COMMANDS
-from tests.util import env, llmtk
+from tests.util import ROOT, env, llmtk
 
 HEAVY = ("torch", "numpy", "fasttext", "matplotlib", "datasketch", "scipy", "pandas")
 
@@ -82,3 +82,58 @@ def test_shared_stream_options_are_declared_once_and_left_out_where_they_cannot_
     assert names["mix"] >= set(STREAM_OPTIONS) - {"inputs", "workers"}
     assert not names["mix"] & {"inputs", "workers"}
     assert llmtk("mix", "-s", "a=x.jsonl", "--workers", "2").returncode == 2
+
+
+def run_main(monkeypatch, capsys, *args, debug=False):
+    """`llmtk ARGS` through cli.main in-process: (exit status, stdout, stderr)."""
+    from llmtk import cli
+
+    monkeypatch.setattr(sys, "argv", ["llmtk", *args])
+    # "0" is off; setenv (not delenv) so that --debug's os.environ write is undone
+    monkeypatch.setenv("LLMTK_DEBUG", "0")
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    out = capsys.readouterr()
+    return e.value.code, out.out, out.err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--bogus"], "No such option: --bogus (see 'llmtk -h')"),
+    (["clean", "--bogus"], "No such option: --bogus (see 'llmtk clean -h')"),
+    (["diagnose"], "Missing argument 'LOGS'"),
+    (["no-such-command"], "No such command 'no-such-command'"),
+])
+def test_usage_errors_are_one_line_like_every_other_error(monkeypatch, capsys, args, message):
+    status, out, err = run_main(monkeypatch, capsys, *args)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("llmtk: error: ") and message in err, err
+    assert "╭" not in err
+
+
+def test_no_arguments_shows_help_and_exits_2(monkeypatch, capsys):
+    status, out, err = run_main(monkeypatch, capsys)
+    assert status == 2 and "Usage: llmtk" in out + err and "error" not in err
+
+
+def test_debug_flag_shows_the_traceback(monkeypatch, capsys, tmp_path):
+    missing = str(tmp_path / "missing.jsonl")
+    status, _, err = run_main(monkeypatch, capsys, "cat", missing)
+    assert status == 2 and "Traceback" not in err
+    from llmtk.errors import LlmtkError
+
+    monkeypatch.setattr(sys, "argv", ["llmtk", "--debug", "cat", missing])
+    from llmtk import cli
+
+    with pytest.raises(LlmtkError):  # re-raised: Python prints the traceback
+        cli.main()
+
+
+@pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "llmtk").exists(),
+                    reason="needs the checkout's .venv (make setup)")
+def test_make_install_puts_llmtk_on_path_of_a_new_shell(tmp_path):
+    subprocess.run(["make", "-s", "install", f"PREFIX={tmp_path}"], cwd=ROOT, check=True,
+                   capture_output=True)
+    # a new login-less shell that knows nothing of the venv: only PREFIX/bin and the system
+    p = subprocess.run(["env", "-i", f"PATH={tmp_path}/bin:/usr/bin:/bin", "bash", "-c",
+                        "cd / && llmtk --version"], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.startswith("llmtk "), p.stderr

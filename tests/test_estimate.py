@@ -395,3 +395,84 @@ def test_params_override_keeps_the_shape_and_moe_active_params():
     over = estimate(Request(model="llama2-7b", params=7e9))["model"]
     assert over["params"] == over["active_params"] == 7e9
     assert over["matmul_params"] == 7e9 - 32000 * 4096
+
+
+# --- what a user is told (issue 14, item 8) ---------------------------------------------
+
+def cli(*args, **env):
+    """Run `llmtk estimate ARGS` in-process; (exit code, stdout, message of the error)."""
+    from typer.testing import CliRunner
+
+    from llmtk.cli import app
+    from llmtk.errors import LlmtkError
+
+    r = CliRunner().invoke(app, ["estimate", *args], env=env or None)
+    if isinstance(r.exception, LlmtkError):
+        return r.exception.exit_code, r.stdout, str(r.exception)
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    return r.exit_code, r.stdout, ""
+
+
+def test_misspelt_preset_gets_did_you_mean():
+    for typo, meant in (("llama-2-70b", "llama2-70b"), ("Llama3_8B", "llama3-8b"),
+                        ("mistral7b", "mistral-7b"), ("lama3-8b", "llama3-8b")):
+        code, _, err = cli("--model", typo)
+        assert code == 2 and f"did you mean {meant}" in err, err
+    assert "did you mean" not in cli("--model", "gpt5")[2]
+
+
+@pytest.mark.parametrize("need,mp,per_node,expected", [
+    (866.6, 1, 8, 872),   # whole 8-GPU nodes, not 867
+    (866.6, 1, 4, 868),
+    (866.6, 8, 8, 872),
+    (100.0, 16, 8, 112),  # a replica spans two nodes: multiples of 16
+    (0.1, 1, 8, 1),       # inside one node: 1, 2, 4 or 8 GPUs
+    (2.5, 1, 8, 4),
+    (5.0, 2, 8, 8),
+    (7.9, 1, 8, 8),
+    (8.1, 1, 8, 16),
+])
+def test_solve_gpus_answers_in_whole_nodes(need, mp, per_node, expected):
+    from llmtk.estimate.plan import gpus_to_buy
+
+    n, why = gpus_to_buy(need, mp, per_node)
+    assert n == expected and n >= need and n % mp == 0, why
+    if n > per_node:
+        assert n % per_node == 0
+
+
+def test_solve_gpus_node_size_option():
+    r = run_json("--model", "llama2-70b", "--tokens", "2e12", "--gpus", "H100",
+                 "--solve", "gpus", "--days", "30")
+    assert r["solve"]["value"] == 872 and r["solve"]["exact"] < 867
+    r = run_json("--model", "llama2-70b", "--tokens", "2e12", "--gpus", "H100",
+                 "--solve", "gpus", "--days", "30", "--gpus-per-node", "4")
+    assert r["solve"]["value"] == 868
+
+
+def test_no_fits_verdict_while_activations_are_unknown():
+    r = estimate(Request(params=1e9, gpus="8xH100"))
+    assert r["memory"]["activations"] is None and r["memory"]["fits"] is None
+    assert r["suggestions"] == []
+    out = cli("--params", "1e9", "--gpus", "8xH100")[1]
+    assert "unknown: activations not counted" in out and "fits in" not in out
+    # too large even without activations: that much can be said
+    assert estimate(Request(params=700e9, gpus="8xH100"))["memory"]["fits"] is False
+
+
+def test_pipeline_bubble_names_the_global_batch_it_assumed():
+    r = estimate(Request(model="llama2-70b", gpus="64xH100", pp=8))
+    assert r["run"]["global_batch_from"] == "micro-batch x dp"
+    out = cli("--model", "llama2-70b", "--gpus", "64xH100", "--pp", "8")[1]
+    assert "global batch 8 sequences" in " ".join(out.split())
+    assert "set --global-batch" in " ".join(out.split())
+    r = estimate(Request(model="llama2-70b", gpus="64xH100", pp=8, global_batch=512))
+    assert r["run"]["global_batch_from"] == "--global-batch"
+    assert r["run"]["pipeline_bubble"] < 0.12
+
+
+def test_redirected_table_honours_columns():
+    narrow = cli("--model", "llama2-7b", COLUMNS="80")[1]
+    assert max(len(x) for x in narrow.splitlines()) <= 80
+    wide = cli("--model", "llama2-7b", COLUMNS="")[1]
+    assert max(len(x) for x in wide.splitlines()) > 80

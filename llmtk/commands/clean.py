@@ -31,11 +31,13 @@ HELP = (
 
   llmtk clean crawl/ -j 8 --rejects rejects.jsonl.zst -o clean.jsonl.zst
 
-  llmtk clean --print-config > clean.toml; llmtk clean --config clean.toml in.jsonl
+  llmtk clean --print-config > clean.toml
+  llmtk clean --config clean.toml in.jsonl
 
   llmtk clean in.jsonl --dry-run --annotate --stats stats.json | head
 
-  llmtk clean train-quality --positive wiki.jsonl --negative crawl.jsonl -o quality.bin
+  llmtk clean train-quality --positive wiki.jsonl \\
+    --negative crawl.jsonl -o quality.bin
 
   llmtk clean in.jsonl --quality-model quality.bin --min-quality 0.5
 
@@ -277,7 +279,8 @@ label on them (to stderr; --json prints them to stdout). The model is a standard
 
 [bold]Examples[/bold]
 
-  llmtk clean train-quality --positive wiki.jsonl --negative crawl.jsonl.zst -o q.bin
+  llmtk clean train-quality --positive wiki.jsonl \\
+    --negative crawl.jsonl.zst -o q.bin
 
   llmtk clean in.jsonl --quality-model q.bin --min-quality 0.5 > good.jsonl
 """,

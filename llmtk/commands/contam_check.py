@@ -21,11 +21,14 @@ clean < 20% (Llama 2's thresholds), else partial.
 
 [bold]Examples[/bold]
 
-  llmtk contam-check train.jsonl.zst --eval evals/ --drop -o train.clean.jsonl.zst
+  llmtk contam-check train.jsonl.zst --eval evals/ --drop \\
+    -o train.clean.jsonl.zst
 
-  zstdcat web.jsonl.zst | llmtk contam-check -e mmlu.jsonl --report-only --report r.json
+  zstdcat web.jsonl.zst \\
+    | llmtk contam-check -e mmlu.jsonl --report-only --report r.json
 
-  llmtk contam-check train.jsonl --eval gsm8k.jsonl --n 8 --dirty 0.7 --annotate > marked.jsonl
+  llmtk contam-check train.jsonl --eval gsm8k.jsonl --n 8 --dirty 0.7 \\
+    --annotate > marked.jsonl
 """
 
 EPILOG = ("Exit status: 0 no contamination (or it was removed with --drop or --mask), "

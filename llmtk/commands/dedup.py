@@ -36,7 +36,8 @@ soon as it is known to be the first of its cluster.
 
   llmtk dedup web/ -o web.dedup.jsonl.zst --rejects dups.jsonl.zst --workers 8
 
-  llmtk dedup new.jsonl --index old-idx/ --save-index new-idx/ -o new.dedup.jsonl
+  llmtk dedup new.jsonl --index old-idx/ --save-index new-idx/ \\
+    -o new.dedup.jsonl
 
   llmtk dedup pages.jsonl --level paragraph --max-repeats 1 > no-footers.jsonl
 
@@ -225,9 +226,11 @@ INDEX parts; the shards' outputs together equal `llmtk dedup`'s output.
 
 [bold]Examples[/bold]
 
-  llmtk dedup filter crawl/ --index index/ --shard $K/64 -o out/part-$K.jsonl.zst
+  llmtk dedup filter crawl/ --index index/ --shard $K/64 \\
+    -o out/part-$K.jsonl.zst
 
-  llmtk dedup filter crawl/ --index index/ --rejects dups.jsonl > unique.jsonl
+  llmtk dedup filter crawl/ --index index/ --rejects dups.jsonl \\
+    > unique.jsonl
 """
 
 

@@ -28,13 +28,16 @@ real llmtk model built on CPU.
 
   llmtk estimate --model llama3-8b --tokens 15T --gpus 1024xH100 --zero 1
 
-  llmtk estimate --model llama2-70b --gpus 512xA100-80 --tp 8 --pp 4 --sequence-parallel
+  llmtk estimate --model llama2-70b --gpus 512xA100-80 --tp 8 --pp 4 \\
+    --sequence-parallel
 
-  llmtk estimate --model llama3-70b --tokens 2T --gpus H100 --solve gpus --days 30
+  llmtk estimate --model llama3-70b --tokens 2T --gpus H100 \\
+    --solve gpus --days 30
 
   llmtk estimate --params 535e9 --gpus 8xH200 --json | jq .inference.weights
 
-  llmtk estimate --layers 4 --d-model 128 --heads 4 --vocab 257 --seq-len 256 --measure
+  llmtk estimate --layers 4 --d-model 128 --heads 4 --vocab 257 \\
+    --seq-len 256 --measure
 
   llmtk estimate --list
 """
@@ -76,6 +79,8 @@ def command(
                                  "(default: Chinchilla 20 x N).", RUN)] = None,
     gpus: Annotated[str, _opt("--gpus", "COUNTxGPU", "GPUs, e.g. 1024xH100 (see --list).",
                               RUN)] = "1xH100",
+    gpus_per_node: Annotated[str, _opt("--gpus-per-node", "N", "GPUs per node: --solve gpus "
+                                       "answers in whole nodes.", RUN)] = "8",
     mfu: Annotated[str, _opt("--mfu", "FRACTION", "Model FLOPs utilisation, 0-1.", RUN)] = "0.4",
     price: Annotated[Text, _opt("--price-per-gpu-hour", "DOLLARS", "Dollars per GPU-hour, for "
                                 "the cost line.", RUN)] = None,
@@ -140,6 +145,7 @@ def command(
     req = Request(
         model=model, params=num("--params", params), dims=dims,
         tokens=num("--tokens", tokens), gpus=gpus, mfu=num("--mfu", mfu),
+        gpus_per_node=whole("--gpus-per-node", gpus_per_node),
         price_per_gpu_hour=num("--price-per-gpu-hour", price, allow_zero=True),
         dp=whole("--dp", dp), tp=whole("--tp", tp), pp=whole("--pp", pp),
         zero=whole("--zero", zero, lo=0), sequence_parallel=sequence_parallel,

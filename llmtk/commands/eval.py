@@ -27,7 +27,8 @@ metrics to RUN_DIR/metrics.jsonl as eval rows, which plot-loss draws.
 
   llmtk eval runs/a --tasks hellaswag.jsonl --tasks arc_easy.jsonl
 
-  llmtk eval runs/sft/checkpoints/step-0000500 --tasks heldout.jsonl --json | jq .tasks
+  llmtk eval runs/sft/checkpoints/step-0000500 -t heldout.jsonl --json \\
+    | jq .tasks
 
   llmtk plot-loss runs/a --metric eval/arc_easy/acc -o arc.png
 

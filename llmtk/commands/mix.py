@@ -20,11 +20,14 @@ reported on stderr and with --report.
 
 [bold]Examples[/bold]
 
-  llmtk mix --source web=web.jsonl.zst:0.7 --source code=code/:0.3 --tokens 2e9 -o train.jsonl.zst
+  llmtk mix --source web=web.jsonl.zst:0.7 --source code=code/:0.3 \\
+    --tokens 2e9 -o train.jsonl.zst
 
-  llmtk mix -s en=en.jsonl:3 -s zh=zh.jsonl:1 --tokens 500M --report mix.json > train.jsonl
+  llmtk mix -s en=en.jsonl:3 -s zh=zh.jsonl:1 --tokens 500M \\
+    --report mix.json > train.jsonl
 
-  llmtk mix -s old=old/:0.2 -s new=new/:0.8 --tokenizer tok.json --max-epochs 2 -o c.jsonl
+  llmtk mix -s old=old/:0.2 -s new=new/:0.8 --tokenizer tok.json \\
+    --max-epochs 2 -o c.jsonl
 """
 
 EPILOG = "Exit status: 0 success, 1 data error, 2 bad usage (e.g. a source too small)."

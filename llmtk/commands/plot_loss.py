@@ -16,11 +16,12 @@ logs. Writes PNG, SVG or PDF (by the -o extension), or draws in the terminal.
 
   llmtk plot-loss runs/*/metrics.jsonl -o loss.png
 
-  llmtk plot-loss runs/a runs/b --metric loss --metric lr --metric grad_norm -o curves.svg
+  llmtk plot-loss runs/a runs/b --metric loss --metric lr \\
+    --metric grad_norm -o curves.svg
 
   llmtk plot-loss runs/a/metrics.jsonl --smooth 0.9 --x tokens
 
-  llmtk plot-loss runs/a --findings -o a.svg    # mark spikes, NaNs, plateaus ...
+  llmtk plot-loss runs/a --findings -o a.svg  # marks spikes, NaNs, plateaus
 """
 
 EPILOG = "Exit status: 0 success, 1 unreadable log or plot error, 2 bad usage."

@@ -25,15 +25,20 @@ checkpoints, and resumes from the newest complete checkpoint by itself.
 
   llmtk train --config run.toml --nproc-per-node 8
 
-  llmtk train --config run.toml --nproc-per-node 8 --nnodes 4 --rdzv-endpoint node0:29500
+  llmtk train --config run.toml --nproc-per-node 8 --nnodes 4 \\
+    --rdzv-endpoint node0:29500
 
-  llmtk train --sft --init-from runs/a --data chat.jsonl --out runs/sft --steps 300
+  llmtk train --sft --init-from runs/a --data chat.jsonl --out runs/sft \\
+    --steps 300
 
-  llmtk train --sft --init-from runs/a --data alpaca.jsonl --lora-rank 8 --out runs/lora
+  llmtk train --sft --init-from runs/a --data alpaca.jsonl --lora-rank 8 \\
+    --out runs/lora
 
-  llmtk train --data train.jsonl.zst --out runs/a --eval-tasks arc.jsonl --eval-every 500
+  llmtk train --data train.jsonl.zst --out runs/a --eval-tasks arc.jsonl \\
+    --eval-every 500
 
-  llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 -o tokenizer.json
+  llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 \\
+    -o tokenizer.json
 
   llmtk plot-loss runs/a/metrics.jsonl -o loss.png
 
@@ -280,7 +285,8 @@ UTF-8 text is covered and nothing is unknown; <|endoftext|> is the EOS token.
 
 [bold]Examples[/bold]
 
-  llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 -o tokenizer.json
+  llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 \\
+    -o tokenizer.json
 
   zstdcat web.jsonl.zst | head -100000 | llmtk train tokenizer -o tok.json
 

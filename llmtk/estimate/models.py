@@ -169,11 +169,25 @@ PRESET_LIST: list[ModelSpec] = [
 PRESETS: dict[str, ModelSpec] = {m.name: m for m in PRESET_LIST}
 
 
+def _squash(name: str) -> str:
+    """'Llama-2-70B' and 'llama2_70b' both become 'llama270b': how people misspell presets."""
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
 def preset(name: str) -> ModelSpec:
     key = name.lower()
-    if key not in PRESETS:
-        raise UsageError(f"--model: unknown preset {name!r} (known: {', '.join(PRESETS)})")
-    return PRESETS[key]
+    if key in PRESETS:
+        return PRESETS[key]
+    import difflib
+
+    squashed = {_squash(k): k for k in PRESETS}
+    if _squash(name) in squashed:
+        guesses = [squashed[_squash(name)]]
+    else:
+        guesses = [squashed[g] for g in
+                   difflib.get_close_matches(_squash(name), list(squashed), n=2, cutoff=0.75)]
+    hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
+    raise UsageError(f"--model: unknown preset {name!r}{hint} (known: {', '.join(PRESETS)})")
 
 
 @dataclass

@@ -25,6 +25,7 @@ class Request:
     dims: Dims = field(default_factory=Dims)
     tokens: float | None = None
     gpus: str = "1xH100"
+    gpus_per_node: int = 8
     mfu: float = 0.4
     price_per_gpu_hour: float | None = None
     dp: int | None = None
@@ -69,11 +70,28 @@ def _check(req: Request) -> None:
         raise UsageError(f"--mfu: must be in (0, 1], got {req.mfu:g}")
     if req.zero not in (0, 1, 2, 3):
         raise UsageError(f"--zero: expected 0, 1, 2 or 3 (FSDP = 3), got {req.zero}")
-    for opt, v in (("--tp", req.tp), ("--pp", req.pp), ("--micro-batch", req.micro_batch)):
+    for opt, v in (("--tp", req.tp), ("--pp", req.pp), ("--micro-batch", req.micro_batch),
+                   ("--gpus-per-node", req.gpus_per_node)):
         if v < 1:
             raise UsageError(f"{opt}: must be >= 1, got {v}")
     if req.solve in ("gpus", "tokens") and req.days is None:
         raise UsageError(f"--days: --solve {req.solve} needs the target duration in days")
+
+
+def gpus_to_buy(need: float, model_parallel: int, per_node: int) -> tuple[int, str]:
+    """The GPU count to answer `--solve gpus` with: GPUs come in nodes, and every
+    replica needs tp x pp of them. Within one node: the smallest power-of-two
+    multiple of tp x pp that reaches `need` (1, 2, 4, 8 GPUs are what a node can
+    be split into); beyond one node: whole nodes, each a multiple of tp x pp."""
+    unit = model_parallel
+    while unit < per_node and unit * 2 <= per_node and unit < need:
+        unit *= 2
+    if unit >= need and unit <= per_node:
+        return unit, f"{unit} GPU{'s' if unit > 1 else ''} of one {per_node}-GPU node"
+    step = math.lcm(model_parallel, per_node)
+    n = max(step, math.ceil(need / step) * step)
+    return n, f"whole {per_node}-GPU nodes" + (f" (multiple of tp x pp = {model_parallel})"
+                                               if step != per_node else "")
 
 
 def _layout(req: Request, n_gpus: int) -> tuple[int, int, int]:
@@ -146,9 +164,9 @@ def estimate(req: Request) -> dict:
         if tokens is None:
             tokens, tokens_from = scaling.chinchilla_tokens(total), "chinchilla"
         need = tokens * per_token / (peak * req.mfu * req.days * 86400)
-        step = req.tp * req.pp
-        n_gpus = max(step, math.ceil(need / step) * step)
-        solved = {"for": "gpus", "value": n_gpus, "exact": need, "days": req.days}
+        n_gpus, rounding = gpus_to_buy(need, req.tp * req.pp, req.gpus_per_node)
+        solved = {"for": "gpus", "value": n_gpus, "exact": need, "days": req.days,
+                  "rounded_to": rounding}
     elif req.solve == "tokens":
         tokens = n_gpus * peak * req.mfu * req.days * 86400 / per_token
         tokens_from = "solved"
@@ -195,6 +213,8 @@ def estimate(req: Request) -> dict:
             "precision": req.precision, "peak_flops_per_gpu": peak, "mfu": req.mfu,
             "dp": dp, "tp": tp, "pp": pp, "zero": req.zero, "sequence_parallel": par.sp,
             "micro_batch": req.micro_batch, "global_batch": global_batch,
+            "global_batch_from": "--global-batch" if req.global_batch is not None
+                                 else "micro-batch x dp",
             "grad_accum_steps": accum, "seq_len": seq,
             "tokens_per_step": global_batch * seq if seq else None,
             "steps": tokens / (global_batch * seq) if seq else None,
@@ -264,8 +284,11 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu) -> dict:
     out["states_fit"] = memory.with_overhead(fixed)[1] <= capacity
     if spec is None:
         overhead, total_bytes = memory.with_overhead(fixed)
+        # Without the shape the activations are unknown, so "fits" cannot be said; only
+        # "does not fit" can, when the model states alone are too large.
         out.update(activations=None, activations_per_sample=None, overhead=overhead,
-                   total=total_bytes, capacity=capacity, fits=total_bytes <= capacity,
+                   total=total_bytes, capacity=capacity,
+                   fits=False if total_bytes > capacity else None,
                    max_micro_batch=None,
                    note="activations not counted: give the shape (--model or "
                         "--layers/--d-model/--heads)")
@@ -298,7 +321,7 @@ def _scaling(fit_name: str, n: float, tokens: float) -> dict:
 def _suggestions(result, spec, counts, total, trainable, req, par, accum, gpu) -> list[str]:
     """When the plan does not fit, the nearest changes that make it fit."""
     mem = result["memory"]
-    if mem["fits"]:
+    if mem["fits"] is not False:  # fits, or unknown (activations not counted)
         return []
     tries = []
     for z in (1, 2, 3):

@@ -41,7 +41,8 @@ def render(r: dict, file) -> None:
         if solve["for"] == "gpus":
             t.add_row("  GPUs needed", f"[bold]{solve['value']:,}[/bold]",
                       f"{run['gpu']} to finish in {solve['days']:g} days "
-                      f"(exactly {solve['exact']:,.1f}, rounded up to tp x pp)")
+                      f"(exactly {solve['exact']:,.1f}, rounded up to "
+                      f"{solve['rounded_to']})")
         elif solve["for"] == "tokens":
             t.add_row("  tokens", f"[bold]{si(solve['value'])}[/bold]",
                       f"trainable in {solve['days']:g} days on {run['gpus']:,} x {run['gpu']}")
@@ -94,8 +95,12 @@ def render(r: dict, file) -> None:
                   f"{si(run['tokens_per_step'])} tokens; grad accumulation "
                   f"{run['grad_accum_steps']}")
     if run["pp"] > 1:
+        told = ("" if run["global_batch_from"] == "--global-batch"
+                else "; default = micro-batch x dp, set --global-batch")
         t.add_row("  pipeline bubble", f"{run['pipeline_bubble']:.1%}",
-                  "(pp-1)/(m+pp-1), 1F1B; MFU should already include it")
+                  f"(pp-1)/(m+pp-1), 1F1B, m = {run['grad_accum_steps']} micro-batches "
+                  f"(global batch {run['global_batch']:,} sequences{told}); MFU should "
+                  "already include it")
 
     sp = " +sp" if run["sequence_parallel"] else ""
     section(f"Memory per GPU (dp {run['dp']} · tp {run['tp']}{sp} · pp {run['pp']} · "
@@ -120,7 +125,10 @@ def render(r: dict, file) -> None:
     t.add_row("  [bold]total[/bold]", f"[bold]{gb(mem['total'])}[/bold]", "")
     cap = f"{gb(mem['capacity'])} ({run['gpu']}, {mem['capacity'] / 2**30:g} GiB)"
     used = f"{mem['total'] / mem['capacity']:.0%} used"
-    if mem["fits"]:
+    if mem["fits"] is None:
+        verdict = (f"[yellow]unknown[/yellow]: activations not counted; without them "
+                   f"{used} of {cap}")
+    elif mem["fits"]:
         verdict = f"[green]fits[/green] in {cap}: {used}"
     else:
         verdict = f"[red]does not fit[/red] in {cap}: {used}"

@@ -31,13 +31,20 @@ def buffered_console(file):
     text ourselves lets `llmtk estimate | head -1` end quietly with 0 like every llmtk tool.
     """
     import io
+    import os
     import shutil
 
     from rich.console import Console
 
     tty = file.isatty()
     buf = io.StringIO()
-    width = shutil.get_terminal_size().columns if tty else 110
+    # A terminal's own width; redirected output honours COLUMNS, else a width that
+    # fits every table on one line.
+    columns = os.environ.get("COLUMNS", "")
+    if tty:
+        width = shutil.get_terminal_size().columns
+    else:
+        width = int(columns) if columns.isdigit() and int(columns) >= 40 else 110
     console = Console(file=buf, force_terminal=tty, width=width, highlight=False,
                       soft_wrap=False)
 

@@ -75,7 +75,8 @@ class StreamRun:
         if not self.opts.quiet and stderr_is_terminal():
             from llmtk.io.progress import Progress
 
-            self._progress = Progress(self.tool, self.summary)
+            self._progress = Progress(self.tool, self.summary,
+                                      reads_pipe=self.paths == ["-"] and _stdin_is_pipe())
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -176,6 +177,16 @@ def _apply_chunk(fn: Callable[[Doc], str | None], chunk: list[Doc]) -> list[tupl
         reason = fn(doc)
         out.append((reason, None if doc.raw is not None else doc.data, doc.counts))
     return out
+
+
+def _stdin_is_pipe() -> bool:
+    """stdin is a pipe or FIFO: this tool is a later stage of a pipeline."""
+    import stat
+
+    try:
+        return stat.S_ISFIFO(os.fstat(sys.stdin.fileno()).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 def _stdin_is_terminal() -> bool:

@@ -6,8 +6,13 @@ means total process time), so merging a job array's stats is a plain sum of
 the same keys; rates are left out of the JSON because they do not add.
 """
 
+import sys
 import time
 from collections import Counter
+
+# At most this many rows per family of counts (`lang.en`, `lang.de`, ... is one
+# family); the rest are summed into one "N more" row. --stats has them all.
+COUNT_ROWS = 5
 
 
 class Summary:
@@ -42,7 +47,24 @@ class Summary:
     def mb_per_s(self) -> float:
         return self.bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
+    def count_rows(self) -> list[tuple[str, int]]:
+        """The counts as summary rows: each family's largest COUNT_ROWS, then 'N more'."""
+        families: dict[str, list[tuple[str, int]]] = {}
+        for key, n in self.counts.items():
+            families.setdefault(key.split(".", 1)[0], []).append((key, n))
+        rows = []
+        for family, items in sorted(families.items()):
+            items.sort(key=lambda kv: (-kv[1], kv[0]))
+            rows += items[:COUNT_ROWS]
+            rest = items[COUNT_ROWS:]
+            if rest:
+                rows.append((f"{family}: {len(rest)} more (in --stats)",
+                             sum(n for _, n in rest)))
+        return rows
+
     def print(self) -> None:
+        """Draw the summary and write it to stderr in one write, so that the summaries
+        of several tools sharing a terminal never interleave line by line."""
         from rich.table import Table
 
         from llmtk.io.console import stderr_console
@@ -57,8 +79,14 @@ class Summary:
             table.add_row(f"dropped {reason}", f"{n:,}")
         for reason, n in sorted(self.errors.items()):
             table.add_row(f"bad input {reason}", f"{n:,}")
-        for key, n in sorted(self.counts.items()):
-            table.add_row(key, f"{n:,}")
+        if self.counts:
+            table.add_row("counted in records", "")
+        for key, n in self.count_rows():
+            table.add_row(f"  {key}", f"{n:,}")
         table.add_row("bytes in / out", f"{self.bytes_in:,} / {self.bytes_out:,}")
         table.add_row("time", f"{self.seconds:.2f} s  ({self.mb_per_s():.1f} MB/s)")
-        stderr_console().print(table)
+        console = stderr_console()
+        with console.capture() as captured:
+            console.print(table)
+        sys.stderr.write(captured.get())  # one buffered write, flushed at once
+        sys.stderr.flush()

@@ -1,0 +1,77 @@
+"""One look for every command's help: placeholders as words, commands in pipeline order.
+
+typer shows an option's Python type as its placeholder (`<str>`, `<list[str]>`,
+`<int range>`, `<bool>` on a flag). `polish()` walks the built click command tree
+once and gives every parameter without an explicit metavar a word instead: flags
+get none, numbers `N` or `X`, paths `FILE`, other text `TEXT` — the way man pages
+and clig.dev write them. Options that name their metavar keep it.
+"""
+
+from __future__ import annotations
+
+# The order a user meets the tools in (docs/index.md, the README's pipeline);
+# commands not listed follow in the order they were registered.
+PIPELINE_ORDER = ("clean", "dedup", "contam-check", "mix", "stats", "estimate", "train",
+                  "eval", "generate", "plot-loss", "diagnose", "cat")
+
+_FILE_WORDS = ("output", "rejects", "stats", "clusters", "report", "config", "index",
+               "model", "tokenizer", "data", "file", "dir", "out", "eval", "log", "path")
+
+
+def placeholder(param) -> str:
+    """The metavar a parameter shows in help when it names none itself."""
+    if getattr(param, "is_flag", False) or getattr(param, "count", False):
+        return ""
+    name = (param.name or "").lower()
+    desc = param.type_descriptor  # typer's description of the annotation
+    kind = desc.annotation
+    if desc.is_list and getattr(kind, "__args__", None):
+        kind = kind.__args__[0]
+    if desc.is_choice:
+        word = "|".join(str(getattr(c, "value", c)) for c in desc.choices or ())
+    elif kind is int:
+        word = "N"
+    elif kind is float:
+        word = "X"
+    elif desc.is_path or any(w in name for w in _FILE_WORDS):
+        word = "FILE"
+    else:
+        word = "TEXT"
+    if param.param_type_name == "argument":
+        return name.upper() if name else word  # typer adds "..." for several
+    return word
+
+
+def _usage_name(param) -> str:
+    """FILE... or [FILE]... in the usage line (typer writes {file}... for required)."""
+    name = param.metavar + ("..." if param.nargs != 1 else "")
+    return name if param.required else f"[{name}]"
+
+
+def polish(command) -> None:
+    """Give every parameter of `command` and its subcommands a word placeholder."""
+    for param in command.params:
+        if param.metavar is None:
+            param.metavar = placeholder(param)
+        if param.param_type_name == "argument":
+            # the name column already says FILES...; typer would add <list[str]>
+            param.display_type_rich = lambda ctx: None
+            if hasattr(param, "_usage_display_name"):
+                param._usage_display_name = lambda p=param: _usage_name(p)
+    # click makes -h/--help lazily, on first use: give it no placeholder then
+    make_help = command.get_help_option
+
+    def get_help_option(ctx, _make=make_help):
+        option = _make(ctx)
+        if option is not None and option.metavar is None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = get_help_option
+    for sub in getattr(command, "commands", {}).values():
+        polish(sub)
+
+
+def pipeline_sorted(names: list[str]) -> list[str]:
+    rank = {n: i for i, n in enumerate(PIPELINE_ORDER)}
+    return sorted(names, key=lambda n: (rank.get(n, len(rank)), names.index(n)))

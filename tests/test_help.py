@@ -1,0 +1,65 @@
+"""Every command's --help as a user reads it in an 80-column terminal (issue 14, item 5).
+
+Rendered in-process through the same command tree `llmtk` runs (cli.build_command):
+no Python type names as placeholders, no line wider than 80 columns, and every
+example of a help text appears whole on one line (never wrapped mid-command).
+"""
+
+import re
+
+import pytest
+
+from llmtk.cli import build_command
+
+TYPE_NAMES = re.compile(r"<(bool|str|int|float|list\[|path|int range|float range)[^>]*>")
+
+
+def all_commands(command=None, path=()):
+    command = command or build_command()
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():
+        if not sub.hidden:
+            yield from all_commands(sub, (*path, name))
+
+
+COMMANDS = [(" ".join(p) or "llmtk", c) for p, c in all_commands()]
+
+
+def render(path: str, monkeypatch, capsys) -> str:
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    args = [*path.split(), "--help"] if path != "llmtk" else ["--help"]
+    status = build_command().main(args, prog_name="llmtk", standalone_mode=False)
+    assert status in (0, None)
+    return capsys.readouterr().out
+
+
+def examples(command) -> list[str]:
+    """The example command lines of a help text: the indented lines after 'Examples'."""
+    text = command.help or ""
+    if "Examples" not in text:
+        return []
+    body = text.split("Examples", 1)[1]
+    return [line.strip() for line in body.splitlines()
+            if line.startswith("  ") and line.strip()]
+
+
+@pytest.mark.parametrize("path,command", COMMANDS, ids=[p for p, _ in COMMANDS])
+def test_help_reads_at_80_columns(path, command, monkeypatch, capsys):
+    out = render(path, monkeypatch, capsys)
+    assert "Usage:" in out
+    assert not TYPE_NAMES.search(out), TYPE_NAMES.search(out).group(0)
+    wide = [line for line in out.splitlines() if len(line) > 80]
+    assert not wide, wide[0]
+    flat = " ".join(out.split())
+    for example in examples(command):
+        assert len(example) <= 76, f"example longer than 76 columns: {example}"
+        assert " ".join(example.split()) in flat, f"example wrapped: {example}"
+
+
+def test_commands_are_listed_in_pipeline_order(monkeypatch, capsys):
+    out = render("llmtk", monkeypatch, capsys)
+    listed = [n for n in ("clean", "dedup", "contam-check", "mix", "estimate", "train",
+                          "plot-loss", "diagnose") if f"│ {n} " in out]
+    positions = [out.index(f"│ {n} ") for n in listed]
+    assert len(listed) == 8 and positions == sorted(positions)

@@ -1,0 +1,97 @@
+"""Progress in a pipeline: one stage draws on the shared terminal at a time, and every
+summary arrives as one block (issue 14, item 2). Run under a real pseudo-terminal."""
+
+import os
+import pty
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from llmtk.io.progress import TerminalClaim
+from tests.util import ROOT, env
+
+
+def test_one_claim_per_terminal_until_released():
+    master, slave = pty.openpty()
+    try:
+        a, b = TerminalClaim(slave), TerminalClaim(slave)
+        assert a.try_claim() and a.try_claim()  # holding it: still ours
+        assert not b.try_claim()
+        a.release()
+        assert b.try_claim()
+        b.release()
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_not_a_terminal_is_never_claimed(tmp_path):
+    with open(tmp_path / "f", "w") as f:
+        assert not TerminalClaim(f.fileno()).try_claim()
+
+
+PRODUCER = """
+import json, random, sys, time
+rng = random.Random(0)
+words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(6))
+         for _ in range(5000)]
+# ~6 MB of distinct documents (no near-duplicates) in bursts over ~2 s: enough that
+# every stage's 1 MiB output buffer fills and the later stages have work while it runs
+for burst in range(24):
+    lines = []
+    for i in range(burst * 800, (burst + 1) * 800):
+        text = " ".join(rng.choice(words) for _ in range(40))
+        lines.append(json.dumps({"id": i, "text": text}))
+    sys.stdout.write("\\n".join(lines) + "\\n")
+    sys.stdout.flush()
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.slow
+def test_three_stage_pipeline_draws_one_progress_line_at_a_time(tmp_path):
+    ev = tmp_path / "ev.jsonl"
+    ev.write_text('{"text": "an evaluation item that is nowhere in the training data at all"}\n')
+    out = tmp_path / "out.jsonl"
+    producer = tmp_path / "producer.py"
+    producer.write_text(PRODUCER)
+    llmtk = f'"{sys.executable}" -m llmtk'
+    script = (f"'{sys.executable}' {producer} | {llmtk} cat | {llmtk} dedup "
+              f"| {llmtk} contam-check -e {ev} > {out}")
+    master, slave = pty.openpty()
+    p = subprocess.Popen(["bash", "-c", "set -o pipefail; " + script], stdin=subprocess.DEVNULL,
+                         stderr=slave, stdout=subprocess.DEVNULL, cwd=ROOT,
+                         env=env(COLUMNS="100", TERM="xterm", NO_COLOR="1"))
+    os.close(slave)
+    seen = b""
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: every writer has closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert p.wait(timeout=60) == 0, seen.decode(errors="replace")
+    text = seen.decode(errors="replace")
+    assert len(out.read_text().splitlines()) == 24 * 800
+
+    # who drew progress, in order: each stage's drawing is one contiguous run
+    drawers = re.findall(r"llmtk (cat|dedup|contam-check): [\d,]+ records", text)
+    assert drawers, text
+    runs = [d for i, d in enumerate(drawers) if i == 0 or drawers[i - 1] != d]
+    assert len(runs) == len(set(runs)), runs
+
+    # every summary is one block: its title, then its rows, no other tool in between
+    for tool in ("cat", "dedup", "contam-check"):
+        start = text.index(f"llmtk {tool}  ") if f"llmtk {tool}  " in text else None
+        if start is None:  # contam-check prints its own report
+            continue
+        block = text[start:text.index("time", start)]
+        others = {"cat", "dedup", "contam-check"} - {tool}
+        assert not any(f"llmtk {o}" in block for o in others), block
