@@ -415,6 +415,7 @@ def test_lora_learns_a_new_instruction_on_the_fine_tuned_model(learner_base, ful
     from tests.util import llmtk
 
     lb = learner_base
+    before = eval_em(full_ft, lb["up_held"])
     out = str(tmp_path / "lora")
     p = llmtk("train", "--sft", "--init-from", full_ft, "--data", lb["up"], "--out", out,
               "--steps", "400", "--batch-size", "16", "--warmup", "20", "--lr", "5e-3",
@@ -425,4 +426,5 @@ def test_lora_learns_a_new_instruction_on_the_fine_tuned_model(learner_base, ful
     losses = [r["loss"] for r in rows(out) if "loss" in r and "event" not in r]
     assert losses[-1] <= 0.85 * losses[0], losses
     tuned = exact_match(out, 400, "up_held")
+    assert tuned > before  # measured once: 0.0 -> 0.133
     assert eval_em(out, lb["up_held"]) == pytest.approx(tuned)
