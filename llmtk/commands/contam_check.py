@@ -16,8 +16,15 @@ Training documents stream through (stdin/files to stdout/-o); every document
 sharing an n-gram (default 13 words, GPT-3's rule) with an evaluation item is
 counted, and dropped with --drop (or the matched words masked with --mask).
 Each evaluation item gets its coverage (share of its words inside n-grams seen
-in training) and a class: dirty >= 80%,
-clean < 20% (Llama 2's thresholds), else partial.
+in training) and a class: dirty >= 80%, clean < 20% (Llama 2's thresholds),
+else partial; each eval file gets its dirty/partial/clean shares, as in the
+Llama 2 and GPT-3 contamination tables.
+
+Eval sets: JSONL, JSON arrays, CSV/TSV, Parquet, or a `datasets.save_to_disk`
+folder. The benchmark is recognised by its fields (MMLU, GSM8K, HumanEval,
+MBPP, HellaSwag, ARC, TriviaQA, NaturalQuestions, BoolQ, SQuAD, C-Eval,
+CMMLU, chat messages, text) and its question text is checked; --eval-field
+names the fields instead.
 
 [bold]Examples[/bold]
 
@@ -38,12 +45,15 @@ EPILOG = ("Exit status: 0 no contamination (or it was removed with --drop or --m
 @o.stream_command()
 def command(
     eval_paths: Annotated[list[str], typer.Option(
-        "--eval", "-e", help="Evaluation set (JSONL file or directory), repeatable.")] = ...,
-    eval_field: Annotated[str, typer.Option(
-        "--eval-field", help="Field(s) of an eval record to check, comma-separated "
-                             "(lists are joined).")] = "text",
+        "--eval", "-e", metavar="PATH", help="Evaluation set (file, save_to_disk folder "
+                                             "or directory), repeatable.")] = ...,
+    eval_field: Annotated[str | None, typer.Option(
+        "--eval-field", metavar="FIELDS",
+        help="Field(s) of an eval record to check, comma-separated; a.b reaches inside "
+             "(lists are joined). Default: by the benchmark's layout.")] = None,
     eval_id_field: Annotated[str, typer.Option(
-        "--eval-id-field", help="Field that names an eval item (default id; else FILE:LINE).")
+        "--eval-id-field", metavar="FIELD",
+        help="Field that names an eval item (default id; else FILE:LINE).")
     ] = "id",
     n: Annotated[int, typer.Option("--n", min=3, max=50,
                                    help="n-gram length in words (13 = GPT-3, 8 = PaLM).")] = 13,
@@ -67,6 +77,7 @@ def command(
     stream: StreamOptions,
 ) -> None:
     from llmtk.contam.check import EvalIndex
+    from llmtk.contam.evalsets import summary as eval_set_summary
     from llmtk.contam.run import build_report, check_stream, load_eval_items
     from llmtk.errors import UsageError
     from llmtk.io import StreamRun, write_json_atomically
@@ -79,12 +90,14 @@ def command(
         raise UsageError("--mask cannot be combined with --drop or --report-only")
     if mask == "":
         raise UsageError("--mask: give a token such as '<EVAL>'")
-    fields = [f.strip() for f in eval_field.split(",") if f.strip()]
-    index = EvalIndex(load_eval_items(eval_paths, fields, eval_id_field, n), n)
+    fields = [f.strip() for f in (eval_field or "").split(",") if f.strip()] or None
+    sets: list = []
+    index = EvalIndex(load_eval_items(eval_paths, fields, eval_id_field, n, sets), n)
     with StreamRun("contam-check", stream) as run:
         found = check_stream(run, index, drop=drop, annotate=annotate, write=not report_only,
                              mask=mask)
         result = build_report(index, dirty, clean, found, run.summary.records_in)
+        result["eval_sets"] = eval_set_summary(sets, result["sources"])
         run.count("eval_items", len(index.items))
         for cls, k in result["classes"].items():
             run.count(f"eval_items_{cls}", k)
@@ -92,20 +105,23 @@ def command(
         if report:
             write_json_atomically(report, result)
     if not stream.quiet:
-        _print_sources(result)
+        _print_eval_sets(result)
     if found and not drop and mask is None:
         raise typer.Exit(3)
 
 
-def _print_sources(result: dict) -> None:
+def _print_eval_sets(result: dict) -> None:
+    from rich.markup import escape
+
     from llmtk.io.console import stderr_console
 
     console = stderr_console()
-    for source, counts in result["sources"].items():
-        console.print(f"{source}: {counts.get('items', 0)} items, "
-                      f"{counts.get('dirty', 0)} dirty, {counts.get('partial', 0)} partial, "
-                      f"{counts.get('clean', 0)} clean, {counts.get('too_short', 0)} too short "
-                      f"(n={result['n']})")
+    for path, e in result["eval_sets"].items():
+        shares = ", ".join(f"{e[c]} {c} {e[c + '_share'] * 100:.1f}%"
+                           for c in ("dirty", "partial", "clean"))
+        line = (f"{path} ({e['layout']}: {', '.join(e['fields'])}): {e['items']} items: "
+                f"{shares}; {e['too_short']} too short (n={result['n']})")
+        console.print(escape(line), soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

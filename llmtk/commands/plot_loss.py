@@ -9,8 +9,10 @@ SUMMARY = "Draw loss, learning-rate and grad-norm curves of one or more runs."
 HELP = f"""\
 {SUMMARY}
 
-Reads llmtk's metrics.jsonl, CSV logs with a header and nanoGPT-style text
-logs. Writes PNG, SVG or PDF (by the -o extension), or draws in the terminal.
+Reads the logs `llmtk diagnose` reads: metrics.jsonl, HF trainer_state.json,
+TensorBoard event files, CSV (incl. TensorBoard and W&B exports), W&B history
+JSON and run files, and nanoGPT, llm.c, Megatron-LM and torchtitan text.
+Writes PNG, SVG or PDF (by the -o extension), or draws in the terminal.
 
 [bold]Examples[/bold]
 
@@ -28,8 +30,8 @@ EPILOG = "Exit status: 0 success, 1 unreadable log or plot error, 2 bad usage."
 
 
 def command(
-    logs: Annotated[list[str], typer.Argument(help="metrics.jsonl / CSV / text logs, or run "
-                                                   "directories holding metrics.jsonl.")],
+    logs: Annotated[list[str], typer.Argument(help="Training logs (any format above), or run "
+                                                   "directories.")],
     output: Annotated[str | None, typer.Option(
         "-o", "--output", help="Image file (.png, .svg, .pdf); without it, draw in the "
                                "terminal.")] = None,
@@ -60,8 +62,11 @@ def command(
     if output and os.path.splitext(output)[1].lower() not in (".png", ".svg", ".pdf"):
         raise UsageError(f"--output: expected a .png, .svg or .pdf file, got {output!r}")
     runs = load_runs(logs)
+    metrics = list(dict.fromkeys(runs[0].metric(m) for m in metrics))
     if not panels_for(runs, metrics):
-        raise UsageError(f"--metric: none of {', '.join(metrics)} is in these logs")
+        have = sorted({c for run in runs for c in run.columns()} - {"step", "time"})
+        raise UsageError(f"--metric: no numbers for {', '.join(metrics)} in these logs "
+                         f"(they have {', '.join(have)})")
     if x != "step" and not any(run.has(x) for run in runs):
         raise UsageError(f"--x {x}: the logs have no {x!r} field")
     if output:

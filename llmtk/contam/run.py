@@ -7,31 +7,20 @@ from collections.abc import Iterator
 
 from llmtk.contam.check import EvalIndex, EvalItem, build_items, classify, coverage
 from llmtk.contam.ngrams import mask_ngrams
-from llmtk.errors import DataError, UsageError
-from llmtk.io import Doc, StreamRun, expand_inputs, ordered_map, read_docs
+from llmtk.errors import UsageError
+from llmtk.io import Doc, StreamRun, ordered_map
 
 
-def load_eval_items(paths: list[str], fields: list[str], id_field: str, n: int) -> list[EvalItem]:
-    """Every record of the eval files; the checked text joins `fields` with spaces."""
-    def records():
-        for path in expand_inputs(paths):
-            for doc in read_docs([path], require_text=False):
-                parts = []
-                for name in fields:
-                    value = doc.data.get(name)
-                    if isinstance(value, list):
-                        value = " ".join(str(v) for v in value)
-                    if value is not None:
-                        parts.append(str(value))
-                if not parts:
-                    raise DataError(f"{doc.where()}: none of the fields {', '.join(fields)}")
-                item_id = doc.data.get(id_field)
-                yield (str(item_id) if item_id is not None else f"{path}:{doc.line}",
-                       path, " ".join(parts))
+def load_eval_items(paths: list[str], fields: list[str] | None, id_field: str, n: int,
+                    sets: list | None = None) -> list[EvalItem]:
+    """Every record of the eval files (see `evalsets`); the checked text joins the fields
+    of the file's benchmark layout, or `fields` when given. `sets` collects one
+    `EvalSet` per file (layout and fields used)."""
+    from llmtk.contam.evalsets import eval_records
 
     if any(p == "-" for p in paths):
         raise UsageError("--eval: evaluation sets must be files or directories, not stdin")
-    return build_items(records(), n)
+    return build_items(eval_records(paths, fields, id_field, [] if sets is None else sets), n)
 
 
 # The index of the run in progress. Worker processes are forked from this one and

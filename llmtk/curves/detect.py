@@ -5,23 +5,26 @@ problem starts, the numbers that show it, likely causes and fixes. They are
 deliberately simple and robust (rolling medians and MADs, an EMA trend) so a
 user can check a finding by eye on the plot.
 
-Thresholds are module constants, chosen on synthetic curves (see the tests)
-and on llmtk's own runs: a spike is a point more than SPIKE_SIGMAS robust
-standard deviations *and* SPIKE_MIN_REL above the median of the preceding
-window; divergence means the trend has given back more than half of the
-progress made; and so on, each stated where it is used.
+Thresholds are module constants, calibrated on real public logs and synthetic
+curves (benchmarks/diagnose_calibration.py, docs/diagnose.md): divergence means
+the trend has given back more than half of the progress made, and so on, each
+stated where it is used. Spikes have their own module, `spikes.py`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
 from statistics import median
 
+from llmtk.curves.common import Finding, ema, rolling_stats
+from llmtk.curves.common import finite as _finite
+from llmtk.curves.common import fmt as _fmt
+from llmtk.curves.common import window as _window
 from llmtk.curves.logs import Run
+from llmtk.curves.spikes import detect_spikes, find_spikes, spike_score
 
-SPIKE_SIGMAS = 6.0  # robust z-score for a loss spike
-SPIKE_MIN_REL = 0.05  # ... and at least 5% above the local median
+__all__ = ["Finding", "diagnose", "ema", "find_spikes", "overview", "spike_score"]
+
 GRAD_SPIKE_FACTOR = 10.0  # grad norm 10x its local median
 PLATEAU_REL = 0.005  # < 0.5% improvement over the last third of the run
 NO_LEARNING_REL = 0.02  # < 2% improvement over the whole run
@@ -29,67 +32,28 @@ REBOUND_REL = 0.03  # trend ends 3% above its best
 DIVERGE_GIVEBACK = 0.5  # trend gives back half of the progress made
 NOISE_REL = 0.08  # residual noise above 8% of the loss level
 OVERFIT_REL = 0.02  # validation loss 2% above its best
+FROM_START_SHARE = 0.05  # a log "starts with the run" if its first step is in the first 5%
 RESUME_JUMP_REL = 0.10  # loss 10% higher right after a resume than before it
-
-
-@dataclass
-class Finding:
-    kind: str
-    severity: str  # "error" | "warning" | "info"
-    step: float
-    summary: str
-    causes: list[str] = field(default_factory=list)
-    fixes: list[str] = field(default_factory=list)
-    end_step: float | None = None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-# -- small numeric helpers --------------------------------------------------------------
-
-
-def _finite(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
-    pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(y)]
-    return [p[0] for p in pairs], [p[1] for p in pairs]
-
-
-def ema(ys: list[float], span: int) -> list[float]:
-    """Exponential moving average, debiased at the start (like TensorBoard's smoothing)."""
-    alpha = 2.0 / (span + 1.0)
-    out, avg, weight = [], 0.0, 0.0
-    for y in ys:
-        avg = (1 - alpha) * avg + alpha * y
-        weight = (1 - alpha) * weight + alpha
-        out.append(avg / weight)
-    return out
-
-
-def _mad_sigma(window: list[float], centre: float) -> float:
-    return 1.4826 * median(abs(v - centre) for v in window)
-
-
-def _window(n: int) -> int:
-    return max(5, min(50, n // 10))
-
-
-def _fmt(v: float) -> str:
-    return f"{v:.4g}"
 
 
 # -- detectors ---------------------------------------------------------------------------
 
 
 def detect_nan(run: Run) -> list[Finding]:
-    xs, ys = run.series("loss")
+    xs, ys = run.series(run.loss_key)
     bad = [x for x, y in zip(xs, ys, strict=True) if not math.isfinite(y)]
-    _, gs = run.series("grad_norm")
-    bad_grads = sum(1 for g in gs if not math.isfinite(g))
+    gx, gs = run.series("grad_norm")
+    grad_steps = [x for x, g in zip(gx, gs, strict=True) if not math.isfinite(g)]
+    bad_grads = len(grad_steps)
     events = [e for e in run.events if e.get("event") in ("nan", "skip")]
+    # Megatron-LM counts the iterations it skipped for NaN/Inf gradients per log interval
+    trainer_skips = [(x, int(n)) for x, n in zip(*run.series("nan_iterations"), strict=True)
+                     if n > 0]
+    events += [{"step": x, "event": "skip"} for x, _ in trainer_skips]
     if not bad and not events and not bad_grads:
         return []
     ended_bad = bool(ys) and not math.isfinite(ys[-1])
-    first = min([*bad, *(float(e.get("step", math.inf)) for e in events)], default=xs[0])
+    first = min([*bad, *grad_steps, *(float(e.get("step", math.inf)) for e in events)])
     params = sorted({p for e in events for p in (e.get("bad_params") or [])})
     parts = []
     if bad:
@@ -104,8 +68,10 @@ def detect_nan(run: Run) -> list[Finding]:
     if params:
         shown = ", ".join(params[:5]) + (" ..." if len(params) > 5 else "")
         summary += f"; first bad gradients in {shown}"
+    # a grad norm that is non-finite at the end of the log: no update is being applied
+    grads_ended_bad = bool(gs) and not math.isfinite(gs[-1])
     return [Finding(
-        "nan", "error" if ended_bad or bad else "warning", first, summary,
+        "nan", "error" if ended_bad or bad or grads_ended_bad else "warning", first, summary,
         causes=["learning rate too high for the batch size or model width",
                 "fp16 overflow (no loss scaling) or an unstable op in low precision",
                 "a bad batch (empty or extreme documents, out-of-range token ids)"],
@@ -116,62 +82,12 @@ def detect_nan(run: Run) -> list[Finding]:
     )]
 
 
-def detect_spikes(run: Run) -> list[Finding]:
-    xs, ys = _finite(*run.series("loss"))
-    n = len(ys)
-    w = _window(n)
-    if n < w + 3:
-        return []
-    flagged: list[int] = []
-    baselines: dict[int, tuple[float, float]] = {}
-    for i in range(w, n):
-        prev = ys[i - w:i]
-        centre = median(prev)
-        sigma = max(_mad_sigma(prev, centre), 1e-3 * abs(centre))
-        if ys[i] > centre + max(SPIKE_SIGMAS * sigma, SPIKE_MIN_REL * abs(centre)):
-            flagged.append(i)
-            baselines[i] = (centre, sigma)
-    groups: list[list[int]] = []
-    for i in flagged:
-        if groups and i - groups[-1][-1] <= 3:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    findings = []
-    for group in groups:
-        start = group[0]
-        centre, sigma = baselines[start]
-        peak = max(ys[i] for i in group)
-        after = ys[group[-1] + 1: group[-1] + 1 + max(5, w)]
-        recovered = any(y <= centre + 3 * sigma + 0.02 * abs(centre) for y in after)
-        summary = (f"loss spike at step {xs[start]:.0f}: {_fmt(centre)} -> {_fmt(peak)} "
-                   f"(+{(peak - centre) / abs(centre) * 100:.0f}%), "
-                   + ("recovered" if recovered else "not recovered"))
-        findings.append(Finding(
-            "spike", "warning" if recovered else "error", xs[start], summary,
-            end_step=xs[group[-1]],
-            causes=["a batch of unusual data (duplicated, garbled or very long documents)",
-                    "learning rate too high; Adam's second-moment estimate lagging "
-                    "(beta2 too high) after a run of small gradients",
-                    "attention-logit growth in deep models"],
-            fixes=["inspect the batches at this step; skip them on resume "
-                   "(PaLM: rewind ~100 steps and skip ~200-500 batches)",
-                   "lower the peak learning rate or use beta2=0.95; keep gradient clipping",
-                   "QK-norm or z-loss for very large models"],
-        ))
-    if len(findings) >= 3:
-        for f in findings:
-            f.causes.insert(0, f"recurring: {len(findings)} spikes in this run point to a "
-                               "systematic cause (learning rate, data order) rather than one batch")
-    return findings
-
-
 def _trend(ys: list[float]) -> list[float]:
     return ema(ys, span=max(5, len(ys) // 20))
 
 
 def detect_divergence_and_rebound(run: Run) -> list[Finding]:
-    xs, ys = _finite(*run.series("loss"))
+    xs, ys = _finite(*run.series(run.loss_key))
     n = len(ys)
     if n < 10:
         return []
@@ -210,13 +126,16 @@ def detect_divergence_and_rebound(run: Run) -> list[Finding]:
 
 
 def detect_plateau(run: Run) -> list[Finding]:
-    xs, ys = _finite(*run.series("loss"))
+    xs, ys = _finite(*run.series(run.loss_key))
     n = len(ys)
     if n < 30:
         return []
     trend = _trend(ys)
     overall = (trend[0] - min(trend)) / max(abs(trend[0]), 1e-12)
-    if overall < NO_LEARNING_REL:
+    # "never learned" only means something when the log starts with the run: a log that
+    # starts mid-run (a resumed run, an excerpt) is flat because the easy progress is done
+    from_start = xs[0] <= max(10.0, FROM_START_SHARE * xs[-1])
+    if overall < NO_LEARNING_REL and from_start:
         return [Finding(
             "no_learning", "error", xs[0],
             f"the loss barely moves over the whole run: {_fmt(trend[0])} -> {_fmt(trend[-1])} "
@@ -231,17 +150,23 @@ def detect_plateau(run: Run) -> list[Finding]:
     window_gain = (trend[third] - trend[-1]) / max(abs(trend[third]), 1e-12)
     if window_gain >= PLATEAU_REL:
         return []
+    if trend[-1] - min(trend) > PLATEAU_REL * abs(min(trend)):
+        return []  # rising, not flat: divergence and rebound speak for that
     lrs = run.series("lr")[1]
     if lrs and max(lrs) > 0 and lrs[-1] < 0.1 * max(lrs):
         return []  # the schedule has decayed: flattening is expected at the end
+    known_lr = bool(lrs) and max(lrs) > 0
     j = third
     while j > 0 and (trend[j - 1] - trend[-1]) / max(abs(trend[j - 1]), 1e-12) < PLATEAU_REL:
         j -= 1
+    # without a logged learning rate a flat stretch may be the end of a decayed schedule:
+    # say so, but do not warn
     return [Finding(
-        "plateau", "warning", xs[j],
+        "plateau", "warning" if known_lr else "info", xs[j],
         f"the loss has plateaued since step {xs[j]:.0f} at about {_fmt(trend[-1])} "
         f"(< {PLATEAU_REL * 100:.1f}% better over the last {n - j} logged steps) "
-        "while the learning rate is still high",
+        + ("while the learning rate is still high" if known_lr else
+           "(no learning rate in the log to tell a plateau from a finished schedule)"),
         causes=["learning rate too high to settle into a lower loss, or too low to make progress",
                 "model capacity or data exhausted (small model, repeated data)"],
         fixes=["decay the learning rate (cosine/WSD cool-down) and watch the loss drop",
@@ -250,14 +175,16 @@ def detect_plateau(run: Run) -> list[Finding]:
 
 
 def detect_noise(run: Run) -> list[Finding]:
-    xs, ys = _finite(*run.series("loss"))
+    xs, ys = _finite(*run.series(run.loss_key))
     n = len(ys)
     if n < 30:
         return []
-    trend = _trend(ys)
+    # a centred rolling median as the trend: an EMA lags a steady rise or fall, and that
+    # lag would read as noise
+    k = max(2, _window(n) // 2)
     half = n // 2
-    residual = [abs(y - t) / max(abs(t), 1e-12) for y, t in zip(ys[half:], trend[half:],
-                                                                   strict=True)]
+    trend = [median(ys[max(0, i - k):i + k + 1]) for i in range(half, n)]
+    residual = [abs(y - t) / max(abs(t), 1e-12) for y, t in zip(ys[half:], trend, strict=True)]
     noise = 1.4826 * median(residual)
     if noise < NOISE_REL:
         return []
@@ -281,11 +208,8 @@ def detect_grad_explosions(run: Run) -> list[Finding]:
     w = _window(n)
     if n < w + 3:
         return []
-    hits = []
-    for i in range(w, n):
-        centre = median(gs[i - w:i])
-        if centre > 0 and gs[i] > GRAD_SPIKE_FACTOR * centre:
-            hits.append((i, centre))
+    hits = [(i, centre) for i, centre in zip(range(w, n), rolling_stats(gs, w)[0], strict=True)
+            if centre > 0 and gs[i] > GRAD_SPIKE_FACTOR * centre]
     findings = []
     if hits:
         i, centre = hits[0]
@@ -340,7 +264,7 @@ def detect_overfitting(run: Run) -> list[Finding]:
 
 
 def detect_resume_jumps(run: Run) -> list[Finding]:
-    xs, ys = _finite(*run.series("loss"))
+    xs, ys = _finite(*run.series(run.loss_key))
     findings = []
     for event in run.events:
         if event.get("event") != "resume" or not isinstance(event.get("step"), int | float):
@@ -412,15 +336,28 @@ def diagnose(run: Run) -> list[Finding]:
 
 def overview(run: Run) -> dict:
     """Headline numbers of a run for the report."""
-    xs, ys = _finite(*run.series("loss"))
-    out: dict = {"run": run.name, "path": run.path, "rows": len(run.rows)}
+    xs, ys = _finite(*run.series(run.loss_key))
+    out: dict = {"run": run.name, "path": run.path, "format": run.format, "rows": len(run.rows),
+                 "curve": run.loss_key}
+    if run.notes:
+        out["notes"] = list(run.notes)
     if ys:
+        tail = ys[-min(10, len(ys)):]
         out.update(first_step=xs[0], last_step=xs[-1], first_loss=ys[0], last_loss=ys[-1],
-                   best_loss=min(ys))
-    _, vy = _finite(*run.series("val_loss"))
+                   final_loss=median(tail), best_loss=min(ys),
+                   spike_score=round(spike_score(ys), 6))
+    vx, vy = _finite(*run.series("val_loss"))
     if vy:
         out.update(best_val_loss=min(vy), last_val_loss=vy[-1])
+        tx, ty = _finite(*run.series("loss"))
+        near = [y for x, y in zip(tx, ty, strict=True) if abs(x - vx[-1]) <= max(5, _window(
+            len(ty)))]
+        if near:  # validation minus training loss at the last evaluation
+            out["val_gap"] = vy[-1] - median(near)
     _, tokens = run.series("tokens")
     if tokens:
         out["tokens"] = tokens[-1]
+    _, times = _finite(*run.series("time"))
+    if len(times) >= 2:
+        out["hours"] = (times[-1] - times[0]) / 3600
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from llmtk.curves.detect import ema
+from llmtk.curves.common import ema
 from llmtk.curves.logs import Run
 
 PANEL_OF = {"val_loss": "loss"}

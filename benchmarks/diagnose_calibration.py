@@ -1,0 +1,107 @@
+"""Calibration of `llmtk diagnose`: false alarms on real healthy logs, detection on known problems.
+
+    .venv/bin/python benchmarks/diagnose_calibration.py [HEALTHY_LOG ...] [--failing LOG ...]
+
+Reports, per log, the findings at warning/error level, then the false-alarm rate (healthy
+logs with any warning or error) and the detection rate (problem cases whose problem is
+found at warning or error level). Goal: 0% false alarms, 100% detection.
+
+Real logs (all in tests/data/curves/, MIT licence, from KellerJordan/modded-nanogpt's
+`records/`; each file is the original's lines, the excerpts a contiguous range of them):
+
+- modded-nanogpt-gpt2medium-val.log:  records/011825_GPT2Medium/main.log (whole file:
+  llm.c format, validation loss every 250 steps of a 60k-step GPT-2 medium run)
+- modded-nanogpt-llmc-steps0-410.log: records/2024-10-13_llmc/main.log, steps 0-410 (train
+  loss, lr, grad norm per step, warmup included)
+- modded-nanogpt-adamw-steps3032-3824.log: records/2024-06-06_AdamW/f66d43d7-....log,
+  steps 3032-3824 (per-step train loss with one-batch jumps of +6-8% that recover at once)
+
+More public logs can be given on the command line (any format llmtk reads), e.g. the full
+files above, fetched by hand:
+
+    curl -LO https://raw.githubusercontent.com/KellerJordan/modded-nanogpt/master/records/2024-10-13_llmc/main.log
+
+Real failing logs are only public as lines pasted into issue threads, which are not ours
+to copy into the repository; save the pasted lines to a file by hand and pass them after
+`--failing` (each must raise at least one warning or error), e.g.
+
+- karpathy/nanoGPT issue #215 ("GPT2 train loss become nan since iter 3000"): the
+  `iter N: loss X` lines of the description (fp16, loss nan from iter 3010);
+- bigscience-workshop/Megatron-DeepSpeed issue #396: the `iteration N/ 250000 | ... |
+  grad norm: nan | ...` lines of the description (no loss logged, grad norm NaN).
+
+and a public file without a licence, to download by hand:
+
+- aigoncharov/trainer_state_viz `trainer_state.json` (HF Trainer, 30 epochs, six eval sets
+  eval_g0..g5: the training loss falls 1.11 -> 0.06 while eval_g0_loss rises from 1.11:
+  overfitting).
+
+Synthetic cases come from tests/curve_cases.py (also used by tests/test_diagnose.py); the
+healthy noisy case is run with 20 seeds.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from llmtk.curves.detect import diagnose  # noqa: E402
+from llmtk.curves.logs import Run, load_run  # noqa: E402
+from tests import curve_cases as cc  # noqa: E402
+
+SEEDS = 20
+
+
+def alarms(run: Run) -> list[str]:
+    return [f"{f.severity} {f.kind}" for f in diagnose(run) if f.severity != "info"]
+
+
+def synthetic(name: str, rows: list[dict]) -> Run:
+    return Run(name, "synthetic", [r for r in rows if "event" not in r],
+               [r for r in rows if "event" in r])
+
+
+def main(args: list[str]) -> None:
+    t0 = time.perf_counter()
+    split = args.index("--failing") if "--failing" in args else len(args)
+    extra, failing = args[:split], args[split + 1:]
+    healthy: list[tuple[str, list[str]]] = []
+    problems: list[tuple[str, str, list[str]]] = []
+    for path in sorted((ROOT / "tests" / "data" / "curves").glob("*.log")) + [Path(p) for p in
+                                                                              extra]:
+        healthy.append((f"real: {path.name}", alarms(load_run(str(path)))))
+    for path in map(Path, failing):
+        problems.append((f"real: {path.name}", "any", alarms(load_run(str(path)))))
+    for name, (make, kind) in cc.CASES.items():
+        if kind is None:
+            seeds = range(SEEDS) if make is cc.healthy_noisy_with_blips else [None]
+            for seed in seeds:
+                rows = make() if seed is None else make(seed)
+                label = f"synthetic: {name}" + (f" (seed {seed})" if seed is not None else "")
+                healthy.append((label, alarms(synthetic(name, rows))))
+        else:
+            problems.append((f"synthetic: {name}", kind, alarms(synthetic(name, make()))))
+
+    print(f"{'log':58} {'expected':16} found (warning/error)")
+    for label, found in healthy:
+        print(f"{label:58} {'nothing':16} {', '.join(found) or '-'}")
+    for label, kind, found in problems:
+        print(f"{label:58} {kind:16} {', '.join(found) or '-'}")
+    false_alarms = sum(1 for _, found in healthy if found)
+    real = [found for label, found in healthy if label.startswith("real")]
+    detected = sum(1 for _, kind, found in problems
+                   if any(kind == "any" or f.endswith(" " + kind) for f in found))
+    print()
+    print(f"false alarms: {false_alarms}/{len(healthy)} healthy logs "
+          f"({sum(1 for f in real if f)}/{len(real)} real)")
+    print(f"detection:    {detected}/{len(problems)} problems found "
+          f"({len(failing)} real, {len(problems) - len(failing)} synthetic)")
+    print(f"({time.perf_counter() - t0:.1f} s)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,291 @@
+"""The one log reader of plot-loss and diagnose: every format, written here in its real shape,
+read from its content, and a loud error for what it cannot read."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from llmtk.curves.logs import load_run
+from llmtk.errors import DataError
+from tests import curve_cases as cc
+from tests.test_diagnose import DATA, cli
+from tests.util import llmtk
+
+LOSSES = cc.curve(200)
+
+
+def rising_then_nan():
+    """The issue's example: the loss climbs from 3 to 18, then turns NaN."""
+    return [3 + 15 * s / 150 for s in range(150)] + [math.nan] * 10
+
+
+def check(run, fmt, n=200, val=False):
+    assert run.format == fmt
+    xs, ys = run.series("loss")
+    assert len(ys) == n and xs[:3] == [0, 1, 2]
+    assert ys[:3] == pytest.approx(LOSSES[:3], rel=1e-5)
+    if val:
+        assert run.has("val_loss")
+
+
+def test_hf_trainer_state(tmp_path):
+    history = []
+    for s, v in enumerate(LOSSES):
+        history.append({"epoch": s / 100, "grad_norm": 1.2, "learning_rate": 5e-5,
+                        "loss": v, "step": s})
+        if s % 50 == 49:
+            history.append({"epoch": s / 100, "eval_loss": v + 0.1, "eval_runtime": 1.5,
+                            "eval_samples_per_second": 100.0, "step": s})
+    history.append({"epoch": 2.0, "step": 199, "total_flos": 1e15, "train_loss": 2.9,
+                    "train_runtime": 100.0, "train_samples_per_second": 32.0})
+    state = {"best_metric": None, "epoch": 2.0, "global_step": 200, "log_history": history,
+             "max_steps": 200, "num_train_epochs": 2, "trial_name": None}
+    ckpt = tmp_path / "out" / "checkpoint-200"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text(json.dumps(state, indent=2))
+    (tmp_path / "out" / "checkpoint-50").mkdir()
+    run = load_run(str(tmp_path / "out"))  # the newest checkpoint's state
+    check(run, "HF Trainer trainer_state.json", val=True)
+    assert run.has("lr") and run.has("grad_norm")
+    assert run.series("loss")[1][-1] == pytest.approx(LOSSES[-1])  # not the run average
+
+
+def test_tensorboard_event_file_from_the_writer(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    for s, v in enumerate(LOSSES):
+        writer.add_scalar("train/loss", v, s)
+        writer.add_scalar("train/learning_rate", 3e-4, s)
+        if s % 50 == 0:
+            writer.add_scalar("eval/loss", v + 0.1, s)
+    writer.add_histogram("weights", np.array([1.0, 2.0]), 0)  # not a scalar: skipped
+    writer.close()
+    run = load_run(str(tmp_path / "tb"))  # the log directory
+    check(run, "TensorBoard events", val=True)
+    assert run.has("lr") and run.has("time")
+    (event_file,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    assert load_run(str(event_file)).format == "TensorBoard events"
+
+
+def test_tensorboard_csv_export_rising_to_nan_is_found(tmp_path):
+    path = tmp_path / "run-a-tag-train_loss.csv"
+    path.write_text("Wall time,Step,Value\n" + "".join(
+        f"{1.7e9 + s},{s},{v}\n" for s, v in enumerate(rising_then_nan())))
+    run = load_run(str(path))
+    assert run.format == "TensorBoard CSV export" and len(run.series("loss")[1]) == 160
+    r = cli("diagnose", path, "--json")
+    assert r.returncode == 3
+    kinds = {f["kind"]: f["severity"] for f in json.loads(r.stdout)[0]["findings"]}
+    assert kinds["nan"] == "error"
+    # a file name without a tag: Value is read as the loss, and the report says so
+    plain = tmp_path / "export.csv"
+    plain.write_text(path.read_text())
+    assert "read TensorBoard's Value column as loss" in load_run(str(plain)).notes[0]
+
+
+def test_csv_headers_are_case_insensitive(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("Step,loss\n" + "".join(f"{s},{v}\n" for s, v in
+                                            enumerate(rising_then_nan())))
+    assert cli("diagnose", path).returncode == 3
+    tsv = tmp_path / "log.tsv"
+    tsv.write_text("ITER\tTrain_Loss\tLearning_Rate\n" + "".join(
+        f"{s}\t{v}\t3e-4\n" for s, v in enumerate(LOSSES)))
+    run = load_run(str(tsv))
+    check(run, "CSV")
+    assert run.has("lr")
+
+
+def test_wandb_exports(tmp_path):
+    panel = tmp_path / "wandb_export.csv"
+    panel.write_text('"Step","sunny-1 - train/loss","sunny-1 - train/loss__MIN",'
+                     '"sunny-1 - train/loss__MAX"\n' + "".join(
+                         f'"{s}","{v}","{v}","{v}"\n' for s, v in enumerate(LOSSES)))
+    run = load_run(str(panel))
+    check(run, "W&B CSV export")
+    assert run.columns() == ["step", "loss"]
+    history = tmp_path / "history.csv"  # run.history().to_csv(): pandas' unnamed index first
+    history.write_text(",_step,_runtime,_timestamp,train/loss,train/lr\n" + "".join(
+        f"{s},{s},{s * 0.5},{1.7e9 + s},{v},0.001\n" for s, v in enumerate(LOSSES)))
+    run = load_run(str(history))
+    check(run, "W&B history CSV")
+    assert run.has("time") and run.has("lr")
+    rows = tmp_path / "scan.json"
+    rows.write_text(json.dumps([{"_step": s, "train/loss": v} for s, v in enumerate(LOSSES)]))
+    check(load_run(str(rows)), "JSON rows (e.g. W&B scan_history)")
+    columns = tmp_path / "cols.json"  # pandas DataFrame.to_json() of run.history()
+    columns.write_text(json.dumps({"_step": {str(i): i for i in range(200)},
+                                   "loss": {str(i): v for i, v in enumerate(LOSSES)}}))
+    check(load_run(str(columns)), "JSON columns (e.g. W&B history().to_json())")
+    two = tmp_path / "two.csv"
+    two.write_text('"Step","a - loss","b - loss"\n"0","1","2"\n')
+    with pytest.raises(DataError, match="export of 2 runs"):
+        load_run(str(two))
+
+
+def test_wandb_offline_run_directory():
+    """A real offline run written by wandb 0.31 (tests/data/curves/wandb/make_offline_run.py):
+    its history records span LevelDB blocks, one record is split across two."""
+    (offline,) = (DATA / "wandb").glob("offline-run-*")
+    run = load_run(str(offline))
+    assert run.format == "W&B run file" and len(run.rows) == 200
+    xs, ys = run.series("loss")
+    assert xs[:2] == [0, 1] and ys[0] == 7.0 and math.isnan(ys[150])
+    assert ys[199] == pytest.approx(3 + 4 * math.exp(-199 / 40))
+    assert run.series("val_loss")[0] == [49, 99, 149, 199]
+    assert run.has("lr") and run.has("grad_norm") and run.has("time")
+    (file,) = offline.glob("*.wandb")
+    torn = file.read_bytes()[:40000]  # a run still writing: the torn last record is dropped
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".wandb") as f:
+        f.write(torn)
+        f.flush()
+        assert 0 < len(load_run(f.name).rows) < 200
+        f.seek(0)
+        f.write(b"not W&B!")
+        f.flush()
+        with pytest.raises(DataError):
+            load_run(f.name)
+
+
+def test_megatron_text_log(tmp_path):
+    lines = ["using world size: 8, data-parallel size: 8", "> building GPT model ..."]
+    for s, v in enumerate(LOSSES):
+        lines.append(f" [2024-05-01 10:00:{s % 60:02d}] iteration {s:8d}/  500000 | consumed "
+                     f"samples: {s * 512:12d} | elapsed time per iteration (ms): 1234.5 | "
+                     f"learning rate: 1.500000E-04 | global batch size:   512 | lm loss: "
+                     f"{v:.6E} | loss scale: 1.0 | grad norm: 1.234 | number of skipped "
+                     "iterations:   0 | number of nan iterations:   0 |")
+        if s % 100 == 99:
+            lines.append(f" validation loss at iteration {s} | lm loss value: {v + 0.1:.6E} | "
+                         "lm loss PPL: 1.2E+01 |")
+    path = tmp_path / "megatron.log"
+    path.write_text("\n".join(lines) + "\n")
+    run = load_run(str(path))
+    check(run, "Megatron-LM text log", val=True)
+    assert run.series("lr")[1][0] == 1.5e-4 and run.series("grad_norm")[1][0] == 1.234
+
+
+def test_torchtitan_text_log_with_colours(tmp_path):
+    lines = ["[titan] 2024-05-01 10:00:00,000 - root - INFO - Starting job: Llama 3 8B"]
+    for s, v in enumerate(LOSSES):
+        lines.append(f"[titan] 2024-05-01 10:00:01,000 - root - INFO - \x1b[31mstep: {s:2d}  "
+                     f"\x1b[32mloss: {v:7.4f}  \x1b[33mmemory: 31.61GiB(33.27%)  \x1b[34mtps: "
+                     "1,092  \x1b[35mtflops: 50.60  \x1b[35mmfu: 16.22%\x1b[39m")
+    path = tmp_path / "titan.log"
+    path.write_text("\n".join(lines) + "\n")
+    run = load_run(str(path))
+    check(run, "torchtitan text log")
+    assert run.series("tokens_per_s")[1][0] == 1092 and run.series("mfu")[1][0] == 16.22
+
+
+def test_nanogpt_llmc_and_modded_nanogpt_text(tmp_path):
+    nano = tmp_path / "nano.log"
+    nano.write_text("".join(f"iter {s}: loss {v:.4f}, time 10.00ms, mfu 30.00%\n" +
+                            (f"step {s}: train loss {v:.4f}, val loss {v + 0.1:.4f}\n"
+                             if s % 100 == 0 else "") for s, v in enumerate(LOSSES)))
+    run = load_run(str(nano))
+    assert run.format == "nanoGPT text log" and run.has("val_loss")
+    stdout = tmp_path / "llmc.txt"
+    stdout.write_text("".join(f"step {s + 1:4d}/200 | loss {v:.6f} (+nanz)| norm 1.2 (+nanz)| "
+                              f"lr 6.00e-04 | 50.00 ms | 40.0% bf16 MFU | 300000 tok/s\n"
+                              for s, v in enumerate(LOSSES)))
+    run = load_run(str(stdout))
+    assert run.format == "llm.c text log" and run.series("loss")[0][0] == 1
+    assert run.series("grad_norm")[1][0] == 1.2 and run.series("lr")[1][0] == 6e-4
+    modded = tmp_path / "modded.txt"
+    modded.write_text("import os\nprint('code first')\n" + "".join(
+        f"step:{s}/200 train_loss:{v:.4f} train_time:{s * 100}ms step_avg:100.00ms\n"
+        for s, v in enumerate(LOSSES)) + "step:200/200 val_loss:2.9 train_time:20000ms\n")
+    run = load_run(str(modded))
+    assert run.format == "modded-nanogpt text log" and run.series("val_loss")[1] == [2.9]
+
+
+def test_plot_loss_reads_the_same_formats_and_fails_loudly(tmp_path):
+    path = tmp_path / "run-x-tag-loss.csv"
+    path.write_text("Wall time,Step,Value\n" + "".join(
+        f"{1.7e9 + s},{s},{v}\n" for s, v in enumerate(LOSSES)))
+    out = tmp_path / "a.svg"
+    r = cli("plot-loss", path, "-o", out)
+    assert r.returncode == 0 and out.exists()
+    r = cli("plot-loss", path, "--metric", "Value", "-o", tmp_path / "b.svg")
+    assert r.returncode == 0, r.stderr  # Value is the column's own name: the same curve
+    r = cli("plot-loss", path, "--metric", "accuracy", "-o", tmp_path / "c.svg")
+    assert r.returncode == 2 and "accuracy" in r.stderr and "loss" in r.stderr
+    assert not (tmp_path / "c.svg").exists()
+    text = tmp_path / "words.txt"
+    text.write_text("nothing to see\n")
+    r = cli("plot-loss", text, "-o", tmp_path / "d.svg")
+    assert r.returncode == 1 and "no training rows found" in r.stderr
+
+
+def test_hf_trainer_state_with_several_eval_sets(tmp_path):
+    """Trainer(eval_dataset={"g0": ..., "g1": ...}) logs eval_g0_loss, eval_g1_loss."""
+    history = []
+    for epoch in range(1, 13):
+        step = epoch * 400
+        history.append({"epoch": float(epoch), "loss": 1.1 * 0.7 ** epoch, "step": step})
+        history.append({"epoch": float(epoch), "eval_g0_loss": 1.0 + 0.1 * epoch, "step": step})
+        history.append({"epoch": float(epoch), "eval_g1_loss": 2.0 + 0.1 * epoch, "step": step})
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": 4800, "log_history": history}))
+    run = load_run(str(path))
+    assert run.series("val_loss")[1][0] == pytest.approx(1.1)
+    assert run.notes == ["val_loss is eval_g0_loss (of eval_g0_loss, eval_g1_loss)"]
+    r = cli("diagnose", path, "--json")
+    assert r.returncode == 3
+    assert [f["kind"] for f in json.loads(r.stdout)[0]["findings"]] == ["overfitting"]
+
+
+def test_hf_trainer_stdout(tmp_path):
+    """The dicts Trainer prints (logging_steps), some glued to a tqdm bar, NaN included."""
+    lines = ["***** Running training *****", "  Num examples = 1000"]
+    for i, v in enumerate(LOSSES):
+        bar = f"  {i}%|##        | {i}/200 [00:{i % 60:02d}<01:00,  3.2it/s]" if i % 3 else ""
+        loss = "nan" if i == 150 else f"{v:.4f}"
+        lines.append(f"{bar}{{'loss': {loss}, 'grad_norm': 1.5, 'learning_rate': 5e-05, "
+                     f"'epoch': {i / 100:.2f}}}")
+        if i % 50 == 49:
+            lines.append(f"{{'eval_loss': {v + 0.1:.4f}, 'eval_runtime': 1.2, 'epoch': 0.5}}")
+    lines.append("{'train_runtime': 100.0, 'train_samples_per_second': 10.0, 'train_loss': 3.0,"
+                 " 'epoch': 2.0}")
+    path = tmp_path / "stdout.log"
+    path.write_text("\n".join(lines) + "\n")
+    run = load_run(str(path))
+    assert run.format == "HF Trainer stdout text log"
+    xs, ys = run.series("loss")
+    assert xs[:3] == [1, 2, 3] and len(ys) == 200 and math.isnan(ys[150])
+    assert ys[0] == pytest.approx(LOSSES[0], abs=1e-4)
+    assert run.series("val_loss")[0] == [50, 100, 150, 200]
+    assert run.has("lr") and run.has("grad_norm")
+
+
+def test_plot_loss_help_examples_run_as_written(tmp_path, monkeypatch):
+    import glob
+    import shlex
+
+    from llmtk.commands.plot_loss import HELP
+    from llmtk.curves.metrics import encode_row
+    from tests.examples import help_examples
+
+    for run in ("a", "b"):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        (tmp_path / "runs" / run / "metrics.jsonl").write_bytes(b"".join(
+            encode_row(r) for r in cc.rows_of(LOSSES)))
+    monkeypatch.chdir(tmp_path)
+    examples = help_examples(HELP)
+    assert len(examples) == 4
+    for example in examples:
+        args = [a for arg in shlex.split(example)[1:] for a in (sorted(glob.glob(arg))
+                                                                  if "*" in arg else [arg])]
+        if "-o" not in args:  # a terminal chart, written to fd 1: a real process
+            r = llmtk(*args, cwd=tmp_path)
+            assert r.returncode == 0 and b"loss" in r.stdout, (example, r.stderr)
+            continue
+        r = cli(*args)
+        assert r.returncode == 0, (example, r.stderr)
+        assert (tmp_path / args[args.index("-o") + 1]).stat().st_size > 0
