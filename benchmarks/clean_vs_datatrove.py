@@ -2,7 +2,11 @@
 
 Reproduce (from the repository root, after `make setup`):
 
-    .venv/bin/python benchmarks/clean_vs_datatrove.py /work/shared/data/corpus-public.jsonl.zst
+    python3 benchmarks/manpages_corpus.py      # real multilingual manual pages, see there
+    .venv/bin/python benchmarks/clean_vs_datatrove.py benchmarks/out/manpages.jsonl \
+        /work/shared/data/corpus-public.jsonl.zst
+
+Each corpus is measured and reported on its own.
 
 The first run creates datatrove's own virtualenv under benchmarks/.venvs/datatrove
 (git-ignored): datatrove 0.10.1 plus spaCy (its English word tokenizer), regex, orjson and
@@ -27,6 +31,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from _common import datatrove_python, one_core, read_corpus
@@ -96,7 +101,7 @@ def cli_wall(path: str, workers: int, limit: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("corpus")
+    ap.add_argument("corpus", nargs="+")
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
     ap.add_argument("--no-cli", action="store_true", help="skip the CLI --workers timing")
@@ -104,14 +109,18 @@ def main() -> None:
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.llmtk_worker:
-        llmtk_worker(args.corpus, args.result, args.limit, args.llmtk_worker)
+        llmtk_worker(args.corpus[0], args.result, args.limit, args.llmtk_worker)
         return
+    for corpus in args.corpus:
+        compare(corpus, args)
 
+
+def compare(corpus: str, args) -> None:
     dt_python = datatrove_python()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    me = [sys.executable, __file__, args.corpus, "--limit", str(args.limit)]
-    dt_v, dt = run_side(one_core([str(dt_python), str(DT_WORKER), args.corpus,
+    me = [sys.executable, __file__, corpus, "--limit", str(args.limit)]
+    dt_v, dt = run_side(one_core([str(dt_python), str(DT_WORKER), corpus,
                                 str(out / "datatrove.txt"), str(args.limit)], 0),
                         out / "datatrove.txt")
     lt_v, lt = run_side(one_core([*me, "--llmtk-worker", "filters", "--result",
@@ -121,14 +130,14 @@ def main() -> None:
     _, lid = run_side(one_core([*me, "--llmtk-worker", "langid", "--result",
                               str(out / "llmtk_langid.txt")], 0), out / "llmtk_langid.txt")
 
-    docs = read_corpus(args.corpus, args.limit)
+    docs = read_corpus(corpus, args.limit)
     en = [i for i, d in enumerate(docs) if d.get("lang") == "en"]
     same = sum((dt_v[i] == "keep") == (lt_v[i] == "keep") for i in en)
     both_keep = sum(dt_v[i] == "keep" and lt_v[i] == "keep" for i in en)
     only_dt = sum(dt_v[i] == "keep" and lt_v[i] != "keep" for i in en)
     only_lt = sum(dt_v[i] != "keep" and lt_v[i] == "keep" for i in en)
 
-    print(f"corpus: {args.corpus}  {dt['docs']:,} docs, {dt['bytes'] / 1e6:.1f} MB of text "
+    print(f"\ncorpus: {corpus}  {dt['docs']:,} docs, {dt['bytes'] / 1e6:.1f} MB of text "
           f"(one core each, CPU time, reading excluded)")
     print(f"  datatrove 4 filters         {rate(dt)}")
     print(f"  llmtk same 4 filters        {rate(lt)}   x{dt['seconds'] / lt['seconds']:.1f}")
@@ -139,9 +148,12 @@ def main() -> None:
           f"{sum(v == 'keep' for v in lt_v):,} of {len(dt_v):,}")
     print(f"  English docs ({len(en):,}): identical keep/drop {same / max(len(en), 1):.2%}  "
           f"(both keep {both_keep}, only datatrove keeps {only_dt}, only llmtk keeps {only_lt})")
+    differ = Counter((dt_v[i], lt_v[i]) for i in en if (dt_v[i] == "keep") != (lt_v[i] == "keep"))
+    for (a, b), n in differ.most_common(5):
+        print(f"    {n:>5}  datatrove {a}  /  llmtk {b}")
     if not args.no_cli and (os.cpu_count() or 1) >= 2:
-        w1 = cli_wall(args.corpus, 1, args.limit)
-        w2 = cli_wall(args.corpus, 2, args.limit)
+        w1 = cli_wall(corpus, 1, args.limit)
+        w2 = cli_wall(corpus, 2, args.limit)
         print(f"  CLI wall time (I/O included): -j1 {w1:.1f}s, -j2 {w2:.1f}s, "
               f"speed-up x{w1 / w2:.2f}")
 

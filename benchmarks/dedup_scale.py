@@ -3,10 +3,11 @@
 Generates N documents (default 1,000,000) of ~80 words drawn from a 50,000-word
 made-up vocabulary, each with a string id; 10 % of them are near-copies of an
 earlier document (2 words substituted) and 2 % exact copies. Writes them to a
-temporary plain JSONL file, then runs `llmtk dedup FILE -o /dev/null --stats`
-as one process on one core and reports its wall time, peak RSS (wait4
-rusage) and what it dropped. The baseline RSS of `llmtk dedup` on a 1-record
-input is reported too, so the difference is the state for N documents.
+temporary plain JSONL file, then runs `llmtk dedup FILE --stats S > /dev/null`
+(stdout redirected by the caller; no output path is a device) as one process on one
+core and reports its wall time, peak RSS (wait4 rusage) and what it dropped.
+The baseline RSS of `llmtk dedup` on a 1-record input is reported too, so the
+difference is the state for N documents.
 
 Reproduce:
 
@@ -66,7 +67,7 @@ def generate(path: Path, n: int, seed: int) -> None:
 
 def run(cmd: list[str]) -> tuple[float, int]:
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)  # records go nowhere
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}")
@@ -89,9 +90,9 @@ def main() -> None:
         pin = ["taskset", "-c", "0"] if shutil.which("taskset") and args.workers == 1 else []
         one = work / "one.jsonl"
         one.write_text(src.open().readline())
-        _, base_rss = run([*pin, str(PY), "-m", "llmtk", "dedup", str(one), "-q", "-o", os.devnull])
+        _, base_rss = run([*pin, str(PY), "-m", "llmtk", "dedup", str(one), "-q"])
         stats = work / "stats.json"
-        wall, rss = run([*pin, str(PY), "-m", "llmtk", "dedup", str(src), "-q", "-o", os.devnull,
+        wall, rss = run([*pin, str(PY), "-m", "llmtk", "dedup", str(src), "-q",
                          "--stats", str(stats), "--workers", str(args.workers)])
         s = json.loads(stats.read_text())
         print(f"llmtk dedup --workers {args.workers}: {wall:.1f} s wall, "

@@ -1,9 +1,11 @@
 """llmtk dedup vs datatrove's 4-stage MinHash pipeline: same corpus, same parameters, one core.
 
 Both read the same plain JSONL (the corpus decompressed once beforehand) and
-write the kept documents as JSONL. Parameters: word 5-grams, 14 buckets x 8
-hashes, 64-bit xxhash (datatrove's defaults, which are llmtk's defaults).
-datatrove runs signatures -> buckets (14 tasks, one after another) -> cluster
+write the kept documents as JSONL. Parameters: word 5-grams, 16 buckets x 7
+hashes, 64-bit xxhash (llmtk's defaults; datatrove is given the same banding,
+its own default is 14 x 8). llmtk also verifies each band match on the whole
+signature (its default --verify 0.5), which datatrove does not do.
+datatrove runs signatures -> buckets (16 tasks, one after another) -> cluster
 -> filter with LocalPipelineExecutor(workers=1); llmtk runs `llmtk dedup`
 with --workers 1. Each is pinned to one CPU with `taskset -c 0` (when
 available). Wall time is measured around each process, peak RSS from
@@ -44,7 +46,7 @@ from datatrove.pipeline.writers import JsonlWriter
 from datatrove.utils.hashing import HashConfig
 
 stage, src_dir, work = sys.argv[1], sys.argv[2], sys.argv[3]
-config = MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8, seed=1,
+config = MinhashConfig(n_grams=5, num_buckets=16, hashes_per_bucket=7, seed=1,
                        hash_config=HashConfig(precision=64, hash_fc="xxhash"))
 reader = lambda: JsonlReader(src_dir, glob_pattern="*.jsonl", compression=None)
 if stage == "signatures":

@@ -12,7 +12,8 @@ Reproduce (CPU, a few minutes on 2 cores):
     .venv/bin/python benchmarks/train_throughput.py
     .venv/bin/python benchmarks/train_throughput.py --data /work/shared/data/corpus-public.jsonl.zst
 
-On a GPU (bf16 autocast + torch.compile; prints MFU by the PaLM formula):
+On a GPU (bf16 autocast + torch.compile; MFU by llmtk.estimate's formula, causal
+attention; benchmarks/gpu_check.py is the fuller GPU report):
 
     python benchmarks/train_throughput.py --device cuda --model 350m --seq-len 2048 \\
         --batch-size 8 --steps 60 --compile
@@ -85,7 +86,7 @@ def run_plain(args, cache_dir: str, mcfg) -> float:
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": rest, "weight_decay": 0.0}], lr=3e-4, betas=(0.9, 0.95),
-                            **({"fused": True} if device == "cuda" else {}))
+                            fused=True)  # as llmtk's (fused on CPU too)
     meta = json.load(open(os.path.join(cache_dir, "meta.json")))
     tokens = np.memmap(os.path.join(cache_dir, meta["train"]["shards"][0]["file"]),
                        dtype=meta["dtype"], mode="r")
@@ -105,7 +106,6 @@ def run_plain(args, cache_dir: str, mcfg) -> float:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        loss.item()  # llmtk reads the loss every step too (NaN check, logging)
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
@@ -169,7 +169,7 @@ def main() -> None:
           f"ratio {a / b:.3f}x (median of per-round ratios {per_round:.3f}x)")
     if args.device == "cuda":
         peak = device_peak_flops(torch.cuda.get_device_name(0))
-        fpt = flops_per_token_for_config(mcfg)
+        fpt = flops_per_token_for_config(mcfg, causal=True)
         if peak:
             print(f"MFU (PaLM formula, {torch.cuda.get_device_name(0)}): llmtk {a * fpt / peak:.1%}"
                   f"   plain {b * fpt / peak:.1%}")

@@ -237,3 +237,24 @@ def test_train_quality_then_filter(tmp_path):
     import fasttext
 
     assert fasttext.load_model(str(model)).predict("cheap casino prize")[0][0] == "__label__other"
+
+
+def test_pii_scrubs_what_is_written_even_with_duplicate_text_keys(tmp_path):
+    # Two "text" keys: JSON parsers keep the last; the first must not pass through unscrubbed.
+    line = (b'{"id": "x", "text": "Mail me at jane.doe@example.com today, friend.", '
+            b'"text": "Write to the office for the full report on this topic, please."}\n')
+    r = llmtk("clean", "--pii", "--no-langid", "--filters", "none", "-q", input=line)
+    assert r.returncode == 0, r.stderr
+    (rec,) = parse(r.stdout)
+    assert b"@example" not in r.stdout and r.stdout.count(b'"text"') == 1
+    assert rec["id"] == "x" and rec["text"].startswith("Write to ")
+
+
+def test_repeated_key_check_reads_escaped_keys_and_ignores_nested_ones():
+    from llmtk.io.record import repeats_key
+
+    assert repeats_key(b'{"text": "a", "text": "b"}', "text")
+    assert repeats_key(b'{"te\\u0078t": "a", "text": "b"}', "text")  # an escaped spelling
+    assert not repeats_key(b'{"text": "a", "meta": {"text": "b"}}', "text")  # nested
+    assert not repeats_key(b'{"text": "say \\"text\\" and \\u00e9"}', "text")
+    assert not repeats_key(b'{"type": "text", "text": "a"}', "text")  # a value, once a key

@@ -130,3 +130,21 @@ def test_mask_replaces_only_the_matched_words(tmp_path):
     assert llmtk("contam-check", again, "--eval", ev, "--eval-field", "question",
                  "-q").returncode == 0
     assert llmtk("contam-check", tr, "--eval", ev, "--mask", "X", "--drop").returncode == 2
+
+
+def test_report_only_with_o_is_refused_and_leaves_the_file(tmp_path):
+    ev, train = setup(tmp_path)
+    keep = tmp_path / "keep.jsonl"
+    keep.write_bytes(b'{"text": "precious"}\n')
+    r = llmtk("contam-check", train, "-e", ev, "--report-only", "-o", keep)
+    assert r.returncode == 2 and b"--report-only" in r.stderr
+    assert keep.read_bytes() == b'{"text": "precious"}\n'
+
+
+def test_eval_set_that_is_also_the_output_is_refused_before_reading(tmp_path):
+    x = tmp_path / "x.jsonl"
+    x.write_bytes(jsonl(TRAIN))
+    before = x.read_bytes()
+    r = llmtk("contam-check", "-e", x, x, "--drop", "-o", x)
+    assert r.returncode == 2 and b"is also an input" in r.stderr
+    assert x.read_bytes() == before

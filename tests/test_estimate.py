@@ -364,9 +364,11 @@ def test_flops_and_peak_helpers_for_train_mfu():
     for name, cfg in TRAIN_PRESETS.items():
         spec_n = count_params(spec_from_config(cfg)).total
         assert spec_n == train_count(cfg), name
-        n = train_count(cfg) - (0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model)
+        n = train_count(cfg) - (0 if cfg.tie_embeddings else cfg.padded_vocab * cfg.d_model)
         want = 6 * n + 12 * cfg.n_layer * cfg.n_head * cfg.head_dim * cfg.seq_len
         assert flops.flops_per_token_for_config(cfg) == want, name
+        causal = 6 * n + 6 * cfg.n_layer * cfg.n_head * cfg.head_dim * cfg.seq_len
+        assert flops.flops_per_token_for_config(cfg, causal=True) == causal, name
     assert hardware.device_peak_flops("NVIDIA H100 80GB HBM3") == 989.4e12
     assert hardware.device_peak_flops("NVIDIA H100 80GB HBM3", "fp8") == 1978.9e12
     assert hardware.device_peak_flops("Tesla V100-SXM2-32GB") == 125e12  # no bf16: fp16
@@ -476,3 +478,15 @@ def test_redirected_table_honours_columns():
     assert max(len(x) for x in narrow.splitlines()) <= 80
     wide = cli("--model", "llama2-7b", COLUMNS="")[1]
     assert max(len(x) for x in wide.splitlines()) > 80
+
+
+def test_json_is_strict_even_when_values_overflow():
+    r = llmtk("estimate", "--params", "1e9", "--tokens", "1e300", "--gpus", "1xH100", "--json")
+    assert r.returncode == 0, r.stderr
+    text = r.stdout.decode()
+    assert '"Infinity"' in text  # the overflowed times and costs, as strings
+
+    def no_constants(name):
+        raise AssertionError(f"bare {name} in the JSON")
+
+    json.loads(text, parse_constant=no_constants)

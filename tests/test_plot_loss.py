@@ -62,3 +62,19 @@ def test_findings_are_marked_and_labelled(tmp_path):
     plain = tmp_path / "b.svg"
     llmtk("plot-loss", log, "-o", plain, check=True)
     assert "spike" not in plain.read_text()
+
+
+def test_extreme_values_and_a_missing_directory_are_one_line_errors(tmp_path):
+    log = tmp_path / "m.jsonl"
+    log.write_text('{"step": 1, "loss": 1e308}\n{"step": 2, "loss": -1e308}\n'
+                   '{"step": 3, "loss": "-Infinity"}\n{"step": 4, "loss": 2.0}\n')
+    for args in ([], ["-o", tmp_path / "loss.png"]):
+        r = llmtk("plot-loss", log, *args)
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.startswith(b"llmtk: error: ") and r.stderr.count(b"\n") == 1, r.stderr
+        assert b"overflows" in r.stderr
+    assert list(tmp_path.iterdir()) == [log]  # no half-written figure
+    r = llmtk("plot-loss", log, "-o", tmp_path / "no" / "loss.png")
+    assert r.returncode == 2
+    assert r.stderr == (f"llmtk: error: --output {tmp_path}/no/loss.png: directory "
+                        f"{tmp_path}/no does not exist\n").encode()

@@ -140,14 +140,14 @@ def test_prompt_tokens_get_no_gradient():
     m = tiny()
     seen = {}
 
-    def keep(module, args, out):  # the logits, kept so their gradient can be read
+    def keep(module, args, out):  # the head's input (the chunked loss never forms logits)
         out.retain_grad()
-        seen["logits"] = out
+        seen["h"] = out
 
-    m.lm_head.register_forward_hook(keep)
+    m.norm.register_forward_hook(keep)
     _, loss = m(x, y, doc)
     loss.backward()
-    g = seen["logits"].grad[0].abs().sum(-1)  # (T,) gradient at each output position
+    g = seen["h"].grad[0].abs().sum(-1)  # (T,) gradient at each output position
     prompt = y[0] == -1
     assert prompt.sum() > 2 * (~prompt).sum()  # mostly prompt, so the check means something
     assert g[prompt].max() == 0  # no loss flows from any prompt (or padding) position
@@ -167,6 +167,32 @@ def test_lora_freezes_the_base_and_starts_as_the_base_model():
     trainable = {k for k, p in m.named_parameters() if p.requires_grad}
     assert trainable and all(".lora_" in k for k in trainable)
     assert n == sum(p.numel() for p in m.parameters() if p.requires_grad)
+
+
+def test_lora_on_the_meta_device_is_initialised_like_add_lora():
+    """FSDP2's path: adapters added to a meta model, to_empty, init_weights, init_lora."""
+    from llmtk.train.lora import init_lora
+
+    # untied: a plain to_empty (no FSDP) would give lm_head its own, uninitialised tensor
+    with torch.device("meta"):
+        m = GPT(ModelConfig(vocab_size=257, seq_len=64, n_layer=2, d_model=32, n_head=4,
+                            n_kv_head=2, tie_embeddings=False))
+    add_lora(m, rank=4)
+    m.to_empty(device="cpu")
+    torch.manual_seed(0)
+    m.init_weights()
+    init_lora(m)
+    ref = tiny(n_kv_head=2, tie_embeddings=False)
+    torch.manual_seed(0)
+    ref.init_weights()  # the same seed, the same base weights
+    x = torch.randint(0, 256, (2, 16))
+    got, _ = m.eval()(x)
+    want, _ = ref.eval()(x)
+    assert torch.equal(got, want)  # B = 0 again: the base model
+    for k, p in m.named_parameters():
+        assert p.requires_grad == (".lora_" in k)
+        if ".lora_A." in k:
+            assert torch.isfinite(p).all() and p.abs().sum() > 0
 
 
 def test_merged_lora_equals_adapter_inference():
@@ -260,12 +286,21 @@ def rows(out):
         return [json.loads(line) for line in f]
 
 
-def sft(base, out, data, *args, check=True, **env):
-    from tests.util import llmtk
+def sft(base, out, data, *args, check=True, faults=None, **env):
+    import json
+    import subprocess
+    import sys
 
-    p = llmtk("train", "--sft", "--init-from", base["run"], "--data", data, "--out", out,
-              "--warmup", "2", "--lr", "3e-3", "--log-every", "1", "-q", *args,
-              **{**ONE_THREAD, **env})
+    from tests.util import ROOT
+    from tests.util import env as make_env
+
+    # tests.train_driver: llmtk with the test faults of LLMTK_TEST_FAULTS injected
+    cmd = [sys.executable, "-m", "tests.train_driver", "train", "--sft", "--init-from",
+           base["run"], "--data", data, "--out", out, "--warmup", "2", "--lr", "3e-3",
+           "--log-every", "1", "-q", *map(str, args)]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, input=b"",
+                       env=make_env(**{**ONE_THREAD, **env,
+                                       "LLMTK_TEST_FAULTS": json.dumps(faults or {})}))
     if check:
         assert p.returncode == 0, p.stderr.decode()[-3000:]
     return p
@@ -279,7 +314,7 @@ def test_sft_with_lora_resumes_exactly_and_leaves_the_base_untouched(base, tmp_p
     sft(base, ref, data, *common)
     out = str(tmp_path / "crash")
     marker = str(tmp_path / "died")
-    p = sft(base, out, data, *common, check=False, LLMTK_TEST_DIE_ONCE=f"{marker}:4")
+    p = sft(base, out, data, *common, check=False, faults={"die_once": [marker, 4]})
     assert p.returncode == 17 and os.path.exists(marker)
     sft(base, out, data, *common)
 
@@ -299,6 +334,11 @@ def test_sft_with_lora_resumes_exactly_and_leaves_the_base_untouched(base, tmp_p
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert any(not torch.equal(after[k], torch.zeros_like(after[k]))
                for k in after if ".lora_B." in k)
+    # The public loader folds the adapters in: a plain GPT with the base's keys.
+    from llmtk.train import full_state_dict, load_model
+
+    model, _ = load_model(ref)
+    assert set(full_state_dict(ref)) == set(before) == set(model.state_dict())
 
 
 def _losses(run):

@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -44,9 +45,14 @@ def corpus(tmp_path_factory):
     return {"data": str(path), "cache": str(d / "cache")}
 
 
-def run_train(corpus, out, *args, check=True, **extra_env):
-    p = llmtk("train", "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out,
-              *TINY, *args, **extra_env)
+DRIVER = [sys.executable, "-m", "tests.train_driver"]  # llmtk with test faults
+
+
+def run_train(corpus, out, *args, check=True, faults=None):
+    cmd = [*(DRIVER if faults else LLMTK), "train", "--data", corpus["data"], "--cache-dir",
+           corpus["cache"], "--out", out, *TINY, *args]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True,
+                       env=env(LLMTK_TEST_FAULTS=json.dumps(faults or {})))
     if check:
         assert p.returncode == 0, p.stderr.decode()[-3000:]
     return p
@@ -143,9 +149,9 @@ def test_exact_resume_after_sigkill(corpus, tmp_path, resume_ref):
     args, ref = RESUME_ARGS, resume_ref
 
     out = str(tmp_path / "killed")
-    cmd = [*LLMTK, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
+    cmd = [*DRIVER, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
            "--out", out, *TINY, *args]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(LLMTK_TEST_STEP_DELAY="0.25"),
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(LLMTK_TEST_FAULTS='{"step_delay": 0.25}'),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = os.path.join(out, "metrics.jsonl")
     deadline = time.time() + 120
@@ -170,7 +176,7 @@ def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(corpus, tmp_pat
                                                                  resume_ref):
     args, ref = RESUME_ARGS, resume_ref
     out = str(tmp_path / "crash")
-    p = run_train(corpus, out, *args, check=False, LLMTK_TEST_CRASH_IN_CHECKPOINT="8")
+    p = run_train(corpus, out, *args, check=False, faults={"crash_in_checkpoint": 8})
     assert p.returncode == -signal.SIGKILL
     ckpts = os.path.join(out, "checkpoints")
     assert open(os.path.join(ckpts, "latest")).read().strip() == "step-0000004"
@@ -193,9 +199,9 @@ def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(corpus, tmp_pat
 def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, resume_ref, sig):
     args, ref = RESUME_ARGS, resume_ref
     out = str(tmp_path / "pre")
-    cmd = [*LLMTK, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
+    cmd = [*DRIVER, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
            "--out", out, *TINY, *args]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(LLMTK_TEST_STEP_DELAY="0.25"),
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(LLMTK_TEST_FAULTS='{"step_delay": 0.25}'),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -218,8 +224,13 @@ def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, res
 def test_torchrun_restarts_a_crashed_worker_which_resumes(corpus, tmp_path, resume_ref):
     out = str(tmp_path / "restarted")
     marker = str(tmp_path / "died")
-    run_train(corpus, out, *RESUME_ARGS, "--nproc-per-node", "1", "--max-restarts", "1",
-              LLMTK_TEST_DIE_ONCE=f"{marker}:6")
+    # torchrun itself, with the fault-injecting driver as its worker.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
+           "--max-restarts=1", "-m", "tests.train_driver", "train", "--data", corpus["data"],
+           "--cache-dir", corpus["cache"], "--out", out, *TINY, *RESUME_ARGS]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True,
+                       env=env(LLMTK_TEST_FAULTS=json.dumps({"die_once": [marker, 6]})))
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
     assert os.path.exists(marker)  # the worker really died (exit 17) after step 6
     assert events(out, "resume")[0]["path"] == "checkpoints/step-0000004"
     assert losses(out) == losses(resume_ref)
@@ -279,7 +290,7 @@ def test_absurd_learning_rate_skips_then_stops(corpus, tmp_path):
 def test_on_nan_stop_names_the_step(corpus, tmp_path):
     out = str(tmp_path / "run")
     p = run_train(corpus, out, "--steps", "6", "--batch-size", "2", "--on-nan", "stop",
-                  check=False, LLMTK_TEST_NAN_LOSS="2")
+                  check=False, faults={"nan_loss": 2})
     assert p.returncode == 1
     assert b"stopped at step 3: --on-nan stop" in p.stderr
     (e,) = events(out, "nan")
@@ -289,7 +300,7 @@ def test_on_nan_stop_names_the_step(corpus, tmp_path):
 
 def test_single_nan_is_skipped_and_training_continues(corpus, tmp_path):
     out = str(tmp_path / "run")
-    run_train(corpus, out, "--steps", "5", "--batch-size", "2", LLMTK_TEST_NAN_LOSS="1")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "2", faults={"nan_loss": 1})
     (e,) = events(out, "nan")
     assert e["action"] == "skip" and e["step"] == 2
     r = losses(out)
@@ -300,7 +311,7 @@ def test_single_nan_is_skipped_and_training_continues(corpus, tmp_path):
 def test_loss_spike_rolls_back_with_half_the_lr(corpus, tmp_path):
     out = str(tmp_path / "run")
     run_train(corpus, out, "--steps", "12", "--batch-size", "4", "--checkpoint-every", "4",
-              "--on-spike", "rollback", "--spike-factor", "2", LLMTK_TEST_SPIKE_LOSS="9")
+              "--on-spike", "rollback", "--spike-factor", "2", faults={"spike_loss": 9})
     (rb,) = events(out, "rollback")
     assert rb["from_step"] == 10 and rb["to_step"] == 8
     assert rb["skipped_windows"] == 2 * 4  # the two batches since step 8 are not replayed
@@ -376,3 +387,89 @@ def test_two_nodes_c10d_rendezvous_match_one(corpus, tmp_path, single_ref):
         assert node.returncode == 0, err.decode()[-2000:]
     _parallel_matches(single_ref, out)
     assert json.load(open(os.path.join(out, "config.json")))["world_size"] == 2
+
+
+# ---------------------------------------------------------------- sharded (DCP) checkpoints
+
+DCP_ARGS = ["--steps", "6", "--batch-size", "2", "--nproc-per-node", "2", "--parallel", "fsdp",
+            "--schedule", "constant", "--checkpoint-every", "2"]
+
+
+@pytest.fixture(scope="module")
+def fsdp_ref(corpus, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("fsdp") / "ref")
+    run_train(corpus, out, *DCP_ARGS)
+    return out
+
+
+def test_fsdp2_writes_sharded_checkpoints_and_resumes_them_bit_exactly(corpus, tmp_path,
+                                                                       fsdp_ref):
+    ckpt = os.path.join(fsdp_ref, "checkpoints", "step-0000006")
+    names = sorted(os.listdir(os.path.join(ckpt, "dcp")))
+    assert ".metadata" in names and len([n for n in names if n.endswith(".distcp")]) == 2
+    manifest = json.load(open(os.path.join(ckpt, "MANIFEST.json")))["files"]
+    assert "dcp/.metadata" in manifest and "rng-00001.pt" in manifest
+    event = events(fsdp_ref, "checkpoint")[-1]
+    assert event["format"] == "dcp" and event["bytes"] == sum(f["size"]
+                                                              for f in manifest.values())
+    out = str(tmp_path / "stopped")
+    run_train(corpus, out, *[a if a != "6" else "3" for a in DCP_ARGS])  # stops at step 3
+    run_train(corpus, out, *DCP_ARGS)  # resumes the sharded step-3 checkpoint
+    assert events(out, "resume")[0]["path"] == "checkpoints/step-0000003"
+    assert losses(out) == losses(fsdp_ref)
+
+
+def test_export_consolidates_a_sharded_checkpoint(fsdp_ref, tmp_path):
+    import torch
+
+    from llmtk.train import full_state_dict, load_model
+
+    out = tmp_path / "model.pt"
+    p = llmtk("train", "export", fsdp_ref, "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert b"step-0000006 -> " in p.stderr
+    blob = torch.load(out, weights_only=True)  # plain tensors and strings only
+    assert blob["step"] == 6 and blob["model_config"]["d_model"] == 64
+    sharded = full_state_dict(fsdp_ref)
+    assert sharded.keys() == blob["state_dict"].keys()
+    assert all(torch.equal(sharded[k], blob["state_dict"][k]) for k in sharded)
+    model, tok = load_model(str(out))
+    x = torch.tensor([tok.encode("def f(x):\n    return x")])
+    _, loss = model(x[:, :-1], x[:, 1:])
+    assert loss.item() < 5.0  # trained: below the uniform ln(257) = 5.55
+    p = llmtk("train", "export", str(tmp_path), "-o", str(tmp_path / "x.pt"))
+    assert p.returncode == 2 and b"no complete llmtk train checkpoint" in p.stderr
+
+
+@pytest.mark.slow  # three 2-process FSDP runs
+def test_async_sharded_checkpoint_killed_mid_write_keeps_the_previous(corpus, tmp_path,
+                                                                      fsdp_ref):
+    out = str(tmp_path / "killed")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+           "-m", "tests.train_driver", "train", "--data", corpus["data"], "--cache-dir",
+           corpus["cache"], "--out", out, *TINY, *DCP_ARGS[:4], *DCP_ARGS[6:]]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True,
+                       env=env(LLMTK_TEST_FAULTS=json.dumps({"crash_in_checkpoint": 4})))
+    assert p.returncode != 0
+    ckpts = os.path.join(out, "checkpoints")
+    assert open(os.path.join(ckpts, "latest")).read().strip() == "step-0000002"
+    partial = os.path.join(ckpts, ".tmp-step-0000004")
+    assert os.path.exists(os.path.join(partial, "dcp", ".metadata"))  # written, not sealed
+    assert not os.path.exists(os.path.join(partial, "COMPLETE"))
+    run_train(corpus, out, *DCP_ARGS)
+    assert events(out, "resume")[0]["path"] == "checkpoints/step-0000002"
+    assert losses(out) == losses(fsdp_ref)
+
+
+@pytest.mark.slow  # torch.compile on CPU (inductor) takes a while
+def test_gpu_check_cpu_smoke(tmp_path):
+    """benchmarks/gpu_check.py runs end to end (tiny model, CPU, eager and compile)."""
+    report = tmp_path / "gpu_check.json"
+    p = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--cpu-smoke", "--json",
+                        str(report)], cwd=ROOT, env=env(), capture_output=True, timeout=1200)
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    results = json.loads(report.read_text())["results"]
+    assert [r["compile"] for r in results] == [False, True]
+    for r in results:
+        assert r["tokens_per_s"] > 0 and r["plain_tokens_per_s"] > 0
+        assert r["checkpoint_bytes"] > 0 and r["checkpoint_s"] >= 0

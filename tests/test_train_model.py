@@ -5,6 +5,7 @@ import math
 import pytest
 
 torch = pytest.importorskip("torch")
+F = torch.nn.functional
 
 from llmtk.train.model import GPT, PRESETS, ModelConfig, count_params, preset  # noqa: E402
 
@@ -51,12 +52,56 @@ def test_forward_shapes_and_loss():
     model = GPT(cfg)
     idx = torch.randint(0, cfg.vocab_size, (3, 16))
     targets = torch.randint(0, cfg.vocab_size, (3, 16))
-    logits, loss = model(idx, targets)
-    assert logits.shape == (3, 16, cfg.vocab_size)
+    none, loss = model(idx, targets)
+    assert none is None  # with targets the full logits are never built
     # At init the prediction is near uniform: loss close to ln(V).
     assert abs(loss.item() - math.log(cfg.vocab_size)) < 0.3
-    logits2, loss2 = model(idx)
-    assert loss2 is None and torch.equal(logits, logits2)
+    logits, loss2 = model(idx)
+    assert loss2 is None and logits.shape == (3, 16, cfg.vocab_size)  # the real vocabulary
+    ref = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-6)
+
+
+def test_vocab_is_padded_to_128_and_padding_never_counts():
+    cfg = small()  # vocab 61
+    assert cfg.padded_vocab == 128 and ModelConfig(vocab_size=50304).padded_vocab == 50304
+    assert ModelConfig(vocab_size=257).padded_vocab == 384
+    model = GPT(cfg)
+    assert model.tok_emb.weight.shape == (128, cfg.d_model) == model.lm_head.weight.shape
+    torch.manual_seed(1)
+    idx = torch.randint(0, cfg.vocab_size, (2, 16))
+    _, before = model(idx, idx)
+    with torch.no_grad():  # make every padded logit huge: it must still not count or win
+        model.lm_head.weight[cfg.vocab_size:] = 100.0
+    _, after = model(idx, idx)
+    assert after.item() == pytest.approx(before.item(), rel=1e-6)
+    out = model.generate(idx[:, :2], 8, temperature=1.0)
+    assert int(out.max()) < cfg.vocab_size
+    # ... and equals the loss of an unpadded head holding the same real rows.
+    logits, _ = model(idx)
+    unpadded = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), idx.reshape(-1))
+    assert after.item() == pytest.approx(unpadded.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 10_000])
+def test_chunked_cross_entropy_equals_the_reference(chunk):
+    from llmtk.train.model import chunked_cross_entropy
+
+    torch.manual_seed(0)
+    n, c, vocab, padded = 300, 32, 61, 128
+    h = torch.randn(n, c, requires_grad=True)
+    w = torch.randn(padded, c, requires_grad=True)
+    targets = torch.randint(0, vocab, (n,))
+    targets[:5] = -1  # ignored positions
+    ref = F.cross_entropy((h @ w[:vocab].t()).float(), targets, ignore_index=-1)
+    ref.backward()
+    gh, gw = h.grad.clone(), w.grad.clone()
+    h.grad = w.grad = None
+    loss = chunked_cross_entropy(h, w, targets, vocab, chunk)
+    loss.backward()
+    assert abs(loss.item() - ref.item()) <= 1e-6 * abs(ref.item())
+    assert torch.allclose(h.grad, gh, atol=1e-7) and torch.allclose(w.grad, gw, atol=1e-7)
+    assert (w.grad[vocab:] == 0).all()  # padded rows get no gradient
 
 
 def test_causal_future_tokens_do_not_change_past_logits():
@@ -148,3 +193,31 @@ def test_config_module_does_not_import_torch():
     code = ("import sys; from llmtk.train.model_config import count_params, PRESETS; "
             "count_params(PRESETS['1b']); assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_forward_traces_as_one_graph_without_breaks():
+    """torch.compile sees the whole forward (loss included) as one graph: no graph breaks."""
+    cfg = small(n_kv_head=2)
+    model = GPT(cfg)
+    x = torch.randint(0, cfg.vocab_size, (2, 16))
+    torch._dynamo.reset()
+    for args in ((x, x), (x,)):  # training (loss) and sampling (logits)
+        e = torch._dynamo.explain(model)(*args)
+        assert (e.graph_count, e.graph_break_count) == (1, 0), e.break_reasons
+
+
+def test_forward_under_ddp_traces_without_breaks(tmp_path):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        cfg = small()
+        ddp = DDP(GPT(cfg))
+        x = torch.randint(0, cfg.vocab_size, (2, 16))
+        torch._dynamo.reset()
+        e = torch._dynamo.explain(ddp)(x, x)
+        assert e.graph_break_count == 0, e.break_reasons
+    finally:
+        dist.destroy_process_group()

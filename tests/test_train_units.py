@@ -187,9 +187,9 @@ def test_toml_config_then_flags_win(tmp_path):
     assert cfg.data == ["a.jsonl"] and cfg.batch_size == 16 and cfg.lr == 1e-3
     assert cfg.steps == 70  # the flag wins
     toml.write_text('data = "a"\nout = "b"\nbatch_sise = 3\n')
-    with pytest.raises(UsageError, match="unknown key 'batch_sise'"):
+    with pytest.raises(UsageError, match="run.toml: batch_sise: unknown key"):
         resolve_config({}, str(toml))
-    with pytest.raises(UsageError, match="--schedule must be one of"):
+    with pytest.raises(UsageError, match="--schedule: must be one of"):
         resolve_config({"data": ["a"], "out": "b", "schedule": "linear"}, None)
     with pytest.raises(UsageError, match="--data is required"):
         resolve_config({"out": "b"}, None)
@@ -228,7 +228,7 @@ def test_torchrun_argv():
     (["--data", "NOPE.jsonl", "--out", "x"], b"NOPE.jsonl: no such file"),
     (["--data", "D", "--out", "x", "--model", "huge"], b"--model must be one of"),
     (["--data", "D", "--out", "x", "--heads", "5"], b"model shape"),
-    (["--data", "D", "--out", "x", "--on-nan", "maybe"], b"--on-nan must be one of"),
+    (["--data", "D", "--out", "x", "--on-nan", "maybe"], b"--on-nan: must be one of"),
 ])
 def test_usage_errors_exit_2_with_one_line(tmp_path, args, message):
     data = write_jsonl(tmp_path / "d.jsonl", TEXTS)
@@ -306,3 +306,62 @@ def test_windows_span_several_shards(tmp_path, monkeypatch):
     assert (seen[w.per_shard[0]] == first[:11]).all()  # shard 1's first window
     with pytest.raises(IndexError):
         w.get(len(w))
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_slurm_script_passes_srun_status_and_timeouts(tmp_path, status):
+    """bin/llmtk-train.sbatch with stand-ins for srun and scontrol on PATH."""
+    import subprocess
+
+    from tests.util import ROOT
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/srun.args\nexit {status}\n')
+    (fake / "scontrol").write_text("#!/bin/bash\necho node1\necho node2\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "n[1-2]",
+           "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_ID": "42"}
+    p = subprocess.run(["bash", str(ROOT / "bin" / "llmtk-train.sbatch"), "run.toml", "--steps",
+                        "9"], env=env, capture_output=True)
+    assert p.returncode == status, p.stderr
+    args = (tmp_path / "srun.args").read_text().split()
+    assert args[args.index("--rdzv-timeout") + 1] == "900"
+    assert args[args.index("--nccl-timeout") + 1] == "3600"
+    assert args[args.index("--rdzv-endpoint") + 1] == "node1:29500"
+    assert args[-2:] == ["--steps", "9"]
+
+
+def test_non_logging_steps_never_read_the_device(tmp_path, monkeypatch):
+    """The loop's host sync budget: nothing is read back from the device during a step;
+    settling the pending steps (once per logging row) is a single read."""
+    import torch
+
+    from llmtk.train.config import TrainConfig
+    from llmtk.train.data import build_cache
+    from llmtk.train.runtime import Faults, setup_dist
+    from llmtk.train.trainer import Trainer
+
+    data = write_jsonl(tmp_path / "d.jsonl", TEXTS * 20)
+    cfg = TrainConfig(data=[data], out=str(tmp_path / "run"), layers=1, d_model=32, heads=2,
+                      seq_len=16, batch_size=2, steps=100, log_every=100, quiet=True)
+    os.makedirs(cfg.out)
+    tok = ByteTokenizer()
+    trainer = Trainer(cfg, setup_dist("cpu", 60), tok,
+                      build_cache([data], [], tok, str(tmp_path / "c")), Faults())
+    st = trainer._start()
+    reads = []
+    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__"):
+        real = getattr(torch.Tensor, name)
+
+        def counting(self, *a, _real=real, _name=name, **k):
+            reads.append(_name)
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    for _ in range(3):
+        trainer.pending.append(trainer._train_step(st))
+    assert reads == []
+    assert trainer._settle(st) and reads == ["tolist"]
+    assert st.step == 3 and st.bad_streak == 0 and st.ema_loss > 0

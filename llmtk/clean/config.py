@@ -11,6 +11,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 
 from llmtk.clean.filters import C4, FineWeb, GopherQuality, GopherRepetition
+from llmtk.clean.langs import STAGES, check_table, coerce, merge, resolve
 from llmtk.clean.normalize import Normalize
 from llmtk.errors import UsageError
 
@@ -20,6 +21,9 @@ class LangId:
     enabled: bool = True
     keep: list[str] = field(default_factory=list)  # empty: keep every language
     min_score: float = 0.65  # datatrove's LanguageFilter default; applies when `keep` is set
+    # Apply the built-in per-language thresholds (llmtk/clean/thresholds.toml, FineWeb-2's
+    # figures) to documents identified as one of its languages.
+    lang_thresholds: bool = True
 
 
 @dataclass
@@ -54,6 +58,15 @@ class CleanConfig:
     quality: Quality = field(default_factory=Quality)
     perplexity: Perplexity = field(default_factory=Perplexity)
     pii: Pii = field(default_factory=Pii)
+    # [lang.XX.STAGE] tables: per-language overrides, on top of the built-in ones (langs.py)
+    lang: dict[str, dict] = field(default_factory=dict)
+
+    def stages(self) -> dict:
+        return {name: getattr(self, name) for name in STAGES}
+
+    def for_lang(self, lang: str | None) -> tuple[dict, list[str] | None]:
+        """The filter stages (and stop words) that apply to a document in `lang`."""
+        return resolve(lang, self.stages(), self.lang, self.langid.lang_thresholds)
 
     # -- TOML ------------------------------------------------------------------------------
 
@@ -72,6 +85,13 @@ class CleanConfig:
     def from_dict(cls, data: dict, where: str = "config") -> CleanConfig:
         cfg = cls()
         for section, values in data.items():
+            if section == "lang":
+                if not isinstance(values, dict):
+                    raise UsageError(f"--config: {where}: [lang] must be a table")
+                for lang, table in values.items():
+                    check_table(lang, table, cfg.stages(), where)
+                    cfg.lang[lang] = merge(cfg.lang.get(lang, {}), table)
+                continue
             if section not in _SECTIONS:
                 raise UsageError(f"--config: {where}: unknown section [{section}]")
             if not isinstance(values, dict):
@@ -82,7 +102,7 @@ class CleanConfig:
                 if key not in names:
                     raise UsageError(f"--config: {where}: unknown key {section}.{key}")
                 default = getattr(stage, key)
-                setattr(stage, key, _coerce(value, default, f"{section}.{key}", where))
+                setattr(stage, key, coerce(value, default, f"{section}.{key}", where))
         cfg.validate()
         return cfg
 
@@ -122,40 +142,37 @@ class CleanConfig:
         out = [
             "# llmtk clean configuration (llmtk clean --print-config). Thresholds are datatrove's",
             "# defaults for the Gopher, C4 and FineWeb rules. A key set to false/-1 or a section",
-            "# with enabled = false switches a rule or stage off.",
+            "# with enabled = false switches a rule or stage off. Documents in a language of",
+            "# llmtk/clean/thresholds.toml get its thresholds instead (langid.lang_thresholds);",
+            "# [lang.XX.STAGE] tables override them per language.",
         ]
         for section in _SECTIONS:
+            if section == "lang":
+                continue
             out.append(f"\n[{section}]")
             stage = getattr(self, section)
             for f in fields(stage):
                 out.append(f"{f.name} = {_toml_value(getattr(stage, f.name))}")
+        out.extend(lang_tables_toml(self.lang))
         return "\n".join(out) + "\n"
 
 
 _SECTIONS = [f.name for f in fields(CleanConfig)]
 
 
-def _coerce(value, default, key: str, where: str):
-    """Check a TOML value against the default's type (None defaults accept numbers/false)."""
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise UsageError(f"--config: {where}: {key} must be true or false")
-        return value
-    if default is None or isinstance(default, int | float):
-        if value is False:
-            return None  # `false` switches a numeric threshold off
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise UsageError(f"--config: {where}: {key} must be a number (or false)")
-        return value
-    if isinstance(default, str):
-        if not isinstance(value, str):
-            raise UsageError(f"--config: {where}: {key} must be a string")
-        return value
-    if isinstance(default, list):
-        if not isinstance(value, list):
-            raise UsageError(f"--config: {where}: {key} must be a list")
-        return value
-    return value
+def lang_tables_toml(tables: dict[str, dict], prefix: str = "lang.") -> list[str]:
+    """[lang.XX] facts and [lang.XX.STAGE] tables as TOML lines."""
+    out: list[str] = []
+    for lang, table in tables.items():
+        facts = {k: v for k, v in table.items() if not isinstance(v, dict)}
+        if facts:
+            out.append(f"\n[{prefix}{lang}]")
+            out.extend(f"{k} = {_toml_value(v)}" for k, v in facts.items())
+        for stage, values in table.items():
+            if isinstance(values, dict):
+                out.append(f"\n[{prefix}{lang}.{stage}]")
+                out.extend(f"{k} = {_toml_value(v)}" for k, v in values.items())
+    return out
 
 
 def _toml_value(v) -> str:

@@ -46,10 +46,11 @@ _ALPHA = re.compile(r"[^\W\d_]")
 class DocText:
     """One document's text with the pieces the filters share, computed at most once."""
 
-    __slots__ = ("text", "_words", "_lines", "line_breaks")
+    __slots__ = ("text", "lang", "_words", "_lines", "line_breaks")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, lang: str | None = None) -> None:
         self.text = text
+        self.lang = lang  # picks the word segmentation (French elision, ...)
         self._words: list[str] | None = None
         self._lines: list[str] | None = None
         # Line breaks as datatrove would count them after C4 joined the kept lines with one
@@ -59,7 +60,7 @@ class DocText:
     @property
     def words(self) -> list[str]:
         if self._words is None:
-            self._words = tokens(self.text)
+            self._words = tokens(self.text, self.lang)
         return self._words
 
     @property
@@ -83,10 +84,13 @@ class Profile:
     stop_words: frozenset[str] | None = None
 
     @classmethod
-    def for_lang(cls, lang: str | None, cjk_text: bool = False) -> Profile:
+    def for_lang(cls, lang: str | None, cjk_text: bool = False,
+                 words: list[str] | None = None) -> Profile:
+        """`words`: the stop words to use (a language table's), else the built-in list."""
         lang = lang or "en"
         cjk = lang in CJK_LANGS or cjk_text
-        return cls(lang=lang, cjk=cjk, stop_words=stop_words(lang))
+        found = frozenset(words) if words is not None else stop_words(lang)
+        return cls(lang=lang, cjk=cjk, stop_words=found)
 
 
 # -- Gopher quality ------------------------------------------------------------------------
@@ -303,6 +307,15 @@ class _NGrams:
         grams, repeat = found
         if self.covered_chars(n, repeat) / n_chars <= frac:
             return False
+        return self.dup_chars(n, found) / n_chars > frac
+
+    def dup_chars(self, n: int, found=None) -> int:
+        """datatrove's count: scan left to right, count the characters of an n-gram seen
+        before and skip over it (the repeats it counts do not overlap)."""
+        found = found or self.repeats(n)
+        if found is None:
+            return 0
+        grams, repeat = found
         cum = self.cum
         m = len(grams)
         start = repeat.index(True)  # every position before the first repeat is visited
@@ -316,7 +329,7 @@ class _NGrams:
             else:
                 seen.add(g)
                 i += 1
-        return total / n_chars > frac
+        return total
 
 
 # -- C4 ------------------------------------------------------------------------------------

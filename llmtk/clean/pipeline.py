@@ -17,6 +17,7 @@ from functools import partial
 from llmtk.clean.config import CleanConfig
 from llmtk.clean.filters import DocText, Profile
 from llmtk.io import Doc, ordered_map
+from llmtk.io.record import repeats_key
 from llmtk.text.langid import LanguageId
 from llmtk.text.pii import scrub
 from llmtk.text.segment import is_cjk
@@ -29,19 +30,8 @@ class Cleaner:
         self.dry_run = dry_run
         self.langid = LanguageId() if config.langid.enabled else None
         self.keep_langs = frozenset(config.langid.keep)
-        self.filters = [
-            (name, stage)
-            for name, stage in (
-                # Quality before repetition (datatrove's FineWeb pipeline has it the other way
-                # round): the same keep/drop decisions, but short documents are named
-                # gopher.short_doc and leave before the costlier n-gram rules run.
-                ("gopher_quality", config.gopher_quality),
-                ("gopher_repetition", config.gopher_repetition),
-                ("c4", config.c4),
-                ("fineweb", config.fineweb),
-            )
-            if stage.enabled
-        ]
+        # language -> (filters, stop words), built on first sight of each language
+        self._plans: dict[str | None, tuple[list, list[str] | None]] = {}
         self.quality = None
         if config.quality.model:
             from llmtk.clean.quality import QualityModel
@@ -54,6 +44,18 @@ class Cleaner:
             self.ppl = PerplexityModel(config.perplexity.model, config.perplexity.max_tokens)
         self.max_ppl = config.perplexity.max_ppl  # set from the quantile by the caller
         self.pii_kinds = frozenset(config.pii.kinds) if config.pii.enabled else None
+
+    def plan(self, lang: str | None) -> tuple[list, list[str] | None]:
+        """The enabled filters, with the thresholds for `lang`, and its stop words."""
+        if lang not in self._plans:
+            stages, words = self.cfg.for_lang(lang)
+            # Quality before repetition (datatrove's FineWeb pipeline has it the other way
+            # round): the same keep/drop decisions, but short documents are named
+            # gopher.short_doc and leave before the costlier n-gram rules run.
+            order = ("gopher_quality", "gopher_repetition", "c4", "fineweb")
+            filters = [(name, stages[name]) for name in order if stages[name].enabled]
+            self._plans[lang] = (filters, words)
+        return self._plans[lang]
 
     def load(self) -> None:
         """Load the models now (to fail early on a bad path, before reading any input)."""
@@ -95,10 +97,11 @@ class Cleaner:
                     return "lang.unwanted"
                 if score < cfg.langid.min_score:
                     return "lang.low_score"
-        profile = Profile.for_lang(lang, cjk_text=lang is None and is_cjk(text))
+        filters, words = self.plan(lang)
+        profile = Profile.for_lang(lang, cjk_text=lang is None and is_cjk(text), words=words)
 
-        d = DocText(text)
-        for name, stage in self.filters:
+        d = DocText(text, lang)
+        for name, stage in filters:
             vals: dict | None = {} if notes is not None else None
             reason = stage.check(d, profile, vals)
             if vals:
@@ -125,6 +128,10 @@ class Cleaner:
             text, counts = scrub(text, self.pii_kinds)
             for kind, n in counts.items():
                 doc.count(f"pii.{kind}", n)
+            if not self.dry_run and doc.raw is not None and repeats_key(doc.raw, doc.field):
+                # A line with two text keys parses to the last one; the other, unscrubbed,
+                # must not pass through in the original bytes: write the parsed record.
+                doc.raw = None
 
         if not self.dry_run and text != original:
             doc.set_text(text)

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmtk.errors import UsageError
+from llmtk.io.atomic import Staged
 
 _WS = re.compile(r"\s+")
 
@@ -122,9 +123,14 @@ def train_quality(
             input=path, epoch=epoch, lr=lr, wordNgrams=word_ngrams, dim=dim, seed=seed,
             thread=1, verbose=0, minCount=1,
         )
-    tmp_out = output + ".tmp"
-    model.save_model(tmp_out)
-    os.replace(tmp_out, output)
+    staged = Staged(output)  # an exclusive temporary name of ours, renamed when written
+    try:
+        model.save_model(staged.tmp)  # fastText writes by name: into the file we created
+        staged.finish()
+        staged.publish()
+    except BaseException:
+        staged.discard()
+        raise
     tp = fp = fn = 0
     for lab, text in test:
         labels, probs = model.predict(text, k=-1)

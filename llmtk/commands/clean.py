@@ -41,6 +41,8 @@ HELP = (
 
   llmtk clean in.jsonl --quality-model quality.bin --min-quality 0.5
 
+  llmtk clean calibrate --lang sw wiki-sw.jsonl -o sw.toml
+
 Exit status: 0 success, 1 data or runtime error, 2 bad usage.
 """
 
@@ -106,6 +108,12 @@ def clean(
         bool,
         typer.Option("--no-langid", help="Skip language ID (filters then pick CJK rules from "
                      "the script alone).", rich_help_panel=STAGES),
+    ] = False,
+    no_lang_thresholds: Annotated[
+        bool,
+        typer.Option("--no-lang-thresholds", help="Use the global thresholds for every "
+                     "language, not the built-in per-language ones (FineWeb-2's).",
+                     rich_help_panel=STAGES),
     ] = False,
     filters: Annotated[
         str | None,
@@ -199,6 +207,8 @@ def clean(
         n.html = html
     if no_langid:
         cfg.langid.enabled = False
+    if no_lang_thresholds:
+        cfg.langid.lang_thresholds = False
     if lang is not None:
         cfg.langid.keep = _split(lang) or []
     if min_lang_score is not None:
@@ -246,9 +256,11 @@ def clean(
         return
 
     opts = stream
+    models = [m for m in (cfg.quality.model, cfg.perplexity.model, config) if m]
+    run = StreamRun("clean", opts, inputs_also=models)  # paths checked before reading
     cleaner = Cleaner(cfg, annotate=annotate, dry_run=dry_run)
     cleaner.load()
-    with StreamRun("clean", opts) as run:
+    with run:
         if cfg.perplexity.quantile is not None:
             if run.paths == ["-"] or "-" in run.paths:
                 raise UsageError("--ppl-quantile reads the input twice: give files, not stdin")
@@ -312,6 +324,10 @@ def train_quality(
 
     if not 0.0 < test_fraction < 1.0:
         raise UsageError("--test-fraction: expected a number between 0 and 1")
+    from llmtk.io.paths import check_paths, input_identities
+
+    inputs = expand_inputs(positive) + expand_inputs(negative)
+    check_paths(input_identities(inputs), [("-o", output)])  # before anything is read
 
     def texts(paths: list[str]):
         for doc in read_docs(expand_inputs(paths), text_field):
@@ -333,6 +349,69 @@ def train_quality(
             f"  held-out precision {report.precision:.3f}  recall {report.recall:.3f}  "
             f"F1 {report.f1:.3f}  (label {label}, threshold {report.threshold})"
         )
+
+
+@clean_app.command(
+    "calibrate",
+    help="""\
+Compute per-language thresholds from reference text (FineWeb-2's method).
+
+Measures every Gopher/FineWeb statistic on each reference document (good text in that
+language) and sets each threshold at a tail quantile of the values: --quantile (0.95) for
+rules that drop documents above a value, 1 - quantile for those that drop below one; the stop
+words are the most widespread words. Writes a [lang.XX] table for `llmtk clean --config`
+(stdout unless -o). See docs/clean.md.
+
+[bold]Examples[/bold]
+
+  llmtk clean calibrate --lang sw wiki-sw.jsonl -o sw.toml
+
+  llmtk clean --config sw.toml crawl-sw.jsonl > clean-sw.jsonl
+
+Exit status: 0 success, 1 data or runtime error, 2 bad usage.
+""",
+)
+def calibrate(
+    inputs: Annotated[list[str], typer.Argument(help="Reference documents (files, dirs, globs).")],
+    lang: Annotated[str, typer.Option("--lang", help="The reference text's language (ISO "
+                                      "code, as language ID names it).")],
+    output: Annotated[str | None, typer.Option("-o", "--output", help="Where to write the "
+                                               "TOML table [default: stdout].")] = None,
+    quantile: Annotated[float, typer.Option("--quantile", help="Share of the reference "
+                                            "documents each rule keeps.")] = 0.95,
+    text_field: o.TextField = "text",
+    quiet: o.Quiet = False,
+) -> None:
+    import os
+
+    from llmtk.clean.calibrate import check_lang, measure, thresholds
+    from llmtk.clean.config import lang_tables_toml
+    from llmtk.io import expand_inputs, read_docs
+
+    check_lang(lang)
+    if not 0.5 <= quantile < 1.0:
+        raise UsageError("--quantile: expected a number between 0.5 and 1")
+    paths = expand_inputs(inputs)
+    if output is not None and os.path.abspath(output) in {os.path.abspath(p) for p in paths}:
+        raise UsageError(f"-o {output}: is also an input")
+    stats = measure((d.text for d in read_docs(paths, text_field)), lang)
+    table = thresholds(stats, lang, quantile)
+    head = f"# llmtk clean calibrate --lang {lang} --quantile {quantile}; for llmtk clean --config"
+    text = head + "\n" + "\n".join(lang_tables_toml({lang: table})).lstrip("\n") + "\n"
+    if output is None:
+        from llmtk.io.console import write_out
+
+        write_out(sys.stdout, text)
+    else:
+        tmp = output + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, output)
+    if not quiet:
+        from llmtk.io.console import stderr_console
+
+        stderr_console().print(f"llmtk clean calibrate: {stats.docs:,} reference documents "
+                               f"({lang}) -> {output or 'stdout'}")
 
 
 def register(app: typer.Typer) -> None:

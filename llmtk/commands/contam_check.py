@@ -80,7 +80,7 @@ def command(
     from llmtk.contam.evalsets import summary as eval_set_summary
     from llmtk.contam.run import build_report, check_stream, load_eval_items
     from llmtk.errors import UsageError
-    from llmtk.io import StreamRun, write_json_atomically
+    from llmtk.io import StreamRun
 
     if clean > dirty:
         raise UsageError(f"--clean {clean} is above --dirty {dirty}")
@@ -90,10 +90,15 @@ def command(
         raise UsageError("--mask cannot be combined with --drop or --report-only")
     if mask == "":
         raise UsageError("--mask: give a token such as '<EVAL>'")
+    if report_only and stream.output:
+        raise UsageError("--report-only writes no documents: drop -o (or drop --report-only)")
     fields = [f.strip() for f in (eval_field or "").split(",") if f.strip()] or None
+    # Paths are checked (no output is an input, --eval included) before anything is read.
+    run = StreamRun("contam-check", stream, inputs_also=eval_paths,
+                    outputs_also=[("--report", report)])
     sets: list = []
     index = EvalIndex(load_eval_items(eval_paths, fields, eval_id_field, n, sets), n)
-    with StreamRun("contam-check", stream) as run:
+    with run:
         found = check_stream(run, index, drop=drop, annotate=annotate, write=not report_only,
                              mask=mask)
         result = build_report(index, dirty, clean, found, run.summary.records_in)
@@ -103,7 +108,7 @@ def command(
             run.count(f"eval_items_{cls}", k)
         run.count("contaminated_docs", found)
         if report:
-            write_json_atomically(report, result)
+            run.write_json(report, result)
     if not stream.quiet:
         _print_eval_sets(result)
     if found and not drop and mask is None:

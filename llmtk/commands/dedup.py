@@ -62,9 +62,9 @@ Unit = Annotated[str, typer.Option(
     "--unit", help="Shingle tokens: word, char, or auto (char for CJK text, else word).",
     rich_help_panel=PARAMS)]
 Bands = Annotated[int | None, typer.Option(
-    "--bands", help="LSH bands (default 14).", rich_help_panel=PARAMS, show_default=False)]
+    "--bands", help="LSH bands (default 16).", rich_help_panel=PARAMS, show_default=False)]
 Rows = Annotated[int | None, typer.Option(
-    "--rows", help="MinHash values per band (default 8).", rich_help_panel=PARAMS,
+    "--rows", help="MinHash values per band (default 7).", rich_help_panel=PARAMS,
     show_default=False)]
 Threshold = Annotated[float | None, typer.Option(
     "--threshold", help="Target Jaccard similarity: picks --bands x --rows (<= 112 "
@@ -72,10 +72,10 @@ Threshold = Annotated[float | None, typer.Option(
 Normalise = Annotated[str, typer.Option(
     "--normalise", help="Before hashing: any of lowercase,whitespace,punctuation,digits, "
     "or none.", rich_help_panel=PARAMS)]
-Verify = Annotated[float, typer.Option(
+Verify = Annotated[float | None, typer.Option(
     "--verify", help="Also require this estimated Jaccard similarity (from the full signature) "
-    "for a band match to count; 0 (default) accepts every band match, as datatrove does.",
-    rich_help_panel=PARAMS)]
+    "for a band match to count [default: 0.5; with --threshold T: T - 0.3]; 0 accepts every "
+    "band match, as datatrove does.", rich_help_panel=PARAMS, show_default=False)]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the MinHash permutations.",
                                    rich_help_panel=PARAMS)]
 Annotate = Annotated[bool, typer.Option(
@@ -85,17 +85,19 @@ Clusters = Annotated[str | None, typer.Option(
     "member of each cluster that has duplicates.")]
 
 
-def _config(ngram, unit, bands, rows, threshold, seed, normalise, verify=0.0):
+def _config(ngram, unit, bands, rows, threshold, seed, normalise, verify=None):
     """The checked DedupConfig of the MinHash options."""
-    from llmtk.dedup.config import DedupConfig, bands_rows_for, parse_normalise
+    from llmtk.dedup.config import DedupConfig, auto_verify, bands_rows_for, parse_normalise
 
     if threshold is not None:
         if bands is not None or rows is not None:
             raise UsageError("--threshold picks --bands and --rows: give one or the other")
         bands, rows = bands_rows_for(threshold)
-    return DedupConfig(ngram=ngram, unit=unit, bands=14 if bands is None else bands,
-                       rows=8 if rows is None else rows, seed=seed,
-                       normalise=parse_normalise(normalise), verify=verify)
+    default = DedupConfig()
+    return DedupConfig(ngram=ngram, unit=unit, bands=default.bands if bands is None else bands,
+                       rows=default.rows if rows is None else rows, seed=seed,
+                       normalise=parse_normalise(normalise),
+                       verify=auto_verify(threshold) if verify is None else verify)
 
 
 MINHASH_OPTIONS: dict[str, tuple[object, object]] = {
@@ -105,7 +107,7 @@ MINHASH_OPTIONS: dict[str, tuple[object, object]] = {
     "rows": (Rows, None),
     "threshold": (Threshold, None),
     "normalise": (Normalise, "lowercase,whitespace,punctuation,digits"),
-    "verify": (Verify, 0.0),
+    "verify": (Verify, None),
     "seed": (Seed, 1),
 }
 # `@minhash_options()`: the shingling and LSH parameters, handed over as `config`.
@@ -142,7 +144,9 @@ def run_command(
         raise UsageError("--level paragraph does not take --index, --save-index, --clusters "
                          "or --keep")
     workers = stream.workers
-    with StreamRun("dedup", stream) as run:
+    with StreamRun("dedup", stream, inputs_also=[index] if index else [],
+                   outputs_also=[("--clusters", clusters)],
+                   output_dirs=[("--save-index", save_index)]) as run:
         if level == "paragraph":
             from llmtk.dedup.paragraph import dedup_paragraphs
 
@@ -181,7 +185,7 @@ def signatures_command(
 ) -> None:
     from llmtk.dedup.stages import write_signatures
 
-    with StreamRun("dedup signatures", stream) as run:
+    with StreamRun("dedup signatures", stream, output_dirs=[("-o", out_dir)]) as run:
         write_signatures(run, config, out_dir, stream.shard, stream.workers)
 
 
@@ -212,7 +216,9 @@ def index_command(
     import sys
 
     from llmtk.dedup.stages import build_index
+    from llmtk.io.paths import check_paths, input_identities
 
+    check_paths(input_identities([], [sigs]), [], [("-o", out_dir)])
     n = build_index(sigs, out_dir, o.parse_shard(shard))
     if not quiet:
         print(f"llmtk dedup index: {n:,} documents -> {out_dir}", file=sys.stderr)
@@ -245,7 +251,8 @@ def filter_command(
 ) -> None:
     from llmtk.dedup.stages import filter_with_index
 
-    with StreamRun("dedup", stream) as run:
+    with StreamRun("dedup", stream, inputs_also=[index],
+                   outputs_also=[("--clusters", clusters)]) as run:
         filter_with_index(run, index, annotate, clusters)
 
 

@@ -164,11 +164,9 @@ def command(
 
 
 def _write_json(obj) -> None:
-    import json
+    from llmtk.io.console import write_json
 
-    from llmtk.io.console import write_out
-
-    write_out(sys.stdout, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    write_json(sys.stdout, obj)  # strict: an infinite time or cost is "Infinity", not bare
 
 
 def _list(json_out: bool) -> None:

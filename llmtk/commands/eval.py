@@ -64,7 +64,7 @@ def command(
     from llmtk.evaluate import load_task
     from llmtk.evaluate.report import evaluate_tasks, summary_line
     from llmtk.evaluate.scoring import ModelScorer
-    from llmtk.train.load import load_model
+    from llmtk.train.api import load_run
 
     if device not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--device must be auto, cpu or cuda, got {device!r}")
@@ -74,7 +74,7 @@ def command(
     names = [t.name for t in loaded_tasks]
     if len(set(names)) != len(names):
         raise UsageError(f"--tasks: two tasks share a name ({', '.join(names)}); use NAME=FILE")
-    m = load_model(checkpoint, device=device)
+    m = load_run(checkpoint, device=device)
     scorer = ModelScorer(m.model, m.tokenizer,
                          prompt_ids=m.chat.prompt if m.chat is not None else None)
     writer = None

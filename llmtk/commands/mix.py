@@ -54,7 +54,7 @@ def command(
     stream: StreamOptions,
 ) -> None:
     from llmtk.errors import UsageError
-    from llmtk.io import StreamRun, write_json_atomically
+    from llmtk.io import StreamRun
     from llmtk.mix.plan import parse_source, plan
     from llmtk.mix.run import count_tokens, emit
     from llmtk.mix.run import report as build_report
@@ -66,15 +66,18 @@ def command(
     if len(set(names)) != len(names):
         raise UsageError(f"--source: names must be unique, got {', '.join(names)}")
     budget = parse_number("--tokens", tokens)
-    tok = load_tokenizer(tokenizer)
     stream.inputs = [s.spec for s in sources]
-    with StreamRun("mix", stream) as run:
+    # Paths are checked (no output is a source or the tokenizer) before anything is read.
+    run = StreamRun("mix", stream, inputs_also=[tokenizer] if tokenizer != "bytes" else [],
+                    outputs_also=[("--report", report)])
+    tok = load_tokenizer(tokenizer)
+    with run:
         for s in sources:
             count_tokens(run, s, tok)
         used = plan(sources, budget, max_epochs, seed)
         result = build_report(sources, emit(run, sources, annotate), used, tok)
         if report:
-            write_json_atomically(report, result)
+            run.write_json(report, result)
     if not stream.quiet:
         _print(result)
 

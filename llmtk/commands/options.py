@@ -92,6 +92,15 @@ Workers = Annotated[
         rich_help_panel=IO_PANEL,
     ),
 ]
+MaxRecordBytes = Annotated[
+    str,
+    typer.Option(
+        "--max-record-bytes",
+        help="Longest record (line) accepted, e.g. 64Mi or 1e6; a longer one is a bad "
+        "record (io.record_too_long), handled per --on-error.",
+        rich_help_panel=IO_PANEL,
+    ),
+]
 Seed = Annotated[int, typer.Option("--seed", help="Random seed.")]
 Quiet = Annotated[
     bool,
@@ -112,6 +121,7 @@ def stream_options(
     shard: str | None = None,
     workers: int = 1,
     quiet: bool = False,
+    max_record_bytes: str = "64Mi",
 ) -> StreamOptions:
     """Check the shared options and bundle them for `llmtk.io.StreamRun`."""
     if on_error not in ("fail", "skip", "reject"):
@@ -131,7 +141,24 @@ def stream_options(
         shard=parse_shard(shard),
         workers=workers,
         quiet=quiet,
+        max_record_bytes=parse_bytes("--max-record-bytes", max_record_bytes),
     )
+
+
+def parse_bytes(option: str, value: str) -> int:
+    """'67108864', '64Mi' (binary), '64M' or '1e6' (decimal) -> a positive number of bytes."""
+    from llmtk.units import parse_number
+
+    text = value.strip()
+    scale = 1
+    for suffix, factor in (("Ki", 1 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30)):
+        if text.endswith(suffix):
+            text, scale = text[: -len(suffix)], factor
+            break
+    n = int(parse_number(option, text) * scale)
+    if n < 1:
+        raise UsageError(f"{option}: expected a positive size, got {value!r}")
+    return n
 
 
 def parse_shard(value: str | None) -> tuple[int, int] | None:
@@ -158,6 +185,7 @@ STREAM_OPTIONS: dict[str, tuple[object, object]] = {
     "shard": (Shard, None),
     "workers": (Workers, 1),
     "quiet": (Quiet, False),
+    "max_record_bytes": (MaxRecordBytes, "64Mi"),
 }
 
 

@@ -50,10 +50,13 @@ def command(
                            "x = step).")] = False,
 ) -> None:
     import os
+    import warnings
 
     from llmtk.curves.logs import load_runs
     from llmtk.curves.plot import panels_for, plot_file, plot_terminal
-    from llmtk.errors import UsageError
+    from llmtk.errors import DataError, UsageError
+    from llmtk.io.atomic import atomic_file
+    from llmtk.io.paths import check_paths
 
     if x not in ("step", "tokens", "time"):
         raise UsageError(f"--x: expected step, tokens or time, got {x!r}")
@@ -61,6 +64,8 @@ def command(
                                                                             ["loss", "val_loss"])
     if output and os.path.splitext(output)[1].lower() not in (".png", ".svg", ".pdf"):
         raise UsageError(f"--output: expected a .png, .svg or .pdf file, got {output!r}")
+    if output:  # checked before the logs are read
+        check_paths({}, [("--output", output)])
     runs = load_runs(logs)
     metrics = list(dict.fromkeys(runs[0].metric(m) for m in metrics))
     if not panels_for(runs, metrics):
@@ -70,19 +75,23 @@ def command(
     if x != "step" and not any(run.has(x) for run in runs):
         raise UsageError(f"--x {x}: the logs have no {x!r} field")
     if output:
-        tmp = f"{output}.tmp-{os.getpid()}{os.path.splitext(output)[1]}"
         try:
-            plot_file(runs, metrics, tmp, x=x, weight=smooth, log_y=log_y, title=title,
-                      findings=findings)
-            os.replace(tmp, output)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            with atomic_file(output) as f, warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # numpy overflow: said below
+                plot_file(runs, metrics, f, x=x, weight=smooth, log_y=log_y, title=title,
+                          findings=findings, fmt=os.path.splitext(output)[1][1:].lower())
+        except (ValueError, OverflowError) as e:  # matplotlib on values it cannot scale
+            raise DataError(f"{output}: cannot draw these values, their range overflows "
+                            f"(e.g. 1e308 and -1e308; {e})") from None
         return
     import sys
 
     colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    chart = plot_terminal(runs, metrics, x=x, weight=smooth, log_y=log_y, colour=colour)
+    try:
+        chart = plot_terminal(runs, metrics, x=x, weight=smooth, log_y=log_y, colour=colour)
+    except (ValueError, OverflowError) as e:  # plotext on values it cannot scale
+        raise DataError(f"cannot draw these values in the terminal, their range overflows "
+                        f"(e.g. 1e308; {e})") from None
     from llmtk.io.console import write_out
 
     write_out(sys.stdout, chart + "\n")

@@ -142,11 +142,15 @@ def command(
     parallel: Annotated[str | None, _opt(
         "--parallel", help="auto (DDP when several processes), none, ddp or fsdp (FSDP2).",
         panel=RUN)] = None,
-    compile: Annotated[bool | None, _opt("--compile", help="torch.compile the model.",
-                                         panel=RUN)] = None,
+    compile: Annotated[bool | None, _opt(
+        "--compile/--no-compile", help="torch.compile the model. Default: on with CUDA, off "
+        "on CPU.", panel=RUN)] = None,
     activation_checkpointing: Annotated[bool | None, _opt(
         "--activation-checkpointing", help="Recompute block activations in backward.",
         panel=RUN)] = None,
+    nccl_timeout: Annotated[int | None, _opt(
+        "--nccl-timeout", help="Seconds a collective may wait for the slowest rank (a 7B "
+        "checkpoint write included). Default 3600.", panel=RUN)] = None,
     log_every: Annotated[int | None, _opt("--log-every", help="Steps per metrics row. "
                                           "Default 10.", panel=LOG)] = None,
     eval_every: Annotated[int | None, _opt(
@@ -167,6 +171,13 @@ def command(
     keep_checkpoints: Annotated[int | None, _opt(
         "--keep-checkpoints", help="Keep the newest K checkpoints (0: all). Default 3.",
         panel=CKPT)] = None,
+    checkpoint_format: Annotated[str | None, _opt(
+        "--checkpoint-format", help="auto (dcp under FSDP, full otherwise), full (one file "
+        "per state) or dcp (torch.distributed.checkpoint, each rank writes its shard).",
+        panel=CKPT)] = None,
+    async_checkpoint: Annotated[bool | None, _opt(
+        "--async-checkpoint/--no-async-checkpoint", help="dcp: write checkpoints in the "
+        "background while training continues. Default on.", panel=CKPT)] = None,
     resume: Annotated[str | None, _opt(
         "--resume", help="auto (newest complete checkpoint in OUT, the default), never, or "
         "a checkpoint/run directory.", panel=CKPT)] = None,
@@ -240,41 +251,32 @@ def command(
     max_restarts: Annotated[int | None, _opt(
         "--max-restarts", help="torchrun restarts the workers this often on failure (they "
         "resume from the last checkpoint). Default 0.", panel=LAUNCH)] = None,
+    rdzv_timeout: Annotated[int | None, _opt(
+        "--rdzv-timeout", help="Seconds the nodes wait for each other to join the "
+        "rendezvous. Default 900.", panel=LAUNCH)] = None,
 ) -> None:
+    # Every parameter but --config is a TrainConfig or LaunchConfig field of the same name.
+    flags = {k: v for k, v in locals().items() if k not in ("ctx", "config")}
     if ctx.invoked_subcommand is not None:
         return
+    from llmtk.train.config import resolve_config, resolve_launch
     from llmtk.train.launch import is_worker, run_torchrun, torchrun_argv, worker_args
 
-    if (nproc_per_node or (nnodes or 1) > 1) and not is_worker():
+    launch = resolve_launch(flags, config)
+    cfg = resolve_config(flags, config)  # checked before torchrun starts anything
+    if (launch.nproc_per_node or (launch.nnodes or 1) > 1) and not is_worker():
         argv = torchrun_argv(
-            nproc_per_node=nproc_per_node or 1, nnodes=nnodes or 1, node_rank=node_rank,
-            rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, rdzv_backend=rdzv_backend or "c10d",
-            max_restarts=max_restarts or 0, worker_args=worker_args())
+            nproc_per_node=launch.nproc_per_node or 1, nnodes=launch.nnodes or 1,
+            node_rank=launch.node_rank, rdzv_endpoint=launch.rdzv_endpoint,
+            rdzv_id=launch.rdzv_id, rdzv_backend=launch.rdzv_backend or "c10d",
+            max_restarts=launch.max_restarts or 0, rdzv_timeout=launch.rdzv_timeout,
+            worker_args=worker_args())
         run_torchrun(argv)
         return
 
-    from llmtk.train.config import resolve_config
     from llmtk.train.trainer import train
 
-    flags = dict(
-        data=data, val_data=val_data, val_fraction=val_fraction, text_field=text_field,
-        tokenizer=tokenizer, cache_dir=cache_dir, out=out, model=model, layers=layers,
-        d_model=d_model, heads=heads, kv_heads=kv_heads, ffn_hidden=ffn_hidden, untied=untied,
-        steps=steps, seq_len=seq_len, batch_size=batch_size, grad_accum=grad_accum, lr=lr,
-        min_lr=min_lr, warmup=warmup, schedule=schedule, decay_fraction=decay_fraction,
-        weight_decay=weight_decay, beta1=beta1, beta2=beta2, grad_clip=grad_clip, seed=seed,
-        device=device, dtype=dtype, parallel=parallel, compile=compile,
-        activation_checkpointing=activation_checkpointing, log_every=log_every,
-        eval_every=eval_every, eval_batches=eval_batches, sample_every=sample_every,
-        prompt=prompt, sample_tokens=sample_tokens, checkpoint_every=checkpoint_every,
-        keep_checkpoints=keep_checkpoints, resume=resume, init_from=init_from, on_nan=on_nan,
-        max_bad_steps=max_bad_steps, on_spike=on_spike, spike_factor=spike_factor, quiet=quiet,
-        sft=sft, template=template, chat_template=chat_template, packing=packing,
-        lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets,
-        lora_dropout=lora_dropout, eval_tasks=eval_tasks, eval_bad_cases=eval_bad_cases,
-        eval_max_new_tokens=eval_max_new_tokens,
-    )
-    train(resolve_config(flags, config))
+    train(cfg)
 
 
 TOKENIZER_HELP = """\
@@ -329,6 +331,40 @@ def tokenizer_command(
     if not quiet:
         print(f"trained a {size}-token BPE tokenizer on {count[0]} documents -> {output}",
               file=sys.stderr)
+
+
+EXPORT_HELP = """\
+Write a checkpoint's model as one consolidated, weights-only file.
+
+Works on full and DCP-sharded (FSDP2) checkpoints alike: the shards are gathered in \
+this one process, no GPUs or process group needed. The file holds the model's full \
+state dict, its configuration and its tokenizer's fingerprint; \
+`llmtk.train.load_model(FILE)` loads it (torch.load with weights_only=True works too).
+
+[bold]Examples[/bold]
+
+  llmtk train export runs/a -o model.pt
+
+  llmtk train export runs/a/checkpoints/step-0020000 -o step20k.pt
+
+Exit status: 0 written, 1 a corrupt checkpoint or a write error, 2 no checkpoint there.
+"""
+
+
+@app.command("export", help=EXPORT_HELP)
+def export_command(
+    checkpoint: Annotated[str, typer.Argument(help="A run directory, its checkpoints/ "
+                                              "directory or one step-NNNNNNN directory.")],
+    output: Annotated[str, typer.Option("-o", "--output", help="The file to write.")],
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors on stderr.")] = False,
+) -> None:
+    import sys
+
+    from llmtk.train import export
+
+    source = export(checkpoint, output)
+    if not quiet:
+        print(f"exported {source} -> {output}", file=sys.stderr)
 
 
 def register(root: typer.Typer) -> None:

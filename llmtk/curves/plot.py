@@ -66,9 +66,10 @@ def _mark_findings(ax, run: Run) -> None:
                 va="top", ha="right", fontsize=7, color=colour)
 
 
-def plot_file(runs: list[Run], metrics: list[str], out: str, x: str = "step",
+def plot_file(runs: list[Run], metrics: list[str], out, x: str = "step",
               weight: float = 0.0, log_y: bool = False, title: str | None = None,
-              findings: bool = False) -> None:
+              findings: bool = False, fmt: str | None = None) -> None:
+    """Draw to `out`, a path or a binary file (then give `fmt`: png, svg or pdf)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -105,8 +106,10 @@ def plot_file(runs: list[Run], metrics: list[str], out: str, x: str = "step",
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    try:
+        fig.savefig(out, dpi=120, format=fmt)
+    finally:
+        plt.close(fig)
 
 
 def plot_terminal(runs: list[Run], metrics: list[str], x: str = "step", weight: float = 0.0,

@@ -32,6 +32,7 @@ import orjson
 from llmtk.dedup.config import DedupConfig
 from llmtk.dedup.table import HashTable, first_occurrence
 from llmtk.errors import UsageError
+from llmtk.io.atomic import atomic_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -148,10 +149,9 @@ class DedupIndex:
         os.makedirs(directory, exist_ok=True)
         ek, ev = self.exact.items()
         bk, bv = self.bands.items()
-        tmp = os.path.join(directory, f"index.npz.tmp-{os.getpid()}.npz")
-        np.savez(tmp, exact_keys=ek, exact_values=ev, band_keys=bk, band_values=bv,
-                 roots=self._roots[: self.count], low=self.low[: self.count])
-        os.replace(tmp, os.path.join(directory, "index.npz"))
+        with atomic_file(os.path.join(directory, "index.npz")) as f:
+            np.savez(f, exact_keys=ek, exact_values=ev, band_keys=bk, band_values=bv,
+                     roots=self._roots[: self.count], low=self.low[: self.count])
         ids = orjson.dumps([[k, v] for k, v in sorted(self.ids.items())])
         _write(os.path.join(directory, "ids.json"), ids)
         meta = {"kind": "llmtk.dedup.index", "version": 1, "documents": self.count,
@@ -245,7 +245,5 @@ def check_same_config(saved: DedupConfig, config: DedupConfig, directory: str) -
 
 
 def _write(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
+    with atomic_file(path) as f:
         f.write(data)
-    os.replace(tmp, path)

@@ -35,6 +35,7 @@ from llmtk.dedup.index import (
 from llmtk.dedup.stream import cluster_log, settle_duplicate, signature_batches
 from llmtk.errors import DataError, UsageError
 from llmtk.io import StreamRun
+from llmtk.io.atomic import atomic_file
 
 SIG_KIND, INDEX_KIND = "llmtk.dedup.signatures", "llmtk.dedup.index-parts"
 
@@ -82,17 +83,16 @@ def write_signatures(
         run.summary.records_out += len(docs)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"sig-{k:05d}-of-{n:05d}.npz")
-    tmp = f"{path}.tmp-{os.getpid()}.npz"
     nb = config.bands
-    np.savez(
-        tmp,
-        positions=np.concatenate(positions) if positions else np.zeros(0, np.int64),
-        exact=np.concatenate(exact) if exact else np.zeros(0, np.uint64),
-        bands=np.concatenate(bands) if bands else np.zeros((0, nb), np.uint64),
-        ids=np.frombuffer(orjson.dumps(ids), dtype=np.uint8),
-        low=np.concatenate(low) if low else np.zeros((0, config.permutations), np.uint8),
-    )
-    os.replace(tmp, path)
+    with atomic_file(path) as f:
+        np.savez(
+            f,
+            positions=np.concatenate(positions) if positions else np.zeros(0, np.int64),
+            exact=np.concatenate(exact) if exact else np.zeros(0, np.uint64),
+            bands=np.concatenate(bands) if bands else np.zeros((0, nb), np.uint64),
+            ids=np.frombuffer(orjson.dumps(ids), dtype=np.uint8),
+            low=np.concatenate(low) if low else np.zeros((0, config.permutations), np.uint8),
+        )
     _write(os.path.join(out_dir, "meta.json"), _meta(SIG_KIND, config))
 
 
@@ -153,9 +153,8 @@ def build_index(sig_dir: str, out_dir: str, part: tuple[int, int] | None) -> int
         exact_parent = np.full(len(pos), -1, dtype=np.int64)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"index-{k:05d}-of-{m:05d}.npz")
-    tmp = f"{path}.tmp-{os.getpid()}.npz"
-    np.savez(tmp, positions=pos, band_parent=band_parent, exact_parent=exact_parent)
-    os.replace(tmp, path)
+    with atomic_file(path) as f:
+        np.savez(f, positions=pos, band_parent=band_parent, exact_parent=exact_parent)
     if k == 0:
         ids.sort(key=lambda x: x[0])
         _write(os.path.join(out_dir, "ids.json"), orjson.dumps(ids))
@@ -211,7 +210,7 @@ def filter_with_index(
 
     index = StageIndex(directory)
     roots, positions = index.roots, index.positions
-    with cluster_log(clusters) as log:
+    with cluster_log(run, clusters) as log:
         # Clusters with duplicates: a kept document's own --clusters line is written by
         # the shard that holds it, so the shards' lines together equal the single run's.
         heads = set(np.unique(roots[roots != positions]).tolist()) if log is not None else set()

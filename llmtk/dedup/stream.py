@@ -75,21 +75,19 @@ class ClusterLog:
 
     {"id": member, "cluster": kept, "reason": ...}; the kept document's own
     line ({"id": kept, "cluster": kept}) comes right before its first duplicate.
-    A context manager: the file is committed on success and removed on error.
+    The file is one of the run's outputs: committed with them on success and
+    removed on error.
     """
 
-    def __init__(self, path: str) -> None:
-        self.sink = Sink(path)
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
         self.heads: set[int] = set()
 
     def __enter__(self) -> ClusterLog:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.sink.commit()
-        else:
-            self.sink.abort()
+        pass  # the run commits or aborts its outputs
 
     def head(self, head_number: int, head: Any) -> None:
         """The kept document's own line (once per cluster)."""
@@ -104,9 +102,9 @@ class ClusterLog:
         )
 
 
-def cluster_log(path: str | None) -> ClusterLog | contextlib.nullcontext:
-    """`with cluster_log(path) as log:` gives a ClusterLog, or None without --clusters."""
-    return ClusterLog(path) if path else contextlib.nullcontext()
+def cluster_log(run: StreamRun, path: str | None) -> ClusterLog | contextlib.nullcontext:
+    """`with cluster_log(run, path) as log:` gives a ClusterLog, or None without --clusters."""
+    return ClusterLog(run.open_output(path)) if path else contextlib.nullcontext()
 
 
 def settle_duplicate(run: StreamRun, doc: Doc, reason: str, head: Any, annotate: bool,
@@ -129,7 +127,7 @@ def dedup_stream(run: StreamRun, opts: DedupOptions) -> DedupIndex:
     index = DedupIndex.load(opts.index, opts.config) if opts.index else DedupIndex(opts.config)
     if opts.keep == "longest":
         return _keep_longest(run, opts, index)
-    with cluster_log(opts.clusters) as log:
+    with cluster_log(run, opts.clusters) as log:
         for docs, batch in signature_batches(run.docs(), opts.config, opts.workers):
             positions = np.fromiter((d.index for d in docs), dtype=np.int64, count=len(docs))
             dec = index.add(batch, positions, [d.id for d in docs])
@@ -193,7 +191,7 @@ def _keep_longest(run: StreamRun, opts: DedupOptions, index: DedupIndex) -> Dedu
             index.ids[int(num[row])] = refs[row]
         exact_dup = np.where(old, np.concatenate(exact_flags), key == key[keeper_row])
         spool.seek(0)
-        with cluster_log(opts.clusters) as log:
+        with cluster_log(run, opts.clusters) as log:
             for row, line in enumerate(spool):
                 raw = line.rstrip(b"\n")
                 doc = Doc(orjson.loads(raw), raw, "<spool>", row + 1, int(num[row]),

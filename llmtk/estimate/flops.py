@@ -6,6 +6,11 @@ score and value matmuls, which have no parameters: 12·L·H·Q·T per token for
 L layers, H heads of dimension Q and sequence length T (full, not causal-halved
 attention, as PaLM counts it). This is the "model FLOPs" of model FLOPs
 utilisation: recomputation is not counted, so MFU does not reward it.
+
+`causal=True` halves the attention term: with a causal mask only the lower triangle
+of the T x T score matrix is work a causal kernel (flash attention) does, so
+`llmtk train` reports MFU with it (as torchtitan and Megatron's MFU do); `estimate`
+keeps PaLM's full count unless asked.
 """
 
 from __future__ import annotations
@@ -16,14 +21,15 @@ def flops_6nd(n_params: float, tokens: float) -> float:
     return 6.0 * n_params * tokens
 
 
-def attention_flops_per_token(n_layer: int, n_head: int, head_dim: int, seq_len: int) -> float:
-    """PaLM's 12·L·H·Q·T: QK^T and AV, forward and backward, per token."""
-    return 12.0 * n_layer * n_head * head_dim * seq_len
+def attention_flops_per_token(n_layer: int, n_head: int, head_dim: int, seq_len: int,
+                              *, causal: bool = False) -> float:
+    """PaLM's 12·L·H·Q·T: QK^T and AV, forward and backward, per token (half if causal)."""
+    return (6.0 if causal else 12.0) * n_layer * n_head * head_dim * seq_len
 
 
 def model_flops_per_token(
     n_params_matmul: float, n_layer: int, n_head: int, head_dim: int, seq_len: int,
-    *, trainable_fraction: float = 1.0,
+    *, trainable_fraction: float = 1.0, causal: bool = False,
 ) -> float:
     """Training FLOPs per token, PaLM's 6N + 12·L·H·Q·T (what `llmtk train` reports MFU on).
 
@@ -32,7 +38,7 @@ def model_flops_per_token(
     gradient matmuls are skipped: 2N forward + 2N input-gradient + 2N·trainable_fraction.
     """
     dense = (4.0 + 2.0 * trainable_fraction) * n_params_matmul
-    return dense + attention_flops_per_token(n_layer, n_head, head_dim, seq_len)
+    return dense + attention_flops_per_token(n_layer, n_head, head_dim, seq_len, causal=causal)
 
 
 def time_seconds(total_flops: float, n_gpus: int, peak: float, mfu: float) -> float:
@@ -40,11 +46,11 @@ def time_seconds(total_flops: float, n_gpus: int, peak: float, mfu: float) -> fl
     return total_flops / (n_gpus * peak * mfu)
 
 
-def flops_per_token_for_config(cfg) -> float:
+def flops_per_token_for_config(cfg, *, causal: bool = False) -> float:
     """`model_flops_per_token` for a `llmtk.train` ModelConfig (duck-typed: n_layer, d_model,
     n_head, kv_heads, head_dim, hidden, vocab_size, seq_len, tie_embeddings), for train's MFU."""
     from llmtk.estimate.models import count_params, spec_from_config
 
     spec = spec_from_config(cfg)
     return model_flops_per_token(count_params(spec).matmul, spec.n_layer, spec.n_head,
-                                 spec.hd, spec.seq_len)
+                                 spec.hd, spec.seq_len, causal=causal)

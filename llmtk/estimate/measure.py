@@ -192,11 +192,9 @@ def measure_report(model: str | None, dims: Dims, *, batch: int, json_out: bool,
         raise UsageError(f"--lora-rank: must be >= 1, got {lora_rank}")
     result = compare(cfg, batch, recompute, lora_rank=lora_rank)
     if json_out:
-        import json
+        from llmtk.io.console import write_json
 
-        from llmtk.io.console import write_out
-
-        write_out(file, json.dumps(result, indent=2, sort_keys=True) + "\n")
+        write_json(file, result)
         return
     from rich.table import Table
 

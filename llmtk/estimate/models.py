@@ -257,8 +257,10 @@ def validate(m: ModelSpec) -> None:
 
 def spec_from_config(cfg) -> ModelSpec:
     """The ModelSpec of a `llmtk.train` ModelConfig (Llama-style: RMSNorm, SwiGLU, rotary,
-    no biases), duck-typed so this module needs neither torch nor llmtk.train."""
-    return ModelSpec("llmtk", cfg.n_layer, cfg.d_model, cfg.n_head, cfg.vocab_size,
+    no biases), duck-typed so this module needs neither torch nor llmtk.train. The vocabulary
+    is the model's padded one (the rows it really holds, a multiple of 128)."""
+    vocab = getattr(cfg, "padded_vocab", cfg.vocab_size)
+    return ModelSpec("llmtk", cfg.n_layer, cfg.d_model, cfg.n_head, vocab,
                      cfg.seq_len, n_kv_head=cfg.kv_heads, ffn_hidden=cfg.hidden,
                      head_dim=cfg.head_dim, tie_embeddings=cfg.tie_embeddings,
                      source="llmtk.train ModelConfig")

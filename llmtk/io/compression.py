@@ -3,11 +3,14 @@
 Reading yields decompressed chunks. zstd is read across frames (so
 `cat a.zst b.zst` is one stream) and gzip across members; a stream that ends
 inside a frame raises `TruncatedInput` instead of ending quietly, which is what
-python-zstandard's own stream reader would do.
+python-zstandard's own stream reader would do. Any other damage (trailing
+garbage, a bad checksum, a bad header) raises `CorruptInput` with the byte
+offset of the frame or member where it was found. Zero bytes after a gzip
+member are padding and are skipped, as gzip itself does (`gzip -t` accepts
+them); a zstd stream may open with a skippable frame.
 """
 
 import os
-import sys
 import zlib
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -21,19 +24,28 @@ class TruncatedInput(Exception):
     """The compressed stream ended in the middle of a frame."""
 
 
+class CorruptInput(Exception):
+    """The compressed stream is damaged (not just cut short)."""
+
+
 def detect(head: bytes) -> str:
     """'zstd', 'gzip' or 'plain' from the first bytes of a stream."""
-    if head.startswith(ZSTD_MAGIC):
+    if head.startswith(ZSTD_MAGIC) or _skippable(head):
         return "zstd"
     if head.startswith(GZIP_MAGIC):
         return "gzip"
     return "plain"
 
 
+def _skippable(head: bytes) -> bool:
+    """A zstd skippable frame (magic 0x184D2A50..5F, little-endian): zstd skips it."""
+    return len(head) >= 4 and head[1:4] == b"\x2a\x4d\x18" and 0x50 <= head[0] <= 0x5F
+
+
 def open_binary(path: str) -> BinaryIO:
-    """A buffered binary reader for a path, or for stdin when path is '-'."""
+    """A buffered binary reader for a path, or for stdin (fd 0) when path is '-'."""
     if path == "-":
-        return os.fdopen(sys.stdin.fileno(), "rb", buffering=CHUNK, closefd=False)
+        return os.fdopen(0, "rb", buffering=CHUNK, closefd=False)
     return open(path, "rb", buffering=CHUNK)
 
 
@@ -50,25 +62,35 @@ def iter_decompressed(f: BinaryIO) -> Iterator[bytes]:
         while chunk := f.read1(CHUNK):  # type: ignore[attr-defined]
             yield chunk
     elif kind == "zstd":
-        yield from _frames(f, _new_zstd)
+        import zstandard
+
+        new = zstandard.ZstdDecompressor().decompressobj
+        yield from _frames(f, new, "zstd", zstandard.ZstdError)
     else:
-        yield from _frames(f, lambda: zlib.decompressobj(wbits=31))
+        yield from _frames(f, lambda: zlib.decompressobj(wbits=31), "gzip", zlib.error)
 
 
-def _new_zstd():
-    import zstandard
-
-    return zstandard.ZstdDecompressor().decompressobj()
-
-
-def _frames(f: BinaryIO, new) -> Iterator[bytes]:
+def _frames(f: BinaryIO, new, kind: str, error: type[Exception]) -> Iterator[bytes]:
     """Decompress frame after frame (zstd) or member after member (gzip)."""
     d = new()
     started = False  # bytes of the current frame have been fed
+    offset = 0  # compressed bytes read so far
+    frame_start = 0  # offset of the current frame or member
     while chunk := f.read1(CHUNK):  # type: ignore[attr-defined]
+        offset += len(chunk)
         while chunk:
+            if not started:
+                if kind == "gzip":  # zero padding between or after members, as gzip allows
+                    chunk = chunk.lstrip(b"\0")
+                    if not chunk:
+                        break
+                frame_start = offset - len(chunk)
             started = True
-            out = d.decompress(chunk)
+            try:
+                out = d.decompress(chunk)
+            except error as e:
+                raise CorruptInput(f"corrupt {kind} data in the {_unit(kind)} at byte offset "
+                                   f"{frame_start} ({e})") from None
             if out:
                 yield out
             if not d.eof:
@@ -78,6 +100,10 @@ def _frames(f: BinaryIO, new) -> Iterator[bytes]:
             started = False
     if started and not d.eof:
         raise TruncatedInput("compressed stream ends in the middle of a frame (truncated file?)")
+
+
+def _unit(kind: str) -> str:
+    return "frame" if kind == "zstd" else "member"
 
 
 class Compressor:

@@ -52,3 +52,27 @@ def buffered_console(file):
         write_out(file, buf.getvalue())
 
     return console, emit
+
+
+def strict_json(obj):
+    """obj with non-finite floats as the strings "NaN", "Infinity", "-Infinity" (the metrics
+    log's convention): json.dumps would write bare NaN/Infinity, which is not JSON."""
+    if isinstance(obj, float):
+        if obj != obj:
+            return "NaN"
+        if obj in (float("inf"), float("-inf")):
+            return "Infinity" if obj > 0 else "-Infinity"
+        return obj
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [strict_json(v) for v in obj]
+    return obj
+
+
+def write_json(file, obj) -> None:
+    """Indented strict JSON with sorted keys, then a newline (see write_out)."""
+    import json
+
+    write_out(file, json.dumps(strict_json(obj), indent=2, sort_keys=True, allow_nan=False)
+              + "\n")

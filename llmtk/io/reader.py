@@ -2,8 +2,14 @@
 
 A bad line becomes a `BadRecord` with a stable reason (`io.malformed_json`,
 `io.not_object`, `io.missing_text`, `io.text_not_string`, `io.invalid_utf8`,
-`io.truncated`) and a `FILE:LINE: what is wrong` message. The caller decides
-whether it stops the run or is counted (`--on-error`).
+`io.truncated`, `io.corrupt`, `io.record_too_long`) and a `FILE:LINE: what is
+wrong` message. The caller decides whether it stops the run or is counted
+(`--on-error`). A damaged compressed stream ends its file: the rest of that
+file is skipped (one error, records lost unknown) and the next file is read.
+
+Lines are cut in time and memory linear in their length: a line longer than
+a read chunk is collected as a list of pieces and joined once, and one longer
+than `max_record` bytes is dropped piece by piece, never held in full.
 """
 
 import glob
@@ -14,12 +20,26 @@ from dataclasses import dataclass
 import orjson
 
 from llmtk.errors import DataError, UsageError
-from llmtk.io.compression import TruncatedInput, iter_decompressed, open_binary
+from llmtk.io.compression import CHUNK, CorruptInput, TruncatedInput, iter_decompressed, open_binary
 from llmtk.io.record import Doc
 from llmtk.io.shard import in_shard
 from llmtk.io.summary import Summary
 
-INPUT_PATTERNS = ("*.jsonl", "*.jsonl.zst", "*.jsonl.gz", "*.jsonl.zstd", "*.json.zst", "*.json.gz")
+# What a directory walk reads. Plain `.json` is left out on purpose: in a data folder it is
+# metadata or a report (llmtk's own --stats), while `.json.gz`/`.json.zst` are the names of
+# JSON Lines dumps in the wild (C4's `c4-train.*.json.gz`).
+INPUT_SUFFIXES = (".jsonl", ".jsonl.zst", ".jsonl.gz", ".jsonl.zstd", ".json.zst", ".json.gz")
+MAX_RECORD_BYTES = 64 << 20  # default --max-record-bytes
+
+
+class _TooLong:
+    """Stands in, in a batch of lines, for a line longer than max_record (not kept)."""
+
+    def strip(self) -> bytes:
+        return b"x"
+
+
+TOO_LONG = _TooLong()
 
 
 @dataclass
@@ -47,25 +67,27 @@ class BadRecord:
 
 
 def expand_inputs(inputs: list[str]) -> list[str]:
-    """Files, directories (their .jsonl* files, recursively) and globs, in sorted order.
+    """Files, directories (their JSON Lines files, recursively) and globs, in sorted order.
 
-    No inputs means stdin ('-').
+    No inputs means stdin ('-'). A named path that is not a directory is read as
+    given, so FIFOs, /dev/stdin and process substitution (/dev/fd/N) work.
     """
     if not inputs:
         return ["-"]
     paths: list[str] = []
     for item in inputs:
-        if item == "-" or os.path.isfile(item):
+        if item == "-":
             paths.append(item)
         elif os.path.isdir(item):
-            found = set()
-            for pattern in INPUT_PATTERNS:
-                found.update(glob.glob(os.path.join(item, "**", pattern), recursive=True))
+            found = walk(item)
             if not found:
                 raise UsageError(f"{item}: directory holds no .jsonl, .jsonl.zst or .gz files")
-            paths.extend(sorted(found))
+            paths.extend(found)
+        elif os.path.exists(item):
+            paths.append(item)
         elif glob.has_magic(item):
-            matches = sorted(p for p in glob.glob(item, recursive=True) if os.path.isfile(p))
+            matches = _once(sorted(p for p in glob.glob(item, recursive=True)
+                                   if os.path.isfile(p)))
             if not matches:
                 raise UsageError(f"{item}: no files match")
             paths.extend(matches)
@@ -74,33 +96,112 @@ def expand_inputs(inputs: list[str]) -> list[str]:
     return paths
 
 
-def iter_line_batches(path: str) -> Iterator[tuple[int, list[bytes], int]]:
+def walk(top: str, suffixes: tuple[str, ...] | None = INPUT_SUFFIXES) -> list[str]:
+    """The files under `top` (with one of `suffixes`; None: all), sorted.
+
+    The rule: each real directory is entered once, by (device, inode), so a
+    symlink loop or two links to one folder cannot repeat files, and each real
+    file is listed once (the first name in sorted order). Names starting with a
+    dot (files and directories) are skipped, as glob and most tools do.
+    """
+    seen_dirs: set[tuple[int, int]] = set()
+    found: list[str] = []
+
+    def visit(directory: str) -> None:
+        try:
+            st = os.stat(directory)
+            key = (st.st_dev, st.st_ino)
+            if key in seen_dirs:
+                return
+            seen_dirs.add(key)
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            raise DataError(f"{directory}: cannot read directory: {e.strerror}") from None
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir():
+                visit(entry.path)
+            elif entry.is_file() and (suffixes is None or entry.name.endswith(suffixes)):
+                found.append(entry.path)
+
+    visit(top)
+    return _once(sorted(found))
+
+
+def _once(paths: list[str]) -> list[str]:
+    """Keep the first name of each real file (device, inode)."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def iter_line_batches(
+    path: str, max_record: int = MAX_RECORD_BYTES
+) -> Iterator[tuple[int, list, int]]:
     """(number of the line before the batch, lines without newlines, decompressed bytes) per chunk.
 
-    Batches keep the per-line cost of the hot loop down. Raises TruncatedInput
+    Batches keep the per-line cost of the hot loop down. A line longer than
+    `max_record` bytes comes as `TOO_LONG`. Raises TruncatedInput / CorruptInput
     with `.line` set to the line where the stream broke off.
     """
     lineno = 0
-    pending = b""
+    parts: list[bytes] = []  # the unfinished last line, in pieces
+    held = 0  # bytes in parts
+    too_long = False  # the unfinished line is over max_record: its bytes are dropped
+    check_each = max_record < CHUNK  # otherwise no complete line inside a chunk can be too long
     try:
         with open_binary(path) as f:
             for chunk in iter_decompressed(f):
                 size = len(chunk)
-                if pending:
-                    chunk = pending + chunk
-                lines = chunk.split(b"\n")
-                pending = lines.pop()
+                nl = chunk.find(b"\n")
+                if nl < 0:  # the whole chunk belongs to the unfinished line
+                    if not too_long:
+                        parts.append(chunk)
+                        held += size
+                        if held > max_record:
+                            too_long, parts, held = True, [], 0
+                    yield lineno, [], size
+                    continue
+                if parts or too_long:
+                    if too_long or held + nl > max_record:
+                        first = TOO_LONG
+                    else:
+                        parts.append(chunk[:nl])
+                        first = b"".join(parts)
+                    lines = chunk[nl + 1:].split(b"\n")
+                    lines.insert(0, first)
+                else:
+                    lines = chunk.split(b"\n")
+                tail = lines.pop()
+                too_long = len(tail) > max_record
+                parts, held = ([tail], len(tail)) if tail and not too_long else ([], 0)
+                if check_each:
+                    lines = [TOO_LONG if type(x) is bytes and len(x) > max_record else x
+                             for x in lines]
                 yield lineno, lines, size
                 lineno += len(lines)
-    except TruncatedInput as e:
+    except (TruncatedInput, CorruptInput) as e:
         e.line = lineno + 1  # type: ignore[attr-defined]
         raise
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except OSError as e:
         raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
-    if pending:
-        yield lineno, [pending], 0
+    if too_long:
+        yield lineno, [TOO_LONG], 0
+    elif parts:
+        yield lineno, [b"".join(parts)], 0
 
 
 def _classify_json_error(message: str) -> tuple[str, str]:
@@ -117,6 +218,7 @@ def read_docs(
     require_text: bool = True,
     on_bytes: Callable[[int], None] | None = None,
     summary: Summary | None = None,
+    max_record: int = MAX_RECORD_BYTES,
 ) -> Iterator[Doc]:
     """Parse every line of every path into a Doc. Blank lines are skipped, not records.
 
@@ -124,6 +226,7 @@ def read_docs(
     shard: (k, n) keeps only the records of shard k (see llmtk.io.shard).
     on_bytes: called with the number of decompressed bytes of each chunk read.
     summary: its records_in and bytes_in are kept up to date (cheaper than a wrapper).
+    max_record: a longer line is a bad record (io.record_too_long).
     """
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
@@ -131,7 +234,7 @@ def read_docs(
     for path in paths:
         name = "<stdin>" if path == "-" else path
         try:
-            for lineno, lines, size in iter_line_batches(path):
+            for lineno, lines, size in iter_line_batches(path, max_record):
                 if summary is not None:
                     summary.bytes_in += size
                 if on_bytes is not None:
@@ -141,11 +244,17 @@ def read_docs(
                     try:
                         data = loads(line)
                     except decode_error as e:
-                        if not line.strip():
+                        if line is TOO_LONG:
+                            index += 1
+                            bad = BadRecord(name, lineno, index, "io.record_too_long",
+                                            f"record longer than --max-record-bytes "
+                                            f"({max_record:,} bytes)", b"")
+                        elif not line.strip():
                             continue
-                        index += 1
-                        reason, msg = _classify_json_error(str(e))
-                        bad = BadRecord(name, lineno, index, reason, msg, line)
+                        else:
+                            index += 1
+                            reason, msg = _classify_json_error(str(e))
+                            bad = BadRecord(name, lineno, index, reason, msg, line)
                     else:
                         index += 1
                         if type(data) is dict and (
@@ -164,11 +273,14 @@ def read_docs(
                     if on_bad is None:
                         raise DataError(f"{bad.where()}: {bad.message}")
                     on_bad(bad)
-        except TruncatedInput as e:
+        except (TruncatedInput, CorruptInput) as e:
             index += 1
             if shard is not None and not in_shard(None, index, shard):
                 continue
-            bad = BadRecord(name, getattr(e, "line", 0), index, "io.truncated", str(e), b"")
+            reason = "io.truncated" if isinstance(e, TruncatedInput) else "io.corrupt"
+            message = str(e) if reason == "io.truncated" else (
+                f"{e}; the rest of this file is unreadable")
+            bad = BadRecord(name, getattr(e, "line", 0), index, reason, message, b"")
             if on_bad is None:
                 raise DataError(f"{bad.where()}: {bad.message}") from None
             on_bad(bad)

@@ -63,3 +63,38 @@ class Doc:
 
     def __repr__(self) -> str:
         return f"Doc({self.where()}, {self.data!r})"
+
+
+def repeats_key(raw: bytes, key: str) -> bool:
+    """Does the top-level object of this line hold `key` more than once?
+
+    orjson (like every JSON parser here) keeps the last value of a repeated
+    key, while the raw line still holds both: a tool that checks or scrubs the
+    parsed text must not pass such a line through unchanged. Cheap in the
+    usual case (the key's bytes appear once and nothing is escaped); a line
+    with the key twice, or with a \\u escape (a key can be spelled with one),
+    is parsed again with the pairs kept.
+    """
+    spelled = orjson.dumps(key)
+    n = raw.count(spelled)
+    if n > 1:
+        return _count_top_level(raw, key) > 1
+    if b"\\u" not in raw:
+        return False
+    return _count_top_level(raw, key) > 1
+
+
+def _count_top_level(raw: bytes, key: str) -> int:
+    import json
+
+    calls: list[list] = []
+
+    def keep_pairs(pairs):
+        calls.append(pairs)
+        return dict(pairs)
+
+    try:
+        json.loads(raw, object_pairs_hook=keep_pairs)
+    except ValueError:
+        return 0
+    return sum(1 for k, _ in calls[-1] if k == key) if calls else 0  # the outer object is last

@@ -10,12 +10,18 @@
 
 or, with `--workers` and per-document work, `run.apply(fn)` where
 `fn(doc) -> reason | None` may modify the doc. On success the outputs are
-committed (renamed into place), `--stats` written and the summary printed;
-on any error the file outputs are removed.
+committed together (all flushed to disk first, then all renamed into place,
+`--stats` among them) and the summary printed; on any error, a full disk
+included, no file output is renamed and the temporary files are removed.
+
+Before any input is read, every output path is checked (llmtk.io.paths): not
+an input, not another output, its directory exists and is writable. Commands
+name their own inputs and outputs beyond the shared ones (`inputs_also`,
+`outputs_also`, `output_dirs`) and open their extra outputs through the run
+(`open_output`, `write_json`) so that they are committed with the rest.
 """
 
 import os
-import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -25,11 +31,12 @@ import orjson
 
 from llmtk.errors import UsageError
 from llmtk.io.compression import normalise_kind
-from llmtk.io.reader import BadRecord, expand_inputs, read_docs
+from llmtk.io.paths import check_paths, input_identities
+from llmtk.io.reader import MAX_RECORD_BYTES, BadRecord, expand_inputs, read_docs
 from llmtk.io.record import DUMP_OPTS, Doc
 from llmtk.io.summary import Summary
 from llmtk.io.workers import ordered_map
-from llmtk.io.writer import Sink, stderr_is_terminal
+from llmtk.io.writer import BUFFER, Sink, stderr_is_terminal
 
 
 @dataclass
@@ -44,33 +51,51 @@ class StreamOptions:
     shard: tuple[int, int] | None = None
     workers: int = 1
     quiet: bool = False
+    max_record_bytes: int = MAX_RECORD_BYTES
 
 
 class StreamRun:
-    def __init__(self, tool: str, opts: StreamOptions, require_text: bool = True) -> None:
+    def __init__(
+        self,
+        tool: str,
+        opts: StreamOptions,
+        require_text: bool = True,
+        *,
+        inputs_also: Iterable[str] = (),
+        outputs_also: Iterable[tuple[str, str | None]] = (),
+        output_dirs: Iterable[tuple[str, str | None]] = (),
+    ) -> None:
+        """inputs_also: other files or folders the command reads (--eval, --index);
+        outputs_also: (option, path) of its other file outputs (--report, --clusters);
+        output_dirs: (option, path) of the folders it writes into."""
         self.tool = tool
         self.opts = opts
         self.require_text = require_text
         self.summary = Summary(tool)
         self.paths = expand_inputs(opts.inputs)
-        if self.paths == ["-"] and _stdin_is_terminal():
-            raise UsageError(
-                f"no input: give files, or pipe records in "
-                f"(e.g. zstdcat data.jsonl.zst | llmtk {tool})"
-            )
+        if "-" in self.paths:
+            _check_stdin(tool, alone=self.paths == ["-"])
+        self._outputs = [("-o", opts.output), ("--rejects", opts.rejects),
+                         ("--stats", opts.stats), *outputs_also]
+        check_paths(input_identities(self.paths, list(inputs_also)), self._outputs,
+                    list(output_dirs))
         self.output: Sink | None = None
         self.rejects: Sink | None = None
+        self._stats: Sink | None = None
+        self._sinks: list[Sink] = []  # every output, committed together
         self._progress = None
 
     # -- context -------------------------------------------------------------
 
     def __enter__(self) -> "StreamRun":
-        self.output = Sink(self.opts.output, normalise_kind(self.opts.compress))
         try:
+            self.output = self._open(self.opts.output, normalise_kind(self.opts.compress))
             if self.opts.rejects:
-                self.rejects = Sink(self.opts.rejects)
+                self.rejects = self._open(self.opts.rejects)
+            if self.opts.stats:
+                self._stats = self._open(self.opts.stats, "plain")
         except BaseException:
-            self.output.abort()
+            self._abort()
             raise
         if not self.opts.quiet and stderr_is_terminal():
             from llmtk.io.progress import Progress
@@ -82,24 +107,44 @@ class StreamRun:
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._progress is not None:
             self._progress.stop()
-        sinks = [s for s in (self.output, self.rejects) if s is not None]
         if exc_type is not None:
-            for sink in sinks:
-                sink.abort()
+            self._abort()
             return
         try:
-            for sink in sinks:
-                sink.commit()
+            for sink in self._sinks:  # phase 1: everything written and on disk
+                if sink is not self._stats:
+                    sink.finish()
+            self.summary.bytes_out = self.output.bytes_written if self.output else 0
+            self.summary.finish()
+            if self._stats is not None:
+                self._stats.write(_json_bytes(self.summary.as_dict()))
+                self._stats.finish()
+            for sink in self._sinks:  # phase 2: renamed into place
+                sink.publish()
         except BaseException:
-            for sink in sinks:
-                sink.abort()
+            self._abort()
             raise
-        self.summary.bytes_out = self.output.bytes_written if self.output else 0
-        self.summary.finish()
-        if self.opts.stats:
-            write_json_atomically(self.opts.stats, self.summary.as_dict())
         if not self.opts.quiet:
             self.summary.print()
+
+    def _open(self, path: str | None, compress: str | None = None) -> Sink:
+        sink = Sink(path, compress)
+        self._sinks.append(sink)
+        return sink
+
+    def _abort(self) -> None:
+        for sink in self._sinks:
+            sink.abort()
+
+    def open_output(self, path: str, compress: str | None = None) -> Sink:
+        """Another output of this run (named in outputs_also), committed with the others."""
+        if not any(path == p for _, p in self._outputs):
+            raise ValueError(f"{path}: not declared in outputs_also")
+        return self._open(path, compress)
+
+    def write_json(self, path: str, obj) -> None:
+        """A report written with this run's outputs (indented JSON, sorted keys)."""
+        self.open_output(path, "plain").write(_json_bytes(obj))
 
     # -- reading -------------------------------------------------------------
 
@@ -108,7 +153,7 @@ class StreamRun:
         on_bad = None if self.opts.on_error == "fail" else self.bad_record
         on_bytes = self._progress.update if self._progress is not None else None
         return read_docs(self.paths, self.opts.text_field, on_bad, self.opts.shard,
-                         self.require_text, on_bytes, self.summary)
+                         self.require_text, on_bytes, self.summary, self.opts.max_record_bytes)
 
     def bad_record(self, bad: BadRecord) -> None:
         """Count a bad input line (and write it to --rejects with --on-error reject)."""
@@ -121,7 +166,13 @@ class StreamRun:
 
     def write(self, doc: Doc) -> None:
         raw = doc.raw
-        self.output.write(raw + b"\n" if raw is not None else doc.to_bytes())  # type: ignore[union-attr]
+        if raw is None:
+            self.output.write(doc.to_bytes())  # type: ignore[union-attr]
+        elif len(raw) < BUFFER:
+            self.output.write(raw + b"\n")  # type: ignore[union-attr]
+        else:  # a huge record: no extra copy of it
+            self.output.write(raw)  # type: ignore[union-attr]
+            self.output.write(b"\n")  # type: ignore[union-attr]
         self.summary.records_out += 1
         if doc.counts:
             self.summary.counts.update(doc.counts)
@@ -184,22 +235,32 @@ def _stdin_is_pipe() -> bool:
     import stat
 
     try:
-        return stat.S_ISFIFO(os.fstat(sys.stdin.fileno()).st_mode)
-    except (OSError, ValueError):
+        return stat.S_ISFIFO(os.fstat(0).st_mode)
+    except OSError:
         return False
 
 
-def _stdin_is_terminal() -> bool:
+def _check_stdin(tool: str, alone: bool) -> None:
+    """Stdin must be open (`<&-` closes it) and, as the only input, not a terminal."""
     try:
-        return os.isatty(sys.stdin.fileno())
-    except (OSError, ValueError):
-        return False
+        os.fstat(0)
+    except OSError:
+        raise UsageError("stdin is closed: give input files, or pipe records in") from None
+    if alone and os.isatty(0):
+        raise UsageError(
+            f"no input: give files, or pipe records in "
+            f"(e.g. zstdcat data.jsonl.zst | llmtk {tool})"
+        )
+
+
+def _json_bytes(obj) -> bytes:
+    options = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+    return orjson.dumps(obj, option=options)
 
 
 def write_json_atomically(path: str, obj) -> None:
     """A report or stats file: indented JSON with sorted keys, written atomically."""
-    options = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
-    write_file_atomically(path, orjson.dumps(obj, option=options))
+    write_file_atomically(path, _json_bytes(obj))
 
 
 def write_file_atomically(path: str, data: bytes) -> None:

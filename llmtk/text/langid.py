@@ -37,6 +37,13 @@ _ASCII_CENSUS = {"letters": 1, "han": 0, "kana": 0, "hangul": 0, "cyrillic": 0}
 _CYRILLIC_LANGS = frozenset("ru uk be bg mk sr kk ky tg mn ba tt cv ce os sah av ab".split())
 _CJK_LANGS = frozenset("zh ja ko yue wuu".split())
 
+# fastText's cost grows with the text; past this many characters we classify three evenly
+# spaced windows of SAMPLE_CHARS / 3 each (start, middle, end), cut at spaces. A language
+# does not change in the middle of a document, and a long manual page then costs what a
+# short one does (benchmarks/clean_vs_datatrove.py: the scores of whole and sampled
+# documents are compared there).
+SAMPLE_CHARS = 3072
+
 # A language-ID score is a probability; census-decided ones are the script share.
 CJK_MAJORITY = 0.5  # share of letters that must be CJK for the census to decide
 KANA_FOR_JA = 0.05  # share of CJK characters that must be kana for Japanese
@@ -53,6 +60,23 @@ def model_path() -> str:
     if not os.path.exists(path):
         raise FileNotFoundError(f"lid.176.ftz not found at {path}")
     return path
+
+
+def sample(text: str, limit: int = SAMPLE_CHARS) -> str:
+    """The text itself when short, else three windows of limit/3 characters (see above)."""
+    n = len(text)
+    if n <= limit:
+        return text
+    w = limit // 3
+    parts = []
+    for start in (0, (n - w) // 2, n - w):
+        piece = text[start : start + w]
+        if start:  # begin and end at a space, so no word is cut in two
+            piece = piece[piece.find(" ") + 1 :] if " " in piece else piece
+        if start + w < n and " " in piece:
+            piece = piece[: piece.rfind(" ")]
+        parts.append(piece)
+    return " ".join(parts)
 
 
 def census(text: str) -> dict[str, int]:
@@ -152,7 +176,7 @@ class LanguageId:
         # The raw binding (no numpy conversion); ask for more labels only when the best one's
         # script disagrees with the census.
         model = (self._model or self._load()).f
-        line = text.replace("\n", " ")
+        line = sample(text).replace("\n", " ")
         labels, probs = model.predict(line, 1, 0.0, "strict")
         if labels and _agrees(labels[0].removeprefix("__label__"), c):
             return labels[0].removeprefix("__label__"), round(min(float(probs[0]), 1.0), 4)

@@ -1,20 +1,27 @@
-"""Crash-safe checkpoints (torchtitan's discipline, llm.c's exactness).
+"""Crash-safe, verified checkpoints (torchtitan's discipline, llm.c's exactness).
 
 Layout: OUT/checkpoints/step-NNNNNNN/ holding
-  model.pt      full (unsharded) model state_dict, CPU tensors
-  optim.pt      optimizer state (same keys as the model's parameters)
+  model.pt      full (unsharded) model state_dict, CPU tensors      } "full" format
+  optim.pt      optimizer state (same keys as the model's parameters) }
+  dcp/          torch.distributed.checkpoint files, one part per rank  "dcp" format (FSDP2)
   state.json    step, tokens, data position, configs, world size, schedule state
   rng-RRRRR.pt  every RNG state of rank R (Python, NumPy, torch CPU, CUDA)
+  MANIFEST.json size and xxh64 of every file above
   COMPLETE      written last
-Writing goes to .tmp-step-NNNNNNN/, every file fsynced, COMPLETE last, then the
-directory is renamed into place and `latest` (a one-line text file naming it)
-is replaced atomically. A crash at any point leaves the previous checkpoint
-untouched and still named by `latest`. Loading uses torch.load(weights_only=True):
-no arbitrary pickle is ever executed.
+Writing goes to .tmp-step-NNNNNNN/, every file fsynced, MANIFEST then COMPLETE last, then
+the directory is renamed into place and `latest` (a one-line text file naming it) is
+replaced atomically. A crash at any point leaves the previous checkpoint untouched and
+still named by `latest`.
+
+Resume takes the newest complete checkpoint that *verifies* (every file of the manifest
+present with its size and checksum, state.json readable); one that does not is renamed
+to step-NNNNNNN.corrupt-K (never deleted) with a one-line warning, and the next older one
+is tried. Loading uses torch.load(weights_only=True): no pickled code is ever executed.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -25,8 +32,20 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+import xxhash
+
+from llmtk.errors import LlmtkError
 
 STEP_DIR = re.compile(r"^step-(\d{7,})$")
+MANIFEST = "MANIFEST.json"
+COMPLETE = "COMPLETE"
+
+
+class CheckpointError(LlmtkError):
+    """A checkpoint file cannot be written or read; the message names the file."""
+
+
+# ---------------------------------------------------------------- writing
 
 
 def _fsync_dir(path: str) -> None:
@@ -37,18 +56,50 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _save_torch(obj, path: str) -> None:
-    with open(path, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
+def write_file(path: str, write: Callable) -> None:
+    """Create `path`, call write(f), flush and fsync; a full disk is one clear line."""
+    try:
+        with open(path, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise CheckpointError(f"no space left writing {path}") from None
+        raise CheckpointError(f"cannot write {path}: {e.strerror or e}") from None
+    except RuntimeError as e:  # torch.save wraps the OSError of its zip writer
+        if "No space left" in str(e) or "file write failed" in str(e):
+            raise CheckpointError(f"no space left writing {path}") from None
+        raise
 
 
-def _write_text(path: str, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+def save_torch(obj, path: str) -> None:
+    write_file(path, lambda f: torch.save(obj, f))
+
+
+def write_text(path: str, text: str) -> None:
+    write_file(path, lambda f: f.write(text.encode()))
+
+
+def file_digest(path: str) -> dict:
+    h = xxhash.xxh64()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return {"size": os.path.getsize(path), "xxh64": h.hexdigest()}
+
+
+def write_manifest(directory: str) -> None:
+    """Record size and xxh64 of every file under `directory` (sub-directories too)."""
+    files = {}
+    for base, _dirs, names in os.walk(directory):
+        for name in names:
+            if name in (MANIFEST, COMPLETE):
+                continue
+            full = os.path.join(base, name)
+            files[os.path.relpath(full, directory)] = file_digest(full)
+    write_text(os.path.join(directory, MANIFEST),
+               json.dumps({"version": 1, "files": files}, indent=1, sort_keys=True) + "\n")
 
 
 def rng_state() -> dict:
@@ -80,78 +131,71 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def step_dirs(root: str) -> list[tuple[int, str]]:
-    """(step, path) of every complete checkpoint under root, oldest first."""
-    if not os.path.isdir(root):
-        return []
-    found = []
-    for name in os.listdir(root):
-        m = STEP_DIR.match(name)
-        path = os.path.join(root, name)
-        if m and os.path.exists(os.path.join(path, "COMPLETE")):
-            found.append((int(m.group(1)), path))
-    return sorted(found)
+def tmp_dir(root: str, step: int) -> str:
+    return os.path.join(root, f".tmp-step-{step:07d}")
 
 
-def find_latest(root: str) -> str | None:
-    """The newest complete checkpoint: the one `latest` names if it is complete, else the
-    highest complete step directory (so a lost `latest` file costs nothing)."""
-    latest = os.path.join(root, "latest")
-    if os.path.exists(latest):
-        with open(latest) as f:
-            name = f.read().strip()
-        path = os.path.join(root, name)
-        if STEP_DIR.match(name) and os.path.exists(os.path.join(path, "COMPLETE")):
-            newer = [p for s, p in step_dirs(root) if s > int(STEP_DIR.match(name).group(1))]
-            return newer[-1] if newer else path
-    found = step_dirs(root)
-    return found[-1][1] if found else None
+def begin(root: str, step: int) -> str:
+    """Rank 0: a fresh temporary directory for checkpoint `step`."""
+    tmp = tmp_dir(root, step)
+    os.makedirs(root, exist_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    return tmp
 
 
-def resolve(path: str) -> str | None:
-    """A checkpoint directory from a step dir, a checkpoints dir or a run dir."""
-    if os.path.exists(os.path.join(path, "COMPLETE")):
-        return path
-    for root in (path, os.path.join(path, "checkpoints")):
-        found = find_latest(root)
-        if found:
-            return found
-    return None
+def write_rank_files(tmp: str, rank: int, state: dict | None) -> None:
+    """Every rank: its RNG states; rank 0 also state.json."""
+    save_torch(rng_state(), os.path.join(tmp, f"rng-{rank:05d}.pt"))
+    if state is not None:
+        write_text(os.path.join(tmp, "state.json"), json.dumps(state, indent=1, sort_keys=True))
+
+
+def commit(root: str, step: int, keep: int,
+           before_complete: Callable[[], None] | None = None) -> str:
+    """Rank 0, once every rank's files are written: manifest, COMPLETE, rename, `latest`,
+    prune. Returns the final directory."""
+    name = f"step-{step:07d}"
+    tmp, final = tmp_dir(root, step), os.path.join(root, name)
+    write_manifest(tmp)
+    if before_complete is not None:
+        before_complete()
+    write_text(os.path.join(tmp, COMPLETE), f"{step}\n")
+    _fsync_dir(tmp)
+    if os.path.exists(final):  # the same step saved again after a resume
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    write_text(os.path.join(root, "latest.tmp"), name + "\n")
+    os.replace(os.path.join(root, "latest.tmp"), os.path.join(root, "latest"))
+    _fsync_dir(root)
+    prune(root, keep)
+    return final
 
 
 def save(root: str, step: int, *, rank: int, barrier: Callable[[], None], model_state: dict | None,
          optim_state: dict | None, state: dict, keep: int,
          before_complete: Callable[[], None] | None = None) -> tuple[str, float]:
-    """Write checkpoint `step` (collective: every rank calls it). Rank 0 writes model,
-    optimizer and state; every rank writes its RNG states. Returns (path, seconds)."""
+    """Write a full-format checkpoint `step` (collective: every rank calls it). Rank 0
+    writes model, optimizer and state; every rank its RNG states. Returns (path, seconds)."""
     t0 = time.time()
-    name = f"step-{step:07d}"
-    tmp = os.path.join(root, f".tmp-{name}")
-    final = os.path.join(root, name)
+    tmp = tmp_dir(root, step)
     if rank == 0:
-        os.makedirs(root, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
+        begin(root, step)
     barrier()
-    if rank == 0:
-        _save_torch(model_state, os.path.join(tmp, "model.pt"))
-        _save_torch(optim_state, os.path.join(tmp, "optim.pt"))
-        _write_text(os.path.join(tmp, "state.json"), json.dumps(state, indent=1, sort_keys=True))
-    _save_torch(rng_state(), os.path.join(tmp, f"rng-{rank:05d}.pt"))
+    try:
+        if rank == 0:
+            save_torch(model_state, os.path.join(tmp, "model.pt"))
+            save_torch(optim_state, os.path.join(tmp, "optim.pt"))
+        write_rank_files(tmp, rank, state if rank == 0 else None)
+    except CheckpointError:
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written stays behind
+        raise
     barrier()
+    final = os.path.join(root, f"step-{step:07d}")
     if rank == 0:
-        if before_complete is not None:
-            before_complete()  # fault injection for tests
-        _write_text(os.path.join(tmp, "COMPLETE"), f"{step}\n")
-        _fsync_dir(tmp)
-        if os.path.exists(final):  # the same step saved again after a resume
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        _fsync_dir(root)
-        _write_text(os.path.join(root, "latest.tmp"), name + "\n")
-        os.replace(os.path.join(root, "latest.tmp"), os.path.join(root, "latest"))
-        _fsync_dir(root)
-        prune(root, keep)
+        final = commit(root, step, keep, before_complete)
     barrier()
     return final, time.time() - t0
 
@@ -166,10 +210,166 @@ def prune(root: str, keep: int) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+# ---------------------------------------------------------------- finding and verifying
+
+
+def step_dirs(root: str) -> list[tuple[int, str]]:
+    """(step, path) of every checkpoint under root with a COMPLETE marker, oldest first."""
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for name in os.listdir(root):
+        m = STEP_DIR.match(name)
+        path = os.path.join(root, name)
+        if m and os.path.exists(os.path.join(path, COMPLETE)):
+            found.append((int(m.group(1)), path))
+    return sorted(found)
+
+
+def verify(path: str) -> str | None:
+    """None if the checkpoint at `path` is whole, else why not (one phrase naming a file)."""
+    if not os.path.exists(os.path.join(path, COMPLETE)):
+        return "no COMPLETE marker"
+    manifest = os.path.join(path, MANIFEST)
+    try:
+        with open(manifest) as f:
+            files = json.load(f)["files"]
+    except FileNotFoundError:
+        files = None  # written before manifests existed: check what can be checked
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{MANIFEST} is unreadable"
+    if files is not None:
+        for rel, want in sorted(files.items()):
+            full = os.path.join(path, rel)
+            if not os.path.isfile(full):
+                return f"{rel} is missing"
+            size = os.path.getsize(full)
+            if size != want["size"]:
+                return f"{rel} has {size} bytes, {want['size']} were written"
+            if file_digest(full)["xxh64"] != want["xxh64"]:
+                return f"{rel} does not match its checksum"
+    elif not (os.path.isfile(os.path.join(path, "model.pt"))
+              or os.path.isdir(os.path.join(path, "dcp"))):
+        return "model.pt is missing"
+    try:
+        load_state(path)
+    except CheckpointError as e:
+        return str(e).removeprefix(path + "/")
+    return None
+
+
+def move_aside(path: str) -> str:
+    """Rename a bad checkpoint to PATH.corrupt-K (never delete: it may hold the only copy)."""
+    k = 1
+    while os.path.exists(f"{path}.corrupt-{k}"):
+        k += 1
+    os.rename(path, f"{path}.corrupt-{k}")
+    return f"{path}.corrupt-{k}"
+
+
+def find_latest(root: str, warn: Callable[[str], None] | None = None,
+                repair: bool = False) -> str | None:
+    """The newest checkpoint under root that verifies, or None.
+
+    Newer complete directories than `latest` names win (a crash between the rename and
+    the `latest` update costs nothing). With repair=True (rank 0 on resume) a checkpoint
+    that fails verification is moved aside; `warn` gets one line per problem.
+    """
+    say = warn or (lambda _msg: None)
+    latest = os.path.join(root, "latest")
+    if os.path.exists(latest):
+        with open(latest) as f:
+            name = f.read().strip()
+        if not (STEP_DIR.match(name) and os.path.isdir(os.path.join(root, name))):
+            say(f"warning: {latest} names {name!r}, which is not a checkpoint directory; "
+                "using the newest one that verifies")
+    for _step, path in reversed(step_dirs(root)):
+        problem = verify(path)
+        if problem is None:
+            return path
+        if repair:
+            aside = move_aside(path)
+            say(f"warning: checkpoint {path} is corrupt ({problem}); moved it to {aside} "
+                "and trying the previous one")
+        else:
+            say(f"warning: checkpoint {path} is corrupt ({problem}); skipping it")
+    return None
+
+
+def resolve(path: str, warn: Callable[[str], None] | None = None) -> str | None:
+    """A checkpoint directory from a step dir, a checkpoints dir or a run dir."""
+    if os.path.exists(os.path.join(path, COMPLETE)):
+        problem = verify(path)
+        if problem is not None:
+            raise CheckpointError(f"checkpoint {path} is corrupt ({problem})")
+        return path
+    for root in (path, os.path.join(path, "checkpoints")):
+        found = find_latest(root, warn)
+        if found:
+            return found
+    return None
+
+
+# ---------------------------------------------------------------- reading
+
+
 def load_state(path: str) -> dict:
-    with open(os.path.join(path, "state.json")) as f:
-        return json.load(f)
+    file = os.path.join(path, "state.json")
+    try:
+        with open(file) as f:
+            state = json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"{file} is missing") from None
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{file} is not valid JSON ({e})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise CheckpointError(f"{file} has no step number")
+    return state
 
 
 def load_tensors(path: str, name: str):
-    return torch.load(os.path.join(path, name), map_location="cpu", weights_only=True)
+    """torch.load of a checkpoint file, weights only; every failure is one line."""
+    import pickle
+
+    file = os.path.join(path, name)
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{file} is missing") from None
+    except pickle.UnpicklingError as e:
+        if "Weights only load failed" in str(e):
+            raise CheckpointError(f"refused to load {file}: it contains code objects; "
+                                  "llmtk loads weights only") from None
+        raise CheckpointError(f"{file} is not a valid checkpoint file ({_first_line(e)})") \
+            from None
+    except (RuntimeError, EOFError, OSError, ValueError) as e:
+        raise CheckpointError(f"{file} is not a valid checkpoint file ({_first_line(e)})") \
+            from None
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
+def is_sharded(path: str) -> bool:
+    return os.path.isdir(os.path.join(path, "dcp"))
+
+
+def load_full_state(path: str, with_optim: bool = True) -> tuple[dict, dict | None]:
+    """(model state dict, optimizer state dict or None) as full CPU tensors, from either
+    format: model.pt/optim.pt, or the DCP shards consolidated in this process."""
+    if not is_sharded(path):
+        return (load_tensors(path, "model.pt"),
+                load_tensors(path, "optim.pt") if with_optim else None)
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    sd: dict = {}
+    try:
+        _load_state_dict(sd, storage_reader=FileSystemReader(os.path.join(path, "dcp")),
+                         planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    except Exception as e:  # DCP raises CheckpointException wrapping per-rank errors
+        raise CheckpointError(f"{path}/dcp: cannot read the sharded checkpoint "
+                              f"({_first_line(e)})") from None
+    return sd["model"], (sd.get("optim") if with_optim else None)

@@ -2,14 +2,24 @@
 
 TOML keys are the flag names without the leading dashes, with '-' or '_'
 (`batch-size = 8` or `batch_size = 8`); an optional [train] table is read the
-same way. Unknown keys are a usage error, so a typo never silently trains the
-wrong thing.
+same way. Every command-line option has a key, the torchrun launch options too
+(`nproc-per-node = 8`). Unknown keys are a usage error, so a typo never silently
+trains the wrong thing.
+
+Every value, from TOML and flags alike, is checked for its type and range before
+any work starts; a bad one is `FILE: key: message` (or `--flag: message`), exit 2.
+The type comes from the field's annotation (an int is never a float, a bool or a
+string: `steps = 2.7` and `steps = "5"` are refused, not rounded or parsed); the range
+from RULES below. Floats must be finite (`1e400` and `nan` are refused).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
+import types
+import typing
 from dataclasses import dataclass, field
 
 from llmtk.errors import UsageError
@@ -52,8 +62,9 @@ class TrainConfig:
     device: str = "auto"                  # auto | cpu | cuda
     dtype: str = "auto"                   # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16
     parallel: str = "auto"                # auto (ddp when world > 1) | none | ddp | fsdp
-    compile: bool = False
+    compile: bool | None = None           # None: on for CUDA, off on CPU
     activation_checkpointing: bool = False
+    nccl_timeout: int = 3600              # seconds a collective may wait (checkpoint of a 7B)
     # logging, eval, sampling
     log_every: int = 10
     eval_every: int = 0                   # 0: only at the end when there is val data
@@ -64,6 +75,8 @@ class TrainConfig:
     # checkpoints and safety
     checkpoint_every: int = 0             # 0: only at the end and on SIGTERM/SIGUSR1
     keep_checkpoints: int = 3
+    checkpoint_format: str = "auto"       # auto (dcp under FSDP, else full) | full | dcp
+    async_checkpoint: bool = True         # dcp: write in the background while training goes on
     resume: str = "auto"                  # auto | never | PATH
     init_from: str | None = None
     on_nan: str = "skip"                  # skip | stop
@@ -85,33 +98,14 @@ class TrainConfig:
     eval_max_new_tokens: int = 128
 
     def check(self) -> None:
-        """Raise UsageError naming the first bad option."""
+        """Raise UsageError naming the first bad option (type and range checks come first,
+        in `validate`; these are the rules that relate several options)."""
         if not self.data:
             raise UsageError("--data is required (JSONL/zstd files, directories or globs)")
         if not self.out:
             raise UsageError("--out is required (the run directory)")
-        for name in ("steps", "batch_size", "grad_accum", "eval_batches", "sample_tokens"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
-        for name in ("warmup", "log_every", "eval_every", "sample_every", "checkpoint_every",
-                     "keep_checkpoints", "max_bad_steps"):
-            if getattr(self, name) < 0:
-                raise UsageError(f"--{name.replace('_', '-')} must be >= 0")
-        if self.log_every == 0:
-            raise UsageError("--log-every must be >= 1")
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise UsageError("--val-fraction must be in [0, 1)")
-        if self.lr <= 0:
-            raise UsageError("--lr must be > 0")
-        choices = {"schedule": ("cosine", "wsd", "constant"), "device": ("auto", "cpu", "cuda"),
-                   "dtype": ("auto", "fp32", "bf16"), "parallel": ("auto", "none", "ddp", "fsdp"),
-                   "on_nan": ("skip", "stop"), "on_spike": ("none", "rollback")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise UsageError(f"--{name.replace('_', '-')} must be one of "
-                                 f"{', '.join(allowed)}, got {getattr(self, name)!r}")
-        if not 0.0 < self.decay_fraction <= 1.0:
-            raise UsageError("--decay-fraction must be in (0, 1]")
+        if self.min_lr is not None and self.min_lr > self.lr:
+            raise UsageError(f"--min-lr ({self.min_lr}) must not exceed --lr ({self.lr})")
         self._check_finetune()
 
     def _check_finetune(self) -> None:
@@ -133,10 +127,114 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+@dataclass
+class LaunchConfig:
+    """torchrun's options: accepted in TOML under the same names as the flags."""
+
+    nproc_per_node: int | None = None
+    nnodes: int | None = None
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    rdzv_backend: str | None = None
+    max_restarts: int | None = None
+    rdzv_timeout: int | None = None       # seconds the nodes wait for each other to join
+
+
+def _at_least(low):
+    return lambda v: None if v >= low else f"must be >= {low}, got {v}"
+
+
+def _between(low, high, *, low_open=False, high_open=False):
+    def rule(v):
+        ok = (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+        if ok:
+            return None
+        return f"must be in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}, " \
+            f"got {v}"
+    return rule
+
+
+def _one_of(*allowed):
+    return lambda v: None if v in allowed else \
+        f"must be one of {', '.join(allowed)}, got {v!r}"
+
+
+RULES = {
+    "steps": _at_least(1), "batch_size": _at_least(1), "grad_accum": _at_least(1),
+    "eval_batches": _at_least(1), "sample_tokens": _at_least(1), "log_every": _at_least(1),
+    "layers": _at_least(1), "d_model": _at_least(1), "heads": _at_least(1),
+    "kv_heads": _at_least(1), "ffn_hidden": _at_least(1), "seq_len": _at_least(2),
+    "warmup": _at_least(0), "eval_every": _at_least(0), "sample_every": _at_least(0),
+    "checkpoint_every": _at_least(0), "keep_checkpoints": _at_least(0),
+    "max_bad_steps": _at_least(1), "seed": _between(0, 2**63 - 1),
+    "val_fraction": _between(0.0, 1.0, high_open=True),
+    "lr": _between(0.0, 1e6, low_open=True), "min_lr": _between(0.0, 1e6),
+    "decay_fraction": _between(0.0, 1.0, low_open=True),
+    "weight_decay": _between(0.0, 1e6), "beta1": _between(0.0, 1.0, high_open=True),
+    "beta2": _between(0.0, 1.0, high_open=True), "grad_clip": _at_least(0.0),
+    "spike_factor": _between(1.0, 1e6, low_open=True), "nccl_timeout": _at_least(1),
+    "schedule": _one_of("cosine", "wsd", "constant"), "device": _one_of("auto", "cpu", "cuda"),
+    "dtype": _one_of("auto", "fp32", "bf16"), "parallel": _one_of("auto", "none", "ddp", "fsdp"),
+    "on_nan": _one_of("skip", "stop"), "on_spike": _one_of("none", "rollback"),
+    "checkpoint_format": _one_of("auto", "full", "dcp"),
+    "nproc_per_node": _at_least(1), "nnodes": _at_least(1), "node_rank": _at_least(0),
+    "max_restarts": _at_least(0), "rdzv_backend": _one_of("c10d", "static"),
+    "rdzv_timeout": _at_least(1),
+    "text_field": lambda v: None if v else "must not be empty",
+    "out": lambda v: None if v else "must not be empty",
+}
+
+TRAIN_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+LAUNCH_FIELDS = {f.name: f for f in dataclasses.fields(LaunchConfig)}
+FIELDS = {**TRAIN_FIELDS, **LAUNCH_FIELDS}
+_TYPES = {**typing.get_type_hints(TrainConfig), **typing.get_type_hints(LaunchConfig)}
+
+
+def _type_problem(name: str, value) -> str | None:
+    """Why `value` is not of field `name`'s declared type (None: it is)."""
+    hint = _TYPES[name]
+    optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    if value is None:
+        return None if optional else "must be given a value"
+    base = next(a for a in typing.get_args(hint) if a is not type(None)) if optional else hint
+    if typing.get_origin(base) is list:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return f"must be a string or a list of strings, got {value!r}"
+        return None
+    if base is bool:
+        return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
+    if base is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"must be an integer, got {value!r}"
+        return None
+    if base is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"must be a number, got {value!r}"
+        if not math.isfinite(value):
+            return f"must be a finite number, got {value!r}"
+        return None
+    if base is str:
+        return None if isinstance(value, str) else f"must be a string, got {value!r}"
+    return None
+
+
+def validate(name: str, value, where: str) -> object:
+    """The value, checked (a problem raises UsageError prefixed by `where`)."""
+    if name in ("data", "val_data", "eval_tasks") and isinstance(value, str):
+        value = [value]
+    problem = _type_problem(name, value)
+    if problem is None and value is not None and name in RULES:
+        problem = RULES[name](value)
+    if problem:
+        raise UsageError(f"{where}: {problem}")
+    if _TYPES[name] in (float, float | None) and isinstance(value, int):
+        value = float(value)
+    return value
 
 
 def load_toml(path: str) -> dict:
+    """{field name: checked value} from a TOML file."""
     try:
         with open(path, "rb") as f:
             raw = tomllib.load(f)
@@ -150,23 +248,29 @@ def load_toml(path: str) -> dict:
     for key, value in raw.items():
         name = key.replace("-", "_")
         if name not in FIELDS:
-            raise UsageError(f"--config {path}: unknown key {key!r}")
-        if name in ("data", "val_data", "eval_tasks") and isinstance(value, str):
-            value = [value]
-        out[name] = value
+            raise UsageError(f"{path}: {key}: unknown key (the keys are the flag names, "
+                             "e.g. batch-size)")
+        out[name] = validate(name, value, f"{path}: {key}")
     return out
+
+
+def _merged(flags: dict, config_path: str | None, fields: dict) -> dict:
+    values = {k: v for k, v in (load_toml(config_path) if config_path else {}).items()
+              if k in fields}
+    for name, value in flags.items():
+        if name not in fields or value is None or (
+                name in ("data", "val_data", "eval_tasks") and not value):
+            continue
+        values[name] = validate(name, value, f"--{name.replace('_', '-')}")
+    return values
 
 
 def resolve_config(flags: dict, config_path: str | None) -> TrainConfig:
     """Defaults, then the TOML file, then every flag that was given (not None)."""
-    values = load_toml(config_path) if config_path else {}
-    for name, value in flags.items():
-        if value is None or (name in ("data", "val_data", "eval_tasks") and not value):
-            continue
-        values[name] = value
-    try:
-        cfg = TrainConfig(**values)
-    except TypeError as e:
-        raise UsageError(f"bad configuration: {e}") from None
+    cfg = TrainConfig(**_merged(flags, config_path, TRAIN_FIELDS))
     cfg.check()
     return cfg
+
+
+def resolve_launch(flags: dict, config_path: str | None) -> LaunchConfig:
+    return LaunchConfig(**_merged(flags, config_path, LAUNCH_FIELDS))

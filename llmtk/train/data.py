@@ -21,7 +21,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
+import re
 import shutil
+import socket
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,13 +96,42 @@ def _is_val(text: str, fraction: float) -> bool:
     return xxhash.xxh64_intdigest(text.encode("utf-8", "surrogatepass")) < fraction * 2.0**64
 
 
+_TMP = re.compile(r"^\.tmp-[0-9a-f]{16}-(?P<host>.+)-(?P<pid>\d+)$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def sweep_stale(cache_root: str) -> list[str]:
+    """Remove temporary cache directories left by dead processes of this host (a SIGKILL
+    mid-tokenization); another host's, or a live process's, are left alone."""
+    host, removed = socket.gethostname(), []
+    for name in os.listdir(cache_root):
+        m = _TMP.match(name)
+        if m and m["host"] == host and not _pid_alive(int(m["pid"])):
+            shutil.rmtree(os.path.join(cache_root, name), ignore_errors=True)
+            removed.append(name)
+    return removed
+
+
 def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str,
                 text_field: str = "text", val_fraction: float = 0.0, log=None) -> str:
     """Tokenize the inputs into cache_root/<key>/ unless it is there; return that directory.
 
-    Safe when several processes race: each builds into its own temporary directory and
-    the first rename wins; the others discard theirs.
+    One process tokenizes, under a lock per cache key; the others wait on the lock and then
+    reuse the result (on a shared filesystem whose flock works across hosts, once per job;
+    otherwise once per node, and the first rename wins). The lock is a file lock, not a
+    collective, so the wait is not bounded by the process group's NCCL timeout.
     """
+    from llmtk.train.lock import DirLock
+
     train_paths = expand_inputs(data)
     val_paths = expand_inputs(val_data) if val_data else []
     if "-" in train_paths or "-" in val_paths:
@@ -108,9 +141,24 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
     if os.path.exists(os.path.join(final, "meta.json")):
         return final
     os.makedirs(cache_root, exist_ok=True)
-    tmp = os.path.join(cache_root, f".tmp-{key}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    with DirLock(cache_root, f".lock-{key}"):
+        if os.path.exists(os.path.join(final, "meta.json")):
+            return final  # built by the process that held the lock before us
+        sweep_stale(cache_root)
+        tmp = os.path.join(cache_root, f".tmp-{key}-{socket.gethostname()}-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        try:
+            _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fraction,
+                      log)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a bad line or Ctrl-C leaves nothing
+            raise
+    return final
+
+
+def _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fraction,
+              log) -> None:
     dtype = np.uint16 if tokenizer.vocab_size <= 65536 else np.uint32
     train = _ShardWriter(tmp, "train", dtype)
     val = _ShardWriter(tmp, "val", dtype)
@@ -141,7 +189,6 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
     train.flush()
     val.flush()
     if train.tokens == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise DataError(f"{train_paths[0]}: no training text (0 documents)")
     meta = {
         "version": CACHE_VERSION, "dtype": np.dtype(dtype).name,
@@ -158,10 +205,9 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
     try:
         os.rename(tmp, final)
     except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
+        shutil.rmtree(tmp, ignore_errors=True)  # another node won the race
         if not os.path.exists(os.path.join(final, "meta.json")):
             raise
-    return final
 
 
 def read_meta(cache_dir: str) -> dict:
@@ -225,16 +271,90 @@ class Sampler:
             self._epoch = epoch
         return int(self._perm[i])
 
-    def batch(self, position: int):
-        """(x, y) int64 tensors of shape (B, T) for the job-wide micro-batch starting at
-        window `position` (this rank's slice)."""
+    def rows(self, position: int):
+        """(B, T + 1) int64 tensor: this rank's windows of the job-wide micro-batch starting
+        at window `position`."""
         import torch
 
         start = position + self.rank * self.B
         rows = np.stack([self.w.get(self._index(start + j)) for j in range(self.B)])
-        t = torch.from_numpy(rows.astype(np.int64))  # (B, T + 1)
+        return torch.from_numpy(rows.astype(np.int64))
+
+    def batch(self, position: int):
+        """(x, y) int64 tensors of shape (B, T): inputs and the targets shifted by one."""
+        return self.split(self.rows(position))
+
+    @staticmethod
+    def split(t):
+        """rows (B, T + 1) -> the model's inputs (x, y); SFTSampler adds the example ids."""
         return t[:, :-1], t[:, 1:]
 
     @property
     def global_batch(self) -> int:
         return self.B * self.world
+
+
+class Prefetcher:
+    """Training micro-batches for positions start, start + stride, ... prepared ahead.
+
+    The data position only ever moves forward by one global micro-batch, so the next
+    batches are known in advance: a background thread cuts them from the memory map (into
+    pinned memory on CUDA) while the GPU works on the current one, and the copy to the
+    device is non_blocking. Asking for another position (a rollback) restarts the thread
+    there. On CPU the batches are cut inline (threaded=False): a thread would only compete
+    with the math for the same cores.
+    """
+
+    def __init__(self, sampler: Sampler, stride: int, device: str, threaded: bool,
+                 depth: int = 4):
+        self.sampler, self.stride, self.device, self.depth = sampler, stride, device, depth
+        self.threaded, self.pin = threaded, device.startswith("cuda")
+        self._queue: queue.Queue | None = None
+        self._stop: threading.Event | None = None
+        self._expect: int | None = None
+
+    def _load(self, position: int):
+        t = self.sampler.rows(position)
+        return t.pin_memory() if self.pin else t
+
+    def _start(self, position: int) -> None:
+        self.close()
+        q: queue.Queue = queue.Queue(maxsize=self.depth)
+        stop = threading.Event()
+
+        def work(pos: int) -> None:
+            try:
+                while not stop.is_set():
+                    item = (pos, self._load(pos))
+                    while not stop.is_set():
+                        try:
+                            q.put(item, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    pos += self.stride
+            except BaseException as e:  # handed to the consumer, raised there
+                q.put((None, e))
+
+        self._queue, self._stop = q, stop
+        threading.Thread(target=work, args=(position,), daemon=True,
+                         name="llmtk-prefetch").start()
+
+    def get(self, position: int):
+        """(x, y) (SFT: (x, y, doc)) on the device for the micro-batch at `position`."""
+        if not self.threaded:
+            t = self._load(position)
+        else:
+            if self._expect != position:
+                self._start(position)
+            got, t = self._queue.get()
+            if got is None:
+                raise t
+            self._expect = position + self.stride
+        t = t.to(self.device, non_blocking=True)  # (B, T + 1)
+        return self.sampler.split(t)
+
+    def close(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        self._queue = self._stop = self._expect = None

@@ -106,22 +106,29 @@ class TaskEvaluator:
         self.tasks = [load_task(spec) for spec in t.cfg.eval_tasks]
         self.prompt_ids = t.chat.prompt if getattr(t, "chat", None) is not None else None
 
-    def __call__(self) -> None:
-        from llmtk.evaluate.report import evaluate_tasks, summary_line
-        from llmtk.evaluate.scoring import ModelScorer
+    def __call__(self, step: int) -> None:
+        import torch
 
         t = self.t
         everyone = t.parallel == "fsdp"
         if t.dist.rank == 0 or everyone:
-            model = t.model if everyone else t.raw
-            scorer = ModelScorer(model, t.tok, prompt_ids=self.prompt_ids, autocast=t.autocast)
-            rank0 = t.dist.rank == 0
-            summaries = evaluate_tasks(
-                self.tasks, scorer, run_dir=t.out, step=t.step, n_bad=t.cfg.eval_bad_cases,
-                max_new_tokens=t.cfg.eval_max_new_tokens,
-                log=t.metrics.write if rank0 else None, write=rank0)
-            if rank0 and not t.cfg.quiet:
-                for s in summaries:
-                    print(summary_line(s), file=sys.stderr, flush=True)
-            model.train()
+            # Eager: prompts of many lengths must not recompile (or evict) the training graphs.
+            with torch.compiler.set_stance("force_eager"):
+                self._score(step, t.model if everyone else t.raw)
         t.dist.barrier()
+
+    def _score(self, step: int, model) -> None:
+        from llmtk.evaluate.report import evaluate_tasks, summary_line
+        from llmtk.evaluate.scoring import ModelScorer
+
+        t = self.t
+        rank0 = t.dist.rank == 0
+        scorer = ModelScorer(model, t.tok, prompt_ids=self.prompt_ids, autocast=t.autocast)
+        summaries = evaluate_tasks(
+            self.tasks, scorer, run_dir=t.out, step=step, n_bad=t.cfg.eval_bad_cases,
+            max_new_tokens=t.cfg.eval_max_new_tokens,
+            log=t.metrics.write if rank0 and t.metrics is not None else None, write=rank0)
+        if rank0 and not t.cfg.quiet:
+            for s in summaries:
+                print(summary_line(s), file=sys.stderr, flush=True)
+        model.train()

@@ -22,7 +22,8 @@ def is_worker() -> bool:
 
 def torchrun_argv(*, nproc_per_node: int, nnodes: int, node_rank: int | None,
                   rdzv_endpoint: str | None, rdzv_id: str | None, rdzv_backend: str,
-                  max_restarts: int, worker_args: list[str]) -> list[str]:
+                  max_restarts: int, worker_args: list[str],
+                  rdzv_timeout: int | None = None) -> list[str]:
     if nproc_per_node < 1 or nnodes < 1:
         raise UsageError("--nproc-per-node and --nnodes must be >= 1")
     args = [f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}"]
@@ -35,6 +36,8 @@ def torchrun_argv(*, nproc_per_node: int, nnodes: int, node_rank: int | None,
                  f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id or 'llmtk'}"]
         if node_rank is not None:
             args.append(f"--node-rank={node_rank}")
+        if rdzv_timeout is not None:  # how long nodes wait for each other (torchrun: 600 s)
+            args.append(f"--rdzv-conf=join_timeout={rdzv_timeout}")
     return [*args, "-m", "llmtk", "train", *worker_args]
 
 

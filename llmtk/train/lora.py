@@ -170,3 +170,15 @@ def merged_state_dict(state: dict, model_config: dict, alpha: float) -> dict:
 def adapter_state_dict(state: dict) -> dict:
     """Only the adapters of a LoRA checkpoint (what `--adapters-only` exports)."""
     return {k: v for k, v in state.items() if ".lora_" in k}
+
+
+def init_lora(model) -> None:
+    """(Re)initialise every adapter as add_lora does (A: Kaiming uniform, B: zeros): for a
+    model built on the meta device and materialised with to_empty (FSDP2)."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, LoRALinear):
+                for a in module.lora_A.values():
+                    nn.init.kaiming_uniform_(a, a=math.sqrt(5))
+                for b in module.lora_B.values():
+                    nn.init.zeros_(b)

@@ -32,6 +32,22 @@ from llmtk.train.model_config import PRESETS, ModelConfig, count_params, preset
 __all__ = ["GPT", "PRESETS", "ModelConfig", "count_params", "preset"]
 
 
+def _normal_(param: torch.Tensor, std: float) -> None:
+    """normal(0, std) in place. A sharded (FSDP2 DTensor) parameter gets its slice of the
+    full tensor drawn from the CPU generator, so a model initialised after sharding holds
+    exactly the weights of one initialised whole with the same seed."""
+    if hasattr(param, "device_mesh"):
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        full = torch.empty(param.shape, dtype=param.dtype).normal_(0.0, std)
+        shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh,
+                                                              param.placements)
+        local = full[tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))]
+        param.to_local().copy_(local)
+    else:
+        nn.init.normal_(param, mean=0.0, std=std)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -89,14 +105,10 @@ class Attention(nn.Module):
         k = k.view(B, T, self.n_kv, self.hd).transpose(1, 2)    # (B, K, T, D)
         v = v.view(B, T, self.n_kv, self.hd).transpose(1, 2)    # (B, K, T, D)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if self.n_kv != self.n_head:
-            # GQA: each kv head serves H/K query heads.
-            rep = self.n_head // self.n_kv
-            k = k.repeat_interleave(rep, dim=1)  # (B, H, T, D)
-            v = v.repeat_interleave(rep, dim=1)
+        # GQA: each kv head serves H/K query heads; SDPA broadcasts them (no K/V copies).
         # mask (B, 1, T, T) bool, True = attend: causal within one packed example (SFT).
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                           is_causal=mask is None)  # (B, H, T, D)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                           enable_gqa=self.n_kv != self.n_head)  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.hd)   # (B, T, C)
         return self.wo(y)
 
@@ -134,10 +146,12 @@ class GPT(nn.Module):
         super().__init__()
         cfg.validate()
         self.cfg = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        # Embedding and head have padded_vocab rows (a multiple of 128); ids >= vocab_size
+        # never occur and their logits are masked out of the loss and of sampling.
+        self.tok_emb = nn.Embedding(cfg.padded_vocab, cfg.d_model)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.padded_vocab, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
         # Rotary tables are derived, not learned: non-persistent buffers (not in state_dict).
@@ -162,21 +176,25 @@ class GPT(nn.Module):
                 if module is self.lm_head and self.cfg.tie_embeddings:
                     continue  # shares tok_emb's weight, initialised below
                 std = residual_std if name.endswith(("attn.wo", "mlp.w2")) else 0.02
-                nn.init.normal_(module.weight, mean=0.0, std=std)
+                _normal_(module.weight, std)
             elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                _normal_(module.weight, 0.02)
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None,
         doc: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """idx, targets: (B, T) int64. Returns logits (B, T, V) and the mean cross-entropy
-        over all target positions (targets == -1 are ignored), or None without targets.
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """idx, targets: (B, T) int64.
+
+        Without targets: (logits (B, T, vocab_size), None). With targets: (None, the mean
+        cross-entropy over all target positions, targets == -1 ignored), computed in chunks
+        so the full fp32 logits never exist (see chunked_cross_entropy).
 
         doc: (B, T) example ids of packed sequences (SFT): a token attends only to earlier
-        tokens of its own example, and positions restart at 0 at every example."""
+        tokens of its own example, and positions restart at 0 at every example.
+        """
         B, T = idx.shape
         if T > self.cfg.seq_len:
             raise ValueError(f"sequence length {T} exceeds the model's seq_len {self.cfg.seq_len}")
@@ -196,13 +214,16 @@ class GPT(nn.Module):
                                                       use_reentrant=False)
             else:
                 x = layer(x, cos, sin, mask)
-        x = self.norm(x)
-        logits = self.lm_head(x)  # (B, T, V)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1),
-                                   ignore_index=-1)
-        return logits, loss
+        x = self.norm(x)  # (B, T, C)
+        if targets is None:
+            return self.lm_head(x)[..., :self.cfg.vocab_size], None  # (B, T, V)
+        return None, self.head_loss(x, targets)
+
+    def head_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of lm_head(x) against targets (B, T); a method so that it can be
+        compiled on its own (FSDP2 compiles per block)."""
+        return chunked_cross_entropy(x.reshape(-1, x.size(-1)), self.lm_head.weight,
+                                     targets.reshape(-1), self.cfg.vocab_size)
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
@@ -211,7 +232,7 @@ class GPT(nn.Module):
         """Append max_new_tokens sampled tokens to idx (B, T); no KV cache (clarity first)."""
         for _ in range(max_new_tokens):
             ctx = idx[:, -self.cfg.seq_len:]
-            logits, _ = self(ctx)
+            logits, _ = self(ctx)  # (B, T, vocab_size): padded rows are never sampled
             logits = logits[:, -1, :].float()  # (B, V)
             if temperature <= 0:
                 nxt = logits.argmax(dim=-1, keepdim=True)
@@ -224,3 +245,69 @@ class GPT(nn.Module):
                 nxt = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
             idx = torch.cat((idx, nxt), dim=1)
         return idx
+
+
+# ---------------------------------------------------------------- the loss
+
+
+def _chunk_rows(vocab: int) -> int:
+    """Rows per chunk so that one chunk's fp32 logits take about 256 MiB (1,334 rows at a
+    50,304 vocabulary; the whole batch at once for a byte vocabulary)."""
+    return max(128, (256 << 20) // (4 * vocab))
+
+
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """Cross-entropy of h @ W.T without the (N, V) fp32 logits: each chunk of rows computes
+    its logits, loss and both gradients in forward (the fused linear-cross-entropy idea of
+    Liger-Kernel / Apple's Cut Cross-Entropy, here in plain PyTorch), so at most one chunk's
+    logits exist at a time and backward only scales the saved gradients. Logits of the
+    padded columns (>= vocab) are -inf: they never win and never count."""
+
+    @staticmethod
+    def forward(ctx, h, weight, targets, vocab: int, chunk: int, need_grad: bool):
+        # h: (N, C) in the compute dtype; weight: (Vp, C); targets: (N,) int64, -1 = ignore
+        n = (targets != -1).sum().clamp(min=1)
+        if need_grad:
+            grad_h = torch.empty_like(h)
+            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        total = torch.zeros((), dtype=torch.float64, device=h.device)  # exact-ish sum
+        w = weight.to(h.dtype)
+        for start in range(0, h.size(0), chunk):
+            hc, tc = h[start:start + chunk], targets[start:start + chunk]
+            logits = (hc @ w.t()).float()  # (n, Vp): one chunk only
+            logits[:, vocab:] = float("-inf")
+            lse = torch.logsumexp(logits, dim=-1)  # (n,)
+            ok = tc != -1
+            safe = tc.clamp(min=0).unsqueeze(1)
+            total += ((lse - logits.gather(1, safe).squeeze(1)) * ok).sum(dtype=torch.float64)
+            if not need_grad:
+                continue
+            # d(loss_sum)/d(logits) = softmax - onehot(target), zero on ignored rows
+            probs = torch.exp(logits - lse.unsqueeze(1))
+            probs.scatter_add_(1, safe, -ok.to(probs.dtype).unsqueeze(1))
+            probs *= ok.unsqueeze(1)
+            grad_h[start:start + chunk] = (probs.to(h.dtype) @ w).to(h.dtype)
+            grad_w += probs.t().to(h.dtype).matmul(hc).float()
+        if need_grad:
+            ctx.save_for_backward(grad_h, grad_w, n)
+            ctx.weight_dtype = weight.dtype
+        return (total / n).float()
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        grad_h, grad_w, n = ctx.saved_tensors
+        scale = grad_out / n
+        return (grad_h * scale.to(grad_h.dtype), (grad_w * scale).to(ctx.weight_dtype),
+                None, None, None, None)
+
+
+def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                          vocab: int, chunk: int | None = None) -> torch.Tensor:
+    """Mean cross-entropy of the logits h @ weight.T (only the first `vocab` columns are
+    real) against targets; equals F.cross_entropy on the full fp32 logits (tested to 1e-6)."""
+    if torch.is_autocast_enabled(h.device.type):
+        h = h.to(torch.get_autocast_dtype(h.device.type))
+    need_grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    with torch.autocast(h.device.type, enabled=False):
+        return _ChunkedCrossEntropy.apply(h, weight, targets, vocab,
+                                          chunk or _chunk_rows(weight.size(0)), need_grad)

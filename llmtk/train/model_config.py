@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
+VOCAB_MULTIPLE = 128
+
 
 @dataclass
 class ModelConfig:
@@ -21,6 +23,13 @@ class ModelConfig:
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+
+    @property
+    def padded_vocab(self) -> int:
+        """Rows of the embedding and output matrices: vocab_size rounded up to a multiple of
+        VOCAB_MULTIPLE so the head matmul tiles evenly (nanoGPT's 50257 -> 50304). The extra
+        rows are never a target and never sampled (their logits are masked)."""
+        return VOCAB_MULTIPLE * math.ceil(self.vocab_size / VOCAB_MULTIPLE)
 
     @property
     def head_dim(self) -> int:
@@ -90,5 +99,5 @@ def count_params(cfg: ModelConfig) -> int:
     mlp = 3 * d * cfg.hidden                                                # w1, w3, w2
     norms = 2 * d                                                           # attn_norm, mlp_norm
     per_layer = attn + mlp + norms
-    embed = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 2)
+    embed = cfg.padded_vocab * d * (1 if cfg.tie_embeddings else 2)
     return cfg.n_layer * per_layer + embed + d  # + final norm

@@ -161,12 +161,19 @@ def build_rows(convs: list[tuple[str, list[dict]]], chat, seq_len: int, pad_id: 
 class SFTSampler(Sampler):
     """The pre-training `Sampler` over packed rows; batches are (x, y, doc)."""
 
-    def batch(self, position: int):
+    def rows(self, position: int):
+        """(B, 3, T + 1) int64: tokens, trained flags and example ids of this rank's rows."""
         import torch
 
         start = position + self.rank * self.B
         rows = np.stack([self.w.get(self._index(start + j)) for j in range(self.B)])
-        t = torch.from_numpy(rows)  # (B, 3, T + 1)
+        return torch.from_numpy(rows.astype(np.int64))
+
+    @staticmethod
+    def split(t):
+        """(B, 3, T + 1) rows -> (x, y, doc), (B, T) each; y is -1 where no loss is taken."""
+        import torch
+
         tokens, trained, doc = t[:, 0], t[:, 1].bool(), t[:, 2]
         y = torch.where(trained[:, 1:], tokens[:, 1:], torch.full_like(tokens[:, 1:], -1))
         return tokens[:, :-1], y, doc[:, :-1]  # (B, T) each

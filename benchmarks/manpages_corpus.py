@@ -1,0 +1,111 @@
+"""A real multilingual corpus of long technical documents: Debian's manual pages, rendered.
+
+Reproduce (Debian/Ubuntu with apt-get, dpkg-deb and groff; nothing is installed):
+
+    .venv/bin/python benchmarks/manpages_corpus.py        # -> benchmarks/out/manpages.jsonl
+
+It runs `apt-get download` for the English pages (manpages, manpages-dev and the packages
+whose pages the translators cover: coreutils, util-linux, findutils, grep, sed, tar, gzip,
+procps, passwd, login, man-db, dpkg, apt) and for the translations (manpages-de, -fr, -es,
+-ru, -pl from manpages-l10n; manpages-ja; manpages-zh), unpacks them with `dpkg-deb -x`, and
+renders every page with groff to UTF-8 text with one line per paragraph (a very long line
+length, as documentation extracted from HTML comes), leading indentation, the running
+header and footer removed. One record per page and language:
+
+    {"id": "ls.1/de", "page": "ls.1", "lang": "de", "package": "manpages-de", "text": "..."}
+
+The same `page` in several languages is a translation of the same text (the translators
+work from the English page of roughly the same version), which is what
+benchmarks/clean_parallel.py needs.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ENGLISH = ["manpages", "manpages-dev", "coreutils", "util-linux", "findutils", "grep", "sed",
+           "tar", "gzip", "procps", "passwd", "login", "man-db", "dpkg", "apt"]
+# package -> (directory under usr/share/man, our language code)
+TRANSLATED = {"manpages-de": ("de", "de"), "manpages-fr": ("fr", "fr"),
+              "manpages-es": ("es", "es"), "manpages-ru": ("ru", "ru"),
+              "manpages-pl": ("pl", "pl"), "manpages-ja": ("ja", "ja"),
+              "manpages-zh": ("zh_CN", "zh")}
+_HEADER = re.compile(r"^\S.*\(\d\w*\)\s*$")
+
+
+def fetch(debs: Path) -> None:
+    debs.mkdir(parents=True, exist_ok=True)
+    have = {p.name.split("_")[0] for p in debs.glob("*.deb")}
+    missing = [p for p in [*ENGLISH, *TRANSLATED] if p not in have]
+    if missing:
+        subprocess.run(["apt-get", "download", *missing], cwd=debs, check=True)
+    for deb in debs.glob("*.deb"):
+        target = debs / ("x_" + deb.name.split("_")[0])
+        if not target.exists():
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(target)], check=True)
+
+
+def render(path: Path) -> str:
+    """groff -> plain UTF-8 text, one line per paragraph, header/footer/indent removed."""
+    with gzip.open(path, "rb") as f:
+        src = f.read()
+    if src.startswith(b".so "):  # a link to another page
+        return ""
+    out = subprocess.run(
+        ["groff", "-k", "-K", "utf8", "-man", "-Tutf8", "-P", "-cbou", "-rLL=2000n",
+         "-rHY=0"], input=src, capture_output=True, check=False).stdout.decode("utf-8", "replace")
+    lines = [line.strip() for line in out.splitlines()]
+    # the running header (first non-blank line) and footer (last one) name the page
+    body = [i for i, line in enumerate(lines) if line]
+    if len(body) < 3:
+        return ""
+    lines = lines[body[0] + 1 : body[-1]]
+    text = "\n".join(re.sub(r"[ \t]{2,}", " ", line) for line in lines)
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def pages(debs: Path):
+    """(page, lang, package, path) for every page of every package."""
+    for pkg in ENGLISH:
+        base = debs / f"x_{pkg}" / "usr" / "share" / "man"
+        for path in sorted(base.glob("man*/*.gz")):
+            yield path.name.removesuffix(".gz"), "en", pkg, path
+    for pkg, (subdir, lang) in TRANSLATED.items():
+        base = debs / f"x_{pkg}" / "usr" / "share" / "man" / subdir
+        for path in sorted(base.glob("man*/*.gz")):
+            yield path.name.removesuffix(".gz"), lang, pkg, path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--debs", default=str(ROOT / "benchmarks" / "out" / "debs"))
+    ap.add_argument("-o", "--output", default=str(ROOT / "benchmarks" / "out" / "manpages.jsonl"))
+    ap.add_argument("--min-chars", type=int, default=500, help="skip shorter pages")
+    args = ap.parse_args()
+    debs = Path(args.debs)
+    fetch(debs)
+    todo = list({(p, lang): (p, lang, pkg, path) for p, lang, pkg, path in pages(debs)}.values())
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        texts = list(pool.map(lambda t: render(t[3]), todo))
+    n = 0
+    tmp = args.output + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for (page, lang, pkg, _), text in zip(todo, texts, strict=True):
+            if len(text) < args.min_chars:
+                continue
+            f.write(json.dumps({"id": f"{page}/{lang}", "page": page, "lang": lang,
+                                "package": pkg, "text": text}, ensure_ascii=False) + "\n")
+            n += 1
+    os.replace(tmp, args.output)
+    print(f"wrote {n:,} pages to {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

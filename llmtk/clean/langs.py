@@ -1,0 +1,112 @@
+"""Per-language thresholds: the built-in table and the user's `[lang.XX]` overrides.
+
+The built-in table is `thresholds.toml` next to this file (FineWeb-2's per-language figures,
+its header names the source). A language's table holds a few facts (`source`,
+`glotlid_score`, `stop_words`) and one sub-table per filter stage whose keys are the stage's
+config keys, e.g.
+
+    [de.gopher_quality]
+    min_alpha_words_ratio = 0.774
+
+`resolve(lang, ...)` merges the built-in table (unless switched off) with the user's, key by
+key, the user's last. English has no entry and uses the global sections.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from dataclasses import fields, replace
+from importlib import resources
+
+from llmtk.errors import UsageError
+
+STAGES = ("gopher_quality", "gopher_repetition", "c4", "fineweb")
+FACTS = ("source", "glotlid_score", "stop_words")
+
+
+@functools.cache
+def builtin() -> dict[str, dict]:
+    """The package's per-language table (read once per process)."""
+    data = resources.files("llmtk.clean").joinpath("thresholds.toml").read_bytes()
+    return tomllib.loads(data.decode("utf-8"))
+
+
+def check_table(lang: str, table: object, stages: dict, where: str) -> None:
+    """Refuse unknown keys and wrongly typed values in one language's table (exit 2)."""
+    if not isinstance(table, dict):
+        raise UsageError(f"--config: {where}: [lang.{lang}] must be a table")
+    for key, value in table.items():
+        if key in FACTS:
+            if key == "stop_words" and not (
+                isinstance(value, list) and all(isinstance(w, str) for w in value)
+            ):
+                raise UsageError(f"--config: {where}: lang.{lang}.stop_words must be a list of "
+                                 "strings")
+            continue
+        if key not in STAGES:
+            raise UsageError(f"--config: {where}: unknown key lang.{lang}.{key} (expected one of "
+                             f"{', '.join(STAGES + FACTS)})")
+        if not isinstance(value, dict):
+            raise UsageError(f"--config: {where}: lang.{lang}.{key} must be a table")
+        names = {f.name for f in fields(stages[key])}
+        for k, v in value.items():
+            if k not in names:
+                raise UsageError(f"--config: {where}: unknown key lang.{lang}.{key}.{k}")
+            coerce(v, getattr(stages[key], k), f"lang.{lang}.{key}.{k}", where)
+
+
+def merge(*tables: dict) -> dict:
+    """Tables merged key by key (one level of sub-tables), later ones winning."""
+    out: dict = {}
+    for t in tables:
+        for key, value in t.items():
+            if isinstance(value, dict):
+                out[key] = {**out.get(key, {}), **value}
+            else:
+                out[key] = value
+    return out
+
+
+def resolve(lang: str | None, stages: dict, user: dict[str, dict], use_builtin: bool = True
+            ) -> tuple[dict, list[str] | None]:
+    """The stage objects for `lang` and its stop words (None: the default list).
+
+    `stages` maps a stage name to its global config object; the result has new objects for
+    the stages a language table changes and the same objects otherwise.
+    """
+    if lang is None:
+        return dict(stages), None
+    table = merge(builtin().get(lang, {}) if use_builtin else {}, user.get(lang, {}))
+    out = dict(stages)
+    for name in STAGES:
+        changes = table.get(name)
+        if changes:
+            out[name] = replace(stages[name], **{
+                k: coerce(v, getattr(stages[name], k), f"lang.{lang}.{name}.{k}", "config")
+                for k, v in changes.items()
+            })
+    return out, table.get("stop_words")
+
+
+def coerce(value, default, key: str, where: str):
+    """Check a TOML value against the default's type (None defaults accept numbers/false)."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise UsageError(f"--config: {where}: {key} must be true or false")
+        return value
+    if default is None or isinstance(default, int | float):
+        if value is False:
+            return None  # `false` switches a numeric threshold off
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise UsageError(f"--config: {where}: {key} must be a number (or false)")
+        return value
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise UsageError(f"--config: {where}: {key} must be a string")
+        return value
+    if isinstance(default, list):
+        if not isinstance(value, list):
+            raise UsageError(f"--config: {where}: {key} must be a list")
+        return value
+    return value

@@ -1,0 +1,151 @@
+"""The process side of training: ranks and process groups, signals, collective errors,
+and the fault-injection seam tests use.
+
+Three process groups when distributed: the main one (NCCL on GPU, gloo on CPU) for
+gradients and the step's reduction; `host`, a gloo group for small host values (the
+preemption flag, peak memory), so agreeing on them never waits for the GPU; and `ckpt`,
+a gloo group that asynchronous checkpoint writes use from their background thread.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from llmtk.errors import LlmtkError, UsageError
+
+
+class CollectiveError(LlmtkError):
+    """An error every rank reached together (the same verdict from the same reduced
+    values): rank 0 reports it, the other ranks exit with the same status silently."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Faults:
+    """Where a test may break a run on purpose. Production runs use this no-op; tests pass
+    a subclass to `train(cfg, faults=...)` (see tests/train_driver.py)."""
+
+    def loss(self, step: int, loss):
+        """The loss of micro-step at 0-based optimizer step `step` (tests: NaN, spikes)."""
+        return loss
+
+    def before_commit(self, step: int) -> None:
+        """Rank 0, checkpoint `step` fully written but not yet COMPLETE (tests: SIGKILL)."""
+
+    def after_step(self, step: int) -> None:
+        """After step `step` (1-based) and its checkpoint (tests: crashes, delays)."""
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: str = "cpu"
+    groups: dict = field(default_factory=dict)  # "host", "ckpt": gloo groups
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    def barrier(self) -> None:
+        if self.distributed:
+            import torch.distributed as tdist
+
+            tdist.barrier(group=self.groups["host"])
+
+    def broadcast(self, obj):
+        """Rank 0's `obj` on every rank (a small picklable value)."""
+        if not self.distributed:
+            return obj
+        import torch.distributed as tdist
+
+        box = [obj]
+        tdist.broadcast_object_list(box, src=0, group=self.groups["host"])
+        return box[0]
+
+    def host_max(self, values: list[float]) -> list[float]:
+        """Element-wise max over ranks of host-side numbers (no device sync)."""
+        if not self.distributed:
+            return values
+        import torch
+        import torch.distributed as tdist
+
+        t = torch.tensor(values, dtype=torch.float64)
+        tdist.all_reduce(t, op=tdist.ReduceOp.MAX, group=self.groups["host"])
+        return t.tolist()
+
+    def close(self) -> None:
+        if self.distributed:
+            import torch.distributed as tdist
+
+            if tdist.is_initialized():
+                tdist.destroy_process_group()
+
+
+def ranks() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's environment (0, 1, 0 without it)."""
+    return (int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+            int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def setup_dist(device: str, nccl_timeout: int) -> Dist:
+    import torch
+
+    rank, world, local_rank = ranks()
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available")
+    dev = f"cuda:{local_rank}" if use_cuda else "cpu"
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        # TF32 for any fp32 matmul/conv left outside autocast (Ampere and later).
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    groups = {}
+    if world > 1:
+        import torch.distributed as tdist
+
+        timeout = timedelta(seconds=nccl_timeout)
+        tdist.init_process_group(backend="nccl" if use_cuda else "gloo", timeout=timeout,
+                                 **({"device_id": torch.device(dev)} if use_cuda else {}))
+        groups = {"host": tdist.new_group(backend="gloo", timeout=timeout),
+                  "ckpt": tdist.new_group(backend="gloo", timeout=timeout)}
+    return Dist(rank, world, local_rank, dev, groups)
+
+
+class Stopper:
+    """SIGTERM / SIGUSR1 (Slurm preemption) ask for a checkpoint and a clean exit; the
+    ranks agree on it over the host group, so a signal seen by one rank stops them all at
+    the same step."""
+
+    def __init__(self, dist: Dist):
+        self.dist, self.signum, self.previous = dist, 0, {}
+
+    def __enter__(self) -> Stopper:
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():  # in-process callers get theirs back
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, frame):
+        self.signum = signum
+
+    def agreed(self) -> int:
+        """The signal number some rank received (0: none), the same on every rank."""
+        if not self.dist.distributed:
+            return self.signum
+        (value,) = self.dist.host_max([float(self.signum)])
+        return int(value)

@@ -1,0 +1,236 @@
+"""Corrupt, missing and hostile checkpoints: resume verifies, falls back, moves the bad one
+aside and says so in one line; writing one onto a full disk says so in one line.
+
+Runs train in this process (llmtk.train.trainer.train) on a tiny model: a template run
+with checkpoints at steps 2 and 4 is trained once and copied for each test.
+"""
+
+import errno
+import json
+import os
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from llmtk.errors import LlmtkError  # noqa: E402
+from llmtk.train import checkpoint as C  # noqa: E402
+from llmtk.train.config import resolve_config  # noqa: E402
+from llmtk.train.trainer import train  # noqa: E402
+
+TEXTS = [f"Document {i}: the quick brown fox jumps over the lazy dog, {i * 7} times. " * 4
+         for i in range(60)]
+ARGS = dict(layers=1, d_model=32, heads=2, seq_len=32, warmup=1, lr=3e-3, log_every=1,
+            batch_size=2, checkpoint_every=2, keep_checkpoints=0)
+
+
+def run(tmp, out, steps, **kw):
+    flags = dict(ARGS, data=[str(tmp / "d.jsonl")], cache_dir=str(tmp / "cache"), out=str(out),
+                 steps=steps, **kw)
+    train(resolve_config(flags, None))
+
+
+def losses(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    return [(r["step"], r["loss"]) for r in rows if "loss" in r and "event" not in r]
+
+
+def resumed_from(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    return [r["path"] for r in rows if r.get("event") == "resume"]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ckpt")
+    with open(tmp / "d.jsonl", "w") as f:
+        for t in TEXTS:
+            f.write(json.dumps({"text": t}) + "\n")
+    run(tmp, tmp / "four", 4)      # checkpoints at 2 and 4
+    run(tmp, tmp / "six", 6)       # the uninterrupted reference
+    return tmp
+
+
+@pytest.fixture
+def four(template, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(template / "four", out)
+    return out
+
+
+def ckpt(out, step):
+    return os.path.join(out, "checkpoints", f"step-{step:07d}")
+
+
+def assert_fell_back(template, out, err, problem):
+    bad = ckpt(out, 4)
+    assert f"warning: checkpoint {bad} is corrupt ({problem})" in err
+    assert f"moved it to {bad}.corrupt-1" in err
+    assert os.path.isdir(bad + ".corrupt-1")  # kept aside, never deleted
+    assert resumed_from(out) == ["checkpoints/step-0000002"]
+    # Resuming two steps earlier still reproduces the uninterrupted run bit for bit.
+    assert losses(out) == losses(template / "six")
+
+
+def test_truncated_model_falls_back_to_the_previous_checkpoint(template, four, capsys):
+    path = os.path.join(ckpt(four, 4), "model.pt")
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(size // 2)
+    run(template, four, 6)
+    assert_fell_back(template, four, capsys.readouterr().err,
+                     f"model.pt has {size // 2} bytes, {size} were written")
+
+
+def test_empty_optimizer_state_falls_back(template, four, capsys):
+    path = os.path.join(ckpt(four, 4), "optim.pt")
+    size = os.path.getsize(path)
+    open(path, "w").close()
+    run(template, four, 6)
+    assert_fell_back(template, four, capsys.readouterr().err,
+                     f"optim.pt has 0 bytes, {size} were written")
+
+
+def test_bad_state_json_falls_back(template, four, capsys):
+    with open(os.path.join(ckpt(four, 4), "state.json"), "w") as f:
+        f.write('{"step": 4, "tok')
+    run(template, four, 6)
+    assert "state.json" in capsys.readouterr().err
+    assert resumed_from(four) == ["checkpoints/step-0000002"]
+    assert os.path.isdir(ckpt(four, 4) + ".corrupt-1")
+
+
+def test_bit_flip_with_the_same_size_is_caught_by_the_checksum(template, four, capsys):
+    path = os.path.join(ckpt(four, 4), "model.pt")
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    run(template, four, 6)
+    assert_fell_back(template, four, capsys.readouterr().err,
+                     "model.pt does not match its checksum")
+
+
+def test_complete_marker_without_files(template, four, capsys):
+    bad = ckpt(four, 4)
+    for name in os.listdir(bad):
+        if name != "COMPLETE":
+            os.remove(os.path.join(bad, name))
+    run(template, four, 6)
+    err = capsys.readouterr().err
+    assert f"warning: checkpoint {bad} is corrupt (" in err
+    assert resumed_from(four) == ["checkpoints/step-0000002"]
+
+
+def test_latest_naming_a_missing_directory(template, four, capsys):
+    shutil.rmtree(ckpt(four, 4))
+    with open(os.path.join(four, "checkpoints", "latest"), "w") as f:
+        f.write("step-0000004\n")
+    run(template, four, 6)
+    err = capsys.readouterr().err
+    assert "names 'step-0000004', which is not a checkpoint directory" in err
+    assert resumed_from(four) == ["checkpoints/step-0000002"]
+    assert losses(four) == losses(template / "six")
+
+
+def test_every_checkpoint_corrupt_starts_fresh_and_keeps_them(template, four, capsys):
+    for step in (2, 4):
+        open(os.path.join(ckpt(four, step), "model.pt"), "w").close()
+    run(template, four, 2)
+    err = capsys.readouterr().err
+    assert err.count("is corrupt") == 2
+    assert resumed_from(four) == []
+    assert os.path.isdir(ckpt(four, 2) + ".corrupt-1") and os.path.isdir(ckpt(four, 4) +
+                                                                          ".corrupt-1")
+    assert os.path.exists(os.path.join(ckpt(four, 2), "COMPLETE"))  # a new, good one
+
+
+def test_missing_rng_file_is_a_warning(template, four, capsys):
+    rng = os.path.join(ckpt(four, 4), "rng-00000.pt")
+    os.remove(rng)
+    C.write_manifest(ckpt(four, 4))  # still a consistent checkpoint, just without RNG
+    run(template, four, 6)
+    err = capsys.readouterr().err
+    assert f"warning: {rng} is missing" in err
+    assert resumed_from(four) == ["checkpoints/step-0000004"]
+
+
+def test_steps_below_the_checkpoint_step_exits_2(template, four):
+    with pytest.raises(LlmtkError, match=r"--steps 3 is below the step of the checkpoint "
+                                         r"to resume, 4") as e:
+        run(template, four, 3)
+    assert e.value.exit_code == 2
+
+
+def test_a_stale_config_temp_file_of_a_dead_run_is_removed(template, four):
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = four / f"config.json.tmp-{dead.pid}"
+    stale.write_text("{")
+    run(template, four, 5)
+    assert not stale.exists() and json.loads((four / "config.json").read_text())
+
+
+def test_a_changed_seed_is_a_notice(template, four, capsys):
+    run(template, four, 5, seed=9)
+    assert "note: --seed 9 differs from the checkpoint's 0: the data order from step 4 on " \
+           "follows seed 9" in capsys.readouterr().err
+
+
+def test_malicious_pickle_is_refused_in_one_line(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    d = tmp_path / "step-0000001"
+    d.mkdir()
+    torch.save({"w": torch.zeros(2), "x": Evil()}, d / "model.pt")
+    with pytest.raises(C.CheckpointError) as e:
+        C.load_tensors(str(d), "model.pt")
+    assert str(e.value) == (f"refused to load {d}/model.pt: it contains code objects; "
+                            "llmtk loads weights only")
+
+
+def test_unreadable_file_without_a_manifest_is_one_line(tmp_path):
+    d = tmp_path / "step-0000001"
+    d.mkdir()
+    (d / "model.pt").write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(C.CheckpointError, match=r"model.pt is not a valid checkpoint file \("):
+        C.load_tensors(str(d), "model.pt")
+
+
+def test_disk_full_while_checkpointing_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    root = str(tmp_path / "checkpoints")
+    C.save(root, 1, rank=0, barrier=lambda: None, model_state={"w": torch.ones(3)},
+           optim_state={}, state={"step": 1}, keep=0)
+    real_save = torch.save
+
+    def full_disk(obj, f):
+        real_save(obj, f)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(C.CheckpointError) as e:
+        C.save(root, 2, rank=0, barrier=lambda: None, model_state={"w": torch.ones(3)},
+               optim_state={}, state={"step": 2}, keep=0)
+    assert str(e.value) == f"no space left writing {root}/.tmp-step-0000002/model.pt"
+    assert sorted(os.listdir(root)) == ["latest", "step-0000001"]  # nothing half-written
+    assert C.find_latest(root) == os.path.join(root, "step-0000001")
+
+
+def test_verify_names_what_is_wrong(tmp_path):
+    root = str(tmp_path / "c")
+    path, _ = C.save(root, 3, rank=0, barrier=lambda: None, model_state={"w": torch.ones(3)},
+                     optim_state={}, state={"step": 3}, keep=0)
+    assert C.verify(path) is None
+    manifest = json.load(open(os.path.join(path, C.MANIFEST)))
+    assert set(manifest["files"]) == {"model.pt", "optim.pt", "state.json", "rng-00000.pt"}
+    os.remove(os.path.join(path, "optim.pt"))
+    assert C.verify(path) == "optim.pt is missing"
+    with open(os.path.join(path, C.MANIFEST), "w") as f:
+        f.write("{")
+    assert C.verify(path) == "MANIFEST.json is unreadable"

@@ -1,0 +1,193 @@
+"""What `llmtk train` refuses before doing any work: a run directory in use, a config value
+of the wrong type or out of range; and the leftovers it cleans up (stale cache temp dirs)."""
+
+import inspect
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from llmtk.cli import app
+from llmtk.commands import train as train_command
+from llmtk.errors import UsageError
+from llmtk.train.config import FIELDS, resolve_config, resolve_launch
+from llmtk.train.lock import DirLock
+from tests.util import ROOT, env
+
+
+def write_data(tmp_path):
+    path = tmp_path / "d.jsonl"
+    with open(path, "w") as f:
+        for i in range(40):
+            f.write(json.dumps({"text": f"text number {i} " * 20}) + "\n")
+    return str(path)
+
+
+# ---------------------------------------------------------------- the run lock
+
+
+def test_a_second_run_on_the_same_out_exits_2_naming_the_holder(tmp_path):
+    out = tmp_path / "run"
+    holder = DirLock(str(out))
+    assert holder.acquire()
+    try:
+        r = CliRunner().invoke(app, ["train", "--data", write_data(tmp_path), "--out", str(out),
+                                     "--steps", "1", "-q"])
+    finally:
+        holder.release()
+    assert isinstance(r.exception, UsageError) and r.exception.exit_code == 2, r.output
+    assert f"--out {out} is in use by another llmtk train (host {socket.gethostname()}, " \
+           f"PID {os.getpid()})" in str(r.exception)
+    assert sorted(os.listdir(out)) == [".lock"]  # nothing else touched
+
+
+def test_the_lock_is_free_again_after_the_holder_exits(tmp_path):
+    out = str(tmp_path / "run")
+    code = f"from llmtk.train.lock import DirLock; assert DirLock({out!r}).acquire()"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env(), check=True)
+    lock = DirLock(out)
+    assert lock.acquire()  # the kernel dropped the dead holder's lock
+    assert lock.holder() == f"host {socket.gethostname()}, PID {os.getpid()}"
+    lock.release()
+
+
+@pytest.mark.slow  # two real training processes
+def test_two_real_runs_on_one_out(tmp_path):
+    data, out = write_data(tmp_path), str(tmp_path / "run")
+    args = ["train", "--data", data, "--out", out, "--layers", "1", "--d-model", "32",
+            "--heads", "2", "--seq-len", "32", "--steps", "6", "--batch-size", "2", "-q"]
+    first = subprocess.Popen([sys.executable, "-m", "tests.train_driver", *args], cwd=ROOT,
+                             env=env(LLMTK_TEST_FAULTS='{"step_delay": 0.5}'),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while not os.path.exists(os.path.join(out, "metrics.jsonl")) and time.time() < deadline:
+        time.sleep(0.05)
+    second = subprocess.run([sys.executable, "-m", "llmtk", *args], cwd=ROOT, env=env(),
+                            capture_output=True)
+    assert second.returncode == 2
+    assert f"(host {socket.gethostname()}, PID {first.pid})".encode() in second.stderr
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err.decode()
+    assert not os.path.exists(os.path.join(out, "metrics.jsonl.old"))
+
+
+# ---------------------------------------------------------------- config values
+
+
+@pytest.mark.parametrize("line, message", [
+    ("steps = 2.7", "steps: must be an integer, got 2.7"),
+    ("steps = 1e400", "steps: must be an integer, got inf"),
+    ('steps = "5"', "steps: must be an integer, got '5'"),
+    ("steps = 0", "steps: must be >= 1, got 0"),
+    ('quiet = "no"', "quiet: must be true or false, got 'no'"),
+    ("batch-size = 2.5", "batch-size: must be an integer, got 2.5"),
+    ("lr = nan", "lr: must be a finite number, got nan"),
+    ("lr = 1e400", "lr: must be a finite number, got inf"),
+    ("beta2 = 2", "beta2: must be in [0.0, 1.0), got 2"),
+    ("prompt = 7", "prompt: must be a string, got 7"),
+    ("val-data = 3", "val-data: must be a string or a list of strings, got 3"),
+    ('schedule = "linear"', "schedule: must be one of cosine, wsd, constant, got 'linear'"),
+    ("nproc-per-node = 0", "nproc-per-node: must be >= 1, got 0"),
+    ("compile = 1", "compile: must be true or false, got 1"),
+])
+def test_toml_values_are_type_and_range_checked(tmp_path, line, message):
+    toml = tmp_path / "run.toml"
+    toml.write_text(f'data = "d.jsonl"\nout = "o"\n{line}\n')
+    with pytest.raises(UsageError) as e:
+        resolve_config({}, str(toml))
+    assert str(e.value) == f"{toml}: {message}"
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--lr", "nan", "--lr: must be a finite number, got nan"),
+    ("--beta2", "2", "--beta2: must be in [0.0, 1.0), got 2.0"),
+    ("--steps", "0", "--steps: must be >= 1, got 0"),
+    ("--val-fraction", "1", "--val-fraction: must be in [0.0, 1.0), got 1.0"),
+])
+def test_flags_are_range_checked_before_any_work(tmp_path, flag, value, message):
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["train", "--data", write_data(tmp_path), "--out", str(out),
+                                 flag, value])
+    assert isinstance(r.exception, UsageError) and r.exception.exit_code == 2
+    assert str(r.exception) == message
+    assert not out.exists()  # refused before anything was created
+
+
+def test_toml_error_through_the_command_is_one_line_exit_2(tmp_path):
+    toml = tmp_path / "run.toml"
+    toml.write_text("steps = 2.7\n")
+    p = subprocess.run([sys.executable, "-m", "llmtk", "train", "--config", str(toml)],
+                       cwd=ROOT, env=env(), capture_output=True)
+    assert p.returncode == 2
+    assert p.stderr.decode() == f"llmtk: error: {toml}: steps: must be an integer, got 2.7\n"
+
+
+def test_every_cli_option_has_a_toml_key_of_the_same_name():
+    params = [n for n in inspect.signature(train_command.command).parameters
+              if n not in ("ctx", "config")]
+    assert params and all(n in FIELDS for n in params), [n for n in params if n not in FIELDS]
+    # ...and the reverse: no TOML key without a flag.
+    assert set(FIELDS) == set(params)
+
+
+def test_launch_options_come_from_toml_too(tmp_path):
+    toml = tmp_path / "run.toml"
+    toml.write_text('nproc-per-node = 8\nrdzv-timeout = 1200\n[train]\nmax_restarts = 2\n')
+    launch = resolve_launch({"max_restarts": None, "nnodes": 2}, str(toml))
+    assert (launch.nproc_per_node, launch.nnodes, launch.max_restarts, launch.rdzv_timeout) \
+        == (8, 2, 2, 1200)
+
+
+# ---------------------------------------------------------------- leftovers and data loading
+
+
+def test_stale_cache_temp_dirs_of_dead_processes_are_swept(tmp_path):
+    from llmtk.text.tokenizer import ByteTokenizer
+    from llmtk.train import data as D
+
+    root = tmp_path / "cache"
+    host = socket.gethostname()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = root / f".tmp-{'a' * 16}-{host}-{dead.pid}"
+    live = root / f".tmp-{'b' * 16}-{host}-{os.getpid()}"
+    other_host = root / f".tmp-{'c' * 16}-elsewhere-{dead.pid}"
+    for d in (stale, live, other_host):
+        d.mkdir(parents=True)
+    D.build_cache([write_data(tmp_path)], [], ByteTokenizer(), str(root))
+    assert not stale.exists() and live.exists() and other_host.exists()
+
+
+def test_a_failed_tokenization_leaves_no_temp_dir(tmp_path):
+    from llmtk.errors import DataError
+    from llmtk.text.tokenizer import ByteTokenizer
+    from llmtk.train import data as D
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\nnot json\n')
+    root = tmp_path / "cache"
+    with pytest.raises(DataError):
+        D.build_cache([str(bad)], [], ByteTokenizer(), str(root))
+    assert [n for n in os.listdir(root) if n.startswith(".tmp-")] == []
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_prefetcher_gives_the_samplers_batches_in_order(tmp_path, threaded):
+    from llmtk.text.tokenizer import ByteTokenizer
+    from llmtk.train import data as D
+
+    d = D.build_cache([write_data(tmp_path)], [], ByteTokenizer(), str(tmp_path / "c"))
+    sampler = D.Sampler(D.Windows.open(d, "train", 16), 3, 1, 0, seed=1)
+    pre = D.Prefetcher(sampler, 3, "cpu", threaded=threaded)
+    try:
+        for pos in (0, 3, 6, 9, 30, 33):  # a jump (rollback-like) restarts the thread
+            x, y = pre.get(pos)
+            rx, ry = sampler.batch(pos)
+            assert (x == rx).all() and (y == ry).all()
+    finally:
+        pre.close()

@@ -1,0 +1,60 @@
+"""`llmtk train` with faults injected, for tests: python -m tests.train_driver train ARGS...
+
+The faults come from LLMTK_TEST_FAULTS, a JSON object (every key optional):
+  nan_loss: S           the loss of 0-based step S is NaN
+  spike_loss: S         the loss of 0-based step S is 10x (once; not again on the redo)
+  crash_in_checkpoint: S  SIGKILL after checkpoint S is written, before it is COMPLETE
+  die_once: [FILE, S]   exit 17 after step S unless FILE exists (then create it first)
+  step_delay: SECONDS   sleep after every step (time for a test to send a signal)
+They reach the loop through the `faults` object `llmtk.train.trainer.train` takes; the
+production code has no test hooks.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+from llmtk.train.runtime import Faults
+
+
+class TestFaults(Faults):
+    def __init__(self, spec: dict):
+        self.spec, self.spiked = spec, False
+
+    def loss(self, step, loss):
+        if self.spec.get("nan_loss") == step:
+            return loss * float("nan")
+        if self.spec.get("spike_loss") == step and not self.spiked:
+            self.spiked = True
+            return loss * 10.0
+        return loss
+
+    def before_commit(self, step):
+        if self.spec.get("crash_in_checkpoint") == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def after_step(self, step):
+        die = self.spec.get("die_once")
+        if die and step == die[1] and not os.path.exists(die[0]):
+            open(die[0], "w").close()
+            os._exit(17)
+        if "step_delay" in self.spec:
+            time.sleep(self.spec["step_delay"])
+
+
+def main() -> None:
+    import llmtk.train.trainer as trainer
+
+    faults = TestFaults(json.loads(os.environ.get("LLMTK_TEST_FAULTS", "{}")))
+    real = trainer.train
+    trainer.train = lambda cfg, faults_=None: real(cfg, faults=faults)
+    sys.argv = ["llmtk", *sys.argv[1:]]
+    from llmtk.cli import main as cli_main
+
+    cli_main()
+
+
+if __name__ == "__main__":
+    main()
