@@ -20,12 +20,15 @@ from llmtk.commands import (
     diagnose,
     estimate,
     eval,
+    generate,
     mix,
     plot_loss,
+    run,
+    stats,
     train,
 )
 from llmtk.commands.helpfmt import pipeline_sorted, polish
-from llmtk.errors import LlmtkError, PipeClosed
+from llmtk.errors import AlreadyDone, LlmtkError, PipeClosed
 
 HELP = """\
 Small Unix-style tools for the whole LLM pre-training workflow.
@@ -70,8 +73,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (clean, dedup, mix, contam_check, estimate, train, eval, plot_loss, diagnose,
-               cat):
+for module in (clean, dedup, mix, contam_check, estimate, train, eval, generate, plot_loss,
+               diagnose, stats, run, cat):
     module.register(app)
 
 
@@ -149,6 +152,9 @@ def main() -> None:
         sys.exit(130)
     except PipeClosed:
         _quiet_stdout()
+        sys.exit(0)
+    except AlreadyDone as e:
+        print(f"llmtk: {e}", file=sys.stderr)
         sys.exit(0)
     except BrokenPipeError:
         _quiet_stdout()

@@ -23,3 +23,7 @@ class UsageError(LlmtkError):
 
 class PipeClosed(Exception):
     """The reader of stdout went away (`| head`): end quietly with status 0."""
+
+
+class AlreadyDone(Exception):
+    """A sharded task whose completion marker is there: say so and exit 0 (llmtk.io.marker)."""

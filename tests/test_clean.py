@@ -258,3 +258,28 @@ def test_repeated_key_check_reads_escaped_keys_and_ignores_nested_ones():
     assert not repeats_key(b'{"text": "a", "meta": {"text": "b"}}', "text")  # nested
     assert not repeats_key(b'{"text": "say \\"text\\" and \\u00e9"}', "text")
     assert not repeats_key(b'{"type": "text", "text": "a"}', "text")  # a value, once a key
+
+
+def test_file_shards_concatenate_to_the_single_run_and_stats_merge(tmp_path):
+    d = tmp_path / "crawl"
+    d.mkdir()
+    corpus = mixed_corpus(90, seed=3)
+    for f, (a, b) in enumerate([(0, 10), (10, 40), (40, 45), (45, 90)]):
+        (d / f"c{f}.jsonl").write_bytes(jsonl(corpus[a:b]))
+    args = ["clean", d, "-q"]
+    single = llmtk(*args, "--rejects", tmp_path / "rej.jsonl", "--stats", tmp_path / "s.json",
+                   check=True)
+    out, rej, stats = b"", b"", []
+    for k in range(3):
+        st = tmp_path / f"s{k}.json"
+        llmtk(*args, "--shard", f"{k}/3", "-o", tmp_path / f"o{k}.jsonl", "--rejects",
+              tmp_path / f"r{k}.jsonl", "--stats", st, check=True)
+        out += (tmp_path / f"o{k}.jsonl").read_bytes()
+        rej += (tmp_path / f"r{k}.jsonl").read_bytes()
+        stats.append(st)
+        assert (tmp_path / f"o{k}.jsonl.done").exists()
+    assert out == single.stdout and rej == (tmp_path / "rej.jsonl").read_bytes()
+    merged = json.loads(llmtk("stats", "merge", *stats, check=True).stdout)
+    whole = json.loads((tmp_path / "s.json").read_text())
+    merged.pop("seconds"), whole.pop("seconds")
+    assert merged == whole

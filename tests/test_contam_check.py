@@ -148,3 +148,55 @@ def test_eval_set_that_is_also_the_output_is_refused_before_reading(tmp_path):
     r = llmtk("contam-check", "-e", x, x, "--drop", "-o", x)
     assert r.returncode == 2 and b"is also an input" in r.stderr
     assert x.read_bytes() == before
+
+
+def test_file_shards_and_merged_report_equal_the_single_run(tmp_path):
+    ev = tmp_path / "eval.jsonl"
+    ev.write_bytes(jsonl(EVAL))
+    d = tmp_path / "train"
+    d.mkdir()
+    # Q1's n-grams are spread over three files: each shard sees a part of the item.
+    words = Q1.split()
+    rows = [{"id": f"a{i}", "text": " ".join(words[i:i + 13])} for i in range(0, 7, 3)]
+    files = [rows[:1] + TRAIN[1:3], rows[1:2] + TRAIN[3:4], rows[2:] + TRAIN[4:], TRAIN[1:2]]
+    for f, recs in enumerate(files):
+        (d / f"t{f}.jsonl").write_bytes(jsonl(recs))
+    common = ["contam-check", d, "--eval", ev, "--eval-field", "question,answer", "--annotate",
+              "-q"]
+    single = llmtk(*common, "--report", tmp_path / "r.json", "--stats", tmp_path / "s.json")
+    assert single.returncode == 3, single.stderr
+    out, reports, stats = b"", [], []
+    for k in range(3):
+        rep, st = tmp_path / f"r{k}.json", tmp_path / f"s{k}.json"
+        r = llmtk(*common, "--shard", f"{k}/3", "--report", rep, "--stats", st)
+        assert r.returncode in (0, 3), r.stderr
+        out += r.stdout
+        reports.append(rep)
+        stats.append(st)
+    assert out == single.stdout
+    shard_q1 = [next(i for i in json.loads(p.read_text())["items"] if i["id"] == "q1")
+                for p in reports]
+    assert all(i["class"] != "dirty" for i in shard_q1)  # no shard alone sees all of q1
+    merged = json.loads(llmtk("stats", "merge", *reversed(reports), check=True).stdout)
+    assert merged == json.loads((tmp_path / "r.json").read_text())
+    assert next(i for i in merged["items"] if i["id"] == "q1")["class"] == "dirty"
+    ms = json.loads(llmtk("stats", "merge", *stats, check=True).stdout)
+    ss = json.loads((tmp_path / "s.json").read_text())
+    ms.pop("seconds"), ss.pop("seconds")
+    assert ms == ss
+    r = llmtk("stats", "merge", *reports[:2])
+    assert r.returncode == 2 and b"missing [2]" in r.stderr
+
+
+def test_seen_runs_coverage_matches_the_per_word_rule():
+    import numpy as np
+
+    from llmtk.contam.report import covered_words, seen_runs
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n, words = int(rng.integers(3, 9)), int(rng.integers(8, 40))
+        seen = rng.random(words - n + 1) < rng.random()
+        item = build_items([("x", "s", " ".join(f"w{i}" for i in range(words)))], n)[0]
+        item.seen = seen
+        assert covered_words(seen_runs(seen), words, n) / words == coverage(item, n)

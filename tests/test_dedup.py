@@ -232,51 +232,6 @@ def test_same_bytes_for_any_workers(corpus, tmp_path):
     assert outs[0] == outs[1]
 
 
-@pytest.mark.parametrize("params", [[], ["--verify", "0.9", "--ngram", "3"]])
-def test_sharded_stages_equal_single_command(corpus, tmp_path, params):
-    records, _ = corpus
-    # Ids only on some records: the rest are named by position in dup_of.
-    recs = [dict(r) if i % 4 else {"text": r["text"]} for i, r in enumerate(records * 2)]
-    src = tmp_path / "in.jsonl"
-    src.write_bytes(_jsonl(recs))
-    single = llmtk("dedup", src, "--rejects", tmp_path / "rej.jsonl", "--clusters",
-                   tmp_path / "cl.jsonl", "-q", *params)
-    assert single.returncode == 0, single.stderr
-    for k in range(3):
-        r = llmtk("dedup", "signatures", src, "--shard", f"{k}/3", "-o", tmp_path / "sigs", "-q",
-                  *params)
-        assert r.returncode == 0, r.stderr
-    for k in range(3):
-        r = llmtk("dedup", "index", tmp_path / "sigs", "--shard", f"{k}/3", "-o",
-                  tmp_path / "index", "-q")
-        assert r.returncode == 0, r.stderr
-    out, rej, cl = [], [], []
-    for k in range(3):
-        r = llmtk("dedup", "filter", src, "--index", tmp_path / "index", "--shard", f"{k}/3",
-                  "-o", tmp_path / f"out{k}.jsonl", "--rejects", tmp_path / f"rej{k}.jsonl",
-                  "--clusters", tmp_path / f"cl{k}.jsonl", "-q")
-        assert r.returncode == 0, r.stderr
-        out += (tmp_path / f"out{k}.jsonl").read_bytes().splitlines()
-        rej += (tmp_path / f"rej{k}.jsonl").read_bytes().splitlines()
-        cl += (tmp_path / f"cl{k}.jsonl").read_bytes().splitlines()
-    assert sorted(out) == sorted(single.stdout.splitlines())
-    assert sorted(rej) == sorted((tmp_path / "rej.jsonl").read_bytes().splitlines())
-    assert sorted(cl) == sorted((tmp_path / "cl.jsonl").read_bytes().splitlines())
-    assert len(rej) > 0
-
-
-def test_filter_refuses_an_incomplete_index(corpus, tmp_path):
-    records, _ = corpus
-    src = tmp_path / "in.jsonl"
-    src.write_bytes(_jsonl(records))
-    llmtk("dedup", "signatures", src, "-o", tmp_path / "sigs", check=True)
-    llmtk("dedup", "index", tmp_path / "sigs", "--shard", "0/2", "-o", tmp_path / "idx",
-          check=True)
-    r = llmtk("dedup", "filter", src, "--index", tmp_path / "idx")
-    assert r.returncode == 2
-    assert b"lacks index part(s) [1] of 2" in r.stderr
-
-
 def test_save_and_load_index(corpus, tmp_path):
     records, expected = corpus
     old, new = records[: len(records) // 2], records[len(records) // 2 :]
@@ -386,7 +341,7 @@ def test_help_has_default_usage_and_examples():
     assert r.returncode == 0
     assert b"llmtk dedup [OPTIONS]" in r.stdout and b"Examples" in r.stdout
     assert b"signatures" in r.stdout
-    for stage in ("signatures", "index", "filter"):
+    for stage in ("signatures", "buckets", "clusters", "filter"):
         r = llmtk("dedup", stage, "-h")
         assert r.returncode == 0 and b"Examples" in r.stdout, stage
 
@@ -419,32 +374,6 @@ def test_paragraph_level_same_bytes_for_any_workers(tmp_path):
     assert outs[0].stdout == outs[1].stdout
     kept = _lines(outs[0].stdout)
     assert sum(footer in d["text"] for d in kept) == 1
-
-
-def test_stages_number_documents_by_position_across_bad_lines(corpus, tmp_path):
-    records, _ = corpus
-    lines = _jsonl(records).splitlines()
-    lines.insert(5, b'{"text": broken')  # a bad line shifts every later position
-    src = tmp_path / "in.jsonl"
-    src.write_bytes(b"\n".join(lines) + b"\n")
-    single = llmtk("dedup", src, "--on-error", "skip", "-q")
-    assert single.returncode == 0, single.stderr
-    for k in range(2):
-        llmtk("dedup", "signatures", src, "--on-error", "skip", "--shard", f"{k}/2", "-o",
-              tmp_path / "sigs", check=True)
-    llmtk("dedup", "index", tmp_path / "sigs", "-o", tmp_path / "idx", check=True)
-    out = []
-    for k in range(2):
-        r = llmtk("dedup", "filter", src, "--index", tmp_path / "idx", "--on-error", "skip",
-                  "--shard", f"{k}/2", "-q")
-        assert r.returncode == 0, r.stderr
-        out += r.stdout.splitlines()
-    assert sorted(out) == sorted(single.stdout.splitlines())
-    # Inputs that do not match the signatures: a data error, not a wrong answer.
-    other = tmp_path / "other.jsonl"
-    other.write_bytes(_jsonl(records + records))
-    r = llmtk("dedup", "filter", other, "--index", tmp_path / "idx", "-q")
-    assert r.returncode == 1 and b"not in the index" in r.stderr
 
 
 def test_verify_rejects_band_matches_below_the_estimate(corpus, tmp_path):

@@ -8,7 +8,8 @@ import typer
 from llmtk.cli import app
 from tests.util import ROOT
 
-COMMANDS = ["clean", "dedup", "mix", "contam-check", "estimate", "train", "eval", "plot-loss",
+COMMANDS = ["clean", "dedup", "mix", "contam-check", "estimate", "train", "eval", "generate",
+            "plot-loss",
             "diagnose"]
 
 

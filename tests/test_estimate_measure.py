@@ -69,7 +69,9 @@ def test_cli_measure_json_and_table():
 
 
 def test_measure_refuses_big_and_foreign_shapes():
-    p = llmtk("estimate", "--model", "llama3-8b", "--measure")
+    p = llmtk("estimate", "--model", "gpt2-124m", "--measure")  # GPT-2: not llmtk's model
     assert p.returncode == 2 and b"--model" in p.stderr
+    p = llmtk("estimate", "--model", "llama3-8b", "--measure")  # trainable, but too big
+    assert p.returncode == 2 and b"too big for a CPU check" in p.stderr
     p = llmtk("estimate", "--layers", "48", "--d-model", "4096", "--heads", "32", "--measure")
     assert p.returncode == 2 and p.stderr.decode().startswith("llmtk: error: --measure:")

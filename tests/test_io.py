@@ -198,8 +198,10 @@ def test_stats_json_has_sorted_keys_and_adds_across_shards(plain, tmp_path):
     assert totals["bytes_out"] == len(plain.read_bytes())
 
 
-def test_shards_partition_the_input_exactly(plain, tmp_path):
-    parts = [llmtk("cat", plain, "--shard", f"{k}/3", "-q", check=True).stdout for k in range(3)]
+def test_stdin_shards_partition_the_input_exactly(plain, tmp_path):
+    data = plain.read_bytes()
+    parts = [llmtk("cat", "--shard", f"{k}/3", "-q", input=data, check=True).stdout
+             for k in range(3)]
     lines = [line for part in parts for line in part.splitlines()]
     assert sorted(lines) == sorted(plain.read_bytes().splitlines())
     assert all(parts)  # every shard got something
@@ -212,8 +214,95 @@ def test_shard_without_ids_uses_position(tmp_path):
     p = tmp_path / "noid.jsonl"
     recs = [{"text": f"t{i}"} for i in range(50)]
     p.write_bytes(jsonl(recs))
-    parts = [llmtk("cat", p, "--shard", f"{k}/2", "-q").stdout for k in range(2)]
+    parts = [llmtk("cat", "--shard", f"{k}/2", "-q", input=p.read_bytes()).stdout
+             for k in range(2)]
     assert sorted(parts[0].splitlines() + parts[1].splitlines()) == sorted(jsonl(recs).splitlines())
+    assert parts[0] and parts[1]
+
+
+def _files(tmp_path, sizes):
+    """Files of RECORDS slices (some compressed, one empty) in a folder; returns it."""
+    d = tmp_path / "in"
+    d.mkdir()
+    start = 0
+    for i, n in enumerate(sizes):
+        data = jsonl(RECORDS[start:start + n])
+        start += n
+        name = d / (f"f{i:02d}.jsonl.zst" if i % 2 else f"f{i:02d}.jsonl")
+        name.write_bytes(zst(data) if i % 2 else data)
+    return d
+
+
+def test_file_shards_are_whole_files_and_concatenate_to_the_single_run(tmp_path):
+    d = _files(tmp_path, [50, 0, 120, 30, 100, 60, 140])
+    whole = llmtk("cat", d, "-q", check=True).stdout
+    for n in (1, 2, 3, 5, 9):
+        parts = [llmtk("cat", d, "--shard", f"{k}/{n}", "-q", check=True).stdout
+                 for k in range(n)]
+        assert b"".join(parts) == whole  # in K order: the single run, byte for byte
+
+
+def test_file_shard_rule_is_contiguous_and_size_balanced():
+    from llmtk.io.shard import doc_key, file_tasks
+
+    assert file_tasks([10, 10, 10, 10], 2) == [0, 0, 1, 1]
+    assert file_tasks([100, 1, 1, 1], 2) == [0, 1, 1, 1]  # the big file is half the bytes
+    assert file_tasks([5] * 3, 5) == [0, 2, 4]  # more tasks than files: some get none
+    tasks = file_tasks(list(range(100)), 7)
+    assert tasks == sorted(tasks) and set(tasks) == set(range(7))
+    assert doc_key(2, 5) > doc_key(1, 10**9) > doc_key(1, 0)
+
+
+def test_file_shard_task_opens_only_its_files(tmp_path):
+    d = _files(tmp_path, [50, 50, 50, 50])
+    (d / "f01.jsonl.zst").chmod(0)  # task 1 of 2 never opens task 0's files
+    r = llmtk("cat", d, "--shard", "1/2", "-q")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == jsonl(RECORDS[100:200])
+    if os.geteuid() != 0:  # root reads anything
+        assert llmtk("cat", d, "--shard", "0/2", "-q").returncode == 1
+
+
+def test_finished_task_is_skipped_on_rerun_and_redone_when_inputs_change(tmp_path):
+    d = _files(tmp_path, [50, 50, 50])
+    out = tmp_path / "out" / "0.jsonl"
+    out.parent.mkdir()
+    r = llmtk("cat", d, "--shard", "0/2", "-o", out, "--stats", tmp_path / "s.json", "-q")
+    assert r.returncode == 0, r.stderr
+    marker = json.loads((tmp_path / "out" / "0.jsonl.done").read_text())
+    assert marker["tool"] == "cat" and marker["stats"]["records_out"] == 100
+    out.write_bytes(b"sentinel\n")  # a skipped task does not touch its output
+    r = llmtk("cat", d, "--shard", "0/2", "-o", out, "--stats", tmp_path / "s.json")
+    assert r.returncode == 0 and b"skipping" in r.stderr
+    assert out.read_bytes() == b"sentinel\n"
+    (d / "f00.jsonl").write_bytes(jsonl(RECORDS[:10]))  # its inputs changed: run again
+    r = llmtk("cat", d, "--shard", "0/2", "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == jsonl(RECORDS[:10] + RECORDS[50:100])
+
+
+def test_killed_task_leaves_no_output_and_its_rerun_equals_the_single_run(tmp_path):
+    d = _files(tmp_path, [200, 200])
+    fifo = d / "f00.jsonl"
+    data = fifo.read_bytes()
+    fifo.unlink()
+    os.mkfifo(fifo)
+    out = tmp_path / "0.jsonl"
+    proc = subprocess.Popen([*LLMTK, "cat", str(tmp_path / "in"), "--shard", "0/1", "-o",
+                             str(out), "-q"], env=env(), stdin=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    with open(fifo, "wb") as w:
+        w.write(data[: len(data) // 2])  # half the file, then the task is killed
+        w.flush()
+        time.sleep(0.5)
+        proc.kill()
+        proc.wait()
+    assert not out.exists() and not (tmp_path / "0.jsonl.done").exists()
+    fifo.unlink()
+    fifo.write_bytes(data)
+    llmtk("cat", tmp_path / "in", "--shard", "0/1", "-o", out, "-q", check=True)
+    assert out.read_bytes() == llmtk("cat", tmp_path / "in", "-q", check=True).stdout
+    assert (tmp_path / "0.jsonl.done").exists()
 
 
 def test_workers_output_is_byte_identical(plain, tmp_path):
@@ -352,3 +441,20 @@ def test_progress_only_when_stderr_is_a_terminal(tmp_path):
     # without a terminal: the summary only, no progress line
     r = llmtk("cat", "-", input=data)
     assert b"llmtk cat: " not in r.stderr and b"records in" in r.stderr
+
+
+def test_stats_merge_adds_counters_and_refuses_other_tools(tmp_path):
+    a, b, c = (tmp_path / f"{x}.json" for x in "abc")
+    a.write_text(json.dumps({"tool": "clean", "records_in": 3, "dropped": {"x": 1},
+                             "seconds": 0.5}))
+    b.write_text(json.dumps({"tool": "clean", "records_in": 4, "dropped": {"x": 2, "y": 1},
+                             "seconds": 0.25}))
+    c.write_text(json.dumps({"tool": "dedup", "records_in": 1}))
+    r = llmtk("stats", "merge", a, b, check=True)
+    assert json.loads(r.stdout) == {"tool": "clean", "records_in": 7,
+                                    "dropped": {"x": 3, "y": 1}, "seconds": 0.75}
+    r = llmtk("stats", "merge", a, c)
+    assert r.returncode == 2 and b"only stats of the same tool merge" in r.stderr
+    (tmp_path / "bad.json").write_text("{")
+    r = llmtk("stats", "merge", a, tmp_path / "bad.json")
+    assert r.returncode == 1 and r.stderr.startswith(b"llmtk: error: ")

@@ -116,3 +116,45 @@ def test_parse_source_and_plan_units(tmp_path):
     assert a.subset is None and b.subset is None  # whole epochs, nothing left over
     plan([a, b], 500, 4, seed=0)  # a: 375 tokens = 1 epoch + 75 -> 8 documents of 10
     assert a.full_epochs == 1 and sum(a.subset) == 8
+
+
+def test_file_shards_with_saved_counts_equal_the_single_run(tmp_path):
+    src = tmp_path / "web"
+    src.mkdir()
+    for f in range(5):
+        write(src / f"w{f}.jsonl", f"w{f}-", 40 + 10 * f, 60 + f)
+    small = write(tmp_path / "small.jsonl", "s", 30, 95)
+    args = ["mix", "-s", f"web={src}:2", "-s", f"small={small}:1", "--tokens", "12000",
+            "--annotate", "-q"]
+    whole = llmtk(*args, "--stats", tmp_path / "whole.json", check=True).stdout
+    counts = tmp_path / "counts"
+    for k in range(3):  # the counting pass, sharded: each task counts only its own files
+        llmtk(*args, "--counts", counts, "--count-only", "--shard", f"{k}/3", check=True)
+    assert len(list(counts.iterdir())) == 6
+    parts, stats = [], []
+    for k in range(3):
+        st = tmp_path / f"s{k}.json"
+        r = llmtk(*args, "--counts", counts, "--shard", f"{k}/3", "--stats", st)
+        assert r.returncode == 0, r.stderr
+        parts += r.stdout.splitlines()
+        stats.append(st)
+    assert sorted(parts) == sorted(whole.splitlines())
+    r = llmtk("stats", "merge", *stats, check=True)
+    merged, single = json.loads(r.stdout), json.loads((tmp_path / "whole.json").read_text())
+    for s in (merged, single):
+        s.pop("seconds")
+    assert merged == single
+
+
+def test_saved_counts_are_reused_not_recomputed(tmp_path, sources):
+    big, small = sources
+    args = ["mix", "-s", f"big={big}:2", "-s", f"small={small}:1", "--tokens", "6000", "-q"]
+    counts = tmp_path / "counts"
+    first = llmtk(*args, "--counts", counts, check=True).stdout
+    for f in counts.iterdir():  # doctored counts: proof that they are read, not recomputed
+        f.write_bytes(bytes(len(f.read_bytes())))
+    r = llmtk(*args, "--counts", counts)
+    assert r.returncode == 2 and b"no documents" in r.stderr
+    for f in counts.iterdir():
+        f.unlink()
+    assert llmtk(*args, "--counts", counts, check=True).stdout == first

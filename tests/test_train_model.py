@@ -30,7 +30,7 @@ def test_count_params_is_exact(cfg):
 
 def test_count_params_presets_by_formula():
     # Checked against the closed form rather than by building the big models.
-    cfg = PRESETS["gpt2-124m"]
+    cfg = PRESETS["llmtk-124m"]
     assert cfg.hidden == 2048  # 8/3 * 768 = 2048 exactly
     d, V, L = 768, 50304, 12
     expected = V * d + L * (4 * d * d + 3 * d * 2048 + 2 * d) + d

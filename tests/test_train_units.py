@@ -253,7 +253,7 @@ def test_mfu_flops_per_token_palm_formula():
     from llmtk.estimate.hardware import device_peak_flops
     from llmtk.train.model_config import PRESETS, count_params
 
-    cfg = PRESETS["gpt2-124m"]
+    cfg = PRESETS["llmtk-124m"]
     n = count_params(cfg)  # tied: the embedding matrix is the output matmul, counted once
     assert flops_per_token_for_config(cfg) == pytest.approx(6 * n + 12 * 12 * 768 * 1024,
                                                             rel=1e-9)

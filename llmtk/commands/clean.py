@@ -267,7 +267,9 @@ def clean(
             from llmtk.clean.pipeline import perplexity_threshold
             from llmtk.io import read_docs
 
-            first_pass = read_docs(run.paths, opts.text_field, lambda bad: None, opts.shard)
+            # run.paths are this task's own files already; stdin is refused above
+            first_pass = read_docs(run.paths, opts.text_field, lambda bad: None,
+                                   run.record_shard, max_record=opts.max_record_bytes)
             cleaner.max_ppl = perplexity_threshold(cleaner, first_pass, cfg.perplexity.quantile,
                                                    opts.workers)
             if not opts.quiet:

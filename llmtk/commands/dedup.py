@@ -1,7 +1,7 @@
 """`llmtk dedup`: drop exact and MinHash near-duplicate documents.
 
 `llmtk dedup FILE` does the whole job in one process. The scale-out stages are
-subcommands (`signatures`, `index`, `filter`); a small click group sends any
+subcommands (`signatures`, `buckets`, `clusters`, `filter`); a small click group sends any
 first argument that is not a stage name to the hidden default command, so the
 plain form needs no subcommand and its --help is the main help.
 """
@@ -17,7 +17,7 @@ from llmtk.errors import UsageError
 from llmtk.io import StreamOptions, StreamRun
 
 SUMMARY = "Drop exact and MinHash near-duplicate documents."
-STAGES = ("signatures", "index", "filter")
+STAGES = ("signatures", "buckets", "clusters", "filter")
 DEFAULT = "run"
 
 HELP = f"""\
@@ -41,15 +41,19 @@ soon as it is known to be the first of its cluster.
 
   llmtk dedup pages.jsonl --level paragraph --max-repeats 1 > no-footers.jsonl
 
-[bold]Scale-out[/bold] (a job array over a shared filesystem, same result as one process)
+[bold]Scale-out[/bold] (job arrays over a shared filesystem, same result as one process;
+--keep first only)
 
-  llmtk dedup signatures crawl/ --shard $K/$N -o sigs/
+  llmtk dedup signatures crawl/ --shard $K/$N -o work/sigs/
 
-  llmtk dedup index sigs/ --shard $K/$M -o index/
+  llmtk dedup buckets work/sigs/ --shard $K/$M -o work/buckets/
 
-  llmtk dedup filter crawl/ --index index/ --shard $K/$N -o out/$K.jsonl.zst
+  llmtk dedup clusters work/buckets/ -o work/clusters/
 
-See `llmtk dedup signatures --help` (index, filter) for each stage.
+  llmtk dedup filter crawl/ --index work/clusters/ --shard $K/$N \\
+    -o out/$K.jsonl.zst
+
+See `llmtk dedup signatures --help` (buckets, clusters, filter) for each stage.
 """
 
 EPILOG = "Exit status: 0 success, 1 data or runtime error, 2 bad usage."
@@ -160,17 +164,20 @@ def run_command(
 
 
 SIG_HELP = """\
-Stage 1 of 3: compute MinHash signatures of one shard of the input.
+Stage 1 of 4: MinHash signatures of one task's input files.
 
-Writes OUT/sig-K-of-N.npz (LSH band keys and exact keys, 130 bytes per
-document with defaults) and OUT/meta.json with the parameters. Run it once per
-shard K of N, all on the same inputs and with the same parameters.
+Task K of N takes its own whole files (a contiguous, size-balanced run of the
+sorted input list) and writes OUT/part-K-of-N/: per LSH band, and for the
+exact-text key, its (key, document) pairs sorted by key, in runs of 2^20
+documents; the ids; --verify's low bytes. OUT/meta.json records the MinHash
+options, the task count and the input list; a task with other ones is
+refused. A finished task leaves OUT/part-K-of-N.done and a rerun skips it.
 
 [bold]Examples[/bold]
 
-  llmtk dedup signatures crawl/ --shard $SLURM_ARRAY_TASK_ID/64 -o sigs/
+  llmtk dedup signatures crawl/ --shard $SLURM_ARRAY_TASK_ID/64 -o work/sigs/
 
-  llmtk dedup signatures crawl/ -o sigs/ --workers 16 --threshold 0.8
+  llmtk dedup signatures crawl/ -o work/sigs/ --workers 16 --threshold 0.8
 """
 
 
@@ -186,74 +193,111 @@ def signatures_command(
     from llmtk.dedup.stages import write_signatures
 
     with StreamRun("dedup signatures", stream, output_dirs=[("-o", out_dir)]) as run:
-        write_signatures(run, config, out_dir, stream.shard, stream.workers)
+        write_signatures(run, config, out_dir, stream.workers)
 
 
-INDEX_HELP = """\
-Stage 2 of 3: find each document's earliest earlier match, for a share of the bands.
+BUCKETS_HELP = """\
+Stage 2 of 4: duplicate edges, for a share of the (band, key range) units.
 
-Reads every SIGS/sig-K-of-N.npz and writes OUT/index-K-of-M.npz for the bands
-b with b % M == K (part 0 also does the exact keys), so M jobs split the work.
-Needs all signature shards to be complete.
+The units are every LSH band and the exact key, each cut into R key ranges
+(R = ceil(M / (bands + 1))); task K of M takes the units u with u % M == K.
+A unit merges the sorted runs of all signature tasks a window at a time and
+writes OUT/edges-bBBB-rRRRRR-of-RRRRR.npz: each document that shares a key with
+an earlier one, and that key's first document. Memory: one window (~100 MB),
+whatever the corpus size. Needs every signature task to be finished.
 
 [bold]Examples[/bold]
 
-  llmtk dedup index sigs/ -o index/
+  llmtk dedup buckets work/sigs/ --shard $SLURM_ARRAY_TASK_ID/60 \\
+    -o work/buckets/
 
-  llmtk dedup index sigs/ --shard $SLURM_ARRAY_TASK_ID/14 -o index/
+  llmtk dedup buckets work/sigs/ -o work/buckets/
 """
 
 
-def index_command(
+def buckets_command(
     sigs: Annotated[str, typer.Argument(help="Folder written by `llmtk dedup signatures`.",
                                         show_default=False)],
-    out_dir: Annotated[str, typer.Option("-o", "--output", help="Folder for the index part.",
+    out_dir: Annotated[str, typer.Option("-o", "--output", help="Folder for the edges.",
                                          show_default=False)] = ...,  # type: ignore[assignment]
     shard: Annotated[str | None, typer.Option(
-        "--shard", help="K/M: build part K of M (bands b with b % M == K).")] = None,
+        "--shard", help="K/M: do the units u with u % M == K.")] = None,
     quiet: o.Quiet = False,
 ) -> None:
     import sys
 
-    from llmtk.dedup.stages import build_index
+    from llmtk.dedup.stages import build_buckets
     from llmtk.io.paths import check_paths, input_identities
 
     check_paths(input_identities([], [sigs]), [], [("-o", out_dir)])
-    n = build_index(sigs, out_dir, o.parse_shard(shard))
+    n = build_buckets(sigs, out_dir, o.parse_shard(shard))
     if not quiet:
-        print(f"llmtk dedup index: {n:,} documents -> {out_dir}", file=sys.stderr)
+        print(f"llmtk dedup buckets: {n:,} duplicate edges -> {out_dir}", file=sys.stderr)
 
 
-FILTER_HELP = """\
-Stage 3 of 3: write the kept documents of one shard, using the built index.
+CLUSTERS_HELP = """\
+Stage 3 of 4: resolve the clusters over the duplicate edges only.
 
-Reads the same inputs as the signatures stage (any --shard split) and all
-INDEX parts; the shards' outputs together equal `llmtk dedup`'s output.
+Each document with an edge gets its parent (its exact match, else its
+earliest band match) and its root (the first document of its cluster), as
+`llmtk dedup` does. Writes OUT/remove-part-K-of-N.npz per signature task:
+its documents to remove, sorted, with dup_of. Memory: the edges, not the
+corpus. Needs every bucket task to be finished.
 
 [bold]Examples[/bold]
 
-  llmtk dedup filter crawl/ --index index/ --shard $K/64 \\
-    -o out/part-$K.jsonl.zst
+  llmtk dedup clusters work/buckets/ -o work/clusters/
+"""
 
-  llmtk dedup filter crawl/ --index index/ --rejects dups.jsonl \\
+
+def clusters_command(
+    buckets: Annotated[str, typer.Argument(help="Folder written by `llmtk dedup buckets`.",
+                                           show_default=False)],
+    out_dir: Annotated[str, typer.Option("-o", "--output", help="Folder for the remove lists.",
+                                         show_default=False)] = ...,  # type: ignore[assignment]
+    quiet: o.Quiet = False,
+) -> None:
+    import sys
+
+    from llmtk.dedup.stages import build_clusters
+
+    n = build_clusters(buckets, out_dir)
+    if not quiet:
+        print(f"llmtk dedup clusters: {n:,} duplicates -> {out_dir}", file=sys.stderr)
+
+
+FILTER_HELP = """\
+Stage 4 of 4: write one task's documents that are not duplicates.
+
+Reads the same inputs as the signatures stage (any --shard split) and only the
+remove lists of its own files; the tasks' outputs concatenated in K order
+equal `llmtk dedup`'s output byte for byte, and so do --rejects, --annotate
+and --clusters.
+
+[bold]Examples[/bold]
+
+  llmtk dedup filter crawl/ --index work/clusters/ --shard $K/64 \\
+    -o out/$K.jsonl.zst
+
+  llmtk dedup filter crawl/ --index work/clusters/ --rejects dups.jsonl \\
     > unique.jsonl
 """
 
 
 @o.stream_command(without=("workers",))
 def filter_command(
-    index: Annotated[str, typer.Option("--index", help="Folder written by `llmtk dedup index`.",
-                                       show_default=False)] = ...,  # type: ignore[assignment]
+    index: Annotated[str, typer.Option("--index", help="Folder written by `llmtk dedup "
+                                       "clusters`.", show_default=False)] = ...,  # type: ignore[assignment]
     annotate: Annotate = False,
     clusters: Clusters = None,
     *,
     stream: StreamOptions,
 ) -> None:
-    from llmtk.dedup.stages import filter_with_index
+    from llmtk.dedup.stages import filter_with_clusters
 
     with StreamRun("dedup", stream, inputs_also=[index],
                    outputs_also=[("--clusters", clusters)]) as run:
-        filter_with_index(run, index, annotate, clusters)
+        filter_with_clusters(run, index, annotate, clusters)
 
 
 def _unwrap(text: str) -> str:
@@ -287,6 +331,7 @@ def register(app: typer.Typer) -> None:
     group.command(DEFAULT, help=_unwrap(HELP), epilog=EPILOG, hidden=True,
                   cls=DefaultCommand)(run_command)
     group.command("signatures", help=_unwrap(SIG_HELP), epilog=EPILOG)(signatures_command)
-    group.command("index", help=_unwrap(INDEX_HELP), epilog=EPILOG)(index_command)
+    group.command("buckets", help=_unwrap(BUCKETS_HELP), epilog=EPILOG)(buckets_command)
+    group.command("clusters", help=_unwrap(CLUSTERS_HELP), epilog=EPILOG)(clusters_command)
     group.command("filter", help=_unwrap(FILTER_HELP), epilog=EPILOG)(filter_command)
     app.add_typer(group, name="dedup")

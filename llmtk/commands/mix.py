@@ -18,6 +18,11 @@ plus a seeded random subset when a source is smaller than its share, a seeded
 subset when it is larger. Sources are interleaved evenly; the achieved mix is
 reported on stderr and with --report.
 
+With --shard K/N each task writes its own files' share of every source (the
+plan is the single run's, from the token counts of all files): save the
+counts once with --counts DIR --count-only (sharded too), and every task
+reuses them instead of tokenizing what it will not write.
+
 [bold]Examples[/bold]
 
   llmtk mix --source web=web.jsonl.zst:0.7 --source code=code/:0.3 \\
@@ -28,6 +33,12 @@ reported on stderr and with --report.
 
   llmtk mix -s old=old/:0.2 -s new=new/:0.8 --tokenizer tok.json \\
     --max-epochs 2 -o c.jsonl
+
+  llmtk mix -s web=web/:0.7 -s code=code/:0.3 --counts work/counts \\
+    --count-only --shard $K/$N
+
+  llmtk mix -s web=web/:0.7 -s code=code/:0.3 --counts work/counts \\
+    --shard $K/$N -o mix/$K.jsonl
 """
 
 EPILOG = "Exit status: 0 success, 1 data error, 2 bad usage (e.g. a source too small)."
@@ -49,6 +60,12 @@ def command(
         "--report", help="Write the achieved mix as JSON.")] = None,
     annotate: Annotated[bool, typer.Option(
         "--annotate", help="Add llmtk.source and llmtk.epoch to every document.")] = False,
+    counts: Annotated[str | None, typer.Option(
+        "--counts", help="Save the per-file token counts in this folder, and reuse those "
+                         "already there (every shard of a job array reads the same).")] = None,
+    count_only: Annotated[bool, typer.Option(
+        "--count-only", help="Only count (into --counts; with --shard, this task's own "
+                             "files); write no documents.")] = False,
     seed: o.Seed = 0,
     *,
     stream: StreamOptions,
@@ -66,14 +83,22 @@ def command(
     if len(set(names)) != len(names):
         raise UsageError(f"--source: names must be unique, got {', '.join(names)}")
     budget = parse_number("--tokens", tokens)
+    tok = load_tokenizer(tokenizer)
+    if count_only and not counts:
+        raise UsageError("--count-only needs --counts DIR (where the counts go)")
     stream.inputs = [s.spec for s in sources]
+    if count_only:
+        stream.output = None
     # Paths are checked (no output is a source or the tokenizer) before anything is read.
     run = StreamRun("mix", stream, inputs_also=[tokenizer] if tokenizer != "bytes" else [],
                     outputs_also=[("--report", report)])
-    tok = load_tokenizer(tokenizer)
     with run:
         for s in sources:
-            count_tokens(run, s, tok)
+            count_tokens(run, s, tok, counts, stream.shard if count_only else None)
+        if count_only:
+            run.count("mix.counted_docs", sum(len(s.doc_tokens) - s.doc_tokens.count(0)
+                                              for s in sources))
+            return
         used = plan(sources, budget, max_epochs, seed)
         result = build_report(sources, emit(run, sources, annotate), used, tok)
         if report:

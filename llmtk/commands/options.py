@@ -19,8 +19,8 @@ IO_PANEL = "Input and output"
 Inputs = Annotated[
     list[str] | None,
     typer.Argument(
-        help="Input files, directories or globs (.jsonl, .jsonl.zst, .jsonl.gz); "
-        "'-' or nothing reads stdin.",
+        help="Input files, directories or globs (.jsonl, .jsonl.zst, .jsonl.gz, .parquet, "
+        "Hugging Face save_to_disk folders); '-' or nothing reads stdin.",
         metavar="FILES",
         show_default=False,
     ),
@@ -30,7 +30,8 @@ Output = Annotated[
     typer.Option(
         "-o",
         "--output",
-        help="Write here instead of stdout; .zst/.gz pick the compression. "
+        help="Write here instead of stdout; .zst/.gz pick the compression, .parquet "
+        "writes Parquet. "
         "Written to a temporary file and renamed when complete.",
         rich_help_panel=IO_PANEL,
     ),
@@ -77,8 +78,10 @@ Shard = Annotated[
     str | None,
     typer.Option(
         "--shard",
-        help="K/N: handle only shard K of N (0-based), by a stable hash of the record "
-        "id, or of its position when it has none.",
+        help="K/N: handle only task K of N (0-based). File inputs: whole files, a "
+        "contiguous size-balanced run of the sorted list per task; stdin: records by a "
+        "stable hash of the id (or position). With -o, OUTPUT.done marks a finished task "
+        "and a rerun skips it.",
         rich_help_panel=IO_PANEL,
     ),
 ]

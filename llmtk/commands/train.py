@@ -40,6 +40,11 @@ checkpoints, and resumes from the newest complete checkpoint by itself.
   llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 \\
     -o tokenizer.json
 
+  llmtk train --init-from hf:models/base --data cpt.jsonl.zst --out runs/cpt \\
+    --log-to tensorboard
+
+  llmtk train export runs/a --hf hf/a
+
   llmtk plot-loss runs/a/metrics.jsonl -o loss.png
 
 Exit status: 0 done (or checkpointed and stopped on SIGTERM/SIGUSR1), 1 a data or \
@@ -85,7 +90,8 @@ def command(
         "--out", help="The run directory: metrics.jsonl, config.json, checkpoints/.",
         panel=DATA)] = None,
     model: Annotated[str | None, _opt(
-        "--model", help="Preset: tiny, gpt2-124m, 350m, 1b, 7b. Default tiny.",
+        "--model", help="A Llama-style preset of `llmtk estimate --list`: tiny, llmtk-124m, "
+        "350m, 1b, 7b, llama2-7b, llama3-8b, mistral-7b, ... Default tiny.",
         panel=MODEL)] = None,
     layers: Annotated[int | None, _opt("--layers", help="Override the number of layers.",
                                        panel=MODEL)] = None,
@@ -165,6 +171,10 @@ def command(
                                        panel=LOG)] = None,
     sample_tokens: Annotated[int | None, _opt(
         "--sample-tokens", help="Tokens per sample. Default 64.", panel=LOG)] = None,
+    log_to: Annotated[str | None, _opt(
+        "--log-to", help="Also log every metrics row and event to tensorboard (OUT/tensorboard) "
+        "and/or wandb (OUT/wandb, offline unless WANDB_MODE is set), comma-separated. "
+        "metrics.jsonl is always written.", panel=LOG)] = None,
     checkpoint_every: Annotated[int | None, _opt(
         "--checkpoint-every", help="Steps between checkpoints (0: only at the end and on "
         "SIGTERM/SIGUSR1). Default 0.", panel=CKPT)] = None,
@@ -182,8 +192,9 @@ def command(
         "--resume", help="auto (newest complete checkpoint in OUT, the default), never, or "
         "a checkpoint/run directory.", panel=CKPT)] = None,
     init_from: Annotated[str | None, _opt(
-        "--init-from", help="Start from another run's weights with a fresh optimizer and "
-        "schedule.", panel=CKPT)] = None,
+        "--init-from", help="Start from another run's weights, or from a Hugging Face "
+        "Llama/Qwen2/Mistral folder with hf:PATH (its shape and tokenizer too), with a fresh "
+        "optimizer and schedule.", panel=CKPT)] = None,
     on_nan: Annotated[str | None, _opt(
         "--on-nan", help="Non-finite loss or gradients: skip the step (default) or stop.",
         panel=CKPT)] = None,
@@ -334,12 +345,18 @@ def tokenizer_command(
 
 
 EXPORT_HELP = """\
-Write a checkpoint's model as one consolidated, weights-only file.
+Write a checkpoint's model as one consolidated file (-o), or as a Hugging Face
+transformers folder (--hf).
 
 Works on full and DCP-sharded (FSDP2) checkpoints alike: the shards are gathered in \
-this one process, no GPUs or process group needed. The file holds the model's full \
+this one process, no GPUs or process group needed. `-o FILE` holds the model's full \
 state dict, its configuration and its tokenizer's fingerprint; \
-`llmtk.train.load_model(FILE)` loads it (torch.load with weights_only=True works too).
+`llmtk.train.load_model(FILE)` loads it (torch.load with weights_only=True works too). \
+`--hf OUT_DIR` writes config.json (LlamaForCausalLM; Qwen2ForCausalLM for q/k/v-bias \
+models), model.safetensors (fp32) and the tokenizer files (a byte-level run gets a \
+tokenizer.json with the same ids, so text round-trips); the folder is written under a \
+temporary name and renamed when complete, and loads with transformers' \
+AutoModelForCausalLM.from_pretrained.
 
 [bold]Examples[/bold]
 
@@ -347,7 +364,12 @@ state dict, its configuration and its tokenizer's fingerprint; \
 
   llmtk train export runs/a/checkpoints/step-0020000 -o step20k.pt
 
-Exit status: 0 written, 1 a corrupt checkpoint or a write error, 2 no checkpoint there.
+  llmtk train export runs/a --hf hf/a
+
+  llmtk generate hf/a --prompt "Once upon a time" --temperature 0
+
+Exit status: 0 written, 1 a corrupt checkpoint or a write error, 2 bad usage (no \
+checkpoint there, OUT_DIR not empty, neither or both of -o and --hf).
 """
 
 
@@ -355,11 +377,27 @@ Exit status: 0 written, 1 a corrupt checkpoint or a write error, 2 no checkpoint
 def export_command(
     checkpoint: Annotated[str, typer.Argument(help="A run directory, its checkpoints/ "
                                               "directory or one step-NNNNNNN directory.")],
-    output: Annotated[str, typer.Option("-o", "--output", help="The file to write.")],
+    output: Annotated[str | None, typer.Option(
+        "-o", "--output", help="The consolidated file to write.")] = None,
+    hf: Annotated[str | None, typer.Option(
+        "--hf", help="The Hugging Face folder to write (new or empty).")] = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors on stderr.")] = False,
 ) -> None:
     import sys
 
+    from llmtk.errors import UsageError
+
+    if (output is None) == (hf is None):
+        raise UsageError("train export: give -o FILE (one consolidated file) or --hf OUT_DIR "
+                         "(a Hugging Face folder)")
+    if hf is not None:
+        from llmtk.train.hf import export_hf
+
+        info = export_hf(checkpoint, hf)
+        if not quiet:
+            print(f"exported {info['checkpoint']} (step {info['step']}, {info['params']:,} "
+                  f"parameters) as {info['architecture']} -> {info['out']}", file=sys.stderr)
+        return
     from llmtk.train import export
 
     source = export(checkpoint, output)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Iterator
 
-from llmtk.contam.check import EvalIndex, EvalItem, build_items, classify, coverage
+from llmtk.contam.check import EvalIndex, EvalItem, build_items
 from llmtk.contam.ngrams import mask_ngrams
+from llmtk.contam.report import item_row, seen_runs, summarise
 from llmtk.errors import UsageError
 from llmtk.io import Doc, StreamRun, ordered_map
 
@@ -80,23 +81,13 @@ def check_stream(run: StreamRun, index: EvalIndex, drop: bool, annotate: bool,
 
 
 def build_report(index: EvalIndex, dirty: float, clean: float, contaminated_docs: int,
-                 docs: int) -> dict:
+                 docs: int, task: tuple[int, int] | None = None) -> dict:
+    """The per-item report; a sharded task's (task = (K, N)) merges with the others'
+    through `llmtk stats merge` into the single run's (llmtk.contam.report)."""
     n = index.n
-    items, classes, per_source = [], Counter(), {}
-    for it in index.items:
-        cov = coverage(it, n)
-        cls = classify(cov, len(it.ngrams) > 0, dirty, clean)
-        classes[cls] += 1
-        src = per_source.setdefault(it.source, Counter())
-        src[cls] += 1
-        src["items"] += 1
-        items.append({"id": it.id, "source": it.source, "words": it.n_words,
-                      "ngrams": int(len(it.ngrams)), "seen_ngrams": int(it.seen.sum()),
-                      "coverage": round(cov, 4), "class": cls, "docs": list(it.docs)})
-    return {
-        "n": n, "dirty_threshold": dirty, "clean_threshold": clean,
-        "docs": docs, "contaminated_docs": contaminated_docs,
-        "classes": {k: classes.get(k, 0) for k in ("dirty", "partial", "clean", "too_short")},
-        "sources": {s: dict(sorted(c.items())) for s, c in sorted(per_source.items())},
-        "items": items,
-    }
+    items = [item_row(it.id, it.source, it.n_words, int(len(it.ngrams)), seen_runs(it.seen),
+                      list(it.docs), n, dirty, clean) for it in index.items]
+    report = summarise(items, n, dirty, clean, docs, contaminated_docs)
+    if task is not None:
+        report["task"] = list(task)
+    return report

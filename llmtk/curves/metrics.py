@@ -79,13 +79,16 @@ class MetricsWriter:
     """Appends rows to OUT/metrics.jsonl, one flushed line per row (a crash loses at most
     the row being written; a torn last line is dropped by `truncate_after`)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, mirror=None):
         self.path = path
         self._f = open(path, "ab")
+        self.mirror = mirror  # row -> None: `train --log-to` (TensorBoard, W&B), after the file
 
     def write(self, row: dict) -> None:
         self._f.write(encode_row(row))
         self._f.flush()
+        if self.mirror is not None:
+            self.mirror(row)
 
     def sync(self) -> None:
         self._f.flush()

@@ -1,229 +1,567 @@
-"""Scale-out: the single-command dedup split into stages over a shared filesystem.
+"""Scale-out: the single-command dedup as four stages over a shared filesystem.
 
-    llmtk dedup signatures IN --shard K/N -o sigs/   # N jobs: sigs/sig-K-of-N.npz
-    llmtk dedup index sigs/ --shard K/M -o index/    # M jobs: bands b with b % M == K
-    llmtk dedup filter IN --index index/ --shard K/N # N jobs: write kept docs
+    llmtk dedup signatures IN --shard K/N -o W/sigs/       # N tasks, one per run of files
+    llmtk dedup buckets W/sigs/ --shard K/M -o W/buckets/  # M tasks, any M
+    llmtk dedup clusters W/buckets/ -o W/clusters/         # 1 task
+    llmtk dedup filter IN --index W/clusters/ --shard K/N -o out/K.jsonl.zst
 
-Documents are numbered by their position in the whole input, in every stage.
-For each band, the first document that had a key is the smallest position with
-it; a document's band parent is the earliest such first owner before it, its
-exact parent the first with the same exact key. Those are exactly the parents
-the streaming index finds (see llmtk.dedup.index), so the union of the filter
-shards' outputs equals the single-command output. The filter stage reads all
-index parts (8-16 bytes per document each) and resolves roots itself.
+A document is named by its identity (llmtk.io.shard.doc_key): file ordinal in
+the sorted input list << 40 | record ordinal in its file, whose order is the
+single run's input order. No task holds anything proportional to the corpus:
+
+1. signatures: MinHash as in the single command; per "band" (the LSH bands,
+   then the exact-text key as one more) it writes (key, document) pairs sorted
+   by key, one run per RUN_DOCS documents. Memory: one run.
+2. buckets: the (band, key range) units, unit u to task u % M. A unit merges
+   the runs of all signature tasks window by window (each window a sub-range of
+   keys that holds about WINDOW pairs, read from every run by binary search on
+   a memory map) and emits only duplicate edges: document -> first owner of the
+   key (the smallest document that has it). With --verify an edge is kept only
+   if the two signatures' low bytes agree enough. Memory: one window.
+3. clusters: per document with edges, parent = its exact owner if any, else
+   its earliest band owner; root = root(parent), by pointer jumping over
+   these documents only. Those are the single command's parents and roots
+   (llmtk.dedup.index). Writes, per signature task, the sorted list of its
+   documents to remove, with dup_of (the root's id, or its position in the
+   whole input) and whether it is its root's first duplicate (where the single
+   run writes the root's --clusters line). Memory: the duplicate edges.
+4. filter: a task streams its own files against its own remove list.
+
+Every stage refuses other MinHash settings, other inputs, or an incomplete
+set of parts; every task writes its outputs atomically, then a `.done` marker.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
-from typing import Any
+import shutil
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from llmtk.dedup.config import DedupConfig
-from llmtk.dedup.index import (
-    EXACT,
-    MINHASH,
-    _write,
-    check_same_config,
-    read_meta,
-    resolve_roots,
-    verified,
-)
-from llmtk.dedup.stream import cluster_log, settle_duplicate, signature_batches
-from llmtk.errors import DataError, UsageError
-from llmtk.io import StreamRun
-from llmtk.io.atomic import atomic_file
+from llmtk.dedup.index import EXACT, MINHASH, check_same_config, read_meta
+from llmtk.dedup.stream import ClusterLog, settle_duplicate, signature_batches
+from llmtk.errors import AlreadyDone, DataError, UsageError
+from llmtk.io import StreamRun, write_json_atomically
+from llmtk.io.shard import RECORD_BITS
 
-SIG_KIND, INDEX_KIND = "llmtk.dedup.signatures", "llmtk.dedup.index-parts"
+if TYPE_CHECKING:
+    import numpy as np
 
-
-def _meta(kind: str, config: DedupConfig, **extra: Any) -> bytes:
-    meta = {"kind": kind, "version": 1, "config": config.to_dict(), **extra}
-    return orjson.dumps(meta, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+SIG_KIND = "llmtk.dedup.signatures"
+BUCKET_KIND = "llmtk.dedup.buckets"
+CLUSTER_KIND = "llmtk.dedup.clusters"
+VERSION = 2
+RUN_DOCS = 1 << 20  # documents per sorted run of a signature task (16 B per key and band)
+WINDOW = 1 << 22  # (key, document) pairs per merge window of a bucket unit (~100 MB)
+RECORD_MASK = (1 << RECORD_BITS) - 1
 
 
-def _parts(directory: str, stem: str, option: str) -> list[str]:
-    """All part files of a complete set: stem-K-of-N.npz for every K < N."""
-    paths = sorted(glob.glob(os.path.join(directory, f"{stem}-*-of-*.npz")))
-    found: dict[int, set[int]] = {}
-    for p in paths:
-        m = re.search(rf"{stem}-(\d+)-of-(\d+)\.npz$", p)
-        if m:
-            found.setdefault(int(m.group(2)), set()).add(int(m.group(1)))
-    if not found:
-        raise UsageError(f"{option}: {directory} holds no {stem}-K-of-N.npz files")
-    if len(found) > 1:
-        raise UsageError(f"{option}: {directory} mixes part sets of sizes {sorted(found)}")
-    (n, ks), = found.items()
-    missing = sorted(set(range(n)) - ks)
+def _part(k: int, n: int) -> str:
+    return f"part-{k:05d}-of-{n:05d}"
+
+
+def _done(directory: str, name: str) -> str:
+    return os.path.join(directory, name + ".done")
+
+
+def _write_meta(directory: str, kind: str, option: str, **meta: Any) -> None:
+    """meta.json of a stage folder: every task writes the same; a different one is refused."""
+    meta = {"kind": kind, "version": VERSION, **meta}
+    path = os.path.join(directory, "meta.json")
+    if os.path.exists(path):
+        saved = read_meta(directory, kind, option)
+        if saved != orjson.loads(orjson.dumps(meta)):
+            diff = sorted(k for k in meta if saved.get(k) != orjson.loads(orjson.dumps(meta[k])))
+            raise UsageError(f"{option}: {directory} holds a run with other {', '.join(diff)} "
+                             "(use a new folder, or the same inputs and settings)")
+        return
+    write_json_atomically(path, meta)
+
+
+def _commit_dir(tmp: str, final: str) -> None:
+    if os.path.exists(final):  # a task killed after its rename, before its marker
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+
+
+def _check_parts(directory: str, n: int, option: str) -> None:
+    missing = [k for k in range(n) if not os.path.exists(_done(directory, _part(k, n)))]
     if missing:
-        raise UsageError(f"{option}: {directory} lacks {stem} part(s) {missing} of {n}")
-    return [os.path.join(directory, f"{stem}-{k:05d}-of-{n:05d}.npz") for k in range(n)]
+        shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+        raise UsageError(f"{option}: {directory} lacks finished task(s) {shown} of {n}")
 
 
-# -- stage 1 -----------------------------------------------------------------
+def _stage_inputs(run: StreamRun) -> None:
+    if "-" in run.all_paths:
+        raise UsageError("the dedup stages read their inputs twice (signatures, then filter): "
+                         "give files, directories or globs, not stdin")
 
-def write_signatures(
-    run: StreamRun, config: DedupConfig, out_dir: str, shard: tuple[int, int] | None, workers: int
-) -> None:
+
+# -- 1. signatures --------------------------------------------------------------------------
+
+def write_signatures(run: StreamRun, config: DedupConfig, out_dir: str, workers: int) -> None:
+    """Task K of N: sorted (key, document) runs per band for its own files."""
     import numpy as np
 
-    k, n = shard or (0, 1)
-    positions, exact, bands, low, ids = [], [], [], [], []
-    for docs, batch in signature_batches(run.docs(), config, workers):
-        positions.append(np.fromiter((d.index for d in docs), np.int64, len(docs)))
-        exact.append(batch.exact)
-        bands.append(batch.bands)
+    _stage_inputs(run)
+    k, n = run.opts.shard or (0, 1)
+    os.makedirs(out_dir, exist_ok=True)
+    name = _part(k, n)
+    if os.path.exists(_done(out_dir, name)) and os.path.isdir(os.path.join(out_dir, name)):
+        raise AlreadyDone(f"{os.path.join(out_dir, name)} is done; skipping this task")
+    _write_meta(out_dir, SIG_KIND, "-o", config=config.to_dict(), tasks=n, files=run.all_paths)
+    tmp = os.path.join(out_dir, f".{name}.tmp-{os.getpid()}")
+    os.makedirs(tmp)
+    try:
+        writer = _RunWriter(tmp, config, RUN_DOCS)
+        for docs, batch in signature_batches(run.docs(), config, workers):
+            keys = run.doc_keys(np.fromiter((d.index for d in docs), np.int64, len(docs)))
+            writer.add(keys, batch, [d.id for d in docs])
+            run.summary.records_out += len(docs)
+        writer.finish()
+        starts = run.file_starts
+        records = [starts[i + 1] - starts[i] for i in range(len(starts) - 1)]
+        _write_bytes(os.path.join(tmp, "files.json"),
+                     orjson.dumps({"ordinals": run.file_ordinals, "records": records,
+                                   "runs": writer.runs}))
+        _commit_dir(tmp, os.path.join(out_dir, name))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    write_json_atomically(_done(out_dir, name), {"documents": writer.count})
+
+
+class _RunWriter:
+    """Collects a task's keys and writes them as sorted runs of at most run_docs documents."""
+
+    def __init__(self, directory: str, config: DedupConfig, run_docs: int) -> None:
+        self.dir, self.config, self.run_docs = directory, config, run_docs
+        self.runs = 0
+        self.count = 0
+        self._keys: list = []
+        self._exact: list = []
+        self._bands: list = []
+        self._low: list = []
+        self._ids: list = []  # (doc key, id) of documents with an id
+        self._pending = 0
+
+    def add(self, keys: np.ndarray, batch, ids: list[Any]) -> None:
+        self._keys.append(keys)
+        self._exact.append(batch.exact)
+        self._bands.append(batch.bands)
         if batch.low is not None:
-            low.append(batch.low)
-        ids.extend([d.index, d.id] for d in docs if d.id is not None)
-        run.summary.records_out += len(docs)
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"sig-{k:05d}-of-{n:05d}.npz")
-    nb = config.bands
-    with atomic_file(path) as f:
-        np.savez(
-            f,
-            positions=np.concatenate(positions) if positions else np.zeros(0, np.int64),
-            exact=np.concatenate(exact) if exact else np.zeros(0, np.uint64),
-            bands=np.concatenate(bands) if bands else np.zeros((0, nb), np.uint64),
-            ids=np.frombuffer(orjson.dumps(ids), dtype=np.uint8),
-            low=np.concatenate(low) if low else np.zeros((0, config.permutations), np.uint8),
-        )
-    _write(os.path.join(out_dir, "meta.json"), _meta(SIG_KIND, config))
+            self._low.append(batch.low)
+        self._ids.extend((int(key), i) for key, i in zip(keys.tolist(), ids, strict=True)
+                         if i is not None)
+        self._pending += len(keys)
+        self.count += len(keys)
+        if self._pending >= self.run_docs:
+            self._flush()
 
-
-# -- stage 2 -----------------------------------------------------------------
-
-def _first_owner_parent(keys, positions):
-    """keys (D,) uint64 (0: none), positions (D,) ascending -> (D,) earlier first owner or -1."""
-    import numpy as np
-
-    parent = np.full(len(keys), -1, dtype=np.int64)
-    has = keys != 0
-    idx = np.flatnonzero(has)
-    if idx.size:
-        _, first, inverse = np.unique(keys[idx], return_index=True, return_inverse=True)
-        owner = positions[idx[first]][inverse]
-        parent[idx] = np.where(owner < positions[idx], owner, -1)
-    return parent
-
-
-def build_index(sig_dir: str, out_dir: str, part: tuple[int, int] | None) -> int:
-    """Build index part K of M (bands b with b % M == K; part 0 also the exact keys)."""
-    import numpy as np
-
-    meta = read_meta(sig_dir, SIG_KIND, "SIGS")
-    config = DedupConfig.from_dict(meta["config"])
-    k, m = part or (0, 1)
-    mine = [b for b in range(config.bands) if b % m == k]
-    positions, exact, cols, lows, ids = [], [], [], [], []
-    for path in _parts(sig_dir, "sig", "SIGS"):
-        with np.load(path) as z:
-            positions.append(z["positions"])
-            if config.verify:
-                lows.append(z["low"])
-            if k == 0:
-                exact.append(z["exact"])
-                ids.extend(orjson.loads(z["ids"].tobytes()))
-            cols.append(z["bands"][:, mine])
-    pos = np.concatenate(positions)
-    order = np.argsort(pos, kind="stable")
-    pos = pos[order]
-    if len(pos) > 1 and (np.diff(pos) == 0).any():
-        raise DataError(f"{sig_dir}: a document is in two signature parts "
-                        "(were --shard values reused?)")
-    band = np.concatenate(cols)[order]  # (D, len(mine))
-    big = np.iinfo(np.int64).max
-    band_parent = np.full(len(pos), big, dtype=np.int64)
-    low = np.concatenate(lows)[order] if config.verify else None  # (D, P) by position
-    for j in range(band.shape[1]):
-        p = _first_owner_parent(np.ascontiguousarray(band[:, j]), pos)
-        if low is not None:
-            p = verified(p[:, None], pos, lambda n: low[np.searchsorted(pos, n)],
-                         config.verify_matches)[:, 0]
-        band_parent = np.minimum(band_parent, np.where(p >= 0, p, big))
-    band_parent[band_parent == big] = -1
-    if k == 0:
-        exact_parent = _first_owner_parent(np.concatenate(exact)[order], pos)
-    else:
-        exact_parent = np.full(len(pos), -1, dtype=np.int64)
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"index-{k:05d}-of-{m:05d}.npz")
-    with atomic_file(path) as f:
-        np.savez(f, positions=pos, band_parent=band_parent, exact_parent=exact_parent)
-    if k == 0:
-        ids.sort(key=lambda x: x[0])
-        _write(os.path.join(out_dir, "ids.json"), orjson.dumps(ids))
-    _write(os.path.join(out_dir, "meta.json"), _meta(INDEX_KIND, config))
-    return len(pos)
-
-
-# -- stage 3 -----------------------------------------------------------------
-
-class StageIndex:
-    """All index parts combined: roots for every document of the input."""
-
-    def __init__(self, directory: str, config: DedupConfig | None = None) -> None:
+    def _flush(self) -> None:
         import numpy as np
 
-        meta = read_meta(directory, INDEX_KIND, "--index")
+        if not self._pending:
+            return
+        r = self.runs
+        docs = np.concatenate(self._keys)  # (D,) ascending
+        cols = np.concatenate(self._bands)  # (D, B)
+        exact = np.concatenate(self._exact)
+        for b in range(self.config.bands + 1):
+            key = exact if b == self.config.bands else np.ascontiguousarray(cols[:, b])
+            has = key != 0  # 0: no shingles, no band key
+            key, doc = key[has], docs[has]
+            order = np.argsort(key, kind="stable")  # equal keys keep document order
+            np.save(os.path.join(self.dir, f"b{b:03d}-r{r:05d}.keys.npy"), key[order])
+            np.save(os.path.join(self.dir, f"b{b:03d}-r{r:05d}.docs.npy"), doc[order])
+        np.save(os.path.join(self.dir, f"r{r:05d}.docs.npy"), docs)
+        if self.config.verify:
+            np.save(os.path.join(self.dir, f"r{r:05d}.low.npy"), np.concatenate(self._low))
+        # Ids of this run: sorted doc keys, offsets into one blob of JSON values.
+        id_keys = np.array([k for k, _ in self._ids], dtype=np.uint64)
+        blobs = [orjson.dumps(v) for _, v in self._ids]
+        offsets = np.cumsum([0, *map(len, blobs)]).astype(np.int64)
+        np.save(os.path.join(self.dir, f"r{r:05d}.id-keys.npy"), id_keys)
+        np.save(os.path.join(self.dir, f"r{r:05d}.id-offsets.npy"), offsets)
+        _write_bytes(os.path.join(self.dir, f"r{r:05d}.ids.bin"), b"".join(blobs))
+        self._keys, self._exact, self._bands, self._low, self._ids = [], [], [], [], []
+        self._pending = 0
+        self.runs += 1
+
+    def finish(self) -> None:
+        self._flush()
+
+
+class Signatures:
+    """A finished signatures folder: its settings, parts and runs (memory-mapped on use)."""
+
+    def __init__(self, directory: str, option: str = "SIGS") -> None:
+        meta = read_meta(directory, SIG_KIND, option)
+        self.dir = directory
         self.config = DedupConfig.from_dict(meta["config"])
-        if config is not None:
-            check_same_config(self.config, config, directory)
-        pos = band = exact = None
-        for path in _parts(directory, "index", "--index"):
-            with np.load(path) as z:
-                if pos is None:
-                    pos, band, exact = z["positions"], z["band_parent"], z["exact_parent"]
-                    continue
-                if not np.array_equal(pos, z["positions"]):
-                    raise UsageError(f"--index: {path} was built from other signatures")
-                b = z["band_parent"]
-                band = np.where((band < 0) | ((b >= 0) & (b < band)), b, band)
-                exact = np.maximum(exact, z["exact_parent"])
-        assert pos is not None and band is not None and exact is not None
-        self.positions = pos
-        self.exact = exact >= 0
-        parent = np.where(exact >= 0, exact, band)
-        self.roots = resolve_roots(parent, pos, lambda r: r) if len(pos) else parent
-        with open(os.path.join(directory, "ids.json"), "rb") as f:
-            self.ids = {int(p): i for p, i in orjson.loads(f.read())}
+        self.tasks = int(meta["tasks"])
+        self.files: list[str] = meta["files"]
+        _check_parts(directory, self.tasks, option)
+        self.parts = []  # per task: {"dir", "ordinals", "records", "runs"}
+        for k in range(self.tasks):
+            d = os.path.join(directory, _part(k, self.tasks))
+            with open(os.path.join(d, "files.json"), "rb") as f:
+                self.parts.append({"dir": d, **orjson.loads(f.read())})
 
-    def row(self, position: int, where: str) -> int:
+    def runs(self) -> Iterator[str]:
+        """The path prefix of every run (part directory / rNNNNN)."""
+        for p in self.parts:
+            for r in range(p["runs"]):
+                yield os.path.join(p["dir"], f"r{r:05d}")
+
+    def band_runs(self, band: int) -> list[str]:
+        """The path stem of each sorted run of one band (STEM.keys.npy, STEM.docs.npy)."""
+        return [os.path.join(p["dir"], f"b{band:03d}-r{r:05d}")
+                for p in self.parts for r in range(p["runs"])]
+
+    def record_counts(self) -> list[int]:
+        """Records of every input file, by file ordinal."""
+        counts = [0] * len(self.files)
+        for p in self.parts:
+            for o, c in zip(p["ordinals"], p["records"], strict=True):
+                counts[o] = c
+        return counts
+
+    def lookup(self, keys: np.ndarray, what: str) -> list:
+        """Per document key (ascending): its low bytes row ('low') or its id ('id', or None)."""
         import numpy as np
 
-        i = int(np.searchsorted(self.positions, position))
-        if i >= len(self.positions) or self.positions[i] != position:
-            raise DataError(f"{where}: this record is not in the index (same inputs as the "
-                            "signatures stage?)")
-        return i
+        out: list = [None] * len(keys)
+        rows = np.empty((len(keys), self.config.permutations), np.uint8) if what == "low" else None
+        for stem in self.runs():
+            docs = np.load(stem + (".docs.npy" if what == "low" else ".id-keys.npy"),
+                           mmap_mode="r")
+            if not len(docs):
+                continue
+            lo = int(np.searchsorted(keys, docs[0], side="left"))
+            hi = int(np.searchsorted(keys, docs[-1], side="right"))
+            if hi <= lo:
+                continue
+            want = keys[lo:hi]
+            pos = np.searchsorted(docs, want)
+            pos[pos >= len(docs)] = 0
+            hit = np.asarray(docs[pos]) == want
+            if what == "low":
+                low = np.load(stem + ".low.npy", mmap_mode="r")
+                rows[lo:hi][hit] = low[pos[hit]]  # type: ignore[index]
+                continue
+            offsets = np.load(stem + ".id-offsets.npy", mmap_mode="r")
+            with open(stem + ".ids.bin", "rb") as f:
+                for i, j in zip(np.flatnonzero(hit).tolist(), pos[hit].tolist(), strict=True):
+                    f.seek(int(offsets[j]))
+                    out[lo + i] = orjson.loads(f.read(int(offsets[j + 1] - offsets[j])))
+        return rows if what == "low" else out  # type: ignore[return-value]
 
 
-def filter_with_index(
-    run: StreamRun, directory: str, annotate: bool, clusters: str | None
-) -> None:
+# -- 2. buckets -----------------------------------------------------------------------------
+
+def ranges_for(tasks: int, bands: int) -> int:
+    """Key ranges per band so that the (bands + 1) x ranges units keep `tasks` tasks busy."""
+    return max(1, -(-tasks // (bands + 1)))
+
+
+def build_buckets(sig_dir: str, out_dir: str, part: tuple[int, int] | None) -> int:
+    """Task K of M: the duplicate edges of the units u (band, key range) with u % M == K."""
     import numpy as np
 
-    index = StageIndex(directory)
-    roots, positions = index.roots, index.positions
-    with cluster_log(run, clusters) as log:
-        # Clusters with duplicates: a kept document's own --clusters line is written by
-        # the shard that holds it, so the shards' lines together equal the single run's.
-        heads = set(np.unique(roots[roots != positions]).tolist()) if log is not None else set()
+    sigs = Signatures(sig_dir)
+    config = sigs.config
+    k, m = part or (0, 1)
+    name = _part(k, m)
+    os.makedirs(out_dir, exist_ok=True)
+    if os.path.exists(_done(out_dir, name)):
+        raise AlreadyDone(f"{os.path.join(out_dir, name)} is done; skipping this task")
+    ranges = ranges_for(m, config.bands)
+    _write_meta(out_dir, BUCKET_KIND, "-o", config=config.to_dict(), tasks=m, ranges=ranges,
+                signatures=os.path.abspath(sig_dir), files=sigs.files)
+    edges = 0
+    units = (config.bands + 1) * ranges
+    for u in range(k, units, m):
+        band, r = divmod(u, ranges)
+        child, owner = _unit_edges(sigs, band, r, ranges, WINDOW)
+        if config.verify and band < config.bands and len(child):
+            child, owner = _verified(sigs, child, owner)
+        order = np.argsort(child, kind="stable")
+        path = os.path.join(out_dir, f"edges-b{band:03d}-r{r:05d}-of-{ranges:05d}.npz")
+        tmp = f"{path}.tmp-{os.getpid()}.npz"
+        np.savez(tmp, child=child[order], owner=owner[order])
+        os.replace(tmp, path)
+        edges += len(child)
+    write_json_atomically(_done(out_dir, name), {"edges": edges})
+    return edges
+
+
+def _unit_edges(sigs: Signatures, band: int, r: int, ranges: int, window: int):
+    """(child, owner) uint64 for one band's key range r of `ranges`, window by window.
+
+    The window boundaries are found by binary search in each run's memory map (a few
+    pages, unmapped at once); the windows' pairs are read with plain reads, so the
+    memory is one window whatever the corpus size.
+    """
+    import numpy as np
+
+    lo, hi = (r << 64) // ranges, ((r + 1) << 64) // ranges  # keys in [lo, hi)
+    runs = [_RunFile(stem) for stem in sigs.band_runs(band)]
+    total = sum(int(np.diff(run.cuts([lo, hi]))[0]) for run in runs)
+    windows = max(1, -(-total // window))
+    bounds = [lo + (hi - lo) * w // windows for w in range(windows + 1)]
+    cuts = [run.cuts(bounds) for run in runs]  # (windows + 1,) positions per run
+    children, owners = [], []
+    for w in range(windows):
+        ks, ds = [], []
+        for run, c in zip(runs, cuts, strict=True):
+            ks.append(run.read("keys", c[w], c[w + 1]))
+            ds.append(run.read("docs", c[w], c[w + 1]))
+        key, doc = np.concatenate(ks), np.concatenate(ds)
+        del ks, ds
+        if not len(key):
+            continue
+        order = np.lexsort((doc, key))  # by key, then document
+        key, doc = key[order], doc[order]
+        first = np.r_[True, key[1:] != key[:-1]]
+        owner = doc[first][np.cumsum(first) - 1]  # each key's first document
+        children.append(doc[~first])
+        owners.append(owner[~first])
+    if not children:
+        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
+    return np.concatenate(children), np.concatenate(owners)
+
+
+class _RunFile:
+    """One sorted run of a band: binary search and slices, without keeping it mapped."""
+
+    def __init__(self, stem: str) -> None:
+        self.stem = stem
+        self._offset: dict[str, int] = {}
+
+    def cuts(self, bounds: list[int]):
+        """Position of the first key >= each bound (a bound of 2**64: the end)."""
+        import numpy as np
+
+        keys = np.load(self.stem + ".keys.npy", mmap_mode="r")
+        top = [b >= 1 << 64 for b in bounds]
+        q = np.array([0 if t else b for b, t in zip(bounds, top, strict=True)], np.uint64)
+        pos = np.searchsorted(keys, q, side="left")
+        pos[np.array(top, bool)] = len(keys)
+        del keys
+        return pos.tolist()
+
+    def read(self, what: str, a: int, b: int):
+        import numpy as np
+
+        path = f"{self.stem}.{what}.npy"
+        if what not in self._offset:
+            with open(path, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    np.lib.format.read_array_header_1_0(f)
+                else:
+                    np.lib.format.read_array_header_2_0(f)
+                self._offset[what] = f.tell()
+        return np.fromfile(path, dtype=np.uint64, count=b - a, offset=self._offset[what] + 8 * a)
+
+
+def _verified(sigs: Signatures, child: np.ndarray, owner: np.ndarray):
+    """--verify: keep the edges whose two signatures agree on enough low bytes."""
+    import numpy as np
+
+    docs = np.unique(np.concatenate([child, owner]))
+    low = sigs.lookup(docs, "low")
+    equal = (low[np.searchsorted(docs, child)] == low[np.searchsorted(docs, owner)]).sum(axis=1)
+    keep = equal >= sigs.config.verify_matches
+    return child[keep], owner[keep]
+
+
+# -- 3. clusters ----------------------------------------------------------------------------
+
+def build_clusters(bucket_dir: str, out_dir: str) -> int:
+    """Roots of every document with a duplicate edge; a remove list per signature task."""
+    import numpy as np
+
+    meta = read_meta(bucket_dir, BUCKET_KIND, "BUCKETS")
+    _check_parts(bucket_dir, int(meta["tasks"]), "BUCKETS")
+    sigs = Signatures(meta["signatures"], "BUCKETS (its signatures folder)")
+    config = sigs.config
+    check_same_config(config, DedupConfig.from_dict(meta["config"]), bucket_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    if os.path.exists(_done(out_dir, "clusters")):
+        raise AlreadyDone(f"{out_dir} is done; skipping this task")
+    ranges = int(meta["ranges"])
+    # Exact key first: a document's exact owner is its parent if it has one, else its
+    # earliest band owner. One band at a time is reduced to one (owner, exact) per child,
+    # then merged into the running result: memory ~ the duplicates, plus one band's edges.
+    docs = np.zeros(0, np.uint64)
+    parent = np.zeros(0, np.uint64)
+    exact = np.zeros(0, bool)
+    for band in (config.bands, *range(config.bands)):
+        child, owner = [], []
+        for r in range(ranges):
+            with np.load(os.path.join(
+                    bucket_dir, f"edges-b{band:03d}-r{r:05d}-of-{ranges:05d}.npz")) as z:
+                child.append(z["child"])
+                owner.append(z["owner"])
+        is_exact = band == config.bands
+        c = np.concatenate([docs, *child])
+        o = np.concatenate([parent, *owner])
+        x = np.concatenate([exact, np.full(len(c) - len(docs), is_exact)])
+        del child, owner
+        order = np.lexsort((o, ~x, c))  # by child, exact first, then earliest owner
+        c, o, x = c[order], o[order], x[order]
+        first = np.r_[True, c[1:] != c[:-1]] if len(c) else np.zeros(0, bool)
+        docs, parent, exact = c[first], o[first], x[first]
+        del c, o, x, order, first
+    roots = _roots(docs, parent)
+    del parent
+    # Where the single run writes a root's --clusters line: before its first duplicate.
+    _, first_dup = np.unique(roots, return_index=True)
+    head_first = np.zeros(len(docs), bool)
+    head_first[first_dup] = True
+    counts = sigs.record_counts()
+    offsets = np.cumsum([0, *counts]).astype(np.int64)
+    uroots = np.unique(roots)
+    ids = sigs.lookup(uroots, "id")  # None where the root has no id
+    has_id = np.fromiter((i is not None for i in ids), bool, len(ids))
+    root_at = np.searchsorted(uroots, roots)  # (D,) row of each document's root in uroots
+    # dup_of: the root's id, or its position in the whole input.
+    position = (offsets[(roots >> np.uint64(RECORD_BITS)).astype(np.int64)]
+                + (roots & np.uint64(RECORD_MASK)).astype(np.int64))
+    for k, p in enumerate(sigs.parts):
+        if p["ordinals"]:  # a task's files are a contiguous run of ordinals
+            lo, hi = (np.uint64(o << RECORD_BITS) for o in (p["ordinals"][0],
+                                                           p["ordinals"][-1] + 1))
+            a, b = np.searchsorted(docs, [lo, hi])
+        else:
+            a = b = 0
+        rows = root_at[a:b]
+        named = has_id[rows]
+        dup_ids = orjson.dumps([ids[i] for i in rows[named].tolist()])
+        path = os.path.join(out_dir, f"remove-{_part(k, sigs.tasks)}.npz")
+        tmp = f"{path}.tmp-{os.getpid()}.npz"
+        np.savez(tmp, docs=docs[a:b], exact=exact[a:b], head_first=head_first[a:b],
+                 root_position=position[a:b], root_named=named,
+                 root_ids=np.frombuffer(dup_ids, np.uint8))
+        os.replace(tmp, path)
+    _write_meta(out_dir, CLUSTER_KIND, "-o", config=config.to_dict(), tasks=sigs.tasks,
+                files=sigs.files, records=counts, ordinals=[p["ordinals"] for p in sigs.parts])
+    write_json_atomically(_done(out_dir, "clusters"), {"duplicates": int(len(docs))})
+    return int(len(docs))
+
+
+def _roots(docs: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Pointer jumping: follow parents (always earlier documents) until one has none."""
+    import numpy as np
+
+    root = parent.copy()
+    if not len(docs):
+        return root
+    while True:
+        pos = np.searchsorted(docs, root)
+        pos[pos >= len(docs)] = 0
+        has = docs[pos] == root  # the root so far has a parent itself
+        if not has.any():
+            return root
+        root[has] = root[pos[has]]
+
+
+# -- 4. filter ------------------------------------------------------------------------------
+
+def filter_with_clusters(run: StreamRun, directory: str, annotate: bool,
+                         clusters: str | None) -> None:
+    """Write this task's documents that are not duplicates; drop (or mark) the others."""
+    import numpy as np
+
+    _stage_inputs(run)
+    meta = read_meta(directory, CLUSTER_KIND, "--index")
+    if not os.path.exists(_done(directory, "clusters")):
+        raise UsageError(f"--index: {directory} is not finished (no clusters.done)")
+    if meta["files"] != run.all_paths:
+        raise UsageError(f"--index: {directory} was built from other input files "
+                         f"({len(meta['files'])} files, these are {len(run.all_paths)})")
+    mine = set(run.file_ordinals)
+    offsets = np.cumsum([0, *meta["records"]]).astype(np.int64)
+    docs, dup_of, exact, head_first = [], [], [], []
+    for k, ordinals in enumerate(meta["ordinals"]):
+        if not mine.intersection(ordinals):
+            continue
+        with np.load(os.path.join(directory, f"remove-{_part(k, meta['tasks'])}.npz")) as z:
+            keep = np.isin((z["docs"] >> np.uint64(RECORD_BITS)).astype(np.int64),
+                           np.asarray(sorted(mine), dtype=np.int64))
+            docs.append(z["docs"][keep])
+            exact.append(z["exact"][keep])
+            head_first.append(z["head_first"][keep])
+            named_ids = iter(orjson.loads(z["root_ids"].tobytes()))
+            refs = [next(named_ids) if named else pos for pos, named in
+                    zip(z["root_position"].tolist(), z["root_named"].tolist(), strict=True)]
+            dup_of.extend(refs[i] for i in np.flatnonzero(keep).tolist())
+    remove = np.concatenate(docs).tolist() if docs else []
+    exact_l = np.concatenate(exact).tolist() if exact else []
+    head_l = np.concatenate(head_first).tolist() if head_first else []
+    ordinals = run.file_ordinals
+    starts = run.file_starts
+    next_i = 0
+    nxt = remove[0] if remove else -1
+    with _StageLog(clusters) if clusters else contextlib.nullcontext() as log:
         for doc in run.docs():
-            i = index.row(doc.index, doc.where())
-            root = int(roots[i])
-            ref = index.ids.get(doc.index, doc.index)
-            if root == doc.index:
-                if doc.index in heads:
-                    log.head(root, ref)  # type: ignore[union-attr]
+            j = len(starts) - 1  # the file being read is the last one started
+            record = doc.index - starts[j]
+            key = (ordinals[j] << RECORD_BITS) | record
+            if key != nxt:
                 run.write(doc)
                 continue
-            if log is not None:
-                log.heads.add(root)  # its head's line comes from the shard that holds it
-            settle_duplicate(run, doc, EXACT if index.exact[i] else MINHASH,
-                             index.ids.get(root, root), annotate, log, ref, root)
+            i = next_i
+            next_i += 1
+            nxt = remove[next_i] if next_i < len(remove) else -1
+            head = dup_of[i]
+            if log is not None and head_l[i]:
+                log.line({"id": head, "cluster": head})  # before the root's first duplicate
+            member = doc.id if doc.id is not None else int(offsets[ordinals[j]]) + record
+            settle_duplicate(run, doc, EXACT if exact_l[i] else MINHASH, head, annotate,
+                             log, member, -1)
+    _check_counts(run, meta["records"])
+    if next_i != len(remove):
+        raise DataError(f"--index: {len(remove) - next_i} documents to remove were not in "
+                        "these inputs (same inputs as the signatures stage?)")
+
+
+class _StageLog(ClusterLog):
+    """--clusters in a filter task: the clusters stage says where a root's line goes."""
+
+    def line(self, record: dict) -> None:
+        self.sink.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+
+    def add(self, member: Any, head_number: int, head: Any, reason: str) -> None:
+        self.line({"id": member, "cluster": head, "reason": reason})
+
+
+def _check_counts(run: StreamRun, records: list[int]) -> None:
+    starts = run.file_starts
+    for j, o in enumerate(run.file_ordinals):
+        seen = starts[j + 1] - starts[j]
+        if seen != records[o]:
+            raise DataError(f"{run.paths[j]}: {seen} records, but the signatures stage saw "
+                            f"{records[o]} (the inputs changed since?)")
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    """Atomically, through an exclusively created temporary file (never a planted link)."""
+    from llmtk.io.atomic import atomic_file
+
+    with atomic_file(path) as f:
+        f.write(data)
+
+
+def parts_in(directory: str) -> list[str]:
+    """Finished part names in a stage folder (for messages and tests)."""
+    return sorted(re.sub(r"\.done$", "", os.path.basename(p))
+                  for p in glob.glob(os.path.join(directory, "*.done")))

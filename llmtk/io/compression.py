@@ -15,8 +15,11 @@ import zlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from llmtk.errors import DataError
+
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 GZIP_MAGIC = b"\x1f\x8b"
+PARQUET_MAGIC = b"PAR1"  # files are read by llmtk.io.parquet; only a pipe gets here
 CHUNK = 1 << 20
 
 
@@ -34,6 +37,8 @@ def detect(head: bytes) -> str:
         return "zstd"
     if head.startswith(GZIP_MAGIC):
         return "gzip"
+    if head.startswith(PARQUET_MAGIC):
+        return "parquet"
     return "plain"
 
 
@@ -58,6 +63,9 @@ def iter_decompressed(f: BinaryIO) -> Iterator[bytes]:
     its system calls would not be handled until more data came.
     """
     kind = detect(f.peek(4)[:4])  # type: ignore[attr-defined]
+    if kind == "parquet":
+        raise DataError("Parquet cannot be read from a pipe (its index is at the end of "
+                        "the file): pass the file name")
     if kind == "plain":
         while chunk := f.read1(CHUNK):  # type: ignore[attr-defined]
             yield chunk

@@ -21,6 +21,7 @@ import orjson
 
 from llmtk.errors import DataError, UsageError
 from llmtk.io.compression import CHUNK, CorruptInput, TruncatedInput, iter_decompressed, open_binary
+from llmtk.io.parquet import columnar_kind, hf_dataset_files, read_columnar
 from llmtk.io.record import Doc
 from llmtk.io.shard import in_shard
 from llmtk.io.summary import Summary
@@ -28,7 +29,8 @@ from llmtk.io.summary import Summary
 # What a directory walk reads. Plain `.json` is left out on purpose: in a data folder it is
 # metadata or a report (llmtk's own --stats), while `.json.gz`/`.json.zst` are the names of
 # JSON Lines dumps in the wild (C4's `c4-train.*.json.gz`).
-INPUT_SUFFIXES = (".jsonl", ".jsonl.zst", ".jsonl.gz", ".jsonl.zstd", ".json.zst", ".json.gz")
+INPUT_SUFFIXES = (".jsonl", ".jsonl.zst", ".jsonl.gz", ".jsonl.zstd", ".json.zst", ".json.gz",
+                  ".parquet")
 MAX_RECORD_BYTES = 64 << 20  # default --max-record-bytes
 
 
@@ -79,9 +81,14 @@ def expand_inputs(inputs: list[str]) -> list[str]:
         if item == "-":
             paths.append(item)
         elif os.path.isdir(item):
+            arrow = hf_dataset_files(item)  # a Hugging Face save_to_disk folder
+            if arrow is not None:
+                paths.extend(arrow)
+                continue
             found = walk(item)
             if not found:
-                raise UsageError(f"{item}: directory holds no .jsonl, .jsonl.zst or .gz files")
+                raise UsageError(f"{item}: directory holds no .jsonl, .jsonl.zst, .gz or "
+                                 ".parquet files")
             paths.extend(found)
         elif os.path.exists(item):
             paths.append(item)
@@ -219,6 +226,7 @@ def read_docs(
     on_bytes: Callable[[int], None] | None = None,
     summary: Summary | None = None,
     max_record: int = MAX_RECORD_BYTES,
+    file_starts: list[int] | None = None,
 ) -> Iterator[Doc]:
     """Parse every line of every path into a Doc. Blank lines are skipped, not records.
 
@@ -227,12 +235,21 @@ def read_docs(
     on_bytes: called with the number of decompressed bytes of each chunk read.
     summary: its records_in and bytes_in are kept up to date (cheaper than a wrapper).
     max_record: a longer line is a bad record (io.record_too_long).
+    file_starts: gets the index of each file's first record as the file is opened, and
+    the total number of records at the end, so record ordinal in file = index - start.
     """
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
     index = -1  # position of the record in the whole input, blank lines excluded
     for path in paths:
+        if file_starts is not None:
+            file_starts.append(index + 1)
         name = "<stdin>" if path == "-" else path
+        kind = columnar_kind(path)  # Parquet / Arrow, by content
+        if kind is not None:
+            index = yield from read_columnar(path, kind, index, text_field, on_bad, shard,
+                                             require_text, on_bytes, summary)
+            continue
         try:
             for lineno, lines, size in iter_line_batches(path, max_record):
                 if summary is not None:
@@ -284,6 +301,8 @@ def read_docs(
             if on_bad is None:
                 raise DataError(f"{bad.where()}: {bad.message}") from None
             on_bad(bad)
+    if file_starts is not None:
+        file_starts.append(index + 1)
 
 
 def _invalid_record(data, text_field: str, name: str, lineno: int, index: int, line: bytes):

@@ -29,11 +29,14 @@ from functools import partial
 
 import orjson
 
-from llmtk.errors import UsageError
+from llmtk.errors import AlreadyDone, UsageError
+from llmtk.io import marker
 from llmtk.io.compression import normalise_kind
+from llmtk.io.parquet import is_parquet_name
 from llmtk.io.paths import check_paths, input_identities
 from llmtk.io.reader import MAX_RECORD_BYTES, BadRecord, expand_inputs, read_docs
 from llmtk.io.record import DUMP_OPTS, Doc
+from llmtk.io.shard import RECORD_BITS, assign_files
 from llmtk.io.summary import Summary
 from llmtk.io.workers import ordered_map
 from llmtk.io.writer import BUFFER, Sink, stderr_is_terminal
@@ -79,17 +82,45 @@ class StreamRun:
                          ("--stats", opts.stats), *outputs_also]
         check_paths(input_identities(self.paths, list(inputs_also)), self._outputs,
                     list(output_dirs))
+        # --shard on files: this task's whole files (llmtk.io.shard); on stdin: by record hash.
+        self.all_paths = self.paths
+        self.file_ordinals = list(range(len(self.paths)))
+        self.record_shard = opts.shard
+        if opts.shard is not None and "-" not in self.paths:
+            self.file_ordinals = assign_files(self.paths, opts.shard)
+            self.paths = [self.all_paths[i] for i in self.file_ordinals]
+            self.record_shard = None
+        self.file_starts: list[int] = []  # filled by read_docs: first index of each file
+        self._marker = None
+        if opts.shard is not None and opts.output not in (None, "-") and "-" not in self.paths:
+            self._marker = marker.fingerprint(tool, self.paths)
+            if marker.is_done(opts.output, self._marker, self._output_paths()):
+                raise AlreadyDone(f"{opts.output} is done ({marker.marker_path(opts.output)}); "
+                                  "skipping this task")
         self.output: Sink | None = None
         self.rejects: Sink | None = None
         self._stats: Sink | None = None
         self._sinks: list[Sink] = []  # every output, committed together
         self._progress = None
+        self._write_doc = None
 
     # -- context -------------------------------------------------------------
 
     def __enter__(self) -> "StreamRun":
         try:
-            self.output = self._open(self.opts.output, normalise_kind(self.opts.compress))
+            if is_parquet_name(self.opts.output):  # columnar output: records, not lines
+                if self.opts.compress:
+                    raise UsageError("--compress: a .parquet output is always zstd-compressed")
+                from llmtk.io.parquet import ParquetSink
+
+                self.output = ParquetSink(self.opts.output, self.opts.text_field)
+                self._sinks.append(self.output)  # committed with the others
+                self._write_doc = self.output.write_doc
+            else:
+                self.output = self._open(self.opts.output, normalise_kind(self.opts.compress))
+            if is_parquet_name(self.opts.rejects):
+                raise UsageError("--rejects: write JSONL (rejected records carry varying "
+                                 "fields that one Parquet schema cannot hold)")
             if self.opts.rejects:
                 self.rejects = self._open(self.opts.rejects)
             if self.opts.stats:
@@ -124,6 +155,9 @@ class StreamRun:
         except BaseException:
             self._abort()
             raise
+        if self._marker is not None:  # after every output is in place
+            marker.mark_done(self.opts.output, self._marker, self._output_paths(),  # type: ignore[arg-type]
+                             self.summary.as_dict())
         if not self.opts.quiet:
             self.summary.print()
 
@@ -146,14 +180,31 @@ class StreamRun:
         """A report written with this run's outputs (indented JSON, sorted keys)."""
         self.open_output(path, "plain").write(_json_bytes(obj))
 
+    def _output_paths(self) -> list[str]:
+        """Every file this task writes (what its completion marker vouches for)."""
+        return [p for _, p in self._outputs if p not in (None, "-")]
+
     # -- reading -------------------------------------------------------------
 
     def docs(self) -> Iterator[Doc]:
         """Every good record of this shard; bad ones are handled per --on-error."""
         on_bad = None if self.opts.on_error == "fail" else self.bad_record
         on_bytes = self._progress.update if self._progress is not None else None
-        return read_docs(self.paths, self.opts.text_field, on_bad, self.opts.shard,
-                         self.require_text, on_bytes, self.summary, self.opts.max_record_bytes)
+        self.file_starts.clear()
+        return read_docs(self.paths, self.opts.text_field, on_bad, self.record_shard,
+                         self.require_text, on_bytes, self.summary,
+                         max_record=self.opts.max_record_bytes, file_starts=self.file_starts)
+
+    def doc_keys(self, indexes):
+        """(D,) indexes of docs read by `docs()` -> (D,) uint64 identities (llmtk.io.shard):
+        file ordinal in the sorted input list << 40 | record ordinal in the file."""
+        import numpy as np
+
+        starts = np.asarray(self.file_starts, dtype=np.int64)
+        idx = np.asarray(indexes, dtype=np.int64)
+        j = np.searchsorted(starts, idx, side="right") - 1
+        ordinals = np.asarray(self.file_ordinals, dtype=np.uint64)[j]
+        return (ordinals << np.uint64(RECORD_BITS)) | (idx - starts[j]).astype(np.uint64)
 
     def bad_record(self, bad: BadRecord) -> None:
         """Count a bad input line (and write it to --rejects with --on-error reject)."""
@@ -166,7 +217,9 @@ class StreamRun:
 
     def write(self, doc: Doc) -> None:
         raw = doc.raw
-        if raw is None:
+        if self._write_doc is not None:  # a columnar output takes the record itself
+            self._write_doc(doc)
+        elif raw is None:
             self.output.write(doc.to_bytes())  # type: ignore[union-attr]
         elif len(raw) < BUFFER:
             self.output.write(raw + b"\n")  # type: ignore[union-attr]

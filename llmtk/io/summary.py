@@ -90,3 +90,49 @@ class Summary:
             console.print(table)
         sys.stderr.write(captured.get())  # one buffered write, flushed at once
         sys.stderr.flush()
+
+
+def merge_stats(parts: list[dict], names: list[str] | None = None) -> dict:
+    """The --stats of several tasks as one: numbers add, nested counters add key by key.
+
+    Every other value (the tool's name) must be the same in all parts. The merged
+    totals equal those of one process over the same input (`seconds` is then the
+    total process time).
+    """
+    from llmtk.errors import UsageError
+
+    names = names or [f"part {i}" for i in range(len(parts))]
+    merged: dict = {}
+
+    def add(into: dict, part: dict, where: str) -> None:
+        for key, value in part.items():
+            here = f"{where}{key}"
+            if key not in into:
+                into[key] = _copy(value)
+            elif isinstance(value, dict) and isinstance(into[key], dict):
+                add(into[key], value, here + ".")
+            elif _number(value) and _number(into[key]):
+                into[key] = into[key] + value
+            elif value != into[key]:
+                raise UsageError(f"{name}: {here} is {value!r}, another part says "
+                                 f"{into[key]!r}; only stats of the same tool merge")
+
+    for part, name in zip(parts, names, strict=True):
+        if not isinstance(part, dict):
+            raise UsageError(f"{name}: not a --stats JSON object")
+        add(merged, part, "")
+    if isinstance(merged.get("seconds"), float):
+        merged["seconds"] = round(merged["seconds"], 3)
+    return _sorted(merged)
+
+
+def _number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _copy(v):
+    return {k: _copy(x) for k, x in v.items()} if isinstance(v, dict) else v
+
+
+def _sorted(d: dict) -> dict:
+    return {k: _sorted(v) if isinstance(v, dict) else v for k, v in sorted(d.items())}

@@ -32,6 +32,7 @@ class Source:
     paths: list[str] = field(default_factory=list)
     # tokens of each document by record index (0 = bad line); 4 bytes per document
     doc_tokens: array = field(default_factory=lambda: array("I"))
+    file_offsets: list[int] = field(default_factory=list)  # first document number of each file
     # filled in by plan():
     target: float = 0.0
     full_epochs: int = 0

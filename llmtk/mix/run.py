@@ -1,30 +1,67 @@
-"""Running a mix: count every source, plan, then stream the chosen documents interleaved."""
+"""Running a mix: count every source's tokens (a separable first pass), plan, then stream
+the chosen documents interleaved.
+
+Counting is per input file: the token count of every record (0 for a bad line),
+saved under `--counts DIR` keyed by the file's path, size, mtime, the tokenizer
+and the text field, and reused by every later run and every shard. With
+`--shard K/N` a task emits only its own files of each source (the whole-file
+rule of llmtk.io.shard), so the tasks' outputs together are the single run's
+documents; `--count-only --shard K/N` counts only a task's own files.
+"""
 
 from __future__ import annotations
 
 import heapq
+import os
+from array import array
 from collections.abc import Iterator
 
-from llmtk.io import Doc, StreamRun, expand_inputs, in_shard, read_docs
+import xxhash
+
+from llmtk.io import Doc, StreamRun, expand_inputs, read_docs
 from llmtk.io.reader import BadRecord
+from llmtk.io.shard import assign_files
 from llmtk.mix.plan import Source
 
 COUNT_BATCH = 1024
 
 
-def count_tokens(run: StreamRun, source: Source, tokenizer) -> None:
-    """First pass: the token count of every document (bad lines per --on-error)."""
+def own_files(source: Source, shard: tuple[int, int] | None) -> list[int]:
+    return assign_files(source.paths, shard) if shard else list(range(len(source.paths)))
+
+
+def count_tokens(run: StreamRun, source: Source, tokenizer, counts_dir: str | None,
+                 only_shard: tuple[int, int] | None = None) -> None:
+    """The token count of every document of the source (of that task's files, if given).
+
+    Counts saved in counts_dir are reused; the others are computed (and saved there).
+    Bad lines stop the run under --on-error fail; otherwise they count 0 tokens
+    (and are counted as bad lines by the emitting pass).
+    """
+    source.paths = expand_inputs([source.spec])
+    only = set(own_files(source, only_shard)) if only_shard else None
+    per_file: list[array] = []
+    for i, path in enumerate(source.paths):
+        if only is not None and i not in only:
+            per_file.append(array("I"))
+            continue
+        cache = _cache_path(counts_dir, path, tokenizer, run.opts.text_field)
+        counts = _load(cache) if cache else None
+        if counts is None:
+            counts = _count_file(run, path, tokenizer)
+            if cache:
+                _save(cache, counts)
+        per_file.append(counts)
+    source.file_offsets = [0]
+    for counts in per_file:
+        source.doc_tokens.extend(counts)
+        source.file_offsets.append(len(source.doc_tokens))
+
+
+def _count_file(run: StreamRun, path: str, tokenizer) -> array:
     from llmtk.text.tokenizer import encode_batch
 
-    source.paths = expand_inputs([source.spec])
-    shard = run.opts.shard
-    counts = source.doc_tokens
-
-    def on_bad(bad: BadRecord) -> None:
-        _pad(counts, bad.index)
-        if shard is None or in_shard(None, bad.index, shard):
-            run.bad_record(bad)
-
+    counts = array("I")
     batch: list[Doc] = []
 
     def flush() -> None:
@@ -37,19 +74,48 @@ def count_tokens(run: StreamRun, source: Source, tokenizer) -> None:
         for doc, size in zip(batch, sizes, strict=True):
             _pad(counts, doc.index)
             counts[doc.index] = size + 1  # + end-of-document token
-            if shard is None or in_shard(doc.id, doc.index, shard):
-                run.summary.records_in += 1
         batch.clear()
 
-    def on_bytes(n: int) -> None:
-        run.summary.bytes_in += n
+    def on_bad(bad: BadRecord) -> None:
+        _pad(counts, bad.index)
 
     on_bad_arg = None if run.opts.on_error == "fail" else on_bad
-    for doc in read_docs(source.paths, run.opts.text_field, on_bad_arg, None, True, on_bytes):
+    starts: list[int] = []
+    for doc in read_docs([path], run.opts.text_field, on_bad_arg, None, True, None, None,
+                         max_record=run.opts.max_record_bytes, file_starts=starts):
         batch.append(doc)
         if len(batch) >= COUNT_BATCH:
             flush()
     flush()
+    _pad(counts, starts[-1] - 1)  # trailing bad lines
+    return counts
+
+
+def _cache_path(directory: str | None, path: str, tokenizer, text_field: str) -> str | None:
+    if directory is None:
+        return None
+    st = os.stat(path)
+    key = "\0".join([os.path.abspath(path), str(st.st_size), str(st.st_mtime_ns),
+                     tokenizer.fingerprint(), text_field])
+    return os.path.join(directory, f"{xxhash.xxh64_hexdigest(key.encode())}.u32")
+
+
+def _load(path: str) -> array | None:
+    counts = array("I")
+    try:
+        with open(path, "rb") as f:
+            counts.frombytes(f.read())
+    except FileNotFoundError:
+        return None
+    return counts
+
+
+def _save(path: str, counts: array) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(counts.tobytes())
+    os.replace(tmp, path)
 
 
 def _pad(counts, index: int) -> None:
@@ -57,23 +123,32 @@ def _pad(counts, index: int) -> None:
         counts.extend([0] * (index + 1 - len(counts)))
 
 
-def _emission(run: StreamRun, source: Source) -> Iterator[tuple[Doc, int]]:
-    """(doc, epoch) in the order this source contributes them, over all its passes."""
-    shard = run.opts.shard
+def _emission(run: StreamRun, source: Source) -> Iterator[tuple[Doc, int, int]]:
+    """(doc, epoch, its number in the source) in the order this source contributes them.
+
+    The first pass also does the accounting of this task's files: records and
+    bytes in, and bad lines per --on-error.
+    """
+    files = own_files(source, run.opts.shard)
     for epoch in range(source.passes()):
         partial = epoch == source.full_epochs  # the last pass, over the subset only
-        for doc in read_docs(source.paths, run.opts.text_field, _ignore, None, True, None, None):
-            if shard is not None and not in_shard(doc.id, doc.index, shard):
-                continue
-            if partial and not source.subset[doc.index]:
-                if source.full_epochs == 0:
-                    run.drop(doc, "mix.not_sampled", source=source.name)
-                continue
-            yield doc, epoch
+        for f in files:
+            offset = source.file_offsets[f]
+            on_bad = _ignore if epoch else (None if run.opts.on_error == "fail"
+                                             else run.bad_record)
+            summary = run.summary if epoch == 0 else None
+            for doc in read_docs([source.paths[f]], run.opts.text_field, on_bad, None, True,
+                                 None, summary, max_record=run.opts.max_record_bytes):
+                number = offset + doc.index
+                if partial and not source.subset[number]:
+                    if source.full_epochs == 0:
+                        run.drop(doc, "mix.not_sampled", source=source.name)
+                    continue
+                yield doc, epoch, number
 
 
 def _ignore(bad: BadRecord) -> None:
-    """Bad lines were already handled (and counted) by the counting pass."""
+    """Bad lines were handled (and counted) by the first pass."""
 
 
 def emit(run: StreamRun, sources: list[Source], annotate: bool) -> dict[str, dict]:
@@ -91,7 +166,7 @@ def emit(run: StreamRun, sources: list[Source], annotate: bool) -> dict[str, dic
         item = next(streams[name], None)
         if item is None:
             continue
-        doc, epoch = item
+        doc, epoch, number = item
         if annotate:
             doc.annotate(source=name, epoch=epoch)
         run.write(doc)
@@ -99,7 +174,7 @@ def emit(run: StreamRun, sources: list[Source], annotate: bool) -> dict[str, dic
             run.count("mix.repeated")
         tally = tallies[name]
         tally["emitted_docs"] += 1
-        tally["emitted_tokens"] += counts[name][doc.index]
+        tally["emitted_tokens"] += counts[name][number]
         heapq.heappush(heap, (tally["emitted_tokens"] / targets[name], rank, name))
     return tallies
 

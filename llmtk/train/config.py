@@ -72,6 +72,7 @@ class TrainConfig:
     sample_every: int = 0
     prompt: str = "\n"
     sample_tokens: int = 64
+    log_to: str = "none"                  # none | tensorboard | wandb | tensorboard,wandb
     # checkpoints and safety
     checkpoint_every: int = 0             # 0: only at the end and on SIGTERM/SIGUSR1
     keep_checkpoints: int = 3
@@ -106,6 +107,9 @@ class TrainConfig:
             raise UsageError("--out is required (the run directory)")
         if self.min_lr is not None and self.min_lr > self.lr:
             raise UsageError(f"--min-lr ({self.min_lr}) must not exceed --lr ({self.lr})")
+        from llmtk.train.loggers import parse_log_to
+
+        parse_log_to(self.log_to)
         self._check_finetune()
 
     def _check_finetune(self) -> None:

@@ -3,7 +3,8 @@
 Blocks are Llama-style: RMSNorm before attention and MLP, rotary position
 embeddings (no learned positions), SwiGLU MLP, optional grouped-query
 attention, `F.scaled_dot_product_attention(is_causal=True)` (flash/memory-
-efficient kernels where the device has them), no biases anywhere, and an
+efficient kernels where the device has them), no biases (except q/k/v with
+`qkv_bias`, for Qwen2-style models), and an
 optional tied input/output embedding.
 
 Weight init (stated so a run is reproducible from the seed alone):
@@ -93,7 +94,8 @@ class Attention(nn.Module):
         super().__init__()
         self.n_head, self.n_kv, self.hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
         # q, k and v in one matmul: H*D + 2*K*D outputs.
-        self.wqkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv) * self.hd, bias=False)
+        self.wqkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv) * self.hd,
+                              bias=cfg.qkv_bias)
         self.wo = nn.Linear(self.n_head * self.hd, cfg.d_model, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -177,6 +179,8 @@ class GPT(nn.Module):
                     continue  # shares tok_emb's weight, initialised below
                 std = residual_std if name.endswith(("attn.wo", "mlp.w2")) else 0.02
                 _normal_(module.weight, std)
+                if module.bias is not None:  # only q/k/v with qkv_bias
+                    nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 _normal_(module.weight, 0.02)
             elif isinstance(module, RMSNorm):

@@ -8,6 +8,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
+from llmtk.presets import PRESETS as _SHARED
+from llmtk.presets import trainable
+
 VOCAB_MULTIPLE = 128
 
 
@@ -23,6 +26,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    qkv_bias: bool = False    # biases on q/k/v only (Qwen2's one difference from Llama)
 
     @property
     def padded_vocab(self) -> int:
@@ -67,27 +71,26 @@ class ModelConfig:
         return asdict(self)
 
 
-# Named sizes. vocab_size is a placeholder the trainer replaces with the tokenizer's
-# size; 50304 is GPT-2's 50257 padded to a multiple of 64 (what estimates should use).
+def config_from_spec(spec) -> ModelConfig:
+    """The ModelConfig of a trainable preset from the shared table (llmtk.presets)."""
+    return ModelConfig(vocab_size=spec.vocab_size, seq_len=spec.seq_len, n_layer=spec.n_layer,
+                       d_model=spec.d_model, n_head=spec.n_head, n_kv_head=spec.n_kv_head,
+                       ffn_hidden=spec.ffn_hidden, tie_embeddings=spec.tie_embeddings,
+                       norm_eps=spec.norm_eps, rope_theta=spec.rope_theta)
+
+
+# Every Llama-style preset of the one table that `llmtk estimate` also uses. vocab_size is
+# the preset's; the trainer replaces it with the tokenizer's size.
 PRESETS: dict[str, ModelConfig] = {
-    # A CPU-trainable model for tests and laptops (~0.8M params with the byte tokenizer).
-    "tiny": ModelConfig(vocab_size=257, seq_len=256, n_layer=4, d_model=128, n_head=4),
-    # GPT-2 small's shape (12 x 768, 12 heads); SwiGLU hidden 2048 matches its 4*d MLP size.
-    "gpt2-124m": ModelConfig(vocab_size=50304, seq_len=1024, n_layer=12, d_model=768, n_head=12),
-    # GPT-2 medium's shape (24 x 1024, 16 heads).
-    "350m": ModelConfig(vocab_size=50304, seq_len=2048, n_layer=24, d_model=1024, n_head=16),
-    # ~1.0B: 20 x 2048, 16 heads with 8 kv heads (GQA), untied-size embedding tied.
-    "1b": ModelConfig(vocab_size=50304, seq_len=2048, n_layer=20, d_model=2048, n_head=16,
-                      n_kv_head=8),
-    # Llama-2-7B's shape (32 x 4096, 32 heads, hidden 11008, untied, 32000 vocab).
-    "7b": ModelConfig(vocab_size=32000, seq_len=4096, n_layer=32, d_model=4096, n_head=32,
-                      ffn_hidden=11008, tie_embeddings=False),
-}
+    name: config_from_spec(spec) for name, spec in _SHARED.items() if trainable(spec) is None}
 
 
 def preset(name: str, **overrides) -> ModelConfig:
     """A copy of a named preset with some fields replaced."""
     if name not in PRESETS:
+        if name in _SHARED:
+            raise KeyError(f"preset {name!r} cannot be trained by llmtk: "
+                           f"{trainable(_SHARED[name])} (trainable: {', '.join(PRESETS)})")
         raise KeyError(f"unknown model preset {name!r} (known: {', '.join(PRESETS)})")
     return replace(PRESETS[name], **overrides)
 
@@ -96,6 +99,8 @@ def count_params(cfg: ModelConfig) -> int:
     """Exact parameter count of GPT(cfg) (equals sum(p.numel() for p in model.parameters()))."""
     d, hd = cfg.d_model, cfg.head_dim
     attn = d * (cfg.n_head + 2 * cfg.kv_heads) * hd + cfg.n_head * hd * d  # wqkv + wo
+    if cfg.qkv_bias:
+        attn += (cfg.n_head + 2 * cfg.kv_heads) * hd
     mlp = 3 * d * cfg.hidden                                                # w1, w3, w2
     norms = 2 * d                                                           # attn_norm, mlp_norm
     per_layer = attn + mlp + norms

@@ -100,10 +100,18 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 
 def model_config(cfg: TrainConfig, vocab_size: int):
+    from llmtk.train import hf
     from llmtk.train.model_config import PRESETS
 
+    if hf.is_hf_spec(cfg.init_from):
+        return hf.init_model_config(cfg, vocab_size)
     if cfg.model not in PRESETS:
-        raise UsageError(f"--model must be one of {', '.join(PRESETS)}, got {cfg.model!r}")
+        from llmtk.presets import PRESETS as ALL
+        from llmtk.presets import trainable
+
+        why = f" ({cfg.model} is {trainable(ALL[cfg.model])})" if cfg.model in ALL else ""
+        raise UsageError(f"--model must be one of {', '.join(PRESETS)}, got "
+                         f"{cfg.model!r}{why}")
     mc = replace(PRESETS[cfg.model], vocab_size=vocab_size)
     overrides = {"n_layer": cfg.layers, "d_model": cfg.d_model, "n_head": cfg.heads,
                  "n_kv_head": cfg.kv_heads, "ffn_hidden": cfg.ffn_hidden, "seq_len": cfg.seq_len}
@@ -133,8 +141,10 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
     timeout does not run while one process tokenizes), then train."""
     from llmtk.text.tokenizer import load_tokenizer
     from llmtk.train import data as D
+    from llmtk.train.hf import resolve_init
     from llmtk.train.lock import lock_run_dir
 
+    cfg = resolve_init(cfg)  # --init-from hf:PATH brings its tokenizer
     rank, _world, _local = ranks()
     lock = lock_run_dir(cfg.out) if rank == 0 else None  # before anything touches OUT
     try:
@@ -150,8 +160,13 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
         try:
             dist.barrier()  # rank 0 holds the lock: the others may touch OUT from here on
             trainer = Trainer(cfg, dist, tok, cache, faults or Faults())
-            with trainer.stopper:
-                trainer.run()
+            try:
+                with trainer.stopper:
+                    trainer.run()
+            except BaseException:
+                trainer.close_mirrors(ok=False)
+                raise
+            trainer.close_mirrors(ok=True)
         except CollectiveError as e:
             if dist.rank != 0:
                 sys.exit(e.exit_code)  # every rank reached the same verdict; rank 0 says it
@@ -465,7 +480,7 @@ class Trainer:
             # Rows after the checkpoint describe steps that are being redone: drop them.
             self.metrics.close()
             truncate_after(self.metrics.path, saved.step)
-            self.metrics = MetricsWriter(self.metrics.path)
+            self.metrics = MetricsWriter(self.metrics.path, mirror=self.metrics.mirror)
         self._event("rollback", step=step - 1, loss=loss, ema_loss=st.ema_loss, from_step=step,
                     to_step=saved.step, skipped_windows=st.position - saved.position)
         self._say(f"step {step - 1}: loss spike {loss:.3f} (avg {st.ema_loss:.3f}); rolled "
@@ -483,11 +498,16 @@ class Trainer:
         """Choose the checkpoint (rank 0, past corrupt ones), load it everywhere, open the
         metrics log and write the resolved configuration."""
         from llmtk.curves.metrics import MetricsWriter, truncate_after
+        from llmtk.train import hf
 
         path = self.dist.broadcast(self._choose_checkpoint() if self.dist.rank == 0 else None)
         st = TrainState()
         if path is not None:
             st = self._load_checkpoint(path, resume=True)
+        elif hf.is_hf_spec(self.cfg.init_from):
+            self._set_full_state(hf.init_weights(self.cfg, self.mcfg))
+            self._say(f"initialised weights from {self.cfg.init_from} (fresh optimizer and "
+                      "schedule)")
         elif self.cfg.init_from:
             self._init_from(self.cfg.init_from)
         self.last_ckpt_step = st.step
@@ -498,7 +518,11 @@ class Trainer:
             elif os.path.exists(metrics_path):
                 os.replace(metrics_path, metrics_path + ".old")
             self.metrics = MetricsWriter(metrics_path)
-            self._write_config()
+            resolved = self._write_config()
+            from llmtk.train.loggers import open_mirrors
+
+            self.mirrors = open_mirrors(self.cfg.log_to, self.out, resolved, st.step)
+            self.metrics.mirror = self.mirrors.log if self.mirrors else None
             if path is not None:
                 self._event("resume", step=st.step, path=os.path.relpath(path, self.out))
                 self._say(f"resumed from {path} at step {st.step}")
@@ -593,7 +617,12 @@ class Trainer:
         self._say(f"initialised weights from {src} (fresh optimizer and schedule)")
 
     def _compat(self, state: dict, path: str, for_init: bool = False) -> None:
-        mine, theirs = self.mcfg.to_dict(), state.get("model_config", {})
+        from llmtk.train.model_config import ModelConfig
+
+        mine = self.mcfg.to_dict()
+        # fields added later (qkv_bias) take their defaults
+        theirs = ModelConfig(**state["model_config"]).to_dict() if "model_config" in state \
+            else {}
         if theirs != mine:
             diff = ", ".join(f"{k}: {theirs.get(k)} -> {v}" for k, v in mine.items()
                              if theirs.get(k) != v)
@@ -641,6 +670,14 @@ class Trainer:
             f.write(text + "\n")
         os.replace(tmp, os.path.join(self.out, "config.json"))
         self._say(f"llmtk train: resolved config\n{text}")
+        return resolved
+
+    mirrors = None  # --log-to backends (rank 0)
+
+    def close_mirrors(self, ok: bool) -> None:
+        if self.mirrors is not None:
+            self.mirrors.close(ok)
+            self.mirrors = None
 
     # ---------------------------------------------------------------- states
     def _set_states(self, path: str, with_optim: bool) -> None:
@@ -669,10 +706,17 @@ class Trainer:
                 set_optimizer_state_dict(self.model, self.opt, sd["optim"])
             return
         model_sd, optim_sd = C.load_full_state(path, with_optim)
-        opts = StateDictOptions(full_state_dict=True)
-        set_model_state_dict(self.model, model_sd, options=opts)
+        self._set_full_state(model_sd)
         if with_optim:
+            opts = StateDictOptions(full_state_dict=True)
             set_optimizer_state_dict(self.model, self.opt, optim_sd, options=opts)
+
+    def _set_full_state(self, model_sd: dict) -> None:
+        """Load a consolidated (unsharded) model state dict, whatever the parallelism."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(self.model, model_sd,
+                             options=StateDictOptions(full_state_dict=True))
 
     def _sharded_states(self, with_optim: bool = True) -> dict:
         from torch.distributed.checkpoint.state_dict import (

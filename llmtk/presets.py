@@ -1,0 +1,156 @@
+"""Named model shapes, one table for `llmtk estimate` and `llmtk train` (DESIGN.md).
+
+Presets carry the dimensions their papers or model cards publish (`source` says where
+from), plus llmtk's own small sizes. `estimate` counts parameters, FLOPs and memory
+from any of them; `train` builds those that are Llama-style decoders (`trainable`),
+exactly this shape except the vocabulary, which follows the tokenizer.
+No torch here: both `llmtk estimate` and `llmtk --help` must start fast.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer.
+
+    `glu`: the MLP is gated (SwiGLU: three d x ffn matrices) instead of two (GELU).
+    `norm`: "layernorm" (weight + bias) or "rmsnorm" (weight only).
+    `bias`: linear layers carry biases (GPT-2/3). `learned_pos`: a learned
+    position table of seq_len x d_model (GPT-2/3); otherwise rotary/relative.
+    `dropout`: the model uses dropout (Korthikanti's GPT-3 accounting stores its masks).
+    `params`/`active_params`: published totals that override the count from the
+    dimensions (a MoE model's total vs per-token parameters, or an architecture
+    detail these fields do not describe).
+    """
+
+    name: str
+    n_layer: int
+    d_model: int
+    n_head: int
+    vocab_size: int
+    seq_len: int
+    n_kv_head: int | None = None
+    ffn_hidden: int | None = None
+    head_dim: int | None = None
+    glu: bool = True
+    norm: str = "rmsnorm"
+    bias: bool = False
+    tie_embeddings: bool = False
+    learned_pos: bool = False
+    dropout: bool = False
+    params: float | None = None
+    active_params: float | None = None
+    rope_theta: float = 10000.0  # rotary base (train builds it; estimate does not need it)
+    norm_eps: float = 1e-5       # RMSNorm epsilon (likewise)
+    source: str = ""
+    note: str = ""
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
+
+    @property
+    def hd(self) -> int:
+        """Head dimension: explicit (PaLM, DeepSeek-V3) or d_model / n_head."""
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_head
+
+    @property
+    def ffn(self) -> int:
+        """MLP hidden width: explicit, or 4*d (GELU) / Llama's 8/3*d rounded to 64 (SwiGLU)."""
+        if self.ffn_hidden is not None:
+            return self.ffn_hidden
+        if self.glu:
+            return 64 * math.ceil(8 * self.d_model / 3 / 64)
+        return 4 * self.d_model
+
+    def shape_text(self) -> str:
+        kv = f" ({self.kv_heads} kv)" if self.kv_heads != self.n_head else ""
+        mlp = "SwiGLU" if self.glu else "GELU"
+        return (f"{self.n_layer} layers x d_model {self.d_model}, {self.n_head} heads{kv} "
+                f"of {self.hd}, {mlp} ffn {self.ffn}, vocab {self.vocab_size}, "
+                f"seq {self.seq_len}")
+
+
+def _gpt(name, L, d, H, V=50257, T=1024, **kw) -> ModelSpec:
+    return ModelSpec(name, L, d, H, V, T, glu=False, norm="layernorm", bias=True,
+                     tie_embeddings=True, learned_pos=True, dropout=True, **kw)
+
+
+def _llama(name, L, d, H, f, V=32000, T=2048, **kw) -> ModelSpec:
+    return ModelSpec(name, L, d, H, V, T, ffn_hidden=f, **kw)
+
+
+_GPT2 = "Radford et al. 2019 (GPT-2), HF model cards"
+_LLAMA1 = "Touvron et al. 2023, LLaMA, Table 2"
+_LLAMA2 = "Touvron et al. 2023, Llama 2, Table 1 and HF config.json"
+_LLAMA3 = "Llama Team 2024, The Llama 3 Herd of Models, Table 3"
+
+_LLMTK = "llmtk's own sizes (Llama-style, tied embeddings)"
+
+PRESET_LIST: list[ModelSpec] = [
+    # A CPU-trainable model for tests and laptops (~0.8M params with the byte tokenizer).
+    ModelSpec("tiny", 4, 128, 4, 257, 256, tie_embeddings=True, source=_LLMTK),
+    # GPT-2 small's width and depth (12 x 768, 12 heads) as a Llama-style model; SwiGLU
+    # hidden 2048 keeps the MLP at GPT-2's 4*d size. (`gpt2-124m` is GPT-2 itself.)
+    ModelSpec("llmtk-124m", 12, 768, 12, 50304, 1024, tie_embeddings=True, source=_LLMTK),
+    # GPT-2 medium's width and depth (24 x 1024, 16 heads).
+    ModelSpec("350m", 24, 1024, 16, 50304, 2048, tie_embeddings=True, source=_LLMTK),
+    # ~1.0B: 20 x 2048, 16 heads with 8 kv heads (GQA).
+    ModelSpec("1b", 20, 2048, 16, 50304, 2048, n_kv_head=8, tie_embeddings=True,
+              source=_LLMTK),
+    # Llama-2-7B's shape under a short name.
+    _llama("7b", 32, 4096, 32, 11008, T=4096, source=_LLAMA2),
+    _gpt("gpt2-124m", 12, 768, 12, source=_GPT2),
+    _gpt("gpt2-350m", 24, 1024, 16, source=_GPT2),
+    _gpt("gpt2-774m", 36, 1280, 20, source=_GPT2),
+    _gpt("gpt2-1.5b", 48, 1600, 25, source=_GPT2),
+    _gpt("gpt3-175b", 96, 12288, 96, T=2048, source="Brown et al. 2020, GPT-3, Table 2.1"),
+    ModelSpec("chinchilla-70b", 80, 8192, 64, 32000, 2048, ffn_hidden=32768, glu=False,
+              norm="rmsnorm", params=70e9,
+              source="Hoffmann et al. 2022, Chinchilla, Table 4",
+              note="params as published (70B): its Transformer-XL relative-position "
+                   "projections are not described by these fields"),
+    ModelSpec("palm-540b", 118, 18432, 48, 256000, 2048, n_kv_head=1, head_dim=256,
+              ffn_hidden=73728, tie_embeddings=True,
+              source="Chowdhery et al. 2022, PaLM, Table 1 (multi-query, head dim 256)"),
+    _llama("llama-7b", 32, 4096, 32, 11008, norm_eps=1e-6, source=_LLAMA1),
+    _llama("llama-13b", 40, 5120, 40, 13824, norm_eps=1e-6, source=_LLAMA1),
+    _llama("llama-33b", 60, 6656, 52, 17920, norm_eps=1e-6, source=_LLAMA1),
+    _llama("llama-65b", 80, 8192, 64, 22016, norm_eps=1e-6, source=_LLAMA1),
+    _llama("llama2-7b", 32, 4096, 32, 11008, T=4096, source=_LLAMA2),
+    _llama("llama2-13b", 40, 5120, 40, 13824, T=4096, source=_LLAMA2),
+    _llama("llama2-70b", 80, 8192, 64, 28672, T=4096, n_kv_head=8, source=_LLAMA2),
+    _llama("llama3-8b", 32, 4096, 32, 14336, V=128256, T=8192, n_kv_head=8, rope_theta=5e5,
+           source=_LLAMA3),
+    _llama("llama3-70b", 80, 8192, 64, 28672, V=128256, T=8192, n_kv_head=8, rope_theta=5e5,
+           source=_LLAMA3),
+    _llama("llama3-405b", 126, 16384, 128, 53248, V=128256, T=8192, n_kv_head=8, rope_theta=5e5,
+           source=_LLAMA3),
+    _llama("mistral-7b", 32, 4096, 32, 14336, T=8192, n_kv_head=8,
+           source="Jiang et al. 2023, Mistral 7B, Table 1"),
+    ModelSpec("deepseek-v3", 61, 7168, 128, 129280, 4096, head_dim=128, ffn_hidden=18432,
+              params=671e9, active_params=37e9,
+              source="DeepSeek-AI 2024, DeepSeek-V3 Technical Report, sec. 4.2",
+              note="MoE (256 routed + 1 shared expert, 8 routed active) with MLA: params "
+                   "as published; activations approximated as a dense model with "
+                   "ffn = 9 active experts x 2048 and 128 heads of 128"),
+]
+PRESETS: dict[str, ModelSpec] = {m.name: m for m in PRESET_LIST}
+
+
+def trainable(m: ModelSpec) -> str | None:
+    """None if `llmtk train` builds exactly this shape (a Llama-style decoder), else why not."""
+    if not m.glu or m.norm != "rmsnorm" or m.bias or m.learned_pos:
+        return ("a GPT-2/3-style model (LayerNorm, GELU, biases, learned positions)"
+                if m.learned_pos or m.bias else "not SwiGLU + RMSNorm")
+    if m.params is not None or m.active_params is not None:
+        return "its published size is not described by these dimensions (MoE or a custom part)"
+    if m.head_dim is not None and m.head_dim * m.n_head != m.d_model:
+        return f"head dim {m.head_dim} x {m.n_head} heads != d_model {m.d_model}"
+    return None
+
+

@@ -1,0 +1,55 @@
+"""One preset table for estimate and train: `train --model X` builds the shape that
+`estimate --model X` computes (the vocabulary follows the tokenizer)."""
+
+from dataclasses import replace
+
+import pytest
+
+from llmtk.errors import UsageError
+from llmtk.estimate.models import PRESETS as ESTIMATE_PRESETS
+from llmtk.estimate.models import count_params as estimate_count
+from llmtk.presets import PRESETS, trainable
+from llmtk.train.config import TrainConfig
+from llmtk.train.model_config import PRESETS as TRAIN_PRESETS
+from llmtk.train.model_config import count_params as train_count
+from llmtk.train.trainer import model_config
+
+
+def test_estimate_and_train_read_the_same_table():
+    assert ESTIMATE_PRESETS is PRESETS
+    assert set(TRAIN_PRESETS) == {n for n, m in PRESETS.items() if trainable(m) is None}
+    assert {"tiny", "llama2-7b", "llama3-8b", "mistral-7b", "7b"} <= set(TRAIN_PRESETS)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, m in PRESETS.items() if trainable(m) is None))
+def test_train_builds_the_shape_estimate_computes(name):
+    spec = PRESETS[name]
+    cfg = model_config(TrainConfig(model=name, data=["x"], out="o"), spec.vocab_size)
+    assert (cfg.n_layer, cfg.d_model, cfg.n_head, cfg.kv_heads, cfg.hidden, cfg.vocab_size,
+            cfg.seq_len, cfg.tie_embeddings) == (
+        spec.n_layer, spec.d_model, spec.n_head, spec.kv_heads, spec.ffn, spec.vocab_size,
+        spec.seq_len, spec.tie_embeddings)
+    assert train_count(cfg) == estimate_count(spec).total
+
+
+def test_llama2_7b_and_llama3_8b_are_their_published_sizes():
+    cfg = model_config(TrainConfig(model="llama2-7b", data=["x"], out="o"), 32000)
+    assert train_count(cfg) == 6_738_415_616  # HF meta-llama/Llama-2-7b-hf
+    cfg = model_config(TrainConfig(model="llama3-8b", data=["x"], out="o"), 128256)
+    assert train_count(cfg) == 8_030_261_248 and cfg.rope_theta == 500000.0
+    # With the byte tokenizer the vocabulary is the tokenizer's, the rest the preset's.
+    small = model_config(TrainConfig(model="llama2-7b", data=["x"], out="o"), 257)
+    assert replace(small, vocab_size=32000) == model_config(
+        TrainConfig(model="llama2-7b", data=["x"], out="o"), 32000)
+
+
+@pytest.mark.parametrize("name, why", [
+    ("gpt2-124m", "GPT-2/3-style"),
+    ("deepseek-v3", "MoE"),
+    ("palm-540b", "head dim 256"),
+])
+def test_presets_train_cannot_build_are_refused_with_the_reason(name, why):
+    with pytest.raises(UsageError, match=why):
+        model_config(TrainConfig(model=name, data=["x"], out="o"), 257)
+    with pytest.raises(UsageError, match="--model must be one of tiny"):
+        model_config(TrainConfig(model="gpt5", data=["x"], out="o"), 257)
