@@ -19,6 +19,7 @@ from llmtk.commands import (
     dedup,
     diagnose,
     estimate,
+    eval,
     generate,
     mix,
     plot_loss,
@@ -72,8 +73,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (clean, dedup, mix, contam_check, estimate, train, generate, plot_loss, diagnose,
-               stats, run, cat):
+for module in (clean, dedup, mix, contam_check, estimate, train, eval, generate, plot_loss,
+               diagnose, stats, run, cat):
     module.register(app)
 
 

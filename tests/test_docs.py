@@ -8,7 +8,8 @@ import typer
 from llmtk.cli import app
 from tests.util import ROOT
 
-COMMANDS = ["clean", "dedup", "mix", "contam-check", "estimate", "train", "generate", "plot-loss",
+COMMANDS = ["clean", "dedup", "mix", "contam-check", "estimate", "train", "eval", "generate",
+            "plot-loss",
             "diagnose"]
 
 
@@ -20,7 +21,7 @@ def _commands():
     return _click_group().commands
 
 
-def test_all_eight_commands_registered():
+def test_every_command_registered():
     visible = sorted(name for name, cmd in _commands().items() if not cmd.hidden)
     assert visible == sorted(COMMANDS)
 

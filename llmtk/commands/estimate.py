@@ -139,7 +139,8 @@ def command(
         from llmtk.estimate.measure import measure_report
 
         measure_report(model, dims, batch=whole("--batch", batch), json_out=json_out,
-                       file=sys.stdout, recompute=recompute)
+                       file=sys.stdout, recompute=recompute,
+                       lora_rank=whole("--lora-rank", lora_rank))
         return
     req = Request(
         model=model, params=num("--params", params), dims=dims,

@@ -28,6 +28,15 @@ checkpoints, and resumes from the newest complete checkpoint by itself.
   llmtk train --config run.toml --nproc-per-node 8 --nnodes 4 \\
     --rdzv-endpoint node0:29500
 
+  llmtk train --sft --init-from runs/a --data chat.jsonl --out runs/sft \\
+    --steps 300
+
+  llmtk train --sft --init-from runs/a --data alpaca.jsonl --lora-rank 8 \\
+    --out runs/lora
+
+  llmtk train --data train.jsonl.zst --out runs/a --eval-tasks arc.jsonl \\
+    --eval-every 500
+
   llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 \\
     -o tokenizer.json
 
@@ -45,6 +54,7 @@ runtime error (including a stop on non-finite losses), 2 bad usage.
 DATA, MODEL, OPTIM, RUN, LOG, CKPT, LAUNCH = (
     "Data", "Model", "Optimisation", "Runtime", "Logging, eval and sampling",
     "Checkpoints and numerical safety", "Launch (torchrun)")
+FT = "Fine-tuning (SFT, LoRA) and task evaluation"
 
 
 def _opt(*names: str, help: str, panel: str, **kw):
@@ -197,6 +207,38 @@ def command(
     spike_factor: Annotated[float | None, _opt(
         "--spike-factor", help="A spike is a loss above this times its running mean. "
         "Default 3.", panel=CKPT)] = None,
+    sft: Annotated[bool | None, _opt(
+        "--sft", help="Instruction fine-tuning: --data holds messages, prompt/response or "
+        "instruction/input/output records; loss on assistant tokens only.", panel=FT)] = None,
+    template: Annotated[str | None, _opt(
+        "--template", help="SFT record layout: auto (detected, the default), chat, prompt "
+        "or alpaca.", panel=FT)] = None,
+    chat_template: Annotated[str | None, _opt(
+        "--chat-template", help="auto (the tokenizer's Hugging Face chat template if it has "
+        "one, else llmtk's role markers), llmtk, or a .jinja file.", panel=FT)] = None,
+    packing: Annotated[bool | None, _opt(
+        "--packing/--no-packing", help="Pack several examples per sequence (attention stays "
+        "within an example) or pad one per sequence. Default: pack.", panel=FT)] = None,
+    lora_rank: Annotated[int | None, _opt(
+        "--lora-rank", help="Train LoRA adapters of this rank; the base stays frozen.",
+        panel=FT)] = None,
+    lora_alpha: Annotated[float | None, _opt(
+        "--lora-alpha", help="LoRA scale numerator (scale = alpha / rank). Default: the rank.",
+        panel=FT)] = None,
+    lora_targets: Annotated[str | None, _opt(
+        "--lora-targets", help="Adapted matrices, a comma list of q,k,v,o,gate,up,down. "
+        "Default: all.", panel=FT)] = None,
+    lora_dropout: Annotated[float | None, _opt(
+        "--lora-dropout", help="Dropout on the adapters' input. Default 0.", panel=FT)] = None,
+    eval_tasks: Annotated[list[str] | None, _opt(
+        "--eval-tasks", help="Task files scored at every --eval-every step and at the end, "
+        "as `llmtk eval` does (repeatable).", panel=FT)] = None,
+    eval_bad_cases: Annotated[int | None, _opt(
+        "--eval-bad-cases", help="Bad cases per kind and task to write. Default 5.",
+        panel=FT)] = None,
+    eval_max_new_tokens: Annotated[int | None, _opt(
+        "--eval-max-new-tokens", help="Generation tasks: the longest answer. Default 128.",
+        panel=FT)] = None,
     config: Annotated[str | None, _opt(
         "--config", help="A TOML file with any of these options (flags win).",
         panel=DATA)] = None,

@@ -285,8 +285,47 @@ def detect_resume_jumps(run: Run) -> list[Finding]:
     return findings
 
 
+EVAL_DROP = 0.02  # an accuracy 2 points below its best (perplexity: 2% above)
+LOWER_IS_BETTER = ("perplexity", "bits_per_byte")
+
+
+def detect_eval_regression(run: Run) -> list[Finding]:
+    """A task metric (`eval` rows) getting worse since its best evaluation, with the
+    training loss at the same steps, so "loss improves, the task degrades" is plain."""
+    names = sorted({k for row in run.rows for k in row if k.startswith("eval/")})
+    tx, ty = _finite(*run.series("loss"))
+    findings = []
+    for name in names:
+        xs, ys = _finite(*run.series(name))
+        if len(ys) < 2:
+            continue
+        lower = name.rsplit("/", 1)[-1] in LOWER_IS_BETTER
+        i_best = (min if lower else max)(range(len(ys)), key=ys.__getitem__)
+        best, last = ys[i_best], ys[-1]
+        worse = last > best * (1 + EVAL_DROP) if lower else last < best - EVAL_DROP
+        if not worse:
+            continue
+        loss_then = next((y for x, y in zip(tx, ty, strict=True) if x >= xs[i_best]), None)
+        detail = ""
+        if loss_then is not None and ty and ty[-1] < loss_then:
+            detail = f" while the training loss fell {_fmt(loss_then)} -> {_fmt(ty[-1])}"
+        findings.append(Finding(
+            "eval_regression", "warning", xs[i_best],
+            f"{name[5:]} got worse since its best at step {xs[i_best]:.0f} "
+            f"({_fmt(best)} -> {_fmt(last)} at step {xs[-1]:.0f}){detail}",
+            causes=["over-fitting the fine-tuning data or forgetting (catastrophic forgetting "
+                    "of what the base model knew)", "a data mix that drifted from the task"],
+            fixes=["read the flipped items in OUT/eval/STEP/TASK.bad.jsonl",
+                   "keep the checkpoint of the best evaluation; lower the learning rate, fewer "
+                   "epochs, or mix some pre-training data back in"],
+            end_step=xs[-1],
+        ))
+    return findings
+
+
 DETECTORS = (detect_nan, detect_spikes, detect_divergence_and_rebound, detect_plateau,
-             detect_noise, detect_grad_explosions, detect_overfitting, detect_resume_jumps)
+             detect_noise, detect_grad_explosions, detect_overfitting, detect_resume_jumps,
+             detect_eval_regression)
 
 
 def diagnose(run: Run) -> list[Finding]:

@@ -205,6 +205,10 @@ def load_run(path: str, name: str | None = None) -> Run:
         rows = _file_rows(files[0], run)
     for row in rows:
         (run.events if "event" in row else run.rows).append(row)
+        if row.get("event") == "eval" and _is_number(row.get("value")):
+            # `llmtk eval` / `train --eval-tasks` rows become the series eval/TASK/METRIC.
+            run.rows.append({"step": row.get("step"),
+                             f"eval/{row.get('task')}/{row.get('metric')}": row["value"]})
     if not run.rows or not run.columns():
         raise DataError(f"{run.path}: no training rows found ({EXPECTED})")
     if not any(_is_number(r.get("step")) for r in run.rows):

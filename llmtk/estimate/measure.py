@@ -92,8 +92,16 @@ def config_from(model: str | None, dims: Dims):
     return cfg
 
 
-def measure(cfg, batch: int, seed: int = 0, recompute: str = "selective") -> dict:
-    """Measure one training step of GPT(cfg) on CPU in fp32 (torch imported here)."""
+def _spec(cfg) -> ModelSpec:
+    return ModelSpec("measured", cfg.n_layer, cfg.d_model, cfg.n_head, cfg.vocab_size,
+                     cfg.seq_len, n_kv_head=cfg.kv_heads, ffn_hidden=cfg.hidden,
+                     tie_embeddings=True)
+
+
+def measure(cfg, batch: int, seed: int = 0, recompute: str = "selective",
+            lora_rank: int | None = None) -> dict:
+    """Measure one training step of GPT(cfg) on CPU in fp32 (torch imported here); with
+    lora_rank, of llmtk train's LoRA model (frozen base, adapters on every linear layer)."""
     import torch
 
     from llmtk.train.model import GPT, count_params
@@ -101,9 +109,14 @@ def measure(cfg, batch: int, seed: int = 0, recompute: str = "selective") -> dic
     n = count_params(cfg)
     torch.manual_seed(seed)
     model = GPT(cfg)
+    if lora_rank:
+        from llmtk.train.lora import add_lora
+
+        n += add_lora(model, lora_rank)
     model.activation_checkpointing = recompute == "full"
-    params = list(model.parameters())
-    not_activations = {t.untyped_storage().data_ptr() for t in [*params, *model.buffers()]}
+    everything = list(model.parameters())
+    params = [p for p in everything if p.requires_grad]
+    not_activations = {t.untyped_storage().data_ptr() for t in [*everything, *model.buffers()]}
     saved: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -127,19 +140,23 @@ def measure(cfg, batch: int, seed: int = 0, recompute: str = "selective") -> dic
                     for k, v in st.items() if k != "step" and torch.is_tensor(v))
     return {
         "params": n,
-        "weights": sum(p.numel() * p.element_size() for p in params),
+        "weights": sum(p.numel() * p.element_size() for p in everything),
         "gradients": sum(p.grad.numel() * p.grad.element_size() for p in params),
         "optimizer": opt_bytes,
         "activations": activations,
     }
 
 
-def predict(cfg, batch: int, recompute: str = "selective") -> dict:
+def predict(cfg, batch: int, recompute: str = "selective", lora_rank: int | None = None) -> dict:
+    """What `llmtk estimate` predicts for the same step (with --lora-rank: the adapters'
+    parameters, gradients and AdamW states on top of the frozen weights)."""
+    from llmtk.estimate.plan import lora_params
     from llmtk.train.model_config import count_params
 
     n = count_params(cfg)
-    states = memory.model_state_bytes(n, precision="fp32", optimizer="adamw",
-                                      par=memory.Parallel())
+    trainable = lora_params(_spec(cfg), lora_rank) if lora_rank else None
+    states = memory.model_state_bytes(n + (trainable or 0), precision="fp32", optimizer="adamw",
+                                      par=memory.Parallel(), trainable=trainable)
     return {"params": n, "weights": states["weights"], "gradients": states["gradients"],
             "optimizer": states["optimizer"],
             "activations": llmtk_saved_bytes(cfg, batch, cfg.seq_len,
@@ -148,25 +165,31 @@ def predict(cfg, batch: int, recompute: str = "selective") -> dict:
                                                                      recompute=recompute)}
 
 
-def compare(cfg, batch: int, recompute: str = "selective") -> dict:
-    got = measure(cfg, batch, recompute=recompute)
-    want = predict(cfg, batch, recompute=recompute)
+def compare(cfg, batch: int, recompute: str = "selective", lora_rank: int | None = None) -> dict:
+    got = measure(cfg, batch, recompute=recompute, lora_rank=lora_rank)
+    want = predict(cfg, batch, recompute=recompute, lora_rank=lora_rank)
     rows = {}
     for k in ("weights", "gradients", "optimizer", "activations"):
         rows[k] = {"measured": got[k], "predicted": want[k],
                    "error": (want[k] - got[k]) / got[k] if got[k] else 0.0}
     rows["activations"]["korthikanti_style"] = want["activations_korthikanti_style"]
+    states = ("weights", "gradients", "optimizer")
+    m, p = sum(got[k] for k in states), sum(want[k] for k in states)
+    rows["model_states"] = {"measured": m, "predicted": p, "error": (p - m) / m}
     return {"config": cfg.to_dict(), "batch": batch, "params": got["params"],
-            "precision": "fp32 (CPU)", "recompute": recompute, "rows": rows}
+            "precision": "fp32 (CPU)", "recompute": recompute, "lora_rank": lora_rank,
+            "rows": rows}
 
 
 def measure_report(model: str | None, dims: Dims, *, batch: int, json_out: bool, file,
-                   recompute: str = "selective") -> None:
+                   recompute: str = "selective", lora_rank: int | None = None) -> None:
     if recompute not in memory.RECOMPUTE:
         raise UsageError(f"--recompute: expected one of {', '.join(memory.RECOMPUTE)}, "
                          f"got {recompute!r}")
     cfg = config_from(model, dims)
-    result = compare(cfg, batch, recompute)
+    if lora_rank is not None and lora_rank < 1:
+        raise UsageError(f"--lora-rank: must be >= 1, got {lora_rank}")
+    result = compare(cfg, batch, recompute, lora_rank=lora_rank)
     if json_out:
         from llmtk.io.console import write_json
 
@@ -181,6 +204,7 @@ def measure_report(model: str | None, dims: Dims, *, batch: int, json_out: bool,
                      f"{c['n_head']} heads ({cfg.kv_heads} kv), ffn {cfg.hidden}, vocab "
                      f"{c['vocab_size']}, seq {c['seq_len']}, batch {batch}, recompute "
                      f"{recompute}, fp32 on CPU, "
+                     + (f"LoRA rank {lora_rank}, " if lora_rank else "") +
                      f"{result['params']:,} params"), title_justify="left")
     for col in ("bytes", "measured", "predicted", "error"):
         t.add_column(col, justify="left" if col == "bytes" else "right")

@@ -4,11 +4,16 @@ of them depends on the checkpoint layout (full or DCP-sharded, run dir or step d
     model, tok = load_model("runs/a")            # newest verified checkpoint of the run
     weights = full_state_dict("runs/a/checkpoints/step-0001000")
     export("runs/a", "model.pt")                 # one consolidated, weights-only file
+    run = load_run("runs/sft")                   # + step, run dir, config, chat template
+
+A LoRA run's adapters are folded into the base weights on the way out (W + (alpha/r) B A),
+so every reader gets a plain GPT state dict.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from llmtk.errors import UsageError
 
@@ -39,9 +44,18 @@ def full_state_dict(path: str) -> dict:
 
     if os.path.isfile(path):
         return _clean_keys(_read_export(path)["state_dict"])
-    model_sd, _ = C.load_full_state(find_checkpoint(path), with_optim=False)
-    return _clean_keys({k: v.detach().to("cpu") if isinstance(v, torch.Tensor) else v
-                        for k, v in model_sd.items()})
+    ckpt = find_checkpoint(path)
+    model_sd, _ = C.load_full_state(ckpt, with_optim=False)
+    sd = _clean_keys({k: v.detach().to("cpu") if isinstance(v, torch.Tensor) else v
+                      for k, v in model_sd.items()})
+    if any(".lora_" in k for k in sd):
+        from llmtk.train.lora import merged_state_dict
+
+        meta = C.load_state(ckpt)
+        tc = meta.get("train_config", {})
+        sd = merged_state_dict(sd, meta["model_config"],
+                               float(tc.get("lora_alpha") or tc.get("lora_rank")))
+    return sd
 
 
 def _read_export(path: str) -> dict:
@@ -56,6 +70,42 @@ def _read_export(path: str) -> dict:
 def load_model(path: str, device: str = "cpu"):
     """(GPT in eval mode, its tokenizer) from a run dir, checkpoint dir or exported file.
     The model's configuration is `model.cfg`."""
+    model, tok, _ = _load(path, device)
+    return model, tok
+
+
+@dataclass
+class LoadedRun:
+    model: object          # llmtk.train.model.GPT, in eval mode (LoRA merged)
+    tokenizer: object
+    step: int
+    checkpoint: str        # the step directory
+    run_dir: str           # the directory holding checkpoints/
+    train_config: dict
+    chat: object | None    # llmtk.train.chat template for --sft runs, else None
+
+
+def run_dir_of(checkpoint: str) -> str:
+    """OUT for OUT/checkpoints/step-N, else the checkpoint's own parent."""
+    parent = os.path.dirname(os.path.abspath(checkpoint))
+    return os.path.dirname(parent) if os.path.basename(parent) == "checkpoints" else parent
+
+
+def load_run(path: str, device: str = "cpu") -> LoadedRun:
+    """load_model plus what evaluation needs: the step, the run directory and, for an
+    `--sft` run, the chat template it was trained with (so prompts look as it learned)."""
+    ckpt = find_checkpoint(path)
+    model, tok, meta = _load(ckpt, device)
+    tc = meta.get("train_config", {})
+    chat = None
+    if tc.get("sft"):
+        from llmtk.train.chat import chat_template
+
+        chat = chat_template(tok, tc.get("chat_template", "auto"))
+    return LoadedRun(model, tok, int(meta["step"]), ckpt, run_dir_of(ckpt), tc, chat)
+
+
+def _load(path: str, device: str):
     from llmtk.text.tokenizer import load_tokenizer
     from llmtk.train import checkpoint as C
     from llmtk.train.model import GPT, ModelConfig
@@ -76,7 +126,7 @@ def load_model(path: str, device: str = "cpu"):
         raise UsageError(f"{path}: the tokenizer it names is not the one it was trained with")
     model = GPT(cfg)
     model.load_state_dict(full_state_dict(path))
-    return model.to(device).eval(), tok
+    return model.to(device).eval(), tok, meta
 
 
 def export(path: str, output: str) -> str:

@@ -85,6 +85,18 @@ class TrainConfig:
     on_spike: str = "none"                # none | rollback
     spike_factor: float = 3.0
     quiet: bool = False
+    # fine-tuning and task evaluation (issue 16; llmtk.train.finetune, docs/train.md "SFT")
+    sft: bool = False                     # instruction data: loss on assistant tokens only
+    template: str = "auto"                # SFT data layout: auto | chat | prompt | alpaca
+    chat_template: str = "auto"           # auto (the tokenizer's, else llmtk) | llmtk | FILE
+    packing: bool = True                  # pack examples (document-masked) or pad each
+    lora_rank: int | None = None          # LoRA adapters of this rank; the base is frozen
+    lora_alpha: float | None = None       # default: the rank (scale 1)
+    lora_targets: str = "q,k,v,o,gate,up,down"
+    lora_dropout: float = 0.0
+    eval_tasks: list[str] = field(default_factory=list)
+    eval_bad_cases: int = 5
+    eval_max_new_tokens: int = 128
 
     def check(self) -> None:
         """Raise UsageError naming the first bad option (type and range checks come first,
@@ -98,6 +110,22 @@ class TrainConfig:
         from llmtk.train.loggers import parse_log_to
 
         parse_log_to(self.log_to)
+        self._check_finetune()
+
+    def _check_finetune(self) -> None:
+        if self.template not in ("auto", "chat", "prompt", "alpaca"):
+            raise UsageError(f"--template must be one of auto, chat, prompt, alpaca, got "
+                             f"{self.template!r}")
+        if self.lora_rank is not None:
+            from llmtk.train.lora import parse_targets
+
+            if self.lora_rank < 1:
+                raise UsageError("--lora-rank must be >= 1")
+            parse_targets(self.lora_targets)
+            if not 0.0 <= self.lora_dropout < 1.0:
+                raise UsageError("--lora-dropout must be in [0, 1)")
+        if self.eval_bad_cases < 0 or self.eval_max_new_tokens < 1:
+            raise UsageError("--eval-bad-cases must be >= 0 and --eval-max-new-tokens >= 1")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -197,7 +225,7 @@ def _type_problem(name: str, value) -> str | None:
 
 def validate(name: str, value, where: str) -> object:
     """The value, checked (a problem raises UsageError prefixed by `where`)."""
-    if name in ("data", "val_data") and isinstance(value, str):
+    if name in ("data", "val_data", "eval_tasks") and isinstance(value, str):
         value = [value]
     problem = _type_problem(name, value)
     if problem is None and value is not None and name in RULES:
@@ -234,7 +262,8 @@ def _merged(flags: dict, config_path: str | None, fields: dict) -> dict:
     values = {k: v for k, v in (load_toml(config_path) if config_path else {}).items()
               if k in fields}
     for name, value in flags.items():
-        if name not in fields or value is None or (name in ("data", "val_data") and not value):
+        if name not in fields or value is None or (
+                name in ("data", "val_data", "eval_tasks") and not value):
             continue
         values[name] = validate(name, value, f"--{name.replace('_', '-')}")
     return values

@@ -282,7 +282,11 @@ class Sampler:
 
     def batch(self, position: int):
         """(x, y) int64 tensors of shape (B, T): inputs and the targets shifted by one."""
-        t = self.rows(position)
+        return self.split(self.rows(position))
+
+    @staticmethod
+    def split(t):
+        """rows (B, T + 1) -> the model's inputs (x, y); SFTSampler adds the example ids."""
         return t[:, :-1], t[:, 1:]
 
     @property
@@ -337,7 +341,7 @@ class Prefetcher:
                          name="llmtk-prefetch").start()
 
     def get(self, position: int):
-        """(x, y) on the device for the micro-batch at `position`."""
+        """(x, y) (SFT: (x, y, doc)) on the device for the micro-batch at `position`."""
         if not self.threaded:
             t = self._load(position)
         else:
@@ -348,7 +352,7 @@ class Prefetcher:
                 raise t
             self._expect = position + self.stride
         t = t.to(self.device, non_blocking=True)  # (B, T + 1)
-        return t[:, :-1], t[:, 1:]
+        return self.sampler.split(t)
 
     def close(self) -> None:
         if self._stop is not None:

@@ -72,11 +72,21 @@ def rotary_tables(cfg: ModelConfig, device=None) -> tuple[torch.Tensor, torch.Te
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate pairs (x[..., i], x[..., i + D/2]) by position-dependent angles (GPT-NeoX layout).
 
-    x: (B, H, T, D); cos, sin: (T, D/2).
+    x: (B, H, T, D); cos, sin: (T, D/2), or (B, 1, T, D/2) for per-example positions.
     """
     x1, x2 = x.float().chunk(2, dim=-1)  # (B, H, T, D/2) each
     out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
     return out.type_as(x)
+
+
+def example_positions(doc: torch.Tensor) -> torch.Tensor:
+    """(B, T) example ids -> (B, T) position of each token within its example."""
+    B, T = doc.shape
+    idx = torch.arange(T, device=doc.device).expand(B, T)
+    starts = torch.ones_like(doc, dtype=torch.bool)
+    starts[:, 1:] = doc[:, 1:] != doc[:, :-1]
+    first = torch.where(starts, idx, torch.zeros_like(idx)).cummax(dim=1).values
+    return idx - first
 
 
 class Attention(nn.Module):
@@ -88,7 +98,8 @@ class Attention(nn.Module):
                               bias=cfg.qkv_bias)
         self.wo = nn.Linear(self.n_head * self.hd, cfg.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         B, T, _ = x.shape
         q, k, v = self.wqkv(x).split(
             [self.n_head * self.hd, self.n_kv * self.hd, self.n_kv * self.hd], dim=-1)
@@ -97,7 +108,8 @@ class Attention(nn.Module):
         v = v.view(B, T, self.n_kv, self.hd).transpose(1, 2)    # (B, K, T, D)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         # GQA: each kv head serves H/K query heads; SDPA broadcasts them (no K/V copies).
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+        # mask (B, 1, T, T) bool, True = attend: causal within one packed example (SFT).
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
                                            enable_gqa=self.n_kv != self.n_head)  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.hd)   # (B, T, C)
         return self.wo(y)
@@ -124,8 +136,9 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin)  # (B, T, C)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, mask)  # (B, T, C)
         x = x + self.mlp(self.mlp_norm(x))
         return x
 
@@ -174,25 +187,37 @@ class GPT(nn.Module):
                 nn.init.ones_(module.weight)
 
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+        doc: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """idx, targets: (B, T) int64.
 
         Without targets: (logits (B, T, vocab_size), None). With targets: (None, the mean
         cross-entropy over all target positions, targets == -1 ignored), computed in chunks
         so the full fp32 logits never exist (see chunked_cross_entropy).
+
+        doc: (B, T) example ids of packed sequences (SFT): a token attends only to earlier
+        tokens of its own example, and positions restart at 0 at every example.
         """
         B, T = idx.shape
         if T > self.cfg.seq_len:
             raise ValueError(f"sequence length {T} exceeds the model's seq_len {self.cfg.seq_len}")
-        cos, sin = self.rope_cos[:T], self.rope_sin[:T]  # (T, D/2)
+        mask = None
+        if doc is None:
+            cos, sin = self.rope_cos[:T], self.rope_sin[:T]  # (T, D/2)
+        else:
+            pos = example_positions(doc)  # (B, T)
+            cos, sin = self.rope_cos[pos][:, None], self.rope_sin[pos][:, None]  # (B, 1, T, D/2)
+            causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+            mask = (doc[:, None, :, None] == doc[:, None, None, :]) & causal  # (B, 1, T, T)
         x = self.tok_emb(idx)  # (B, T, C)
         for layer in self.layers:
             if self.activation_checkpointing and self.training:
                 # Recompute the block's activations in backward instead of storing them.
-                x = torch.utils.checkpoint.checkpoint(layer, x, cos, sin, use_reentrant=False)
+                x = torch.utils.checkpoint.checkpoint(layer, x, cos, sin, mask,
+                                                      use_reentrant=False)
             else:
-                x = layer(x, cos, sin)
+                x = layer(x, cos, sin, mask)
         x = self.norm(x)  # (B, T, C)
         if targets is None:
             return self.lm_head(x)[..., :self.cfg.vocab_size], None  # (B, T, V)

@@ -148,12 +148,14 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
     rank, _world, _local = ranks()
     lock = lock_run_dir(cfg.out) if rank == 0 else None  # before anything touches OUT
     try:
-        tok = load_tokenizer(cfg.tokenizer)
-        say = (lambda m: print(m, file=sys.stderr, flush=True)) \
-            if rank == 0 and not cfg.quiet else None
-        cache = D.build_cache(cfg.data, cfg.val_data, tok,
-                              cfg.cache_dir or os.path.join(cfg.out, "cache"), cfg.text_field,
-                              cfg.val_fraction, log=say)
+        tok = cache = None  # --sft: read by the Trainer (train/finetune.py), no token cache
+        if not cfg.sft:
+            tok = load_tokenizer(cfg.tokenizer)
+            say = (lambda m: print(m, file=sys.stderr, flush=True)) \
+                if rank == 0 and not cfg.quiet else None
+            cache = D.build_cache(cfg.data, cfg.val_data, tok,
+                                  cfg.cache_dir or os.path.join(cfg.out, "cache"),
+                                  cfg.text_field, cfg.val_fraction, log=say)
         dist = setup_dist(cfg.device, cfg.nccl_timeout)
         try:
             dist.barrier()  # rank 0 holds the lock: the others may touch OUT from here on
@@ -183,21 +185,28 @@ class Trainer:
         self.cfg, self.dist, self.tok, self.cache, self.faults = cfg, dist, tok, cache, faults
         self.out = cfg.out
         self.ckpt_root = os.path.join(cfg.out, "checkpoints")
-        meta = D.read_meta(cache)
-        self.mcfg = model_config(cfg, tok.vocab_size)
-        T = self.mcfg.seq_len
-        self.train_data = D.Sampler(D.Windows.open(cache, "train", T), cfg.batch_size,
-                                    dist.world, dist.rank, cfg.seed)
-        val_windows = D.Windows.open(cache, "val", T)
-        self.val_data = (D.Sampler(val_windows, cfg.batch_size, dist.world, dist.rank, cfg.seed,
-                                   shuffle=False) if len(val_windows) else None)
+        self.chat = None  # --sft: the chat template (train/chat.py)
+        if cfg.sft:  # issue 16: instruction data instead of the token cache (train/finetune.py)
+            from llmtk.train.finetune import setup_sft
+
+            setup_sft(self)  # tok, mcfg, train_data, val_data, *_per_step, cache, data_meta
+        else:
+            meta = D.read_meta(cache)
+            self.mcfg = model_config(cfg, tok.vocab_size)
+            T = self.mcfg.seq_len
+            self.train_data = D.Sampler(D.Windows.open(cache, "train", T), cfg.batch_size,
+                                        dist.world, dist.rank, cfg.seed)
+            val_windows = D.Windows.open(cache, "val", T)
+            self.val_data = (D.Sampler(val_windows, cfg.batch_size, dist.world, dist.rank,
+                                       cfg.seed, shuffle=False) if len(val_windows) else None)
+            self.windows_per_step = cfg.batch_size * dist.world * cfg.grad_accum
+            self.tokens_per_step = self.windows_per_step * T
+            self.data_meta = {"train_tokens": meta["train"]["tokens"],
+                              "val_tokens": meta["val"]["tokens"],
+                              "train_docs": meta["train"]["docs"],
+                              "val_docs": meta["val"]["docs"]}
         self.batches = D.Prefetcher(self.train_data, self.train_data.global_batch, dist.device,
                                     threaded=dist.cuda)
-        self.windows_per_step = cfg.batch_size * dist.world * cfg.grad_accum
-        self.tokens_per_step = self.windows_per_step * T
-        self.data_meta = {"train_tokens": meta["train"]["tokens"],
-                          "val_tokens": meta["val"]["tokens"],
-                          "train_docs": meta["train"]["docs"], "val_docs": meta["val"]["docs"]}
         self.parallel = cfg.parallel if dist.distributed else "none"
         if self.parallel == "auto":
             self.parallel = "ddp"
@@ -232,6 +241,11 @@ class Trainer:
             # start from the same weights, on every rank.
             torch.manual_seed(cfg.seed)
             model.init_weights()
+            if cfg.lora_rank:  # issue 16: freeze the base, train adapters (train/lora.py)
+                from llmtk.train.lora import add_lora
+
+                add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets,
+                         cfg.lora_dropout)
             model.activation_checkpointing = cfg.activation_checkpointing
             model.to(dist.device)
         self.raw = model
@@ -244,8 +258,9 @@ class Trainer:
             # Compiling the DDP wrapper (not the inner model) lets dynamo split the graph at
             # DDP's bucket boundaries, so gradient all-reduces overlap the backward.
             self.model.compile()
-        self.params = list(model.parameters())
-        self.param_names = [n for n, _ in model.named_parameters()]
+        # Only what trains (LoRA freezes the base): clipped, updated, checked for NaN.
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.param_names = [n for n, p in model.named_parameters() if p.requires_grad]
 
         # AdamW, decoupled weight decay on matrices only (not norms), nanoGPT's grouping.
         # Fused: one kernel for all parameters, and it honours `found_inf` (the device-side
@@ -281,6 +296,11 @@ class Trainer:
 
         with torch.device("meta"):
             model = GPT(self.mcfg)
+        if self.cfg.lora_rank:  # adapters before sharding, so FSDP shards them too
+            from llmtk.train.lora import add_lora
+
+            add_lora(model, self.cfg.lora_rank, self.cfg.lora_alpha, self.cfg.lora_targets,
+                     self.cfg.lora_dropout)
         model.activation_checkpointing = self.cfg.activation_checkpointing
         # bf16: gather parameters in bf16, reduce gradients in fp32 (torchtitan's policy);
         # the sharded master weights and the optimizer stay fp32.
@@ -298,6 +318,10 @@ class Trainer:
         model.to_empty(device=self.dist.device)
         torch.manual_seed(self.cfg.seed)
         model.init_weights()
+        if self.cfg.lora_rank:
+            from llmtk.train.lora import init_lora
+
+            init_lora(model)  # to_empty left the adapters uninitialised
         return model
 
     def _bf16(self) -> bool:
@@ -347,9 +371,11 @@ class Trainer:
 
         ga = self.cfg.grad_accum
         loss_sum = torch.zeros((), device=self.dist.device)
+        scaled = hasattr(self.train_data, "loss_scale")
         for m in range(ga):
             t0 = time.perf_counter()
-            x, y = self.batches.get(st.position + m * self.train_data.global_batch)
+            batch = self.batches.get(st.position + m * self.train_data.global_batch)
+            # batch: (x, y), or (x, y, doc) for SFT
             self.meter.data_s += time.perf_counter() - t0
             last = m == ga - 1
             if self.parallel == "fsdp":
@@ -357,7 +383,9 @@ class Trainer:
             with (self.model.no_sync() if self.parallel == "ddp" and not last
                   else contextlib.nullcontext()):
                 with self.autocast():
-                    _, loss = self.model(x, y)
+                    _, loss = self.model(*batch)
+                if scaled:  # issue 16: SFT's mean over the step's trained tokens
+                    loss = loss * self.train_data.loss_scale(st.position, m, ga)
                 loss = self.faults.loss(st.step, loss)
                 (loss / ga).backward()
             loss_sum += loss.detach().float()
@@ -498,6 +526,11 @@ class Trainer:
             if path is not None:
                 self._event("resume", step=st.step, path=os.path.relpath(path, self.out))
                 self._say(f"resumed from {path} at step {st.step}")
+        self.task_eval = None
+        if self.cfg.eval_tasks:  # issue 16: task files are read (and checked) before training
+            from llmtk.train.finetune import TaskEvaluator
+
+            self.task_eval = TaskEvaluator(self)
         self.model.train()
         self.meter = Meter()
         return st
@@ -847,6 +880,10 @@ class Trainer:
         elif val is not None and self.metrics is not None:
             self.metrics.write({"step": st.step, "val_loss": val, "time": time.time()})
             self._say(f"step {st.step}: val_loss {val:.4f}")
+        if self.task_eval is not None and (self._due(st, cfg.eval_every) if cfg.eval_every
+                                           else last):  # issue 16: --eval-tasks
+            with self.meter.exclude():
+                self.task_eval(st.step)
         if cfg.sample_every and self._due(st, cfg.sample_every):
             with self.meter.exclude():
                 self._sample(st)
@@ -868,6 +905,8 @@ class Trainer:
                "step_s": round(elapsed / max(1, meter.steps), 4), "time": time.time()}
         if val_loss is not None:
             row["val_loss"] = val_loss
+        if hasattr(self.train_data, "trained_tokens"):  # issue 16: SFT's loss-carrying tokens
+            row["trained_tokens"] = self.train_data.trained_tokens(st.position)
         self.metrics.write(row)
         if not self.cfg.quiet:
             from llmtk.io.console import stderr_console
@@ -887,10 +926,10 @@ class Trainer:
         total = torch.zeros((), dtype=torch.float64, device=self.dist.device)
         with torch.no_grad():
             for g in range(self.cfg.eval_batches):
-                x, y = self.val_data.batch(g * self.val_data.global_batch)
-                x, y = x.to(self.dist.device), y.to(self.dist.device)
+                batch = [t.to(self.dist.device)  # (x, y), or (x, y, doc) for SFT
+                         for t in self.val_data.batch(g * self.val_data.global_batch)]
                 with self.autocast():
-                    _, loss = self.model(x, y)
+                    _, loss = self.model(*batch)
                 total += loss.double()
         self.model.train()
         if self.dist.distributed:

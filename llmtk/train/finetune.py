@@ -1,0 +1,134 @@
+"""The trainer's fine-tuning and evaluation hooks (issue 16), kept out of the loop itself.
+
+- `setup_sft(trainer)`: `--sft` data instead of the pre-training token cache; with
+  `--init-from RUN_DIR` the model shape and tokenizer come from that run unless given.
+- `TaskEvaluator`: `--eval-tasks FILE...` scored at every `--eval-every` step and at the
+  end, through `llmtk.evaluate` (files under OUT/eval/STEP/, `eval` rows in the log).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from dataclasses import replace
+
+from llmtk.errors import UsageError
+
+
+def _source_state(init_from: str | None) -> dict | None:
+    """state.json of the --init-from checkpoint (None for none or a `hf:` folder)."""
+    from llmtk.train import checkpoint as C
+
+    if not init_from or init_from.startswith("hf:"):
+        return None
+    src = C.resolve(init_from)
+    if src is None:
+        raise UsageError(f"--init-from {init_from}: no complete checkpoint there")
+    return C.load_state(src)
+
+
+def inherited_tokenizer(cfg, state: dict | None):
+    """The run's tokenizer: --tokenizer if given, else the one the --init-from run used."""
+    from llmtk.text.tokenizer import load_tokenizer
+
+    spec = cfg.tokenizer
+    if state is not None and spec == "bytes":
+        spec = state.get("train_config", {}).get("tokenizer", "bytes")
+    tok = load_tokenizer(spec)
+    if state is not None and state.get("tokenizer") not in (None, tok.fingerprint()):
+        raise UsageError(f"--init-from {cfg.init_from} was trained with another tokenizer "
+                         f"({state['tokenizer']}); pass the same --tokenizer")
+    return tok
+
+
+def inherited_model_config(cfg, vocab_size: int, state: dict | None):
+    """The --init-from run's model shape (flags given here still apply), else the flags'."""
+    from llmtk.train.model_config import ModelConfig
+    from llmtk.train.trainer import model_config
+
+    if state is None:
+        return model_config(cfg, vocab_size)
+    mc = ModelConfig(**state["model_config"])
+    given = {"n_layer": cfg.layers, "d_model": cfg.d_model, "n_head": cfg.heads,
+             "n_kv_head": cfg.kv_heads, "ffn_hidden": cfg.ffn_hidden, "seq_len": cfg.seq_len}
+    mc = replace(mc, **{k: v for k, v in given.items() if v is not None})
+    return mc
+
+
+def setup_sft(t) -> None:
+    """Fill the trainer's data attributes from instruction data (see sft_data)."""
+    from llmtk.train import sft_data as S
+    from llmtk.train.chat import chat_template
+
+    cfg, dist = t.cfg, t.dist
+    state = _source_state(cfg.init_from)
+    t.tok = inherited_tokenizer(cfg, state)
+    t.mcfg = inherited_model_config(cfg, t.tok.vocab_size, state)
+    T = t.mcfg.seq_len
+    t.chat = chat_template(t.tok, cfg.chat_template)
+    convs = S.read_conversations(cfg.data, cfg.template)
+    if cfg.val_data:
+        val = S.read_conversations(cfg.val_data, cfg.template)
+    else:
+        convs, val = S.split_val(convs, cfg.val_fraction)
+    rows = S.build_rows(convs, t.chat, T, t.tok.eos_id, packing=cfg.packing)
+    t.train_data = S.SFTSampler(rows, cfg.batch_size, dist.world, dist.rank, cfg.seed)
+    t.val_data = None
+    if val:
+        vrows = S.build_rows(val, t.chat, T, t.tok.eos_id, packing=cfg.packing)
+        t.val_data = S.SFTSampler(vrows, cfg.batch_size, dist.world, dist.rank, cfg.seed,
+                                  shuffle=False)
+    t.windows_per_step = cfg.batch_size * dist.world * cfg.grad_accum
+    t.tokens_per_step = t.windows_per_step * T
+    digest = hashlib.sha1(rows.tokens.tobytes() + rows.trained.tobytes()).hexdigest()[:16]
+    t.cache = os.path.join(cfg.out, f"sft-{digest}")  # names the data in checkpoints
+    t.data_meta = {"sft": rows.stats, "sft_val": vrows.stats if val else None,
+                   "template": cfg.template, "chat_template": t.chat.name}
+    if dist.rank == 0 and not cfg.quiet:
+        s = rows.stats
+        print(f"sft: {s['examples']} examples in {s['rows']} rows of {T + 1} tokens "
+              f"({'packed' if cfg.packing else 'padded'}, {s['fill']:.0%} full), "
+              f"{s['trained_tokens']} trained tokens, {s['truncated']} truncated, "
+              f"{s['dropped']} dropped; chat template {t.chat.name}", file=sys.stderr,
+              flush=True)
+
+
+class TaskEvaluator:
+    """Scores --eval-tasks with the model being trained (every rank under FSDP, whose
+    forward is collective; rank 0 alone otherwise). Uses no random numbers, so exact
+    resume is unaffected."""
+
+    def __init__(self, t):
+        from llmtk.evaluate import load_task
+
+        self.t = t
+        self.tasks = [load_task(spec) for spec in t.cfg.eval_tasks]
+        self.prompt_ids = t.chat.prompt if getattr(t, "chat", None) is not None else None
+
+    def __call__(self, step: int) -> None:
+        import torch
+
+        t = self.t
+        everyone = t.parallel == "fsdp"
+        if t.dist.rank == 0 or everyone:
+            # Eager: prompts of many lengths must not recompile (or evict) the training graphs.
+            with torch.compiler.set_stance("force_eager"):
+                self._score(step, t.model if everyone else t.raw)
+        t.dist.barrier()
+
+    def _score(self, step: int, model) -> None:
+        from llmtk.evaluate.report import evaluate_tasks, summary_line
+        from llmtk.evaluate.scoring import ModelScorer
+
+        t = self.t
+        rank0 = t.dist.rank == 0
+        scorer = ModelScorer(model, t.tok, prompt_ids=self.prompt_ids, autocast=t.autocast)
+        summaries = evaluate_tasks(
+            self.tasks, scorer, run_dir=t.out, step=step, n_bad=t.cfg.eval_bad_cases,
+            max_new_tokens=t.cfg.eval_max_new_tokens,
+            log=t.metrics.write if rank0 and t.metrics is not None else None, write=rank0)
+        if rank0 and not t.cfg.quiet:
+            for s in summaries:
+                print(summary_line(s), file=sys.stderr, flush=True)
+        model.train()

@@ -1,0 +1,184 @@
+"""LoRA (Hu et al. 2021): frozen base weights, trainable low-rank adapters W + (alpha/r)·B·A.
+
+Own small implementation rather than `peft`: the llmtk model fuses q, k and v into
+one `wqkv` matrix, and peft would adapt the fused matrix as a whole, so its
+adapter count would differ from the q/k/v-separate count `llmtk estimate
+--lora-rank` uses (and from what people mean by "q,v" targets). Here each of q,
+k, v gets its own A (r x in) and B (out_part x r) on its slice of `wqkv`.
+
+Targets: q, k, v (slices of attn.wqkv), o (attn.wo), gate (mlp.w1), up (mlp.w3),
+down (mlp.w2). Init as in the paper and peft: A ~ kaiming-uniform(a=sqrt(5)), B = 0,
+so step 0 computes exactly the base model. Embeddings and norms stay frozen too.
+
+State-dict keys keep the base names (`layers.0.attn.wqkv.weight`) and add
+`layers.0.attn.wqkv.lora_A.q` / `lora_B.q`, so a plain checkpoint loads into a
+LoRA model (the adapters keep their init) and `merged_state_dict` turns a LoRA
+checkpoint back into a plain one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from llmtk.errors import UsageError
+
+TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+MODULE_OF = {"o": "attn.wo", "gate": "mlp.w1", "up": "mlp.w3", "down": "mlp.w2"}
+
+
+def parse_targets(spec: str) -> list[str]:
+    names = [t.strip() for t in spec.split(",") if t.strip()]
+    bad = [t for t in names if t not in TARGETS]
+    if bad or not names:
+        raise UsageError(f"--lora-targets: expected a comma list of {','.join(TARGETS)}, "
+                         f"got {spec!r}")
+    return [t for t in TARGETS if t in names]
+
+
+class LoRALinear(nn.Linear):
+    """A bias-free Linear whose output parts (named, with their widths) may carry adapters."""
+
+    def __init__(self, base: nn.Linear, parts: list[tuple[str, int]], adapted: list[str],
+                 rank: int, alpha: float, dropout: float):
+        # Built on the meta device (no memory, no init), then given the base's own weight.
+        super().__init__(base.in_features, base.out_features, bias=False, device="meta")
+        self.weight = base.weight
+        self.weight.requires_grad_(False)
+        self.parts, self.scale = parts, alpha / rank
+        self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.lora_A = nn.ParameterDict()
+        self.lora_B = nn.ParameterDict()
+        for name, width in parts:
+            if name in adapted:
+                a = torch.empty(rank, self.in_features, device=self.weight.device)
+                nn.init.kaiming_uniform_(a, a=math.sqrt(5))
+                self.lora_A[name] = nn.Parameter(a)
+                self.lora_B[name] = nn.Parameter(torch.zeros(width, rank,
+                                                             device=self.weight.device))
+
+    def delta(self) -> torch.Tensor:
+        """scale · B·A for every part (zeros where a part has no adapter): (out, in)."""
+        rows = []
+        for name, width in self.parts:
+            if name in self.lora_A:
+                rows.append(self.lora_B[name] @ self.lora_A[name])
+            else:
+                rows.append(self.weight.new_zeros(width, self.in_features))
+        return torch.cat(rows, dim=0) * self.scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().forward(x)  # (..., out)
+        h = self.drop(x)
+        outs = []
+        for name, width in self.parts:
+            if name in self.lora_A:
+                outs.append((h @ self.lora_A[name].t()) @ self.lora_B[name].t())  # (..., width)
+            else:
+                outs.append(y.new_zeros(*y.shape[:-1], width))
+        return y + torch.cat(outs, dim=-1) * self.scale
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        # A plain (pre-trained) checkpoint has no adapters: they keep their init.
+        before = len(missing_keys)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+        lora_keys = {f"{prefix}lora_{ab}.{n}" for ab in "AB" for n in self.lora_A}
+        mine = [k for k in missing_keys[before:] if k in lora_keys]
+        if len(mine) == len(lora_keys):  # all adapters absent: the base alone
+            for k in mine:
+                missing_keys.remove(k)
+
+
+def _parts(model, block) -> dict[str, tuple[str, list[tuple[str, int]]]]:
+    cfg = model.cfg
+    q, kv = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    out = {"attn.wqkv": [("q", q), ("k", kv), ("v", kv)]}
+    for name, path in MODULE_OF.items():
+        out[path] = [(name, _get(block, path).out_features)]
+    return out
+
+
+def _get(module, path: str):
+    for part in path.split("."):
+        module = getattr(module, part)
+    return module
+
+
+def add_lora(model, rank: int, alpha: float | None = None, targets: str = ",".join(TARGETS),
+             dropout: float = 0.0) -> int:
+    """Freeze every parameter of `model` (a llmtk GPT) and add adapters; returns the number
+    of trainable (adapter) parameters."""
+    if rank < 1:
+        raise UsageError(f"--lora-rank must be >= 1, got {rank}")
+    names = parse_targets(targets)
+    alpha = float(rank if alpha is None else alpha)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for block in model.layers:
+        for path, parts in _parts(model, block).items():
+            adapted = [n for n, _ in parts if n in names]
+            if not adapted:
+                continue
+            parent_path, _, leaf = path.rpartition(".")
+            parent = _get(block, parent_path)
+            setattr(parent, leaf, LoRALinear(getattr(parent, leaf), parts, adapted, rank,
+                                             alpha, dropout))
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def merge_lora(model) -> None:
+    """Fold every adapter into its base weight and put plain Linears back (in place)."""
+    with torch.no_grad():
+        for block in model.layers:
+            for path in ("attn.wqkv", *MODULE_OF.values()):
+                parent_path, _, leaf = path.rpartition(".")
+                parent = _get(block, parent_path)
+                mod = getattr(parent, leaf)
+                if isinstance(mod, LoRALinear):
+                    plain = nn.Linear(mod.in_features, mod.out_features, bias=False,
+                                      device=mod.weight.device, dtype=mod.weight.dtype)
+                    plain.weight.copy_(mod.weight + mod.delta().to(mod.weight.dtype))
+                    setattr(parent, leaf, plain)
+
+
+def merged_state_dict(state: dict, model_config: dict, alpha: float) -> dict:
+    """A LoRA checkpoint's state dict with the adapters folded in: the plain model's keys.
+
+    model_config: the run's ModelConfig as a dict; alpha: the run's lora_alpha."""
+    from llmtk.train.model_config import ModelConfig
+
+    cfg = ModelConfig(**model_config)
+    q, kv = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    offset = {"q": 0, "k": q, "v": q + kv}
+    out = {k: v.clone() for k, v in state.items() if ".lora_" not in k}
+    for key, a in state.items():
+        if ".lora_A." not in key:
+            continue
+        prefix, part = key.split(".lora_A.")
+        b = state[f"{prefix}.lora_B.{part}"]
+        scale = alpha / a.shape[0]
+        w = out[f"{prefix}.weight"]
+        start = offset.get(part, 0)
+        w[start:start + b.shape[0]] += (scale * (b.float() @ a.float())).to(w.dtype)
+    return out
+
+
+def adapter_state_dict(state: dict) -> dict:
+    """Only the adapters of a LoRA checkpoint (what `--adapters-only` exports)."""
+    return {k: v for k, v in state.items() if ".lora_" in k}
+
+
+def init_lora(model) -> None:
+    """(Re)initialise every adapter as add_lora does (A: Kaiming uniform, B: zeros): for a
+    model built on the meta device and materialised with to_empty (FSDP2)."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, LoRALinear):
+                for a in module.lora_A.values():
+                    nn.init.kaiming_uniform_(a, a=math.sqrt(5))
+                for b in module.lora_B.values():
+                    nn.init.zeros_(b)

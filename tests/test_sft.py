@@ -1,0 +1,470 @@
+"""Instruction fine-tuning and LoRA: chat templates and their loss masks, packed rows with
+document masking, no gradient through prompt tokens, LoRA freezing / merging / sizing
+against `llmtk estimate`, and the CLI runs (exact resume, learning) as real processes."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from llmtk.errors import DataError
+from llmtk.text.tokenizer import ByteTokenizer
+from llmtk.train import sft_data as S
+from llmtk.train.chat import JinjaTemplate, LlmtkTemplate
+from llmtk.train.lora import add_lora, merge_lora, merged_state_dict
+from llmtk.train.model import GPT, ModelConfig
+
+TOK = ByteTokenizer()
+CHAT = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "yo"}, {"role": "user", "content": "and?"},
+        {"role": "assistant", "content": "ok"}]
+
+
+def write_jsonl(path, records):
+    with open(path, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    return str(path)
+
+
+def trained_text(ids, trained):
+    """The trained tokens as text, EOS shown as |."""
+    return "".join("|" if i == TOK.eos_id else chr(i) for i, t in zip(ids, trained, strict=True)
+                   if t)
+
+
+# ---------------------------------------------------------------- templates and data
+
+
+def test_llmtk_template_trains_only_assistant_contents_and_their_eos():
+    ids, trained = LlmtkTemplate(TOK).encode(CHAT)
+    assert TOK.decode(ids) == ("<|system|>\nbe brief\n<|user|>\nhi\n<|assistant|>\nyo"
+                               "<|user|>\nand?\n<|assistant|>\nok")
+    assert trained_text(ids, trained) == "yo|ok|"
+    prompt = LlmtkTemplate(TOK).prompt(CHAT[:2])
+    assert TOK.decode(prompt).endswith("<|user|>\nhi\n<|assistant|>\n")
+
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_a_jinja_chat_template_marks_what_each_assistant_turn_adds():
+    tpl = JinjaTemplate(TOK, CHATML, "chatml")
+    ids, trained = tpl.encode(CHAT)
+    assert TOK.decode(ids) == tpl.render(CHAT, False)
+    assert trained_text(ids, trained) == "yo<|im_end|>\nok<|im_end|>\n"
+    assert TOK.decode(tpl.prompt(CHAT[:2])).endswith("<|im_start|>assistant\n")
+
+
+def test_layouts_are_detected_and_template_forces_one(tmp_path):
+    path = write_jsonl(tmp_path / "mix.jsonl", [
+        {"messages": CHAT},
+        {"prompt": "p", "response": "r", "system": "s"},
+        {"instruction": "i", "input": "x", "output": "o"},
+        {"instruction": "i", "input": "", "output": "o"},
+    ])
+    convs = [m for _, m in S.read_conversations([path], "auto")]
+    assert convs[1] == [{"role": "system", "content": "s"}, {"role": "user", "content": "p"},
+                        {"role": "assistant", "content": "r"}]
+    assert convs[2][0] == {"role": "user", "content": "i\n\nx"}
+    assert convs[3][0] == {"role": "user", "content": "i"}
+    with pytest.raises(DataError, match=r"mix\.jsonl:1: --template prompt: no 'prompt' field"):
+        S.read_conversations([path], "prompt")
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "p", "response": "r"},
+                                               {"messages": [{"role": "bot", "content": "x"}]}])
+    with pytest.raises(DataError, match=r"bad\.jsonl:2: each message needs role"):
+        S.read_conversations([bad], "auto")
+
+
+def _convs(*pairs):
+    return [(f"f:{i}", [{"role": "user", "content": p}, {"role": "assistant", "content": r}])
+            for i, (p, r) in enumerate(pairs)]
+
+
+def test_packing_keeps_examples_whole_and_never_targets_across_them():
+    chat = LlmtkTemplate(TOK)
+    convs = _convs(("a", "bc"), ("d", "ef"), ("g", "h"))
+    one = len(chat.encode(convs[0][1])[0])  # 28 tokens
+    rows = S.build_rows(convs, chat, seq_len=2 * one + 1, pad_id=TOK.eos_id)
+    assert rows.stats["rows"] == 2 and rows.stats["examples"] == 3
+    assert rows.doc[0].tolist() == [0] * one + [1] * one + [2] * 2  # + padding as its own doc
+    sampler = S.SFTSampler(rows, 2, 1, 0, 0, shuffle=False)
+    x, y, doc = sampler.batch(0)
+    trained = [(chr(int(a)), chr(int(b)) if b != TOK.eos_id else "|")
+               for a, b in zip(x[0], y[0], strict=True) if b >= 0]
+    assert trained == [("\n", "b"), ("b", "c"), ("c", "|"), ("\n", "e"), ("e", "f"), ("f", "|")]
+    assert rows.stats["trained_tokens"] == 3 + 3 + 2
+    assert sampler.trained_tokens(2) == 8 and sampler.trained_tokens(3) == 8 + 6
+    padded = S.build_rows(convs, chat, seq_len=2 * one + 1, pad_id=TOK.eos_id, packing=False)
+    assert padded.stats["rows"] == 3
+
+
+def test_long_examples_are_truncated_and_prompt_only_ones_dropped():
+    chat = LlmtkTemplate(TOK)
+    rows = S.build_rows(_convs(("x" * 40, "yy"), ("q", "r" * 50)), chat, seq_len=40,
+                        pad_id=TOK.eos_id)
+    assert rows.stats["truncated"] == 2 and rows.stats["dropped"] == 1
+    assert rows.stats["examples"] == 1
+    with pytest.raises(DataError, match="no instruction example with an assistant token"):
+        S.build_rows(_convs(("x" * 60, "y")), chat, seq_len=40, pad_id=TOK.eos_id)
+
+
+# ---------------------------------------------------------------- model: masking, gradients
+
+
+def tiny(seq_len=64, **kw):
+    torch.manual_seed(0)
+    return GPT(ModelConfig(vocab_size=257, seq_len=seq_len, n_layer=2, d_model=32, n_head=4,
+                           **kw))
+
+
+def test_packed_examples_see_only_themselves():
+    m = tiny(n_kv_head=2).eval()
+    a, b = torch.randint(0, 256, (1, 10)), torch.randint(0, 256, (1, 14))
+    doc = torch.tensor([[0] * 10 + [1] * 14])
+    packed, _ = m(torch.cat([a, b], 1), doc=doc)
+    alone_a, _ = m(a)
+    alone_b, _ = m(b)
+    assert torch.allclose(packed[0, :10], alone_a[0], atol=1e-5)
+    assert torch.allclose(packed[0, 10:], alone_b[0], atol=1e-5)
+    unmasked, _ = m(torch.cat([a, b], 1))
+    assert not torch.allclose(unmasked[0, 10:], alone_b[0], atol=1e-3)
+
+
+def test_prompt_tokens_get_no_gradient():
+    chat = LlmtkTemplate(TOK)
+    rows = S.build_rows(_convs(("reverse abc", "cba"), ("add 1 2", "3")), chat, 63, TOK.eos_id)
+    x, y, doc = S.SFTSampler(rows, 1, 1, 0, 0, shuffle=False).batch(0)
+    m = tiny()
+    seen = {}
+
+    def keep(module, args, out):  # the head's input (the chunked loss never forms logits)
+        out.retain_grad()
+        seen["h"] = out
+
+    m.norm.register_forward_hook(keep)
+    _, loss = m(x, y, doc)
+    loss.backward()
+    g = seen["h"].grad[0].abs().sum(-1)  # (T,) gradient at each output position
+    prompt = y[0] == -1
+    assert prompt.sum() > 2 * (~prompt).sum()  # mostly prompt, so the check means something
+    assert g[prompt].max() == 0  # no loss flows from any prompt (or padding) position
+    assert (g[~prompt] > 0).all()
+
+
+# ---------------------------------------------------------------- LoRA
+
+
+def test_lora_freezes_the_base_and_starts_as_the_base_model():
+    m = tiny()
+    x = torch.randint(0, 256, (2, 16))
+    before, _ = m.eval()(x)
+    n = add_lora(m, rank=4)
+    after, _ = m(x)
+    assert torch.equal(before, after)  # B = 0: step 0 is the base model
+    trainable = {k for k, p in m.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_" in k for k in trainable)
+    assert n == sum(p.numel() for p in m.parameters() if p.requires_grad)
+
+
+def test_lora_on_the_meta_device_is_initialised_like_add_lora():
+    """FSDP2's path: adapters added to a meta model, to_empty, init_weights, init_lora."""
+    from llmtk.train.lora import init_lora
+
+    # untied: a plain to_empty (no FSDP) would give lm_head its own, uninitialised tensor
+    with torch.device("meta"):
+        m = GPT(ModelConfig(vocab_size=257, seq_len=64, n_layer=2, d_model=32, n_head=4,
+                            n_kv_head=2, tie_embeddings=False))
+    add_lora(m, rank=4)
+    m.to_empty(device="cpu")
+    torch.manual_seed(0)
+    m.init_weights()
+    init_lora(m)
+    ref = tiny(n_kv_head=2, tie_embeddings=False)
+    torch.manual_seed(0)
+    ref.init_weights()  # the same seed, the same base weights
+    x = torch.randint(0, 256, (2, 16))
+    got, _ = m.eval()(x)
+    want, _ = ref.eval()(x)
+    assert torch.equal(got, want)  # B = 0 again: the base model
+    for k, p in m.named_parameters():
+        assert p.requires_grad == (".lora_" in k)
+        if ".lora_A." in k:
+            assert torch.isfinite(p).all() and p.abs().sum() > 0
+
+
+def test_merged_lora_equals_adapter_inference():
+    m = tiny(n_kv_head=2)
+    add_lora(m, rank=4, alpha=8, targets="q,v,o,down")
+    torch.manual_seed(1)
+    for p in m.parameters():
+        if p.requires_grad:
+            torch.nn.init.normal_(p, std=0.1)  # as after training
+    m.eval()
+    x = torch.randint(0, 256, (2, 20))
+    with_adapters, _ = m(x)
+    plain = tiny(n_kv_head=2).eval()
+    plain.load_state_dict(merged_state_dict(m.state_dict(), m.cfg.to_dict(), alpha=8))
+    merged, _ = plain(x)
+    assert torch.allclose(with_adapters, merged, atol=1e-5)
+    merge_lora(m)
+    in_place, _ = m(x)
+    assert torch.allclose(with_adapters, in_place, atol=1e-5)
+    assert not any(".lora_" in k for k in m.state_dict())
+
+
+def test_lora_size_and_memory_match_llmtk_estimate():
+    """The adapter count is estimate's formula exactly; `llmtk estimate --measure
+    --lora-rank 8` (one real LoRA training step, fp32, CPU) is within 10% of the
+    prediction for weights, gradients, AdamW states and activations alike."""
+    from llmtk.estimate.measure import _spec, compare
+    from llmtk.estimate.plan import lora_params
+    from tests.util import llmtk
+
+    cfg = ModelConfig(vocab_size=257, seq_len=64, n_layer=4, d_model=128, n_head=4)
+    m = GPT(cfg)
+    assert add_lora(m, rank=8) == lora_params(_spec(cfg), 8)
+    rows = compare(cfg, 2, lora_rank=8)["rows"]
+    assert rows["gradients"]["measured"] == 4 * lora_params(_spec(cfg), 8)  # adapters only
+    for name in ("weights", "gradients", "optimizer", "model_states", "activations"):
+        assert abs(rows[name]["error"]) < 0.10, (name, rows[name])
+    p = llmtk("estimate", "--layers", "4", "--d-model", "128", "--heads", "4", "--vocab", "257",
+              "--seq-len", "64", "--measure", "--lora-rank", "8", "--json", **ONE_THREAD)
+    assert p.returncode == 0, p.stderr.decode()
+    assert json.loads(p.stdout)["rows"]["model_states"]["error"] == 0.0
+
+
+# ---------------------------------------------------------------- the CLI, as real processes
+
+SMALL = ["--layers", "2", "--d-model", "64", "--heads", "4", "--seq-len", "64", "--warmup", "2",
+         "--lr", "3e-3", "--log-every", "1", "-q"]
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # 2 busy cores: threads only fight each other
+
+
+def words(n, seed, tasks=("repeat", "upper", "reverse")):
+    """n distinct synthetic instruction pairs over 3-letter words."""
+    import random
+
+    rng = random.Random(seed)
+    fn = {"repeat": lambda w: w, "upper": str.upper, "reverse": lambda w: w[::-1]}
+    seen, out = set(), []
+    while len(out) < n:
+        w = "".join(rng.choice("abcdefgh") for _ in range(3))
+        kind = rng.choice(tasks)
+        if (kind, w) not in seen:
+            seen.add((kind, w))
+            out.append({"prompt": f"{kind} {w}", "response": fn[kind](w)})
+    return out
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A tiny pre-trained run (a few steps on stdlib docstrings) to fine-tune from."""
+    import importlib
+    import inspect
+
+    from tests.util import llmtk
+
+    d = tmp_path_factory.mktemp("base")
+    docs = d / "docs.jsonl"
+    with open(docs, "w") as f:
+        for name in ("json", "os", "re", "collections", "itertools"):
+            for _, obj in inspect.getmembers(importlib.import_module(name)):
+                doc = inspect.getdoc(obj)
+                if doc and len(doc) > 200:
+                    f.write(json.dumps({"text": doc}) + "\n")
+    out = str(d / "run")
+    p = llmtk("train", "--data", docs, "--out", out, *SMALL, "--steps", "10", **ONE_THREAD)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    return {"run": out, "dir": d}
+
+
+def rows(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def sft(base, out, data, *args, check=True, faults=None, **env):
+    import json
+    import subprocess
+    import sys
+
+    from tests.util import ROOT
+    from tests.util import env as make_env
+
+    # tests.train_driver: llmtk with the test faults of LLMTK_TEST_FAULTS injected
+    cmd = [sys.executable, "-m", "tests.train_driver", "train", "--sft", "--init-from",
+           base["run"], "--data", data, "--out", out, "--warmup", "2", "--lr", "3e-3",
+           "--log-every", "1", "-q", *map(str, args)]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, input=b"",
+                       env=make_env(**{**ONE_THREAD, **env,
+                                       "LLMTK_TEST_FAULTS": json.dumps(faults or {})}))
+    if check:
+        assert p.returncode == 0, p.stderr.decode()[-3000:]
+    return p
+
+
+def test_sft_with_lora_resumes_exactly_and_leaves_the_base_untouched(base, tmp_path):
+    data = write_jsonl(tmp_path / "sft.jsonl", words(60, 0))
+    common = ["--steps", "6", "--batch-size", "4", "--checkpoint-every", "3", "--lora-rank", "4",
+              "--lora-dropout", "0.1"]  # dropout: the RNG state must resume too
+    ref = str(tmp_path / "ref")
+    sft(base, ref, data, *common)
+    out = str(tmp_path / "crash")
+    marker = str(tmp_path / "died")
+    p = sft(base, out, data, *common, check=False, faults={"die_once": [marker, 4]})
+    assert p.returncode == 17 and os.path.exists(marker)
+    sft(base, out, data, *common)
+
+    def train_rows(run):
+        return [(r["step"], r["loss"], r["grad_norm"], r["trained_tokens"]) for r in rows(run)
+                if "loss" in r and "event" not in r]
+
+    assert train_rows(out) == train_rows(ref)
+    assert [r[0] for r in train_rows(ref)] == [1, 2, 3, 4, 5, 6]
+    assert train_rows(ref)[-1][3] > train_rows(ref)[0][3] > 0  # loss-carrying tokens counted
+    # Frozen: every base weight in the final checkpoint is the base run's.
+    from llmtk.train import checkpoint as C
+
+    before = C.load_tensors(C.resolve(base["run"]), "model.pt")
+    after = C.load_tensors(C.resolve(ref), "model.pt")
+    assert {k for k in after if ".lora_" in k}
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert any(not torch.equal(after[k], torch.zeros_like(after[k]))
+               for k in after if ".lora_B." in k)
+    # The public loader folds the adapters in: a plain GPT with the base's keys.
+    from llmtk.train import full_state_dict, load_model
+
+    model, _ = load_model(ref)
+    assert set(full_state_dict(ref)) == set(before) == set(model.state_dict())
+
+
+def _losses(run):
+    return [(r["step"], r["loss"], r["grad_norm"], r["trained_tokens"]) for r in rows(run)
+            if "loss" in r and "event" not in r]
+
+
+@pytest.mark.parametrize("lora,extra", [
+    ([], ["--grad-accum", "2"]),
+    pytest.param([], ["--nproc-per-node", "2"], marks=pytest.mark.slow),
+    pytest.param(["--lora-rank", "4"], ["--nproc-per-node", "2", "--parallel", "fsdp"],
+                 marks=pytest.mark.slow),
+])
+def test_sft_steps_do_not_depend_on_how_the_batch_is_split(base, tmp_path, lora, extra):
+    """The loss is the mean over every trained token of the step, whatever the split into
+    processes and micro-steps: 2 x 2 (DDP, FSDP2 with LoRA, grad accumulation) = 1 x 4."""
+    # Responses of 1-7 tokens: micro-batches hold different numbers of trained tokens, so a
+    # mean of per-micro-batch means would differ from the step's token mean.
+    data = write_jsonl(tmp_path / "sft.jsonl", [
+        {"prompt": f"say {i}", "response": "x" * (1 + i % 7)} for i in range(40)])
+    common = ["--steps", "3", *lora]
+    ref, out = str(tmp_path / "ref"), str(tmp_path / "split")
+    sft(base, ref, data, *common, "--batch-size", "4")
+    sft(base, out, data, *common, "--batch-size", "2", *extra)
+    a, b = _losses(ref), _losses(out)
+    assert [x[0] for x in a] == [x[0] for x in b] == [1, 2, 3]
+    for (_, la, ga, ta), (_, lb, gb, tb) in zip(a, b, strict=True):
+        assert lb == pytest.approx(la, rel=1e-5) and gb == pytest.approx(ga, rel=1e-4)
+        assert ta == tb
+
+
+def test_sft_refuses_bad_records_with_file_and_line(base, tmp_path):
+    data = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "p", "response": "r"},
+                                                {"prompt": "p"}])
+    p = sft(base, str(tmp_path / "o"), data, "--steps", "1", check=False)
+    assert p.returncode == 1
+    assert p.stderr.decode().strip().splitlines()[-1].startswith(
+        f"llmtk: error: {data}:2: not an instruction record")
+
+
+@pytest.fixture(scope="module")
+def learner_base(base):
+    """A 2 x 128 model pre-trained for a few steps, and synthetic instruction pairs over
+    3-letter words: 400 "repeat"/"reverse" pairs to train on and 60 held out; 300 "upper"
+    pairs and 60 held out (the task LoRA adds later)."""
+    from tests.util import llmtk
+
+    d = base["dir"]
+    out = str(d / "base128")
+    p = llmtk("train", "--data", d / "docs.jsonl", "--out", out, "--layers", "2", "--d-model",
+              "128", "--heads", "4", "--seq-len", "63", "--warmup", "5", "--lr", "3e-3",
+              "--steps", "20", "--batch-size", "8", "-q", **ONE_THREAD)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+
+    def held(recs):
+        return [{"id": f"h{i}", **r} for i, r in enumerate(recs)]
+
+    rr, up = words(460, 0, ("repeat", "reverse")), words(360, 1, ("upper",))
+    return {"run": out, "dir": d,
+            "rr": write_jsonl(d / "rr.jsonl", rr[:400]),
+            "rr_held": write_jsonl(d / "rr_held.jsonl", held(rr[400:])),
+            "up": write_jsonl(d / "up.jsonl", up[:300]),
+            "up_held": write_jsonl(d / "up_held.jsonl", held(up[300:]))}
+
+
+def exact_match(run, step, task):
+    vals = [r["value"] for r in rows(run) if r.get("event") == "eval" and r["task"] == task
+            and r["metric"] == "exact_match" and r["step"] == step]
+    assert len(vals) == 1
+    return vals[0]
+
+
+def eval_em(run, task_file):
+    from tests.util import llmtk
+
+    p = llmtk("eval", run, "--tasks", task_file, "--max-new-tokens", "5", "--json", "--no-log",
+              "-q", **ONE_THREAD)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    (task,) = json.loads(p.stdout)["tasks"].values()
+    return task["metrics"]["exact_match"]
+
+
+@pytest.fixture(scope="module")
+def full_ft(learner_base):
+    """Full fine-tuning of the pre-trained model on the repeat/reverse pairs."""
+    from tests.util import llmtk
+
+    lb = learner_base
+    out = str(lb["dir"] / "full")
+    p = llmtk("train", "--sft", "--init-from", lb["run"], "--data", lb["rr"], "--out", out,
+              "--steps", "800", "--batch-size", "16", "--warmup", "50", "--lr", "2e-3",
+              "--weight-decay", "0", "--log-every", "100", "--eval-tasks", lb["rr_held"],
+              "--eval-every", "400", "--eval-max-new-tokens", "5", "-q", **ONE_THREAD)
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    return out
+
+
+@pytest.mark.slow  # 800 steps of a 2 x 128 model: minutes on 2 busy cores
+def test_full_fine_tuning_lifts_held_out_exact_match_well_above_the_base(learner_base,
+                                                                        full_ft):
+    base_em = eval_em(learner_base["run"], learner_base["rr_held"])
+    tuned = exact_match(full_ft, 800, "rr_held")
+    assert base_em <= 0.05 and tuned >= base_em + 0.3, (base_em, tuned)
+
+
+@pytest.mark.slow
+def test_lora_learns_a_new_instruction_on_the_fine_tuned_model(learner_base, full_ft,
+                                                                tmp_path):
+    """LoRA (base frozen) on top of the repeat/reverse model, trained on "upper" pairs: its
+    loss on the new instruction falls clearly, and the merged model `llmtk eval` loads
+    scores what training measured with the adapters. (On these toy bases LoRA learns far
+    more slowly than full fine-tuning, see docs/train.md; held-out exact match is reported,
+    not required, here.)"""
+    from tests.util import llmtk
+
+    lb = learner_base
+    before = eval_em(full_ft, lb["up_held"])
+    out = str(tmp_path / "lora")
+    p = llmtk("train", "--sft", "--init-from", full_ft, "--data", lb["up"], "--out", out,
+              "--steps", "400", "--batch-size", "16", "--warmup", "20", "--lr", "5e-3",
+              "--lora-rank", "8", "--lora-alpha", "16", "--weight-decay", "0",
+              "--log-every", "50", "--eval-tasks", lb["up_held"], "--eval-every", "400",
+              "--eval-max-new-tokens", "5", "-q", **ONE_THREAD)
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    losses = [r["loss"] for r in rows(out) if "loss" in r and "event" not in r]
+    assert losses[-1] <= 0.85 * losses[0], losses
+    tuned = exact_match(out, 400, "up_held")
+    assert tuned > before  # measured once: 0.0 -> 0.133
+    assert eval_em(out, lb["up_held"]) == pytest.approx(tuned)
