@@ -375,7 +375,7 @@ def test_an_output_folder_that_is_an_input_folder_is_refused(tmp_path, src):
     code, msg = cli("dedup", "signatures", src, "-o", sigs, "-q")
     assert code == 0, msg
     meta = (sigs / "meta.json").read_bytes()
-    code, msg = cli("dedup", "index", sigs, "-o", sigs, "-q")
+    code, msg = cli("dedup", "buckets", sigs, "-o", sigs, "-q")
     assert code == 2 and "is also an input" in msg
     assert (sigs / "meta.json").read_bytes() == meta
     idx = tmp_path / "idx"
