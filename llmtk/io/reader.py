@@ -14,6 +14,7 @@ than `max_record` bytes is dropped piece by piece, never held in full.
 
 import glob
 import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -130,11 +131,19 @@ def walk(top: str, suffixes: tuple[str, ...] | None = INPUT_SUFFIXES) -> list[st
                 continue
             if entry.is_dir():
                 visit(entry.path)
-            elif entry.is_file() and (suffixes is None or entry.name.endswith(suffixes)):
-                found.append(entry.path)
+            elif (entry.is_file() or _is_fifo(entry)) and (
+                    suffixes is None or entry.name.endswith(suffixes)):
+                found.append(entry.path)  # a FIFO named like data is data (a job's pipe)
 
     visit(top)
     return _once(sorted(found))
+
+
+def _is_fifo(entry: os.DirEntry) -> bool:
+    try:
+        return stat.S_ISFIFO(entry.stat().st_mode)
+    except OSError:
+        return False
 
 
 def _once(paths: list[str]) -> list[str]:
