@@ -29,7 +29,8 @@ def test_train_builds_the_shape_estimate_computes(name):
             cfg.seq_len, cfg.tie_embeddings) == (
         spec.n_layer, spec.d_model, spec.n_head, spec.kv_heads, spec.ffn, spec.vocab_size,
         spec.seq_len, spec.tie_embeddings)
-    assert train_count(cfg) == estimate_count(spec).total
+    # train pads its embedding/head rows to a multiple of 128; only that may differ
+    assert train_count(cfg) == estimate_count(replace(spec, vocab_size=cfg.padded_vocab)).total
 
 
 def test_llama2_7b_and_llama3_8b_are_their_published_sizes():

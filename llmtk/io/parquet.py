@@ -205,6 +205,7 @@ class ParquetSink:
         self._written_rows = 0
         self.bytes_written = 0  # Arrow bytes of the rows written (uncompressed)
         self._closed = False
+        self._finished = False  # finish() done, publish() not yet
 
     # -- records in --------------------------------------------------------
 
@@ -305,7 +306,9 @@ class ParquetSink:
 
     # -- finishing ---------------------------------------------------------
 
-    def commit(self) -> None:
+    def finish(self) -> None:
+        """Every row group written and the file on disk; not renamed yet (StreamRun
+        commits all of a run's outputs together: finish them all, then publish)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -322,12 +325,31 @@ class ParquetSink:
             self._file.flush()
             os.fsync(self._file.fileno())
             self._file.close()
+        except OSError as e:
+            self._remove()
+            raise LlmtkError(f"{self.path}: cannot finish writing: {e.strerror}") from None
+        self._finished = True
+
+    def publish(self) -> None:
+        """Rename the finished file into place."""
+        if not self._finished:
+            return
+        self._finished = False
+        try:
             os.replace(self._tmp, self.path)
         except OSError as e:
             self._remove()
             raise LlmtkError(f"{self.path}: cannot finish writing: {e.strerror}") from None
 
+    def commit(self) -> None:
+        self.finish()
+        self.publish()
+
     def abort(self) -> None:
+        if self._finished:  # finished, not yet published: drop it
+            self._finished = False
+            self._remove()
+            return
         if self._closed:
             return
         self._closed = True
