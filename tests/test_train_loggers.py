@@ -200,4 +200,5 @@ def test_a_resumed_run_continues_its_logs(corpus, tmp_path, monkeypatch):
     assert [v for _, v in scalars["train/loss"]] == pytest.approx([losses[s] for s in
                                                                    range(1, 6)])
     runs = sorted(glob.glob(str(out / "wandb" / "offline-run-*")))
-    assert len(runs) == 2 and runs[0].rsplit("-", 1)[1] == runs[1].rsplit("-", 1)[1]
+    # one folder per start, named by second: two starts within one second share it
+    assert 1 <= len(runs) <= 2 and len({r.rsplit("-", 1)[1] for r in runs}) == 1
