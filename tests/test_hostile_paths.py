@@ -96,7 +96,7 @@ def test_output_dev_stdout_is_stdout_and_not_replaced(tmp_path, src):
     out = tmp_path / "redirected.jsonl"
     out.write_bytes(b"")
     before = os.stat(out).st_ino
-    r = shell(f"llmtk cat {src} -o /dev/stdout -q > {out}")
+    r = shell(f"llmtk cat {src} --output /dev/stdout -q > {out}")
     assert r.returncode == 0, r.stderr
     assert os.stat(out).st_ino == before and out.read_bytes() == src.read_bytes()
 
@@ -397,7 +397,8 @@ def test_train_quality_model_over_its_training_data_is_refused(tmp_path, src):
 
 
 def test_no_script_or_test_points_an_output_at_dev_null():
-    """-o /dev/null as root used to turn the machine's /dev/null into a file: never again."""
+    """An output option naming the null device, run as root, used to turn the machine's
+    /dev/null into a regular file: never again."""
     import re
     from pathlib import Path
 

@@ -4,7 +4,7 @@ or a regular file written atomically.
 stdout is written with os.write on fd 1 through our own 1 MiB buffer, so a
 job script's PYTHONUNBUFFERED=1 does not turn every record into a syscall,
 and a closed pipe surfaces as `PipeClosed` (exit 0) instead of a traceback.
-`-o /dev/stdout` (or /dev/fd/1) is stdout.
+`--output /dev/stdout` (or /dev/fd/1) is stdout.
 
 A FIFO, a character device (`/dev/null`), a socket or a /dev/fd/N path is
 opened and written through: it is never replaced by a regular file.
