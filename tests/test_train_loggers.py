@@ -4,6 +4,7 @@ TensorBoard event file and from the offline W&B run folder."""
 import glob
 import json
 import math
+import re
 import struct
 import sys
 
@@ -200,5 +201,7 @@ def test_a_resumed_run_continues_its_logs(corpus, tmp_path, monkeypatch):
     assert [v for _, v in scalars["train/loss"]] == pytest.approx([losses[s] for s in
                                                                    range(1, 6)])
     runs = sorted(glob.glob(str(out / "wandb" / "offline-run-*")))
-    # one folder per start, named by second: two starts within one second share it
-    assert 1 <= len(runs) <= 2 and len({r.rsplit("-", 1)[1] for r in runs}) == 1
+    # one folder per start, offline-run-DATE_TIME-ID; a second start within the same second
+    # gets a "-1" suffix: the run id is what must be the same
+    ids = {re.search(r"offline-run-\d{8}_\d{6}-([a-z0-9]+)", r).group(1) for r in runs}
+    assert len(runs) == 2 and len(ids) == 1
