@@ -288,3 +288,19 @@ def test_workers_give_the_same_parquet_bytes(cli, tmp_path):
         assert r.exit_code == 0, r.output
         outs.append(pq.read_table(out).to_pylist())
     assert outs[0] == outs[1] and 0 < len(outs[0]) < len(texts)
+
+
+def test_parquet_output_through_a_symlink_replaces_the_target_and_keeps_the_link(
+        cli, tmp_path, pq_file):
+    target = tmp_path / "real.parquet"
+    target.write_bytes(b"old")
+    link = tmp_path / "link.parquet"
+    link.symlink_to(target)
+    planted = tmp_path / "victim"
+    planted.write_bytes(b"keep")
+    r = cli("cat", pq_file, "-o", link, "-q")
+    assert r.exit_code == 0, r.output
+    assert link.is_symlink() and pq.read_table(target).num_rows == pq.read_table(
+        pq_file).num_rows
+    assert planted.read_bytes() == b"keep"
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]

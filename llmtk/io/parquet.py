@@ -187,16 +187,16 @@ class ParquetSink:
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
             raise UsageError(f"{path}: directory {directory} does not exist")
+        if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+            raise UsageError(f"{path}: a .parquet output must be a regular file")
+        from llmtk.io.atomic import Staged
+
         self.path = path
         self.text_field = text_field
-        self._tmp = f"{path}.tmp-{os.getpid()}"
-        try:
-            self._file = open(self._tmp, "xb")
-        except FileExistsError:
-            os.unlink(self._tmp)  # our own pid's leftover from an earlier crash
-            self._file = open(self._tmp, "xb")
-        except OSError as e:
-            raise LlmtkError(f"{path}: cannot create: {e.strerror}") from None
+        # the same exclusive temporary file (no planted links, a symlink's target replaced)
+        # as every other output
+        self._staged = Staged(path)
+        self._file = os.fdopen(self._staged.fd, "wb", closefd=False)
         self._writer = None
         self._schema = None
         self._rows: list[dict] = []
@@ -322,24 +322,18 @@ class ParquetSink:
         self._closed = True
         try:
             self._writer.close()
-            self._file.flush()
-            os.fsync(self._file.fileno())
             self._file.close()
         except OSError as e:
-            self._remove()
+            self._staged.discard()
             raise LlmtkError(f"{self.path}: cannot finish writing: {e.strerror}") from None
+        self._staged.finish()  # fsync; an error removes the temporary file
         self._finished = True
 
     def publish(self) -> None:
         """Rename the finished file into place."""
-        if not self._finished:
-            return
-        self._finished = False
-        try:
-            os.replace(self._tmp, self.path)
-        except OSError as e:
-            self._remove()
-            raise LlmtkError(f"{self.path}: cannot finish writing: {e.strerror}") from None
+        if self._finished:
+            self._finished = False
+            self._staged.publish()
 
     def commit(self) -> None:
         self.finish()
@@ -348,7 +342,7 @@ class ParquetSink:
     def abort(self) -> None:
         if self._finished:  # finished, not yet published: drop it
             self._finished = False
-            self._remove()
+            self._staged.discard()
             return
         if self._closed:
             return
@@ -359,13 +353,7 @@ class ParquetSink:
         except Exception:  # an already broken writer: the file is removed anyway
             pass
         self._file.close()
-        self._remove()
-
-    def _remove(self) -> None:
-        try:
-            os.unlink(self._tmp)
-        except OSError:
-            pass
+        self._staged.discard()
 
 
 def _lossless(got, expected) -> bool:
