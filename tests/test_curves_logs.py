@@ -289,3 +289,17 @@ def test_plot_loss_help_examples_run_as_written(tmp_path, monkeypatch):
         r = cli(*args)
         assert r.returncode == 0, (example, r.stderr)
         assert (tmp_path / args[args.index("-o") + 1]).stat().st_size > 0
+
+
+def test_run_labels_drop_extensions_and_stay_unique(tmp_path):
+    from llmtk.curves.logs import run_labels
+
+    for d in ("exp1/a", "exp2/a", "solo"):
+        (tmp_path / d).mkdir(parents=True)
+    t = str(tmp_path)
+    assert run_labels([f"{t}/run1.jsonl", f"{t}/lr0.001.jsonl.zst", f"{t}/solo/metrics.jsonl",
+                       f"{t}/solo", f"{t}/x/events.out.tfevents.1.host"]) == \
+        ["run1", "lr0.001", "solo", "solo#2", "x"]
+    assert run_labels([f"{t}/exp1/a/metrics.jsonl", f"{t}/exp2/a/metrics.jsonl",
+                       f"{t}/b.csv"]) == ["exp1/a", "exp2/a", "b"]
+    assert run_labels([f"{t}/exp1/a", f"{t}/exp1/a"]) == ["a", "a#2"]  # the same run twice

@@ -3,6 +3,8 @@
 import json
 import math
 
+import pytest
+
 from tests.util import llmtk
 
 
@@ -78,3 +80,175 @@ def test_extreme_values_and_a_missing_directory_are_one_line_errors(tmp_path):
     assert r.returncode == 2
     assert r.stderr == (f"llmtk: error: --output {tmp_path}/no/loss.png: directory "
                         f"{tmp_path}/no does not exist\n").encode()
+
+
+# -- the charts themselves, inspected in-process (issue 14) -------------------------------
+
+
+def runs_of(*paths):
+    from llmtk.curves.logs import load_runs
+
+    return load_runs([str(p) for p in paths])
+
+
+def drawn(fig):
+    """Lay the figure out (legend and tick positions) without writing an image."""
+    fig.draw_without_rendering()
+    return fig
+
+
+def noisy_run(path, n=400, val_every=125, resume=None, nan=None):
+    rows = []
+    for s in range(n):
+        rows.append({"step": s, "loss": 2 + 3 * math.exp(-s / 80) + 0.3 * (-1) ** s,
+                     "tokens": s * 2048})
+        if val_every and s % val_every == 0:
+            rows.append({"step": s, "val_loss": 2 + 3 * math.exp(-s / 80)})
+    if resume is not None:
+        rows.append({"step": resume, "event": "resume"})
+    if nan is not None:
+        rows.append({"step": nan, "event": "nan"})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_smoothing_is_tensorboards_debiased_ema():
+    from llmtk.curves.style import smooth
+
+    # last = w * last + (1 - w) * y, divided by 1 - w**n (by hand for w = 0.5)
+    assert smooth([0, 1, 2], [1.0, 2.0, 3.0], 0.5) == pytest.approx([1.0, 5 / 3, 2.125 / 0.875])
+    assert smooth([0, 1, 2], [1.0, 2.0, 3.0], 0.5, every=1) == \
+        pytest.approx(smooth([0, 1, 2], [1.0, 2.0, 3.0], 0.5))
+    assert smooth([0, 1], [1.0, 5.0], 0.0) == [1.0, 5.0]
+    # a point 125 spacings on has decayed by 0.9**125: it is its own value
+    assert smooth([0, 125], [5.0, 2.0], 0.9, every=1)[1] == pytest.approx(2.0, abs=1e-5)
+
+
+def test_smoothed_line_is_drawn_over_a_faint_raw_line_and_named(tmp_path):
+    from llmtk.curves.plot import figure
+
+    runs = runs_of(noisy_run(tmp_path / "a.jsonl", val_every=0))
+    ax = figure(runs, ["loss"], weight=0.9).axes[0]
+    raw, smoothed = ax.get_lines()
+    assert raw.get_color() == smoothed.get_color()
+    assert raw.get_alpha() == 0.25 and smoothed.get_alpha() is None
+    assert list(raw.get_ydata()) == runs[0].series("loss")[1]  # the raw values, unchanged
+    assert max(abs(a - b) for a, b in zip(raw.get_ydata(), smoothed.get_ydata(), strict=True)) > 0.2
+    legend = ax.get_legend()
+    assert legend.get_title().get_text() == "smoothed 0.9 (faint: raw)"
+    assert [t.get_text() for t in legend.get_texts()] == ["a"]  # the raw line is not listed
+    plain = figure(runs, ["loss"]).axes[0]
+    assert len(plain.get_lines()) == 1 and plain.get_legend().get_title().get_text() == ""
+
+
+def test_val_loss_is_smoothed_by_its_own_spacing(tmp_path):
+    from llmtk.curves.plot import figure
+    from llmtk.curves.style import smooth
+
+    runs = runs_of(noisy_run(tmp_path / "a.jsonl", n=1000, val_every=125))
+    ax = figure(runs, ["loss", "val_loss"], weight=0.9).axes[0]
+    val = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert len(val) == 1
+    xs, raw = runs[0].series("val_loss")
+    assert max(abs(a - b) for a, b in zip(val[0].get_ydata(), raw, strict=True)) < 1e-3
+    # per point, as the training weight would drag it: far above the raw values
+    assert max(abs(a - b) for a, b in zip(smooth(xs, raw, 0.9), raw, strict=True)) > 0.5
+
+
+def test_many_runs_get_one_legend_outside_the_panels(tmp_path):
+    from llmtk.curves.plot import figure
+
+    runs = runs_of(*(noisy_run(tmp_path / f"r{i}" / "metrics.jsonl") for i in range(8)))
+    fig = drawn(figure(runs, ["loss", "val_loss", "tokens"], weight=0.9))
+    assert all(ax.get_legend() is None for ax in fig.axes)
+    (legend,) = fig.legends
+    box = legend.get_window_extent()
+    for ax in fig.axes:
+        assert box.x0 >= ax.get_window_extent().x1  # right of every panel, covering none
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert texts[:8] == [f"r{i}" for i in range(8)] and "val_loss" in texts
+    assert legend.get_title().get_text() == "smoothed 0.9 (faint: raw)"
+    few = drawn(figure(runs[:3], ["loss"]))
+    assert not few.legends and few.axes[0].get_legend() is not None
+
+
+def test_findings_never_share_a_runs_colour(tmp_path):
+    from matplotlib.colors import to_hex
+
+    from llmtk.curves.plot import figure
+    from llmtk.curves.style import FINDING_COLOURS, RESUME_COLOUR, RUN_COLOURS, run_style
+
+    reserved = {*FINDING_COLOURS.values(), RESUME_COLOUR}
+    assert not reserved & set(RUN_COLOURS)
+    assert len({run_style(i) for i in range(15)}) == 15  # colours repeat with other dashes
+    paths = []
+    for i in range(6):  # more runs than colours; a spike, a NaN and a resume in each
+        rows = [{"step": s, "loss": 2 + 3 * math.exp(-s / 40) + (1.5 if s == 150 else 0.0)}
+                for s in range(300)] + [{"step": 200, "event": "nan"},
+                                        {"step": 100, "event": "resume"}]
+        paths.append(tmp_path / f"r{i}.jsonl")
+        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    runs = runs_of(*paths)
+    ax = figure(runs, ["loss"], findings=True).axes[0]
+    names = {run.name for run in runs}
+    run_colours = {to_hex(line.get_color()) for line in ax.get_lines()
+                   if line.get_label() in names}
+    marks = [line for line in ax.get_lines() if line.get_label().lstrip("_") not in names]
+    assert len(run_colours) == 5 and marks
+    assert {to_hex(line.get_color()) for line in marks} <= {to_hex(c) for c in reserved}
+    assert {t.get_text() for t in ax.texts} >= {" nan", " spikes"}
+
+
+def test_resume_and_nan_lines_are_in_the_legend_once(tmp_path):
+    from matplotlib.colors import to_hex
+
+    from llmtk.curves.plot import figure
+    from llmtk.curves.style import RESUME_COLOUR
+
+    runs = runs_of(noisy_run(tmp_path / "a.jsonl", resume=100, nan=150),
+                   noisy_run(tmp_path / "b.jsonl", resume=200))
+    legend = figure(runs, ["loss"]).axes[0].get_legend()
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert texts == ["a", "b", "NaN / skipped step", "resume"]
+    resume = legend.legend_handles[texts.index("resume")]
+    assert resume.get_linestyle() == ":" and to_hex(resume.get_color()) == RESUME_COLOUR.lower()
+
+
+def test_tick_labels_read_as_1k_250k_1_2m():
+    from llmtk.curves.style import human, human_ticks, nice_ticks
+
+    assert [human(v) for v in (0, 999, 1000, 1500, 250000, 1.2e6, 3e9, 999999, 2.5e12)] == \
+        ["0", "999", "1k", "1.5k", "250k", "1.2M", "3B", "1M", "2.5T"]
+    assert human_ticks([1_000_100, 1_000_200]) == ["1.0001M", "1.0002M"]  # kept apart
+    assert nice_ticks(0, 250_000) == [0, 100_000, 200_000]
+
+
+def test_axes_show_tokens_as_100k_200k_and_val_loss_on_the_tokens_axis(tmp_path):
+    from llmtk.curves.plot import figure
+
+    runs = runs_of(write_run(tmp_path / "a.jsonl", n=1000))  # val rows carry no tokens
+    fig = drawn(figure(runs, ["loss", "val_loss"], x="tokens"))
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert "200k" in labels and all(not t.replace("−", "").isdigit() or len(t) < 4
+                                    for t in labels), labels
+    assert ax.xaxis.get_offset_text().get_text() == ""
+    (val,) = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert list(val.get_xdata()) == [s * 512 for s in range(0, 1000, 50)]
+
+
+def test_terminal_chart_keeps_the_terminal_background(tmp_path):
+    import re
+
+    from llmtk.curves.plot import plot_terminal
+
+    runs = runs_of(noisy_run(tmp_path / "a" / "metrics.jsonl", n=250_000 // 500 + 1),
+                   noisy_run(tmp_path / "b" / "metrics.jsonl", n=100))
+    out = plot_terminal(runs, ["loss"], x="tokens", weight=0.9, width=80, height=16)
+    assert "\x1b[38;5;" in out  # coloured lines ...
+    assert not re.search(r"\x1b\[(48;|4[0-7]m|10[0-7]m|7m)", out)  # ... on no painted background
+    assert "loss (smoothed 0.9)" in out
+    plain = plot_terminal(runs, ["loss"], x="tokens", width=80, height=16, colour=False)
+    assert "\x1b[" not in plain and "a" in plain and "b" in plain
+    assert "1M" in plain and "1000000" not in plain  # 501 steps x 2048 tokens: ~1M

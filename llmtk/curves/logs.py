@@ -143,16 +143,57 @@ def _number(text: str):
     return int(value) if value.is_integer() and re.fullmatch(r"[-+]?\d+", text) else value
 
 
+LOG_NAMES = ("metrics.jsonl", "metrics.csv", "log.txt", "trainer_state.json")
+# what a label drops from a file name: formats, then compression (`a.jsonl.zst` -> `a`)
+EXTENSIONS = (".zst", ".gz", ".jsonl", ".json", ".csv", ".tsv", ".txt", ".log", ".out",
+              ".wandb")
+
+
 def run_name(path: str, taken: set[str]) -> str:
-    """A short label: the run directory for `.../NAME/metrics.jsonl`, else the file's stem."""
-    base = os.path.basename(os.path.normpath(path))
+    """A short label: the run directory for `.../NAME/metrics.jsonl` (or a TensorBoard
+    event file), else the file name without its extensions (`lr0.001.jsonl` -> `lr0.001`)."""
+    return _numbered(_label_and_parent(path)[0], taken)
+
+
+def _label_and_parent(path: str) -> tuple[str, str]:
+    """(label, the directory above what the label names)."""
+    full = os.path.abspath(path)
+    base = os.path.basename(full)
     if os.path.isdir(path):
-        name = base
-    elif base in ("metrics.jsonl", "metrics.csv", "log.txt", "trainer_state.json") and \
-            os.path.dirname(path):
-        name = os.path.basename(os.path.dirname(os.path.abspath(path)))
-    else:
-        name = base.split(".")[0] or base
+        return base, os.path.dirname(full)
+    if (base in LOG_NAMES or "tfevents" in base) and os.path.dirname(path):
+        return os.path.basename(os.path.dirname(full)), os.path.dirname(os.path.dirname(full))
+    stripped = True
+    while stripped:
+        stripped = False
+        for ext in EXTENSIONS:
+            if base.lower().endswith(ext) and len(base) > len(ext):
+                base, stripped = base[:-len(ext)], True
+    return base, os.path.dirname(full)
+
+
+def run_labels(paths: list[str]) -> list[str]:
+    """Labels for runs drawn together: `run_name`'s, and where two runs would share one,
+    the directories above it until they differ (`exp1/a`, `exp2/a`); the same path given
+    twice is numbered (`a`, `a#2`)."""
+    pairs = [list(_label_and_parent(p)) for p in paths]
+    while True:
+        groups: dict[str, list[list[str]]] = {}
+        for pair in pairs:
+            groups.setdefault(pair[0], []).append(pair)
+        grow = [g for g in groups.values() if len(g) > 1 and len({p[1] for p in g}) > 1]
+        if not grow:
+            break
+        for group in grow:
+            for pair in group:
+                if os.path.basename(pair[1]):
+                    pair[0] = f"{os.path.basename(pair[1])}/{pair[0]}"
+                    pair[1] = os.path.dirname(pair[1])
+    taken: set[str] = set()
+    return [_numbered(label, taken) for label, _ in pairs]
+
+
+def _numbered(name: str, taken: set[str]) -> str:
     candidate, n = name, 2
     while candidate in taken:
         candidate, n = f"{name}#{n}", n + 1
@@ -410,5 +451,4 @@ def _tensorboard_rows(files: list[str], run: Run) -> list[dict]:
 
 
 def load_runs(paths: list[str]) -> list[Run]:
-    taken: set[str] = set()
-    return [load_run(p, run_name(p, taken)) for p in paths]
+    return [load_run(p, name) for p, name in zip(paths, run_labels(paths), strict=True)]
