@@ -4,10 +4,11 @@ wall time per stage, bytes on disk per document; and what a file-sharded task re
 Stage benchmark (`stages`, default). For D documents in N = D / 1M signature
 tasks, it writes, in the signatures stage's own on-disk format (the stage's
 run writer, llmtk.dedup.stages._RunWriter), synthetic signatures: every
-document's 14 band keys and exact key are a hash of its identity, except that
-10 % of the documents are near copies of a random earlier document (each band
-key copied with probability 0.66, i.e. Jaccard ~0.95 at 8 rows) and 2 % exact
-copies (every key copied). Computing real MinHash for 100M documents would
+document's band keys (the default 16) and exact key are a hash of its
+identity, except that 10 % of the documents are near copies of a random earlier
+document (each band key copied with probability 0.66, about Jaccard 0.95 at 7
+rows; each of the 112 low signature bytes that --verify compares copied with
+probability 0.95) and 2 % exact copies (every key and byte copied). Computing real MinHash for 100M documents would
 take days on 2 cores; the stages after `signatures` only ever see keys. Each
 task's input file is a real JSONL file with the same number of (tiny)
 records, so the filter stage runs for real. Then it runs, as separate
@@ -59,6 +60,18 @@ def mix64(x: np.ndarray) -> np.ndarray:
     return fmix64(x.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(12345))
 
 
+def low_bytes(docs: np.ndarray, permutations: int) -> np.ndarray:
+    """(D, P) uint8: a document's low signature bytes, a function of its identity only."""
+    words = -(-permutations // 8)  # each 64-bit hash gives 8 of the bytes
+    out = np.empty((len(docs), permutations), np.uint8)
+    salt = np.arange(words, dtype=np.uint64) + np.uint64(1 << 40)
+    for lo in range(0, len(docs), 100_000):  # in slices: the temporaries stay small
+        part = docs[lo:lo + 100_000].astype(np.uint64)
+        h = mix64(part[:, None] * np.uint64(words) + salt)  # (d, words) uint64
+        out[lo:lo + 100_000] = h.view(np.uint8).reshape(len(part), -1)[:, :permutations]
+    return out
+
+
 def write_synthetic(work: Path, docs: int, seed: int) -> list[Path]:
     """N signature parts + N input files of PER_TASK tiny records each; returns the files."""
     import orjson
@@ -99,7 +112,14 @@ def write_synthetic(work: Path, docs: int, seed: int) -> list[Path]:
         writer = _RunWriter(str(part), config, PER_TASK)
         doc_keys = (np.uint64(k) << np.uint64(RECORD_BITS)) | np.arange(PER_TASK,
                                                                          dtype=np.uint64)
-        batch = SimpleNamespace(exact=keys[:, nb].copy(), bands=keys[:, :nb].copy(), low=None)
+        low = None
+        if config.verify:  # the default: the low byte of every signature value travels too
+            low = low_bytes(g, config.permutations)
+            src_low = low_bytes(src, config.permutations)
+            # A near copy (J ~0.95) shares each MinHash value with probability J.
+            same = exact[:, None] | (near[:, None] & (rng.random(low.shape) < 0.95))
+            low = np.where(same, src_low, low)
+        batch = SimpleNamespace(exact=keys[:, nb].copy(), bands=keys[:, :nb].copy(), low=low)
         writer.add(doc_keys, batch, [None] * PER_TASK)
         writer.finish()
         (part / "files.json").write_bytes(orjson.dumps(
