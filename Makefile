@@ -48,6 +48,7 @@ test-fast: setup
 
 lint: setup
 	$(BIN)/ruff check llmtk tests benchmarks
+	$(BIN)/lint-imports
 
 demo: setup
 	bash bin/demo.sh

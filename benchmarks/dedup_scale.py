@@ -2,21 +2,21 @@
 wall time per stage, bytes on disk per document; and what a file-sharded task reads.
 
 Stage benchmark (`stages`, default). For D documents in N = D / 1M signature
-tasks, it writes, in the signatures stage's own on-disk format (the stage's
-run writer, llmtk.dedup.stages._RunWriter), synthetic signatures: every
-document's band keys (the default 16) and exact key are a hash of its
-identity, except that 10 % of the documents are near copies of a random earlier
-document (each band key copied with probability 0.66, about Jaccard 0.95 at 7
-rows; each of the 112 low signature bytes that --verify compares copied with
-probability 0.95) and 2 % exact copies (every key and byte copied). Computing real MinHash for 100M documents would
-take days on 2 cores; the stages after `signatures` only ever see keys. Each
-task's input file is a real JSONL file with the same number of (tiny)
-records, so the filter stage runs for real. Then it runs, as separate
+tasks, it writes, in the signatures stage's own on-disk format (the stage's run
+writer, llmtk.dedup.stages._RunWriter), synthetic signatures: every document's
+band keys (the default 16) and exact key are a hash of its identity, except that
+10 % of the documents are near copies of a random earlier document (each band
+key copied with probability 0.66, about Jaccard 0.95 at 7 rows; each of the 112
+low signature bytes that --verify compares copied with probability 0.95) and 2 %
+exact copies (every key and byte copied). Computing real MinHash for 100M
+documents would take days on 2 cores; the stages after `signatures` only ever
+see keys. Each task's input file is a real JSONL file with the same number of
+(tiny) records, so the filter stage runs for real. Then it runs, as separate
 processes measured with wait4: one real `signatures` task over one of those
 files (its memory is per task: the same at every D), every one of the M = 64
-`buckets` tasks, `clusters`, and `filter` for task 0, and reports per stage
-the largest task's peak RSS and wall time, and the bytes per document in each
-stage folder.
+`buckets` tasks, `clusters`, and `filter` for task 0, and reports per stage the
+largest task's peak RSS and wall time, and the bytes per document in each stage
+folder.
 
 Read benchmark (`reads`): a `--shard 0/100` task of `llmtk cat` over 100
 files reads (rusage read bytes of the process, from /proc/PID/io) about 1/100

@@ -171,8 +171,8 @@ def bench_plain(args, model: str, compile_: bool, cache: str, vocab: int) -> dic
     import numpy as np
     import torch
 
-    from llmtk.estimate.flops import flops_per_token_for_config
-    from llmtk.estimate.hardware import device_peak_flops
+    from llmtk.compute.flops import flops_per_token_for_config
+    from llmtk.compute.hardware import device_peak_flops
     from llmtk.train.config import TrainConfig
     from llmtk.train.model import GPT
     from llmtk.train.trainer import model_config

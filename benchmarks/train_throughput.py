@@ -51,7 +51,7 @@ def stdlib_corpus(path: str) -> None:
 
 def run_llmtk(args, data: str, out: str, cache: str) -> float:
     """tokens/s of `llmtk train` (library call, the same code path as the command)."""
-    from llmtk.curves.metrics import read_metrics
+    from llmtk.io.metrics import read_metrics
     from llmtk.train.config import resolve_config
     from llmtk.train.trainer import train
 
@@ -134,8 +134,8 @@ def main() -> None:
 
     import torch
 
-    from llmtk.estimate.flops import flops_per_token_for_config
-    from llmtk.estimate.hardware import device_peak_flops
+    from llmtk.compute.flops import flops_per_token_for_config
+    from llmtk.compute.hardware import device_peak_flops
     from llmtk.text.tokenizer import ByteTokenizer
     from llmtk.train.config import TrainConfig
     from llmtk.train.data import build_cache

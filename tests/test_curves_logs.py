@@ -269,7 +269,7 @@ def test_plot_loss_help_examples_run_as_written(tmp_path, monkeypatch):
     import shlex
 
     from llmtk.commands.plot_loss import HELP
-    from llmtk.curves.metrics import encode_row
+    from llmtk.io.metrics import encode_row
     from tests.examples import help_examples
 
     for run in ("a", "b"):

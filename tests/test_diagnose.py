@@ -15,8 +15,8 @@ from llmtk.cli import app
 from llmtk.commands.diagnose import HELP
 from llmtk.curves.detect import diagnose
 from llmtk.curves.logs import load_run
-from llmtk.curves.metrics import encode_row
 from llmtk.errors import LlmtkError
+from llmtk.io.metrics import encode_row
 from tests import curve_cases as cc
 from tests.examples import help_examples
 from tests.util import llmtk

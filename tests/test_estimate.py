@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-from llmtk.estimate import flops, hardware, memory, scaling
-from llmtk.estimate.models import PRESETS, count_params, spec_from_config
+from llmtk.compute import flops, hardware
+from llmtk.compute.models import PRESETS, count_params, spec_from_config
+from llmtk.estimate import memory, scaling
 from llmtk.estimate.plan import Request, estimate, lora_params
 from tests.util import ROOT, env, llmtk
 

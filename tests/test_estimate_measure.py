@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from llmtk.estimate.measure import compare, config_from, llmtk_saved_bytes, measure_report
-from llmtk.estimate.models import Dims
+from llmtk.commands.measure import compare, config_from, llmtk_saved_bytes, measure_report
+from llmtk.compute.models import Dims
 from tests.util import llmtk
 
 SHAPES = [

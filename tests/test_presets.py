@@ -5,9 +5,9 @@ from dataclasses import replace
 
 import pytest
 
+from llmtk.compute.models import PRESETS as ESTIMATE_PRESETS
+from llmtk.compute.models import count_params as estimate_count
 from llmtk.errors import UsageError
-from llmtk.estimate.models import PRESETS as ESTIMATE_PRESETS
-from llmtk.estimate.models import count_params as estimate_count
 from llmtk.presets import PRESETS, trainable
 from llmtk.train.config import TrainConfig
 from llmtk.train.model_config import PRESETS as TRAIN_PRESETS

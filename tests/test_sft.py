@@ -219,7 +219,7 @@ def test_lora_size_and_memory_match_llmtk_estimate():
     """The adapter count is estimate's formula exactly; `llmtk estimate --measure
     --lora-rank 8` (one real LoRA training step, fp32, CPU) is within 10% of the
     prediction for weights, gradients, AdamW states and activations alike."""
-    from llmtk.estimate.measure import _spec, compare
+    from llmtk.commands.measure import _spec, compare
     from llmtk.estimate.plan import lora_params
     from tests.util import llmtk
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from llmtk.curves.metrics import decode_row, encode_row, read_metrics, truncate_after
 from llmtk.errors import DataError, UsageError
+from llmtk.io.metrics import decode_row, encode_row, read_metrics, truncate_after
 from llmtk.text.tokenizer import ByteTokenizer, load_tokenizer, train_bpe
 from llmtk.train.config import TrainConfig, resolve_config
 from llmtk.train.launch import torchrun_argv
@@ -249,8 +249,8 @@ def test_data_error_exits_1(tmp_path):
 
 
 def test_mfu_flops_per_token_palm_formula():
-    from llmtk.estimate.flops import flops_per_token_for_config
-    from llmtk.estimate.hardware import device_peak_flops
+    from llmtk.compute.flops import flops_per_token_for_config
+    from llmtk.compute.hardware import device_peak_flops
     from llmtk.train.model_config import PRESETS, count_params
 
     cfg = PRESETS["llmtk-124m"]

@@ -120,7 +120,7 @@ def command(
                      ] = False,
     json_out: o.Json = False,
 ) -> None:
-    from llmtk.estimate.models import Dims
+    from llmtk.compute.models import Dims
     from llmtk.estimate.plan import Request, estimate
     from llmtk.units import parse_number as num
 
@@ -136,7 +136,7 @@ def command(
                 head_dim=whole("--head-dim", head_dim), ffn=whole("--ffn", ffn),
                 vocab=whole("--vocab", vocab), seq_len=whole("--seq-len", seq_len))
     if measure:
-        from llmtk.estimate.measure import measure_report
+        from llmtk.commands.measure import measure_report
 
         measure_report(model, dims, batch=whole("--batch", batch), json_out=json_out,
                        file=sys.stdout, recompute=recompute,
@@ -170,8 +170,8 @@ def _write_json(obj) -> None:
 
 
 def _list(json_out: bool) -> None:
-    from llmtk.estimate.hardware import GPU_LIST
-    from llmtk.estimate.models import PRESET_LIST, count_params
+    from llmtk.compute.hardware import GPU_LIST
+    from llmtk.compute.models import PRESET_LIST, count_params
 
     if json_out:
         _write_json({

@@ -79,7 +79,7 @@ def command(
                          prompt_ids=m.chat.prompt if m.chat is not None else None)
     writer = None
     if log:
-        from llmtk.curves.metrics import MetricsWriter
+        from llmtk.io.metrics import MetricsWriter
 
         writer = MetricsWriter(os.path.join(m.run_dir, "metrics.jsonl"))
     try:

@@ -34,8 +34,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from llmtk.curves.metrics import decode_row, decode_value
 from llmtk.errors import DataError, UsageError
+from llmtk.io.metrics import decode_row, decode_value
 
 EXPECTED = ("expected llmtk metrics.jsonl, HF trainer_state.json, TensorBoard events, CSV with a "
             "header (step,loss / Wall time,Step,Value), W&B history CSV/JSON, or a nanoGPT, "

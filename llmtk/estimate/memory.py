@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from llmtk.estimate.models import ModelSpec
+from llmtk.compute.models import ModelSpec
 
 # Bytes per parameter: (weights, gradients, fp32 master copy).
 PRECISION_BYTES = {

@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from llmtk.compute import flops as F
+from llmtk.compute import hardware
+from llmtk.compute.models import Dims, ModelSpec, build_spec, count_params
 from llmtk.errors import UsageError
-from llmtk.estimate import flops as F
-from llmtk.estimate import hardware, memory, scaling
-from llmtk.estimate.models import Dims, ModelSpec, build_spec, count_params
+from llmtk.estimate import memory, scaling
 
 SOLVE = ("gpus", "days", "tokens")
 INFERENCE_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "int4": 0.5}

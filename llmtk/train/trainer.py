@@ -277,8 +277,8 @@ class Trainer:
 
         # MFU: `llmtk estimate`'s formula (causal attention, model FLOPs only) and the peak
         # of the dtype the matmuls run in.
-        from llmtk.estimate.flops import flops_per_token_for_config
-        from llmtk.estimate.hardware import device_peak_flops
+        from llmtk.compute.flops import flops_per_token_for_config
+        from llmtk.compute.hardware import device_peak_flops
 
         self.flops_per_token = flops_per_token_for_config(self.mcfg, causal=True)
         self.peak = (device_peak_flops(torch.cuda.get_device_name(dist.local_rank),
@@ -469,7 +469,7 @@ class Trainer:
     def _rollback(self, st: TrainState, step: int, loss: float) -> None:
         """PaLM-style: back to the last checkpoint, half the learning rate, and skip the
         batches that led to the spike (the data position is not rewound)."""
-        from llmtk.curves.metrics import MetricsWriter, truncate_after
+        from llmtk.io.metrics import MetricsWriter, truncate_after
         from llmtk.train import checkpoint as C
 
         self._wait_async_checkpoint()
@@ -497,7 +497,7 @@ class Trainer:
     def _start(self) -> TrainState:
         """Choose the checkpoint (rank 0, past corrupt ones), load it everywhere, open the
         metrics log and write the resolved configuration."""
-        from llmtk.curves.metrics import MetricsWriter, truncate_after
+        from llmtk.io.metrics import MetricsWriter, truncate_after
         from llmtk.train import hf
 
         path = self.dist.broadcast(self._choose_checkpoint() if self.dist.rank == 0 else None)

@@ -49,7 +49,7 @@ def time_seconds(total_flops: float, n_gpus: int, peak: float, mfu: float) -> fl
 def flops_per_token_for_config(cfg, *, causal: bool = False) -> float:
     """`model_flops_per_token` for a `llmtk.train` ModelConfig (duck-typed: n_layer, d_model,
     n_head, kv_heads, head_dim, hidden, vocab_size, seq_len, tie_embeddings), for train's MFU."""
-    from llmtk.estimate.models import count_params, spec_from_config
+    from llmtk.compute.models import count_params, spec_from_config
 
     spec = spec_from_config(cfg)
     return model_flops_per_token(count_params(spec).matmul, spec.n_layer, spec.n_head,

@@ -12,9 +12,9 @@ difference is spelled out in docs/estimate.md and printed next to it.
 
 from __future__ import annotations
 
+from llmtk.compute.models import Dims, ModelSpec
 from llmtk.errors import UsageError
 from llmtk.estimate import memory
-from llmtk.estimate.models import Dims, ModelSpec
 
 MAX_PARAMS = 200e6  # a CPU check, not a benchmark: refuse shapes that would take minutes
 
