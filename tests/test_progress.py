@@ -82,7 +82,7 @@ def test_three_stage_pipeline_draws_one_progress_line_at_a_time(tmp_path):
     assert len(out.read_text().splitlines()) == 24 * 800
 
     # who drew progress, in order: each stage's drawing is one contiguous run
-    drawers = re.findall(r"llmtk (cat|dedup|contam-check): [\d,]+ records", text)
+    drawers = re.findall(r"llmtk (cat|dedup|contam-check): (?:\d+% · )?[\d,]+ records", text)
     assert drawers, text
     runs = [d for i, d in enumerate(drawers) if i == 0 or drawers[i - 1] != d]
     assert len(runs) == len(set(runs)), runs
@@ -95,3 +95,44 @@ def test_three_stage_pipeline_draws_one_progress_line_at_a_time(tmp_path):
         block = text[start:text.index("time", start)]
         others = {"cat", "dedup", "contam-check"} - {tool}
         assert not any(f"llmtk {o}" in block for o in others), block
+
+
+def test_progress_line_shows_share_and_time_left_from_bytes_on_disk(tmp_path):
+    """A tool reading files of known size shows how far it is and how long is left."""
+    from llmtk.io.progress import Progress, clock
+    from llmtk.io.summary import Summary
+
+    summary = Summary("clean")
+    summary.records_in, summary.records_out, summary.bytes_in = 1_000, 900, 4_000_000
+    p = Progress("clean", summary, total_bytes=2_000_000)  # stderr is no terminal here
+    assert p.line(summary.started + 2.0).startswith("llmtk clean: 1,000 records")  # no position
+    p.update(1 << 20, 500_000)  # a quarter read in 2 s: 6 s left
+    line = p.line(summary.started + 2.0)
+    assert line.startswith("llmtk clean: 25% · 1,000 records, 4.0 MB (2.0 MB/s), 900 out")
+    assert line.endswith("· 0:06 left")
+    p.update(1 << 20, None)  # inside a Parquet file: the last known share stays
+    assert "25%" in p.line(summary.started + 2.0)
+    assert [clock(5.2), clock(754), clock(3 * 3600 + 121)] == ["0:05", "12:34", "3:02:01"]
+    assert len(p.line(summary.started + 2.0)) <= 80
+
+
+def test_reader_reports_bytes_on_disk_across_files_and_none_for_a_pipe(tmp_path):
+    import zstandard
+
+    from llmtk.io.reader import read_docs
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl.zst"
+    a.write_bytes(b'{"text": "x"}\n' * 10)
+    b.write_bytes(zstandard.ZstdCompressor().compress(b'{"text": "y"}\n' * 10))
+    seen = []
+    docs = list(read_docs([str(a), str(b)], on_bytes=lambda size, done: seen.append(done)))
+    assert len(docs) == 20
+    assert seen[-1] == a.stat().st_size + b.stat().st_size  # the end of the last file
+    assert seen[0] == a.stat().st_size
+    r, w = os.pipe()
+    os.write(w, b'{"text": "z"}\n')
+    os.close(w)
+    fifo_seen = []
+    list(read_docs([f"/dev/fd/{r}"], on_bytes=lambda size, done: fifo_seen.append(done)))
+    os.close(r)
+    assert fifo_seen == [None]

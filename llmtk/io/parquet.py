@@ -128,7 +128,7 @@ def read_columnar(
     on_bad: Callable | None,
     shard: tuple[int, int] | None,
     require_text: bool,
-    on_bytes: Callable[[int], None] | None,
+    on_bytes: Callable[..., None] | None,
     summary,
 ) -> Iterator:
     """Docs of one columnar file, numbered on from `index`; returns the last index used.

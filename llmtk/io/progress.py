@@ -53,9 +53,12 @@ class TerminalClaim:
 class Progress:
     EVERY = 0.25  # seconds between redraws
 
-    def __init__(self, tool: str, summary: Summary, reads_pipe: bool = False) -> None:
+    def __init__(self, tool: str, summary: Summary, reads_pipe: bool = False,
+                 total_bytes: int | None = None) -> None:
         self.tool = tool
         self.summary = summary
+        self.total_bytes = total_bytes or None  # on disk, of every input: None if unknown
+        self.done_bytes: int | None = None  # on disk, read so far
         self._claim = TerminalClaim()
         self._live = None
         now = time.perf_counter()
@@ -77,15 +80,29 @@ class Progress:
     def _render(self):
         from rich.text import Text
 
-        s = self.summary
-        seconds = max(time.perf_counter() - s.started, 1e-9)
-        return Text(
-            f"llmtk {self.tool}: {s.records_in:,} records, {s.bytes_in / 1e6:,.1f} MB "
-            f"({s.bytes_in / 1e6 / seconds:,.1f} MB/s), {s.records_out:,} out"
-        )
+        return Text(self.line(time.perf_counter()))
 
-    def update(self, _bytes_read: int = 0) -> None:
-        """Called once per chunk read (about 1 MiB); redraws at most every EVERY seconds."""
+    def line(self, now: float) -> str:
+        """`llmtk TOOL: 42% · 1,234 records, 12.0 MB (3.0 MB/s), 1,200 out · 0:05 left`.
+
+        The share and time left come from the bytes read of the files on disk (compressed
+        bytes for compressed files), so they need regular files: a pipe shows counts only.
+        """
+        s = self.summary
+        seconds = max(now - s.started, 1e-9)
+        counts = (f"{s.records_in:,} records, {s.bytes_in / 1e6:,.1f} MB "
+                  f"({s.bytes_in / 1e6 / seconds:,.1f} MB/s), {s.records_out:,} out")
+        if self.total_bytes is None or self.done_bytes is None:
+            return f"llmtk {self.tool}: {counts}"
+        share = min(self.done_bytes / self.total_bytes, 1.0)
+        left = "" if share <= 0 else f" · {clock(seconds * (1 - share) / share)} left"
+        return f"llmtk {self.tool}: {share:.0%} · {counts}{left}"
+
+    def update(self, _bytes_read: int = 0, done_bytes: int | None = None) -> None:
+        """Called once per chunk read (about 1 MiB) with the on-disk bytes read so far (None
+        when unknown, e.g. inside a Parquet file); redraws at most every EVERY seconds."""
+        if done_bytes is not None:
+            self.done_bytes = done_bytes
         now = time.perf_counter()
         if now < self._next:
             return
@@ -100,3 +117,10 @@ class Progress:
         if self._live is not None:
             self._live.stop()
         self._claim.release()
+
+
+def clock(seconds: float) -> str:
+    """0:05, 12:34, 3:02:01."""
+    m, sec = divmod(int(seconds + 0.5), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"

@@ -162,13 +162,23 @@ def _once(paths: list[str]) -> list[str]:
     return out
 
 
+class ReadPosition:
+    """How far into the file on disk a reader is (compressed bytes): for progress."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self) -> None:
+        self.offset: int | None = None  # None: not seekable (a pipe)
+
+
 def iter_line_batches(
-    path: str, max_record: int = MAX_RECORD_BYTES
+    path: str, max_record: int = MAX_RECORD_BYTES, position: ReadPosition | None = None
 ) -> Iterator[tuple[int, list, int]]:
     """(number of the line before the batch, lines without newlines, decompressed bytes) per chunk.
 
     Batches keep the per-line cost of the hot loop down. A line longer than
-    `max_record` bytes comes as `TOO_LONG`. Raises TruncatedInput / CorruptInput
+    `max_record` bytes comes as `TOO_LONG`. `position` (if given) is kept at the byte
+    offset read so far in the file itself. Raises TruncatedInput / CorruptInput
     with `.line` set to the line where the stream broke off.
     """
     lineno = 0
@@ -178,8 +188,11 @@ def iter_line_batches(
     check_each = max_record < CHUNK  # otherwise no complete line inside a chunk can be too long
     try:
         with open_binary(path) as f:
+            seekable = position is not None and f.seekable()
             for chunk in iter_decompressed(f):
                 size = len(chunk)
+                if seekable:
+                    position.offset = f.tell()  # type: ignore[union-attr]
                 nl = chunk.find(b"\n")
                 if nl < 0:  # the whole chunk belongs to the unfinished line
                     if not too_long:
@@ -232,7 +245,7 @@ def read_docs(
     on_bad: Callable[[BadRecord], None] | None = None,
     shard: tuple[int, int] | None = None,
     require_text: bool = True,
-    on_bytes: Callable[[int], None] | None = None,
+    on_bytes: Callable[[int, int | None], None] | None = None,
     summary: Summary | None = None,
     max_record: int = MAX_RECORD_BYTES,
     file_starts: list[int] | None = None,
@@ -241,7 +254,8 @@ def read_docs(
 
     on_bad: called with each bad line; when None a bad line raises DataError.
     shard: (k, n) keeps only the records of shard k (see llmtk.io.shard).
-    on_bytes: called with the number of decompressed bytes of each chunk read.
+    on_bytes: called per chunk read with its decompressed size and the on-disk bytes
+    read so far across `paths` (None once a path is not a regular file: a pipe).
     summary: its records_in and bytes_in are kept up to date (cheaper than a wrapper).
     max_record: a longer line is a bad record (io.record_too_long).
     file_starts: gets the index of each file's first record as the file is opened, and
@@ -250,21 +264,29 @@ def read_docs(
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
     index = -1  # position of the record in the whole input, blank lines excluded
+    read_before: int | None = 0  # on-disk bytes of the paths already read
     for path in paths:
         if file_starts is not None:
             file_starts.append(index + 1)
         name = "<stdin>" if path == "-" else path
         kind = columnar_kind(path)  # Parquet / Arrow, by content
         if kind is not None:
+            disk = regular_size(path)
+            read_before = None if read_before is None or disk is None else read_before + disk
             index = yield from read_columnar(path, kind, index, text_field, on_bad, shard,
                                              require_text, on_bytes, summary)
             continue
+        base, disk = read_before, regular_size(path)
+        read_before = None if base is None or disk is None else base + disk
+        where = ReadPosition()
         try:
-            for lineno, lines, size in iter_line_batches(path, max_record):
+            for lineno, lines, size in iter_line_batches(path, max_record, where):
                 if summary is not None:
                     summary.bytes_in += size
                 if on_bytes is not None:
-                    on_bytes(size)
+                    done = None if base is None or where.offset is None \
+                        else base + where.offset
+                    on_bytes(size, done)
                 for line in lines:
                     lineno += 1
                     try:
@@ -312,6 +334,17 @@ def read_docs(
             on_bad(bad)
     if file_starts is not None:
         file_starts.append(index + 1)
+
+
+def regular_size(path: str) -> int | None:
+    """Bytes on disk of a regular file; None for stdin, a pipe or an unreadable path."""
+    if path == "-":
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
 def _invalid_record(data, text_field: str, name: str, lineno: int, index: int, line: bytes):

@@ -34,7 +34,7 @@ from llmtk.io import marker
 from llmtk.io.compression import normalise_kind
 from llmtk.io.parquet import is_parquet_name
 from llmtk.io.paths import check_paths, input_identities
-from llmtk.io.reader import MAX_RECORD_BYTES, BadRecord, expand_inputs, read_docs
+from llmtk.io.reader import MAX_RECORD_BYTES, BadRecord, expand_inputs, read_docs, regular_size
 from llmtk.io.record import DUMP_OPTS, Doc
 from llmtk.io.shard import RECORD_BITS, assign_files
 from llmtk.io.summary import Summary
@@ -132,7 +132,8 @@ class StreamRun:
             from llmtk.io.progress import Progress
 
             self._progress = Progress(self.tool, self.summary,
-                                      reads_pipe=self.paths == ["-"] and _stdin_is_pipe())
+                                      reads_pipe=self.paths == ["-"] and _stdin_is_pipe(),
+                                      total_bytes=_bytes_on_disk(self.paths))
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -304,6 +305,12 @@ def _check_stdin(tool: str, alone: bool) -> None:
             f"no input: give files, or pipe records in "
             f"(e.g. zstdcat data.jsonl.zst | llmtk {tool})"
         )
+
+
+def _bytes_on_disk(paths: list[str]) -> int | None:
+    """The inputs' total size on disk, for progress; None if one is not a regular file."""
+    sizes = [regular_size(p) for p in paths]
+    return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
 
 
 def _json_bytes(obj) -> bytes:
