@@ -27,6 +27,7 @@ from llmtk.commands import (
     stats,
     train,
 )
+from llmtk.commands.groups import DefaultCommand
 from llmtk.commands.helpfmt import pipeline_sorted, polish
 from llmtk.errors import AlreadyDone, LlmtkError, PipeClosed
 
@@ -128,6 +129,8 @@ def _debug() -> bool:
 def _usage_line(e: typer.TyperException) -> str:
     """typer's boxed usage error as one `llmtk: error:` line, like every other error."""
     ctx = getattr(e, "ctx", None)
+    if ctx is not None and isinstance(ctx.command, DefaultCommand) and ctx.parent is not None:
+        ctx = ctx.parent  # `llmtk clean`, not its hidden default command `llmtk clean run`
     where = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
     return f"llmtk: error: {e.format_message()}{where}"
 

@@ -11,8 +11,8 @@ import sys
 from typing import Annotated
 
 import typer
-from typer.core import TyperGroup
 
+from llmtk.commands import groups
 from llmtk.commands import options as o
 from llmtk.errors import UsageError
 from llmtk.io.run import StreamOptions
@@ -49,26 +49,7 @@ Exit status: 0 success, 1 data or runtime error, 2 bad usage.
 STAGES = "Stages"
 
 
-class _CleanGroup(TyperGroup):
-    """A group whose callback takes positional inputs: a subcommand only when named first."""
-
-    allow_interspersed_args = True
-
-    def parse_args(self, ctx, args: list[str]) -> list[str]:
-        if args and args[0] in self.commands:
-            super(TyperGroup, self).parse_args(ctx, [])  # the group's own options at defaults
-            ctx._protected_args, ctx.args = args[:1], args[1:]
-            return ctx.args
-        return super(TyperGroup, self).parse_args(ctx, args)
-
-
-clean_app = typer.Typer(
-    cls=_CleanGroup,
-    invoke_without_command=True,
-    add_completion=False,
-    rich_markup_mode="rich",
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+clean_app = groups.group(help=HELP, short_help=HELP.splitlines()[0])
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -80,10 +61,9 @@ def _split(value: str | None) -> list[str] | None:
 FILTER_NAMES = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
 
 
-@clean_app.callback(help=HELP)
+@groups.main(clean_app, help=HELP)
 @o.stream_command()
 def clean(
-    ctx: typer.Context,
     config: Annotated[
         str | None,
         typer.Option("--config", help="TOML file with stage settings (see --print-config).",
@@ -190,8 +170,6 @@ def clean(
     *,
     stream: StreamOptions,
 ) -> None:
-    if ctx.invoked_subcommand is not None:
-        return
     from llmtk.clean import CleanConfig, Cleaner
     from llmtk.io import StreamRun
 
@@ -417,4 +395,4 @@ def calibrate(
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(clean_app, name="clean", short_help=HELP.splitlines()[0])
+    app.add_typer(clean_app, name="clean")

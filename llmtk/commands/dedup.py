@@ -9,8 +9,8 @@ plain form needs no subcommand and its --help is the main help.
 from typing import Annotated
 
 import typer
-from typer.core import TyperCommand, TyperGroup
 
+from llmtk.commands import groups
 from llmtk.commands import options as o
 from llmtk.dedup.config import DedupConfig
 from llmtk.errors import UsageError
@@ -18,7 +18,6 @@ from llmtk.io import StreamOptions, StreamRun
 
 SUMMARY = "Drop exact and MinHash near-duplicate documents."
 STAGES = ("signatures", "buckets", "clusters", "filter")
-DEFAULT = "run"
 
 HELP = f"""\
 {SUMMARY}
@@ -300,38 +299,11 @@ def filter_command(
         filter_with_clusters(run, index, annotate, clusters)
 
 
-def _unwrap(text: str) -> str:
-    """Join the lines of prose paragraphs (rich keeps newlines); leave indented examples."""
-    paras = text.split("\n\n")
-    return "\n\n".join(p if p.startswith("  ") else " ".join(p.split("\n")) for p in paras)
-
-
-class DedupGroup(TyperGroup):
-    """`llmtk dedup ARGS`: a stage name picks the stage, anything else the default command."""
-
-    def parse_args(self, ctx, args):
-        if not args or args[0] not in self.commands or args[0] == DEFAULT:
-            args = [DEFAULT, *(args[1:] if args and args[0] == DEFAULT else args)]
-        return super().parse_args(ctx, args)
-
-
-class DefaultCommand(TyperCommand):
-    """The hidden default command: its usage line reads `llmtk dedup [OPTIONS] ...`."""
-
-    def format_usage(self, ctx, formatter):
-        path = ctx.parent.command_path if ctx.parent else ctx.command_path
-        formatter.write_usage(path, " ".join(self.collect_usage_pieces(ctx)))
-
-
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(
-        cls=DedupGroup, help=_unwrap(HELP), short_help=SUMMARY, epilog=EPILOG, add_completion=False,
-        rich_markup_mode="rich", context_settings={"help_option_names": ["-h", "--help"]},
-    )
-    group.command(DEFAULT, help=_unwrap(HELP), epilog=EPILOG, hidden=True,
-                  cls=DefaultCommand)(run_command)
-    group.command("signatures", help=_unwrap(SIG_HELP), epilog=EPILOG)(signatures_command)
-    group.command("buckets", help=_unwrap(BUCKETS_HELP), epilog=EPILOG)(buckets_command)
-    group.command("clusters", help=_unwrap(CLUSTERS_HELP), epilog=EPILOG)(clusters_command)
-    group.command("filter", help=_unwrap(FILTER_HELP), epilog=EPILOG)(filter_command)
+    group = groups.group(help=HELP, short_help=SUMMARY, epilog=EPILOG)
+    groups.main(group, help=HELP, epilog=EPILOG)(run_command)
+    group.command("signatures", help=SIG_HELP, epilog=EPILOG)(signatures_command)
+    group.command("buckets", help=BUCKETS_HELP, epilog=EPILOG)(buckets_command)
+    group.command("clusters", help=CLUSTERS_HELP, epilog=EPILOG)(clusters_command)
+    group.command("filter", help=FILTER_HELP, epilog=EPILOG)(filter_command)
     app.add_typer(group, name="dedup")

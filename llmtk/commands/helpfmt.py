@@ -48,8 +48,20 @@ def _usage_name(param) -> str:
     return name if param.required else f"[{name}]"
 
 
+def unwrap(text: str) -> str:
+    """Join the hard-wrapped lines of prose paragraphs, so help is wrapped once, at the
+    terminal's width; examples (indented) and lists keep their lines."""
+    def prose(paragraph: str) -> bool:
+        return not any(line[:1] in (" ", "-", "*", "|", "\t") for line in paragraph.split("\n"))
+
+    return "\n\n".join(" ".join(p.split("\n")) if prose(p) else p for p in text.split("\n\n"))
+
+
 def polish(command) -> None:
-    """Give every parameter of `command` and its subcommands a word placeholder."""
+    """Give every parameter of `command` and its subcommands a word placeholder, and its
+    help paragraphs one wrapping."""
+    if command.help:
+        command.help = unwrap(command.help)
     for param in command.params:
         if param.metavar is None:
             param.metavar = placeholder(param)

@@ -1,0 +1,43 @@
+"""The one pattern for a command that also has subcommands (`clean`, `dedup`, `train`).
+
+`llmtk dedup in.jsonl` runs the command itself; `llmtk dedup signatures …` a named
+subcommand. The command itself is registered as a hidden subcommand named DEFAULT, and
+`DefaultGroup` routes to it whenever the first argument names no other subcommand, so
+options, positional inputs and --help of the main command work as for any command,
+with nothing of click's private parsing state touched.
+"""
+
+from __future__ import annotations
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+DEFAULT = "run"
+
+
+class DefaultGroup(TyperGroup):
+    """A subcommand name first picks the subcommand; anything else goes to DEFAULT."""
+
+    def parse_args(self, ctx, args):
+        if not args or args[0] not in self.commands or args[0] == DEFAULT:
+            args = [DEFAULT, *(args[1:] if args and args[0] == DEFAULT else args)]
+        return super().parse_args(ctx, args)
+
+
+class DefaultCommand(TyperCommand):
+    """The hidden default command: its usage line reads `llmtk TOOL [OPTIONS] ...`."""
+
+    def format_usage(self, ctx, formatter):
+        path = ctx.parent.command_path if ctx.parent else ctx.command_path
+        formatter.write_usage(path, " ".join(self.collect_usage_pieces(ctx)))
+
+
+def group(**kw) -> typer.Typer:
+    """A typer app for a command with subcommands; add the command itself with `main`."""
+    return typer.Typer(cls=DefaultGroup, add_completion=False, rich_markup_mode="rich",
+                       context_settings={"help_option_names": ["-h", "--help"]}, **kw)
+
+
+def main(app: typer.Typer, **kw):
+    """Decorator: the command itself (what runs when no subcommand is named)."""
+    return app.command(DEFAULT, hidden=True, cls=DefaultCommand, **kw)
