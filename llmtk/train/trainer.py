@@ -255,6 +255,8 @@ class Trainer:
         self.stopper = Stopper(dist)
         self.meter = Meter()
         self.t_start = time.perf_counter()    # reset when training starts (_start)
+        self.mirrors = None                   # --log-to backends (rank 0), opened in run()
+        self.task_eval = None                 # --eval-tasks (finetune.TaskEvaluator)
 
     # ---------------------------------------------------------------- model
     def _build_model(self) -> None:
@@ -364,8 +366,9 @@ class Trainer:
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> None:
-        """Resume (or start), then train to cfg.steps: step, settle what the host must
-        know, log, evaluate and sample, checkpoint; stop cleanly on SIGTERM/SIGUSR1."""
+        """Resume (or start; a run already at cfg.steps stops here), then train to
+        cfg.steps: step, settle what the host must know, log, evaluate and sample,
+        checkpoint; stop cleanly on SIGTERM/SIGUSR1."""
         st = self._start()
         if st is None:
             return  # the checkpoint already holds cfg.steps steps: nothing to train
@@ -571,7 +574,6 @@ class Trainer:
             if path is not None:
                 self._event("resume", step=st.step, path=os.path.relpath(path, self.out))
                 self._say(f"resumed from {path} at step {st.step}")
-        self.task_eval = None
         if self.cfg.eval_tasks:  # issue 16: task files are read (and checked) before training
             from llmtk.train.finetune import TaskEvaluator
 
@@ -734,8 +736,6 @@ class Trainer:
                 threads=self.threads, config_path=os.path.join(self.out, "config.json")):
             self._say(line)
         return resolved
-
-    mirrors = None  # --log-to backends (rank 0)
 
     def close_mirrors(self, ok: bool) -> None:
         if self.mirrors is not None:
