@@ -109,6 +109,19 @@ def test_threads_precedence_flag_then_omp_env_then_default(monkeypatch):
         torch.set_num_threads(before)
 
 
+def test_a_busy_machine_gets_a_hint_not_a_different_default(monkeypatch):
+    monkeypatch.setattr(runtime, "usable_cores", lambda: 2)
+    monkeypatch.setattr(runtime.os, "getloadavg", lambda: (6.9, 6.0, 5.0))
+    assert runtime.busy_note(2, "default", "cpu") == (
+        "note: load average 6.9 on 2 cores: other processes keep them busy, and 2 threads "
+        "would wait on each other; --threads 1 may be several times faster here")
+    assert runtime.busy_note(2, "--threads", "cpu") is None  # the user chose
+    assert runtime.busy_note(1, "default", "cpu") is None
+    assert runtime.busy_note(2, "default", "cuda:0") is None
+    monkeypatch.setattr(runtime.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert runtime.busy_note(2, "default", "cpu") is None
+
+
 def test_the_launcher_gives_each_torchrun_worker_its_share_of_the_cores(data, tmp_path,
                                                                        monkeypatch, llmtk):
     from llmtk.train import launch

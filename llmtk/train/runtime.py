@@ -162,6 +162,23 @@ def set_threads(requested: int | None) -> tuple[int, str]:
     return n, source
 
 
+def busy_note(threads: int, source: str, device: str) -> str | None:
+    """A hint when default threads meet cores that other processes already keep busy: the
+    default stays deterministic (a resume should compute the same bits), the user decides."""
+    if source != "default" or threads < 2 or device != "cpu":
+        return None
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    cores = usable_cores()
+    if load <= cores:
+        return None
+    return (f"note: load average {load:.1f} on {cores} cores: other processes keep them busy, "
+            f"and {threads} threads would wait on each other; --threads 1 may be several "
+            "times faster here")
+
+
 def setup_dist(device: str, nccl_timeout: int) -> Dist:
     import torch
 

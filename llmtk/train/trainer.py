@@ -34,6 +34,7 @@ from llmtk.train.runtime import (
     Dist,
     Faults,
     Stopper,
+    busy_note,
     ranks,
     set_threads,
     setup_dist,
@@ -245,7 +246,7 @@ class Trainer:
         self.ckpt_format = cfg.checkpoint_format if cfg.checkpoint_format != "auto" else (
             "dcp" if self.parallel == "fsdp" else "full")
         self.compiled = cfg.compile if cfg.compile is not None else dist.cuda
-        self.threads, _ = set_threads(cfg.threads)  # before the model: its init uses them
+        self.threads, self.threads_from = set_threads(cfg.threads)  # before the model
         self._build_model()
         self.pending: list[StepResult] = []   # steps not yet settled by the host
         self.last_row = None                  # (step, [loss, norm, not_finite], lr) settled
@@ -567,6 +568,9 @@ class Trainer:
             resolved = self._write_config()
             if self.cfg.warmup >= self.cfg.steps:
                 self._say(warmup_warning(self.cfg))
+            note = busy_note(self.threads, self.threads_from, self.dist.device)
+            if note:
+                self._say(note)
             from llmtk.train.loggers import open_mirrors
 
             self.mirrors = open_mirrors(self.cfg.log_to, self.out, resolved, st.step)
