@@ -168,8 +168,6 @@ def _mem_gb(device: str) -> float:
 def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
     """Lock the run directory (rank 0), tokenize (before the process group exists, so its
     timeout does not run while one process tokenizes), then train."""
-    import torch
-
     from llmtk.text.tokenizer import load_tokenizer
     from llmtk.train import data as D
     from llmtk.train.hf import resolve_init
@@ -177,7 +175,6 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
 
     cfg = resolve_init(cfg)  # --init-from hf:PATH brings its tokenizer
     rank, _world, _local = ranks()
-    threads = torch.get_num_threads()  # --threads changes them; callers get theirs back
     lock = lock_run_dir(cfg.out) if rank == 0 else None  # before anything touches OUT
     try:
         tok = cache = None  # --sft: read by the Trainer (train/finetune.py), no token cache
@@ -188,6 +185,9 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
             cache = D.build_cache(cfg.data, cfg.val_data, tok,
                                   cfg.cache_dir or os.path.join(cfg.out, "cache"),
                                   cfg.text_field, cfg.val_fraction, log=say)
+        import torch  # only now: a run refused by the lock or the data never waits for it
+
+        threads = torch.get_num_threads()  # --threads changes them; callers get theirs back
         dist = setup_dist(cfg.device, cfg.nccl_timeout)
         try:
             dist.barrier()  # rank 0 holds the lock: the others may touch OUT from here on
@@ -205,8 +205,8 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
             raise
         finally:
             dist.close()
+            torch.set_num_threads(threads)
     finally:
-        torch.set_num_threads(threads)
         if lock is not None:
             lock.release()
 
