@@ -5,7 +5,10 @@ AdamW, gradient clipping and precision, on the same tokens; the plain loop is th
 nanoGPT shape (memmap -> random windows -> forward/backward/step) without
 checkpoints, logging, NaN checks or schedules. The rounds alternate (llmtk, plain,
 llmtk, plain, ...) so machine noise hits both; the medians and their ratio are
-printed (goal: llmtk >= 0.95x the plain loop).
+printed (goal: llmtk >= 0.95x the plain loop). Beside the wall-clock rates it prints the
+CPU time per steady step of both (time.process_time, from the step after the first
+logging window to the one before the last, whose checkpoint it leaves out): on a machine
+shared with other jobs that ratio moves far less with the load than tokens/s do.
 
 Reproduce (CPU, a few minutes on 2 cores):
 
@@ -49,11 +52,20 @@ def stdlib_corpus(path: str) -> None:
                     f.write(json.dumps({"text": doc}) + "\n")
 
 
-def run_llmtk(args, data: str, out: str, cache: str) -> float:
-    """tokens/s of `llmtk train` (library call, the same code path as the command)."""
+def run_llmtk(args, data: str, out: str, cache: str) -> tuple[float, float]:
+    """(tokens/s, CPU seconds per steady step) of `llmtk train` (library call, the same code
+    path as the command)."""
     from llmtk.io.metrics import read_metrics
     from llmtk.train.config import resolve_config
+    from llmtk.train.runtime import Faults
     from llmtk.train.trainer import train
+
+    class CpuClock(Faults):  # the seam tests use; here it only reads the clock
+        def __init__(self):
+            self.at = {}
+
+        def after_step(self, step: int) -> None:
+            self.at[step] = time.process_time()
 
     flags = dict(data=[data], out=out, cache_dir=cache, model=args.model, seq_len=args.seq_len,
                  batch_size=args.batch_size, steps=args.steps, log_every=args.log_every,
@@ -62,16 +74,19 @@ def run_llmtk(args, data: str, out: str, cache: str) -> float:
                  d_model=args.d_model, heads=args.heads)
     cfg = resolve_config(flags, None)
     cfg.keep_checkpoints = 1
-    train(cfg)
+    clock = CpuClock()
+    train(cfg, faults=clock)
     rows = [r for r in read_metrics(os.path.join(out, "metrics.jsonl")) if "loss" in r]
     # The first window holds the warm-up (allocator, compile); the last one the final
     # checkpoint write is outside the window. Use the steady windows.
     steady = rows[1:] if len(rows) > 1 else rows
-    return statistics.median(r["tokens_per_s"] for r in steady)
+    first, last = args.log_every, args.steps - 1
+    cpu = (clock.at[last] - clock.at[first]) / (last - first)
+    return statistics.median(r["tokens_per_s"] for r in steady), cpu
 
 
-def run_plain(args, cache_dir: str, mcfg) -> float:
-    """tokens/s of the minimal loop."""
+def run_plain(args, cache_dir: str, mcfg) -> tuple[float, float]:
+    """(tokens/s, CPU seconds per steady step) of the minimal loop."""
     import numpy as np
     import torch
 
@@ -93,7 +108,7 @@ def run_plain(args, cache_dir: str, mcfg) -> float:
     B, T = args.batch_size, mcfg.seq_len
     rng = np.random.default_rng(0)
     bf16 = device == "cuda" if args.dtype == "auto" else args.dtype == "bf16"
-    times = []
+    times, cpu_at = [], []
     for _ in range(args.steps):
         t0 = time.perf_counter()
         starts = rng.integers(0, len(tokens) - T - 1, B)
@@ -109,10 +124,13 @@ def run_plain(args, cache_dir: str, mcfg) -> float:
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        cpu_at.append(time.process_time())  # after step len(cpu_at), as llmtk's after_step
+    first, last = args.log_every, args.steps - 1
+    cpu = (cpu_at[last - 1] - cpu_at[first - 1]) / (last - first)
     steady = times[args.log_every:] or times
     # Per-window rates like llmtk's rows, then the median.
     windows = [steady[i:i + args.log_every] for i in range(0, len(steady), args.log_every)]
-    return statistics.median(B * T * len(w) / sum(w) for w in windows if w)
+    return statistics.median(B * T * len(w) / sum(w) for w in windows if w), cpu
 
 
 def main() -> None:
@@ -131,6 +149,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--compile", action="store_true")
     args = ap.parse_args()
+    if args.steps < 2 * args.log_every:
+        ap.error("--steps must be at least 2 x --log-every (a warm-up window and a steady one)")
 
     import torch
 
@@ -155,11 +175,16 @@ def main() -> None:
           f"seq {mcfg.seq_len}), batch {args.batch_size}, {args.steps} steps x {args.rounds} "
           f"rounds, device {args.device}, torch {torch.__version__}, "
           f"threads {torch.get_num_threads()}", file=sys.stderr)
-    ours, plain = [], []
+    ours, plain, ours_cpu, plain_cpu = [], [], [], []
     for r in range(args.rounds):
-        ours.append(run_llmtk(args, data, os.path.join(tmp, f"run{r}"), cache_root))
-        plain.append(run_plain(args, cache, mcfg))
-        print(f"round {r + 1}: llmtk {ours[-1]:,.0f} tok/s, plain {plain[-1]:,.0f} tok/s",
+        tps, cpu = run_llmtk(args, data, os.path.join(tmp, f"run{r}"), cache_root)
+        ours.append(tps)
+        ours_cpu.append(cpu)
+        tps, cpu = run_plain(args, cache, mcfg)
+        plain.append(tps)
+        plain_cpu.append(cpu)
+        print(f"round {r + 1}: llmtk {ours[-1]:,.0f} tok/s, plain {plain[-1]:,.0f} tok/s; CPU "
+              f"per step llmtk {ours_cpu[-1] * 1e3:.1f} ms, plain {plain_cpu[-1] * 1e3:.1f} ms",
               file=sys.stderr)
     a, b = statistics.median(ours), statistics.median(plain)
     # On a shared machine the load changes between rounds; the ratio within a round (runs
@@ -167,6 +192,10 @@ def main() -> None:
     per_round = statistics.median(x / y for x, y in zip(ours, plain, strict=True))
     print(f"llmtk train: {a:,.0f} tokens/s   plain PyTorch loop: {b:,.0f} tokens/s   "
           f"ratio {a / b:.3f}x (median of per-round ratios {per_round:.3f}x)")
+    cpu_ratio = statistics.median(p / o for o, p in zip(ours_cpu, plain_cpu, strict=True))
+    print(f"CPU time per steady step: llmtk {statistics.median(ours_cpu) * 1e3:.1f} ms   plain "
+          f"{statistics.median(plain_cpu) * 1e3:.1f} ms   speed ratio (plain CPU / llmtk CPU, "
+          f"median per round) {cpu_ratio:.3f}x")
     if args.device == "cuda":
         peak = device_peak_flops(torch.cuda.get_device_name(0))
         fpt = flops_per_token_for_config(mcfg, causal=True)

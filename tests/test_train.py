@@ -113,8 +113,10 @@ def test_metrics_rows_follow_the_schema(corpus, tmp_path):
               *args, "--config", str(toml), "--log-every", "2")
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     err = p.stderr.decode()
-    assert "resolved config" in err and '"log_every": 2' in err and '"steps": 4' in err
-    assert "step 4/4 | loss" in err and "sample @ 4" in err
+    assert "; 4 steps x 128 tokens = 512 tokens\n" in err  # two start lines, not the JSON
+    config = json.loads(open(os.path.join(out, "config.json")).read())["train"]
+    assert config["log_every"] == 2 and config["steps"] == 4  # the full config is here
+    assert "step 4/4  loss" in err and "sample @ 4" in err
     assert p.stdout == b""  # messages never go to stdout
     train_rows = [r for r in rows(out) if "loss" in r]
     assert [r["step"] for r in train_rows] == [2, 4]

@@ -1,7 +1,8 @@
 """`llmtk train`: train a GPT-style model, one CPU process to many GPU nodes via torchrun.
 
 Every option defaults to None here so that a TOML file (--config) can supply it;
-the real defaults live in llmtk.train.config.TrainConfig.
+the real defaults live in llmtk.train.config (TrainConfig, LaunchConfig), and the help's
+`[default: …]` is read from there.
 """
 
 from __future__ import annotations
@@ -57,7 +58,33 @@ DATA, MODEL, OPTIM, RUN, LOG, CKPT, LAUNCH = (
 FT = "Fine-tuning (SFT, LoRA) and task evaluation"
 
 
-def _opt(*names: str, help: str, panel: str, **kw):
+def _default_words(key: str) -> str | None:
+    """How help shows the default of TrainConfig/LaunchConfig field `key`, read from the
+    dataclass itself so that the default is written in one place (None: show none)."""
+    import dataclasses
+
+    from llmtk.train.config import FIELDS
+
+    if key not in FIELDS:  # --config
+        return None
+    value = FIELDS[key].default
+    if value is dataclasses.MISSING or value is None or value is False or value == "":
+        return None  # a list, a value derived at run time, or a flag that is off
+    if value is True:
+        return "on"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _opt(*names: str, help: str, panel: str, default: str | None = None, **kw):
+    """An option of the TrainConfig/LaunchConfig field of the same name. Its help ends with
+    `[default: …]` from the field's default; `default` words it where the field's value is
+    None because the real default is derived at run time (`lr/10`, `the preset's`)."""
+    flag = next(n for n in names if n.startswith("--")).split("/")[0]
+    shown = default or _default_words(flag[2:].replace("-", "_"))
+    if shown:  # in the text, not typer's show_default: a string there prints as "(X)"
+        help = f"{help} [dim]\\[default: {shown}][/dim]"
     return typer.Option(*names, help=help, rich_help_panel=panel, show_default=False, **kw)
 
 
@@ -77,70 +104,71 @@ def command(
         "--val-data", help="Held-out documents for val_loss (repeatable).", panel=DATA)] = None,
     val_fraction: Annotated[float | None, _opt(
         "--val-fraction", help="Hold out this fraction of --data documents (by a stable "
-        "hash of the text) when there is no --val-data. Default 0.", panel=DATA)] = None,
+        "hash of the text) when there is no --val-data.", panel=DATA)] = None,
     text_field: Annotated[str | None, _opt(
-        "--text-field", help="The field that holds the text. Default text.", panel=DATA)] = None,
+        "--text-field", help="The field that holds the text.", panel=DATA)] = None,
     tokenizer: Annotated[str | None, _opt(
-        "--tokenizer", help="bytes (UTF-8 bytes + EOS, the default) or a tokenizer.json "
-        "file.", panel=DATA)] = None,
-    cache_dir: Annotated[str | None, _opt(
-        "--cache-dir", help="Where token caches live (shared by runs). Default OUT/cache.",
+        "--tokenizer", help="bytes (UTF-8 bytes + EOS) or a tokenizer.json file.",
         panel=DATA)] = None,
+    cache_dir: Annotated[str | None, _opt(
+        "--cache-dir", help="Where token caches live (shared by runs).",
+        panel=DATA, default="OUT/cache", metavar="DIR")] = None,
     out: Annotated[str | None, _opt(
         "--out", help="The run directory: metrics.jsonl, config.json, checkpoints/.",
-        panel=DATA)] = None,
+        panel=DATA, metavar="DIR")] = None,
     model: Annotated[str | None, _opt(
         "--model", help="A Llama-style preset of `llmtk estimate --list`: tiny, llmtk-124m, "
-        "350m, 1b, 7b, llama2-7b, llama3-8b, mistral-7b, ... Default tiny.",
-        panel=MODEL)] = None,
+        "350m, 1b, 7b, llama2-7b, llama3-8b, mistral-7b, ...",
+        panel=MODEL, metavar="NAME")] = None,
     layers: Annotated[int | None, _opt("--layers", help="Override the number of layers.",
-                                       panel=MODEL)] = None,
+                                       panel=MODEL, default="the preset's")] = None,
     d_model: Annotated[int | None, _opt("--d-model", help="Override the model width.",
-                                        panel=MODEL)] = None,
+                                        panel=MODEL, default="the preset's")] = None,
     heads: Annotated[int | None, _opt("--heads", help="Override the attention heads.",
-                                      panel=MODEL)] = None,
+                                      panel=MODEL, default="the preset's")] = None,
     kv_heads: Annotated[int | None, _opt(
         "--kv-heads", help="Key/value heads (< --heads: grouped-query attention).",
-        panel=MODEL)] = None,
+        panel=MODEL, default="the preset's")] = None,
     ffn_hidden: Annotated[int | None, _opt(
-        "--ffn-hidden", help="SwiGLU hidden width (default 8/3 d-model rounded up to 64).",
-        panel=MODEL)] = None,
+        "--ffn-hidden", help="SwiGLU hidden width.",
+        panel=MODEL, default="8/3 d-model rounded up to 64")] = None,
     untied: Annotated[bool | None, _opt(
         "--untied", help="Separate input and output embeddings.", panel=MODEL)] = None,
-    steps: Annotated[int | None, _opt("--steps", help="Optimizer steps. Default 1000.",
+    steps: Annotated[int | None, _opt("--steps", help="Optimizer steps.",
                                       panel=OPTIM)] = None,
     seq_len: Annotated[int | None, _opt(
-        "--seq-len", help="Tokens per sequence. Default: the preset's.", panel=OPTIM)] = None,
+        "--seq-len", help="Tokens per sequence.", panel=OPTIM,
+        default="the preset's")] = None,
     batch_size: Annotated[int | None, _opt(
         "--batch-size", help="Sequences per process per micro-step; the global batch is "
-        "batch-size x processes x grad-accum. Default 8.", panel=OPTIM)] = None,
+        "batch-size x processes x grad-accum.", panel=OPTIM)] = None,
     grad_accum: Annotated[int | None, _opt(
-        "--grad-accum", help="Micro-steps per optimizer step. Default 1.", panel=OPTIM)] = None,
-    lr: Annotated[float | None, _opt("--lr", help="Peak learning rate. Default 3e-4.",
+        "--grad-accum", help="Micro-steps per optimizer step.", panel=OPTIM)] = None,
+    lr: Annotated[float | None, _opt("--lr", help="Peak learning rate.",
                                      panel=OPTIM)] = None,
     min_lr: Annotated[float | None, _opt(
-        "--min-lr", help="Final learning rate. Default lr/10.", panel=OPTIM)] = None,
-    warmup: Annotated[int | None, _opt("--warmup", help="Linear warmup steps. Default 100.",
+        "--min-lr", help="Final learning rate.", panel=OPTIM, default="lr/10")] = None,
+    warmup: Annotated[int | None, _opt("--warmup", help="Linear warmup steps.",
                                        panel=OPTIM)] = None,
     schedule: Annotated[str | None, _opt(
-        "--schedule", help="cosine (default), wsd (warmup-stable-decay) or constant.",
+        "--schedule", help="cosine, wsd (warmup-stable-decay) or constant.",
         panel=OPTIM)] = None,
     decay_fraction: Annotated[float | None, _opt(
-        "--decay-fraction", help="wsd: the final fraction of steps that decays. Default 0.2.",
+        "--decay-fraction", help="wsd: the final fraction of steps that decays.",
         panel=OPTIM)] = None,
     weight_decay: Annotated[float | None, _opt(
-        "--weight-decay", help="AdamW decoupled weight decay on matrices. Default 0.1.",
+        "--weight-decay", help="AdamW decoupled weight decay on matrices.",
         panel=OPTIM)] = None,
-    beta1: Annotated[float | None, _opt("--beta1", help="AdamW beta1. Default 0.9.",
+    beta1: Annotated[float | None, _opt("--beta1", help="AdamW beta1.",
                                         panel=OPTIM)] = None,
-    beta2: Annotated[float | None, _opt("--beta2", help="AdamW beta2. Default 0.95.",
+    beta2: Annotated[float | None, _opt("--beta2", help="AdamW beta2.",
                                         panel=OPTIM)] = None,
     grad_clip: Annotated[float | None, _opt(
-        "--grad-clip", help="Clip the global gradient norm (0: off). Default 1.0.",
+        "--grad-clip", help="Clip the global gradient norm (0: off).",
         panel=OPTIM)] = None,
-    seed: Annotated[int | None, _opt("--seed", help="Seed for init and data order. Default 0.",
+    seed: Annotated[int | None, _opt("--seed", help="Seed for init and data order.",
                                      panel=OPTIM)] = None,
-    device: Annotated[str | None, _opt("--device", help="auto (default), cpu or cuda.",
+    device: Annotated[str | None, _opt("--device", help="auto, cpu or cuda.",
                                        panel=RUN)] = None,
     dtype: Annotated[str | None, _opt(
         "--dtype", help="auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16.",
@@ -149,37 +177,42 @@ def command(
         "--parallel", help="auto (DDP when several processes), none, ddp or fsdp (FSDP2).",
         panel=RUN)] = None,
     compile: Annotated[bool | None, _opt(
-        "--compile/--no-compile", help="torch.compile the model. Default: on with CUDA, off "
-        "on CPU.", panel=RUN)] = None,
+        "--compile/--no-compile", help="torch.compile the model.", panel=RUN,
+        default="on with CUDA, off on CPU")] = None,
     activation_checkpointing: Annotated[bool | None, _opt(
         "--activation-checkpointing", help="Recompute block activations in backward.",
         panel=RUN)] = None,
     nccl_timeout: Annotated[int | None, _opt(
         "--nccl-timeout", help="Seconds a collective may wait for the slowest rank (a 7B "
-        "checkpoint write included). Default 3600.", panel=RUN)] = None,
-    log_every: Annotated[int | None, _opt("--log-every", help="Steps per metrics row. "
-                                          "Default 10.", panel=LOG)] = None,
+        "checkpoint write included).", panel=RUN)] = None,
+    threads: Annotated[int | None, _opt(
+        "--threads", help="torch CPU threads per process; on a machine busy with other jobs "
+        "1 is often fastest.", panel=RUN,
+        default="OMP_NUM_THREADS, else the process's share of the cores, at most 8")] = None,
+    log_every: Annotated[int | None, _opt("--log-every", help="Steps per metrics row.",
+                                          panel=LOG)] = None,
     eval_every: Annotated[int | None, _opt(
-        "--eval-every", help="Steps between val_loss evaluations (0: at the end). Default 0.",
+        "--eval-every", help="Steps between val_loss evaluations (0: at the end).",
         panel=LOG)] = None,
     eval_batches: Annotated[int | None, _opt(
-        "--eval-batches", help="Global batches per evaluation. Default 10.", panel=LOG)] = None,
+        "--eval-batches", help="Global batches per evaluation.", panel=LOG)] = None,
     sample_every: Annotated[int | None, _opt(
         "--sample-every", help="Steps between samples written to the log (0: never).",
         panel=LOG)] = None,
     prompt: Annotated[str | None, _opt("--prompt", help="Prompt for --sample-every.",
-                                       panel=LOG)] = None,
+                                       panel=LOG, default="a newline")] = None,
     sample_tokens: Annotated[int | None, _opt(
-        "--sample-tokens", help="Tokens per sample. Default 64.", panel=LOG)] = None,
+        "--sample-tokens", help="Tokens per sample.", panel=LOG)] = None,
     log_to: Annotated[str | None, _opt(
         "--log-to", help="Also log every metrics row and event to tensorboard (OUT/tensorboard) "
         "and/or wandb (OUT/wandb, offline unless WANDB_MODE is set), comma-separated. "
-        "metrics.jsonl is always written.", panel=LOG)] = None,
+        "metrics.jsonl is always written.", panel=LOG,
+        metavar="NAMES")] = None,
     checkpoint_every: Annotated[int | None, _opt(
         "--checkpoint-every", help="Steps between checkpoints (0: only at the end and on "
-        "SIGTERM/SIGUSR1). Default 0.", panel=CKPT)] = None,
+        "SIGTERM/SIGUSR1).", panel=CKPT)] = None,
     keep_checkpoints: Annotated[int | None, _opt(
-        "--keep-checkpoints", help="Keep the newest K checkpoints (0: all). Default 3.",
+        "--keep-checkpoints", help="Keep the newest K checkpoints (0: all).",
         panel=CKPT)] = None,
     checkpoint_format: Annotated[str | None, _opt(
         "--checkpoint-format", help="auto (dcp under FSDP, full otherwise), full (one file "
@@ -187,57 +220,57 @@ def command(
         panel=CKPT)] = None,
     async_checkpoint: Annotated[bool | None, _opt(
         "--async-checkpoint/--no-async-checkpoint", help="dcp: write checkpoints in the "
-        "background while training continues. Default on.", panel=CKPT)] = None,
+        "background while training continues.", panel=CKPT)] = None,
     resume: Annotated[str | None, _opt(
-        "--resume", help="auto (newest complete checkpoint in OUT, the default), never, or "
+        "--resume", help="auto (the newest complete checkpoint in OUT), never, or "
         "a checkpoint/run directory.", panel=CKPT)] = None,
     init_from: Annotated[str | None, _opt(
         "--init-from", help="Start from another run's weights, or from a Hugging Face "
         "Llama/Qwen2/Mistral folder with hf:PATH (its shape and tokenizer too), with a fresh "
         "optimizer and schedule.", panel=CKPT)] = None,
     on_nan: Annotated[str | None, _opt(
-        "--on-nan", help="Non-finite loss or gradients: skip the step (default) or stop.",
+        "--on-nan", help="Non-finite loss or gradients: skip the step or stop.",
         panel=CKPT)] = None,
     max_bad_steps: Annotated[int | None, _opt(
-        "--max-bad-steps", help="Stop (exit 1) after K consecutive skipped steps. Default 5.",
+        "--max-bad-steps", help="Stop (exit 1) after K consecutive skipped steps.",
         panel=CKPT)] = None,
     on_spike: Annotated[str | None, _opt(
-        "--on-spike", help="none (default) or rollback: on a loss spike go back to the last "
+        "--on-spike", help="none or rollback: on a loss spike go back to the last "
         "checkpoint, halve the lr and skip the batches that caused it.", panel=CKPT)] = None,
     spike_factor: Annotated[float | None, _opt(
-        "--spike-factor", help="A spike is a loss above this times its running mean. "
-        "Default 3.", panel=CKPT)] = None,
+        "--spike-factor", help="A spike is a loss above this times its running mean.",
+        panel=CKPT)] = None,
     sft: Annotated[bool | None, _opt(
         "--sft", help="Instruction fine-tuning: --data holds messages, prompt/response or "
         "instruction/input/output records; loss on assistant tokens only.", panel=FT)] = None,
     template: Annotated[str | None, _opt(
-        "--template", help="SFT record layout: auto (detected, the default), chat, prompt "
+        "--template", help="SFT record layout: auto (detected), chat, prompt "
         "or alpaca.", panel=FT)] = None,
     chat_template: Annotated[str | None, _opt(
         "--chat-template", help="auto (the tokenizer's Hugging Face chat template if it has "
         "one, else llmtk's role markers), llmtk, or a .jinja file.", panel=FT)] = None,
     packing: Annotated[bool | None, _opt(
         "--packing/--no-packing", help="Pack several examples per sequence (attention stays "
-        "within an example) or pad one per sequence. Default: pack.", panel=FT)] = None,
+        "within an example) or pad one per sequence.", panel=FT)] = None,
     lora_rank: Annotated[int | None, _opt(
         "--lora-rank", help="Train LoRA adapters of this rank; the base stays frozen.",
         panel=FT)] = None,
     lora_alpha: Annotated[float | None, _opt(
-        "--lora-alpha", help="LoRA scale numerator (scale = alpha / rank). Default: the rank.",
-        panel=FT)] = None,
+        "--lora-alpha", help="LoRA scale numerator (scale = alpha / rank).",
+        panel=FT, default="the rank")] = None,
     lora_targets: Annotated[str | None, _opt(
-        "--lora-targets", help="Adapted matrices, a comma list of q,k,v,o,gate,up,down. "
-        "Default: all.", panel=FT)] = None,
+        "--lora-targets", help="Adapted matrices, a comma list of q,k,v,o,gate,up,down.",
+        panel=FT)] = None,
     lora_dropout: Annotated[float | None, _opt(
-        "--lora-dropout", help="Dropout on the adapters' input. Default 0.", panel=FT)] = None,
+        "--lora-dropout", help="Dropout on the adapters' input.", panel=FT)] = None,
     eval_tasks: Annotated[list[str] | None, _opt(
         "--eval-tasks", help="Task files scored at every --eval-every step and at the end, "
         "as `llmtk eval` does (repeatable).", panel=FT)] = None,
     eval_bad_cases: Annotated[int | None, _opt(
-        "--eval-bad-cases", help="Bad cases per kind and task to write. Default 5.",
+        "--eval-bad-cases", help="Bad cases per kind and task to write.",
         panel=FT)] = None,
     eval_max_new_tokens: Annotated[int | None, _opt(
-        "--eval-max-new-tokens", help="Generation tasks: the longest answer. Default 128.",
+        "--eval-max-new-tokens", help="Generation tasks: the longest answer.",
         panel=FT)] = None,
     config: Annotated[str | None, _opt(
         "--config", help="A TOML file with any of these options (flags win).",
@@ -247,7 +280,7 @@ def command(
     nproc_per_node: Annotated[int | None, _opt(
         "--nproc-per-node", help="Start torchrun with this many processes per node.",
         panel=LAUNCH)] = None,
-    nnodes: Annotated[int | None, _opt("--nnodes", help="Number of nodes. Default 1.",
+    nnodes: Annotated[int | None, _opt("--nnodes", help="Number of nodes.",
                                        panel=LAUNCH)] = None,
     node_rank: Annotated[int | None, _opt(
         "--node-rank", help="This node's rank (static rendezvous only; c10d assigns it).",
@@ -256,15 +289,15 @@ def command(
         "--rdzv-endpoint", help="HOST:PORT of the rendezvous (required with --nnodes > 1).",
         panel=LAUNCH)] = None,
     rdzv_id: Annotated[str | None, _opt(
-        "--rdzv-id", help="A job id shared by all nodes. Default llmtk.", panel=LAUNCH)] = None,
+        "--rdzv-id", help="A job id shared by all nodes.", panel=LAUNCH)] = None,
     rdzv_backend: Annotated[str | None, _opt(
-        "--rdzv-backend", help="c10d (default) or static.", panel=LAUNCH)] = None,
+        "--rdzv-backend", help="c10d or static.", panel=LAUNCH)] = None,
     max_restarts: Annotated[int | None, _opt(
         "--max-restarts", help="torchrun restarts the workers this often on failure (they "
-        "resume from the last checkpoint). Default 0.", panel=LAUNCH)] = None,
+        "resume from the last checkpoint).", panel=LAUNCH)] = None,
     rdzv_timeout: Annotated[int | None, _opt(
         "--rdzv-timeout", help="Seconds the nodes wait for each other to join the "
-        "rendezvous. Default 900.", panel=LAUNCH)] = None,
+        "rendezvous.", panel=LAUNCH, default="torchrun's, 600")] = None,
 ) -> None:
     # Every parameter but --config is a TrainConfig or LaunchConfig field of the same name.
     flags = {k: v for k, v in locals().items() if k not in ("ctx", "config")}
@@ -275,12 +308,19 @@ def command(
 
     launch = resolve_launch(flags, config)
     cfg = resolve_config(flags, config)  # checked before torchrun starts anything
-    if (launch.nproc_per_node or (launch.nnodes or 1) > 1) and not is_worker():
+    if (launch.nproc_per_node or launch.nnodes > 1) and not is_worker():
+        import os
+
+        if cfg.threads is None and "OMP_NUM_THREADS" not in os.environ:
+            # torchrun would give each worker 1 thread; give it its share of the cores.
+            from llmtk.train.runtime import default_threads
+
+            os.environ["OMP_NUM_THREADS"] = str(default_threads(launch.nproc_per_node or 1))
         argv = torchrun_argv(
-            nproc_per_node=launch.nproc_per_node or 1, nnodes=launch.nnodes or 1,
+            nproc_per_node=launch.nproc_per_node or 1, nnodes=launch.nnodes,
             node_rank=launch.node_rank, rdzv_endpoint=launch.rdzv_endpoint,
-            rdzv_id=launch.rdzv_id, rdzv_backend=launch.rdzv_backend or "c10d",
-            max_restarts=launch.max_restarts or 0, rdzv_timeout=launch.rdzv_timeout,
+            rdzv_id=launch.rdzv_id, rdzv_backend=launch.rdzv_backend,
+            max_restarts=launch.max_restarts, rdzv_timeout=launch.rdzv_timeout,
             worker_args=worker_args())
         run_torchrun(argv)
         return

@@ -65,6 +65,7 @@ class TrainConfig:
     compile: bool | None = None           # None: on for CUDA, off on CPU
     activation_checkpointing: bool = False
     nccl_timeout: int = 3600              # seconds a collective may wait (checkpoint of a 7B)
+    threads: int | None = None            # torch threads per process; None: runtime.pick_threads
     # logging, eval, sampling
     log_every: int = 10
     eval_every: int = 0                   # 0: only at the end when there is val data
@@ -110,6 +111,11 @@ class TrainConfig:
         from llmtk.train.loggers import parse_log_to
 
         parse_log_to(self.log_to)
+        from llmtk.train.hf import is_hf_spec
+        from llmtk.train.model_config import check_model_name
+
+        if not is_hf_spec(self.init_from):  # hf:PATH brings its own shape
+            check_model_name(self.model)  # here, not after the tokenization pass
         self._check_finetune()
 
     def _check_finetune(self) -> None:
@@ -135,14 +141,14 @@ class TrainConfig:
 class LaunchConfig:
     """torchrun's options: accepted in TOML under the same names as the flags."""
 
-    nproc_per_node: int | None = None
-    nnodes: int | None = None
-    node_rank: int | None = None
+    nproc_per_node: int | None = None     # None: no torchrun (one process, or a worker)
+    nnodes: int = 1
+    node_rank: int | None = None          # None: c10d assigns it
     rdzv_endpoint: str | None = None
-    rdzv_id: str | None = None
-    rdzv_backend: str | None = None
-    max_restarts: int | None = None
-    rdzv_timeout: int | None = None       # seconds the nodes wait for each other to join
+    rdzv_id: str = "llmtk"
+    rdzv_backend: str = "c10d"
+    max_restarts: int = 0
+    rdzv_timeout: int | None = None       # seconds the nodes wait to join; None: torchrun's
 
 
 def _at_least(low):
@@ -178,6 +184,7 @@ RULES = {
     "weight_decay": _between(0.0, 1e6), "beta1": _between(0.0, 1.0, high_open=True),
     "beta2": _between(0.0, 1.0, high_open=True), "grad_clip": _at_least(0.0),
     "spike_factor": _between(1.0, 1e6, low_open=True), "nccl_timeout": _at_least(1),
+    "threads": _at_least(1),
     "schedule": _one_of("cosine", "wsd", "constant"), "device": _one_of("auto", "cpu", "cuda"),
     "dtype": _one_of("auto", "fp32", "bf16"), "parallel": _one_of("auto", "none", "ddp", "fsdp"),
     "on_nan": _one_of("skip", "stop"), "on_spike": _one_of("none", "rollback"),

@@ -85,6 +85,20 @@ PRESETS: dict[str, ModelConfig] = {
     name: config_from_spec(spec) for name, spec in _SHARED.items() if trainable(spec) is None}
 
 
+def check_model_name(name: str) -> None:
+    """Raise UsageError unless `name` is a trainable preset (before any data is read)."""
+    if name in PRESETS:
+        return
+    import difflib
+
+    from llmtk.errors import UsageError
+
+    why = f" ({name} is {trainable(_SHARED[name])})" if name in _SHARED else ""
+    close = difflib.get_close_matches(name, list(PRESETS), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close and not why else ""
+    raise UsageError(f"--model must be one of {', '.join(PRESETS)}, got {name!r}{why}{hint}")
+
+
 def preset(name: str, **overrides) -> ModelConfig:
     """A copy of a named preset with some fields replaced."""
     if name not in PRESETS:

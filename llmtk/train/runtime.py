@@ -98,6 +98,87 @@ def ranks() -> tuple[int, int, int]:
             int(os.environ.get("LOCAL_RANK", 0)))
 
 
+# The default --threads is at most this many per process: llmtk's CPU runs are small
+# models (smoke tests, tiny presets) whose matmuls are too small to feed more threads, and a
+# machine with more cores usually runs several jobs or ranks at once. A judgment, not a
+# measurement (this project's machines have 2 cores); --threads overrides it.
+MAX_DEFAULT_THREADS = 8
+
+
+def usable_cores() -> int:
+    """Physical cores this process may use: the CPUs of its affinity mask (taskset, cgroup
+    cpusets), counted once per core (hyperthread siblings share one core's FPUs, which is
+    also why PyTorch's own default counts physical cores), within a cgroup CPU quota
+    (docker --cpus, Kubernetes limits), which the affinity mask does not show."""
+    try:
+        cpus = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        cpus = set(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in cpus:
+        topo = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            with open(f"{topo}/physical_package_id") as f, open(f"{topo}/core_id") as g:
+                cores.add((f.read().strip(), g.read().strip()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))
+    quota = _cgroup_cpus()
+    return max(1, min(len(cores), int(quota) if quota else len(cores)))
+
+
+def _cgroup_cpus() -> float | None:
+    """The CPU quota of this process's cgroup in CPUs (v2 cpu.max, else v1), None: none."""
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as f, \
+                open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as g:
+            quota, period = int(f.read()), int(g.read())
+        return quota / period if quota > 0 and period > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def default_threads(procs_per_node: int) -> int:
+    """This process's share of the node's physical cores, 1 to MAX_DEFAULT_THREADS."""
+    return max(1, min(MAX_DEFAULT_THREADS, usable_cores() // max(1, procs_per_node)))
+
+
+def set_threads(requested: int | None) -> tuple[int, str]:
+    """Set torch's intra-op threads: --threads, else OMP_NUM_THREADS when the environment
+    sets it (a job script's choice), else default_threads. Returns (threads, source)."""
+    import torch
+
+    if requested is None and os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads(), "OMP_NUM_THREADS"
+    source = "--threads" if requested is not None else "default"
+    n = requested or default_threads(int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n, source
+
+
+def busy_note(threads: int, source: str, device: str) -> str | None:
+    """A hint when default threads meet cores that other processes already keep busy: the
+    default stays deterministic (a resume should compute the same bits), the user decides."""
+    if source != "default" or threads < 2 or device != "cpu":
+        return None
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    cores = usable_cores()
+    if load <= cores:
+        return None
+    return (f"note: load average {load:.1f} on {cores} cores: other processes keep them busy, "
+            f"and {threads} threads would wait on each other; --threads 1 may be several "
+            "times faster here")
+
+
 def setup_dist(device: str, nccl_timeout: int) -> Dist:
     import torch
 

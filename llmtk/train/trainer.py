@@ -29,7 +29,16 @@ from dataclasses import asdict, dataclass, field, replace
 
 from llmtk.errors import LlmtkError, UsageError
 from llmtk.train.config import TrainConfig
-from llmtk.train.runtime import CollectiveError, Dist, Faults, Stopper, ranks, setup_dist
+from llmtk.train.runtime import (
+    CollectiveError,
+    Dist,
+    Faults,
+    Stopper,
+    busy_note,
+    ranks,
+    set_threads,
+    setup_dist,
+)
 
 
 @dataclass
@@ -99,19 +108,39 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))) * (cfg.lr - min_lr)
 
 
+def warmup_warning(cfg: TrainConfig) -> str:
+    """What a run whose warmup is not shorter than the run does (it is allowed: a short
+    smoke test may want it, but it is never what a long run meant)."""
+    last = lr_at(cfg.steps - 1, cfg)
+    return (f"warning: --warmup {cfg.warmup} >= --steps {cfg.steps}: the whole run warms up "
+            f"(lr rises linearly to {last:.3g} at the last step, peak --lr {cfg.lr:g}) and "
+            f"never decays; lower --warmup to use the {cfg.schedule} schedule")
+
+
+# Settings that do not change what is trained (a moved run directory or cache included);
+# a resume with other values is unremarkable.
+_NOT_NOTED = {"out", "cache_dir", "resume", "quiet", "seed", "threads", "log_every", "log_to",
+              "nccl_timeout", "keep_checkpoints", "async_checkpoint"}
+
+
+def changed_settings(old: dict, new: dict) -> str:
+    """'--lr 0.0003 -> 0.001, --steps 4 -> 8' for the settings a resume changes ('' if
+    none). --seed has its own notice; settings the checkpoint predates are not compared."""
+    def show(v) -> str:
+        text = repr(v)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    return ", ".join(f"--{k.replace('_', '-')} {show(old[k])} -> {show(v)}"
+                     for k, v in new.items() if k in old and old[k] != v and k not in _NOT_NOTED)
+
+
 def model_config(cfg: TrainConfig, vocab_size: int):
     from llmtk.train import hf
-    from llmtk.train.model_config import PRESETS
+    from llmtk.train.model_config import PRESETS, check_model_name
 
     if hf.is_hf_spec(cfg.init_from):
         return hf.init_model_config(cfg, vocab_size)
-    if cfg.model not in PRESETS:
-        from llmtk.presets import PRESETS as ALL
-        from llmtk.presets import trainable
-
-        why = f" ({cfg.model} is {trainable(ALL[cfg.model])})" if cfg.model in ALL else ""
-        raise UsageError(f"--model must be one of {', '.join(PRESETS)}, got "
-                         f"{cfg.model!r}{why}")
+    check_model_name(cfg.model)
     mc = replace(PRESETS[cfg.model], vocab_size=vocab_size)
     overrides = {"n_layer": cfg.layers, "d_model": cfg.d_model, "n_head": cfg.heads,
                  "n_kv_head": cfg.kv_heads, "ffn_hidden": cfg.ffn_hidden, "seq_len": cfg.seq_len}
@@ -156,6 +185,9 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
             cache = D.build_cache(cfg.data, cfg.val_data, tok,
                                   cfg.cache_dir or os.path.join(cfg.out, "cache"),
                                   cfg.text_field, cfg.val_fraction, log=say)
+        import torch  # only now: a run refused by the lock or the data never waits for it
+
+        threads = torch.get_num_threads()  # --threads changes them; callers get theirs back
         dist = setup_dist(cfg.device, cfg.nccl_timeout)
         try:
             dist.barrier()  # rank 0 holds the lock: the others may touch OUT from here on
@@ -173,6 +205,7 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
             raise
         finally:
             dist.close()
+            torch.set_num_threads(threads)
     finally:
         if lock is not None:
             lock.release()
@@ -213,6 +246,7 @@ class Trainer:
         self.ckpt_format = cfg.checkpoint_format if cfg.checkpoint_format != "auto" else (
             "dcp" if self.parallel == "fsdp" else "full")
         self.compiled = cfg.compile if cfg.compile is not None else dist.cuda
+        self.threads, self.threads_from = set_threads(cfg.threads)  # before the model
         self._build_model()
         self.pending: list[StepResult] = []   # steps not yet settled by the host
         self.last_row = None                  # (step, [loss, norm, not_finite], lr) settled
@@ -221,6 +255,9 @@ class Trainer:
         self.async_ckpt = None                # (future, step, t0, blocking_s) of a DCP write
         self.stopper = Stopper(dist)
         self.meter = Meter()
+        self.t_start = time.perf_counter()    # reset when training starts (_start)
+        self.mirrors = None                   # --log-to backends (rank 0), opened in run()
+        self.task_eval = None                 # --eval-tasks (finetune.TaskEvaluator)
 
     # ---------------------------------------------------------------- model
     def _build_model(self) -> None:
@@ -330,9 +367,12 @@ class Trainer:
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> None:
-        """Resume (or start), then train to cfg.steps: step, settle what the host must
-        know, log, evaluate and sample, checkpoint; stop cleanly on SIGTERM/SIGUSR1."""
+        """Resume (or start; a run already at cfg.steps stops here), then train to
+        cfg.steps: step, settle what the host must know, log, evaluate and sample,
+        checkpoint; stop cleanly on SIGTERM/SIGUSR1."""
         st = self._start()
+        if st is None:
+            return  # the checkpoint already holds cfg.steps steps: nothing to train
         while st.step < self.cfg.steps:
             self.pending.append(self._train_step(st))
             signum = self.stopper.agreed()
@@ -494,13 +534,20 @@ class Trainer:
                                   "lr x 1/32); lower --lr or check the data near this position")
 
     # ---------------------------------------------------------------- start and finish
-    def _start(self) -> TrainState:
+    def _start(self) -> TrainState | None:
         """Choose the checkpoint (rank 0, past corrupt ones), load it everywhere, open the
-        metrics log and write the resolved configuration."""
+        metrics log and write the resolved configuration. None: the run is complete."""
         from llmtk.io.metrics import MetricsWriter, truncate_after
+        from llmtk.train import checkpoint as C
         from llmtk.train import hf
 
         path = self.dist.broadcast(self._choose_checkpoint() if self.dist.rank == 0 else None)
+        if path is not None and \
+                TrainState.from_checkpoint(C.load_state(path)).step == self.cfg.steps:
+            # Touch nothing (metrics, config.json, the event log) and say so.
+            self.batches.close()
+            self._say(f"already complete: {self.cfg.steps} steps ({self.out})")
+            return None
         st = TrainState()
         if path is not None:
             st = self._load_checkpoint(path, resume=True)
@@ -519,6 +566,11 @@ class Trainer:
                 os.replace(metrics_path, metrics_path + ".old")
             self.metrics = MetricsWriter(metrics_path)
             resolved = self._write_config()
+            if self.cfg.warmup >= self.cfg.steps:
+                self._say(warmup_warning(self.cfg))
+            note = busy_note(self.threads, self.threads_from, self.dist.device)
+            if note:
+                self._say(note)
             from llmtk.train.loggers import open_mirrors
 
             self.mirrors = open_mirrors(self.cfg.log_to, self.out, resolved, st.step)
@@ -526,13 +578,13 @@ class Trainer:
             if path is not None:
                 self._event("resume", step=st.step, path=os.path.relpath(path, self.out))
                 self._say(f"resumed from {path} at step {st.step}")
-        self.task_eval = None
         if self.cfg.eval_tasks:  # issue 16: task files are read (and checked) before training
             from llmtk.train.finetune import TaskEvaluator
 
             self.task_eval = TaskEvaluator(self)
         self.model.train()
         self.meter = Meter()
+        self.t_start = time.perf_counter()  # the step line's elapsed time (this process)
         return st
 
     def _choose_checkpoint(self) -> str | None:
@@ -594,10 +646,15 @@ class Trainer:
                 f"--steps {cfg.steps} is below the step of the checkpoint to resume, "
                 f"{saved.step} ({path}); raise --steps, or start over with --resume never",
                 exit_code=2)
-        old_seed = state.get("train_config", {}).get("seed", cfg.seed)
+        old = state.get("train_config", {})
+        old_seed = old.get("seed", cfg.seed)
         if old_seed != cfg.seed:
             self._say(f"note: --seed {cfg.seed} differs from the checkpoint's {old_seed}: the "
                       f"data order from step {saved.step} on follows seed {cfg.seed}")
+        changed = changed_settings(old, cfg.to_dict())
+        if changed:
+            self._say(f"note: resuming {os.path.basename(path)} with changed settings (they "
+                      f"apply from step {saved.step} on): {changed}")
         if cfg.init_from:
             self._say(f"note: resuming {path}; --init-from only applies to a fresh start "
                       "(--resume never)")
@@ -651,12 +708,13 @@ class Trainer:
             self.metrics.close()
         self._say(f"done: {st.step} steps, {st.tokens} tokens -> {self.out}")
 
-    def _write_config(self) -> None:
+    def _write_config(self) -> dict:
         resolved = {"train": self.cfg.to_dict(), "model": self.mcfg.to_dict(),
                     "params": sum(p.numel() for p in self.raw.parameters()),
                     "world_size": self.dist.world, "parallel": self.parallel,
                     "compiled": self.compiled, "checkpoint_format": self.ckpt_format,
-                    "device": self.dist.device, "tokenizer": self.tok.fingerprint(),
+                    "device": self.dist.device, "threads": self.threads,
+                    "tokenizer": self.tok.fingerprint(),
                     "data": self.data_meta, "cache": self.cache}
         text = json.dumps(resolved, indent=1, sort_keys=True)
         from llmtk.train.data import _pid_alive
@@ -669,10 +727,19 @@ class Trainer:
         with open(tmp, "w") as f:
             f.write(text + "\n")
         os.replace(tmp, os.path.join(self.out, "config.json"))
-        self._say(f"llmtk train: resolved config\n{text}")
-        return resolved
+        from llmtk.train.report import start_lines
 
-    mirrors = None  # --log-to backends (rank 0)
+        m = self.mcfg
+        for line in start_lines(
+                model=self.cfg.model if not self.cfg.init_from else self.cfg.init_from,
+                shape=f"{m.n_layer}x{m.d_model}", params=resolved["params"],
+                steps=self.cfg.steps, batch=self.cfg.batch_size, procs=self.dist.world,
+                grad_accum=self.cfg.grad_accum, seq_len=m.seq_len, lr=self.cfg.lr,
+                schedule=self.cfg.schedule, warmup=self.cfg.warmup, device=self.dist.device,
+                dtype="bf16" if self._bf16() else "fp32", compiled=self.compiled,
+                threads=self.threads, config_path=os.path.join(self.out, "config.json")):
+            self._say(line)
+        return resolved
 
     def close_mirrors(self, ok: bool) -> None:
         if self.mirrors is not None:
@@ -910,13 +977,14 @@ class Trainer:
         self.metrics.write(row)
         if not self.cfg.quiet:
             from llmtk.io.console import stderr_console
+            from llmtk.train.report import step_line
 
-            mfu_s = f" | mfu {mfu:.1%}" if mfu is not None else ""
-            val_s = f" | val {val_loss:.4f}" if val_loss is not None else ""
-            stderr_console().print(
-                f"[bold]step {step}/{self.cfg.steps}[/bold] | loss [cyan]{loss:.4f}[/cyan]"
-                f"{val_s} | lr {lr:.2e} | gnorm {grad_norm:.3f} | {tps:,.0f} tok/s{mfu_s} | "
-                f"{row['step_s'] * 1000:.0f} ms/step | {row['mem_gb']:.2f} GB", soft_wrap=True)
+            wall_per_step = (time.perf_counter() - meter.t) / max(1, meter.steps)  # all of it
+            stderr_console().print(step_line(
+                step, self.cfg.steps, loss, lr, tps, time.perf_counter() - self.t_start,
+                (self.cfg.steps - step) * wall_per_step, val_loss=val_loss,
+                grad_norm=grad_norm, mfu=mfu, mem_gb=row["mem_gb"],
+                step_ms=row["step_s"] * 1000), markup=False, soft_wrap=True)
 
     # ---------------------------------------------------------------- eval / sample
     def _evaluate(self) -> float:
