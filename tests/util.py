@@ -1,4 +1,5 @@
-"""Helpers for tests that run llmtk as a real process."""
+"""Helpers for tests that run llmtk as a command: in this process where that is the same,
+as a real process (or a real shell pipeline) where a pipe, a signal or torch is involved."""
 
 import contextlib
 import os
@@ -20,16 +21,98 @@ def env(**extra: str) -> dict:
     return e
 
 
-def llmtk(*args: str, input: bytes | None = None, check: bool = False, cwd=None, **extra_env: str):
-    """Run `llmtk ARGS` and return the CompletedProcess (bytes stdout/stderr)."""
-    return subprocess.run(
-        [*LLMTK, *map(str, args)],
-        input=input if input is not None else b"",
-        capture_output=True,
-        check=check,
-        cwd=cwd or ROOT,
-        env=env(**extra_env),
-    )
+# Commands cheap to run inside the test process (no torch state, no process pools, no
+# signals): `llmtk()` runs them in-process unless a test asks for a real process. A process
+# start costs about a second on the 2-core CI machine; the suite makes hundreds of calls.
+IN_PROCESS = {"cat", "clean", "dedup", "mix", "contam-check", "stats", "estimate", "diagnose"}
+REAL_FLAGS = {"--workers", "--ppl-model", "--measure", "--executor"}
+
+
+def llmtk(*args: str, input: bytes | None = None, check: bool = False, cwd=None,
+          real: bool = False, **extra_env: str):
+    """Run `llmtk ARGS` and return a CompletedProcess (bytes stdout/stderr, returncode).
+
+    In this process (same bytes, same exit status) for the commands in IN_PROCESS, or in
+    a real one with real=True, for other commands, flags in REAL_FLAGS, or everywhere
+    with LLMTK_TEST_PROCESSES=1 (to check that both agree)."""
+    argv = [str(a) for a in args]
+    if (real or not argv or argv[0] not in IN_PROCESS or REAL_FLAGS.intersection(argv)
+            or os.environ.get("LLMTK_TEST_PROCESSES") == "1"):
+        return subprocess.run([*LLMTK, *argv], input=input if input is not None else b"",
+                              capture_output=True, check=check, cwd=cwd or ROOT,
+                              env=env(**extra_env))
+    result = _run_in_process(argv, input or b"", cwd or ROOT, extra_env)
+    if check and result.returncode != 0:
+        raise subprocess.CalledProcessError(result.returncode, argv, result.stdout,
+                                            result.stderr)
+    return result
+
+
+def _run_in_process(argv: list[str], stdin: bytes, cwd, extra_env: dict):
+    """`llmtk ARGV` through llmtk.cli.main with fds 0/1/2 (and sys.std*) on temporary
+    files, the environment and working directory of the would-be process, and the
+    process-wide state it may change (signal handlers, argv, torch threads) put back."""
+    import io
+    import tempfile
+    import traceback
+
+    from llmtk.cli import main
+
+    saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
+    saved_std = sys.stdin, sys.stdout, sys.stderr
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved_fds = [os.dup(fd) for fd in (0, 1, 2)]
+    files = [tempfile.TemporaryFile() for _ in range(3)]
+    try:
+        files[0].write(stdin)
+        files[0].seek(0)
+        for fd, f in enumerate(files):
+            os.dup2(f.fileno(), fd)
+        # Python-level writes go to the same fds (pytest's capture replaces sys.std*).
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+        sys.stdout, sys.stderr = (io.TextIOWrapper(io.FileIO(fd, "w", closefd=False),
+                                                   write_through=True) for fd in (1, 2))
+        os.environ.clear()
+        os.environ.update(env(**extra_env))
+        os.chdir(cwd)
+        sys.argv = ["llmtk", *argv]
+        code = 0
+        with own_signal_handlers():
+            try:
+                main()
+            except SystemExit as e:
+                if isinstance(e.code, str):
+                    print(e.code, file=sys.stderr)
+                code = 1 if isinstance(e.code, str) else (e.code or 0)
+            except Exception:  # what an uncaught exception does to a process
+                traceback.print_exc()
+                code = 1
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved_std
+        for fd, saved in enumerate(saved_fds):
+            os.dup2(saved, fd)
+            os.close(saved)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+        sys.argv = saved_argv
+        if threads is not None:
+            torch.set_num_threads(threads)
+    out, err = [_read_all(f) for f in files[1:]]
+    files[0].close()
+    return subprocess.CompletedProcess(["llmtk", *argv], code, out, err)
+
+
+def _read_all(f) -> bytes:
+    f.seek(0)
+    data = f.read()
+    f.close()
+    return data
 
 
 def shell(script: str, **extra_env: str) -> subprocess.CompletedProcess:
