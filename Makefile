@@ -41,7 +41,7 @@ install: setup
 	@echo "llmtk -> $(PREFIX)/bin/llmtk (make sure $(PREFIX)/bin is on your PATH)"
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -1,0 +1,8 @@
+"""Suite-wide settings, applied before any test module imports torch."""
+
+import os
+
+# One compute thread per process unless a test sets its own: the suite runs tests in
+# parallel (pytest-xdist) and starts training subprocesses on a 2-core machine, where
+# more threads only fight each other (a 300-step test took 20x longer under load).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
