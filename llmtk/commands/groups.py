@@ -31,6 +31,20 @@ class DefaultCommand(TyperCommand):
         path = ctx.parent.command_path if ctx.parent else ctx.command_path
         formatter.write_usage(path, " ".join(self.collect_usage_pieces(ctx)))
 
+    def format_help(self, ctx, formatter):
+        """The command's help, ending with the subcommands it also has."""
+        if ctx.parent is not None and not hasattr(self, "_own_epilog"):
+            self._own_epilog = self.epilog or ""
+            group = ctx.parent.command
+            names = [n for n in group.list_commands(ctx)
+                     if n != DEFAULT and not group.get_command(ctx, n).hidden]
+            if names:
+                path = ctx.parent.command_path
+                listed = ", ".join(f"[bold]{path} {n}[/bold]" for n in names)
+                self.epilog = (self._own_epilog + "\n\n" if self._own_epilog else "") + \
+                    f"Also: {listed} (each with -h)."
+        super().format_help(ctx, formatter)
+
 
 def group(**kw) -> typer.Typer:
     """A typer app for a command with subcommands; add the command itself with `main`."""

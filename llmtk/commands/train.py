@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from llmtk.commands import groups
+
 SUMMARY = "Train a GPT-style model, one CPU process to many GPU nodes via torchrun."
 
 HELP = f"""\
@@ -88,15 +90,11 @@ def _opt(*names: str, help: str, panel: str, default: str | None = None, **kw):
     return typer.Option(*names, help=help, rich_help_panel=panel, show_default=False, **kw)
 
 
-app = typer.Typer(
-    help=HELP, short_help=SUMMARY, rich_markup_mode="rich", invoke_without_command=True,
-    no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
-)
+app = groups.group(help=HELP, short_help=SUMMARY)
 
 
-@app.callback()
+@groups.main(app, help=HELP, no_args_is_help=True)
 def command(
-    ctx: typer.Context,
     data: Annotated[list[str] | None, _opt(
         "--data", help="Training documents: JSONL(.zst/.gz) files, directories or globs; "
         "repeat for several.", panel=DATA)] = None,
@@ -300,9 +298,7 @@ def command(
         "rendezvous.", panel=LAUNCH, default="torchrun's, 600")] = None,
 ) -> None:
     # Every parameter but --config is a TrainConfig or LaunchConfig field of the same name.
-    flags = {k: v for k, v in locals().items() if k not in ("ctx", "config")}
-    if ctx.invoked_subcommand is not None:
-        return
+    flags = {k: v for k, v in locals().items() if k != "config"}
     from llmtk.train.config import resolve_config, resolve_launch
     from llmtk.train.launch import is_worker, run_torchrun, torchrun_argv, worker_args
 
