@@ -169,6 +169,10 @@ class GPT(nn.Module):
 
         Callable after `to_empty(device=...)` to materialise a model built on the meta device.
         """
+        if self.cfg.tie_embeddings and self.lm_head.weight is not self.tok_emb.weight:
+            # A plain to_empty() of a meta model gives each module its own new Parameter,
+            # silently untying the head (FSDP2's keeps the tie); tie it again.
+            self.lm_head.weight = self.tok_emb.weight
         cos, sin = rotary_tables(self.cfg, device=self.rope_cos.device)
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
