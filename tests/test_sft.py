@@ -517,12 +517,12 @@ def test_lora_learns_a_new_instruction_on_the_fine_tuned_model(learner_base, ful
     out = str(tmp_path / "lora")
     p = llmtk("train", "--sft", "--init-from", full_ft, "--data", lb["up"], "--out", out,
               "--steps", "400", "--batch-size", "16", "--warmup", "20", "--lr", "5e-3",
-              "--lora-rank", "8", "--lora-alpha", "16", "--weight-decay", "0",
+              "--lora-rank", "8", "--weight-decay", "0",  # alpha: the rank (the default)
               "--log-every", "50", "--eval-tasks", lb["up_held"], "--eval-every", "400",
               "--eval-max-new-tokens", "5", "-q", **ONE_THREAD)
     assert p.returncode == 0, p.stderr.decode()[-3000:]
     losses = [r["loss"] for r in rows(out) if "loss" in r and "event" not in r]
     assert losses[-1] <= 0.85 * losses[0], losses
     tuned = exact_match(out, 400, "up_held")
-    assert tuned > before  # measured once: 0.0 -> 0.133
+    assert tuned > before  # measured: 0.0 -> 0.183 (alpha 16: 0.017; docs/train.md)
     assert eval_em(out, lb["up_held"]) == pytest.approx(tuned)
