@@ -2,6 +2,7 @@
 layout (trained here for a few steps on English so that other text scores worse)."""
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,48 @@ def checkpoint(tmp_path_factory):
     C.save(str(root), 60, rank=0, barrier=lambda: None, model_state=model.state_dict(),
            optim_state={}, state=state, keep=1)
     return root.parent
+
+
+@pytest.fixture(scope="module")
+def dcp_checkpoint(checkpoint, tmp_path_factory):
+    """The same model as a DCP-sharded checkpoint (what an FSDP2 run writes), with
+    torch.compile's and DDP's key prefixes on top: --ppl-model must not care."""
+    import torch.distributed.checkpoint as dcp
+
+    from llmtk.train import checkpoint as C
+
+    src = C.resolve(str(checkpoint))
+    weights = C.load_tensors(src, "model.pt")
+    root = str(tmp_path_factory.mktemp("dcp-run") / "checkpoints")
+    tmp = C.begin(root, 60)
+    C.write_rank_files(tmp, 0, C.load_state(src))
+    sd = {"model": {f"module._orig_mod.{k}": v for k, v in weights.items()}, "optim": {}}
+    with warnings.catch_warnings():  # "assuming ... a single process": it is one
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save(sd, checkpoint_id=f"{tmp}/dcp", no_dist=True)
+    final = C.commit(root, 60, keep=1)
+    assert C.is_sharded(final) and not (Path(final) / "model.pt").exists()
+    return Path(root).parent
+
+
+def test_perplexity_from_a_dcp_sharded_checkpoint_equals_the_full_one(checkpoint,
+                                                                      dcp_checkpoint):
+    data = jsonl([{"id": a["lang"], "text": a["text"]} for a in ARTICLES])
+    got = []
+    for model in (checkpoint, dcp_checkpoint):
+        r = llmtk("clean", "--ppl-model", model, "--max-ppl", "1e9", "--annotate", "-q",
+                  "--filters", "none", input=data)
+        assert r.returncode == 0, r.stderr
+        got.append([d["llmtk"]["perplexity"] for d in map(json.loads, r.stdout.splitlines())])
+    assert got[0] == got[1] and len(got[0]) == len(ARTICLES)
+
+
+def test_the_filter_loads_through_train_s_public_loader():
+    """#14: clean knows nothing of train's checkpoint layout (no model.pt, no prefixes)."""
+    src = (Path(__file__).parent.parent / "llmtk" / "clean" / "perplexity.py").read_text()
+    assert "from llmtk.train import load_model" in src
+    for layout in ("model.pt", "_orig_mod", "module.", "checkpoint as C", "state.json"):
+        assert layout not in src, layout
 
 
 def jsonl(records) -> bytes:

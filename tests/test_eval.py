@@ -308,3 +308,49 @@ def test_llmtk_eval_rejects_a_bad_task_file_before_loading_the_model(tmp_path):
     assert p.returncode == 1
     assert p.stderr.decode().strip() == (f"llmtk: error: {bad}:2: the answer index 5 is not one "
                                          "of the 1 choices")
+
+
+def _eval_rows(log):
+    with open(log) as f:
+        return [r for r in map(json.loads, f) if r.get("event") == "eval"]
+
+
+def test_llmtk_eval_logs_each_step_task_and_metric_once(tmp_path, capfd, monkeypatch):
+    """Re-running `llmtk eval` on the same checkpoint (or on one `train --eval-tasks` already
+    scored) adds no second row for the step: plot-loss would draw both."""
+    import torch
+
+    from llmtk.train import checkpoint as C
+    from llmtk.train.model import GPT, ModelConfig
+    from tests.util import InProcess
+
+    cli = InProcess(capfd, monkeypatch)
+    run = tmp_path / "run"
+    torch.manual_seed(1)
+    cfg = ModelConfig(vocab_size=257, seq_len=32, n_layer=1, d_model=32, n_head=2)
+    state = {"step": 5, "model_config": cfg.to_dict(), "train_config": {"tokenizer": "bytes"},
+             "tokenizer": "bytes-v1"}
+    C.save(str(run / "checkpoints"), 5, rank=0, barrier=lambda: None,
+           model_state=GPT(cfg).state_dict(), optim_state={}, state=state, keep=0)
+    log = run / "metrics.jsonl"
+    log.write_text(json.dumps({"step": 5, "loss": 5.5}) + "\n")
+    arc = write_jsonl(tmp_path / "arc.jsonl", [
+        {"question": "Sky?", "choices": ["red", "blue"], "answer": 1},
+        {"question": "Two?", "choices": ["2", "3"], "answer": 0}])
+    held = write_jsonl(tmp_path / "held.jsonl", [{"text": "Return the number of items."}])
+    for _ in range(2):
+        r = cli("eval", run, "--tasks", arc, "--tasks", held, "--device", "cpu")
+        assert r.exit_code == 0, r.output
+    rows = _eval_rows(log)
+    keys = [(r["step"], r["task"], r["metric"]) for r in rows]
+    assert sorted(keys) == [(5, "arc", "acc"), (5, "arc", "acc_norm"),
+                            (5, "held", "bits_per_byte"), (5, "held", "perplexity")]
+    # A different result for a logged step (here: fewer items) is not logged over it;
+    # the terminal says so, and the task can be logged under another name.
+    r = cli("eval", run, "--tasks", arc, "--limit", "1", "--device", "cpu")
+    assert r.exit_code == 0 and "already logged" in r.output and "NAME=FILE" in r.output
+    assert len(_eval_rows(log)) == 4
+    r = cli("eval", run, "--tasks", f"arc1={arc}", "--limit", "1", "--device", "cpu", "-q")
+    assert r.exit_code == 0 and r.output == ""
+    assert {r["task"] for r in _eval_rows(log)} == {"arc", "held", "arc1"}
+    assert len(_eval_rows(log)) == 6

@@ -34,7 +34,7 @@ def run_dir(tmp_path_factory):
 def test_prompt_prints_the_prompt_and_its_greedy_continuation(cli, run_dir):
     r = cli("generate", run_dir, "--prompt", "abc", "--temperature", "0", "-n", "40")
     assert r.exit_code == 0, r.output
-    from llmtk.train.load import load_model
+    from llmtk.train import load_model
 
     loaded = load_model(str(run_dir))
     text, _ = complete(loaded.model, loaded.tokenizer, "abc",

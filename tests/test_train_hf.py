@@ -58,7 +58,7 @@ def hf_logits(folder, ids):
 
 
 def llmtk_logits(source, ids):
-    from llmtk.train.load import load_model
+    from llmtk.train import load_model
 
     loaded = load_model(str(source))
     with torch.no_grad():
@@ -182,7 +182,7 @@ def test_hf_folder_loads_into_llmtk_with_identical_logits(tmp_path, kind, extra)
 ])
 def test_models_that_do_not_map_are_refused_naming_why(tmp_path, kind, extra, message):
     save_tiny(tmp_path / "m", kind, **extra)
-    from llmtk.train.load import load_model
+    from llmtk.train import load_model
 
     with pytest.raises(UsageError, match=message):
         load_model(str(tmp_path / "m"))
@@ -191,7 +191,7 @@ def test_models_that_do_not_map_are_refused_naming_why(tmp_path, kind, extra, me
 def test_other_architectures_are_refused(tmp_path):
     cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100)
     transformers.GPT2LMHeadModel(cfg).save_pretrained(tmp_path / "g")
-    from llmtk.train.load import load_model
+    from llmtk.train import load_model
 
     with pytest.raises(UsageError, match="model_type 'gpt2'"):
         load_model(str(tmp_path / "g"))
@@ -256,3 +256,35 @@ def test_byte_tokenizer_json_matches_llmtk_bytes():
     assert tok.encode(text, add_special_tokens=False).ids == ByteTokenizer().encode(text)
     assert tok.decode(list(text.encode())) == text
     assert tok.token_to_id("<|endoftext|>") == 256 and tok.get_vocab_size() == 257
+
+
+def test_one_loader_reads_every_kind_of_source_alike(corpus, tmp_path):
+    """llmtk.train.load_model: run dir, step dir, exported file, `hf:PATH` and a bare
+    Hugging Face folder give the same model (the same logits); each says what it read."""
+    from llmtk.train import export, load_model
+
+    run = tmp_path / "run"
+    run_train(corpus, run, steps=2)
+    export(str(run), str(tmp_path / "model.pt"))
+    hf.export_hf(str(run), str(tmp_path / "hf"))
+    step_dir = str(run / "checkpoints" / "step-0000002")
+    ids = torch.tensor([list(b"def f(x):\n    return x")])
+    sources = {str(run): ("llmtk", 2), step_dir: ("llmtk", 2),
+               str(tmp_path / "model.pt"): ("export", 2),
+               f"hf:{tmp_path / 'hf'}": ("hf", None), str(tmp_path / "hf"): ("hf", None)}
+    logits = []
+    for source, (kind, step) in sources.items():
+        loaded = load_model(source)
+        assert (loaded.kind, loaded.step) == (kind, step), source
+        model, tok = loaded  # the (model, tokenizer) shape of the old public loader
+        assert tok.encode("ab") == [97, 98] and not model.training
+        with torch.no_grad():
+            logits.append(model(ids)[0][0, :, :256])
+    assert load_model(str(run)).source == step_dir
+    assert load_model(str(run)).run_dir == str(run)
+    for other in logits[1:]:
+        assert torch.allclose(logits[0], other, atol=1e-5)
+    with pytest.raises(UsageError, match="not a Hugging Face model folder"):
+        load_model(f"hf:{run}")
+    with pytest.raises(UsageError, match="no such file or directory"):
+        load_model(f"hf:{tmp_path / 'nowhere'}")

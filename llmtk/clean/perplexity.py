@@ -1,8 +1,9 @@
 """Perplexity under a small reference language model (CCNet's third quality signal).
 
-The model is an `llmtk train` checkpoint (a run directory, its checkpoints/ directory or one
-step-NNNNNNN directory): `state.json` gives the model and tokenizer configuration, `model.pt`
-the weights. A document is scored as training saw it: EOS, then its tokens, then EOS, cut into
+The model is whatever `llmtk.train.load_model` reads (a run directory, its checkpoints/
+directory or one step-NNNNNNN directory, consolidated or DCP-sharded; a file written by
+`llmtk train export`; `hf:PATH`), so this module knows nothing of train's checkpoint layout.
+A document is scored as training saw it: EOS, then its tokens, then EOS, cut into
 windows of the model's sequence length; the score is exp(mean next-token cross-entropy),
 over at most `max_tokens` tokens (the cost of one document stays bounded).
 
@@ -12,9 +13,6 @@ Deterministic for --workers: torch runs with one thread in every process.
 from __future__ import annotations
 
 import math
-import os
-
-from llmtk.errors import UsageError
 
 # Loaded (model, tokenizer) by path, per process (kept across --workers chunks).
 _LOADED: dict[str, tuple] = {}
@@ -60,29 +58,16 @@ class PerplexityModel:
 def _load_checkpoint(path: str):
     import torch
 
-    from llmtk.text.tokenizer import load_tokenizer
-    from llmtk.train import checkpoint as C
-    from llmtk.train.model import GPT, ModelConfig
+    from llmtk.errors import LlmtkError
+    from llmtk.train import load_model
 
     torch.set_num_threads(1)  # the same bits in every --workers process
-    ckpt = C.resolve(path) if os.path.exists(path) else None
-    if ckpt is None:
-        raise UsageError(f"--ppl-model: no complete llmtk train checkpoint at {path}")
-    state = C.load_state(ckpt)
     try:
-        cfg = ModelConfig(**state["model_config"])
-        tok = load_tokenizer(state.get("train_config", {}).get("tokenizer", "bytes"))
-    except (KeyError, TypeError) as e:
-        raise UsageError(f"--ppl-model: {ckpt}/state.json lacks the model configuration ({e})") \
-            from None
-    if tok.fingerprint() != state.get("tokenizer", tok.fingerprint()):
-        raise UsageError(f"--ppl-model: the tokenizer of {ckpt} is not the one it was trained with")
-    model = GPT(cfg)
-    weights = C.load_tensors(ckpt, "model.pt")
-    weights = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in weights.items()}
-    model.load_state_dict(weights)
-    model.eval()
-    return model, tok, cfg.seq_len
+        # train's own loader: a run or step dir (consolidated or DCP), an export, hf:PATH
+        loaded = load_model(path)
+    except LlmtkError as e:
+        raise type(e)(f"--ppl-model: {e}") from None
+    return loaded.model, loaded.tokenizer, loaded.model.cfg.seq_len
 
 
 def quantile(values: list[float], q: float) -> float:

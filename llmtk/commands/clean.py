@@ -137,8 +137,8 @@ def clean(
     ] = None,
     ppl_model: Annotated[
         str | None,
-        typer.Option("--ppl-model", help="An llmtk train checkpoint (run or step directory) "
-                     "to score perplexity with.", rich_help_panel=STAGES),
+        typer.Option("--ppl-model", help="The model to score perplexity with: an llmtk train run, "
+                     "checkpoint (full or sharded) or export, or hf:PATH.", rich_help_panel=STAGES),
     ] = None,
     max_ppl: Annotated[
         float | None,

@@ -26,8 +26,9 @@ Keeps the first document of each cluster, in input order, and drops the rest
 (to --rejects with llmtk.dup_of and llmtk.reason dedup.exact or dedup.minhash).
 Exact duplicates share their normalised text; near-duplicates share an LSH band
 of their MinHash signatures (word 5-grams, character 5-grams for CJK, 16 bands
-x 7 rows, each candidate verified on its signature: about Jaccard 0.67 and up). It streams: each document is written as
-soon as it is known to be the first of its cluster.
+x 7 rows, each candidate verified on its signature: about Jaccard 0.67 and up).
+It streams: each document is written as soon as it is known to be the first of
+its cluster.
 
 [bold]Examples[/bold]
 

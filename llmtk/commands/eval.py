@@ -77,22 +77,29 @@ def command(
     m = load_run(checkpoint, device=device)
     scorer = ModelScorer(m.model, m.tokenizer,
                          prompt_ids=m.chat.prompt if m.chat is not None else None)
-    writer = None
+    writer = once = None
     if log:
+        from llmtk.evaluate.report import OncePerStep
         from llmtk.io.metrics import MetricsWriter
 
-        writer = MetricsWriter(os.path.join(m.run_dir, "metrics.jsonl"))
+        path = os.path.join(m.run_dir, "metrics.jsonl")
+        logged = _logged_rows(path)
+        writer = MetricsWriter(path)
+        once = OncePerStep(logged, writer.write)
     try:
         summaries = evaluate_tasks(loaded_tasks, scorer, run_dir=m.run_dir, step=m.step,
                                    n_bad=bad_cases, batch=batch_size,
-                                   max_new_tokens=max_new_tokens,
-                                   log=writer.write if writer else None)
+                                   max_new_tokens=max_new_tokens, log=once)
     finally:
         if writer:
             writer.close()
     if not quiet:
         for s in summaries:
             print(summary_line(s), file=sys.stderr)
+        for step, task in once.conflicts if once else ():
+            print(f"note: {task} at step {step} is already logged in {path} with other "
+                  f"values; kept those (give the task another name, NAME=FILE, to log "
+                  f"this result too)", file=sys.stderr)
     if json_out:
         import json
 
@@ -121,6 +128,23 @@ def command(
     console, emit = buffered_console(sys.stdout)
     console.print(t)
     emit()
+
+
+def _logged_rows(path: str) -> list[dict]:
+    """The log's rows so far (none if it does not exist; a torn or foreign line skipped:
+    only eval rows matter here, and the log is not ours to judge)."""
+    from llmtk.io.metrics import decode_row
+
+    if not os.path.exists(path):
+        return []
+    rows = []
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                rows.append(decode_row(line))
+            except ValueError:
+                continue
+    return rows
 
 
 def register(root: typer.Typer) -> None:

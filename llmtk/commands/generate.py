@@ -72,7 +72,7 @@ def command(
     import torch
 
     from llmtk.io.writer import Sink
-    from llmtk.train.load import load_model
+    from llmtk.train import load_model
     from llmtk.train.sample import SampleOptions, complete
 
     if device == "auto":

@@ -20,7 +20,8 @@ MAX_PARAMS = 200e6  # a CPU check, not a benchmark: refuse shapes that would tak
 
 
 def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
-                      recompute: str = "selective") -> dict[str, float]:
+                      recompute: str = "selective", lora_rank: int | None = None,
+                      lora_parts: int = 7) -> dict[str, float]:
     """Bytes autograd keeps for backward in `llmtk.train.model.GPT` (eager, CPU, fp32).
 
     Per layer and token, in elements of C = d_model, f = MLP width, H/K heads/kv heads:
@@ -35,6 +36,13 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
     forward: d/dh (C per token) and d/dW of the padded head (fp32, Vp·C) plus its token
     count. With recompute="full" (the model's activation checkpointing) a layer keeps only
     its input, C per token. SDPA never stores the attention scores, so "none" = "selective".
+
+    With lora_rank r (llmtk train's LoRA, base frozen, `lora_parts` adapted projections
+    per layer, 7 = q,k,v,o,gate,up,down; no dropout): each adapter keeps A·x, r per token;
+    a norm with a frozen weight does not keep x·rstd (-C per norm); the first layer's
+    attention norm needs no gradient at all (its input, the frozen embedding's output,
+    has none: -C - rstd); no token ids (the embedding gets no gradient), and the frozen
+    head gets no d/dW. Measured exact on CPU (tests/test_sft.py, docs/estimate.md).
     """
     C, f = cfg.d_model, cfg.hidden
     Vp = getattr(cfg, "padded_vocab", cfg.vocab_size)
@@ -44,12 +52,22 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
     attn = (4 * C + 3 * K * D) * elem
     attn += 4 * H  # log-sum-exp, fp32
     mlp = 4 * f * elem
-    per_layer = n * (norms + attn + mlp)
+    first = 0  # the first layer's difference from the others
+    if lora_rank:
+        norms -= 2 * C * elem  # frozen norm weights: x·rstd is not kept
+        per_layer_lora = lora_parts * lora_rank * elem  # A·x of every adapter
+        per_layer = n * (norms + attn + mlp + per_layer_lora)
+        first = -n * (C * elem + 4)
+    else:
+        per_layer = n * (norms + attn + mlp)
     if recompute == "full":
-        per_layer = n * C * elem
-    head = n * (8 + 2 * C * elem + 4 + C * elem) + Vp * C * 4 + 8  # + the token count
-    return {"per_layer": per_layer, "layers": cfg.n_layer * per_layer, "once": head,
-            "total": cfg.n_layer * per_layer + head}
+        per_layer, first = n * C * elem, 0
+    if lora_rank:  # the final norm's input and rstd, d/dh, the token count
+        head = n * (C * elem + 4 + C * elem) + 8
+    else:
+        head = n * (8 + 2 * C * elem + 4 + C * elem) + Vp * C * 4 + 8  # + the token count
+    layers = cfg.n_layer * per_layer + first
+    return {"per_layer": per_layer, "layers": layers, "once": head, "total": layers + head}
 
 
 def korthikanti_style_bytes(cfg, batch: int, seq: int, elem: int = 4,
@@ -159,8 +177,8 @@ def predict(cfg, batch: int, recompute: str = "selective", lora_rank: int | None
                                       par=memory.Parallel(), trainable=trainable)
     return {"params": n, "weights": states["weights"], "gradients": states["gradients"],
             "optimizer": states["optimizer"],
-            "activations": llmtk_saved_bytes(cfg, batch, cfg.seq_len,
-                                             recompute=recompute)["total"],
+            "activations": llmtk_saved_bytes(cfg, batch, cfg.seq_len, recompute=recompute,
+                                             lora_rank=lora_rank)["total"],
             "activations_korthikanti_style": korthikanti_style_bytes(cfg, batch, cfg.seq_len,
                                                                      recompute=recompute)}
 

@@ -12,6 +12,7 @@ The metrics go to the run's metrics log as
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -89,6 +90,36 @@ def eval_records(summary: dict) -> list[dict]:
     return [{"step": summary["step"], "event": "eval", "task": summary["task"], "metric": m,
              "value": v, "items": summary["items"], "time": now}
             for m, v in summary["metrics"].items()]
+
+
+class OncePerStep:
+    """An eval-row sink that logs each (step, task, metric) once: `llmtk eval` run again on
+    a checkpoint (or on one `train --eval-tasks` already scored) must not add a second row
+    for the step, which plot-loss would draw as a second point. Append-only, so it is safe
+    beside a training run that is appending to the same log.
+
+    existing: the log's rows so far; write: appends one row. A repeated key whose value
+    differs (another --limit, an edited task file) is not logged; `conflicts` names it."""
+
+    def __init__(self, existing, write: Callable[[dict], None]):
+        self.logged = {(r.get("step"), r.get("task"), r.get("metric")): r.get("value")
+                       for r in existing if r.get("event") == "eval"}
+        self._write = write
+        self.conflicts: list[tuple[int, str]] = []  # (step, task), in order, each once
+
+    def __call__(self, row: dict) -> None:
+        key = (row["step"], row["task"], row["metric"])
+        if key not in self.logged:
+            self.logged[key] = row["value"]
+            self._write(row)
+        elif not _same(self.logged[key], row["value"]) and key[:2] not in self.conflicts:
+            self.conflicts.append(key[:2])
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b or math.isclose(a, b, rel_tol=1e-6) or (math.isnan(a) and math.isnan(b))
+    return a == b
 
 
 def evaluate_tasks(tasks: list[Task], scorer: Scorer, *, run_dir: str, step: int,

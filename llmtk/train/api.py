@@ -2,9 +2,9 @@
 of them depends on the checkpoint layout (full or DCP-sharded, run dir or step dir):
 
     model, tok = load_model("runs/a")            # newest verified checkpoint of the run
+    m = load_model("hf:models/base")             # .model, .tokenizer, .kind, .step, .chat
     weights = full_state_dict("runs/a/checkpoints/step-0001000")
     export("runs/a", "model.pt")                 # one consolidated, weights-only file
-    run = load_run("runs/sft")                   # + step, run dir, config, chat template
 
 A LoRA run's adapters are folded into the base weights on the way out (W + (alpha/r) B A),
 so every reader gets a plain GPT state dict.
@@ -13,9 +13,9 @@ so every reader gets a plain GPT state dict.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from llmtk.errors import UsageError
+from llmtk.errors import DataError, UsageError
 
 EXPORT_FORMAT = "llmtk-gpt-v1"
 
@@ -67,22 +67,90 @@ def _read_export(path: str) -> dict:
     return blob
 
 
-def load_model(path: str, device: str = "cpu"):
-    """(GPT in eval mode, its tokenizer) from a run dir, checkpoint dir or exported file.
-    The model's configuration is `model.cfg`."""
-    model, tok, _ = _load(path, device)
-    return model, tok
+HF_PREFIX = "hf:"
 
 
 @dataclass
-class LoadedRun:
-    model: object          # llmtk.train.model.GPT, in eval mode (LoRA merged)
-    tokenizer: object
-    step: int
-    checkpoint: str        # the step directory
-    run_dir: str           # the directory holding checkpoints/
-    train_config: dict
-    chat: object | None    # llmtk.train.chat template for --sft runs, else None
+class LoadedModel:
+    """What `load_model` returns. Unpacks as `model, tokenizer = load_model(path)`."""
+
+    model: object              # llmtk.train.model.GPT, in eval mode (LoRA merged)
+    tokenizer: object          # llmtk.text.tokenizer.Tokenizer
+    source: str                # the step directory, Hugging Face folder or exported file
+    kind: str                  # "llmtk" (a checkpoint), "export" (a file) or "hf"
+    step: int | None = None    # the checkpoint's (or export's) step; None for "hf"
+    run_dir: str | None = None  # the directory holding checkpoints/ ("llmtk" only)
+    train_config: dict = field(default_factory=dict)
+    chat: object | None = None  # the chat template of an `--sft` run, else None
+
+    @property
+    def checkpoint(self) -> str:
+        return self.source
+
+    def __iter__(self):
+        return iter((self.model, self.tokenizer))
+
+
+def load_model(path: str, device: str = "cpu", seq_len: int | None = None) -> LoadedModel:
+    """The one way to get a trained model for inference, whatever wrote it:
+
+    - a run directory (its newest verified checkpoint), its checkpoints/ directory or one
+      step directory, with a consolidated model.pt or DCP shards (FSDP2) alike;
+    - a file written by `llmtk train export`;
+    - `hf:PATH` (or a bare PATH that is no llmtk run): a Hugging Face Llama-family folder
+      (config.json, model.safetensors, tokenizer.json).
+
+    seq_len overrides the model's context length (rotary tables are derived, not stored).
+    """
+    from llmtk.text.tokenizer import load_tokenizer
+    from llmtk.train import checkpoint as C
+    from llmtk.train import hf
+    from llmtk.train.model import GPT
+
+    hf_dir = path[len(HF_PREFIX):] if path.startswith(HF_PREFIX) else None
+    if not os.path.exists(hf_dir or path):
+        raise UsageError(f"{hf_dir or path}: no such file or directory")
+    ckpt = None
+    if hf_dir is None and os.path.isdir(path):
+        ckpt = C.resolve(path)
+        if ckpt is None and hf.is_hf_dir(path):
+            hf_dir = path
+        elif ckpt is None:
+            raise UsageError(f"{path}: neither a Hugging Face model folder nor an llmtk run "
+                             "with a complete checkpoint")
+    if hf_dir is not None:
+        if not hf.is_hf_dir(hf_dir):
+            raise UsageError(f"{path}: not a Hugging Face model folder (config.json and "
+                             "model.safetensors)")
+        cfg, sd = hf.load_hf(hf_dir, seq_len)
+        loaded = LoadedModel(GPT(cfg), load_tokenizer(hf.tokenizer_file(hf_dir)), hf_dir, "hf")
+    else:
+        source = ckpt or path
+        cfg, tok, meta = _config_and_tokenizer(source, C.load_state(source) if ckpt
+                                               else _export_meta(path))
+        if seq_len:
+            cfg = replace(cfg, seq_len=seq_len)
+        sd = full_state_dict(source)
+        tc = meta.get("train_config", {})
+        chat = None
+        if tc.get("sft"):
+            from llmtk.train.chat import chat_template
+
+            chat = chat_template(tok, tc.get("chat_template", "auto"))
+        loaded = LoadedModel(GPT(cfg), tok, source, "llmtk" if ckpt else "export",
+                             meta.get("step"), run_dir_of(ckpt) if ckpt else None, tc, chat)
+    loaded.model.load_state_dict(sd)
+    loaded.model.to(device).eval()
+    return loaded
+
+
+def load_run(path: str, device: str = "cpu") -> LoadedModel:
+    """load_model for a run or checkpoint directory only (what evaluation writes into)."""
+    loaded = load_model(path, device)
+    if loaded.kind != "llmtk":
+        raise UsageError(f"{path}: give an llmtk run or checkpoint directory (its eval/ "
+                         "folder and metrics log receive the results)")
+    return loaded
 
 
 def run_dir_of(checkpoint: str) -> str:
@@ -91,42 +159,28 @@ def run_dir_of(checkpoint: str) -> str:
     return os.path.dirname(parent) if os.path.basename(parent) == "checkpoints" else parent
 
 
-def load_run(path: str, device: str = "cpu") -> LoadedRun:
-    """load_model plus what evaluation needs: the step, the run directory and, for an
-    `--sft` run, the chat template it was trained with (so prompts look as it learned)."""
-    ckpt = find_checkpoint(path)
-    model, tok, meta = _load(ckpt, device)
-    tc = meta.get("train_config", {})
-    chat = None
-    if tc.get("sft"):
-        from llmtk.train.chat import chat_template
-
-        chat = chat_template(tok, tc.get("chat_template", "auto"))
-    return LoadedRun(model, tok, int(meta["step"]), ckpt, run_dir_of(ckpt), tc, chat)
+def _export_meta(path: str) -> dict:
+    blob = _read_export(path)
+    return {"model_config": blob["model_config"], "tokenizer": blob["tokenizer"],
+            "step": blob.get("step"), "train_config": {"tokenizer": blob["tokenizer_path"]}}
 
 
-def _load(path: str, device: str):
+def _config_and_tokenizer(path: str, meta: dict):
+    """(ModelConfig, tokenizer, meta) of a checkpoint's state.json or an export's header,
+    the tokenizer checked against the fingerprint training recorded."""
     from llmtk.text.tokenizer import load_tokenizer
-    from llmtk.train import checkpoint as C
-    from llmtk.train.model import GPT, ModelConfig
+    from llmtk.train.model import ModelConfig
 
-    if os.path.isfile(path):
-        blob = _read_export(path)
-        meta = {"model_config": blob["model_config"], "tokenizer": blob["tokenizer"],
-                "train_config": {"tokenizer": blob["tokenizer_path"]}}
-    else:
-        meta = C.load_state(find_checkpoint(path))
     try:
         cfg = ModelConfig(**meta["model_config"])
         tok = load_tokenizer(meta.get("train_config", {}).get("tokenizer", "bytes"))
     except (KeyError, TypeError) as e:
-        raise UsageError(f"{path}: the checkpoint lacks the model configuration ({e})") \
+        raise DataError(f"{path}: the checkpoint lacks the model configuration ({e})") \
             from None
     if tok.fingerprint() != meta.get("tokenizer", tok.fingerprint()):
-        raise UsageError(f"{path}: the tokenizer it names is not the one it was trained with")
-    model = GPT(cfg)
-    model.load_state_dict(full_state_dict(path))
-    return model.to(device).eval(), tok, meta
+        raise DataError(f"{path}: its tokenizer file changed since training (not the one it "
+                        "was trained with)")
+    return cfg, tok, meta
 
 
 def export(path: str, output: str) -> str:

@@ -172,13 +172,32 @@ def adapter_state_dict(state: dict) -> dict:
     return {k: v for k, v in state.items() if ".lora_" in k}
 
 
+def _kaiming_(param: torch.Tensor) -> None:
+    """add_lora's A init, in place. A sharded (FSDP2 DTensor) adapter gets its slice of the
+    full matrix drawn from the CPU generator, as GPT.init_weights does for the base: a
+    DTensor's own `uniform_` draws from DTensor's RNG instead, so the adapters (and every
+    step after the first) would differ from a single process's with the same seed."""
+    if not hasattr(param, "device_mesh"):
+        nn.init.kaiming_uniform_(param, a=math.sqrt(5))
+        return
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    full = torch.empty(param.shape, dtype=param.dtype)
+    nn.init.kaiming_uniform_(full, a=math.sqrt(5))
+    shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh,
+                                                          param.placements)
+    local = full[tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))]
+    param.to_local().copy_(local)
+
+
 def init_lora(model) -> None:
-    """(Re)initialise every adapter as add_lora does (A: Kaiming uniform, B: zeros): for a
-    model built on the meta device and materialised with to_empty (FSDP2)."""
+    """(Re)initialise every adapter as add_lora does (A: Kaiming uniform, B: zeros), drawing
+    in add_lora's order: for a model built on the meta device and materialised with
+    to_empty (FSDP2), right after GPT.init_weights with the run's seed."""
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, LoRALinear):
                 for a in module.lora_A.values():
-                    nn.init.kaiming_uniform_(a, a=math.sqrt(5))
+                    _kaiming_(a)
                 for b in module.lora_B.values():
                     nn.init.zeros_(b)

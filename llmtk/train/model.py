@@ -169,6 +169,10 @@ class GPT(nn.Module):
 
         Callable after `to_empty(device=...)` to materialise a model built on the meta device.
         """
+        if self.cfg.tie_embeddings and self.lm_head.weight is not self.tok_emb.weight:
+            # A plain to_empty() of a meta model gives each module its own new Parameter,
+            # silently untying the head (FSDP2's keeps the tie); tie it again.
+            self.lm_head.weight = self.tok_emb.weight
         cos, sin = rotary_tables(self.cfg, device=self.rope_cos.device)
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
@@ -271,9 +275,13 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     def forward(ctx, h, weight, targets, vocab: int, chunk: int, need_grad: bool):
         # h: (N, C) in the compute dtype; weight: (Vp, C); targets: (N,) int64, -1 = ignore
         n = (targets != -1).sum().clamp(min=1)
+        # A frozen head (LoRA: the tied embedding is frozen) needs no d/dW: skipping it saves
+        # a (Vp, C) fp32 buffer and a third of the head's matmuls.
+        need_w = need_grad and weight.requires_grad
         if need_grad:
             grad_h = torch.empty_like(h)
-            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        grad_w = (torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+                  if need_w else None)
         total = torch.zeros((), dtype=torch.float64, device=h.device)  # exact-ish sum
         w = weight.to(h.dtype)
         for start in range(0, h.size(0), chunk):
@@ -291,9 +299,10 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
             probs.scatter_add_(1, safe, -ok.to(probs.dtype).unsqueeze(1))
             probs *= ok.unsqueeze(1)
             grad_h[start:start + chunk] = (probs.to(h.dtype) @ w).to(h.dtype)
-            grad_w += probs.t().to(h.dtype).matmul(hc).float()
+            if need_w:
+                grad_w += probs.t().to(h.dtype).matmul(hc).float()
         if need_grad:
-            ctx.save_for_backward(grad_h, grad_w, n)
+            ctx.save_for_backward(grad_h, grad_w, n)  # grad_w None: saved as None
             ctx.weight_dtype = weight.dtype
         return (total / n).float()
 
@@ -301,7 +310,8 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_out):
         grad_h, grad_w, n = ctx.saved_tensors
         scale = grad_out / n
-        return (grad_h * scale.to(grad_h.dtype), (grad_w * scale).to(ctx.weight_dtype),
+        return (grad_h * scale.to(grad_h.dtype),
+                None if grad_w is None else (grad_w * scale).to(ctx.weight_dtype),
                 None, None, None, None)
 
 
