@@ -44,7 +44,7 @@ test: setup
 	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check llmtk tests benchmarks
