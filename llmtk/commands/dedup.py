@@ -121,10 +121,10 @@ minhash_options = o.option_bundle("config", MINHASH_OPTIONS, _config)
 @o.stream_command()
 @minhash_options()
 def run_command(
-    level: Annotated[str, typer.Option(
+    level: Annotated[o.choice("Level", "doc", "paragraph"), typer.Option(
         "--level", help="doc: drop duplicate documents; paragraph: remove repeated lines "
         "across documents.")] = "doc",
-    keep: Annotated[str, typer.Option(
+    keep: Annotated[o.choice("Keep", "first", "longest"), typer.Option(
         "--keep", help="Which document of a cluster stays: first (streaming) or longest "
         "(reads all input first).")] = "first",
     max_repeats: Annotated[int, typer.Option(
@@ -140,10 +140,6 @@ def run_command(
     config: DedupConfig,
     stream: StreamOptions,
 ) -> None:
-    if level not in ("doc", "paragraph"):
-        raise UsageError(f"--level: expected doc or paragraph, got {level!r}")
-    if keep not in ("first", "longest"):
-        raise UsageError(f"--keep: expected first or longest, got {keep!r}")
     if level == "paragraph" and (index or save_index or clusters or keep != "first"):
         raise UsageError("--level paragraph does not take --index, --save-index, --clusters "
                          "or --keep")

@@ -41,7 +41,7 @@ def command(
     logs: Annotated[list[str], typer.Argument(help="Training logs (any format above), or run "
                                                    "directories.")],
     json_out: o.Json = False,
-    fail_on: Annotated[str, typer.Option(
+    fail_on: Annotated[o.choice("FailOn", "warning", "error", "never"), typer.Option(
         "--fail-on", metavar="LEVEL",
         help="Exit 3 when a finding of this severity or worse exists: warning, error or "
              "never.")] = "warning",
@@ -52,10 +52,8 @@ def command(
 ) -> None:
     from llmtk.curves.detect import diagnose, overview
     from llmtk.curves.logs import load_runs
-    from llmtk.errors import DataError, UsageError
+    from llmtk.errors import DataError
 
-    if fail_on not in ("warning", "error", "never"):
-        raise UsageError(f"--fail-on: expected warning, error or never, got {fail_on!r}")
     reports = []
     for run in load_runs(logs):
         if not any(run.has(m) for m in ("loss", "val_loss", "grad_norm")):

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from llmtk.commands import options as o
 from llmtk.commands.options import Json, Quiet
 
 SUMMARY = "Evaluate a checkpoint on local task files, with the bad cases, not only a score."
@@ -52,7 +53,8 @@ def command(
         "--batch-size", min=1, help="Sequences per forward pass.")] = 16,
     limit: Annotated[int | None, typer.Option(
         "--limit", min=1, help="Score only the first N items of each task.")] = None,
-    device: Annotated[str, typer.Option("--device", help="cpu, cuda or auto.")] = "auto",
+    device: Annotated[o.choice("Device", "auto", "cpu", "cuda"), typer.Option(
+        "--device", help="cpu, cuda or auto.")] = "auto",
     log: Annotated[bool, typer.Option(
         "--log/--no-log", help="Append the eval rows to RUN_DIR/metrics.jsonl.")] = True,
     json_out: Json = False,
@@ -66,8 +68,6 @@ def command(
     from llmtk.evaluate.scoring import ModelScorer
     from llmtk.train.api import load_run
 
-    if device not in ("auto", "cpu", "cuda"):
-        raise UsageError(f"--device must be auto, cpu or cuda, got {device!r}")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     loaded_tasks = [load_task(spec, limit=limit) for spec in tasks]  # bad files fail first

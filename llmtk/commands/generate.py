@@ -51,7 +51,8 @@ def command(
     top_k: Annotated[int, typer.Option(
         "--top-k", help="Sample among the k most likely tokens (0: all).")] = 50,
     seed: o.Seed = 0,
-    device: Annotated[str, typer.Option("--device", help="cpu, cuda or auto.")] = "auto",
+    device: Annotated[o.choice("Device", "auto", "cpu", "cuda"), typer.Option(
+        "--device", help="cpu, cuda or auto.")] = "auto",
 ) -> None:
     import sys
 
@@ -65,8 +66,6 @@ def command(
         raise UsageError("--max-new-tokens must be >= 1")
     if temperature < 0 or top_k < 0:
         raise UsageError("--temperature and --top-k must be >= 0")
-    if device not in ("auto", "cpu", "cuda"):
-        raise UsageError(f"--device must be auto, cpu or cuda, got {device!r}")
     records = _read_prompts(prompts, prompt_field) if prompts else None
 
     import torch

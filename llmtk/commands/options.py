@@ -4,6 +4,7 @@ Every streaming command spells these the same way; use the aliases in a
 command's signature and pass the values to `stream_options(...)`.
 """
 
+import enum
 import functools
 import inspect
 from collections.abc import Callable
@@ -65,8 +66,17 @@ TextField = Annotated[
     str,
     typer.Option("--text-field", help="The field that holds the text.", rich_help_panel=IO_PANEL),
 ]
+def choice(name: str, *values: str) -> type[enum.StrEnum]:
+    """A fixed set of values as an enum: typer lists them in help and click checks them
+    (one `llmtk: error: Invalid value for '--x'` line naming the choices)."""
+    return enum.StrEnum(name, {v: v for v in values})
+
+
+OnErrorChoice = choice("OnErrorChoice", "fail", "skip", "reject")
+
+
 OnError = Annotated[
-    str,
+    OnErrorChoice,
     typer.Option(
         "--on-error",
         help="On a bad input line: fail (stop with FILE:LINE), skip (count it) or "
@@ -127,8 +137,6 @@ def stream_options(
     max_record_bytes: str = "64Mi",
 ) -> StreamOptions:
     """Check the shared options and bundle them for `llmtk.io.StreamRun`."""
-    if on_error not in ("fail", "skip", "reject"):
-        raise UsageError(f"--on-error: expected fail, skip or reject, got {on_error!r}")
     if on_error == "reject" and not rejects:
         raise UsageError("--on-error reject needs --rejects FILE")
     if compress not in (None, "none", "zstd", "zst", "gzip", "gz"):

@@ -4,6 +4,8 @@ from typing import Annotated
 
 import typer
 
+from llmtk.commands import options as o
+
 SUMMARY = "Draw loss, learning-rate and grad-norm curves of one or more runs."
 
 HELP = f"""\
@@ -40,7 +42,8 @@ def command(
                                "val_loss shares the loss panel.")] = None,
     all_metrics: Annotated[bool, typer.Option(
         "--all", help="Draw loss, val_loss, lr and grad_norm.")] = False,
-    x: Annotated[str, typer.Option("--x", help="X axis: step, tokens or time.")] = "step",
+    x: Annotated[o.choice("XAxis", "step", "tokens", "time"), typer.Option(
+        "--x", help="X axis: step, tokens or time.")] = "step",
     smooth: Annotated[float, typer.Option(
         "--smooth", min=0.0, max=0.999, help="EMA smoothing weight, 0 (raw) to 0.999.")] = 0.0,
     log_y: Annotated[bool, typer.Option("--log-y", help="Logarithmic y axis.")] = False,
@@ -58,8 +61,6 @@ def command(
     from llmtk.io.atomic import atomic_file
     from llmtk.io.paths import check_paths
 
-    if x not in ("step", "tokens", "time"):
-        raise UsageError(f"--x: expected step, tokens or time, got {x!r}")
     metrics = ["loss", "val_loss", "lr", "grad_norm"] if all_metrics else (metric or
                                                                             ["loss", "val_loss"])
     if output and os.path.splitext(output)[1].lower() not in (".png", ".svg", ".pdf"):
