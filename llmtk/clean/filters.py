@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import accumulate, compress
+from itertools import accumulate, compress, filterfalse
 from operator import itemgetter, ne, sub
 
 from llmtk.clean.tokens import tokens
@@ -41,6 +41,13 @@ _SYMBOL_TOKENS = frozenset(_PUNCT_CHARS) | frozenset(
 TERMINAL_PUNCT = tuple(".!?。！？｡．؟۔।॥።፧։‼⁇⁈⁉﹒﹗")
 _SENT_END = frozenset(".!?。！？｡؟।॥")
 _ALPHA = re.compile(r"[^\W\d_]")
+
+
+def _alpha_words(words: list[str]) -> int:
+    """Words with at least one letter. Most are letters only, which C-level str.isalpha
+    answers; only the others need the regular expression."""
+    rest = list(filterfalse(str.isalpha, words))
+    return len(words) - len(rest) + sum(map(bool, map(_ALPHA.search, rest)))
 
 
 class DocText:
@@ -147,7 +154,7 @@ class GopherQuality:
             if ends / len(lines) > self.max_ellipsis_lines_ratio:
                 return "gopher.ellipsis_lines"
         if self.min_alpha_words_ratio:
-            alpha = sum(map(bool, map(_ALPHA.search, words))) / n_words
+            alpha = _alpha_words(words) / n_words
             if vals is not None:
                 vals["alpha_words"] = round(alpha, 4)
             if alpha < self.min_alpha_words_ratio:

@@ -35,7 +35,8 @@ def _join(hyphen_words: bool, hyphen_numbers: bool) -> str:
     hyphen = "(?:--|[–—~])[-–—~]*" if hyphen_words else "[-–—~]+"
     digits = "[+*^]" if hyphen_numbers else "[-+*^]"
     return (
-        "(?!"
+        # a mark must follow (a cheap test) before the costlier exclusions are tried
+        "(?=[^\\s\\w])(?!"
         f"(?<=[^\\W_]){hyphen}(?={_L})|(?<={_L}),(?={_L})"
         f"|(?<=[^\\W_])[:<>=/](?={_L})"
         "|(?<=[a-z])\\.(?=[A-Z])"
@@ -48,7 +49,8 @@ def _join(hyphen_words: bool, hyphen_numbers: bool) -> str:
 
 # Word characters that may start or end a token: not "_", not CJK.
 _WE = f"[^\\W_{_CJK_CLASS}]"
-_CORE = f"{_WE}(?:{_W}*{_WE})?"
+# (written so that the engine never backtracks: runs without "_", joined by runs of "_")
+_CORE = f"{_WE}+(?:_+{_WE}+)*"
 _REST = [
     # (each alternative starts with what fails fastest, a literal before a lookbehind: the
     # engine tries them in order at every token)
@@ -76,7 +78,8 @@ _REST = [
     r"\.\.+|…|--+",  # ellipsis and dashes stay together
     r"[^\w\s]|_",  # any other mark on its own
 ]
-_WORD = ("(?:(?<![\\w/.-])(?:--?|/|\\.|[\\\\^@⟨|~]+)(?=[^\\W_]))?{core}(?:{join}{core})*"
+_WORD = ("(?:(?=[-/.\\\\^@⟨|~])(?<![\\w/.-])(?:--?|/|\\.|[\\\\^@⟨|~]+)(?=[^\\W_]))?"
+         "{core}(?:{join}{core})*"
          "(?:[-/=\\\\⟩|^@~]+(?=[\\s.,;:!?)\\]}}\"']|$))?")
 
 # The URL, e-mail and contraction alternatives are slow to try at every word, so each
