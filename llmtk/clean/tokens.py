@@ -111,6 +111,7 @@ _FR_HYPHEN = (
     "|ci|là|t)(?![\\w])"
 )
 FRENCH_HYPHEN_LANGS = frozenset({"fr"})
+CJK_TOKEN_LANGS = frozenset({"zh", "ja", "ko", "yue", "wuu"})  # = filters.CJK_LANGS
 # English without the apostrophe: spaCy splits "id", "im", "ive" as "i'd", "i'm", "i've".
 _EN_I = r"[iI](?<![\w'’][iI])(?=(?:d|m|ve)\b)"
 # Languages whose FineWeb-2 thresholds were computed with a spaCy tokenizer that keeps
@@ -125,11 +126,13 @@ HYPHEN_NUMBER_LANGS = frozenset({"es", "pt", "nl", "sv", "da", "nb", "fi", "hu",
 
 
 def _pattern(url: bool, email: bool, nt: bool, elision: bool, hyphen_words: bool = False,
-             hyphen_numbers: bool = False, french: bool = False, english: bool = False
-             ) -> re.Pattern:
-    key = (url, email, nt, elision, hyphen_words, hyphen_numbers, french, english)
+             hyphen_numbers: bool = False, french: bool = False, english: bool = False,
+             cjk: bool = False) -> re.Pattern:
+    key = (url, email, nt, elision, hyphen_words, hyphen_numbers, french, english, cjk)
     if key not in _VARIANTS:
-        parts = ([_URL] if url else []) + ([_EMAIL] if email else [])
+        # In Chinese, Japanese, Korean text most tokens are one CJK character: try it first.
+        parts = [f"[{_CJK_CLASS}]"] if cjk else []
+        parts += ([_URL] if url else []) + ([_EMAIL] if email else [])
         parts += ([_ELISION] if elision else []) + ([_CONTRACTION] if nt else [])
         parts += ([_FR_HYPHEN] if french else []) + ([_EN_I] if english else [])
         word = _WORD.format(core=_CORE, join=_join(hyphen_words, hyphen_numbers))
@@ -145,4 +148,5 @@ def tokens(text: str, lang: str | None = None) -> list[str]:
     nt = not elision and ("n't" in text or "n’t" in text)
     french = lang in FRENCH_HYPHEN_LANGS and "-" in text
     return _pattern(url, "@" in text, nt, elision, lang in HYPHEN_WORD_LANGS,
-                    lang in HYPHEN_NUMBER_LANGS, french, lang in (None, "en")).findall(text)
+                    lang in HYPHEN_NUMBER_LANGS, french, lang in (None, "en"),
+                    lang in CJK_TOKEN_LANGS).findall(text)
