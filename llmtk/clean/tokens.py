@@ -104,10 +104,12 @@ _FR_PREFIXES = (
     "|quasi|ré|re|semi|sous|super|supra|sur|télé|trans|tri|ultra|vice"
 )
 _FR_HYPHEN = (
-    f"(?<![\\w-])(?i:{_FR_PREFIXES})(?:-[^\\W\\d_]+)+(?![\\w-])"
-    "|(?<![\\w-])(?:[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ]+-)+[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ]+(?![\\w-])"
-    "|(?<![\\w-])[^\\W_]*\\d[^\\W_]*(?:-[^\\W\\d_]+)+(?![\\w-])"
-    "|(?<=[^\\W\\d_])-(?i:je|tu|ils?|elles?|on|nous|vous|moi|toi|lui|leur|eux|les?|la|y|en|ce"
+    # the three whole-word forms, only where a word is followed by "-" and a letter
+    "(?=[^\\W_]+-[^\\W\\d_])(?<![\\w-])(?:"
+    f"(?i:{_FR_PREFIXES})(?:-[^\\W\\d_]+)+(?![\\w-])"
+    "|(?:[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ]+-)+[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ]+(?![\\w-])"
+    "|[^\\W\\d_]*\\d[^\\W_]*(?:-[^\\W\\d_]+)+(?![\\w-]))"
+    "|-(?<=[^\\W\\d_]-)(?i:je|tu|ils?|elles?|on|nous|vous|moi|toi|lui|leur|eux|les?|la|y|en|ce"
     "|ci|là|t)(?![\\w])"
 )
 FRENCH_HYPHEN_LANGS = frozenset({"fr"})
