@@ -88,8 +88,10 @@ _VARIANTS: dict[tuple[bool, ...], re.Pattern] = {}
 
 # Elided words of French, Italian and Catalan, kept with their apostrophe.
 _ELISION = (
-    r"(?<![\w'’])(?i:c|d|j|l|m|n|s|t|qu|jusqu|lorsqu|puisqu|quoiqu|dell|nell|all|dall|sull"
-    r"|coll|dev|un|quest|quell|anch|com|dov|cos|tutt|sant)['’](?=[^\W\d_])"
+    # (the guard first: a few letters and an apostrophe, cheaper than 27 alternatives)
+    r"(?=[^\W\d_]{1,6}['’])(?<![\w'’])(?i:c|d|j|l|m|n|s|t|qu|jusqu|lorsqu|puisqu|quoiqu"
+    r"|dell|nell|all|dall|sull|coll|dev|un|quest|quell|anch|com|dov|cos|tutt|sant)['’]"
+    r"(?=[^\W\d_])"
 )
 ELISION_LANGS = frozenset({"fr", "it", "ca"})
 # French hyphens, as spaCy's French tokenizer (FineWeb-2's for French) treats them: it
