@@ -8,6 +8,13 @@ were tuned on those counts, so we reproduce them with one regular expression, wh
 ~20x faster than running spaCy. For CJK text every ideograph, kana or hangul syllable is a
 token (`llmtk.text.segment` does the same), so a Chinese article has as many "words" as
 characters and is never "too short".
+
+Other languages are segmented as the tokenizer their FineWeb-2 thresholds were computed
+with (datatrove's per-language spaCy tokenizers): hyphenated compounds stay whole in German,
+Spanish, Dutch, ...; French keeps its prefixed compounds and elisions; see docs/clean.md.
+The pattern is written for Python's backtracking engine: each alternative starts with the
+test that fails fastest, and no quantified run can be split two ways (tokens.py's speed is
+most of `llmtk clean`'s).
 """
 
 import re
