@@ -3,6 +3,7 @@
 Reproduce (Debian/Ubuntu with apt-get, dpkg-deb and groff; nothing is installed):
 
     .venv/bin/python benchmarks/manpages_corpus.py        # -> benchmarks/out/manpages.jsonl
+                                                          #    (+ manpages-en, manpages-sample)
 
 It runs `apt-get download` for the English pages (manpages, manpages-dev and the packages
 whose pages the translators cover: coreutils, util-linux, findutils, grep, sed, tar, gzip,
@@ -105,6 +106,21 @@ def main() -> None:
             n += 1
     os.replace(tmp, args.output)
     print(f"wrote {n:,} pages to {args.output}", file=sys.stderr)
+    write_subsets(args.output)
+
+
+def write_subsets(path: str) -> None:
+    """manpages-en.jsonl (the English pages) and manpages-sample.jsonl (every 6th line, all
+    languages) next to the corpus: the inputs of benchmarks/clean_vs_datatrove.py."""
+    base = path.removesuffix(".jsonl")
+    lines = open(path, encoding="utf-8").read().splitlines(keepends=True)
+    subsets = {f"{base}-en.jsonl": [x for x in lines if json.loads(x)["lang"] == "en"],
+               f"{base}-sample.jsonl": lines[::6]}
+    for out, chosen in subsets.items():
+        with open(out + ".tmp", "w", encoding="utf-8") as f:
+            f.writelines(chosen)
+        os.replace(out + ".tmp", out)
+        print(f"wrote {len(chosen):,} pages to {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import accumulate, compress
+from itertools import accumulate, compress, filterfalse
 from operator import itemgetter, ne, sub
 
 from llmtk.clean.tokens import tokens
@@ -112,8 +112,11 @@ class GopherQuality:
     def check(self, d: DocText, p: Profile, vals: dict | None = None) -> str | None:
         text, words = d.text, d.words
         n_words = len(words)
-        n_symbol = sum(map(_SYMBOL_TOKENS.__contains__, words))
-        n_real = n_words - n_symbol
+        # Symbol tokens and words without a letter are among the tokens that are not all
+        # letters, a fifth of them in prose: count over those only.
+        rest = list(filterfalse(str.isalpha, words))
+        symbols = list(filter(_SYMBOL_TOKENS.__contains__, rest))
+        n_real = n_words - len(symbols)
         if vals is not None:
             vals["words"] = n_real
         if self.min_doc_words and n_real < self.min_doc_words:
@@ -122,7 +125,7 @@ class GopherQuality:
             return "gopher.long_doc"
         # A CJK character is a word, so mean word length is ~1 by construction: skip the rule.
         if not p.cjk and n_real:
-            chars = sum(map(len, words)) - sum(map(len, filter(_SYMBOL_TOKENS.__contains__, words)))
+            chars = sum(map(len, words)) - sum(map(len, symbols))
             mean = chars / n_real
             if vals is not None:
                 vals["mean_word_length"] = round(mean, 4)
@@ -147,7 +150,7 @@ class GopherQuality:
             if ends / len(lines) > self.max_ellipsis_lines_ratio:
                 return "gopher.ellipsis_lines"
         if self.min_alpha_words_ratio:
-            alpha = sum(map(bool, map(_ALPHA.search, words))) / n_words
+            alpha = (n_words - len(rest) + sum(map(bool, map(_ALPHA.search, rest)))) / n_words
             if vals is not None:
                 vals["alpha_words"] = round(alpha, 4)
             if alpha < self.min_alpha_words_ratio:

@@ -8,6 +8,13 @@ were tuned on those counts, so we reproduce them with one regular expression, wh
 ~20x faster than running spaCy. For CJK text every ideograph, kana or hangul syllable is a
 token (`llmtk.text.segment` does the same), so a Chinese article has as many "words" as
 characters and is never "too short".
+
+Other languages are segmented as the tokenizer their FineWeb-2 thresholds were computed
+with (datatrove's per-language spaCy tokenizers): hyphenated compounds stay whole in German,
+Spanish, Dutch, ...; French keeps its prefixed compounds and elisions; see docs/clean.md.
+The pattern is written for Python's backtracking engine: each alternative starts with the
+test that fails fastest, and no quantified run can be split two ways (tokens.py's speed is
+most of `llmtk clean`'s).
 """
 
 import re
@@ -18,30 +25,51 @@ from llmtk.text.segment import _CJK_CLASS
 _W = f"[^\\W{_CJK_CLASS}]"
 
 _URL = r"(?:https?://|www\.)[^\s<>\"']*[^\s<>\"'.,;:!?)\]}]"  # trailing punct left out
-_EMAIL = r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
+# An address in groff's angle brackets (⟨a@b.org⟩) is one token: spaCy has no rule for ⟨ ⟩.
+_EMAIL = r"⟨?[\w.+-]+@[\w-]+(?:\.[\w-]+)+⟩?"
 _CONTRACTION = f"{_W}+?(?=n['’]t\\b)|n['’]t\\b"  # "do" + "n't"
 _L = "[^\\W\\d_]"
-_JOIN = (
-    "(?!"
-    f"(?<=[^\\W_])[-–—~]+(?={_L})|(?<={_L}),(?={_L})"
-    f"|(?<=[^\\W_])[:<>=/](?={_L})"
-    "|(?<=[a-z])\\.(?=[A-Z])"
-    "|(?<=\\d)[-+*^](?=\\d)"
-    "|\\.\\.|…"
-    "|['’](?:[sSdDmM]|re|RE|ve|VE|ll|LL)\\b"
-    ")[^\\s\\w]+?(?=\\w)"
-)
+
+
+def _join(hyphen_words: bool, hyphen_numbers: bool) -> str:
+    """Inner marks that glue two word runs into one token (see `_REST`'s last word rule).
+
+    `hyphen_words`: one "-" between a word character and a letter glues ("Root-Verzeichnis"),
+    as spaCy's German, Spanish, Portuguese, Dutch, Nordic, ... tokenizers keep such compounds
+    whole; English's (and Russian's, Polish's, ...) split them. `hyphen_numbers`: "3-4" stays
+    whole, as in spaCy's Spanish, Portuguese, Dutch, ... tokenizers.
+    """
+    hyphen = "(?:--|[–—~])[-–—~]*" if hyphen_words else "[-–—~]+"
+    digits = "[+*^]" if hyphen_numbers else "[-+*^]"
+    return (
+        # a mark must follow (a cheap test) before the costlier exclusions are tried
+        "(?=[^\\s\\w])(?!"
+        f"(?<=[^\\W_]){hyphen}(?={_L})|(?<={_L}),(?={_L})"
+        f"|(?<=[^\\W_])[:<>=/](?={_L})"
+        "|(?<=[a-z])\\.(?=[A-Z])"
+        f"|(?<=\\d){digits}(?=\\d)"
+        "|\\.\\.|…"
+        "|['’](?:[sSdDmM]|re|RE|ve|VE|ll|LL)\\b"
+        ")[^\\s\\w]+?(?=\\w)"
+    )
+
+
 # Word characters that may start or end a token: not "_", not CJK.
 _WE = f"[^\\W_{_CJK_CLASS}]"
-_CORE = f"{_WE}(?:{_W}*{_WE})?"
+# (written so that the engine never backtracks: runs without "_", joined by runs of "_")
+_CORE = f"{_WE}+(?:_+{_WE}+)*"
 _REST = [
-    r"(?<![\w+])C\+\+(?![\w+])",  # spaCy's exceptions
-    r"(?<![\w/])(?i:and/or)(?![\w/])",
-    r"(?<!\w)(?i:can)(?=(?i:not)\b)",  # "cannot" -> "can", "not"
-    r"(?<![\w.])(?:Inc|Ltd|Corp|Co|etc|vs|Mr|Mrs|Dr|Jr|St)\.",  # abbreviations
+    # (each alternative starts with what fails fastest, a literal before a lookbehind: the
+    # engine tries them in order at every token)
+    r"C(?<![\w+]C)\+\+(?![\w+])",  # spaCy's exceptions
+    r"[aA](?<![\w/][aA])(?i:nd/or)(?![\w/])",
+    r"[cC](?<!\w[cC])(?i:an)(?=(?i:not)\b)",  # "cannot" -> "can", "not"
+    r"(?=[ILCevMDJS])(?<![\w.])(?:Inc|Ltd|Corp|Co|etc|vs|Mr|Mrs|Dr|Jr|St)\.",  # abbreviations
     f"[{_CJK_CLASS}]",  # one CJK character
-    r"(?:[^\W\d_]\.){2,}",  # abbreviations: e.g. U.S. A.B.C.
-    r"(?<=\w)['’](?:[sSdDmM]|re|RE|ve|VE|ll|LL)\b",  # 's 're 've 'll 'd 'm
+    # abbreviations "e.g.", "U.S.", and one letter with a period, "x.", "C." (spaCy's
+    # exceptions; not inside "a.b" or after a word or period)
+    r"[^\W\d_]\.(?:(?:[^\W\d_]\.)+|(?<![\w.][^\W\d_]\.)(?![\w.]))",
+    r"['’](?<=\w['’])(?:[sSdDmM]|re|RE|ve|VE|ll|LL)\b",  # 's 're 've 'll 'd 'm
     # A run of word characters glued by inner marks, as spaCy keeps "os.path.join", "x=1",
     # "3.14" or "ref:`x" whole, except where its infix rules split: hyphens, commas and
     # / : < > = before a letter, between letters; "." between a lower and an upper case
@@ -49,27 +77,77 @@ _REST = [
     # (underscores at either end are split off, as spaCy does)
     # A leading "-", "--", "/" or "." stays on the word, as spaCy keeps option names, paths
     # and roff requests ("--help", "-f", "/usr", ".SH") whole: none is one of its prefixes.
-    f"(?:(?<![\\w/.-])(?:--?|/|\\.)(?=[^\\W_]))?{_CORE}(?:{_JOIN}{_CORE})*",
-    r"\.\.\.+|…|--+",  # ellipsis and dashes stay together
+    # Marks that are none of spaCy's prefixes or suffixes stay on the word they touch:
+    # "\\n", "^C", "@0", "⟨https" before it; "dir/", "key=", "Kurz-", "html⟩" after it.
+    "{WORD}",  # filled in by _pattern with the language's _join
+    # Pairs spaCy keeps as one token (its emoticon list, and runs no affix rule splits).
+    r"\):|\(:|\(=|=\)|:\)|:\(|\[:|:\]|''|\|\||//",
+    r"\.\.+|…|--+",  # ellipsis and dashes stay together
     r"[^\w\s]|_",  # any other mark on its own
 ]
+_WORD = ("(?:(?=[-/.\\\\^@⟨|~])(?<![\\w/.-])(?:--?|/|\\.|[\\\\^@⟨|~]+)(?=[^\\W_]))?"
+         "{core}(?:{join}{core})*"
+         "(?:[-/=\\\\⟩|^@~]+(?=[\\s.,;:!?)\\]}}\"']|$))?")
+
 # The URL, e-mail and contraction alternatives are slow to try at every word, so each
 # document uses the variant that has only the ones its text can match.
-_VARIANTS: dict[tuple[bool, bool, bool, bool], re.Pattern] = {}
+_VARIANTS: dict[tuple[bool, ...], re.Pattern] = {}
 
 # Elided words of French, Italian and Catalan, kept with their apostrophe.
 _ELISION = (
-    r"(?<![\w'’])(?i:c|d|j|l|m|n|s|t|qu|jusqu|lorsqu|puisqu|quoiqu|dell|nell|all|dall|sull"
-    r"|coll|dev|un|quest|quell|anch|com|dov|cos|tutt|sant)['’](?=[^\W\d_])"
+    # (the guard first: a few letters and an apostrophe, cheaper than 27 alternatives)
+    r"(?=[^\W\d_]{1,6}['’])(?<![\w'’])(?i:c|d|j|l|m|n|s|t|qu|jusqu|lorsqu|puisqu|quoiqu"
+    r"|dell|nell|all|dall|sull|coll|dev|un|quest|quell|anch|com|dov|cos|tutt|sant)['’]"
+    r"(?=[^\W\d_])"
 )
 ELISION_LANGS = frozenset({"fr", "it", "ca"})
+# French hyphens, as spaCy's French tokenizer (FineWeb-2's for French) treats them: it
+# splits hyphenated words as English does ("lecture-écriture" -> 3 tokens) except compounds
+# with a common prefix ("sous-répertoire", "ci-dessous", "non-bloquant"), compound names
+# ("Jean-Luc") and words with a digit ("ext4-fichier"), which stay whole, and an inverted
+# pronoun or -ci/-là, which keeps its hyphen ("voulez-vous" -> "voulez", "-vous"). The
+# prefix list is ours (common French prefixes), not spaCy's word list.
+_FR_PREFIXES = (
+    "anti|archi|arrière|au|auto|avant|bi|ci|co|contre|demi|ex|extra|hors|hyper|infra|inter"
+    "|intra|macro|méga|mi|micro|mini|mono|multi|néo|non|outre|para|porte|post|pré|pro|pseudo"
+    "|quasi|ré|re|semi|sous|super|supra|sur|télé|trans|tri|ultra|vice"
+)
+_FR_HYPHEN = (
+    # the three whole-word forms, only where a word is followed by "-" and a letter
+    "(?=[^\\W_]+-[^\\W\\d_])(?<![\\w-])(?:"
+    f"(?i:{_FR_PREFIXES})(?:-[^\\W\\d_]+)+(?![\\w-])"
+    "|(?:[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ]+-)+[A-ZÀ-ÖØ-Þ][a-zß-öø-ÿ]+(?![\\w-])"
+    "|[^\\W\\d_]*\\d[^\\W_]*(?:-[^\\W\\d_]+)+(?![\\w-]))"
+    "|-(?<=[^\\W\\d_]-)(?i:je|tu|ils?|elles?|on|nous|vous|moi|toi|lui|leur|eux|les?|la|y|en|ce"
+    "|ci|là|t)(?![\\w])"
+)
+FRENCH_HYPHEN_LANGS = frozenset({"fr"})
+CJK_TOKEN_LANGS = frozenset({"zh", "ja", "ko", "yue", "wuu"})  # = filters.CJK_LANGS
+# English without the apostrophe: spaCy splits "id", "im", "ive" as "i'd", "i'm", "i've".
+_EN_I = r"[iI](?<![\w'’][iI])(?=(?:d|m|ve)\b)"
+# Languages whose FineWeb-2 thresholds were computed with a spaCy tokenizer that keeps
+# "Root-Verzeichnis", "sólo-lectura", "read-only" whole (checked with datatrove 0.10.1's
+# tokenizer assignments and spaCy 3.8 on "read-only E-Mail x-y co-op"; see docs/clean.md).
+# English, Russian, Polish, Czech, Turkish, Italian, ... split them, as the default does.
+HYPHEN_WORD_LANGS = frozenset({"de", "es", "pt", "nl", "sv", "da", "nb", "fi", "hu", "el",
+                               "ro", "ca", "sr"})
+# ... and of those, the ones whose tokenizer keeps "3-4" whole too.
+HYPHEN_NUMBER_LANGS = frozenset({"es", "pt", "nl", "sv", "da", "nb", "fi", "hu", "el", "ro",
+                                 "lt"})
 
 
-def _pattern(url: bool, email: bool, nt: bool, elision: bool) -> re.Pattern:
-    key = (url, email, nt, elision)
+def _pattern(url: bool, email: bool, nt: bool, elision: bool, hyphen_words: bool = False,
+             hyphen_numbers: bool = False, french: bool = False, english: bool = False,
+             cjk: bool = False) -> re.Pattern:
+    key = (url, email, nt, elision, hyphen_words, hyphen_numbers, french, english, cjk)
     if key not in _VARIANTS:
-        parts = ([_URL] if url else []) + ([_EMAIL] if email else [])
-        parts += ([_ELISION] if elision else []) + ([_CONTRACTION] if nt else []) + _REST
+        # In Chinese, Japanese, Korean text most tokens are one CJK character: try it first.
+        parts = [f"[{_CJK_CLASS}]"] if cjk else []
+        parts += ([_URL] if url else []) + ([_EMAIL] if email else [])
+        parts += ([_ELISION] if elision else []) + ([_CONTRACTION] if nt else [])
+        parts += ([_FR_HYPHEN] if french else []) + ([_EN_I] if english else [])
+        word = _WORD.format(core=_CORE, join=_join(hyphen_words, hyphen_numbers))
+        parts += [word if p == "{WORD}" else p for p in _REST]
         _VARIANTS[key] = re.compile("|".join(parts))
     return _VARIANTS[key]
 
@@ -79,4 +157,7 @@ def tokens(text: str, lang: str | None = None) -> list[str]:
     url = "://" in text or "www." in text
     elision = lang in ELISION_LANGS and ("'" in text or "’" in text)
     nt = not elision and ("n't" in text or "n’t" in text)
-    return _pattern(url, "@" in text, nt, elision).findall(text)
+    french = lang in FRENCH_HYPHEN_LANGS and "-" in text
+    return _pattern(url, "@" in text, nt, elision, lang in HYPHEN_WORD_LANGS,
+                    lang in HYPHEN_NUMBER_LANGS, french, lang in (None, "en"),
+                    lang in CJK_TOKEN_LANGS).findall(text)
