@@ -26,10 +26,10 @@ say "3. contam-check: drop documents that contain the demo evaluation set"
 llmtk contam-check "$OUT/dedup.jsonl.zst" --eval demo/eval.jsonl --eval-field question \
   --drop --report "$OUT/contam.report.json" -o "$OUT/decontam.jsonl.zst"
 
-say "4. mix: English 60% / other languages 40% (split with clean --lang), 400 k byte tokens"
+say "4. mix: English 60% / other languages 40% (split with clean --lang), 300 k byte tokens"
 llmtk clean "$OUT/decontam.jsonl.zst" --lang en --filters none --no-pii -q -o "$OUT/en.jsonl.zst"
 llmtk clean "$OUT/decontam.jsonl.zst" --lang de,it,ru,zh --filters none --no-pii -q -o "$OUT/intl.jsonl.zst"
-llmtk mix -s en="$OUT/en.jsonl.zst":0.6 -s intl="$OUT/intl.jsonl.zst":0.4 --tokens 400k \
+llmtk mix -s en="$OUT/en.jsonl.zst":0.6 -s intl="$OUT/intl.jsonl.zst":0.4 --tokens 300k \
   --report "$OUT/mix.report.json" -o "$OUT/train.jsonl.zst" --max-epochs 2
 
 say "5. estimate: what the same recipe costs at scale, then the tiny model measured on CPU"
