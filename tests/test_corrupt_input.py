@@ -13,24 +13,16 @@ import zlib
 import orjson
 import pytest
 import zstandard
-from typer.testing import CliRunner
 
-from llmtk.cli import app
-from llmtk.errors import LlmtkError
 from llmtk.io.reader import TOO_LONG, iter_line_batches, read_docs
+from tests.util import invoke
 
 RECORDS = [{"id": f"d{i}", "text": f"Document number {i}, some words."} for i in range(50)]
 GOOD = b"".join(orjson.dumps(r) + b"\n" for r in RECORDS)
 NEXT = b'{"id": "next", "text": "the next file"}\n'
 
 
-def cli(*args) -> tuple[int, str]:
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    if isinstance(r.exception, LlmtkError):
-        return r.exception.exit_code, f"llmtk: error: {r.exception}"
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return r.exit_code, r.output
+cli = invoke
 
 
 def zst(data: bytes) -> bytes:

@@ -14,14 +14,12 @@ import threading
 
 import orjson
 import pytest
-from typer.testing import CliRunner
 
-from llmtk.cli import app
 from llmtk.errors import LlmtkError
 from llmtk.io import expand_inputs
 from llmtk.io.atomic import sweep_stale
 from llmtk.io.writer import Sink
-from tests.util import llmtk, shell
+from tests.util import invoke, llmtk, shell
 
 RECORDS = [{"id": f"d{i}", "text": f"Document number {i} with some words in it."}
            for i in range(40)]
@@ -31,14 +29,7 @@ def jsonl(records) -> bytes:
     return b"".join(orjson.dumps(r) + b"\n" for r in records)
 
 
-def cli(*args) -> tuple[int, str]:
-    """Run llmtk in-process: (exit status, the error line or the output)."""
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    if isinstance(r.exception, LlmtkError):
-        return r.exception.exit_code, f"llmtk: error: {r.exception}"
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return r.exit_code, r.output
+cli = invoke
 
 
 def leftovers(*dirs) -> list[str]:

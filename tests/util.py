@@ -158,3 +158,19 @@ def own_signal_handlers():
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+
+
+def invoke(*args) -> tuple[int, str]:
+    """llmtk through typer's CliRunner: (exit status, the error line or the output); an
+    LlmtkError becomes its exit status and one `llmtk: error:` line, as llmtk.cli.main does."""
+    from typer.testing import CliRunner
+
+    from llmtk.cli import app
+    from llmtk.errors import LlmtkError
+
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    if isinstance(r.exception, LlmtkError):
+        return r.exception.exit_code, f"llmtk: error: {r.exception}"
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r.exit_code, r.output
