@@ -146,7 +146,8 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def bench_stages(docs: int, seed: int, keep: bool, signatures: tuple | None) -> dict:
+def bench_stages(docs: int, seed: int, keep: bool, signatures: tuple | None,
+                 bucket_tasks: int = BUCKET_TASKS) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"dedup-scale-{docs}-", dir=os.environ.get("TMPDIR")))
     try:
         # Generated in a child process: a process's peak RSS is inherited through fork and
@@ -159,9 +160,9 @@ def bench_stages(docs: int, seed: int, keep: bool, signatures: tuple | None) -> 
         res["signatures"] = signatures or measure(
             [*LLMTK, "dedup", "signatures", str(files[0]), "-o", str(work / "sigs-real"), "-q"])
         walls, rss = [], []
-        for k in range(BUCKET_TASKS):
+        for k in range(bucket_tasks):
             w, r = measure([*LLMTK, "dedup", "buckets", str(work / "sigs"), "--shard",
-                            f"{k}/{BUCKET_TASKS}", "-o", str(work / "buckets"), "-q"])
+                            f"{k}/{bucket_tasks}", "-o", str(work / "buckets"), "-q"])
             walls.append(w)
             rss.append(r)
         res["buckets"] = (max(walls), max(rss), sum(walls))
@@ -288,6 +289,8 @@ def main() -> None:
     ap.add_argument("--docs", type=float, nargs="+", default=[1e6, 1e7])
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", action="store_true", help="keep the work folders")
+    ap.add_argument("--bucket-tasks", type=int, default=BUCKET_TASKS,
+                    help="M, the number of bucket tasks (fewer: more documents per task)")
     ap.add_argument("--no-real-signatures", action="store_true",
                     help="skip the real signatures task (its cost is per task, not per corpus)")
     ap.add_argument("--generate", help=argparse.SUPPRESS)  # internal: the child that generates
@@ -302,7 +305,7 @@ def main() -> None:
     for d in args.docs:
         skip = (0.0, 0) if args.no_real_signatures else None
         r = bench_stages(int(d), args.seed, args.keep,
-                         results[0]["signatures"] if results else skip)
+                         results[0]["signatures"] if results else skip, args.bucket_tasks)
         results.append(r)
         print_stages([r])
         sys.stdout.flush()

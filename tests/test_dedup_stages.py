@@ -114,9 +114,11 @@ def test_stages_equal_the_single_command_byte_for_byte(corpus_dir, tmp_path, par
 
 
 def test_small_runs_and_windows_other_task_counts(corpus_dir, tmp_path, monkeypatch):
-    # Many sorted runs per signature task and many merge windows per unit: same answer.
+    # Many sorted runs per signature task, many merge windows per unit and --verify's
+    # edges checked a few at a time: same answer.
     monkeypatch.setattr(stages, "RUN_DOCS", 40)
     monkeypatch.setattr(stages, "WINDOW", 16)
+    monkeypatch.setattr(stages, "VERIFY_EDGES", 3)
     _single(corpus_dir, tmp_path, [])
     out, rej, cl = _staged(corpus_dir, tmp_path, 2, 7, 5, [], [])
     assert out == (tmp_path / "single.jsonl").read_bytes()

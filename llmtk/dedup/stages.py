@@ -59,6 +59,7 @@ CLUSTER_KIND = "llmtk.dedup.clusters"
 VERSION = 2
 RUN_DOCS = 1 << 20  # documents per sorted run of a signature task (16 B per key and band)
 WINDOW = 1 << 22  # (key, document) pairs per merge window of a bucket unit (~100 MB)
+VERIFY_EDGES = 1 << 19  # --verify: edges checked at a time (~150 MB of low bytes)
 RECORD_MASK = (1 << RECORD_BITS) - 1
 
 
@@ -373,13 +374,20 @@ class _RunFile:
 
 
 def _verified(sigs: Signatures, child: np.ndarray, owner: np.ndarray):
-    """--verify: keep the edges whose two signatures agree on enough low bytes."""
+    """--verify: keep the edges whose two signatures agree on enough low bytes.
+
+    VERIFY_EDGES edges at a time: the low bytes of a unit's edges grow with the corpus
+    per bucket task (112 bytes per document and per side), a slice of them does not.
+    """
     import numpy as np
 
-    docs = np.unique(np.concatenate([child, owner]))
-    low = sigs.lookup(docs, "low")
-    equal = (low[np.searchsorted(docs, child)] == low[np.searchsorted(docs, owner)]).sum(axis=1)
-    keep = equal >= sigs.config.verify_matches
+    keep = np.zeros(len(child), bool)
+    for a in range(0, len(child), VERIFY_EDGES):
+        c, o = child[a:a + VERIFY_EDGES], owner[a:a + VERIFY_EDGES]
+        docs = np.unique(np.concatenate([c, o]))
+        low = sigs.lookup(docs, "low")
+        equal = (low[np.searchsorted(docs, c)] == low[np.searchsorted(docs, o)]).sum(axis=1)
+        keep[a:a + VERIFY_EDGES] = equal >= sigs.config.verify_matches
     return child[keep], owner[keep]
 
 
