@@ -280,7 +280,9 @@ def read_docs(
         read_before = None if base is None or disk is None else base + disk
         where = ReadPosition()
         try:
-            for lineno, lines, size in iter_line_batches(path, max_record, where):
+            # the file position only when someone shows progress (a tell() per chunk)
+            for lineno, lines, size in iter_line_batches(
+                    path, max_record, where if on_bytes is not None else None):
                 if summary is not None:
                     summary.bytes_in += size
                 if on_bytes is not None:
