@@ -176,3 +176,32 @@ def test_rerun_skips_finished_tasks_and_redoes_killed_ones(corpus_dir, tmp_path)
         r = cli(*args)
         assert r.exit_code == 0 and "skipping" in r.output, (args, r.output)
     assert before == {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+
+
+def test_edge_file_appends_windows_into_one_npz(tmp_path):
+    """A unit's edges are written a window at a time; the file reads back as np.savez's."""
+    import numpy as np
+
+    path = tmp_path / "edges-b000-r00000-of-00001.npz"
+    with stages._EdgeFile(str(path)) as out:
+        out.add(np.array([5, 9], np.uint64), np.array([1, 2], np.uint64))
+        out.add(np.zeros(0, np.uint64), np.zeros(0, np.uint64))  # a window without duplicates
+        out.add(np.array([1 << 63], np.uint64), np.array([3], np.uint64))
+    with np.load(path) as z:
+        assert z["child"].dtype == np.uint64
+        assert z["child"].tolist() == [5, 9, 1 << 63]
+        assert z["owner"].tolist() == [1, 2, 3]
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporaries left
+    with stages._EdgeFile(str(tmp_path / "empty.npz")) as out:
+        pass
+    with np.load(tmp_path / "empty.npz") as z:
+        assert z["child"].shape == (0,) and z["owner"].shape == (0,)
+
+
+def test_edge_file_publishes_nothing_when_the_task_dies(tmp_path):
+    import numpy as np
+
+    with pytest.raises(KeyboardInterrupt), stages._EdgeFile(str(tmp_path / "e.npz")) as out:
+        out.add(np.array([5], np.uint64), np.array([1], np.uint64))
+        raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []

@@ -274,7 +274,6 @@ def ranges_for(tasks: int, bands: int) -> int:
 
 def build_buckets(sig_dir: str, out_dir: str, part: tuple[int, int] | None) -> int:
     """Task K of M: the duplicate edges of the units u (band, key range) with u % M == K."""
-    import numpy as np
 
     sigs = Signatures(sig_dir)
     config = sigs.config
@@ -290,21 +289,74 @@ def build_buckets(sig_dir: str, out_dir: str, part: tuple[int, int] | None) -> i
     units = (config.bands + 1) * ranges
     for u in range(k, units, m):
         band, r = divmod(u, ranges)
-        child, owner = _unit_edges(sigs, band, r, ranges, WINDOW)
-        if config.verify and band < config.bands and len(child):
-            child, owner = _verified(sigs, child, owner)
-        order = np.argsort(child, kind="stable")
-        path = os.path.join(out_dir, f"edges-b{band:03d}-r{r:05d}-of-{ranges:05d}.npz")
-        tmp = f"{path}.tmp-{os.getpid()}.npz"
-        np.savez(tmp, child=child[order], owner=owner[order])
-        os.replace(tmp, path)
-        edges += len(child)
+        verify = config.verify and band < config.bands
+        with _EdgeFile(os.path.join(
+                out_dir, f"edges-b{band:03d}-r{r:05d}-of-{ranges:05d}.npz")) as out:
+            for child, owner in _unit_edges(sigs, band, r, ranges, WINDOW):
+                if verify:
+                    child, owner = _verified(sigs, child, owner)
+                out.add(child, owner)
+        edges += out.count
     write_json_atomically(_done(out_dir, name), {"edges": edges})
     return edges
 
 
+class _EdgeFile:
+    """A unit's edges, appended a window at a time and published as one .npz at the end.
+
+    Each window's edges go straight to two raw files, so a unit's memory is one window
+    however many edges it has. On a clean exit they are copied behind .npy headers into
+    the .npz (what np.savez writes: stored, zip64) and renamed into place; on an error
+    nothing is published and the temporaries are removed.
+    """
+
+    NAMES = ("child", "owner")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.count = 0
+        self._tmp = f"{path}.tmp-{os.getpid()}"
+        self._raw = {name: open(f"{self._tmp}.{name}", "wb") for name in self.NAMES}
+
+    def __enter__(self) -> _EdgeFile:
+        return self
+
+    def add(self, child: np.ndarray, owner: np.ndarray) -> None:
+        import numpy as np
+
+        for name, values in zip(self.NAMES, (child, owner), strict=True):
+            self._raw[name].write(np.ascontiguousarray(values, "<u8").tobytes())
+        self.count += len(child)
+
+    def __exit__(self, kind, value, traceback) -> None:
+        try:
+            for f in self._raw.values():
+                f.close()
+            if kind is None:
+                self._publish()
+        finally:
+            for name in (*self.NAMES, "npz"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(f"{self._tmp}.{name}")
+
+    def _publish(self) -> None:
+        import zipfile
+
+        import numpy as np
+
+        header = {"descr": "<u8", "fortran_order": False, "shape": (self.count,)}
+        with zipfile.ZipFile(f"{self._tmp}.npz", "w", zipfile.ZIP_STORED,
+                             allowZip64=True) as z:
+            for name in self.NAMES:
+                with z.open(f"{name}.npy", "w", force_zip64=True) as entry, \
+                        open(f"{self._tmp}.{name}", "rb") as raw:
+                    np.lib.format.write_array_header_1_0(entry, header)
+                    shutil.copyfileobj(raw, entry, 1 << 20)
+        os.replace(f"{self._tmp}.npz", self.path)
+
+
 def _unit_edges(sigs: Signatures, band: int, r: int, ranges: int, window: int):
-    """(child, owner) uint64 for one band's key range r of `ranges`, window by window.
+    """Yields (child, owner) uint64, window by window, for one band's key range r of `ranges`.
 
     The window boundaries are found by binary search in each run's memory map (a few
     pages, unmapped at once); the windows' pairs are read with plain reads, so the
@@ -318,7 +370,6 @@ def _unit_edges(sigs: Signatures, band: int, r: int, ranges: int, window: int):
     windows = max(1, -(-total // window))
     bounds = [lo + (hi - lo) * w // windows for w in range(windows + 1)]
     cuts = [run.cuts(bounds) for run in runs]  # (windows + 1,) positions per run
-    children, owners = [], []
     for w in range(windows):
         ks, ds = [], []
         for run, c in zip(runs, cuts, strict=True):
@@ -332,11 +383,7 @@ def _unit_edges(sigs: Signatures, band: int, r: int, ranges: int, window: int):
         key, doc = key[order], doc[order]
         first = np.r_[True, key[1:] != key[:-1]]
         owner = doc[first][np.cumsum(first) - 1]  # each key's first document
-        children.append(doc[~first])
-        owners.append(owner[~first])
-    if not children:
-        return np.zeros(0, np.uint64), np.zeros(0, np.uint64)
-    return np.concatenate(children), np.concatenate(owners)
+        yield doc[~first], owner[~first]
 
 
 class _RunFile:
