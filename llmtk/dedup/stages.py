@@ -453,41 +453,29 @@ def build_clusters(bucket_dir: str, out_dir: str) -> int:
     if os.path.exists(_done(out_dir, "clusters")):
         raise AlreadyDone(f"{out_dir} is done; skipping this task")
     ranges = int(meta["ranges"])
-    # Exact key first: a document's exact owner is its parent if it has one, else its
-    # earliest band owner. One band at a time is reduced to one (owner, exact) per child,
-    # then merged into the running result: memory ~ the duplicates, plus one band's edges.
+    # A document's parent is its exact owner if it has one, else its earliest band owner.
+    # The exact key first, then one band at a time merged into the running (docs,
+    # parent, exact), sorted by document: memory ~ the duplicates plus one band's edges.
     docs = np.zeros(0, np.uint64)
     parent = np.zeros(0, np.uint64)
     exact = np.zeros(0, bool)
     for band in (config.bands, *range(config.bands)):
-        child, owner = [], []
-        for r in range(ranges):
-            with np.load(os.path.join(
-                    bucket_dir, f"edges-b{band:03d}-r{r:05d}-of-{ranges:05d}.npz")) as z:
-                child.append(z["child"])
-                owner.append(z["owner"])
-        is_exact = band == config.bands
-        c = np.concatenate([docs, *child])
-        o = np.concatenate([parent, *owner])
-        x = np.concatenate([exact, np.full(len(c) - len(docs), is_exact)])
+        child, owner = _band_edges(bucket_dir, band, ranges)
+        docs, parent, exact = _merge_parents(docs, parent, exact, child, owner,
+                                             band == config.bands)
         del child, owner
-        order = np.lexsort((o, ~x, c))  # by child, exact first, then earliest owner
-        c, o, x = c[order], o[order], x[order]
-        first = np.r_[True, c[1:] != c[:-1]] if len(c) else np.zeros(0, bool)
-        docs, parent, exact = c[first], o[first], x[first]
-        del c, o, x, order, first
-    roots = _roots(docs, parent)
+    roots = _roots(docs, parent)  # in place: parent is roots now
     del parent
-    # Where the single run writes a root's --clusters line: before its first duplicate.
-    _, first_dup = np.unique(roots, return_index=True)
+    # uroots: the distinct roots; first_dup: where the single run writes a root's
+    # --clusters line (before its first duplicate); root_at: each document's root row.
+    uroots, first_dup, root_at = np.unique(roots, return_index=True, return_inverse=True)
     head_first = np.zeros(len(docs), bool)
     head_first[first_dup] = True
+    del first_dup
     counts = sigs.record_counts()
     offsets = np.cumsum([0, *counts]).astype(np.int64)
-    uroots = np.unique(roots)
     ids = sigs.lookup(uroots, "id")  # None where the root has no id
     has_id = np.fromiter((i is not None for i in ids), bool, len(ids))
-    root_at = np.searchsorted(uroots, roots)  # (D,) row of each document's root in uroots
     # dup_of: the root's id, or its position in the whole input.
     position = (offsets[(roots >> np.uint64(RECORD_BITS)).astype(np.int64)]
                 + (roots & np.uint64(RECORD_MASK)).astype(np.int64))
@@ -513,11 +501,57 @@ def build_clusters(bucket_dir: str, out_dir: str) -> int:
     return int(len(docs))
 
 
-def _roots(docs: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """Pointer jumping: follow parents (always earlier documents) until one has none."""
+def _band_edges(bucket_dir: str, band: int, ranges: int):
+    """One band's edges from all its key ranges: (child, owner), one per child (its
+    earliest owner), sorted by child."""
     import numpy as np
 
-    root = parent.copy()
+    child, owner = [], []
+    for r in range(ranges):
+        with np.load(os.path.join(
+                bucket_dir, f"edges-b{band:03d}-r{r:05d}-of-{ranges:05d}.npz")) as z:
+            child.append(z["child"])
+            owner.append(z["owner"])
+    c, o = np.concatenate(child), np.concatenate(owner)
+    del child, owner
+    order = np.lexsort((o, c))
+    c, o = c[order], o[order]
+    del order
+    first = np.r_[True, c[1:] != c[:-1]] if len(c) else np.zeros(0, bool)
+    return c[first], o[first]
+
+
+def _merge_parents(docs, parent, exact, child, owner, is_exact: bool):
+    """Merge one band's edges (sorted, one per child) into the sorted parents so far.
+
+    A document seen before keeps an exact parent, else takes the earlier owner; a new
+    one is inserted in order. No sort of the merged arrays: the duplicates so far
+    plus one band's edges is all the memory.
+    """
+    import numpy as np
+
+    pos = np.searchsorted(docs, child)
+    seen = np.zeros(len(child), bool)
+    inside = pos < len(docs)
+    seen[inside] = docs[pos[inside]] == child[inside]
+    at = pos[seen]
+    earlier = ~exact[at] & (owner[seen] < parent[at])
+    parent[at[earlier]] = owner[seen][earlier]
+    del at, earlier
+    new = ~seen
+    where = pos[new]
+    docs = np.insert(docs, where, child[new])
+    parent = np.insert(parent, where, owner[new])
+    exact = np.insert(exact, where, is_exact)
+    return docs, parent, exact
+
+
+def _roots(docs: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Pointer jumping, in place over parent: follow parents (always earlier documents)
+    until one has none."""
+    import numpy as np
+
+    root = parent
     if not len(docs):
         return root
     while True:
