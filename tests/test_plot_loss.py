@@ -252,3 +252,36 @@ def test_terminal_chart_keeps_the_terminal_background(tmp_path):
     plain = plot_terminal(runs, ["loss"], x="tokens", width=80, height=16, colour=False)
     assert "\x1b[" not in plain and "a" in plain and "b" in plain
     assert "1M" in plain and "1000000" not in plain  # 501 steps x 2048 tokens: ~1M
+
+
+def _on_a_terminal(args, **env_vars) -> bytes:
+    """stdout of `llmtk ARGS` written to a pseudo-terminal (so it may use colour)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "100", "LINES": "30", "TERM": "xterm", **env_vars}
+    proc = subprocess.Popen([sys.executable, "-m", "llmtk", *map(str, args)], stdout=slave,
+                            stderr=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait() == 0
+    return out
+
+
+def test_no_color_set_but_empty_keeps_colour(tmp_path):
+    # no-color.org: only a non-empty NO_COLOR turns colour off.
+    a = write_run(tmp_path / "runA" / "metrics.jsonl")
+    assert b"\x1b[" in _on_a_terminal(["plot-loss", a, "--metric", "loss"], NO_COLOR="")
+    assert b"\x1b[" not in _on_a_terminal(["plot-loss", a, "--metric", "loss"], NO_COLOR="1")

@@ -87,7 +87,8 @@ def command(
         return
     import sys
 
-    colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    # no-color.org: NO_COLOR set to anything but the empty string turns colour off (as rich).
+    colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     try:
         chart = plot_terminal(runs, metrics, x=x, weight=smooth, log_y=log_y, colour=colour)
     except (ValueError, OverflowError) as e:  # plotext on values it cannot scale
