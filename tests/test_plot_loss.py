@@ -285,3 +285,15 @@ def test_no_color_set_but_empty_keeps_colour(tmp_path):
     a = write_run(tmp_path / "runA" / "metrics.jsonl")
     assert b"\x1b[" in _on_a_terminal(["plot-loss", a, "--metric", "loss"], NO_COLOR="")
     assert b"\x1b[" not in _on_a_terminal(["plot-loss", a, "--metric", "loss"], NO_COLOR="1")
+
+
+def test_terminal_legend_is_under_the_chart_not_over_the_curves(tmp_path):
+    # plotext's own legend sits in the top-left corner of the plot area, where a loss
+    # curve starts: the names must be below the frame, on lines of their own.
+    runs = [write_run(tmp_path / name / "metrics.jsonl") for name in ("runA", "runB-long")]
+    r = llmtk("plot-loss", *runs, "--metric", "loss")
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.decode().splitlines()
+    bottom = max(i for i, row in enumerate(rows) if "└" in row)
+    assert not any("runA" in row or "runB-long" in row for row in rows[:bottom])
+    assert rows[-1].split() == ["──", "runA", "──", "runB-long"]

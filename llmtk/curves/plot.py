@@ -219,13 +219,16 @@ def plot_terminal(runs: list[Run], metrics: list[str], x: str = "step", weight: 
         plt.theme("pro")
         plt.plotsize(width or min(plt.terminal_width() or 100, 120), height or 18)
         lo, hi = math.inf, -math.inf
+        legend = []  # (label, colour), drawn under the chart, not over its curves
         for i, run in enumerate(runs):
             series, every = _panel_series(run, names, x)
             for metric, (xs, ys) in series.items():
                 if xs:
                     label = run.name if len(names) == 1 else f"{run.name} {metric}"
-                    plt.plot(xs, smooth(xs, ys, weight, every), label=label, marker="braille",
-                             color=TERMINAL_COLOURS[i % len(TERMINAL_COLOURS)])
+                    line_colour = TERMINAL_COLOURS[i % len(TERMINAL_COLOURS)]
+                    plt.plot(xs, smooth(xs, ys, weight, every), marker="braille",
+                             color=line_colour)
+                    legend.append((label, line_colour))
                     lo, hi = min(lo, min(xs)), max(hi, max(xs))
         plt.title(f"{panel} (smoothed {weight:g})" if weight > 0 else panel)
         plt.xlabel(X_LABEL[x])
@@ -234,5 +237,29 @@ def plot_terminal(runs: list[Run], metrics: list[str], x: str = "step", weight: 
         if log_y or panel == "grad_norm":
             plt.yscale("log")
         chart = plt.build()
-        charts.append(chart if colour else plt.uncolorize(chart))
+        chart = chart if colour else plt.uncolorize(chart)
+        width_used = max((len(plt.uncolorize(row)) for row in chart.splitlines()), default=80)
+        charts.append(chart + "\n" + _terminal_legend(legend, width_used, colour))
     return "\n".join(charts)
+
+
+def _terminal_legend(entries: list[tuple[str, str]], width: int, colour: bool) -> str:
+    """`── run` entries packed into lines of at most `width` characters.
+
+    plotext draws its legend inside the plot area, where it hides the start of the
+    curves (the part of a loss curve that moves most), so the chart has none of its own.
+    """
+    import plotext as plt
+
+    lines, line, used = [], [], 0
+    for label, line_colour in entries:
+        shown = len(label) + 5  # "── " + label + two spaces between entries
+        if line and used + shown > width:
+            lines.append("".join(line).rstrip())
+            line, used = [], 0
+        mark = plt.colorize("──", line_colour) if colour else "──"
+        line.append(f"{mark} {label}  ")
+        used += shown
+    if line:
+        lines.append("".join(line).rstrip())
+    return "\n".join(lines)
