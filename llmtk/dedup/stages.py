@@ -325,7 +325,7 @@ class _EdgeFile:
         import numpy as np
 
         for name, values in zip(self.NAMES, (child, owner), strict=True):
-            self._raw[name].write(np.ascontiguousarray(values, "<u8").tobytes())
+            np.ascontiguousarray(values, "<u8").tofile(self._raw[name])
         self.count += len(child)
 
     def __exit__(self, kind, value, traceback) -> None:
@@ -381,9 +381,13 @@ def _unit_edges(sigs: Signatures, band: int, r: int, ranges: int, window: int):
             continue
         order = np.lexsort((doc, key))  # by key, then document
         key, doc = key[order], doc[order]
+        del order
         first = np.r_[True, key[1:] != key[:-1]]
+        del key
         owner = doc[first][np.cumsum(first) - 1]  # each key's first document
-        yield doc[~first], owner[~first]
+        child, owner = doc[~first], owner[~first]
+        del doc, first  # the caller's --verify runs while this frame waits: hold only edges
+        yield child, owner
 
 
 class _RunFile:
