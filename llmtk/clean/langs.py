@@ -19,7 +19,7 @@ import tomllib
 from dataclasses import fields, replace
 from importlib import resources
 
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
 
 STAGES = ("gopher_quality", "gopher_repetition", "c4", "fineweb")
 FACTS = ("source", "glotlid_score", "stop_words")
@@ -32,28 +32,28 @@ def builtin() -> dict[str, dict]:
     return tomllib.loads(data.decode("utf-8"))
 
 
-def check_table(lang: str, table: object, stages: dict, where: str) -> None:
+def check_table(lang: str, table: object, stages: dict, source: str | None) -> None:
     """Refuse unknown keys and wrongly typed values in one language's table (exit 2)."""
     if not isinstance(table, dict):
-        raise UsageError(f"--config: {where}: [lang.{lang}] must be a table")
+        raise ConfigError(f"lang.{lang}", "must be a table", source=source)
     for key, value in table.items():
         if key in FACTS:
             if key == "stop_words" and not (
                 isinstance(value, list) and all(isinstance(w, str) for w in value)
             ):
-                raise UsageError(f"--config: {where}: lang.{lang}.stop_words must be a list of "
-                                 "strings")
+                raise ConfigError(f"lang.{lang}.stop_words", "must be a list of strings",
+                                  source=source)
             continue
         if key not in STAGES:
-            raise UsageError(f"--config: {where}: unknown key lang.{lang}.{key} (expected one of "
-                             f"{', '.join(STAGES + FACTS)})")
+            raise ConfigError(f"lang.{lang}.{key}", "unknown key (expected one of "
+                              f"{', '.join(STAGES + FACTS)})", source=source)
         if not isinstance(value, dict):
-            raise UsageError(f"--config: {where}: lang.{lang}.{key} must be a table")
+            raise ConfigError(f"lang.{lang}.{key}", "must be a table", source=source)
         names = {f.name for f in fields(stages[key])}
         for k, v in value.items():
             if k not in names:
-                raise UsageError(f"--config: {where}: unknown key lang.{lang}.{key}.{k}")
-            coerce(v, getattr(stages[key], k), f"lang.{lang}.{key}.{k}", where)
+                raise ConfigError(f"lang.{lang}.{key}.{k}", "unknown key", source=source)
+            coerce(v, getattr(stages[key], k), f"lang.{lang}.{key}.{k}", source)
 
 
 def merge(*tables: dict) -> dict:
@@ -83,30 +83,33 @@ def resolve(lang: str | None, stages: dict, user: dict[str, dict], use_builtin: 
         changes = table.get(name)
         if changes:
             out[name] = replace(stages[name], **{
-                k: coerce(v, getattr(stages[name], k), f"lang.{lang}.{name}.{k}", "config")
+                k: coerce(v, getattr(stages[name], k), f"lang.{lang}.{name}.{k}")
                 for k, v in changes.items()
             })
     return out, table.get("stop_words")
 
 
-def coerce(value, default, key: str, where: str):
+def coerce(value, default, key: str, source: str | None = None):
     """Check a TOML value against the default's type (None defaults accept numbers/false)."""
+    def fail(message: str):
+        raise ConfigError(key, message, source=source)
+
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise UsageError(f"--config: {where}: {key} must be true or false")
+            fail("must be true or false")
         return value
     if default is None or isinstance(default, int | float):
         if value is False:
             return None  # `false` switches a numeric threshold off
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise UsageError(f"--config: {where}: {key} must be a number (or false)")
+            fail("must be a number (or false)")
         return value
     if isinstance(default, str):
         if not isinstance(value, str):
-            raise UsageError(f"--config: {where}: {key} must be a string")
+            fail("must be a string")
         return value
     if isinstance(default, list):
         if not isinstance(value, list):
-            raise UsageError(f"--config: {where}: {key} must be a list")
+            fail("must be a list")
         return value
     return value
