@@ -151,10 +151,10 @@ class CleanConfig:
     def to_toml(self) -> str:
         out = [
             "# llmtk clean configuration (llmtk clean --print-config). Thresholds are datatrove's",
-            "# defaults for the Gopher, C4 and FineWeb rules. A key set to false/-1 or a section",
-            "# with enabled = false switches a rule or stage off. Documents in a language of",
-            "# llmtk/clean/thresholds.toml get its thresholds instead (langid.lang_thresholds);",
-            "# [lang.XX.STAGE] tables override them per language.",
+            "# defaults for the Gopher, C4 and FineWeb rules. A threshold set to false (-1 reads",
+            "# as false) or a section with enabled = false switches a rule or stage off.",
+            "# Documents in a language of llmtk/clean/thresholds.toml get its thresholds instead",
+            "# (langid.lang_thresholds); [lang.XX.STAGE] tables override them per language.",
         ]
         for section in _SECTIONS:
             if section == "lang":

@@ -89,11 +89,26 @@ def resolve(lang: str | None, stages: dict, user: dict[str, dict], use_builtin: 
     return out, table.get("stop_words")
 
 
+# The Gopher limits whose rule reads 0 as "off" (datatrove's falsy tests): 0 there is refused,
+# so that a number is always a limit and `false` the one way to switch a rule off.
+ZERO_WAS_OFF = {
+    "gopher_quality": ("max_doc_words", "max_avg_word_length", "max_symbol_word_ratio",
+                       "max_bullet_lines_ratio", "max_ellipsis_lines_ratio"),
+    "gopher_repetition": ("dup_line_frac", "dup_para_frac", "dup_line_char_frac",
+                          "dup_para_char_frac"),
+}
+
+
 def coerce(value, default, key: str, source: str | None = None):
-    """Check a TOML value against the default's type (None defaults accept numbers/false)."""
+    """Check a TOML value against the default's type (None defaults accept numbers/false).
+
+    Switching a filter threshold off (docs/clean.md, "Switching a rule off"): `false` (None
+    in Python), for a number or a list alike; -1, datatrove's spelling, reads as `false`."""
     def fail(message: str):
         raise ConfigError(key, message, source=source)
 
+    stage, _, name = key.rpartition(".")
+    stage = stage.rpartition(".")[2]
     if isinstance(default, bool):
         if not isinstance(value, bool):
             fail("must be true or false")
@@ -103,13 +118,19 @@ def coerce(value, default, key: str, source: str | None = None):
             return None  # `false` switches a numeric threshold off
         if isinstance(value, bool) or not isinstance(value, int | float):
             fail("must be a number (or false)")
+        if stage in STAGES and value == -1:
+            return None  # datatrove's C4/FineWeb spelling of "off"
+        if value == 0 and name in ZERO_WAS_OFF.get(stage, ()):
+            fail("0 does not switch a rule off: write false (or give a positive limit)")
         return value
     if isinstance(default, str):
         if not isinstance(value, str):
             fail("must be a string")
         return value
     if isinstance(default, list):
+        if value is False:
+            return []  # an empty list of n-gram rules: off
         if not isinstance(value, list):
-            fail("must be a list")
+            fail("must be a list (or false)")
         return value
     return value
