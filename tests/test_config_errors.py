@@ -134,3 +134,11 @@ def test_false_switches_a_threshold_off_and_minus_one_reads_as_false():
 def test_zero_where_it_used_to_mean_off_is_refused(tmp_path, table):
     with pytest.raises(ConfigError, match="0 does not switch a rule off: write false"):
         CleanConfig.from_dict(table, "c.toml")
+
+
+def test_a_shared_stream_option_is_its_flag_even_with_a_config_file(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[quality]\nmin_score = 0.4\n")
+    r = llmtk("clean", "--config", cfg, "-o", tmp_path / "o.parquet", "--compress", "zstd",
+              input=b"")
+    assert error_line(r) == "--compress: a .parquet output is always zstd-compressed"

@@ -5,7 +5,8 @@ The command that built a config turns that into the one-line usage error here, i
 
 - a key the command line set is its flag (`--min-quality: expected a number ...`);
 - otherwise, with `--config FILE`, it is `FILE: key` (`clean.toml: quality.min_score: ...`);
-- otherwise (a default, or a command without config files) the flag, or the key if none.
+- otherwise (a default, a shared stream option, or a command without config files) the
+  flag, or the key if it has none.
 
 Other keys a message names (ConfigError.also) are worded the same way, without the file.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 
+from llmtk.commands.options import STREAM_OPTIONS
 from llmtk.errors import ConfigError, UsageError
 
 
@@ -29,8 +31,9 @@ def flags_for(flags: Mapping[str, str] | Callable[[str], str | None],
               given: Collection[str] = (), config: str | None = None) -> Iterator[None]:
     """Re-raise a ConfigError from the block as a UsageError worded for this command.
 
-    `flags` maps a key to its flag (or is a function doing so); `given` holds the keys the
-    command line set; `config` is the `--config` file, if any."""
+    `flags` maps a key to its flag (a key it lacks is its own dashed name), or is a function
+    doing so; `given` holds the keys the command line set; `config` is the `--config` file,
+    if any."""
     try:
         yield
     except ConfigError as e:
@@ -39,15 +42,21 @@ def flags_for(flags: Mapping[str, str] | Callable[[str], str | None],
 
 def word(e: ConfigError, flags: Mapping[str, str] | Callable[[str], str | None],
          given: Collection[str] = (), config: str | None = None) -> str:
-    flag_of = flags.get if isinstance(flags, Mapping) else flags
+    table = flags if isinstance(flags, Mapping) else None
+
+    def flag_of(key: str) -> str | None:
+        # keys the table lacks (the shared stream options: `compress`) share the flag's name
+        return (table.get(key) or dashed(key)) if table is not None else flags(key)
+
+    def from_file(key: str) -> bool:
+        # the shared stream options are flags only: no config file sets them
+        return config is not None and key not in given and key not in STREAM_OPTIONS
 
     def name(key: str) -> str:
         flag = flag_of(key)
-        if flag and (key in given or config is None):
-            return flag
-        return key
+        return flag if flag and not from_file(key) else key
 
-    where = f"{config}: {e.key}" if config is not None and e.key not in given else None
+    where = f"{config}: {e.key}" if from_file(e.key) else None
     return e.worded(name, where)
 
 

@@ -348,7 +348,7 @@ def export_hf(checkpoint: str, out: str) -> dict:
     if path is None:
         raise UsageError(f"{checkpoint}: no complete checkpoint there")
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise UsageError(f"--hf {out}: exists and is not an empty directory")
+        raise ConfigError("hf", "exists and is not an empty directory", value=out)
     state = C.load_state(path)
     cfg = ModelConfig(**state["model_config"])
     tok_spec = state.get("train_config", {}).get("tokenizer", "bytes")
