@@ -29,7 +29,7 @@ from llmtk.commands import (
 )
 from llmtk.commands.groups import DefaultCommand
 from llmtk.commands.helpfmt import pipeline_sorted, polish
-from llmtk.errors import AlreadyDone, LlmtkError, PipeClosed
+from llmtk.errors import AlreadyDone, ConfigError, LlmtkError, PipeClosed
 
 HELP = """\
 Small Unix-style tools for the whole LLM pre-training workflow.
@@ -163,6 +163,13 @@ def main() -> None:
     except BrokenPipeError:
         _quiet_stdout()
         sys.exit(0)
+    except ConfigError as e:  # a key no command worded: its flag shares the key's name
+        if _debug():
+            raise
+        from llmtk.commands.configs import dashed, word
+
+        print(f"llmtk: error: {word(e, dashed)}", file=sys.stderr)
+        sys.exit(e.exit_code)
     except LlmtkError as e:
         if _debug():
             raise

@@ -224,14 +224,16 @@ def test_fineweb_reasons():
 
 def test_every_threshold_can_be_switched_off():
     # `false` in the TOML config becomes None: a switched-off rule never fires or fails.
-    from dataclasses import fields
+    from dataclasses import fields, replace
 
     junk = "x\n" * 30 + "{ lorem ipsum"
     for rule in (GopherQuality(), GopherRepetition(), C4(), FineWeb()):
+        off = {}
         for f in fields(rule):
-            if f.name not in ("enabled", "rewrite") and not isinstance(getattr(rule, f.name), bool):
-                setattr(rule, f.name, None if not isinstance(getattr(rule, f.name), list) else [])
-        for f in fields(rule):
-            if isinstance(getattr(rule, f.name), bool) and f.name.startswith("filter_"):
-                setattr(rule, f.name, False)
+            value = getattr(rule, f.name)
+            if f.name not in ("enabled", "rewrite") and not isinstance(value, bool):
+                off[f.name] = None if not isinstance(value, list) else []
+            elif isinstance(value, bool) and f.name.startswith("filter_"):
+                off[f.name] = False
+        rule = replace(rule, **off)  # the stage configs are frozen
         assert rule.check(DocText(junk), EN) is None, type(rule).__name__

@@ -58,9 +58,8 @@ CHINESE_SPAM = "\n".join(["便宜 购买 鞋子 优惠 折扣 免费 送货 立�
 
 
 def verdict(text: str, cfg: CleanConfig | None = None, lang_thresholds: bool = True):
-    cfg = cfg or CleanConfig()
-    cfg.pii.enabled = False
-    cfg.langid.lang_thresholds = lang_thresholds
+    cfg = (cfg or CleanConfig()).with_values(
+        {"pii.enabled": False, "langid.lang_thresholds": lang_thresholds})
     doc = Doc({"text": text}, None, "t", 1, 0)
     return Cleaner(cfg, annotate=True)(doc)
 
@@ -116,8 +115,8 @@ def test_user_override_per_language_wins_key_by_key(tmp_path):
 
 
 @pytest.mark.parametrize("body, needle", [
-    ("[lang.de.gopher]\nx = 1\n", "unknown key lang.de.gopher"),
-    ("[lang.de.gopher_quality]\nmin_words = 1\n", "unknown key lang.de.gopher_quality.min_words"),
+    ("[lang.de.gopher]\nx = 1\n", "lang.de.gopher: unknown key"),
+    ("[lang.de.gopher_quality]\nmin_words = 1\n", "lang.de.gopher_quality.min_words: unknown key"),
     ("[lang.de.fineweb]\nline_punct_thr = 'high'\n", "must be a number"),
     ("[lang.de]\nstop_words = 'der'\n", "must be a list of strings"),
 ])

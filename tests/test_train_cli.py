@@ -265,7 +265,7 @@ def test_an_unknown_model_is_refused_before_tokenizing(data, tmp_path, llmtk):
     args[args.index("--cache-dir") + 1] = str(cache)
     r = llmtk(*args)
     assert r.exit_code == 2
-    assert "--model must be one of tiny, " in r.output and "did you mean llama2-7b?" in r.output
+    assert "--model: must be one of tiny, " in r.output and "did you mean llama2-7b?" in r.output
     assert not out.exists() and not cache.exists()  # nothing read, nothing written
 
 

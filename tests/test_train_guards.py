@@ -41,7 +41,7 @@ def test_a_second_run_on_the_same_out_exits_2_naming_the_holder(tmp_path):
     finally:
         holder.release()
     assert isinstance(r.exception, UsageError) and r.exception.exit_code == 2, r.output
-    assert f"--out {out} is in use by another llmtk train (host {socket.gethostname()}, " \
+    assert f"--out {out}: is in use by another llmtk train (host {socket.gethostname()}, " \
            f"PID {os.getpid()})" in str(r.exception)
     assert sorted(os.listdir(out)) == [".lock"]  # nothing else touched
 
@@ -137,7 +137,8 @@ def test_every_cli_option_has_a_toml_key_of_the_same_name():
 
 def test_launch_options_come_from_toml_too(tmp_path):
     toml = tmp_path / "run.toml"
-    toml.write_text('nproc-per-node = 8\nrdzv-timeout = 1200\n[train]\nmax_restarts = 2\n')
+    toml.write_text('nproc-per-node = 8\nrdzv-timeout = 1200\nrdzv-endpoint = "h:29500"\n'
+                    '[train]\nmax_restarts = 2\n')
     launch = resolve_launch({"max_restarts": None, "nnodes": 2}, str(toml))
     assert (launch.nproc_per_node, launch.nnodes, launch.max_restarts, launch.rdzv_timeout) \
         == (8, 2, 2, 1200)

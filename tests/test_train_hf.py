@@ -233,13 +233,13 @@ def test_init_from_hf_trains_and_exports_back(corpus, tmp_path):
 
 def test_init_from_hf_refuses_shape_flags_and_other_tokenizers(corpus, tmp_path):
     save_tiny(tmp_path / "base")
-    with pytest.raises(UsageError, match="drop --layers"):
+    with pytest.raises(UsageError, match="drop layers"):
         train(resolve_config({**TINY, "data": [str(corpus / "docs.jsonl")], "out": "o",
                               "init_from": f"hf:{tmp_path / 'base'}"}, None))
     flags = {k: v for k, v in TINY.items() if k not in ("layers", "d_model", "heads")}
     cfg = resolve_config({**flags, "data": ["x"], "out": "o", "tokenizer": "other.json",
                           "init_from": f"hf:{tmp_path / 'base'}"}, None)
-    with pytest.raises(UsageError, match="drop --tokenizer"):
+    with pytest.raises(UsageError, match="drop tokenizer"):
         hf.resolve_init(cfg)
     with pytest.raises(UsageError, match="not a Hugging Face model folder"):
         hf.resolve_init(resolve_config({"data": ["x"], "out": "o",

@@ -156,7 +156,7 @@ def test_log_to_values():
     assert parse_log_to("none") == parse_log_to("") == []
     with pytest.raises(UsageError, match="'mlflow' is not one of tensorboard, wandb"):
         parse_log_to("tensorboard,mlflow")
-    with pytest.raises(UsageError, match="--log-to"):
+    with pytest.raises(UsageError, match="^log_to: 'tb' is not one of"):
         resolve_config({"data": ["x"], "out": "o", "log_to": "tb"}, None)
 
 

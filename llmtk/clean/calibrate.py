@@ -36,7 +36,7 @@ from llmtk.clean.filters import (
     _find_duplicates,
     _NGrams,
 )
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError, UsageError
 
 TOP_N = (2, 3, 4)
 DUP_N = (5, 6, 7, 8, 9, 10)
@@ -145,5 +145,5 @@ _LANG = re.compile(r"^[a-z]{2,3}(?:[_-][A-Za-z]{2,4})?$")
 
 def check_lang(lang: str) -> str:
     if not _LANG.match(lang):
-        raise UsageError(f"--lang: expected a language code such as de or zh, got {lang!r}")
+        raise ConfigError("lang", f"expected a language code such as de or zh, got {lang!r}")
     return lang

@@ -7,16 +7,18 @@ Unknown sections or keys are an error, so a typo never silently keeps a default.
 
 from __future__ import annotations
 
-import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from llmtk.clean.filters import C4, FineWeb, GopherQuality, GopherRepetition
 from llmtk.clean.langs import STAGES, check_table, coerce, merge, resolve
 from llmtk.clean.normalize import Normalize
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
+from llmtk.io import tomlfile
+
+PII_KINDS = ("EMAIL", "PHONE", "ID_NUMBER", "CARD", "IP")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LangId:
     enabled: bool = True
     keep: list[str] = field(default_factory=list)  # empty: keep every language
@@ -26,14 +28,14 @@ class LangId:
     lang_thresholds: bool = True
 
 
-@dataclass
+@dataclass(frozen=True)
 class Quality:
     model: str = ""  # a fastText classifier (.bin/.ftz); empty: stage off
     min_score: float = 0.5
     label: str = "hq"  # the positive label (DCLM's classifier: hq vs cc)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Perplexity:
     model: str = ""  # an llmtk train checkpoint (run dir or step dir); empty: stage off
     max_ppl: float | None = None  # drop documents above this perplexity
@@ -41,13 +43,13 @@ class Perplexity:
     max_tokens: int = 4096  # score at most this many tokens of a document
 
 
-@dataclass
+@dataclass(frozen=True)
 class Pii:
     enabled: bool = True
-    kinds: list[str] = field(default_factory=lambda: ["EMAIL", "PHONE", "ID_NUMBER", "CARD", "IP"])
+    kinds: list[str] = field(default_factory=lambda: list(PII_KINDS))
 
 
-@dataclass
+@dataclass(frozen=True)
 class CleanConfig:
     normalize: Normalize = field(default_factory=Normalize)
     langid: LangId = field(default_factory=LangId)
@@ -68,83 +70,91 @@ class CleanConfig:
         """The filter stages (and stop words) that apply to a document in `lang`."""
         return resolve(lang, self.stages(), self.lang, self.langid.lang_thresholds)
 
-    # -- TOML ------------------------------------------------------------------------------
+    # -- building and checking -------------------------------------------------------------
+    # A config is built once (defaults, then a TOML file, then flags) and never changed:
+    # every step is `dataclasses.replace`, and `validate()` checks the result (exit 2).
 
     @classmethod
     def from_toml(cls, path: str) -> CleanConfig:
-        try:
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
-        except OSError as e:
-            raise UsageError(f"--config: cannot read {path}: {e.strerror}") from None
-        except tomllib.TOMLDecodeError as e:
-            raise UsageError(f"--config: {path}: {e}") from None
-        return cls.from_dict(data, path)
+        return cls.from_dict(tomlfile.load(path), path)
 
     @classmethod
-    def from_dict(cls, data: dict, where: str = "config") -> CleanConfig:
-        cfg = cls()
-        for section, values in data.items():
+    def from_dict(cls, data: dict, source: str | None = None) -> CleanConfig:
+        """The defaults with a TOML document's sections on top (not yet validated: flags may
+        still change it). Errors name the key, after `source` (the file): `FILE: KEY: ...`."""
+        values: dict[str, object] = {}
+        lang: dict[str, dict] = {}
+        stages = cls().stages()
+        for section, table in data.items():
             if section == "lang":
-                if not isinstance(values, dict):
-                    raise UsageError(f"--config: {where}: [lang] must be a table")
-                for lang, table in values.items():
-                    check_table(lang, table, cfg.stages(), where)
-                    cfg.lang[lang] = merge(cfg.lang.get(lang, {}), table)
+                if not isinstance(table, dict):
+                    raise ConfigError("lang", "must be a table", source=source)
+                for code, sub in table.items():
+                    check_table(code, sub, stages, source)
+                    lang[code] = merge(lang.get(code, {}), sub)
                 continue
             if section not in _SECTIONS:
-                raise UsageError(f"--config: {where}: unknown section [{section}]")
-            if not isinstance(values, dict):
-                raise UsageError(f"--config: {where}: [{section}] must be a table")
-            stage = getattr(cfg, section)
-            names = {f.name: f for f in fields(stage)}
-            for key, value in values.items():
-                if key not in names:
-                    raise UsageError(f"--config: {where}: unknown key {section}.{key}")
-                default = getattr(stage, key)
-                setattr(stage, key, coerce(value, default, f"{section}.{key}", where))
-        cfg.validate()
-        return cfg
+                raise ConfigError(section, "unknown section", source=source)
+            if not isinstance(table, dict):
+                raise ConfigError(section, "must be a table", source=source)
+            values.update({f"{section}.{key}": value for key, value in table.items()})
+        return replace(cls(), lang=lang).with_values(values, source)
+
+    def with_values(self, values: dict[str, object], source: str | None = None) -> CleanConfig:
+        """A copy with these `section.key` values (each checked against its field's type)."""
+        changes: dict[str, dict] = {}
+        for dotted, value in values.items():
+            section, _, key = dotted.partition(".")
+            stage = getattr(self, section) if section in _SECTIONS and section != "lang" else None
+            if stage is None or key not in {f.name for f in fields(stage)}:
+                raise ConfigError(dotted, "unknown key", source=source)
+            value = coerce(value, getattr(stage, key), dotted, source)
+            changes.setdefault(section, {})[key] = _CANONICAL.get(dotted, _same)(value)
+        return replace(self, **{s: replace(getattr(self, s), **c) for s, c in changes.items()})
 
     def validate(self) -> None:
+        """Raise ConfigError for the first value or combination that cannot run."""
+        def fail(key: str, message: str, *also: str) -> None:
+            raise ConfigError(key, message, also=also)
+
         n = self.normalize
-        if n.unicode.upper() not in ("NFC", "NFKC", "NONE"):
-            raise UsageError(f"normalize.unicode: expected NFC, NFKC or none, got {n.unicode!r}")
-        n.unicode = "none" if n.unicode.lower() == "none" else n.unicode.upper()
+        if n.unicode not in ("NFC", "NFKC", "none"):
+            fail("normalize.unicode", f"expected nfc, nfkc or none, got {n.unicode!r}")
         if n.fold_width not in ("none", "alnum", "all"):
-            raise UsageError(
-                f"normalize.fold_width: expected none, alnum or all, got {n.fold_width!r}"
-            )
+            fail("normalize.fold_width", f"expected none, alnum or all, got {n.fold_width!r}")
         if n.zh_convert not in ("none", "t2s", "s2t", "tw2s", "s2tw", "hk2s", "s2hk"):
-            raise UsageError(
-                f"normalize.zh_convert: expected none, t2s or s2t, got {n.zh_convert!r}"
-            )
+            fail("normalize.zh_convert", f"expected none, t2s or s2t, got {n.zh_convert!r}")
         if n.html not in ("off", "auto", "always"):
-            raise UsageError(f"normalize.html: expected off, auto or always, got {n.html!r}")
-        bad = set(self.pii.kinds) - {"EMAIL", "PHONE", "ID_NUMBER", "CARD", "IP"}
+            fail("normalize.html", f"expected off, auto or always, got {n.html!r}")
+        bad = set(self.pii.kinds) - set(PII_KINDS)
         if bad:
-            raise UsageError(f"pii.kinds: unknown kind(s) {sorted(bad)}")
+            fail("pii.kinds", f"unknown kind(s) {sorted(bad)} (expected {', '.join(PII_KINDS)})")
+        if self.langid.keep and not self.langid.enabled:
+            fail("langid.keep", "needs language ID, which {0} switches off", "langid.enabled")
         if not 0.0 <= self.langid.min_score <= 1.0:
-            raise UsageError("langid.min_score: expected a number between 0 and 1")
+            fail("langid.min_score", "expected a number between 0 and 1")
         if not 0.0 <= self.quality.min_score <= 1.0:
-            raise UsageError("quality.min_score: expected a number between 0 and 1")
+            fail("quality.min_score", "expected a number between 0 and 1")
         ppl = self.perplexity
         if ppl.quantile is not None and not 0.0 < ppl.quantile < 1.0:
-            raise UsageError("perplexity.quantile: expected a number between 0 and 1")
+            fail("perplexity.quantile", "expected a number between 0 and 1")
         if ppl.max_ppl is not None and ppl.quantile is not None:
-            raise UsageError("perplexity.max_ppl and perplexity.quantile: give one, not both")
+            fail("perplexity.max_ppl", "give this or {0}, not both", "perplexity.quantile")
         if ppl.model and ppl.max_ppl is None and ppl.quantile is None:
-            raise UsageError("perplexity.model needs perplexity.max_ppl or perplexity.quantile")
-        if (ppl.max_ppl is not None or ppl.quantile is not None) and not ppl.model:
-            raise UsageError("perplexity.max_ppl/quantile need perplexity.model")
+            fail("perplexity.model", "needs {0} or {1}", "perplexity.max_ppl",
+                 "perplexity.quantile")
+        if ppl.max_ppl is not None and not ppl.model:
+            fail("perplexity.max_ppl", "needs {0}", "perplexity.model")
+        if ppl.quantile is not None and not ppl.model:
+            fail("perplexity.quantile", "needs {0}", "perplexity.model")
 
     def to_toml(self) -> str:
         out = [
             "# llmtk clean configuration (llmtk clean --print-config). Thresholds are datatrove's",
-            "# defaults for the Gopher, C4 and FineWeb rules. A key set to false/-1 or a section",
-            "# with enabled = false switches a rule or stage off. Documents in a language of",
-            "# llmtk/clean/thresholds.toml get its thresholds instead (langid.lang_thresholds);",
-            "# [lang.XX.STAGE] tables override them per language.",
+            "# defaults for the Gopher, C4 and FineWeb rules. A threshold set to false (-1 reads",
+            "# as false) or a section with enabled = false switches a rule or stage off.",
+            "# Documents in a language of llmtk/clean/thresholds.toml get its thresholds instead",
+            "# (langid.lang_thresholds); [lang.XX.STAGE] tables override them per language.",
         ]
         for section in _SECTIONS:
             if section == "lang":
@@ -157,7 +167,19 @@ class CleanConfig:
         return "\n".join(out) + "\n"
 
 
-_SECTIONS = [f.name for f in fields(CleanConfig)]
+_SECTIONS = [f.name for f in fields(CleanConfig)]  # the stage sections, then "lang"
+
+
+def _same(value):
+    return value
+
+
+def _unicode_form(value: str) -> str:
+    """`nfc`, `NFKC`, `None` -> the spelling unicodedata and the output of --print-config use."""
+    return "none" if value.lower() == "none" else value.upper()
+
+
+_CANONICAL = {"normalize.unicode": _unicode_form}
 
 
 def lang_tables_toml(tables: dict[str, dict], prefix: str = "lang.") -> list[str]:

@@ -96,7 +96,7 @@ class Profile:
 # -- Gopher quality ------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class GopherQuality:
     enabled: bool = True
     min_doc_words: int | None = 50
@@ -184,7 +184,7 @@ _PARA = re.compile(r"\n{2,}")
 _LINES = re.compile(r"\n+")
 
 
-@dataclass
+@dataclass(frozen=True)
 class GopherRepetition:
     enabled: bool = True
     dup_line_frac: float | None = 0.3
@@ -360,7 +360,7 @@ def _sentences(line: str) -> int:
     return max(n, 1) if toks else 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class C4:
     enabled: bool = True
     rewrite: bool = True  # keep only the lines that pass the line rules, as C4 does
@@ -426,7 +426,7 @@ class C4:
 # -- FineWeb -------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class FineWeb:
     enabled: bool = True
     line_punct_thr: float = 0.12

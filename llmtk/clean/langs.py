@@ -19,7 +19,7 @@ import tomllib
 from dataclasses import fields, replace
 from importlib import resources
 
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
 
 STAGES = ("gopher_quality", "gopher_repetition", "c4", "fineweb")
 FACTS = ("source", "glotlid_score", "stop_words")
@@ -32,28 +32,28 @@ def builtin() -> dict[str, dict]:
     return tomllib.loads(data.decode("utf-8"))
 
 
-def check_table(lang: str, table: object, stages: dict, where: str) -> None:
+def check_table(lang: str, table: object, stages: dict, source: str | None) -> None:
     """Refuse unknown keys and wrongly typed values in one language's table (exit 2)."""
     if not isinstance(table, dict):
-        raise UsageError(f"--config: {where}: [lang.{lang}] must be a table")
+        raise ConfigError(f"lang.{lang}", "must be a table", source=source)
     for key, value in table.items():
         if key in FACTS:
             if key == "stop_words" and not (
                 isinstance(value, list) and all(isinstance(w, str) for w in value)
             ):
-                raise UsageError(f"--config: {where}: lang.{lang}.stop_words must be a list of "
-                                 "strings")
+                raise ConfigError(f"lang.{lang}.stop_words", "must be a list of strings",
+                                  source=source)
             continue
         if key not in STAGES:
-            raise UsageError(f"--config: {where}: unknown key lang.{lang}.{key} (expected one of "
-                             f"{', '.join(STAGES + FACTS)})")
+            raise ConfigError(f"lang.{lang}.{key}", "unknown key (expected one of "
+                              f"{', '.join(STAGES + FACTS)})", source=source)
         if not isinstance(value, dict):
-            raise UsageError(f"--config: {where}: lang.{lang}.{key} must be a table")
+            raise ConfigError(f"lang.{lang}.{key}", "must be a table", source=source)
         names = {f.name for f in fields(stages[key])}
         for k, v in value.items():
             if k not in names:
-                raise UsageError(f"--config: {where}: unknown key lang.{lang}.{key}.{k}")
-            coerce(v, getattr(stages[key], k), f"lang.{lang}.{key}.{k}", where)
+                raise ConfigError(f"lang.{lang}.{key}.{k}", "unknown key", source=source)
+            coerce(v, getattr(stages[key], k), f"lang.{lang}.{key}.{k}", source)
 
 
 def merge(*tables: dict) -> dict:
@@ -83,30 +83,54 @@ def resolve(lang: str | None, stages: dict, user: dict[str, dict], use_builtin: 
         changes = table.get(name)
         if changes:
             out[name] = replace(stages[name], **{
-                k: coerce(v, getattr(stages[name], k), f"lang.{lang}.{name}.{k}", "config")
+                k: coerce(v, getattr(stages[name], k), f"lang.{lang}.{name}.{k}")
                 for k, v in changes.items()
             })
     return out, table.get("stop_words")
 
 
-def coerce(value, default, key: str, where: str):
-    """Check a TOML value against the default's type (None defaults accept numbers/false)."""
+# The Gopher limits whose rule reads 0 as "off" (datatrove's falsy tests): 0 there is refused,
+# so that a number is always a limit and `false` the one way to switch a rule off.
+ZERO_WAS_OFF = {
+    "gopher_quality": ("max_doc_words", "max_avg_word_length", "max_symbol_word_ratio",
+                       "max_bullet_lines_ratio", "max_ellipsis_lines_ratio"),
+    "gopher_repetition": ("dup_line_frac", "dup_para_frac", "dup_line_char_frac",
+                          "dup_para_char_frac"),
+}
+
+
+def coerce(value, default, key: str, source: str | None = None):
+    """Check a TOML value against the default's type (None defaults accept numbers/false).
+
+    Switching a filter threshold off (docs/clean.md, "Switching a rule off"): `false` (None
+    in Python), for a number or a list alike; -1, datatrove's spelling, reads as `false`."""
+    def fail(message: str):
+        raise ConfigError(key, message, source=source)
+
+    stage, _, name = key.rpartition(".")
+    stage = stage.rpartition(".")[2]
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise UsageError(f"--config: {where}: {key} must be true or false")
+            fail("must be true or false")
         return value
     if default is None or isinstance(default, int | float):
         if value is False:
             return None  # `false` switches a numeric threshold off
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise UsageError(f"--config: {where}: {key} must be a number (or false)")
+            fail("must be a number (or false)")
+        if stage in STAGES and value == -1:
+            return None  # datatrove's C4/FineWeb spelling of "off"
+        if value == 0 and name in ZERO_WAS_OFF.get(stage, ()):
+            fail("0 does not switch a rule off: write false (or give a positive limit)")
         return value
     if isinstance(default, str):
         if not isinstance(value, str):
-            raise UsageError(f"--config: {where}: {key} must be a string")
+            fail("must be a string")
         return value
     if isinstance(default, list):
+        if value is False:
+            return []  # an empty list of n-gram rules: off
         if not isinstance(value, list):
-            raise UsageError(f"--config: {where}: {key} must be a list")
+            fail("must be a list (or false)")
         return value
     return value

@@ -48,7 +48,7 @@ _HTML_HINT = re.compile(r"<(?:html|body|div|p|br|span|a|table|td|li|h[1-6])\b[^>
 _OPENCC: dict[str, object] = {}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Normalize:
     enabled: bool = True
     unicode: str = "NFC"  # NFC, NFKC or none
@@ -59,14 +59,6 @@ class Normalize:
     fold_width: str = "alnum"  # none, alnum (letters and digits) or all (incl. punctuation)
     zh_convert: str = "none"  # none, t2s or s2t (OpenCC)
     html: str = "off"  # off, auto (only documents that look like HTML) or always
-
-    def __post_init__(self) -> None:
-        self._opencc = None
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_opencc"] = None
-        return state
 
     def __call__(self, text: str) -> str:
         looks_html = "<" in text and _HTML_HINT.search(text) is not None
@@ -102,13 +94,12 @@ class Normalize:
         return text
 
     def _convert_zh(self, text: str) -> str:
-        if self._opencc is None:
-            if self.zh_convert not in _OPENCC:  # per process, kept across --workers chunks
-                import opencc
+        converter = _OPENCC.get(self.zh_convert)
+        if converter is None:  # once per process, kept across --workers chunks
+            import opencc
 
-                _OPENCC[self.zh_convert] = opencc.OpenCC(self.zh_convert)
-            self._opencc = _OPENCC[self.zh_convert]
-        return self._opencc.convert(text)
+            converter = _OPENCC[self.zh_convert] = opencc.OpenCC(self.zh_convert)
+        return converter.convert(text)
 
 
 def _fix_mojibake(text: str) -> str:

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
 from llmtk.io.atomic import Staged
 
 _WS = re.compile(r"\s+")
@@ -44,19 +44,19 @@ class QualityModel:
             self._model = _LOADED[self.path]
         if self._model is None:
             if not os.path.exists(self.path):
-                raise UsageError(f"--quality-model: no such file: {self.path}")
+                raise ConfigError("quality.model", f"no such file: {self.path}")
             import fasttext_new
 
             try:
                 self._model = fasttext_new.load_model(self.path)
             except Exception as e:  # the binding raises plain ValueError/RuntimeError
-                raise UsageError(f"--quality-model: cannot load {self.path}: {e}") from None
+                raise ConfigError("quality.model", f"cannot load {self.path}: {e}") from None
             _LOADED[self.path] = self._model
             labels = self._model.get_labels()
             if self.label not in labels:
                 names = ", ".join(x.removeprefix("__label__") for x in labels)
-                raise UsageError(
-                    f"--quality-label: {self.label.removeprefix('__label__')!r} is not a label "
+                raise ConfigError(
+                    "quality.label", f"{self.label.removeprefix('__label__')!r} is not a label "
                     f"of {self.path} (it has: {names})"
                 )
         return self._model
@@ -109,7 +109,8 @@ def train_quality(
     rows = [r for r in rows if r[1]]
     n_pos = sum(1 for r in rows if r[0] == pos_label)
     if n_pos == 0 or n_pos == len(rows):
-        raise UsageError("train-quality needs non-empty --positive and --negative documents")
+        raise ConfigError("positive", "train-quality needs documents of both classes, here and "
+                          "in {0}", also=("negative",))
     rng = random.Random(seed)
     rng.shuffle(rows)
     n_test = max(1, int(len(rows) * test_fraction)) if len(rows) >= 10 else 0

@@ -8,6 +8,7 @@ is the I/O layer on its own, which makes it the reference for tests and for
 
 import typer
 
+from llmtk.commands import configs
 from llmtk.commands import options as o
 from llmtk.io import Doc, StreamOptions, StreamRun
 
@@ -28,6 +29,7 @@ def _keep(doc: Doc) -> None:
     return None
 
 
+@configs.keys_are_flags
 @o.stream_command()
 def command(*, stream: StreamOptions) -> None:
     with StreamRun("cat", stream) as run:

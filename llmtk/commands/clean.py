@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from llmtk.commands import groups
+from llmtk.commands import configs, groups
 from llmtk.commands import options as o
 from llmtk.errors import UsageError
 from llmtk.io.run import StreamOptions
@@ -52,13 +52,59 @@ STAGES = "Stages"
 clean_app = groups.group(help=HELP, short_help=HELP.splitlines()[0])
 
 
-def _split(value: str | None) -> list[str] | None:
-    if value is None:
-        return None
+def _split(value: str) -> list[str]:
     return [x.strip() for x in value.split(",") if x.strip()]
 
 
+def _off(switch: bool) -> bool | None:
+    """A `--no-X` switch: given, it sets the key to false; not given, it leaves it alone."""
+    return False if switch else None
+
+
+# Each stage option and the config key it sets, declared once: `stage_values` reads them in
+# one loop, and a ConfigError on a key is worded with the flag (llmtk.commands.configs).
+# parameter: (flag, config key, value from the flag's value; None: the value as it is)
+SETTINGS: dict[str, tuple[str, str, object]] = {
+    "no_normalize": ("--no-normalize", "normalize.enabled", _off),
+    "unicode": ("--unicode", "normalize.unicode", None),
+    "zh_convert": ("--zh-convert", "normalize.zh_convert", None),
+    "html": ("--html", "normalize.html", None),
+    "no_langid": ("--no-langid", "langid.enabled", _off),
+    "no_lang_thresholds": ("--no-lang-thresholds", "langid.lang_thresholds", _off),
+    "lang": ("--lang", "langid.keep", _split),
+    "min_lang_score": ("--min-lang-score", "langid.min_score", None),
+    "quality_model": ("--quality-model", "quality.model", None),
+    "min_quality": ("--min-quality", "quality.min_score", None),
+    "quality_label": ("--quality-label", "quality.label", None),
+    "ppl_model": ("--ppl-model", "perplexity.model", None),
+    "max_ppl": ("--max-ppl", "perplexity.max_ppl", None),
+    "ppl_quantile": ("--ppl-quantile", "perplexity.quantile", None),
+    "pii": ("--pii", "pii.enabled", None),
+}
 FILTER_NAMES = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
+FLAGS = {key: flag for flag, key, _ in SETTINGS.values()} | {
+    f"{name}.enabled": "--filters" for name in FILTER_NAMES}
+
+
+def stage_values(given: dict[str, object], filters: str | None) -> dict[str, object]:
+    """{config key: value} of the stage options that were given (not None)."""
+    values = {}
+    for param, (_flag, key, convert) in SETTINGS.items():
+        value = given[param]
+        if value is not None and callable(convert):
+            value = convert(value)
+        if value is not None:
+            values[key] = value
+    if filters is not None:
+        chosen = _split(filters)
+        if chosen == ["none"]:
+            chosen = []
+        unknown = set(chosen) - set(FILTER_NAMES)
+        if unknown:
+            raise UsageError(f"--filters: unknown filter(s) {sorted(unknown)}; "
+                             f"choose from {', '.join(FILTER_NAMES)} or none")
+        values.update({f"{name}.enabled": name in chosen for name in FILTER_NAMES})
+    return values
 
 
 @groups.main(clean_app, help=HELP)
@@ -170,65 +216,21 @@ def clean(
     *,
     stream: StreamOptions,
 ) -> None:
+    values = stage_values({p: v for p, v in locals().items() if p in SETTINGS}, filters)
+    # From here on a ConfigError (a bad key, from the config or a stage loading its model)
+    # reaches the user as the flag that set the key, or as `FILE: key`.
+    with configs.flags_for(FLAGS, values.keys(), config):
+        _clean(config, values, print_config, annotate, dry_run, stream)
+
+
+def _clean(config: str | None, values: dict, print_config: bool, annotate: bool,
+           dry_run: bool, stream: StreamOptions) -> None:
     from llmtk.clean import CleanConfig, Cleaner
     from llmtk.io import StreamRun
 
     cfg = CleanConfig.from_toml(config) if config else CleanConfig()
-    n = cfg.normalize
-    if no_normalize:
-        n.enabled = False
-    if unicode is not None:
-        n.unicode = unicode
-    if zh_convert is not None:
-        n.zh_convert = zh_convert
-    if html is not None:
-        n.html = html
-    if no_langid:
-        cfg.langid.enabled = False
-    if no_lang_thresholds:
-        cfg.langid.lang_thresholds = False
-    if lang is not None:
-        cfg.langid.keep = _split(lang) or []
-    if min_lang_score is not None:
-        cfg.langid.min_score = min_lang_score
-    if cfg.langid.keep and not cfg.langid.enabled:
-        raise UsageError("--lang needs language ID; drop --no-langid")
-    if filters is not None:
-        chosen = _split(filters) or []
-        if chosen == ["none"]:
-            chosen = []
-        unknown = set(chosen) - set(FILTER_NAMES)
-        if unknown:
-            raise UsageError(f"--filters: unknown filter(s) {sorted(unknown)}; "
-                             f"choose from {', '.join(FILTER_NAMES)} or none")
-        for name in FILTER_NAMES:
-            getattr(cfg, name).enabled = name in chosen
-    if quality_model is not None:
-        cfg.quality.model = quality_model
-    if min_quality is not None:
-        cfg.quality.min_score = min_quality
-    if quality_label is not None:
-        cfg.quality.label = quality_label
-    if ppl_model is not None:
-        cfg.perplexity.model = ppl_model
-    if max_ppl is not None:
-        cfg.perplexity.max_ppl = max_ppl
-    if ppl_quantile is not None:
-        cfg.perplexity.quantile = ppl_quantile
-    if pii is not None:
-        cfg.pii.enabled = pii
-    try:
-        cfg.validate()
-    except UsageError as e:
-        flag = {"normalize.unicode": "--unicode", "normalize.zh_convert": "--zh-convert",
-                "normalize.html": "--html", "langid.min_score": "--min-lang-score",
-                "quality.min_score": "--min-quality", "perplexity.model": "--ppl-model",
-                "perplexity.max_ppl": "--max-ppl", "perplexity.quantile": "--ppl-quantile"}
-        msg = str(e)
-        for key, name in flag.items():
-            msg = msg.replace(key, name)
-        raise UsageError(msg) from None
-
+    cfg = cfg.with_values(values)
+    cfg.validate()
     if print_config:
         sys.stdout.write(cfg.to_toml())
         return
@@ -277,6 +279,7 @@ label on them (to stderr; --json prints them to stdout). The model is a standard
   llmtk clean in.jsonl --quality-model q.bin --min-quality 0.5 > good.jsonl
 """,
 )
+@configs.keys_are_flags
 def train_quality(
     positive: Annotated[
         list[str],
@@ -351,6 +354,7 @@ words are the most widespread words. Writes a [lang.XX] table for `llmtk clean -
 Exit status: 0 success, 1 data or runtime error, 2 bad usage.
 """,
 )
+@configs.keys_are_flags
 def calibrate(
     inputs: Annotated[list[str], typer.Argument(help="Reference documents (files, dirs, globs).")],
     lang: Annotated[str, typer.Option("--lang", help="The reference text's language (ISO "

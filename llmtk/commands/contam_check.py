@@ -4,6 +4,7 @@ from typing import Annotated
 
 import typer
 
+from llmtk.commands import configs
 from llmtk.commands import options as o
 from llmtk.io.run import StreamOptions
 
@@ -42,6 +43,7 @@ EPILOG = ("Exit status: 0 no contamination (or it was removed with --drop or --m
           "3 contaminated documents found and left in, 1 data error, 2 bad usage.")
 
 
+@configs.keys_are_flags
 @o.stream_command()
 def command(
     eval_paths: Annotated[list[str], typer.Option(

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from llmtk.commands import groups
+from llmtk.commands import configs, groups
 from llmtk.commands import options as o
 from llmtk.dedup.config import DedupConfig
 from llmtk.errors import UsageError
@@ -90,18 +90,22 @@ Clusters = Annotated[str | None, typer.Option(
 
 
 def _config(ngram, unit, bands, rows, threshold, seed, normalise, verify=None):
-    """The checked DedupConfig of the MinHash options."""
+    """The checked DedupConfig of the MinHash options (its keys are the flag names)."""
     from llmtk.dedup.config import DedupConfig, auto_verify, bands_rows_for, parse_normalise
 
-    if threshold is not None:
-        if bands is not None or rows is not None:
-            raise UsageError("--threshold picks --bands and --rows: give one or the other")
-        bands, rows = bands_rows_for(threshold)
-    default = DedupConfig()
-    return DedupConfig(ngram=ngram, unit=unit, bands=default.bands if bands is None else bands,
-                       rows=default.rows if rows is None else rows, seed=seed,
-                       normalise=parse_normalise(normalise),
-                       verify=auto_verify(threshold) if verify is None else verify)
+    with configs.flags_for(configs.dashed):
+        if threshold is not None:
+            if bands is not None or rows is not None:
+                raise UsageError("--threshold picks --bands and --rows: give one or the other")
+            bands, rows = bands_rows_for(threshold)
+        default = DedupConfig()
+        config = DedupConfig(ngram=ngram, unit=unit,
+                             bands=default.bands if bands is None else bands,
+                             rows=default.rows if rows is None else rows, seed=seed,
+                             normalise=parse_normalise(normalise),
+                             verify=auto_verify(threshold) if verify is None else verify)
+        config.validate()
+    return config
 
 
 MINHASH_OPTIONS: dict[str, tuple[object, object]] = {
@@ -118,6 +122,7 @@ MINHASH_OPTIONS: dict[str, tuple[object, object]] = {
 minhash_options = o.option_bundle("config", MINHASH_OPTIONS, _config)
 
 
+@configs.keys_are_flags
 @o.stream_command()
 @minhash_options()
 def run_command(
@@ -177,6 +182,7 @@ refused. A finished task leaves OUT/part-K-of-N.done and a rerun skips it.
 """
 
 
+@configs.keys_are_flags
 @o.stream_command(without=("output", "compress"))
 @minhash_options()
 def signatures_command(
@@ -211,6 +217,7 @@ whatever the corpus size. Needs every signature task to be finished.
 """
 
 
+@configs.keys_are_flags
 def buckets_command(
     sigs: Annotated[str, typer.Argument(help="Folder written by `llmtk dedup signatures`.",
                                         show_default=False)],
@@ -246,6 +253,7 @@ corpus. Needs every bucket task to be finished.
 """
 
 
+@configs.keys_are_flags
 def clusters_command(
     buckets: Annotated[str, typer.Argument(help="Folder written by `llmtk dedup buckets`.",
                                            show_default=False)],
@@ -280,6 +288,7 @@ and --clusters.
 """
 
 
+@configs.keys_are_flags
 @o.stream_command(without=("workers",))
 def filter_command(
     index: Annotated[str, typer.Option("--index", help="Folder written by `llmtk dedup "

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from llmtk.commands import configs
 from llmtk.commands import options as o
 
 HELP = """\
@@ -154,13 +155,19 @@ def command(
         optimizer=optimizer, precision=precision, lora_rank=whole("--lora-rank", lora_rank),
         solve=solve, days=num("--days", days), fit=scaling_fit,
     )
-    result = estimate(req)
+    with configs.flags_for(_flag):
+        result = estimate(req)
     if json_out:
         _write_json(result)
     else:
         from llmtk.estimate.report import render
 
         render(result, sys.stdout)
+
+
+def _flag(key: str) -> str:
+    """The flag of a Request or Dims field (`fit` is --scaling-fit; the rest share names)."""
+    return "--scaling-fit" if key == "fit" else configs.dashed(key)
 
 
 def _write_json(obj) -> None:

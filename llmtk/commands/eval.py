@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from llmtk.commands import configs
 from llmtk.commands import options as o
 from llmtk.commands.options import Json, Quiet
 
@@ -38,6 +39,7 @@ FILE:LINE), 2 bad usage.
 """
 
 
+@configs.keys_are_flags
 def command(
     checkpoint: Annotated[str, typer.Argument(
         help="A run directory (its newest checkpoint), checkpoints/ or a step directory.",

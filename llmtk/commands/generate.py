@@ -4,6 +4,7 @@ from typing import Annotated
 
 import typer
 
+from llmtk.commands import configs
 from llmtk.commands import options as o
 
 SUMMARY = "Generate text from an llmtk run or a Hugging Face Llama-family folder."
@@ -31,6 +32,7 @@ EPILOG = ("Exit status: 0 success, 1 an unreadable model or prompts file (FILE:L
           "2 bad usage (e.g. a model that does not map onto llmtk's).")
 
 
+@configs.keys_are_flags
 def command(
     source: Annotated[str, typer.Argument(
         help="An llmtk run, checkpoints or step directory, or a Hugging Face folder "

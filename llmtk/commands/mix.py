@@ -4,6 +4,7 @@ from typing import Annotated
 
 import typer
 
+from llmtk.commands import configs
 from llmtk.commands import options as o
 from llmtk.io.run import StreamOptions
 
@@ -44,6 +45,7 @@ reuses them instead of tokenizing what it will not write.
 EPILOG = "Exit status: 0 success, 1 data error, 2 bad usage (e.g. a source too small)."
 
 
+@configs.keys_are_flags
 @o.stream_command(without=("inputs", "workers"))
 def command(
     source: Annotated[list[str], typer.Option(

@@ -4,6 +4,7 @@ Every streaming command spells these the same way; use the aliases in a
 command's signature and pass the values to `stream_options(...)`.
 """
 
+import dataclasses
 import enum
 import functools
 import inspect
@@ -125,18 +126,19 @@ Json = Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead
 def stream_options(
     *,
     inputs: list[str] | None,
-    output: str | None = None,
-    compress: str | None = None,
-    rejects: str | None = None,
-    stats: str | None = None,
-    text_field: str = "text",
-    on_error: str = "fail",
-    shard: str | None = None,
-    workers: int = 1,
-    quiet: bool = False,
-    max_record_bytes: str = "64Mi",
+    output: str | None,
+    compress: str | None,
+    rejects: str | None,
+    stats: str | None,
+    text_field: str,
+    on_error: str,
+    shard: str | None,
+    workers: int,
+    quiet: bool,
+    max_record_bytes: str,
 ) -> StreamOptions:
-    """Check the shared options and bundle them for `llmtk.io.StreamRun`."""
+    """Check the shared options and bundle them for `llmtk.io.StreamRun` (the defaults are
+    STREAM_OPTIONS', which the bundle always passes)."""
     if on_error == "reject" and not rejects:
         raise UsageError("--on-error reject needs --rejects FILE")
     if compress not in (None, "none", "zstd", "zst", "gzip", "gz"):
@@ -184,19 +186,26 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     return k, n
 
 
-# The shared stream options, in the order they appear in a command's signature.
+def _default(name: str):
+    """StreamOptions' default for a field: the one place the shared defaults are written."""
+    return next(f.default for f in dataclasses.fields(StreamOptions) if f.name == name)
+
+
+# The shared stream options, in the order they appear in a command's signature, with their
+# defaults from StreamOptions (in the option's own form where it differs: no inputs is
+# stdin, the shard is K/N text, the record limit a size with a binary suffix).
 STREAM_OPTIONS: dict[str, tuple[object, object]] = {
     "inputs": (Inputs, None),
-    "output": (Output, None),
-    "compress": (Compress, None),
-    "rejects": (Rejects, None),
-    "stats": (Stats, None),
-    "text_field": (TextField, "text"),
-    "on_error": (OnError, "fail"),
+    "output": (Output, _default("output")),
+    "compress": (Compress, _default("compress")),
+    "rejects": (Rejects, _default("rejects")),
+    "stats": (Stats, _default("stats")),
+    "text_field": (TextField, _default("text_field")),
+    "on_error": (OnError, _default("on_error")),
     "shard": (Shard, None),
-    "workers": (Workers, 1),
-    "quiet": (Quiet, False),
-    "max_record_bytes": (MaxRecordBytes, "64Mi"),
+    "workers": (Workers, _default("workers")),
+    "quiet": (Quiet, _default("quiet")),
+    "max_record_bytes": (MaxRecordBytes, f"{_default('max_record_bytes') >> 20}Mi"),
 }
 
 

@@ -4,6 +4,8 @@ from typing import Annotated
 
 import typer
 
+from llmtk.commands import configs
+
 SUMMARY = "Run the N tasks of a sharded command on Ray (or locally), with retries."
 
 HELP = f"""\
@@ -29,6 +31,7 @@ when every task has finished: run the stages one after the other.
 EPILOG = "Exit status: 0 every task succeeded, 1 a task failed after its retries, 2 bad usage."
 
 
+@configs.keys_are_flags
 def command(
     argv: Annotated[list[str], typer.Argument(help="The command and its arguments (after --).",
                                               show_default=False, metavar="-- COMMAND...")],

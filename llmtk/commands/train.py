@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from llmtk.commands import groups
+from llmtk.commands import configs, groups
 
 SUMMARY = "Train a GPT-style model, one CPU process to many GPU nodes via torchrun."
 
@@ -299,6 +299,14 @@ def command(
 ) -> None:
     # Every parameter but --config is a TrainConfig or LaunchConfig field of the same name.
     flags = {k: v for k, v in locals().items() if k != "config"}
+    from llmtk.train.config import given
+
+    # A ConfigError names a field; it reaches the user as the flag (or `FILE: key`).
+    with configs.flags_for(configs.dashed, given(flags).keys(), config):
+        _train(flags, config)
+
+
+def _train(flags: dict, config: str | None) -> None:
     from llmtk.train.config import resolve_config, resolve_launch
     from llmtk.train.launch import is_worker, run_torchrun, torchrun_argv, worker_args
 
@@ -344,6 +352,7 @@ UTF-8 text is covered and nothing is unknown; <|endoftext|> is the EOS token.
 
 
 @app.command("tokenizer", help=TOKENIZER_HELP)
+@configs.keys_are_flags
 def tokenizer_command(
     data: Annotated[list[str] | None, typer.Option(
         "--data", help="Documents (files, directories, globs; '-' or none: stdin).")] = None,
@@ -410,6 +419,7 @@ checkpoint there, OUT_DIR not empty, neither or both of -o and --hf).
 
 
 @app.command("export", help=EXPORT_HELP)
+@configs.keys_are_flags
 def export_command(
     checkpoint: Annotated[str, typer.Argument(help="A run directory, its checkpoints/ "
                                               "directory or one step-NNNNNNN directory.")],

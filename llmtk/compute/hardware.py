@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
 
 TFLOPS = 1e12
 GIB = 1024**3
@@ -73,7 +73,7 @@ PRECISION_PEAK = {"bf16-mixed": "bf16", "fp16-mixed": "fp16", "fp8": "fp8", "fp3
 def gpu(name: str) -> GPU:
     key = name.strip().lower().replace("_", "-")
     if key not in _ALIASES:
-        raise UsageError(f"--gpus: unknown GPU {name!r} (known: "
+        raise ConfigError("gpus", f"unknown GPU {name!r} (known: "
                          f"{', '.join(g.name for g in GPU_LIST)})")
     return _ALIASES[key]
 
@@ -82,10 +82,10 @@ def parse_gpus(spec: str) -> tuple[int, GPU]:
     """'1024xH100' -> (1024, H100); 'H100' -> (1, H100)."""
     m = re.fullmatch(r"\s*(?:(\d+)\s*[x×*]\s*)?([A-Za-z][\w.-]*)\s*", spec)
     if not m:
-        raise UsageError(f"--gpus: expected COUNTxNAME such as 1024xH100, got {spec!r}")
+        raise ConfigError("gpus", f"expected COUNTxNAME such as 1024xH100, got {spec!r}")
     count = int(m.group(1)) if m.group(1) else 1
     if count < 1:
-        raise UsageError(f"--gpus: the count must be >= 1, got {spec!r}")
+        raise ConfigError("gpus", f"the count must be >= 1, got {spec!r}")
     return count, gpu(m.group(2))
 
 
@@ -93,11 +93,11 @@ def peak_flops(g: GPU, precision: str) -> float:
     """Dense peak FLOP/s of `g` for a training precision (bf16-mixed, fp16-mixed, fp8, fp32)."""
     kind = PRECISION_PEAK.get(precision)
     if kind is None:
-        raise UsageError(f"--precision: expected one of {', '.join(PRECISION_PEAK)}, "
+        raise ConfigError("precision", f"expected one of {', '.join(PRECISION_PEAK)}, "
                          f"got {precision!r}")
     value = getattr(g, kind)
     if value is None:
-        raise UsageError(f"--precision: {g.name} has no {kind.upper()} tensor cores")
+        raise ConfigError("precision", f"{g.name} has no {kind.upper()} tensor cores")
     return value
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
 
 # The preset table is shared with `llmtk train` (one table, DESIGN.md): it lives in
 # llmtk.presets; re-exported here for estimate's modules.
@@ -81,7 +81,7 @@ def preset(name: str) -> ModelSpec:
         guesses = [squashed[g] for g in
                    difflib.get_close_matches(_squash(name), list(squashed), n=2, cutoff=0.75)]
     hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
-    raise UsageError(f"--model: unknown preset {name!r}{hint} (known: {', '.join(PRESETS)})")
+    raise ConfigError("model", f"unknown preset {name!r}{hint} (known: {', '.join(PRESETS)})")
 
 
 @dataclass
@@ -123,8 +123,8 @@ def build_spec(model: str | None, dims: Dims) -> ModelSpec | None:
         return None
     for k in core:
         if k not in given:
-            raise UsageError(f"--{k.replace('_', '-')}: needed with the other model "
-                             "dimensions (or use --model PRESET)")
+            raise ConfigError(k, "needed with the other model dimensions (or use {0} PRESET)",
+                              also=("model",))
     spec = ModelSpec("custom", dims.layers, dims.d_model, dims.heads,
                      dims.vocab if dims.vocab is not None else 32000,
                      dims.seq_len if dims.seq_len is not None else 2048,
@@ -136,17 +136,18 @@ def build_spec(model: str | None, dims: Dims) -> ModelSpec | None:
 
 
 def validate(m: ModelSpec) -> None:
-    """Raise UsageError naming the option whose value makes the shape impossible."""
-    for opt, v in (("--layers", m.n_layer), ("--d-model", m.d_model), ("--heads", m.n_head),
-                   ("--vocab", m.vocab_size), ("--seq-len", m.seq_len),
-                   ("--kv-heads", m.kv_heads), ("--ffn", m.ffn), ("--head-dim", m.hd)):
+    """Raise ConfigError naming the dimension (a Dims key) that makes the shape impossible."""
+    for key, v in (("layers", m.n_layer), ("d_model", m.d_model), ("heads", m.n_head),
+                   ("vocab", m.vocab_size), ("seq_len", m.seq_len),
+                   ("kv_heads", m.kv_heads), ("ffn", m.ffn), ("head_dim", m.hd)):
         if v < 1:
-            raise UsageError(f"{opt}: must be >= 1, got {v}")
+            raise ConfigError(key, f"must be >= 1, got {v}")
     if m.head_dim is None and m.d_model % m.n_head:
-        raise UsageError(f"--heads: {m.n_head} heads do not divide --d-model {m.d_model}")
+        raise ConfigError("heads", f"{m.n_head} heads do not divide {{0}} {m.d_model}",
+                          also=("d_model",))
     if m.n_head % m.kv_heads:
-        raise UsageError(f"--kv-heads: {m.kv_heads} kv heads do not divide "
-                         f"{m.n_head} query heads")
+        raise ConfigError("kv_heads", f"{m.kv_heads} kv heads do not divide "
+                          f"{m.n_head} query heads")
 
 
 def spec_from_config(cfg) -> ModelSpec:

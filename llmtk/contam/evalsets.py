@@ -122,15 +122,15 @@ def expand(paths: list[str]) -> list[str]:
                           and f not in ("dataset_info.json", "state.json", "dataset_dict.json")]
                 dirs.sort()
             if not found:
-                from llmtk.errors import UsageError
+                from llmtk.errors import ConfigError
 
-                raise UsageError(f"--eval: {path}: no evaluation files in this directory "
-                                 f"(expected {', '.join(SUFFIXES)} or save_to_disk folders)")
+                raise ConfigError("eval", f"{path}: no evaluation files in this directory "
+                                  f"(expected {', '.join(SUFFIXES)} or save_to_disk folders)")
             out += sorted(found)
         else:
-            from llmtk.errors import UsageError
+            from llmtk.errors import ConfigError
 
-            raise UsageError(f"--eval: {path}: no such file or directory")
+            raise ConfigError("eval", f"{path}: no such file or directory")
     return out
 
 

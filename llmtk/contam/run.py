@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from llmtk.contam.check import EvalIndex, EvalItem, build_items
 from llmtk.contam.ngrams import mask_ngrams
 from llmtk.contam.report import item_row, seen_runs, summarise
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
 from llmtk.io import Doc, StreamRun, ordered_map
 
 
@@ -20,7 +20,7 @@ def load_eval_items(paths: list[str], fields: list[str] | None, id_field: str, n
     from llmtk.contam.evalsets import eval_records
 
     if any(p == "-" for p in paths):
-        raise UsageError("--eval: evaluation sets must be files or directories, not stdin")
+        raise ConfigError("eval", "evaluation sets must be files or directories, not stdin")
     return build_items(eval_records(paths, fields, id_field, [] if sets is None else sets), n)
 
 

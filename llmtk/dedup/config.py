@@ -9,14 +9,16 @@ who sets no option is promised >= 0.95 at and above 0.8; 16 x 7 gives 0.977 at
 which the verification removes (see docs/dedup.md, "Default banding", for the
 curve and benchmarks/dedup_quality.py for the measurements on real text).
 A saved index or a signatures folder records the parameters it was built with,
-and a later stage refuses different ones.
+and a later stage refuses different ones. Like every llmtk config, a DedupConfig is
+frozen and checked once by `validate()`, which names a parameter by its key (ConfigError);
+the command words the key as its flag.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
 
 NORMALISE_STEPS = ("lowercase", "whitespace", "punctuation", "digits")
 UNITS = ("word", "char", "auto")
@@ -34,25 +36,23 @@ class DedupConfig:
     # > 0: a band match counts only if the signatures agree this much (estimated Jaccard)
     verify: float = 0.5
 
-
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
+        """Raise ConfigError for the first parameter that cannot run (the command calls it)."""
         if self.ngram < 1:
-            raise UsageError(f"--ngram: must be >= 1, got {self.ngram}")
+            raise ConfigError("ngram", f"must be >= 1, got {self.ngram}")
         if self.unit not in UNITS:
-            raise UsageError(f"--unit: expected word, char or auto, got {self.unit!r}")
+            raise ConfigError("unit", f"expected word, char or auto, got {self.unit!r}")
         if self.bands < 1 or self.rows < 1 or self.bands * self.rows > MAX_PERMUTATIONS:
-            raise UsageError(
-                f"--bands/--rows: need bands, rows >= 1 and bands*rows <= {MAX_PERMUTATIONS}, "
-                f"got {self.bands}x{self.rows}"
+            raise ConfigError(
+                "bands", f"must be >= 1, as must {{0}}, with at most {MAX_PERMUTATIONS} "
+                f"permutations (bands x rows); got {self.bands}x{self.rows}", also=("rows",)
             )
         if not 0.0 <= self.verify < 1.0:
-            raise UsageError(f"--verify: must be between 0 and 1, got {self.verify}")
+            raise ConfigError("verify", f"must be between 0 and 1, got {self.verify}")
         bad = [s for s in self.normalise if s not in NORMALISE_STEPS]
         if bad:
-            raise UsageError(
-                f"--normalise: unknown step {bad[0]!r} (choose from {', '.join(NORMALISE_STEPS)} "
-                "or none)"
-            )
+            raise ConfigError("normalise", f"unknown step {bad[0]!r} (choose from "
+                              f"{', '.join(NORMALISE_STEPS)} or none)")
 
     @property
     def permutations(self) -> int:
@@ -121,7 +121,7 @@ def bands_rows_for(threshold: float, permutations: int = 112) -> tuple[int, int]
     import numpy as np
 
     if not 0.0 < threshold < 1.0:
-        raise UsageError(f"--threshold: must be between 0 and 1, got {threshold}")
+        raise ConfigError("threshold", f"must be between 0 and 1, got {threshold}")
     below = np.linspace(0.0, threshold, 201)
     above = np.linspace(threshold, 1.0, 201)
     best: tuple[float, int, int] | None = None

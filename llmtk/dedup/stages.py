@@ -46,7 +46,7 @@ import orjson
 from llmtk.dedup.config import DedupConfig
 from llmtk.dedup.index import EXACT, MINHASH, check_same_config, read_meta
 from llmtk.dedup.stream import ClusterLog, settle_duplicate, signature_batches
-from llmtk.errors import AlreadyDone, DataError, UsageError
+from llmtk.errors import AlreadyDone, ConfigError, DataError, UsageError
 from llmtk.io import StreamRun, write_json_atomically
 from llmtk.io.shard import RECORD_BITS
 
@@ -577,10 +577,11 @@ def filter_with_clusters(run: StreamRun, directory: str, annotate: bool,
     _stage_inputs(run)
     meta = read_meta(directory, CLUSTER_KIND, "--index")
     if not os.path.exists(_done(directory, "clusters")):
-        raise UsageError(f"--index: {directory} is not finished (no clusters.done)")
+        raise ConfigError("index", "is not finished (no clusters.done)", value=directory)
     if meta["files"] != run.all_paths:
-        raise UsageError(f"--index: {directory} was built from other input files "
-                         f"({len(meta['files'])} files, these are {len(run.all_paths)})")
+        raise ConfigError("index", "was built from other input files "
+                          f"({len(meta['files'])} files, these are {len(run.all_paths)})",
+                          value=directory)
     mine = set(run.file_ordinals)
     offsets = np.cumsum([0, *meta["records"]]).astype(np.int64)
     docs, dup_of, exact, head_first = [], [], [], []

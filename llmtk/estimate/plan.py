@@ -12,15 +12,18 @@ from dataclasses import dataclass, field, replace
 from llmtk.compute import flops as F
 from llmtk.compute import hardware
 from llmtk.compute.models import Dims, ModelSpec, build_spec, count_params
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
 from llmtk.estimate import memory, scaling
 
 SOLVE = ("gpus", "days", "tokens")
 INFERENCE_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "int4": 0.5}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Request:
+    """One estimate's inputs. Errors name a field (ConfigError); the command words it as
+    its flag (`fit` is --scaling-fit, the others share their name)."""
+
     model: str | None = None
     params: float | None = None
     dims: Dims = field(default_factory=Dims)
@@ -45,9 +48,9 @@ class Request:
     fit: str = "besiroglu"
 
 
-def _choice(option: str, value: str, choices) -> str:
+def _choice(key: str, value: str, choices) -> str:
     if value not in choices:
-        raise UsageError(f"{option}: expected one of {', '.join(choices)}, got {value!r}")
+        raise ConfigError(key, f"expected one of {', '.join(choices)}, got {value!r}")
     return value
 
 
@@ -60,23 +63,28 @@ def lora_params(m: ModelSpec, rank: int) -> float:
     return float(m.n_layer * sum(rank * (i + o) for i, o in shapes))
 
 
-def _check(req: Request) -> None:
-    _choice("--recompute", req.recompute, memory.RECOMPUTE)
-    _choice("--optimizer", req.optimizer, tuple(memory.OPTIMIZER_BYTES))
-    _choice("--precision", req.precision, tuple(memory.PRECISION_BYTES))
-    _choice("--scaling-fit", req.fit, tuple(scaling.FITS))
+def validate(req: Request) -> None:
+    """Raise ConfigError for the first field that cannot be estimated as given."""
+    _choice("recompute", req.recompute, memory.RECOMPUTE)
+    _choice("optimizer", req.optimizer, tuple(memory.OPTIMIZER_BYTES))
+    _choice("precision", req.precision, tuple(memory.PRECISION_BYTES))
+    _choice("fit", req.fit, tuple(scaling.FITS))
     if req.solve is not None:
-        _choice("--solve", req.solve, SOLVE)
+        _choice("solve", req.solve, SOLVE)
     if not 0 < req.mfu <= 1:
-        raise UsageError(f"--mfu: must be in (0, 1], got {req.mfu:g}")
+        raise ConfigError("mfu", f"must be in (0, 1], got {req.mfu:g}")
     if req.zero not in (0, 1, 2, 3):
-        raise UsageError(f"--zero: expected 0, 1, 2 or 3 (FSDP = 3), got {req.zero}")
-    for opt, v in (("--tp", req.tp), ("--pp", req.pp), ("--micro-batch", req.micro_batch),
-                   ("--gpus-per-node", req.gpus_per_node)):
-        if v < 1:
-            raise UsageError(f"{opt}: must be >= 1, got {v}")
+        raise ConfigError("zero", f"expected 0, 1, 2 or 3 (FSDP = 3), got {req.zero}")
+    for key in ("tp", "pp", "micro_batch", "gpus_per_node"):
+        if getattr(req, key) < 1:
+            raise ConfigError(key, f"must be >= 1, got {getattr(req, key)}")
+    if req.dp is not None and req.dp < 1:
+        raise ConfigError("dp", f"must be >= 1, got {req.dp}")
+    if req.lora_rank is not None and req.lora_rank < 1:
+        raise ConfigError("lora_rank", f"must be >= 1, got {req.lora_rank}")
     if req.solve in ("gpus", "tokens") and req.days is None:
-        raise UsageError(f"--days: --solve {req.solve} needs the target duration in days")
+        raise ConfigError("days", f"{{0}} {req.solve} needs the target duration in days",
+                          also=("solve",))
 
 
 def gpus_to_buy(need: float, model_parallel: int, per_node: int) -> tuple[int, str]:
@@ -99,23 +107,21 @@ def _layout(req: Request, n_gpus: int) -> tuple[int, int, int]:
     """(dp, tp, pp) with dp·tp·pp = n_gpus."""
     mp = req.tp * req.pp
     if req.dp is not None:
-        if req.dp < 1:
-            raise UsageError(f"--dp: must be >= 1, got {req.dp}")
         if req.dp * mp != n_gpus:
-            raise UsageError(f"--dp: dp x tp x pp = {req.dp} x {req.tp} x {req.pp} = "
-                             f"{req.dp * mp} is not the {n_gpus} GPUs of --gpus")
+            raise ConfigError("dp", f"dp x tp x pp = {req.dp} x {req.tp} x {req.pp} = "
+                              f"{req.dp * mp} is not the {n_gpus} GPUs of {{0}}", also=("gpus",))
         return req.dp, req.tp, req.pp
     if n_gpus % mp:
-        raise UsageError(f"--gpus: {n_gpus} GPUs are not a multiple of tp x pp = {mp}")
+        raise ConfigError("gpus", f"{n_gpus} GPUs are not a multiple of tp x pp = {mp}")
     return n_gpus // mp, req.tp, req.pp
 
 
 def estimate(req: Request) -> dict:
-    _check(req)
+    validate(req)
     spec = build_spec(req.model, req.dims)
     if spec is None and req.params is None:
-        raise UsageError("--model: give a preset (--model llama3-8b), --params, or "
-                         "--layers/--d-model/--heads")
+        raise ConfigError("model", "give a preset ({0} llama3-8b), {1}, or {2}/{3}/{4}",
+                          also=("model", "params", "layers", "d_model", "heads"))
     n_gpus, gpu = hardware.parse_gpus(req.gpus)
     peak = hardware.peak_flops(gpu, req.precision)
 
@@ -130,21 +136,19 @@ def estimate(req: Request) -> dict:
     trainable = total
     lora = None
     if req.lora_rank is not None:
-        if req.lora_rank < 1:
-            raise UsageError(f"--lora-rank: must be >= 1, got {req.lora_rank}")
         if spec is None:
-            raise UsageError("--lora-rank: needs the model's shape (--model or --layers/"
-                             "--d-model/--heads), not only --params")
+            raise ConfigError("lora_rank", "needs the model's shape ({0} or {1}/{2}/{3}), not "
+                              "only {4}", also=("model", "layers", "d_model", "heads", "params"))
         lora = lora_params(spec, req.lora_rank)
         trainable = lora
 
     if spec is not None:
         if spec.n_head % req.tp:
-            raise UsageError(f"--tp: {req.tp} does not divide the {spec.n_head} attention heads")
+            raise ConfigError("tp", f"{req.tp} does not divide the {spec.n_head} attention heads")
         if spec.ffn % req.tp:
-            raise UsageError(f"--tp: {req.tp} does not divide the MLP width {spec.ffn}")
+            raise ConfigError("tp", f"{req.tp} does not divide the MLP width {spec.ffn}")
         if req.pp > spec.n_layer:
-            raise UsageError(f"--pp: {req.pp} pipeline stages for {spec.n_layer} layers")
+            raise ConfigError("pp", f"{req.pp} pipeline stages for {spec.n_layer} layers")
 
     # --- FLOPs --------------------------------------------------------------------------
     if spec is not None:
@@ -175,7 +179,7 @@ def estimate(req: Request) -> dict:
     if tokens is None:
         tokens, tokens_from = scaling.chinchilla_tokens(total), "chinchilla"
     if tokens <= 0:
-        raise UsageError(f"--tokens: must be > 0, got {tokens:g}")
+        raise ConfigError("tokens", f"must be > 0, got {tokens:g}")
 
     dp, tp, pp = _layout(replace(req, dp=None) if req.solve == "gpus" else req, n_gpus)
     par = memory.Parallel(dp=dp, tp=tp, pp=pp, zero=req.zero,
@@ -183,10 +187,10 @@ def estimate(req: Request) -> dict:
     seq = spec.seq_len if spec is not None else None
     global_batch = req.global_batch if req.global_batch is not None else req.micro_batch * dp
     if global_batch < 1:
-        raise UsageError(f"--global-batch: must be >= 1, got {global_batch}")
+        raise ConfigError("global_batch", f"must be >= 1, got {global_batch}")
     if global_batch % (req.micro_batch * dp):
-        raise UsageError(f"--global-batch: {global_batch} is not a multiple of micro-batch x "
-                         f"dp = {req.micro_batch} x {dp}")
+        raise ConfigError("global_batch", f"{global_batch} is not a multiple of micro-batch x "
+                          f"dp = {req.micro_batch} x {dp}")
     accum = global_batch // (req.micro_batch * dp)
 
     total_flops = tokens * per_token

@@ -25,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from llmtk.errors import DataError, UsageError
+from llmtk.errors import ConfigError, DataError
 
 MULTIPLE_CHOICE, GENERATE, PERPLEXITY = "multiple_choice", "generate", "perplexity"
 KIND_OF = {"hellaswag": MULTIPLE_CHOICE, "arc": MULTIPLE_CHOICE, "mmlu": MULTIPLE_CHOICE,
@@ -171,7 +171,7 @@ def load_task(spec: str, limit: int | None = None) -> Task:
 
     name, path = spec.split("=", 1) if "=" in spec and not os.path.exists(spec) else (None, spec)
     if not os.path.isfile(path):
-        raise UsageError(f"--tasks {path}: no such file")
+        raise ConfigError("tasks", "no such file", value=path)
     name = name or task_name(path)
     layout = None
     items: list[Item] = []

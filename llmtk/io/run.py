@@ -29,7 +29,7 @@ from functools import partial
 
 import orjson
 
-from llmtk.errors import AlreadyDone, UsageError
+from llmtk.errors import AlreadyDone, ConfigError, UsageError
 from llmtk.io import marker
 from llmtk.io.compression import normalise_kind
 from llmtk.io.parquet import is_parquet_name
@@ -110,7 +110,7 @@ class StreamRun:
         try:
             if is_parquet_name(self.opts.output):  # columnar output: records, not lines
                 if self.opts.compress:
-                    raise UsageError("--compress: a .parquet output is always zstd-compressed")
+                    raise ConfigError("compress", "a .parquet output is always zstd-compressed")
                 from llmtk.io.parquet import ParquetSink
 
                 self.output = ParquetSink(self.opts.output, self.opts.text_field)
@@ -119,8 +119,8 @@ class StreamRun:
             else:
                 self.output = self._open(self.opts.output, normalise_kind(self.opts.compress))
             if is_parquet_name(self.opts.rejects):
-                raise UsageError("--rejects: write JSONL (rejected records carry varying "
-                                 "fields that one Parquet schema cannot hold)")
+                raise ConfigError("rejects", "write JSONL (rejected records carry varying "
+                                  "fields that one Parquet schema cannot hold)")
             if self.opts.rejects:
                 self.rejects = self._open(self.opts.rejects)
             if self.opts.stats:

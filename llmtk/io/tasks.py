@@ -20,7 +20,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable
 
-from llmtk.errors import LlmtkError, UsageError
+from llmtk.errors import ConfigError, LlmtkError, UsageError
 
 
 class TaskFailed(Exception):
@@ -47,13 +47,13 @@ def run_tasks(argv: list[str], tasks: int, executor: str, retries: int, parallel
         raise UsageError("give the command to run after --, e.g. llmtk run --tasks 8 -- "
                          "llmtk clean in/ --shard {shard} -o out/{k}.jsonl.zst")
     if tasks < 1:
-        raise UsageError(f"--tasks: must be >= 1, got {tasks}")
+        raise ConfigError("tasks", f"must be >= 1, got {tasks}")
     if executor == "local":
         _run_local(argv, tasks, retries, parallel or 1, log)
     elif executor == "ray":
         _run_ray(argv, tasks, retries, parallel, address, cpus_per_task, log)
     else:
-        raise UsageError(f"--executor: expected local or ray, got {executor!r}")
+        raise ConfigError("executor", f"expected local or ray, got {executor!r}")
 
 
 def _run_local(argv, tasks, retries, parallel, log) -> None:
@@ -78,7 +78,7 @@ def _run_ray(argv, tasks, retries, parallel, address, cpus_per_task, log) -> Non
     try:
         import ray
     except ImportError:
-        raise UsageError("--executor ray needs Ray: pip install 'llmtk[ray]'") from None
+        raise ConfigError("executor", "ray needs Ray: pip install 'llmtk[ray]'") from None
 
     if address is not None:
         ray.init(address=address, log_to_driver=True)

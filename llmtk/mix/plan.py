@@ -21,7 +21,7 @@ from functools import cached_property
 
 import xxhash
 
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
 
 
 @dataclass
@@ -59,7 +59,7 @@ def parse_source(spec: str) -> Source:
     """NAME=PATH[:WEIGHT]; PATH may be a file, directory or glob."""
     name, sep, rest = spec.partition("=")
     if not sep or not name or not rest:
-        raise UsageError(f"--source: expected NAME=PATH[:WEIGHT], got {spec!r}")
+        raise ConfigError("source", f"expected NAME=PATH[:WEIGHT], got {spec!r}")
     path, weight = rest, 1.0
     head, colon, tail = rest.rpartition(":")
     if colon and head:
@@ -69,10 +69,10 @@ def parse_source(spec: str) -> Source:
         except ValueError:
             pass  # a ':' inside the path itself
     if not (weight > 0 and math.isfinite(weight)):
-        raise UsageError(f"--source {name}: the weight must be > 0, got {tail}")
+        raise ConfigError("source", f"the weight must be > 0, got {tail}", value=name)
     if path == "-":
-        raise UsageError(f"--source {name}: mix reads each source twice, so it must be a file, "
-                         "directory or glob, not stdin")
+        raise ConfigError("source", "mix reads each source twice, so it must be a file, "
+                          "directory or glob, not stdin", value=name)
     return Source(name, path, weight)
 
 
@@ -99,17 +99,17 @@ def plan(sources: list[Source], budget: float | None, max_epochs: float, seed: i
     """Fill in each source's target, full epochs and subset; returns the budget used."""
     for s in sources:
         if s.tokens == 0:
-            raise UsageError(f"--source {s.name}: no documents in {s.spec}")
+            raise ConfigError("source", f"no documents in {s.spec}", value=s.name)
     if budget is None:
         budget = natural_budget(sources)
     total_weight = sum(s.weight for s in sources)
     for s in sources:
         s.target = budget * s.weight / total_weight
         if s.epochs > max_epochs:
-            raise UsageError(
-                f"--source {s.name}: its share ({s.target:,.0f} tokens) needs {s.epochs:.2f} "
-                f"epochs of its {s.tokens:,} tokens, more than --max-epochs {max_epochs:g}; lower "
-                "its weight or the budget, or raise --max-epochs")
+            raise ConfigError(
+                "source", f"its share ({s.target:,.0f} tokens) needs {s.epochs:.2f} epochs of "
+                f"its {s.tokens:,} tokens, more than {{0}} {max_epochs:g}; lower its weight or "
+                "the budget, or raise {0}", also=("max_epochs",), value=s.name)
         s.full_epochs = int(s.target // s.tokens)
         remainder = s.target - s.full_epochs * s.tokens
         s.subset = _subset(s, remainder, seed) if remainder > 0 else None

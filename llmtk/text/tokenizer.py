@@ -14,7 +14,7 @@ import hashlib
 import os
 from collections.abc import Iterable, Iterator
 
-from llmtk.errors import DataError, UsageError
+from llmtk.errors import ConfigError, DataError
 
 # Special tokens we recognise as "end of document" in a tokenizer.json, in order.
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
@@ -47,7 +47,7 @@ class HFTokenizer:
             with open(path, "rb") as f:
                 raw = f.read()
         except OSError as e:
-            raise UsageError(f"--tokenizer {path}: cannot read: {e.strerror or e}") from None
+            raise ConfigError("tokenizer", f"cannot read: {e.strerror or e}", value=path) from None
         try:
             self._tok = Tokenizer.from_str(raw.decode("utf-8"))
         except Exception as e:  # the library raises a plain Exception for bad files
@@ -100,7 +100,7 @@ def train_bpe(texts: Iterator[str], vocab_size: int, out_path: str, min_frequenc
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size < 257:
-        raise UsageError(f"--vocab-size must be at least 257 (256 bytes + EOS), got {vocab_size}")
+        raise ConfigError("vocab_size", f"must be at least 257 (256 bytes + EOS), got {vocab_size}")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 
-from llmtk.errors import DataError, UsageError
+from llmtk.errors import ConfigError, DataError
 
 ROLES = ("system", "user", "assistant")
 
@@ -80,7 +80,8 @@ class JinjaTemplate:
         try:
             self.template = env.from_string(source)
         except jinja2.TemplateError as e:
-            raise UsageError(f"--chat-template {name}: not a valid Jinja template ({e})") from None
+            raise ConfigError("chat_template", f"not a valid Jinja template ({e})",
+                              value=name) from None
         self.tok, self.name = tokenizer, name
         self.bos, self.eos = bos, eos or getattr(tokenizer, "eos_token", "")
 
@@ -154,5 +155,6 @@ def chat_template(tokenizer, spec: str = "auto"):
         with open(spec, encoding="utf-8") as f:
             source = f.read()
     except OSError as e:
-        raise UsageError(f"--chat-template {spec}: cannot read: {e.strerror or e}") from None
+        raise ConfigError("chat_template", f"cannot read: {e.strerror or e}", value=spec
+                          ) from None
     return JinjaTemplate(tokenizer, source, spec)

@@ -7,7 +7,11 @@ same way. Every command-line option has a key, the torchrun launch options too
 trains the wrong thing.
 
 Every value, from TOML and flags alike, is checked for its type and range before
-any work starts; a bad one is `FILE: key: message` (or `--flag: message`), exit 2.
+any work starts; a bad one is a ConfigError naming the field, which the command words as
+`FILE: key: message` (or `--flag: message`), exit 2. Values in a TOML file are checked as
+it is read (the error names the file and the key as written there); `validate()` checks a
+whole config once, the rules that relate several options included. Both configs are
+frozen: they are built once, from defaults < file < flags.
 The type comes from the field's annotation (an int is never a float, a bool or a
 string: `steps = 2.7` and `steps = "5"` are refused, not rounded or parsed); the range
 from RULES below. Floats must be finite (`1e400` and `nan` are refused).
@@ -17,15 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
 
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
+from llmtk.io import tomlfile
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     # data
     data: list[str] = field(default_factory=list)
@@ -99,15 +103,17 @@ class TrainConfig:
     eval_bad_cases: int = 5
     eval_max_new_tokens: int = 128
 
-    def check(self) -> None:
-        """Raise UsageError naming the first bad option (type and range checks come first,
-        in `validate`; these are the rules that relate several options)."""
+    def validate(self) -> None:
+        """Raise ConfigError naming the first bad field: each value's type and range
+        (`check_value`), then the rules that relate several fields."""
+        _check_fields(self)
         if not self.data:
-            raise UsageError("--data is required (JSONL/zstd files, directories or globs)")
+            raise ConfigError("data", "is required (JSONL/zstd files, directories or globs)")
         if not self.out:
-            raise UsageError("--out is required (the run directory)")
+            raise ConfigError("out", "is required (the run directory)")
         if self.min_lr is not None and self.min_lr > self.lr:
-            raise UsageError(f"--min-lr ({self.min_lr}) must not exceed --lr ({self.lr})")
+            raise ConfigError("min_lr", f"{self.min_lr} must not exceed {{0}} ({self.lr})",
+                              also=("lr",))
         from llmtk.train.loggers import parse_log_to
 
         parse_log_to(self.log_to)
@@ -120,24 +126,27 @@ class TrainConfig:
 
     def _check_finetune(self) -> None:
         if self.template not in ("auto", "chat", "prompt", "alpaca"):
-            raise UsageError(f"--template must be one of auto, chat, prompt, alpaca, got "
-                             f"{self.template!r}")
+            raise ConfigError("template", "must be one of auto, chat, prompt, alpaca, got "
+                              f"{self.template!r}")
         if self.lora_rank is not None:
             from llmtk.train.lora import parse_targets
 
             if self.lora_rank < 1:
-                raise UsageError("--lora-rank must be >= 1")
+                raise ConfigError("lora_rank", f"must be >= 1, got {self.lora_rank}")
             parse_targets(self.lora_targets)
             if not 0.0 <= self.lora_dropout < 1.0:
-                raise UsageError("--lora-dropout must be in [0, 1)")
-        if self.eval_bad_cases < 0 or self.eval_max_new_tokens < 1:
-            raise UsageError("--eval-bad-cases must be >= 0 and --eval-max-new-tokens >= 1")
+                raise ConfigError("lora_dropout", f"must be in [0, 1), got {self.lora_dropout}")
+        if self.eval_bad_cases < 0:
+            raise ConfigError("eval_bad_cases", f"must be >= 0, got {self.eval_bad_cases}")
+        if self.eval_max_new_tokens < 1:
+            raise ConfigError("eval_max_new_tokens",
+                              f"must be >= 1, got {self.eval_max_new_tokens}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
-@dataclass
+@dataclass(frozen=True)
 class LaunchConfig:
     """torchrun's options: accepted in TOML under the same names as the flags."""
 
@@ -149,6 +158,13 @@ class LaunchConfig:
     rdzv_backend: str = "c10d"
     max_restarts: int = 0
     rdzv_timeout: int | None = None       # seconds the nodes wait to join; None: torchrun's
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first bad field."""
+        _check_fields(self)
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ConfigError("rdzv_endpoint", "HOST:PORT is required with {0} > 1",
+                              also=("nnodes",))
 
 
 def _at_least(low):
@@ -230,58 +246,67 @@ def _type_problem(name: str, value) -> str | None:
     return None
 
 
-def validate(name: str, value, where: str) -> object:
-    """The value, checked (a problem raises UsageError prefixed by `where`)."""
+def check_value(name: str, value) -> object:
+    """The value of field `name`, checked (ConfigError otherwise) and in its field's form:
+    a string for a list field becomes a one-item list, an int for a float field a float."""
     if name in ("data", "val_data", "eval_tasks") and isinstance(value, str):
         value = [value]
     problem = _type_problem(name, value)
     if problem is None and value is not None and name in RULES:
         problem = RULES[name](value)
     if problem:
-        raise UsageError(f"{where}: {problem}")
+        raise ConfigError(name, problem)
     if _TYPES[name] in (float, float | None) and isinstance(value, int):
         value = float(value)
     return value
 
 
+def _check_fields(cfg) -> None:
+    for f in dataclasses.fields(cfg):
+        check_value(f.name, getattr(cfg, f.name))
+
+
 def load_toml(path: str) -> dict:
-    """{field name: checked value} from a TOML file."""
-    try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except OSError as e:
-        raise UsageError(f"--config {path}: cannot read: {e.strerror or e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"--config {path}: invalid TOML: {e}") from None
+    """{field name: checked value} from a TOML file; errors are `PATH: key: message`, the
+    key as the file spells it."""
+    raw = tomlfile.load(path)
     if isinstance(raw.get("train"), dict):
         raw = {**{k: v for k, v in raw.items() if k != "train"}, **raw["train"]}
     out = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
         if name not in FIELDS:
-            raise UsageError(f"{path}: {key}: unknown key (the keys are the flag names, "
-                             "e.g. batch-size)")
-        out[name] = validate(name, value, f"{path}: {key}")
+            raise ConfigError(key, "unknown key (the keys are the flag names, e.g. batch-size)",
+                              source=path)
+        try:
+            out[name] = check_value(name, value)
+        except ConfigError as e:
+            raise ConfigError(key, e.message, source=path) from None
     return out
 
 
 def _merged(flags: dict, config_path: str | None, fields: dict) -> dict:
     values = {k: v for k, v in (load_toml(config_path) if config_path else {}).items()
               if k in fields}
-    for name, value in flags.items():
-        if name not in fields or value is None or (
-                name in ("data", "val_data", "eval_tasks") and not value):
-            continue
-        values[name] = validate(name, value, f"--{name.replace('_', '-')}")
+    values.update({name: check_value(name, value) for name, value in given(flags).items()
+                   if name in fields})
     return values
 
 
+def given(flags: dict) -> dict:
+    """The flags that were given (not None; an empty list is a list option not given)."""
+    return {name: value for name, value in flags.items() if value is not None and not (
+        name in ("data", "val_data", "eval_tasks") and not value)}
+
+
 def resolve_config(flags: dict, config_path: str | None) -> TrainConfig:
-    """Defaults, then the TOML file, then every flag that was given (not None)."""
+    """Defaults, then the TOML file, then every flag that was given (not None), validated."""
     cfg = TrainConfig(**_merged(flags, config_path, TRAIN_FIELDS))
-    cfg.check()
+    cfg.validate()
     return cfg
 
 
 def resolve_launch(flags: dict, config_path: str | None) -> LaunchConfig:
-    return LaunchConfig(**_merged(flags, config_path, LAUNCH_FIELDS))
+    cfg = LaunchConfig(**_merged(flags, config_path, LAUNCH_FIELDS))
+    cfg.validate()
+    return cfg

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import xxhash
 
-from llmtk.errors import DataError, UsageError
+from llmtk.errors import ConfigError, DataError
 from llmtk.io import expand_inputs, read_docs
 
 CACHE_VERSION = 1
@@ -135,7 +135,7 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
     train_paths = expand_inputs(data)
     val_paths = expand_inputs(val_data) if val_data else []
     if "-" in train_paths or "-" in val_paths:
-        raise UsageError("--data: training cannot read stdin (the cache and resume need files)")
+        raise ConfigError("data", "training cannot read stdin (the cache and resume need files)")
     key = cache_key(train_paths, val_paths, tokenizer.fingerprint(), text_field, val_fraction)
     final = os.path.join(cache_root, key)
     if os.path.exists(os.path.join(final, "meta.json")):

@@ -13,7 +13,7 @@ import os
 import sys
 from dataclasses import replace
 
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
 
 
 def _source_state(init_from: str | None) -> dict | None:
@@ -24,7 +24,7 @@ def _source_state(init_from: str | None) -> dict | None:
         return None
     src = C.resolve(init_from)
     if src is None:
-        raise UsageError(f"--init-from {init_from}: no complete checkpoint there")
+        raise ConfigError("init_from", "no complete checkpoint there", value=init_from)
     return C.load_state(src)
 
 
@@ -37,8 +37,9 @@ def inherited_tokenizer(cfg, state: dict | None):
         spec = state.get("train_config", {}).get("tokenizer", "bytes")
     tok = load_tokenizer(spec)
     if state is not None and state.get("tokenizer") not in (None, tok.fingerprint()):
-        raise UsageError(f"--init-from {cfg.init_from} was trained with another tokenizer "
-                         f"({state['tokenizer']}); pass the same --tokenizer")
+        raise ConfigError("init_from", f"was trained with another tokenizer "
+                          f"({state['tokenizer']}); pass the same {{0}}", also=("tokenizer",),
+                          value=cfg.init_from)
     return tok
 
 

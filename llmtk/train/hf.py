@@ -27,7 +27,7 @@ import json
 import os
 import shutil
 
-from llmtk.errors import DataError, UsageError
+from llmtk.errors import ConfigError, DataError, UsageError
 from llmtk.train.model_config import ModelConfig
 
 PREFIX = "hf:"
@@ -43,8 +43,8 @@ def hf_path(spec: str) -> str:
     """The folder of an `hf:PATH` spec, checked to look like a model folder."""
     path = spec[len(PREFIX):] if is_hf_spec(spec) else spec
     if not os.path.isfile(os.path.join(path, "config.json")):
-        raise UsageError(f"--init-from {spec}: {path} is not a Hugging Face model folder "
-                         "(no config.json)")
+        raise ConfigError("init_from", f"{path} is not a Hugging Face model folder "
+                          "(no config.json)", value=spec)
     return path
 
 
@@ -348,7 +348,7 @@ def export_hf(checkpoint: str, out: str) -> dict:
     if path is None:
         raise UsageError(f"{checkpoint}: no complete checkpoint there")
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise UsageError(f"--hf {out}: exists and is not an empty directory")
+        raise ConfigError("hf", "exists and is not an empty directory", value=out)
     state = C.load_state(path)
     cfg = ModelConfig(**state["model_config"])
     tok_spec = state.get("train_config", {}).get("tokenizer", "bytes")
@@ -396,15 +396,15 @@ def resolve_init(cfg):
     if not is_hf_spec(cfg.init_from):
         return cfg
     path = hf_path(cfg.init_from)
-    given = [f"--{n.replace('_', '-')}" for n in SHAPE_FLAGS if getattr(cfg, n) not in
-             (None, False)]
+    given = tuple(n for n in SHAPE_FLAGS if getattr(cfg, n) not in (None, False))
     if given:
-        raise UsageError(f"--init-from {cfg.init_from}: the model's shape comes from its "
-                         f"config.json; drop {', '.join(given)}")
+        named = ", ".join(f"{{{i}}}" for i in range(len(given)))
+        raise ConfigError("init_from", "the model's shape comes from its config.json; drop "
+                          f"{named}", also=given, value=cfg.init_from)
     tok = os.path.abspath(tokenizer_file(path))
     if cfg.tokenizer not in ("bytes", tok):
-        raise UsageError(f"--init-from {cfg.init_from}: trains with its own tokenizer.json; "
-                         f"drop --tokenizer {cfg.tokenizer}")
+        raise ConfigError("init_from", f"trains with its own tokenizer.json; drop {{0}} "
+                          f"{cfg.tokenizer}", also=("tokenizer",), value=cfg.init_from)
     return replace(cfg, tokenizer=tok)
 
 
@@ -414,11 +414,11 @@ def init_model_config(cfg, tokenizer_vocab: int) -> ModelConfig:
     try:
         mc = config_from_hf(read_hf_config(path), cfg.seq_len)
     except (ValueError, KeyError, TypeError) as e:
-        raise UsageError(f"--init-from {cfg.init_from}: does not map onto llmtk's "
-                         f"Llama-style model: {e}") from None
+        raise ConfigError("init_from", f"does not map onto llmtk's Llama-style model: {e}",
+                          value=cfg.init_from) from None
     if tokenizer_vocab > mc.vocab_size:
-        raise UsageError(f"--init-from {cfg.init_from}: its tokenizer has {tokenizer_vocab} "
-                         f"tokens but the model only {mc.vocab_size} embeddings")
+        raise ConfigError("init_from", f"its tokenizer has {tokenizer_vocab} tokens but the "
+                          f"model only {mc.vocab_size} embeddings", value=cfg.init_from)
     return mc
 
 

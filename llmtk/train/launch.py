@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-from llmtk.errors import LlmtkError, UsageError
+from llmtk.errors import LlmtkError
 
 
 def is_worker() -> bool:
@@ -24,14 +24,11 @@ def torchrun_argv(*, nproc_per_node: int, nnodes: int, node_rank: int | None,
                   rdzv_endpoint: str | None, rdzv_id: str | None, rdzv_backend: str,
                   max_restarts: int, worker_args: list[str],
                   rdzv_timeout: int | None = None) -> list[str]:
-    if nproc_per_node < 1 or nnodes < 1:
-        raise UsageError("--nproc-per-node and --nnodes must be >= 1")
+    """torchrun's arguments for a checked LaunchConfig's values (LaunchConfig.validate)."""
     args = [f"--nproc-per-node={nproc_per_node}", f"--max-restarts={max_restarts}"]
     if nnodes == 1 and not rdzv_endpoint:
         args.append("--standalone")  # a private rendezvous on a free local port
     else:
-        if not rdzv_endpoint:
-            raise UsageError("--rdzv-endpoint HOST:PORT is required with --nnodes > 1")
         args += [f"--nnodes={nnodes}", f"--rdzv-backend={rdzv_backend}",
                  f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id or 'llmtk'}"]
         if node_rank is not None:

@@ -11,7 +11,7 @@ import fcntl
 import os
 import socket
 
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
 
 
 class DirLock:
@@ -60,6 +60,6 @@ def lock_run_dir(out: str) -> DirLock:
     """Lock the run directory or raise a usage error naming the run that holds it."""
     lock = DirLock(out)
     if not lock.acquire():
-        raise UsageError(f"--out {out} is in use by another llmtk train ({lock.holder()}); "
-                         "wait for it to finish or choose another --out")
+        raise ConfigError("out", f"is in use by another llmtk train ({lock.holder()}); "
+                          "wait for it to finish or choose another {0}", also=("out",), value=out)
     return lock

@@ -22,7 +22,7 @@ import json
 import math
 import os
 
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
 
 BACKENDS = ("tensorboard", "wandb")
 SKIP = ("step", "time", "event")  # the x axis and the wall clock are not metrics
@@ -36,7 +36,7 @@ def parse_log_to(value: str | list[str] | None) -> list[str]:
     names = [s.strip().lower() for s in items if s.strip() and s.strip().lower() != "none"]
     for name in names:
         if name not in BACKENDS:
-            raise UsageError(f"--log-to: {name!r} is not one of {', '.join(BACKENDS)}")
+            raise ConfigError("log_to", f"{name!r} is not one of {', '.join(BACKENDS)}")
     return list(dict.fromkeys(names))
 
 
@@ -67,8 +67,8 @@ class TensorBoard:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            raise UsageError("--log-to tensorboard needs the tensorboard package "
-                             "(pip install 'llmtk[logging]')") from None
+            raise ConfigError("log_to", "tensorboard needs the tensorboard package "
+                              "(pip install 'llmtk[logging]')") from None
         # On resume, purge_step hides the earlier process's events after the checkpoint
         # (they describe steps being redone), as resume truncates metrics.jsonl.
         self.writer = SummaryWriter(log_dir=os.path.join(out, "tensorboard"),
@@ -100,8 +100,8 @@ class WandB:
         try:
             import wandb
         except ImportError:
-            raise UsageError("--log-to wandb needs the wandb package "
-                             "(pip install 'llmtk[logging]')") from None
+            raise ConfigError("log_to", "wandb needs the wandb package "
+                              "(pip install 'llmtk[logging]')") from None
         mode = os.environ.get("WANDB_MODE") or "offline"
         # One W&B run per run directory: a resumed or requeued process continues it.
         id_file = os.path.join(out, "wandb", "llmtk-run-id")

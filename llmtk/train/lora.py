@@ -23,7 +23,7 @@ import math
 import torch
 from torch import nn
 
-from llmtk.errors import UsageError
+from llmtk.errors import ConfigError
 
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 MODULE_OF = {"o": "attn.wo", "gate": "mlp.w1", "up": "mlp.w3", "down": "mlp.w2"}
@@ -33,8 +33,8 @@ def parse_targets(spec: str) -> list[str]:
     names = [t.strip() for t in spec.split(",") if t.strip()]
     bad = [t for t in names if t not in TARGETS]
     if bad or not names:
-        raise UsageError(f"--lora-targets: expected a comma list of {','.join(TARGETS)}, "
-                         f"got {spec!r}")
+        raise ConfigError("lora_targets", f"expected a comma list of {','.join(TARGETS)}, "
+                          f"got {spec!r}")
     return [t for t in TARGETS if t in names]
 
 
@@ -113,7 +113,7 @@ def add_lora(model, rank: int, alpha: float | None = None, targets: str = ",".jo
     """Freeze every parameter of `model` (a llmtk GPT) and add adapters; returns the number
     of trainable (adapter) parameters."""
     if rank < 1:
-        raise UsageError(f"--lora-rank must be >= 1, got {rank}")
+        raise ConfigError("lora_rank", f"must be >= 1, got {rank}")
     names = parse_targets(targets)
     alpha = float(rank if alpha is None else alpha)
     for p in model.parameters():

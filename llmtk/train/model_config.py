@@ -86,17 +86,17 @@ PRESETS: dict[str, ModelConfig] = {
 
 
 def check_model_name(name: str) -> None:
-    """Raise UsageError unless `name` is a trainable preset (before any data is read)."""
+    """Raise ConfigError unless `name` is a trainable preset (before any data is read)."""
     if name in PRESETS:
         return
     import difflib
 
-    from llmtk.errors import UsageError
+    from llmtk.errors import ConfigError
 
     why = f" ({name} is {trainable(_SHARED[name])})" if name in _SHARED else ""
     close = difflib.get_close_matches(name, list(PRESETS), n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]}?" if close and not why else ""
-    raise UsageError(f"--model must be one of {', '.join(PRESETS)}, got {name!r}{why}{hint}")
+    raise ConfigError("model", f"must be one of {', '.join(PRESETS)}, got {name!r}{why}{hint}")
 
 
 def preset(name: str, **overrides) -> ModelConfig:

@@ -14,7 +14,7 @@ import signal
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from llmtk.errors import LlmtkError, UsageError
+from llmtk.errors import ConfigError, LlmtkError
 
 
 class CollectiveError(LlmtkError):
@@ -185,7 +185,7 @@ def setup_dist(device: str, nccl_timeout: int) -> Dist:
     rank, world, local_rank = ranks()
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     if device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device is available")
+        raise ConfigError("device", "no CUDA device is available", value="cuda")
     dev = f"cuda:{local_rank}" if use_cuda else "cpu"
     if use_cuda:
         torch.cuda.set_device(local_rank)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
-from llmtk.errors import DataError, UsageError
+from llmtk.errors import ConfigError, DataError
 from llmtk.train.chat import check_messages
 from llmtk.train.data import Sampler
 
@@ -75,10 +75,10 @@ def read_conversations(paths: list[str], layout: str) -> list[tuple[str, list[di
     from llmtk.io import expand_inputs, read_docs
 
     if layout not in LAYOUTS:
-        raise UsageError(f"--template must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        raise ConfigError("template", f"must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     files = expand_inputs(paths)
     if "-" in files:
-        raise UsageError("--data: training cannot read stdin (the cache and resume need files)")
+        raise ConfigError("data", "training cannot read stdin (the cache and resume need files)")
     return [(d.where(), to_messages(d.data, layout, d.where()))
             for d in read_docs(files, require_text=False)]
 

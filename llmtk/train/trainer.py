@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from llmtk.errors import LlmtkError, UsageError
+from llmtk.errors import ConfigError, LlmtkError, UsageError
 from llmtk.train.config import TrainConfig
 from llmtk.train.runtime import (
     CollectiveError,
@@ -607,9 +607,9 @@ class Trainer:
         try:
             path = C.resolve(cfg.resume, warn=self._say)
         except C.CheckpointError as e:
-            raise UsageError(f"--resume {cfg.resume}: {e}") from None
+            raise ConfigError("resume", str(e), value=cfg.resume) from None
         if path is None:
-            raise UsageError(f"--resume {cfg.resume}: no complete checkpoint there")
+            raise ConfigError("resume", "no complete checkpoint there", value=cfg.resume)
         return path
 
     def _load_checkpoint(self, path: str, resume: bool = False) -> TrainState:
