@@ -3,8 +3,8 @@
 Reproduce (from the repository root, after `make setup`):
 
     python3 benchmarks/manpages_corpus.py      # real multilingual manual pages, see there
-    .venv/bin/python benchmarks/clean_vs_datatrove.py benchmarks/out/manpages.jsonl \
-        /work/shared/data/corpus-public.jsonl.zst
+    nice .venv/bin/python benchmarks/clean_vs_datatrove.py benchmarks/out/manpages-sample.jsonl \
+        benchmarks/out/manpages-en.jsonl /work/shared/data/corpus-public.jsonl.zst --no-cli
 
 Each corpus is measured and reported on its own.
 

@@ -10,12 +10,15 @@ import pytest
 
 from llmtk.clean.filters import (
     C4,
+    INT_NGRAMS_FROM,
     DocText,
     FineWeb,
     GopherQuality,
     GopherRepetition,
     Profile,
+    _IntNGrams,
     _NGrams,
+    ngrams,
 )
 from llmtk.clean.tokens import tokens
 
@@ -167,19 +170,28 @@ def ref_dup(words, n):
     return total
 
 
+@pytest.mark.parametrize("kind", [_NGrams, _IntNGrams])
 @pytest.mark.parametrize("seed", range(40))
-def test_fast_ngram_rules_match_the_plain_definitions(seed):
+def test_fast_ngram_rules_match_the_plain_definitions(seed, kind):
     rng = random.Random(seed)
     vocab = ["a", "bb", "ccc", "the", "river", "x", "yy", "longerword"][: rng.randint(2, 8)]
     words = [rng.choice(vocab) for _ in range(rng.randint(5, 200))]
+    if seed % 4 == 0:  # some documents without any repeat, where the rules stop early
+        words = [f"w{i}" for i in range(rng.randint(5, 200))]
     chars = sum(map(len, words)) + len(words) - 1
     for n in (2, 3, 4):
-        assert _NGrams(words).top_chars(n) == ref_top(words, n)
-    g = _NGrams(words)
+        assert kind(words).top_chars(n) == ref_top(words, n)
+    g = kind(words)
     for n in range(5, 11):
         exact = ref_dup(words, n)
+        assert g.dup_chars(n) == exact
         for frac in (0.0, 0.05, 0.1, 0.2, 0.5):
             assert g.dup_exceeds(n, frac, chars) == (exact / chars > frac), (n, frac)
+
+
+def test_long_documents_use_the_integer_ngrams():
+    assert isinstance(ngrams(["w"] * INT_NGRAMS_FROM), _IntNGrams)
+    assert type(ngrams(["w"] * (INT_NGRAMS_FROM - 1))) is _NGrams
 
 
 # -- C4 ------------------------------------------------------------------------------------

@@ -59,6 +59,25 @@ def test_census_counts_scripts():
     assert decide_by_script(census("plain English")) is None
 
 
+@pytest.mark.parametrize("text", [
+    "日本語のテキスト abc Привет ・ー゛ ｶﾞ 한국어 ᄀ ㄱ 𠮷野家 😀 ½ ² _ 3",  # astral letters too
+    ARTICLES["ja"], ARTICLES["ru"], ARTICLES["zh"] + ARTICLES["de"],
+])
+def test_census_table_counts_as_the_regular_expressions_do(text):
+    import re
+
+    def count(ranges):  # the plain definition: characters in the script's ranges
+        return len(re.findall(f"[{ranges}]", text))
+
+    assert census(text) == {
+        "letters": len(re.findall(r"[^\W\d_]", text)),
+        "han": count("\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"),
+        "kana": count("\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f"),
+        "hangul": count("\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"),
+        "cyrillic": count("\u0400-\u04ff"),
+    }
+
+
 def test_no_letters_is_undetermined(lid):
     assert lid.predict("12345 --- 678") == ("und", 0.0)
 

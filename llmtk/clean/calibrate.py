@@ -34,7 +34,7 @@ from llmtk.clean.filters import (
     TERMINAL_PUNCT,
     DocText,
     _find_duplicates,
-    _NGrams,
+    ngrams,
 )
 from llmtk.errors import ConfigError, UsageError
 
@@ -77,7 +77,7 @@ def measure(texts: Iterable[str], lang: str) -> Stats:
             st.mean_word_length.append(sum(map(len, real)) / len(real))
         lines = _LINES.split(text)
         st.dup_line_frac.append(_find_duplicates(lines)[0] / len(lines))
-        grams = _NGrams(words)
+        grams = ngrams(words)
         for n in TOP_N:
             st.top[n].append(grams.top_chars(n) / n_chars if len(words) >= n else 0.0)
         for n in DUP_N:

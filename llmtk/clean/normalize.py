@@ -22,10 +22,20 @@ _CONTROL_TABLE[0x0D] = None  # \r: line endings are made \n before this table ru
 # Unicode spaces (NBSP, ideographic space, ...) and line/paragraph separators.
 _SPACES = {c: " " for c in [0xA0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000]}
 _SPACES.update({0x2028: "\n", 0x2029: "\n", 0x85: "\n", 0x0B: "\n", 0x0C: "\n"})
-# Presence tests (a char-class search is a fast C scan; translate is not).
-_HAS_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\ufeff\u2060]")
-_HAS_SPACE = re.compile(r"[\xa0\u1680\u2000-\u200a\u202f\u205f\u3000\u2028\u2029\x85\x0b\x0c]")
-_HAS_WIDE = re.compile(r"[\uff01-\uff5e]")
+# The same character sets as regular expressions: a char-class scan is C-speed, and `sub`
+# touches only the characters it replaces, while `str.translate` with a dict looks up every
+# character of a non-ASCII text (a third of normalisation's time on the man pages).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\ufeff\u2060]+")
+_TO_SPACE = re.compile(r"[\xa0\u1680\u2000-\u200a\u202f\u205f\u3000]")
+_TO_NEWLINE = re.compile(r"[\u2028\u2029\x85\x0b\x0c]")
+_WIDE = {"all": re.compile(r"[\uff01-\uff5e]+"),
+         "alnum": re.compile(r"[\uff10-\uff19\uff21-\uff3a\uff41-\uff5a]+")}
+# Any character of the three sets: one scan tells whether a non-ASCII text needs any of them
+# (most do not, and each scan costs as much as this one).
+_SPECIAL = re.compile(
+    r"[\x00-\x08\x0b-\x1f\x7f-\xa0\u1680\u2000-\u200b\u2028\u2029\u202f\u205f\u2060\u3000"
+    r"\ufeff\uff01-\uff5e]"
+)
 # UTF-8 read as Latin-1/Windows-1252 leaves a lead-byte character (U+00C2..U+00F4) next to a
 # continuation-byte character; only then is ftfy's (slower) check worth running.
 _MOJIBAKE_HINT = re.compile(
@@ -69,16 +79,20 @@ class Normalize:
         ascii_only = text.isascii()
         if self.fix_mojibake and not ascii_only:
             text = _fix_mojibake(text)
+        # (the steps below cannot make a character of _SPECIAL, so one test serves them all)
+        special = ascii_only or _SPECIAL.search(text) is not None
         if self.whitespace:
             if "\r" in text:
                 text = text.replace("\r\n", "\n").replace("\r", "\n")
-            if not ascii_only and _HAS_SPACE.search(text):
-                text = text.translate(_SPACES)
-        if self.strip_control and _HAS_CONTROL.search(text):
-            text = text.translate(_CONTROL_TABLE)
+            if not ascii_only and special:  # = text.translate(_SPACES)
+                text = _TO_NEWLINE.sub("\n", _TO_SPACE.sub(" ", text))
+        if self.strip_control and special:  # = text.translate(_CONTROL_TABLE)
+            text = _CONTROL.sub("", text)
         if not ascii_only:
-            if self.fold_width != "none" and _HAS_WIDE.search(text):
-                text = text.translate(_WIDTH_ALL if self.fold_width == "all" else _WIDTH_ALNUM)
+            if self.fold_width != "none" and special:  # = translate(_WIDTH_ALL / _WIDTH_ALNUM)
+                kind = "all" if self.fold_width == "all" else "alnum"
+                table = _WIDTH_ALL if kind == "all" else _WIDTH_ALNUM
+                text = _WIDE[kind].sub(lambda m: m.group().translate(table), text)
             if self.unicode != "none" and not unicodedata.is_normalized(self.unicode, text):
                 text = unicodedata.normalize(self.unicode, text)
             if self.zh_convert != "none":

@@ -29,15 +29,25 @@ _EMAIL = re.compile(
 _IP6 = re.compile(
     r"[0-9A-Fa-f:](?<![\w:][0-9A-Fa-f:])[0-9A-Fa-f]{0,3}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:])"
 )
+# Every match starts with a digit, "+" or "(": the pattern consumes that character first, as
+# one character class, which lets the regex engine skip to the next candidate in C (with a
+# group first it tries all five alternatives at every character: 10x slower on man pages).
+# Each alternative then checks with a lookbehind which character it began with.
+_TAIL = r"[3-9]\d(?:[ -]?\d{4}){2}(?!\w)"  # a Chinese mobile number after its leading "1"
 _DIGITS = re.compile(
-    r"""
-    (?P<id>\d(?<!\w\d)\d{16}[\dXx](?!\w))
-  | (?P<card>\d(?<![\w-]\d)\d{3}(?:[ -]?\d{4}){2}(?:[ -]?\d{1,7})?(?![\w-]))
-  | (?P<ip4>\d(?<![\w.]\d)\d{0,2}(?:\.\d{1,3}){3}(?![\w]|\.\d))
-  | (?P<cnmobile>(?:\+86[ -]?|86[ -]?)?1(?<![\w+]1)[3-9]\d(?:[ -]?\d{4}){2}(?!\w))
-  | (?P<phone>\+(?<![\w+]\+)\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{1,4}(?:[ .-]?\d{2,4}){2,4}(?!\w)
-      | \((?<!\w\()\d{3}\)[ .-]?\d{3}[ .-]\d{4}(?!\w)
-      | \d(?<!\w\d)\d{2}[.-]\d{3}[.-]\d{4}(?!\w))
+    rf"""
+    [\d+(](?:
+    (?P<id>(?<=\d)(?<!\w\d)\d{{16}}[\dXx](?!\w))
+  | (?P<card>(?<=\d)(?<![\w-]\d)\d{{3}}(?:[ -]?\d{{4}}){{2}}(?:[ -]?\d{{1,7}})?(?![\w-]))
+  | (?P<ip4>(?<=\d)(?<![\w.]\d)\d{{0,2}}(?:\.\d{{1,3}}){{3}}(?![\w]|\.\d))
+  | (?P<cnmobile>(?<=\+)86[ -]?1(?<![\w+]1){_TAIL}
+      | (?<=8)6[ -]?1(?<![\w+]1){_TAIL}
+      | (?<=1)(?<![\w+]1){_TAIL})
+  | (?P<phone>(?<=\+)(?<![\w+]\+)\d{{1,3}}[ .-]?(?:\(\d{{1,4}}\)[ .-]?)?\d{{1,4}}
+        (?:[ .-]?\d{{2,4}}){{2,4}}(?!\w)
+      | (?<=\()(?<!\w\()\d{{3}}\)[ .-]?\d{{3}}[ .-]\d{{4}}(?!\w)
+      | (?<=\d)(?<!\w\d)\d{{2}}[.-]\d{{3}}[.-]\d{{4}}(?!\w))
+    )
     """,
     re.VERBOSE,
 )
