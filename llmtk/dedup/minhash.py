@@ -12,9 +12,9 @@ hashes are already uniformly mixed, so the minimum of h_i over a document's
 shingles behaves as a min-wise hash; the Jaccard estimates are checked against
 datasketch and exact Jaccard in tests and benchmarks/dedup_quality.py.
 
-A batch's shingles are laid out as one (S,) array; the (S, P) matrix of
+A batch's shingles are laid out as one (S,) array; the (P, S) matrix of
 permuted values is built in blocks that fit in cache and reduced per document
-with np.minimum.reduceat.
+with np.minimum.reduceat along its rows.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 _NGRAM_MUL = 0x9E3779B97F4A7C15  # odd 64-bit constant (golden ratio) for the n-gram polynomial
 _ROW_MUL = 0xBF58476D1CE4E5B9
-BLOCK_SHINGLES = 4096  # rows of the (S, P) block: 4096 x 112 x 8 B = 3.7 MB, cache-sized
+BLOCK_SHINGLES = 4096  # columns of the (P, S) block: 112 x 4096 x 8 B = 3.7 MB, cache-sized
 
 
 def fmix64(x: np.ndarray) -> np.ndarray:
@@ -126,13 +126,19 @@ class MinHasher:
         return self.signatures_flat(x.astype(np.uint64, copy=False), counts)
 
     def signatures_flat(self, x: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """Signatures of D documents whose shingles lie back to back in x (S,); counts (D,)."""
+        """Signatures of D documents whose shingles lie back to back in x (S,); counts (D,).
+
+        The permuted values are laid out permutation-major, (P, s) per block: the
+        multiply, add and per-document minimum then run along contiguous rows, which
+        numpy vectorises (about twice as fast as the (s, P) layout).
+        """
         import numpy as np
 
         d, p = len(counts), self.config.permutations
-        sig = np.full((d, p), np.iinfo(np.uint64).max, dtype=np.uint64)
+        sig = np.full((p, d), np.iinfo(np.uint64).max, dtype=np.uint64)  # transposed
         starts = np.concatenate(([0], np.cumsum(counts)))  # (D + 1,)
-        a, b = self.a, self.b
+        a, b = self.a[:, None], self.b[:, None]  # (P, 1)
+        buf = np.empty(p * min(int(starts[-1]), BLOCK_SHINGLES), dtype=np.uint64)
         i = 0
         while i < d:
             # Whole documents, at most BLOCK_SHINGLES shingles (or one bigger document).
@@ -141,17 +147,15 @@ class MinHasher:
             if j == i + 1 and counts[i] > BLOCK_SHINGLES:
                 for lo in range(starts[i], starts[i + 1], BLOCK_SHINGLES):
                     hi = min(lo + BLOCK_SHINGLES, starts[i + 1])
-                    block = np.multiply.outer(x[lo:hi], a)  # (s, P)
-                    block += b
-                    np.minimum(sig[i], block.min(axis=0), out=sig[i])
+                    block = _permuted(x[lo:hi], a, b, buf)  # (P, s)
+                    np.minimum(sig[:, i], block.min(axis=1), out=sig[:, i])
             else:
                 docs = i + np.flatnonzero(counts[i:j])
                 if len(docs):
-                    block = np.multiply.outer(x[starts[i] : starts[j]], a)  # (S, P)
-                    block += b
-                    sig[docs] = np.minimum.reduceat(block, starts[docs] - starts[i], axis=0)
+                    block = _permuted(x[starts[i] : starts[j]], a, b, buf)  # (P, S)
+                    sig[:, docs] = np.minimum.reduceat(block, starts[docs] - starts[i], axis=1)
             i = j
-        return sig
+        return np.ascontiguousarray(sig.T)  # (D, P)
 
     def band_keys(self, sig: np.ndarray) -> np.ndarray:
         """(D, P) signatures -> (D, bands) uint64 keys, one per band of `rows` values."""
@@ -175,10 +179,9 @@ class MinHasher:
         """Exact keys, band keys and shingle counts for a batch of texts."""
         import numpy as np
 
-        norm = self.normalise
-        normalised = [norm(t) for t in texts]
-        exact = np.fromiter((text_key(n) for n in normalised), dtype=np.uint64, count=len(texts))
-        x, counts = self.batch_shingles(texts, normalised)
+        normalised, cjk = self.normalise.batch(texts)
+        exact = np.fromiter(map(text_key, normalised), dtype=np.uint64, count=len(texts))
+        x, counts = self.batch_shingles(texts, normalised, cjk)
         sig = self.signatures_flat(x, counts)  # (D, P)
         bands = self.band_keys(sig)
         bands[counts == 0] = 0  # no shingles, no band keys
@@ -187,9 +190,13 @@ class MinHasher:
         return Batch(exact, bands, counts, low)
 
     def batch_shingles(
-        self, texts: list[str], normalised: list[str]
+        self, texts: list[str], normalised: list[str], cjk: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """All shingles of a batch back to back (S,), and per-document counts (D,).
+
+        cjk: (D,) bool, does the text hold a CJK character (Normaliser.batch); where it
+        does not, the text is not CJK, and, with punctuation removed, the words of its
+        normalised form are its str.split(), 5x faster than the token regex.
 
         Word documents are hashed together: one pass over all their tokens and one
         n-gram polynomial over the concatenation, keeping the n-grams that do not
@@ -200,11 +207,15 @@ class MinHasher:
         n = self.config.ngram
         parts: list[np.ndarray | None] = [None] * len(texts)
         word_docs, word_tokens, lengths = [], [], []
+        split_ok = self.normalise.only_words_remain
+        fixed_unit = None if self.config.unit == "auto" else self.config.unit
         for k, (text, normed) in enumerate(zip(texts, normalised, strict=True)):
-            if self.unit_for(text) == "char":
+            no_cjk = cjk is not None and not cjk[k]
+            unit = fixed_unit or ("word" if no_cjk else self.unit_for(text))
+            if unit == "char":
                 parts[k] = self.shingles(text, normed)
                 continue
-            toks = words(normed)
+            toks = normed.split() if split_ok and no_cjk else words(normed)
             if len(toks) < n:
                 parts[k] = self._ngrams(self._word_hashes(toks))
                 continue
@@ -241,6 +252,16 @@ class MinHasher:
             h *= mul
             h += t[j : j + s]
         return fmix64(h)
+
+
+def _permuted(x: np.ndarray, a: np.ndarray, b: np.ndarray, buf: np.ndarray) -> np.ndarray:
+    """(P, s) values a_i * x + b_i (mod 2^64) of the s shingles x, written into buf."""
+    import numpy as np
+
+    block = buf[: len(a) * len(x)].reshape(len(a), len(x))
+    np.multiply(a, x, out=block)
+    block += b
+    return block
 
 
 class Batch:

@@ -81,15 +81,18 @@ class HashTable:
         keys, values = self.keys, self.values
         while pending.size:
             p = pos[pending]
-            free = keys[p] == 0
+            free = np.flatnonzero(keys[p] == 0)
             # Several pending keys may want the same free slot: the first of them takes it.
             slots, first = np.unique(p[free], return_index=True)
-            winners = pending[free][first]
+            won = free[first]  # positions in `pending`
+            winners = pending[won]
             keys[slots] = q[winners]
             values[slots] = v[winners]
-            placed = np.zeros(len(q), dtype=bool)
-            placed[winners] = True
-            pending = pending[~placed[pending]]
+            # Masks over `pending` only: a long probe chain makes many rounds, and a mask
+            # over all of q per round made growing a big table quadratic-ish.
+            left = np.ones(len(pending), dtype=bool)
+            left[won] = False
+            pending = pending[left]
             pos[pending] = (pos[pending] + 1) & cap_mask  # their slot is taken now either way
 
     def _grow(self, need: int) -> None:
