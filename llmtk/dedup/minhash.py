@@ -205,7 +205,7 @@ class MinHasher:
         import numpy as np
 
         n = self.config.ngram
-        parts: list[np.ndarray | None] = [None] * len(texts)
+        others: dict[int, np.ndarray] = {}  # char-unit and short documents: their shingles
         word_docs, word_tokens, lengths = [], [], []
         split_ok = self.normalise.only_words_remain
         fixed_unit = None if self.config.unit == "auto" else self.config.unit
@@ -213,15 +213,17 @@ class MinHasher:
             no_cjk = cjk is not None and not cjk[k]
             unit = fixed_unit or ("word" if no_cjk else self.unit_for(text))
             if unit == "char":
-                parts[k] = self.shingles(text, normed)
+                others[k] = self.shingles(text, normed)
                 continue
             toks = normed.split() if split_ok and no_cjk else words(normed)
             if len(toks) < n:
-                parts[k] = self._ngrams(self._word_hashes(toks))
+                others[k] = self._ngrams(self._word_hashes(toks))
                 continue
             word_docs.append(k)
             word_tokens.extend(toks)
             lengths.append(len(toks))
+        counts = np.zeros(len(texts), dtype=np.int64)
+        word_x = np.zeros(0, np.uint64)
         if word_docs:
             t = self._word_hashes(word_tokens)  # (T,)
             grams = self._ngrams(t)  # (T - n + 1,): n-grams starting at every position
@@ -231,12 +233,22 @@ class MinHasher:
             for j in range(1, n):  # n-grams starting in the last n-1 tokens of a document
                 cross = ends[:-1] - j
                 valid[cross] = False
-            chunks = np.split(grams[valid], np.cumsum(lens - n + 1)[:-1])
-            for k, chunk in zip(word_docs, chunks, strict=True):
-                parts[k] = chunk
-        counts = np.array([len(q) for q in parts], dtype=np.int64)  # type: ignore[arg-type]
-        x = np.concatenate(parts) if parts else np.zeros(0, np.uint64)  # type: ignore[arg-type]
-        return x.astype(np.uint64, copy=False), counts
+            word_x = grams[valid]  # the word documents' shingles, back to back
+            counts[word_docs] = lens - n + 1
+        if not others:
+            return word_x, counts
+        for k, part in others.items():
+            counts[k] = len(part)
+        # In document order: the word documents between two others are one slice of word_x.
+        word_counts = counts.copy()
+        word_counts[list(others)] = 0
+        at = np.concatenate(([0], np.cumsum(word_counts))).tolist()  # word_x offset per doc
+        pieces, prev = [], 0
+        for k in sorted(others):
+            pieces += [word_x[at[prev] : at[k]], others[k]]
+            prev = k + 1
+        pieces.append(word_x[at[prev] :])
+        return np.concatenate(pieces).astype(np.uint64, copy=False), counts
 
     def _ngrams(self, t: np.ndarray) -> np.ndarray:
         """(T,) token hashes -> (max(T - n + 1, 1 if T else 0),) n-gram hashes."""
