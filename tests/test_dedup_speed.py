@@ -61,7 +61,7 @@ def test_batch_normalise_equals_the_definition(steps):
         got, cjk = norm.batch(texts)
         assert got == [norm(t) for t in texts]
         lowered = [t.lower() for t in texts] if "lowercase" in steps else texts
-        assert cjk.tolist() == [bool(_CJK_CHAR.search(t)) for t in lowered]
+        assert cjk.tolist() == [len(_CJK_CHAR.findall(t)) for t in lowered]
 
 
 def test_split_equals_words_without_cjk():
@@ -117,3 +117,17 @@ def test_hash_table_growth_keeps_every_key():
     for lo in range(0, len(keys), 30_000):
         table.insert_new(keys[lo : lo + 30_000], np.arange(lo, lo + len(keys[lo : lo + 30_000])))
     assert np.array_equal(table.get(keys), np.arange(len(keys)))
+
+
+def test_cjk_share_equals_is_cjk():
+    from llmtk.dedup.minhash import cjk_share_reached
+
+    texts = SAMPLES + chunks_of_every(997) + [
+        "中文中abcdefg", "中文abcdefgh", "中文中 abcdefg\n", "中" + " " * 5, "\n\n中\n",
+        "日本語のテキスト with some English words in it, quite a few of them really",
+    ]
+    for t in texts:
+        assert cjk_share_reached(t, len(_CJK_CHAR.findall(t))) == is_cjk(t), t[:40]
+    norm = Normaliser(NORMALISE_STEPS)
+    _, counts = norm.batch(texts)
+    assert counts.tolist() == [len(_CJK_CHAR.findall(t)) for t in texts]

@@ -66,6 +66,7 @@ class _TokenHashes(dict):
 
 
 TOKEN_CACHE_MAX = 1 << 20
+CJK_SHARE = 0.3  # is_cjk's default threshold
 
 
 class MinHasher:
@@ -179,9 +180,9 @@ class MinHasher:
         """Exact keys, band keys and shingle counts for a batch of texts."""
         import numpy as np
 
-        normalised, cjk = self.normalise.batch(texts)
+        normalised, cjk_chars = self.normalise.batch(texts)
         exact = np.fromiter(map(text_key, normalised), dtype=np.uint64, count=len(texts))
-        x, counts = self.batch_shingles(texts, normalised, cjk)
+        x, counts = self.batch_shingles(texts, normalised, cjk_chars)
         sig = self.signatures_flat(x, counts)  # (D, P)
         bands = self.band_keys(sig)
         bands[counts == 0] = 0  # no shingles, no band keys
@@ -190,13 +191,14 @@ class MinHasher:
         return Batch(exact, bands, counts, low)
 
     def batch_shingles(
-        self, texts: list[str], normalised: list[str], cjk: np.ndarray | None = None
+        self, texts: list[str], normalised: list[str], cjk_chars: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """All shingles of a batch back to back (S,), and per-document counts (D,).
 
-        cjk: (D,) bool, does the text hold a CJK character (Normaliser.batch); where it
-        does not, the text is not CJK, and, with punctuation removed, the words of its
-        normalised form are its str.split(), 5x faster than the token regex.
+        cjk_chars: (D,) the CJK characters of each text (Normaliser.batch), so that the
+        unit needs no second scan; a text without any is not CJK, and, with punctuation
+        removed, the words of its normalised form are its str.split(), 5x faster than
+        the token regex.
 
         Word documents are hashed together: one pass over all their tokens and one
         n-gram polynomial over the concatenation, keeping the n-grams that do not
@@ -210,8 +212,14 @@ class MinHasher:
         split_ok = self.normalise.only_words_remain
         fixed_unit = None if self.config.unit == "auto" else self.config.unit
         for k, (text, normed) in enumerate(zip(texts, normalised, strict=True)):
-            no_cjk = cjk is not None and not cjk[k]
-            unit = fixed_unit or ("word" if no_cjk else self.unit_for(text))
+            known = cjk_chars is not None
+            no_cjk = known and not cjk_chars[k]
+            if fixed_unit:
+                unit = fixed_unit
+            elif known:
+                unit = "char" if cjk_share_reached(text, int(cjk_chars[k])) else "word"
+            else:
+                unit = self.unit_for(text)
             if unit == "char":
                 others[k] = self.shingles(text, normed)
                 continue
@@ -274,6 +282,15 @@ def _permuted(x: np.ndarray, a: np.ndarray, b: np.ndarray, buf: np.ndarray) -> n
     np.multiply(a, x, out=block)
     block += b
     return block
+
+
+def cjk_share_reached(text: str, cjk_chars: int) -> bool:
+    """llmtk.text.segment.is_cjk(text) from a count of its CJK characters: the same share
+    of the characters other than " " and "\\n", the same 0.3 (tests compare the two)."""
+    if not cjk_chars:
+        return False
+    letters = len(text) - text.count(" ") - text.count("\n")
+    return letters > 0 and cjk_chars / letters >= CJK_SHARE
 
 
 class Batch:

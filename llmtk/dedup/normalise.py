@@ -87,17 +87,16 @@ class Normaliser:
         return self.punctuation
 
     def batch(self, texts: list[str]) -> tuple[list[str], np.ndarray]:
-        """[self(t) for t in texts] (identical strings), and (D,) bool: does the text hold
-        any CJK character (segment's CJK class) before normalisation removes any? (Lowercasing
-        neither adds nor removes one: the tests check every code point.) Where it does
-        not, the text is not CJK and neither is its normalised form."""
+        """[self(t) for t in texts] (identical strings), and (D,) int64: how many CJK
+        characters (segment's CJK class) each text holds before normalisation removes any
+        (lowercasing neither adds nor removes one: the tests check every code point)."""
         import numpy as np
 
         if self.lowercase:
             texts = [t.lower() for t in texts]
         n = len(texts)
         if not (self.punctuation or self.digits or self.whitespace) or n == 0:
-            return texts, np.array([bool(_CJK_CHAR.search(t)) for t in texts], dtype=bool)
+            return texts, np.array([len(_CJK_CHAR.findall(t)) for t in texts], dtype=np.int64)
         lengths = np.fromiter(map(len, texts), dtype=np.int64, count=n)
         codes = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), np.uint32)
         cls = code_point_classes(codes)
@@ -121,7 +120,7 @@ class Normaliser:
             keep[kept[sp & ~prev_word]] = False
             codes[space] = ord(" ")
         per_doc = np.bincount(doc_of[keep], minlength=n)
-        cjk_doc = np.bincount(doc_of[(cls & CJK) != 0], minlength=n) > 0
+        cjk_chars = np.bincount(doc_of[(cls & CJK) != 0], minlength=n)
         joined = codes[keep].tobytes().decode("utf-32-le", "surrogatepass")
         out, pos = [], 0
         for k in per_doc.tolist():
@@ -130,7 +129,7 @@ class Normaliser:
             if self.whitespace and t.endswith(" "):
                 t = t[:-1]
             out.append(t)
-        return out, cjk_doc
+        return out, cjk_chars
 
 
 def text_key(normalised: str) -> int:
