@@ -131,3 +131,14 @@ def test_cjk_share_equals_is_cjk():
     norm = Normaliser(NORMALISE_STEPS)
     _, counts = norm.batch(texts)
     assert counts.tolist() == [len(_CJK_CHAR.findall(t)) for t in texts]
+
+
+def test_batch_normalise_in_groups(monkeypatch):
+    import llmtk.dedup.normalise as normalise
+
+    norm = Normaliser(NORMALISE_STEPS)
+    want = [norm(t) for t in SAMPLES]
+    monkeypatch.setattr(normalise, "BATCH_CHARS", 50)  # most documents alone, some together
+    got, counts = norm.batch(SAMPLES)
+    assert got == want
+    assert counts.tolist() == [len(_CJK_CHAR.findall(t.lower())) for t in SAMPLES]

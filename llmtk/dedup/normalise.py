@@ -33,6 +33,7 @@ _SPACE = re.compile(r"\s")  # the same characters as str.isspace (checked in the
 PUNCT, DIGIT, SPACE, CJK, KNOWN = 1, 2, 4, 8, 16
 _PATTERNS = ((_PUNCT, PUNCT), (_DIGIT, DIGIT), (_SPACE, SPACE), (_CJK_CHAR, CJK))
 _TABLE: np.ndarray | None = None
+BATCH_CHARS = 1 << 20  # characters normalised in one go (bounds the arrays of Normaliser.batch)
 
 
 def code_point_classes(codes: np.ndarray) -> np.ndarray:
@@ -94,6 +95,27 @@ class Normaliser:
 
         if self.lowercase:
             texts = [t.lower() for t in texts]
+        if sum(map(len, texts)) <= BATCH_CHARS:
+            return self._batch_lowered(texts)
+        # Memory: ~40 bytes per character for the arrays below; long documents go in groups.
+        out: list[str] = []
+        counts = []
+        group: list[str] = []
+        size = 0
+        for t in [*texts, None]:
+            if t is None or (group and size + len(t) > BATCH_CHARS):
+                strings, chars = self._batch_lowered(group)
+                out += strings
+                counts.append(chars)
+                group, size = [], 0
+            if t is not None:
+                group.append(t)
+                size += len(t)
+        return out, np.concatenate(counts)
+
+    def _batch_lowered(self, texts: list[str]) -> tuple[list[str], np.ndarray]:
+        import numpy as np
+
         n = len(texts)
         if not (self.punctuation or self.digits or self.whitespace) or n == 0:
             return texts, np.array([len(_CJK_CHAR.findall(t)) for t in texts], dtype=np.int64)
