@@ -81,15 +81,17 @@ class HashTable:
         keys, values = self.keys, self.values
         while pending.size:
             p = pos[pending]
-            free = keys[p] == 0
+            free = np.flatnonzero(keys[p] == 0)
             # Several pending keys may want the same free slot: the first of them takes it.
-            slots, first = np.unique(p[free], return_index=True)
-            winners = pending[free][first]
+            slots, won = _first_per_slot(p[free], free)  # won: positions in `pending`
+            winners = pending[won]
             keys[slots] = q[winners]
             values[slots] = v[winners]
-            placed = np.zeros(len(q), dtype=bool)
-            placed[winners] = True
-            pending = pending[~placed[pending]]
+            # Masks over `pending` only: a long probe chain makes many rounds, and a mask
+            # over all of q per round made growing a big table quadratic-ish.
+            left = np.ones(len(pending), dtype=bool)
+            left[won] = False
+            pending = pending[left]
             pos[pending] = (pos[pending] + 1) & cap_mask  # their slot is taken now either way
 
     def _grow(self, need: int) -> None:
@@ -113,6 +115,28 @@ class HashTable:
         table = cls(int(len(keys) / MAX_LOAD) + 1)
         table.insert_new(keys, values)
         return table
+
+
+def _first_per_slot(slots: np.ndarray, where: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct slots (ascending) and, for each, the first of `where` (increasing) that
+    wants it: np.unique(slots, return_index=True), without its stable argsort (the
+    slowest part of growing a table). Slot and position are packed into one uint64 so
+    that numpy's plain sort gives the same order."""
+    import numpy as np
+
+    if len(where) == 0:
+        return slots, where
+    bits = max(1, int(where[-1]).bit_length())
+    if bits + int(slots.max()).bit_length() > 64:
+        first = np.unique(slots, return_index=True)
+        return first[0], where[first[1]]
+    shift = np.uint64(bits)
+    packed = np.sort((slots.astype(np.uint64) << shift) | where.astype(np.uint64))
+    slot = (packed >> shift).astype(np.int64)
+    first = np.empty(len(slot), dtype=bool)
+    first[0] = True
+    np.not_equal(slot[1:], slot[:-1], out=first[1:])
+    return slot[first], (packed[first] & ((np.uint64(1) << shift) - np.uint64(1))).astype(np.int64)
 
 
 def first_occurrence(table: HashTable, keys: np.ndarray, docs: np.ndarray) -> np.ndarray:
