@@ -7,9 +7,11 @@ The faults come from LLMTK_TEST_FAULTS, a JSON object (every key optional):
   die_once: [FILE, S]   exit 17 after step S unless FILE exists (then create it first)
   step_delay: SECONDS   sleep after every step (time for a test to send a signal)
 They reach the loop through the `faults` object `llmtk.train.trainer.train` takes; the
-production code has no test hooks.
+production code has no test hooks. `injected(spec)` does the same for a run in the test's
+own process (faults that only change numbers: nan_loss, spike_loss).
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -44,16 +46,27 @@ class TestFaults(Faults):
             time.sleep(self.spec["step_delay"])
 
 
-def main() -> None:
+@contextlib.contextmanager
+def injected(spec: dict):
+    """`llmtk train` run in this process meanwhile trains with the faults of SPEC."""
     import llmtk.train.trainer as trainer
 
-    faults = TestFaults(json.loads(os.environ.get("LLMTK_TEST_FAULTS", "{}")))
+    faults = TestFaults(spec)
     real = trainer.train
     trainer.train = lambda cfg, faults_=None: real(cfg, faults=faults)
+    try:
+        yield
+    finally:
+        trainer.train = real
+
+
+def main() -> None:
+    spec = json.loads(os.environ.get("LLMTK_TEST_FAULTS", "{}"))
     sys.argv = ["llmtk", *sys.argv[1:]]
     from llmtk.cli import main as cli_main
 
-    cli_main()
+    with injected(spec):
+        cli_main()
 
 
 if __name__ == "__main__":
