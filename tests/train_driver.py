@@ -6,6 +6,7 @@ The faults come from LLMTK_TEST_FAULTS, a JSON object (every key optional):
   crash_in_checkpoint: S  SIGKILL after checkpoint S is written, before it is COMPLETE
   die_once: [FILE, S]   exit 17 after step S unless FILE exists (then create it first)
   step_delay: SECONDS   sleep after every step (time for a test to send a signal)
+  hold: FILE            after step 1, wait (up to 300 s) until FILE exists
 They reach the loop through the `faults` object `llmtk.train.trainer.train` takes; the
 production code has no test hooks. `injected(spec)` does the same for a run in the test's
 own process (faults that only change numbers: nan_loss, spike_loss).
@@ -44,6 +45,10 @@ class TestFaults(Faults):
             os._exit(17)
         if "step_delay" in self.spec:
             time.sleep(self.spec["step_delay"])
+        if "hold" in self.spec and step == 1:
+            deadline = time.time() + 300
+            while not os.path.exists(self.spec["hold"]) and time.time() < deadline:
+                time.sleep(0.05)
 
 
 @contextlib.contextmanager
