@@ -363,7 +363,7 @@ def sft(base, out, data, *args, check=True, faults=None, **env):
 
     argv = ["train", "--sft", "--init-from", base["run"], "--data", data, "--out", out,
             "--warmup", "2", "--lr", "3e-3", "--log-every", "1", "-q", *map(str, args)]
-    if faults:
+    if faults or os.environ.get("LLMTK_TEST_PROCESSES") == "1":
         # tests.train_driver: llmtk with the test faults of LLMTK_TEST_FAULTS injected
         p = subprocess.run([sys.executable, "-m", "tests.train_driver", *argv], cwd=ROOT,
                            capture_output=True, input=b"",

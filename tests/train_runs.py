@@ -49,7 +49,8 @@ def run_train(corpus, out, *args, check=True, faults=None, real=False):
     argv = ["train", "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out,
             *TINY, *args]
     faults = faults or {}
-    if real or {"crash_in_checkpoint", "die_once", "step_delay"} & set(faults):
+    if (real or {"crash_in_checkpoint", "die_once", "step_delay", "hold"} & set(faults)
+            or os.environ.get("LLMTK_TEST_PROCESSES") == "1"):
         p = subprocess.run([*DRIVER, *argv], cwd=ROOT, capture_output=True,
                            env=env(LLMTK_TEST_FAULTS=json.dumps(faults)))
     else:
