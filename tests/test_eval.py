@@ -259,7 +259,7 @@ def test_train_eval_tasks_and_llmtk_eval_agree_on_a_real_model(tmp_path):
             "--eval-max-new-tokens", "4", "-q", "--checkpoint-every", "2"]
     for t in tasks:
         args += ["--eval-tasks", t]
-    p = llmtk(*args, OMP_NUM_THREADS="1", in_process=True)
+    p = llmtk(*args, OMP_NUM_THREADS="1")
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     with open(os.path.join(out, "metrics.jsonl")) as f:
         evals = [r for r in map(json.loads, f) if r.get("event") == "eval"]
@@ -281,7 +281,7 @@ def test_train_eval_tasks_and_llmtk_eval_agree_on_a_real_model(tmp_path):
            "--max-new-tokens", "4", "-q"]
     for t in tasks:
         cli += ["--tasks", t]
-    p = llmtk(*cli, OMP_NUM_THREADS="1", in_process=True)
+    p = llmtk(*cli, OMP_NUM_THREADS="1")
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     report = json.loads(p.stdout)
     assert report["step"] == 4 and set(report["tasks"]) == set(names)

@@ -294,8 +294,7 @@ def test_lora_size_and_memory_match_llmtk_estimate():
 
 
 # ---------------------------------------------------------------- the CLI
-# In this process where no fault ends the process (tests.train_driver then); the learning
-# tests are in tests/test_sft_learning.py, so that another pytest-xdist worker runs them.
+# The learning tests are in tests/test_sft_learning.py (another pytest-xdist worker).
 
 SMALL = ["--layers", "2", "--d-model", "64", "--heads", "4", "--seq-len", "64", "--warmup", "2",
          "--lr", "3e-3", "--log-every", "1", "-q"]
@@ -326,7 +325,7 @@ def base(tmp_path_factory):
     d = tmp_path_factory.mktemp("base")
     docs = write_docstrings(d / "docs.jsonl")
     out = str(d / "run")
-    p = llmtk("train", "--data", docs, "--out", out, *SMALL, "--steps", "10", in_process=True,
+    p = llmtk("train", "--data", docs, "--out", out, *SMALL, "--steps", "10",
               **ONE_THREAD)
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     return {"run": out, "dir": d}
@@ -352,25 +351,22 @@ def rows(out):
 
 
 def sft(base, out, data, *args, check=True, faults=None, **env):
-    """`llmtk train --sft` from the base run: in this process unless a fault ends the
-    process (tests.train_driver, a real one); --nproc-per-node > 1 launches real workers."""
+    """`llmtk train --sft` from the base run, as a real process: in this process a step
+    measured 4-5x slower (tests/train_runs.py)."""
     import json
     import subprocess
     import sys
 
-    from tests.util import ROOT, llmtk
+    from tests.util import ROOT
     from tests.util import env as make_env
 
-    argv = ["train", "--sft", "--init-from", base["run"], "--data", data, "--out", out,
-            "--warmup", "2", "--lr", "3e-3", "--log-every", "1", "-q", *map(str, args)]
-    if faults or os.environ.get("LLMTK_TEST_PROCESSES") == "1":
-        # tests.train_driver: llmtk with the test faults of LLMTK_TEST_FAULTS injected
-        p = subprocess.run([sys.executable, "-m", "tests.train_driver", *argv], cwd=ROOT,
-                           capture_output=True, input=b"",
-                           env=make_env(**{**ONE_THREAD, **env,
-                                           "LLMTK_TEST_FAULTS": json.dumps(faults)}))
-    else:
-        p = llmtk(*argv, in_process=True, **ONE_THREAD, **env)
+    # tests.train_driver: llmtk with the test faults of LLMTK_TEST_FAULTS injected
+    cmd = [sys.executable, "-m", "tests.train_driver", "train", "--sft", "--init-from",
+           base["run"], "--data", data, "--out", out, "--warmup", "2", "--lr", "3e-3",
+           "--log-every", "1", "-q", *map(str, args)]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, input=b"",
+                       env=make_env(**{**ONE_THREAD, **env,
+                                       "LLMTK_TEST_FAULTS": json.dumps(faults or {})}))
     if check:
         assert p.returncode == 0, p.stderr.decode()[-3000:]
     return p

@@ -1,6 +1,6 @@
 """Instruction fine-tuning learns (the slow tests of issue 16): full fine-tuning lifts
 held-out exact match well above the base model's, and LoRA on top of it learns a new
-instruction that the merged model scores as training measured. Runs in this process.
+instruction that the merged model scores as training measured.
 
 A file of its own (helpers from tests/test_sft.py): these tests take most of the SFT
 time, and pytest-xdist (`--dist loadfile`) can run them beside the rest of test_sft.py.
@@ -24,7 +24,7 @@ def learner_base(tmp_path_factory):
     p = llmtk("train", "--data", write_docstrings(d / "docs.jsonl"), "--out", out,
               "--layers", "2", "--d-model", "128", "--heads", "4", "--seq-len", "63",
               "--warmup", "5", "--lr", "3e-3",
-              "--steps", "20", "--batch-size", "8", "-q", in_process=True, **ONE_THREAD)
+              "--steps", "20", "--batch-size", "8", "-q", **ONE_THREAD)
     assert p.returncode == 0, p.stderr.decode()[-2000:]
 
     def held(recs):
@@ -47,7 +47,7 @@ def exact_match(run, step, task):
 
 def eval_em(run, task_file):
     p = llmtk("eval", run, "--tasks", task_file, "--max-new-tokens", "5", "--json", "--no-log",
-              "-q", in_process=True, **ONE_THREAD)
+              "-q", **ONE_THREAD)
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     (task,) = json.loads(p.stdout)["tasks"].values()
     return task["metrics"]["exact_match"]
@@ -61,7 +61,7 @@ def full_ft(learner_base):
     p = llmtk("train", "--sft", "--init-from", lb["run"], "--data", lb["rr"], "--out", out,
               "--steps", "800", "--batch-size", "16", "--warmup", "50", "--lr", "2e-3",
               "--weight-decay", "0", "--log-every", "100", "--eval-tasks", lb["rr_held"],
-              "--eval-every", "400", "--eval-max-new-tokens", "5", "-q", in_process=True,
+              "--eval-every", "400", "--eval-max-new-tokens", "5", "-q", 
               **ONE_THREAD)
     assert p.returncode == 0, p.stderr.decode()[-3000:]
     return out
@@ -90,7 +90,7 @@ def test_lora_learns_a_new_instruction_on_the_fine_tuned_model(learner_base, ful
               "--steps", "400", "--batch-size", "16", "--warmup", "20", "--lr", "5e-3",
               "--lora-rank", "8", "--weight-decay", "0",  # alpha: the rank (the default)
               "--log-every", "50", "--eval-tasks", lb["up_held"], "--eval-every", "400",
-              "--eval-max-new-tokens", "5", "-q", in_process=True, **ONE_THREAD)
+              "--eval-max-new-tokens", "5", "-q", **ONE_THREAD)
     assert p.returncode == 0, p.stderr.decode()[-3000:]
     losses = [r["loss"] for r in rows(out) if "loss" in r and "event" not in r]
     assert losses[-1] <= 0.85 * losses[0], losses

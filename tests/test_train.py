@@ -62,7 +62,7 @@ def test_metrics_rows_follow_the_schema(corpus, tmp_path):
                     'eval-every = 2\nsample-every = 4\nsample-tokens = 8\nprompt = "def "\n')
     args = [a for a in TINY if a != "-q"]
     p = llmtk("train", "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out,
-              *args, "--config", str(toml), "--log-every", "2", in_process=True)
+              *args, "--config", str(toml), "--log-every", "2")
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     err = p.stderr.decode()
     assert "; 4 steps x 128 tokens = 512 tokens\n" in err  # two start lines, not the JSON
