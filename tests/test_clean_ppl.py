@@ -1,5 +1,7 @@
 """The perplexity filter with a small byte-level model saved in `llmtk train`'s checkpoint
-layout (trained here for a few steps on English so that other text scores worse)."""
+layout (trained here for a few steps on English so that other text scores worse).
+`llmtk clean --ppl-model` runs in this process (torch is loaded here anyway), but with
+workers (-j 2), which fork."""
 
 import json
 import warnings
@@ -73,7 +75,7 @@ def test_perplexity_from_a_dcp_sharded_checkpoint_equals_the_full_one(checkpoint
     got = []
     for model in (checkpoint, dcp_checkpoint):
         r = llmtk("clean", "--ppl-model", model, "--max-ppl", "1e9", "--annotate", "-q",
-                  "--filters", "none", input=data)
+                  "--filters", "none", input=data, in_process=True)
         assert r.returncode == 0, r.stderr
         got.append([d["llmtk"]["perplexity"] for d in map(json.loads, r.stdout.splitlines())])
     assert got[0] == got[1] and len(got[0]) == len(ARTICLES)
@@ -94,7 +96,7 @@ def jsonl(records) -> bytes:
 def test_perplexity_scores_and_max_ppl(checkpoint, tmp_path):
     data = jsonl([{"id": a["lang"], "text": a["text"]} for a in ARTICLES])
     r = llmtk("clean", "--ppl-model", checkpoint, "--max-ppl", "1e9", "--annotate", "-q",
-              "--filters", "none", input=data)
+              "--filters", "none", input=data, in_process=True)
     assert r.returncode == 0, r.stderr
     ppl = {d["id"]: d["llmtk"]["perplexity"] for d in map(json.loads, r.stdout.splitlines())}
     assert ppl["en"] == min(ppl.values())  # the model saw English
@@ -103,7 +105,7 @@ def test_perplexity_scores_and_max_ppl(checkpoint, tmp_path):
     limit = (ordered[2] + ordered[3]) / 2
     rej = tmp_path / "rej.jsonl"
     r = llmtk("clean", "--ppl-model", checkpoint, "--max-ppl", str(limit), "-q", "--rejects", rej,
-              "--filters", "none", input=data)
+              "--filters", "none", input=data, in_process=True)
     kept = [json.loads(x)["id"] for x in r.stdout.splitlines()]
     assert len(kept) == 3 and "en" in kept
     assert {json.loads(x)["llmtk"]["reason"] for x in rej.read_bytes().splitlines()} \
@@ -113,17 +115,19 @@ def test_perplexity_scores_and_max_ppl(checkpoint, tmp_path):
 def test_perplexity_quantile_two_passes(checkpoint, tmp_path):
     data = tmp_path / "in.jsonl"
     data.write_bytes(jsonl([{"id": a["lang"], "text": a["text"]} for a in ARTICLES] * 2))
+    # -j 2 forks workers: a real process for it, this one for -j 1
     outs = [llmtk("clean", data, "--ppl-model", checkpoint, "--ppl-quantile", "0.5", "-q",
-                  "--filters", "none", "-j", j) for j in ("1", "2")]
+                  "--filters", "none", "-j", j, in_process=j == "1") for j in ("1", "2")]
     assert outs[0].returncode == 0, outs[0].stderr
     assert outs[0].stdout == outs[1].stdout
     assert len(outs[0].stdout.splitlines()) == 6  # half of 12
-    r = llmtk("clean", "--ppl-model", checkpoint, "--ppl-quantile", "0.5", input=data.read_bytes())
+    r = llmtk("clean", "--ppl-model", checkpoint, "--ppl-quantile", "0.5", input=data.read_bytes(),
+              in_process=True)
     assert r.returncode == 2 and b"--ppl-quantile" in r.stderr
 
 
 def test_perplexity_option_errors(tmp_path):
-    r = llmtk("clean", "--ppl-model", tmp_path, "--max-ppl", "10", input=b"")
+    r = llmtk("clean", "--ppl-model", tmp_path, "--max-ppl", "10", input=b"", in_process=True)
     assert r.returncode == 2 and b"--ppl-model" in r.stderr and b"Traceback" not in r.stderr
     r = llmtk("clean", "--max-ppl", "10", input=b"")
     assert r.returncode == 2 and b"--ppl-model" in r.stderr

@@ -55,12 +55,12 @@ def test_activations_scale_with_batch_and_layers():
 def test_cli_measure_json_and_table():
     args = ["estimate", "--layers", "2", "--d-model", "64", "--heads", "4", "--kv-heads", "2",
             "--vocab", "128", "--seq-len", "32", "--measure", "--batch", "2"]
-    p = llmtk(*args, "--json")
+    p = llmtk(*args, "--json", in_process=True)  # tensor bytes: nothing process-wide
     assert p.returncode == 0, p.stderr.decode()
     r = json.loads(p.stdout)
     assert r["config"]["n_kv_head"] == 2 and r["batch"] == 2
     assert abs(r["rows"]["activations"]["error"]) < 0.15
-    # the table, in process (a second subprocess would import torch again)
+    # the table, from the function itself
     buf = io.StringIO()
     measure_report(None, Dims(layers=2, d_model=64, heads=4, kv_heads=2, vocab=128, seq_len=32),
                    batch=2, json_out=False, file=buf)
@@ -71,9 +71,12 @@ def test_cli_measure_json_and_table():
 
 
 def test_measure_refuses_big_and_foreign_shapes():
-    p = llmtk("estimate", "--model", "gpt2-124m", "--measure")  # GPT-2: not llmtk's model
+    # GPT-2: not llmtk's model
+    p = llmtk("estimate", "--model", "gpt2-124m", "--measure", in_process=True)
     assert p.returncode == 2 and b"--model" in p.stderr
-    p = llmtk("estimate", "--model", "llama3-8b", "--measure")  # trainable, but too big
+    # trainable, but too big
+    p = llmtk("estimate", "--model", "llama3-8b", "--measure", in_process=True)
     assert p.returncode == 2 and b"too big for a CPU check" in p.stderr
-    p = llmtk("estimate", "--layers", "48", "--d-model", "4096", "--heads", "32", "--measure")
+    p = llmtk("estimate", "--layers", "48", "--d-model", "4096", "--heads", "32", "--measure",
+              in_process=True)
     assert p.returncode == 2 and p.stderr.decode().startswith("llmtk: error: --measure:")

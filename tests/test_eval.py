@@ -304,7 +304,7 @@ def test_llmtk_eval_rejects_a_bad_task_file_before_loading_the_model(tmp_path):
 
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"ctx": "c", "endings": ["a"], "label": 0},
                                                {"ctx": "c", "endings": ["a"], "label": 5}])
-    p = llmtk("eval", str(tmp_path / "nothing-here"), "--tasks", bad)
+    p = llmtk("eval", str(tmp_path / "nothing-here"), "--tasks", bad, in_process=True)
     assert p.returncode == 1
     assert p.stderr.decode().strip() == (f"llmtk: error: {bad}:2: the answer index 5 is not one "
                                          "of the 1 choices")

@@ -1,17 +1,16 @@
-"""`llmtk train` end to end, as real processes: learning, exact resume, crash safety,
-NaN handling, preemption, DDP / FSDP2 / multi-node parity (CPU, gloo).
+"""`llmtk train` end to end: learning, exact resume, crash safety, NaN handling and
+preemption. Runs train in this process where no process boundary is tested; kills,
+crashes, signals and torchrun restarts run real processes (tests/train_driver.py).
+DDP / FSDP2 / multi-node parity: tests/test_train_parallel.py.
 
 The corpus is built from the Python standard library's own docstrings (offline).
 Models are tiny and runs short so the file stays fast on 2 busy cores.
 """
 
-import importlib
-import inspect
 import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,63 +19,16 @@ import pytest
 
 from llmtk.train.config import TrainConfig as TrainConfigForTest
 from llmtk.train.trainer import lr_at
-from tests.util import LLMTK, ROOT, env, llmtk
-
-MODULES = ["json", "os", "re", "collections", "itertools", "functools", "pathlib", "argparse",
-           "subprocess", "textwrap", "string", "random", "math", "datetime", "logging", "shutil",
-           "tempfile", "csv", "heapq", "bisect"]
-
-TINY = ["--layers", "2", "--d-model", "64", "--heads", "4", "--seq-len", "64", "--warmup", "2",
-        "--lr", "3e-3", "--log-every", "1", "-q"]
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """~420 stdlib docstrings (~300 KB of English-ish technical text) as JSONL."""
-    d = tmp_path_factory.mktemp("corpus")
-    path = d / "docs.jsonl"
-    with open(path, "w") as f:
-        for name in MODULES:
-            mod = importlib.import_module(name)
-            for attr, obj in inspect.getmembers(mod):
-                doc = inspect.getdoc(obj)
-                if doc and len(doc) > 200 and not attr.startswith("_"):
-                    f.write(json.dumps({"id": f"{name}.{attr}", "text": doc}) + "\n")
-    return {"data": str(path), "cache": str(d / "cache")}
-
-
-DRIVER = [sys.executable, "-m", "tests.train_driver"]  # llmtk with test faults
-
-
-def run_train(corpus, out, *args, check=True, faults=None):
-    cmd = [*(DRIVER if faults else LLMTK), "train", "--data", corpus["data"], "--cache-dir",
-           corpus["cache"], "--out", out, *TINY, *args]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True,
-                       env=env(LLMTK_TEST_FAULTS=json.dumps(faults or {})))
-    if check:
-        assert p.returncode == 0, p.stderr.decode()[-3000:]
-    return p
-
-
-def rows(out):
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
-
-
-def losses(out):
-    return [(r["step"], r["loss"], r["grad_norm"], r["lr"], r["tokens"])
-            for r in rows(out) if "loss" in r and "event" not in r]
-
-
-def events(out, name):
-    return [r for r in rows(out) if r.get("event") == name]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
+from tests.train_runs import (
+    DRIVER,
+    TINY,
+    events,
+    losses,
+    rows,
+    run_train,
+    train_corpus,  # noqa: F401 (the corpus fixture)
+)
+from tests.util import ROOT, env, llmtk
 
 # ---------------------------------------------------------------- learning
 
@@ -323,155 +275,3 @@ def test_loss_spike_rolls_back_with_half_the_lr(corpus, tmp_path):
     cfg = TrainConfigForTest(lr=3e-3, warmup=2, steps=12)
     assert r[10][3] == pytest.approx(0.5 * lr_at(10, cfg))  # step 11 at half the rate
     assert r[10][4] == 11 * 4 * 64  # tokens count the steps kept, not the skipped ones
-
-
-# ---------------------------------------------------------------- parallel (gloo)
-
-
-def _parallel_matches(ref, out):
-    a, b = losses(ref), losses(out)
-    assert [x[0] for x in a] == [x[0] for x in b]
-    for (s, la, ga, lra, ta), (_, lb, gb, lrb, tb) in zip(a, b, strict=True):
-        assert lb == pytest.approx(la, rel=1e-5, abs=1e-6), s
-        assert gb == pytest.approx(ga, rel=1e-4), s
-        assert (lra, ta) == (lrb, tb)
-
-
-@pytest.fixture(scope="module")
-def single_ref(corpus, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("single") / "run")
-    run_train(corpus, out, "--steps", "5", "--batch-size", "4")
-    return out
-
-
-def test_grad_accum_matches_a_bigger_batch(corpus, tmp_path, single_ref):
-    out = str(tmp_path / "accum")
-    run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--grad-accum", "2")
-    _parallel_matches(single_ref, out)
-
-
-def test_ddp_two_processes_match_one(corpus, tmp_path, single_ref):
-    out = str(tmp_path / "ddp")
-    run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "2")
-    _parallel_matches(single_ref, out)
-    assert json.load(open(os.path.join(out, "config.json")))["parallel"] == "ddp"
-
-
-def test_fsdp2_two_processes_match_one(corpus, tmp_path, single_ref):
-    out = str(tmp_path / "fsdp")
-    run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "2",
-              "--parallel", "fsdp", "--checkpoint-every", "3")
-    _parallel_matches(single_ref, out)
-    # The FSDP checkpoint is a full state dict: a single process can resume it.
-    resumed = str(tmp_path / "resumed")
-    os.makedirs(os.path.join(resumed, "checkpoints"))
-    os.rename(os.path.join(out, "checkpoints", "step-0000003"),
-              os.path.join(resumed, "checkpoints", "step-0000003"))
-    run_train(corpus, resumed, "--steps", "5", "--batch-size", "4")
-    after = losses(resumed)[-2:]
-    assert [x[0] for x in after] == [4, 5]
-    for x, y in zip(after, losses(single_ref)[-2:], strict=True):
-        assert x[1] == pytest.approx(y[1], rel=1e-5)
-
-
-@pytest.mark.slow
-def test_two_nodes_c10d_rendezvous_match_one(corpus, tmp_path, single_ref):
-    out = str(tmp_path / "nodes")
-    port = free_port()
-    cmd = [*LLMTK, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
-           "--out", out, *TINY, "--steps", "5", "--batch-size", "2", "--nnodes", "2",
-           "--nproc-per-node", "1", "--rdzv-endpoint", f"127.0.0.1:{port}",
-           "--rdzv-id", "llmtk-test"]
-    nodes = [subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE) for _ in range(2)]
-    for node in nodes:
-        _, err = node.communicate(timeout=300)
-        assert node.returncode == 0, err.decode()[-2000:]
-    _parallel_matches(single_ref, out)
-    assert json.load(open(os.path.join(out, "config.json")))["world_size"] == 2
-
-
-# ---------------------------------------------------------------- sharded (DCP) checkpoints
-
-DCP_ARGS = ["--steps", "6", "--batch-size", "2", "--nproc-per-node", "2", "--parallel", "fsdp",
-            "--schedule", "constant", "--checkpoint-every", "2"]
-
-
-@pytest.fixture(scope="module")
-def fsdp_ref(corpus, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("fsdp") / "ref")
-    run_train(corpus, out, *DCP_ARGS)
-    return out
-
-
-def test_fsdp2_writes_sharded_checkpoints_and_resumes_them_bit_exactly(corpus, tmp_path,
-                                                                       fsdp_ref):
-    ckpt = os.path.join(fsdp_ref, "checkpoints", "step-0000006")
-    names = sorted(os.listdir(os.path.join(ckpt, "dcp")))
-    assert ".metadata" in names and len([n for n in names if n.endswith(".distcp")]) == 2
-    manifest = json.load(open(os.path.join(ckpt, "MANIFEST.json")))["files"]
-    assert "dcp/.metadata" in manifest and "rng-00001.pt" in manifest
-    event = events(fsdp_ref, "checkpoint")[-1]
-    assert event["format"] == "dcp" and event["bytes"] == sum(f["size"]
-                                                              for f in manifest.values())
-    out = str(tmp_path / "stopped")
-    run_train(corpus, out, *[a if a != "6" else "3" for a in DCP_ARGS])  # stops at step 3
-    run_train(corpus, out, *DCP_ARGS)  # resumes the sharded step-3 checkpoint
-    assert events(out, "resume")[0]["path"] == "checkpoints/step-0000003"
-    assert losses(out) == losses(fsdp_ref)
-
-
-def test_export_consolidates_a_sharded_checkpoint(fsdp_ref, tmp_path):
-    import torch
-
-    from llmtk.train import full_state_dict, load_model
-
-    out = tmp_path / "model.pt"
-    p = llmtk("train", "export", fsdp_ref, "-o", str(out))
-    assert p.returncode == 0, p.stderr
-    assert b"step-0000006 -> " in p.stderr
-    blob = torch.load(out, weights_only=True)  # plain tensors and strings only
-    assert blob["step"] == 6 and blob["model_config"]["d_model"] == 64
-    sharded = full_state_dict(fsdp_ref)
-    assert sharded.keys() == blob["state_dict"].keys()
-    assert all(torch.equal(sharded[k], blob["state_dict"][k]) for k in sharded)
-    model, tok = load_model(str(out))
-    x = torch.tensor([tok.encode("def f(x):\n    return x")])
-    _, loss = model(x[:, :-1], x[:, 1:])
-    assert loss.item() < 5.0  # trained: below the uniform ln(257) = 5.55
-    p = llmtk("train", "export", str(tmp_path), "-o", str(tmp_path / "x.pt"))
-    assert p.returncode == 2 and b"no complete llmtk train checkpoint" in p.stderr
-
-
-@pytest.mark.slow  # three 2-process FSDP runs
-def test_async_sharded_checkpoint_killed_mid_write_keeps_the_previous(corpus, tmp_path,
-                                                                      fsdp_ref):
-    out = str(tmp_path / "killed")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "-m", "tests.train_driver", "train", "--data", corpus["data"], "--cache-dir",
-           corpus["cache"], "--out", out, *TINY, *DCP_ARGS[:4], *DCP_ARGS[6:]]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True,
-                       env=env(LLMTK_TEST_FAULTS=json.dumps({"crash_in_checkpoint": 4})))
-    assert p.returncode != 0
-    ckpts = os.path.join(out, "checkpoints")
-    assert open(os.path.join(ckpts, "latest")).read().strip() == "step-0000002"
-    partial = os.path.join(ckpts, ".tmp-step-0000004")
-    assert os.path.exists(os.path.join(partial, "dcp", ".metadata"))  # written, not sealed
-    assert not os.path.exists(os.path.join(partial, "COMPLETE"))
-    run_train(corpus, out, *DCP_ARGS)
-    assert events(out, "resume")[0]["path"] == "checkpoints/step-0000002"
-    assert losses(out) == losses(fsdp_ref)
-
-
-@pytest.mark.slow  # torch.compile on CPU (inductor) takes a while
-def test_gpu_check_cpu_smoke(tmp_path):
-    """benchmarks/gpu_check.py runs end to end (tiny model, CPU, eager and compile)."""
-    report = tmp_path / "gpu_check.json"
-    p = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--cpu-smoke", "--json",
-                        str(report)], cwd=ROOT, env=env(), capture_output=True, timeout=1200)
-    assert p.returncode == 0, p.stderr.decode()[-3000:]
-    results = json.loads(report.read_text())["results"]
-    assert [r["compile"] for r in results] == [False, True]
-    for r in results:
-        assert r["tokens_per_s"] > 0 and r["plain_tokens_per_s"] > 0
-        assert r["checkpoint_bytes"] > 0 and r["checkpoint_s"] >= 0

@@ -61,14 +61,20 @@ def test_two_real_runs_on_one_out(tmp_path):
     data, out = write_data(tmp_path), str(tmp_path / "run")
     args = ["train", "--data", data, "--out", out, "--layers", "1", "--d-model", "32",
             "--heads", "2", "--seq-len", "32", "--steps", "6", "--batch-size", "2", "-q"]
+    # The first run holds after step 1 until the second is done: on a busy machine a
+    # fixed delay ran out before the second process had started (it then trained too).
+    release = tmp_path / "release"
     first = subprocess.Popen([sys.executable, "-m", "tests.train_driver", *args], cwd=ROOT,
-                             env=env(LLMTK_TEST_FAULTS='{"step_delay": 0.5}'),
+                             env=env(LLMTK_TEST_FAULTS=json.dumps({"hold": str(release)})),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while not os.path.exists(os.path.join(out, "metrics.jsonl")) and time.time() < deadline:
         time.sleep(0.05)
-    second = subprocess.run([sys.executable, "-m", "llmtk", *args], cwd=ROOT, env=env(),
-                            capture_output=True)
+    try:
+        second = subprocess.run([sys.executable, "-m", "llmtk", *args], cwd=ROOT, env=env(),
+                                capture_output=True)
+    finally:
+        release.touch()
     assert second.returncode == 2
     assert f"(host {socket.gethostname()}, PID {first.pid})".encode() in second.stderr
     _, err = first.communicate(timeout=300)

@@ -63,7 +63,8 @@ def test_bad_tokenizer_files(tmp_path):
 def test_train_tokenizer_command(tmp_path):
     data = write_jsonl(tmp_path / "d.jsonl", TEXTS * 30)
     out = tmp_path / "tok.json"
-    p = llmtk("train", "tokenizer", "--data", data, "--vocab-size", "280", "-o", str(out))
+    p = llmtk("train", "tokenizer", "--data", data, "--vocab-size", "280", "-o", str(out),
+              in_process=True)
     assert p.returncode == 0, p.stderr
     assert b"documents" in p.stderr and b"90" in p.stderr
     assert json.loads(out.read_text())["model"]["type"] == "BPE"
@@ -73,7 +74,8 @@ def test_train_tokenizer_command(tmp_path):
               input=open(data, "rb").read())
     assert p.returncode == 0 and p.stderr == b""
     assert out.read_bytes() == out2.read_bytes()
-    p = llmtk("train", "tokenizer", "--data", data, "--vocab-size", "100", "-o", str(out))
+    p = llmtk("train", "tokenizer", "--data", data, "--vocab-size", "100", "-o", str(out),
+              in_process=True)
     assert p.returncode == 2 and b"--vocab-size" in p.stderr
 
 
@@ -233,7 +235,7 @@ def test_torchrun_argv():
 def test_usage_errors_exit_2_with_one_line(tmp_path, args, message):
     data = write_jsonl(tmp_path / "d.jsonl", TEXTS)
     args = [data if a == "D" else a for a in args]
-    p = llmtk("train", *args, cwd=tmp_path)
+    p = llmtk("train", *args, cwd=tmp_path, in_process=True)
     assert p.returncode == 2, p.stderr
     assert message in p.stderr and b"Traceback" not in p.stderr
 
@@ -241,7 +243,7 @@ def test_usage_errors_exit_2_with_one_line(tmp_path, args, message):
 def test_data_error_exits_1(tmp_path):
     src = tmp_path / "d.jsonl"
     src.write_text('{"text": "ok"}\nnot json\n')
-    p = llmtk("train", "--data", str(src), "--out", str(tmp_path / "r"))
+    p = llmtk("train", "--data", str(src), "--out", str(tmp_path / "r"), in_process=True)
     assert p.returncode == 1
     assert p.stderr.decode().strip().endswith("d.jsonl:2: malformed JSON (unexpected character: "
                                               "line 1 column 1 (char 0))") or \

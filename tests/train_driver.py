@@ -6,10 +6,13 @@ The faults come from LLMTK_TEST_FAULTS, a JSON object (every key optional):
   crash_in_checkpoint: S  SIGKILL after checkpoint S is written, before it is COMPLETE
   die_once: [FILE, S]   exit 17 after step S unless FILE exists (then create it first)
   step_delay: SECONDS   sleep after every step (time for a test to send a signal)
+  hold: FILE            after step 1, wait (up to 300 s) until FILE exists
 They reach the loop through the `faults` object `llmtk.train.trainer.train` takes; the
-production code has no test hooks.
+production code has no test hooks. `injected(spec)` does the same for a run in the test's
+own process (faults that only change numbers: nan_loss, spike_loss).
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -42,18 +45,33 @@ class TestFaults(Faults):
             os._exit(17)
         if "step_delay" in self.spec:
             time.sleep(self.spec["step_delay"])
+        if "hold" in self.spec and step == 1:
+            deadline = time.time() + 300
+            while not os.path.exists(self.spec["hold"]) and time.time() < deadline:
+                time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def injected(spec: dict):
+    """`llmtk train` run in this process meanwhile trains with the faults of SPEC."""
+    import llmtk.train.trainer as trainer
+
+    faults = TestFaults(spec)
+    real = trainer.train
+    trainer.train = lambda cfg, faults_=None: real(cfg, faults=faults)
+    try:
+        yield
+    finally:
+        trainer.train = real
 
 
 def main() -> None:
-    import llmtk.train.trainer as trainer
-
-    faults = TestFaults(json.loads(os.environ.get("LLMTK_TEST_FAULTS", "{}")))
-    real = trainer.train
-    trainer.train = lambda cfg, faults_=None: real(cfg, faults=faults)
+    spec = json.loads(os.environ.get("LLMTK_TEST_FAULTS", "{}"))
     sys.argv = ["llmtk", *sys.argv[1:]]
     from llmtk.cli import main as cli_main
 
-    cli_main()
+    with injected(spec):
+        cli_main()
 
 
 if __name__ == "__main__":

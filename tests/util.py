@@ -29,15 +29,17 @@ REAL_FLAGS = {"--workers", "--ppl-model", "--measure", "--executor"}
 
 
 def llmtk(*args: str, input: bytes | None = None, check: bool = False, cwd=None,
-          real: bool = False, **extra_env: str):
+          real: bool = False, in_process: bool = False, **extra_env: str):
     """Run `llmtk ARGS` and return a CompletedProcess (bytes stdout/stderr, returncode).
 
     In this process (same bytes, same exit status) for the commands in IN_PROCESS, or in
     a real one with real=True, for other commands, flags in REAL_FLAGS, or everywhere
-    with LLMTK_TEST_PROCESSES=1 (to check that both agree)."""
+    with LLMTK_TEST_PROCESSES=1 (to check that both agree). in_process=True runs any
+    command here, train and eval included: for a test that needs no process boundary
+    (no signal, no kill, no pipe) and accepts that torch's state is this process's."""
     argv = [str(a) for a in args]
-    if (real or not argv or argv[0] not in IN_PROCESS or REAL_FLAGS.intersection(argv)
-            or os.environ.get("LLMTK_TEST_PROCESSES") == "1"):
+    if os.environ.get("LLMTK_TEST_PROCESSES") == "1" or real or not (in_process or (
+            argv and argv[0] in IN_PROCESS and not REAL_FLAGS.intersection(argv))):
         return subprocess.run([*LLMTK, *argv], input=input if input is not None else b"",
                               capture_output=True, check=check, cwd=cwd or ROOT,
                               env=env(**extra_env))
@@ -150,9 +152,12 @@ class InProcess:
 
 @contextlib.contextmanager
 def own_signal_handlers():
-    """Put back pytest's SIGTERM/SIGUSR1 handlers after llmtk ran in this process (the
-    CLI and the trainer install their own)."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    """Put back pytest's signal handlers after llmtk ran in this process (the CLI and the
+    trainer install their own for SIGTERM/SIGUSR1; torchrun's launcher, run here by
+    `train --nproc-per-node`, for SIGTERM, SIGINT, SIGHUP and SIGQUIT)."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1,
+                                                    signal.SIGINT, signal.SIGHUP,
+                                                    signal.SIGQUIT)}
     try:
         yield
     finally:

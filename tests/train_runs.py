@@ -1,0 +1,74 @@
+"""What tests/test_train.py and tests/test_train_parallel.py share: the stdlib-docstring
+corpus, the tiny model's flags, `run_train` and the metrics-log readers. Two files, so
+that pytest-xdist (`--dist loadfile`) runs the single-process and the multi-process
+tests on different workers."""
+
+import importlib
+import inspect
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.util import LLMTK, ROOT, env  # noqa: F401 (LLMTK: for the test files)
+
+MODULES = ["json", "os", "re", "collections", "itertools", "functools", "pathlib", "argparse",
+           "subprocess", "textwrap", "string", "random", "math", "datetime", "logging", "shutil",
+           "tempfile", "csv", "heapq", "bisect"]
+
+TINY = ["--layers", "2", "--d-model", "64", "--heads", "4", "--seq-len", "64", "--warmup", "2",
+        "--lr", "3e-3", "--log-every", "1", "-q"]
+
+
+@pytest.fixture(scope="module", name="corpus")
+def train_corpus(tmp_path_factory):
+    """~420 stdlib docstrings (~300 KB of English-ish technical text) as JSONL."""
+    d = tmp_path_factory.mktemp("corpus")
+    path = d / "docs.jsonl"
+    with open(path, "w") as f:
+        for name in MODULES:
+            mod = importlib.import_module(name)
+            for attr, obj in inspect.getmembers(mod):
+                doc = inspect.getdoc(obj)
+                if doc and len(doc) > 200 and not attr.startswith("_"):
+                    f.write(json.dumps({"id": f"{name}.{attr}", "text": doc}) + "\n")
+    return {"data": str(path), "cache": str(d / "cache")}
+
+
+DRIVER = [sys.executable, "-m", "tests.train_driver"]  # llmtk with test faults
+
+
+def run_train(corpus, out, *args, check=True, faults=None, real=True):
+    """`llmtk train` on the corpus as a real process (tests/train_driver.py with faults).
+    Not in this process: a step there measured 4-5x slower than in a fresh process (cause
+    not found yet), which costs far more than the process start saves."""
+    argv = ["train", "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out,
+            *TINY, *args]
+    p = subprocess.run([*(DRIVER if faults else LLMTK), *argv], cwd=ROOT, capture_output=True,
+                       env=env(LLMTK_TEST_FAULTS=json.dumps(faults or {})))
+    if check:
+        assert p.returncode == 0, p.stderr.decode()[-3000:]
+    return p
+
+
+def rows(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def losses(out):
+    return [(r["step"], r["loss"], r["grad_norm"], r["lr"], r["tokens"])
+            for r in rows(out) if "loss" in r and "event" not in r]
+
+
+def events(out, name):
+    return [r for r in rows(out) if r.get("event") == name]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
