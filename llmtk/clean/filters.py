@@ -319,20 +319,23 @@ class _NGrams:
         if found is None:
             return 0
         grams, repeat = found
-        cum = self.cum
-        m = len(grams)
-        start = repeat.index(True)  # every position before the first repeat is visited
-        seen = set(grams[:start])
-        total, i = 0, start
-        while i < m:
-            g = grams[i]
-            if g in seen:
-                total += cum[i + n] - cum[i]
-                i += n
-            else:
-                seen.add(g)
-                i += 1
-        return total
+        return _skipping_repeats(grams, repeat.index(True), self.cum, n)
+
+
+def _skipping_repeats(grams: list, start: int, cum, n: int) -> int:
+    """Characters of the n-grams seen before, scanning from `start` (the first repeat:
+    every position before it is visited) and skipping over each repeat counted."""
+    seen = set(grams[:start])
+    total, i, m = 0, start, len(grams)
+    while i < m:
+        g = grams[i]
+        if g in seen:
+            total += cum[i + n] - cum[i]
+            i += n
+        else:
+            seen.add(g)
+            i += 1
+    return total
 
 
 class _IntNGrams(_NGrams):
@@ -424,21 +427,7 @@ class _IntNGrams(_NGrams):
         if found is None:
             return 0
         ids, repeat = found
-        ids = ids.tolist()
-        cum = self.cum
-        m = len(ids)
-        start = int(repeat.argmax())  # every position before the first repeat is visited
-        seen = set(ids[:start])
-        total, i = 0, start
-        while i < m:
-            g = ids[i]
-            if g in seen:
-                total += cum[i + n] - cum[i]
-                i += n
-            else:
-                seen.add(g)
-                i += 1
-        return total
+        return _skipping_repeats(ids.tolist(), int(repeat.argmax()), self.cum, n)
 
 
 # From this many words on the numpy n-grams are faster than tuples (measured on the man
