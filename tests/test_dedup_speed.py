@@ -14,7 +14,7 @@ from llmtk.dedup.config import NORMALISE_STEPS, DedupConfig
 from llmtk.dedup.minhash import MinHasher
 from llmtk.dedup.normalise import Normaliser
 from llmtk.dedup.table import HashTable, _first_per_slot
-from llmtk.text.segment import _CJK_CHAR, is_cjk, words
+from llmtk.text.segment import CJK_CHAR, is_cjk, words
 
 EVERY = "".join(map(chr, range(0x110000)))  # all code points, lone surrogates included
 
@@ -44,10 +44,10 @@ def test_lowercasing_neither_adds_nor_removes_cjk():
     # Normaliser.batch tells "no CJK" from the lowercased text; is_cjk reads the original.
     for i, c in enumerate(EVERY):
         low = c.lower()
-        if _CJK_CHAR.match(c):
+        if CJK_CHAR.match(c):
             assert low == c, hex(i)
         elif low != c:
-            assert not _CJK_CHAR.search(low), hex(i)
+            assert not CJK_CHAR.search(low), hex(i)
 
 
 @pytest.mark.parametrize("steps", [
@@ -61,12 +61,12 @@ def test_batch_normalise_equals_the_definition(steps):
         got, cjk = norm.batch(texts)
         assert got == [norm(t) for t in texts]
         lowered = [t.lower() for t in texts] if "lowercase" in steps else texts
-        assert cjk.tolist() == [len(_CJK_CHAR.findall(t)) for t in lowered]
+        assert cjk.tolist() == [len(CJK_CHAR.findall(t)) for t in lowered]
 
 
 def test_split_equals_words_without_cjk():
     norm = Normaliser(NORMALISE_STEPS)
-    texts = [t for t in SAMPLES + chunks_of_every() if not _CJK_CHAR.search(t.lower())]
+    texts = [t for t in SAMPLES + chunks_of_every() if not CJK_CHAR.search(t.lower())]
     for t in texts:
         normed = norm(t)
         assert normed.split() == words(normed)
@@ -119,18 +119,16 @@ def test_hash_table_growth_keeps_every_key():
     assert np.array_equal(table.get(keys), np.arange(len(keys)))
 
 
-def test_cjk_share_equals_is_cjk():
-    from llmtk.dedup.minhash import cjk_share_reached
-
+def test_cjk_share_from_a_count_equals_is_cjk():
     texts = SAMPLES + chunks_of_every(997) + [
         "中文中abcdefg", "中文abcdefgh", "中文中 abcdefg\n", "中" + " " * 5, "\n\n中\n",
         "日本語のテキスト with some English words in it, quite a few of them really",
     ]
     for t in texts:
-        assert cjk_share_reached(t, len(_CJK_CHAR.findall(t))) == is_cjk(t), t[:40]
+        assert is_cjk(t, cjk_chars=len(CJK_CHAR.findall(t))) == is_cjk(t), t[:40]
     norm = Normaliser(NORMALISE_STEPS)
     _, counts = norm.batch(texts)
-    assert counts.tolist() == [len(_CJK_CHAR.findall(t)) for t in texts]
+    assert counts.tolist() == [len(CJK_CHAR.findall(t)) for t in texts]
 
 
 def test_batch_normalise_in_groups(monkeypatch):
@@ -141,4 +139,4 @@ def test_batch_normalise_in_groups(monkeypatch):
     monkeypatch.setattr(normalise, "BATCH_CHARS", 50)  # most documents alone, some together
     got, counts = norm.batch(SAMPLES)
     assert got == want
-    assert counts.tolist() == [len(_CJK_CHAR.findall(t.lower())) for t in SAMPLES]
+    assert counts.tolist() == [len(CJK_CHAR.findall(t.lower())) for t in SAMPLES]

@@ -66,7 +66,6 @@ class _TokenHashes(dict):
 
 
 TOKEN_CACHE_MAX = 1 << 20
-CJK_SHARE = 0.3  # is_cjk's default threshold
 
 
 class MinHasher:
@@ -85,10 +84,11 @@ class MinHasher:
 
     # -- shingles ------------------------------------------------------------
 
-    def unit_for(self, text: str) -> str:
+    def unit_for(self, text: str, cjk_chars: int | None = None) -> str:
+        """--unit, or for auto: char for CJK text (cjk_chars: its CJK count, if known)."""
         unit = self.config.unit
         if unit == "auto":
-            return "char" if is_cjk(text) else "word"
+            return "char" if is_cjk(text, cjk_chars=cjk_chars) else "word"
         return unit
 
     def token_hashes(self, normalised: str, unit: str) -> np.ndarray:
@@ -210,20 +210,13 @@ class MinHasher:
         others: dict[int, np.ndarray] = {}  # char-unit and short documents: their shingles
         word_docs, word_tokens, lengths = [], [], []
         split_ok = self.normalise.only_words_remain
-        fixed_unit = None if self.config.unit == "auto" else self.config.unit
+        counted = None if cjk_chars is None else cjk_chars.tolist()
         for k, (text, normed) in enumerate(zip(texts, normalised, strict=True)):
-            known = cjk_chars is not None
-            no_cjk = known and not cjk_chars[k]
-            if fixed_unit:
-                unit = fixed_unit
-            elif known:
-                unit = "char" if cjk_share_reached(text, int(cjk_chars[k])) else "word"
-            else:
-                unit = self.unit_for(text)
-            if unit == "char":
-                others[k] = self.shingles(text, normed)
+            cjk = None if counted is None else counted[k]
+            if self.unit_for(text, cjk) == "char":
+                others[k] = self._ngrams(self.token_hashes(normed, "char"))
                 continue
-            toks = normed.split() if split_ok and no_cjk else words(normed)
+            toks = normed.split() if split_ok and cjk == 0 else words(normed)
             if len(toks) < n:
                 others[k] = self._ngrams(self._word_hashes(toks))
                 continue
@@ -282,15 +275,6 @@ def _permuted(x: np.ndarray, a: np.ndarray, b: np.ndarray, buf: np.ndarray) -> n
     np.multiply(a, x, out=block)
     block += b
     return block
-
-
-def cjk_share_reached(text: str, cjk_chars: int) -> bool:
-    """llmtk.text.segment.is_cjk(text) from a count of its CJK characters: the same share
-    of the characters other than " " and "\\n", the same 0.3 (tests compare the two)."""
-    if not cjk_chars:
-        return False
-    letters = len(text) - text.count(" ") - text.count("\n")
-    return letters > 0 and cjk_chars / letters >= CJK_SHARE
 
 
 class Batch:

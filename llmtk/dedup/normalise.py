@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import xxhash
 
-from llmtk.text.segment import _CJK_CHAR
+from llmtk.text.segment import CJK_CHAR
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,7 +31,7 @@ _SPACE = re.compile(r"\s")  # the same characters as str.isspace (checked in the
 
 # Bits of the per-code-point class table; KNOWN: the entry has been computed.
 PUNCT, DIGIT, SPACE, CJK, KNOWN = 1, 2, 4, 8, 16
-_PATTERNS = ((_PUNCT, PUNCT), (_DIGIT, DIGIT), (_SPACE, SPACE), (_CJK_CHAR, CJK))
+_PATTERNS = ((_PUNCT, PUNCT), (_DIGIT, DIGIT), (_SPACE, SPACE), (CJK_CHAR, CJK))
 _TABLE: np.ndarray | None = None
 BATCH_CHARS = 1 << 20  # characters normalised in one go (bounds the arrays of Normaliser.batch)
 
@@ -118,7 +118,7 @@ class Normaliser:
 
         n = len(texts)
         if not (self.punctuation or self.digits or self.whitespace) or n == 0:
-            return texts, np.array([len(_CJK_CHAR.findall(t)) for t in texts], dtype=np.int64)
+            return texts, np.array([len(CJK_CHAR.findall(t)) for t in texts], dtype=np.int64)
         lengths = np.fromiter(map(len, texts), dtype=np.int64, count=n)
         codes = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), np.uint32)
         cls = code_point_classes(codes)

@@ -15,22 +15,27 @@ _CJK_CLASS = (
     "\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
     "\uf900-\ufaff\uff66-\uff9f\uac00-\ud7af"
 )
-_CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
+CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
 # One token: a single CJK character, or a run of other word characters.
 _TOKEN = re.compile(f"[{_CJK_CLASS}]|[^\\W{_CJK_CLASS}]+")
 
 
-def cjk_fraction(text: str) -> float:
-    """Share of the non-space characters that are CJK (0.0 for empty text)."""
-    letters = len(text) - text.count(" ") - text.count("\n")
-    if letters <= 0:
+def cjk_fraction(text: str, cjk_chars: int | None = None) -> float:
+    """Share of the non-space characters that are CJK (0.0 for empty text).
+
+    cjk_chars: the text's count of CJK_CHAR characters, when the caller has it already
+    (dedup's batch normaliser counts them), to skip the scan."""
+    if cjk_chars is None:
+        cjk_chars = len(CJK_CHAR.findall(text))
+    if not cjk_chars:
         return 0.0
-    return len(_CJK_CHAR.findall(text)) / letters
+    letters = len(text) - text.count(" ") - text.count("\n")
+    return cjk_chars / letters if letters > 0 else 0.0
 
 
-def is_cjk(text: str, threshold: float = 0.3) -> bool:
+def is_cjk(text: str, threshold: float = 0.3, cjk_chars: int | None = None) -> bool:
     """True when enough of the text is CJK that words are not space-separated."""
-    return cjk_fraction(text) >= threshold
+    return cjk_fraction(text, cjk_chars) >= threshold
 
 
 def words(text: str) -> list[str]:
