@@ -354,18 +354,15 @@ def sft(base, out, data, *args, check=True, faults=None, **env):
     """`llmtk train --sft` from the base run, as a real process: in this process a step
     measured 4-5x slower (tests/train_runs.py)."""
     import json
-    import subprocess
-    import sys
 
-    from tests.util import ROOT
     from tests.util import env as make_env
+    from tests.util import run_module
 
     # tests.train_driver: llmtk with the test faults of LLMTK_TEST_FAULTS injected
-    cmd = [sys.executable, "-m", "tests.train_driver", "train", "--sft", "--init-from",
-           base["run"], "--data", data, "--out", out, "--warmup", "2", "--lr", "3e-3",
-           "--log-every", "1", "-q", *map(str, args)]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, input=b"",
-                       env=make_env(**{**ONE_THREAD, **env,
+    argv = ["train", "--sft", "--init-from", base["run"], "--data", data, "--out", out,
+            "--warmup", "2", "--lr", "3e-3", "--log-every", "1", "-q", *map(str, args)]
+    p = run_module("tests.train_driver", argv,
+                   environ=make_env(**{**ONE_THREAD, **env,
                                        "LLMTK_TEST_FAULTS": json.dumps(faults or {})}))
     if check:
         assert p.returncode == 0, p.stderr.decode()[-3000:]

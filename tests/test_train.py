@@ -11,8 +11,6 @@ import json
 import math
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -20,7 +18,6 @@ import pytest
 from llmtk.train.config import TrainConfig as TrainConfigForTest
 from llmtk.train.trainer import lr_at
 from tests.train_runs import (
-    DRIVER,
     TINY,
     events,
     losses,
@@ -28,7 +25,7 @@ from tests.train_runs import (
     run_train,
     train_corpus,  # noqa: F401 (the corpus fixture)
 )
-from tests.util import ROOT, env, llmtk
+from tests.util import env, llmtk, popen_module, run_module
 
 # ---------------------------------------------------------------- learning
 
@@ -103,10 +100,10 @@ def test_exact_resume_after_sigkill(corpus, tmp_path, resume_ref):
     args, ref = RESUME_ARGS, resume_ref
 
     out = str(tmp_path / "killed")
-    cmd = [*DRIVER, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
-           "--out", out, *TINY, *args]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(LLMTK_TEST_FAULTS='{"step_delay": 0.25}'),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv = ["train", "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out,
+            *TINY, *args]
+    proc = popen_module("tests.train_driver", argv,
+                        env(LLMTK_TEST_FAULTS='{"step_delay": 0.25}'))
     metrics = os.path.join(out, "metrics.jsonl")
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -153,10 +150,10 @@ def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(corpus, tmp_pat
 def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, resume_ref, sig):
     args, ref = RESUME_ARGS, resume_ref
     out = str(tmp_path / "pre")
-    cmd = [*DRIVER, "train", "--data", corpus["data"], "--cache-dir", corpus["cache"],
-           "--out", out, *TINY, *args]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(LLMTK_TEST_FAULTS='{"step_delay": 0.25}'),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    argv = ["train", "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out,
+            *TINY, *args]
+    proc = popen_module("tests.train_driver", argv,
+                        env(LLMTK_TEST_FAULTS='{"step_delay": 0.25}'), stderr_pipe=True)
     deadline = time.time() + 120
     while time.time() < deadline:
         if os.path.exists(os.path.join(out, "metrics.jsonl")) and rows(out):
@@ -179,11 +176,11 @@ def test_torchrun_restarts_a_crashed_worker_which_resumes(corpus, tmp_path, resu
     out = str(tmp_path / "restarted")
     marker = str(tmp_path / "died")
     # torchrun itself, with the fault-injecting driver as its worker.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1",
-           "--max-restarts=1", "-m", "tests.train_driver", "train", "--data", corpus["data"],
-           "--cache-dir", corpus["cache"], "--out", out, *TINY, *RESUME_ARGS]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True,
-                       env=env(LLMTK_TEST_FAULTS=json.dumps({"die_once": [marker, 6]})))
+    argv = ["--standalone", "--nproc-per-node=1", "--max-restarts=1", "-m",
+            "tests.train_driver", "train", "--data", corpus["data"], "--cache-dir",
+            corpus["cache"], "--out", out, *TINY, *RESUME_ARGS]
+    p = run_module("torch.distributed.run", argv,
+                   environ=env(LLMTK_TEST_FAULTS=json.dumps({"die_once": [marker, 6]})))
     assert p.returncode == 0, p.stderr.decode()[-3000:]
     assert os.path.exists(marker)  # the worker really died (exit 17) after step 6
     assert events(out, "resume")[0]["path"] == "checkpoints/step-0000004"

@@ -17,7 +17,7 @@ from llmtk.commands import train as train_command
 from llmtk.errors import UsageError
 from llmtk.train.config import FIELDS, resolve_config, resolve_launch
 from llmtk.train.lock import DirLock
-from tests.util import ROOT, env
+from tests.util import ROOT, env, popen_module, run_module
 
 
 def write_data(tmp_path):
@@ -64,15 +64,14 @@ def test_two_real_runs_on_one_out(tmp_path):
     # The first run holds after step 1 until the second is done: on a busy machine a
     # fixed delay ran out before the second process had started (it then trained too).
     release = tmp_path / "release"
-    first = subprocess.Popen([sys.executable, "-m", "tests.train_driver", *args], cwd=ROOT,
-                             env=env(LLMTK_TEST_FAULTS=json.dumps({"hold": str(release)})),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    first = popen_module("tests.train_driver", args,
+                         env(LLMTK_TEST_FAULTS=json.dumps({"hold": str(release)})),
+                         stderr_pipe=True)
     deadline = time.time() + 120
     while not os.path.exists(os.path.join(out, "metrics.jsonl")) and time.time() < deadline:
         time.sleep(0.05)
     try:
-        second = subprocess.run([sys.executable, "-m", "llmtk", *args], cwd=ROOT, env=env(),
-                                capture_output=True)
+        second = run_module("llmtk", args)
     finally:
         release.touch()
     assert second.returncode == 2

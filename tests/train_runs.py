@@ -8,12 +8,11 @@ import inspect
 import json
 import os
 import socket
-import subprocess
 import sys
 
 import pytest
 
-from tests.util import LLMTK, ROOT, env  # noqa: F401 (LLMTK: for the test files)
+from tests.util import LLMTK, ROOT, env, run_module  # noqa: F401 (LLMTK: for the test files)
 
 MODULES = ["json", "os", "re", "collections", "itertools", "functools", "pathlib", "argparse",
            "subprocess", "textwrap", "string", "random", "math", "datetime", "logging", "shutil",
@@ -42,13 +41,13 @@ DRIVER = [sys.executable, "-m", "tests.train_driver"]  # llmtk with test faults
 
 
 def run_train(corpus, out, *args, check=True, faults=None, real=True):
-    """`llmtk train` on the corpus as a real process (tests/train_driver.py with faults).
-    Not in this process: a step there measured 4-5x slower than in a fresh process (cause
-    not found yet), which costs far more than the process start saves."""
+    """`llmtk train` on the corpus as a real process (tests/train_driver.py with faults),
+    forked from the tests' server (tests/forkserver.py). Not in this process: a step there
+    measured 4-5x slower than in a fresh process (cause not found yet)."""
     argv = ["train", "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out,
             *TINY, *args]
-    p = subprocess.run([*(DRIVER if faults else LLMTK), *argv], cwd=ROOT, capture_output=True,
-                       env=env(LLMTK_TEST_FAULTS=json.dumps(faults or {})))
+    p = run_module("tests.train_driver" if faults else "llmtk", argv,
+                   environ=env(LLMTK_TEST_FAULTS=json.dumps(faults or {})))
     if check:
         assert p.returncode == 0, p.stderr.decode()[-3000:]
     return p

@@ -40,14 +40,45 @@ def llmtk(*args: str, input: bytes | None = None, check: bool = False, cwd=None,
     argv = [str(a) for a in args]
     if os.environ.get("LLMTK_TEST_PROCESSES") == "1" or real or not (in_process or (
             argv and argv[0] in IN_PROCESS and not REAL_FLAGS.intersection(argv))):
-        return subprocess.run([*LLMTK, *argv], input=input if input is not None else b"",
-                              capture_output=True, check=check, cwd=cwd or ROOT,
-                              env=env(**extra_env))
+        return run_module("llmtk", argv, input=input, check=check, cwd=cwd,
+                          environ=env(**extra_env))
     result = _run_in_process(argv, input or b"", cwd or ROOT, extra_env)
     if check and result.returncode != 0:
         raise subprocess.CalledProcessError(result.returncode, argv, result.stdout,
                                             result.stderr)
     return result
+
+
+def run_module(module: str, argv: list[str], input: bytes | None = None, check=False,
+               cwd=None, environ: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m MODULE ARGV` as a real process: forked from the tests' server, which has
+    torch imported already (tests/forkserver.py), or started from scratch with
+    LLMTK_TEST_FORKSERVER=0."""
+    from tests import forkserver
+
+    e = environ if environ is not None else env()
+    if forkserver.enabled():
+        result = forkserver.run(module, argv, input=input or b"", env=e, cwd=cwd or ROOT)
+    else:
+        result = subprocess.run([sys.executable, "-m", module, *argv], input=input or b"",
+                                capture_output=True, cwd=cwd or ROOT, env=e)
+    if check and result.returncode != 0:
+        raise subprocess.CalledProcessError(result.returncode, argv, result.stdout,
+                                            result.stderr)
+    return result
+
+
+def popen_module(module: str, argv: list[str], environ: dict, stderr_pipe: bool = False):
+    """`python -m MODULE ARGV` left running as a real process (stdin and stdout on
+    /dev/null): a tests/forkserver.py child, or a subprocess.Popen with
+    LLMTK_TEST_FORKSERVER=0. Both have pid, send_signal, wait and communicate."""
+    from tests import forkserver
+
+    if forkserver.enabled():
+        return forkserver.spawn(module, argv, environ, ROOT, stderr_pipe=stderr_pipe)
+    return subprocess.Popen([sys.executable, "-m", module, *argv], cwd=ROOT, env=environ,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE if stderr_pipe else subprocess.DEVNULL)
 
 
 def _run_in_process(argv: list[str], stdin: bytes, cwd, extra_env: dict):
@@ -119,10 +150,27 @@ def _read_all(f) -> bytes:
 
 def shell(script: str, **extra_env: str) -> subprocess.CompletedProcess:
     """Run a bash pipeline where `llmtk` means this checkout's llmtk."""
-    prelude = f'llmtk() {{ "{sys.executable}" -m llmtk "$@"; }}\nset -o pipefail\n'
+    prelude = f'llmtk() {{ {llmtk_command()} "$@"; }}\nset -o pipefail\n'
     return subprocess.run(
-        ["bash", "-c", prelude + script], capture_output=True, cwd=ROOT, env=env(**extra_env)
+        ["bash", "-c", prelude + script], capture_output=True, cwd=ROOT,
+        env=env(**shell_env(), **extra_env)
     )
+
+
+def llmtk_command() -> str:
+    """`llmtk` for a shell script (with shell_env() in its environment), as words without
+    quotes: a client of the tests' fork server (tests/fork_client.py), or
+    `python -m llmtk`."""
+    from tests import forkserver
+
+    prefix = forkserver.client_command() if forkserver.enabled() else [sys.executable, "-m"]
+    return " ".join([*prefix, "llmtk"])
+
+
+def shell_env() -> dict:
+    from tests import forkserver
+
+    return {"LLMTK_TEST_FORKSERVER": forkserver.socket_path()} if forkserver.enabled() else {}
 
 
 class InProcess:
