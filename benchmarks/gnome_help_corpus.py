@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _parallel_corpus import Para, write_corpus  # noqa: E402
+
 PACKAGE = "gnome-user-docs"
 GUIDES = ("gnome-help", "system-admin-guide")
 # usr/share/help/<dir> -> our language code (C is the English original)
