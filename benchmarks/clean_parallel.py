@@ -13,17 +13,17 @@ Any JSONL of {"page", "lang", "text"} records works: the translations' languages
 it make the table's rows. `--alpha es=0.825` sets a language's min_alpha_words_ratio (a
 `[lang.es.gopher_quality]` override) for every run, to compare a figure with the built-in one.
 
-The default corpus is Debian's manual pages in English and their translations
-(manpages-de, -fr, -es, -ru, -pl, -ja, -zh; see manpages_corpus.py). Every page runs
-through the default `llmtk clean` pipeline (normalise, language ID, the four rule sets, PII) twice: with the
+The default corpus is Debian's manual pages in English and their translations (manpages-de,
+-fr, -es, -ru, -pl, -ja, -zh; see manpages_corpus.py). Every page runs through the default
+`llmtk clean` pipeline (normalise, language ID, the four rule sets, PII) twice: with the
 built-in per-language thresholds (the default) and with `--no-lang-thresholds` (the global,
 English-tuned thresholds for every language, as before). For each language: of the pages
 kept in English that have a translation, the share whose translation is kept too, and the
 reasons the others were dropped; and the other direction, of the pages dropped in English,
 the share whose translation is kept all the same (a threshold more lenient than English's
-shows there), with the share of pages where both verdicts agree. Also: how often language
-ID names the translation's language (a man page is full of English option names and code,
-so this is a real test of mixed-script text).
+shows there), with the share of pages where both verdicts agree. Also: how often language ID
+names the translation's language (a man page is full of English option names and code, so
+this is a real test of mixed-script text).
 
 The l10n translations (de, fr, es, ru, pl) end with a section the English page does not have:
 the translators' credits (ÜBERSETZUNG, TRADUCTION, TRADUCCIÓN, ПЕРЕВОД, TŁUMACZENIE), a list
