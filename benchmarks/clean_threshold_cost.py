@@ -1,0 +1,104 @@
+"""What a more lenient alpha-word threshold lets through: documents kept at NEW, dropped at OLD.
+
+Reproduce (after `make setup`; see monolingual_corpus.py for the input):
+
+    .venv/bin/python benchmarks/clean_threshold_cost.py benchmarks/out/mono-es.jsonl \\
+        --lang es --old 0.825 --new 0.803
+
+Every record runs through the default `llmtk clean` pipeline twice, with
+`[lang.LANG.gopher_quality] min_alpha_words_ratio` set to OLD and to NEW (nothing else
+changes, so only documents that language ID puts in LANG can change verdict). Per `source`
+field: records, how many language ID puts in LANG, kept at OLD, kept at NEW. The documents
+kept only at NEW are written, with their alpha-word share, to
+benchmarks/out/cost-LANG.jsonl and a sample of them printed, to be read: are they text a
+training set wants, or junk?
+"""
+
+import argparse
+import json
+import random
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def verdicts(docs: list[dict], lang: str, alpha: float) -> list[str]:
+    from dataclasses import replace
+
+    from llmtk.clean import CleanConfig, Cleaner
+    from llmtk.io.record import Doc
+
+    cfg = replace(CleanConfig(), lang={lang: {"gopher_quality": {"min_alpha_words_ratio":
+                                                                 alpha}}})
+    cleaner = Cleaner(cfg)
+    cleaner.load()
+    return [cleaner(Doc({"text": d["text"]}, None, "corpus", i + 1, i)) or "keep"
+            for i, d in enumerate(docs)]
+
+
+def alpha_share(text: str, lang: str) -> float:
+    from llmtk.clean.filters import _ALPHA, DocText
+    from llmtk.clean.normalize import Normalize
+
+    w = DocText(Normalize()(text), lang).words
+    return sum(map(bool, map(_ALPHA.search, w))) / max(len(w), 1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("corpus")
+    ap.add_argument("--lang", required=True)
+    ap.add_argument("--old", type=float, required=True)
+    ap.add_argument("--new", type=float, required=True)
+    ap.add_argument("--sample", type=int, default=12, help="documents to print")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    from llmtk.text.langid import LanguageId
+
+    docs = [json.loads(line) for line in open(args.corpus, encoding="utf-8")]
+    old = verdicts(docs, args.lang, args.old)
+    new = verdicts(docs, args.lang, args.new)
+    lid = LanguageId()
+    lid.load()
+    detected = [lid.predict(d["text"])[0] for d in docs]
+    rows: dict[str, Counter] = {}
+    gained = []
+    for d, o, n, det in zip(docs, old, new, detected, strict=True):
+        c = rows.setdefault(d.get("source", "-"), Counter())
+        c["records"] += 1
+        c["detected"] += det == args.lang
+        c["old"] += o == "keep"
+        c["new"] += n == "keep"
+        c["alpha_dropped_old"] += o == "gopher.alpha_words"
+        if n == "keep" and o != "keep":
+            gained.append({**d, "alpha_words": round(alpha_share(d["text"], args.lang), 4),
+                           "reason_at_old": o})
+    print(f"corpus: {args.corpus}; lang {args.lang}: min_alpha_words_ratio {args.old} -> "
+          f"{args.new}")
+    print(f"\nsource      records  lang-ID {args.lang}  dropped as alpha_words at old  "
+          "kept at old  kept at new  gained")
+    total = Counter()
+    for source, c in sorted(rows.items()):
+        total.update(c)
+        print(f"{source:10}  {c['records']:>7,}  {c['detected']:>10,}  "
+              f"{c['alpha_dropped_old']:>29,}  {c['old']:>11,}  {c['new']:>11,}  "
+              f"{c['new'] - c['old']:>+6,}")
+    print(f"{'all':10}  {total['records']:>7,}  {total['detected']:>10,}  "
+          f"{total['alpha_dropped_old']:>29,}  {total['old']:>11,}  {total['new']:>11,}  "
+          f"{total['new'] - total['old']:>+6,}")
+    out = ROOT / "benchmarks" / "out" / f"cost-{args.lang}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        for g in gained:
+            f.write(json.dumps(g, ensure_ascii=False) + "\n")
+    print(f"\n{len(gained)} documents kept only at {args.new}: {out}")
+    for g in random.Random(args.seed).sample(gained, min(args.sample, len(gained))):
+        head = " | ".join(x for x in g["text"].splitlines() if x.strip())[:300]
+        print(f"\n[{g['id']}] alpha {g['alpha_words']:.3f}, {len(g['text']):,} chars\n  {head}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""The parallel-text benchmark's pieces: page extraction, the untranslated check, the table.
+
+benchmarks/gnome_help_corpus.py, debian_reference_corpus.py and clean_parallel.py measure
+clean's consistency across languages (docs/clean.md, "Consistency on parallel text"); these
+tests pin what they count, on small pages written here (no package, no benchmarks/out).
+"""
+
+import importlib
+import json
+import sys
+from collections import Counter
+
+from tests.util import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+gnome = importlib.import_module("gnome_help_corpus")
+debref = importlib.import_module("debian_reference_corpus")
+parallel = importlib.import_module("_parallel_corpus")
+clean_parallel = importlib.import_module("clean_parallel")
+
+MALLARD = """<page xmlns="http://projectmallard.org/1.0/"
+      xmlns:if="http://projectmallard.org/if/1.0/" type="topic" id="files-copy">
+  <info>
+    <credit type="author"><name>Shaun McCance</name><email>shaunm@gnome.org</email></credit>
+    <desc>Copy or move items to a new folder.</desc>
+  </info>
+  <title>Copy or move files</title>
+  <comment><cite>Editor</cite><p>Check this page.</p></comment>
+  <media type="image" src="figures/copy.png"><p>A screenshot</p></media>
+  <p>Press <keyseq><key>Ctrl</key><key>C</key></keyseq> or choose
+     <guiseq><gui>Edit</gui><gui>Copy</gui></guiseq>.</p>
+  <if:choose>
+    <if:when test="platform:gnome-classic"><p>Classic branch.</p></if:when>
+    <if:else><p>Other branch.</p></if:else>
+  </if:choose>
+  <steps><item><p>Open the folder.</p></item><item>Plain item text</item></steps>
+  <screen>$ cp a b
+$ ls</screen>
+</page>
+"""
+
+
+def test_mallard_page_keeps_the_running_text_and_drops_metadata(tmp_path):
+    page = tmp_path / "files-copy.page"
+    page.write_text(MALLARD, encoding="utf-8")
+    assert gnome.page_text(page) == [
+        ("Copy or move files", False),
+        ("Press Ctrl+C or choose Edit ▸ Copy.", False),
+        ("Classic branch.", False),  # the first branch only, the same in every language
+        ("Open the folder.", False),
+        ("Plain item text", False),
+        ("$ cp a b", True),
+        ("$ ls", True),
+    ]
+
+
+def test_docbook_sections_are_the_units_and_table_rows_one_line(tmp_path):
+    html = """<?xml version="1.0" encoding="UTF-8"?>
+<html xmlns="http://www.w3.org/1999/xhtml"><body>
+<div class="toc"><p>Table of contents</p></div>
+<div class="chapter">
+  <div class="section"><h2 class="title"><a id="_basics"/>1.1. Basics</h2>
+    <div class="section"><h3 class="title"><a id="_the_prompt"/>1.1.1. The prompt</h3>
+      <p>You see the <code class="literal">login</code> prompt.</p>
+      <pre class="screen">foo login:</pre>
+      <table><tr><th>package</th><th>size</th></tr><tr><td>mc</td><td>1482</td></tr></table>
+    </div>
+  </div>
+  <div class="section"><h2 class="title"><a id="_alone"/>1.2. Alone</h2><p>Text.</p></div>
+</div></body></html>"""
+    path = tmp_path / "ch01.en.html"
+    path.write_text(html, encoding="utf-8")
+    assert list(debref.units(path)) == [
+        ("_the_prompt", [("1.1.1. The prompt", False), ("You see the login prompt.", False),
+                         ("foo login:", True), ("package size", False), ("mc 1482", False)]),
+        ("_alone", [("1.2. Alone", False), ("Text.", False)]),
+    ]
+
+
+def test_untranslated_counts_english_prose_paragraphs_of_three_words_or_more():
+    english = [("Click on Settings.", False), ("Bluetooth", False), ("$ ls -l", True)]
+    translation = [("Click on Settings.", False),  # left in English
+                   ("Bluetooth", False),  # too short to tell
+                   ("Pulse en Configuración.", False),
+                   ("$ ls -l", True)]  # code is the same in every language
+    assert parallel.untranslated(translation, english) == (3, 1)
+
+
+def test_largely_untranslated_pages_go_to_their_own_file(tmp_path):
+    en = [("One two three four.", False), ("Five six seven eight.", False)]
+    records = [("p", "en", "pkg", en),
+               ("p", "de", "pkg", [("Eins zwei drei vier.", False),
+                                   ("Fünf sechs sieben acht.", False)]),
+               ("p", "es", "pkg", [("Uno dos tres cuatro.", False), en[1]])]
+    out = tmp_path / "corpus.jsonl"
+    parallel.write_corpus(str(out), records, max_untranslated=0.1, min_chars=10)
+    def ids(path):
+        return [json.loads(line)["id"] for line in path.read_text(encoding="utf-8").splitlines()]
+
+    assert ids(out) == ["p/en", "p/de"]
+    assert ids(tmp_path / "corpus-untranslated.jsonl") == ["p/es"]  # half its prose English
+
+
+def test_table_counts_both_directions():
+    docs = [{"page": p, "lang": lang} for p in ("a", "b", "c", "d") for lang in ("en", "es")]
+    verdicts = ["keep", "keep",                 # a: both kept
+                "keep", "gopher.alpha_words",   # b: translation of a kept page dropped
+                "c4.too_few_sentences", "keep",  # c: translation of a dropped page kept
+                "gopher.short_doc", "gopher.short_doc"]  # d: both dropped
+    row = clean_parallel.table(docs, verdicts)["es"]
+    assert row == clean_parallel.Row(2, 1, Counter({"gopher.alpha_words": 1}), 2, 1)
+    assert (row.share, row.share_dropped, row.agreement) == (0.5, 0.5, 0.5)
