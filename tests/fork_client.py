@@ -1,13 +1,15 @@
-"""`python -I -S tests/fork_client.py MODULE ARGS...`: run `python -m MODULE ARGS` as a
-child of the tests' fork server (tests/forkserver.py; its socket in LLMTK_TEST_FORKSERVER)
-and exit as it does. For shell scripts in tests: a start-up of a few milliseconds (the
-standard library only, no site) instead of importing torch.
+"""`python -I -S tests/fork_client.py [-u] -m MODULE ARGS...`: run `python [-u] -m MODULE
+ARGS` as a child of the tests' fork server (tests/forkserver.py; its socket in
+LLMTK_TEST_FORKSERVER) and exit as it does. For shell scripts and torchrun's workers in
+the tests (tests/fork_python): a start-up of a few milliseconds (the standard library
+only, no site) instead of importing torch.
 
-The child gets this process's fds 0/1/2; this process then lets go of them, so end of
-file and closed pipes reach the child alone. Signals sent to this process are passed on
-to the child; a child killed by a signal kills this process with the same signal, so a
-shell sees the same status. (SIGKILL cannot be passed on: tests that kill a command use
-the child's own pid.)"""
+The child gets the fds this process would pass on through exec (0/1/2, a process
+substitution's /dev/fd/63, ...) on the same numbers, and 0/1/2 closed where they are
+closed here; this process then lets go of 0/1/2, so end of file and closed pipes reach
+the child alone. Signals sent to this process are passed on to the child; a child killed
+by a signal kills this process with the same signal, so a shell sees the same status.
+(SIGKILL cannot be passed on: tests that kill a command use the child's own pid.)"""
 
 import json
 import os
@@ -15,17 +17,51 @@ import signal
 import socket
 import sys
 
+MAX_FDS = 64  # as tests/forkserver.py
+
+
+def inherited_fds() -> tuple[list[int], list[int]]:
+    """(the fds exec would pass on, which of 0/1/2 are closed)."""
+    fds = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if os.get_inheritable(fd) or fd <= 2:
+                fds.append(fd)
+        except OSError:  # listdir's own fd, closed by now
+            pass
+    closed = [fd for fd in (0, 1, 2) if fd not in fds]
+    return sorted(fds)[:MAX_FDS], closed
+
+
+def python_args(argv: list[str]) -> tuple[str, list[str], dict]:
+    """(module, its arguments, environment changes) of `[-u] -m MODULE ARGS`, the only
+    python command lines the tests and torchrun give."""
+    extra = {}
+    if argv[:1] == ["-u"]:
+        extra["PYTHONUNBUFFERED"] = "1"
+        argv = argv[1:]
+    if len(argv) < 2 or argv[0] != "-m":
+        sys.exit(f"fork_client.py: expected [-u] -m MODULE ARGS, got {argv}")
+    return argv[1], argv[2:], extra
+
 
 def main() -> None:
-    module, args = sys.argv[1], sys.argv[2:]
+    module, args, extra = python_args(sys.argv[1:])
+    fds, closed = inherited_fds()
+    for _ in closed:  # hold the closed numbers, or the socket would take one of them
+        os.open(os.devnull, os.O_RDWR)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(os.environ["LLMTK_TEST_FORKSERVER"])
-    payload = json.dumps({"module": module, "args": args, "env": dict(os.environ),
-                          "cwd": os.getcwd()}).encode()
-    socket.send_fds(sock, [len(payload).to_bytes(8, "big") + payload], [0, 1, 2])
+    payload = json.dumps({"module": module, "args": args, "env": {**os.environ, **extra},
+                          "cwd": os.getcwd(), "fds": fds, "closed": closed}).encode()
+    socket.send_fds(sock, [len(payload).to_bytes(8, "big") + payload], fds)
     devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
+    for fd in fds:
+        if fd <= 2:
+            os.dup2(devnull, fd)
+        else:
+            os.close(fd)
     reply = sock.makefile("rb")
     pid = int(reply.readline())
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,

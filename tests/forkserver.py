@@ -18,11 +18,15 @@ by the server, so every child runs this checkout's code as it is on disk.
 
     run(module, args, input=, env=, cwd=)   -> subprocess.CompletedProcess (bytes)
     spawn(module, args, env, cwd)            -> Child, running (pid, wait, send_signal, ...)
-    client_command()                         -> argv prefix for shell scripts: a stdlib-only
+    client_command()                         -> `python` for shell scripts: a stdlib-only
                                                 client that hands its fds to a child and
                                                 exits as the child does (tests/fork_client.py)
+    env_vars()                               -> the environment shell scripts and torchrun
+                                                need to use it (torchrun's PYTHON_EXEC:
+                                                tests/fork_python, so its workers fork too)
 """
 
+import contextlib
 import json
 import os
 import selectors
@@ -43,6 +47,9 @@ PRELOAD = ["numpy", "orjson", "zstandard", "typer", "click", "rich.console", "ri
            "tokenizers", "fasttext_new", "matplotlib", "jinja2"]
 
 
+MAX_FDS = 64  # open fds a command may inherit (the client passes all of its own)
+
+
 def enabled() -> bool:
     return (os.environ.get("LLMTK_TEST_FORKSERVER", "1") != "0"
             and os.environ.get("LLMTK_TEST_PROCESSES") != "1")
@@ -52,7 +59,7 @@ def enabled() -> bool:
 
 def _serve(path: str) -> dict | None:
     """Accept jobs on PATH until the parent closes our stdin. Returns only in a forked
-    child, with its job (the fds are already on 0/1/2)."""
+    child, with its job (its fds already in place)."""
     for name in PRELOAD:
         try:
             __import__(name)
@@ -67,25 +74,22 @@ def _serve(path: str) -> dict | None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
     sel = selectors.DefaultSelector()
-    sel.register(listener, selectors.EVENT_READ)
-    sel.register(wake_r, selectors.EVENT_READ)
-    sel.register(sys.stdin, selectors.EVENT_READ)
+    sel.register(listener, selectors.EVENT_READ, "accept")
+    sel.register(wake_r, selectors.EVENT_READ, "reap")
+    sel.register(sys.stdin, selectors.EVENT_READ, "parent")
     waiting: dict[int, socket.socket] = {}  # child pid -> the connection to report to
     os.write(1, b"ready\n")
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
     while True:
         for key, _ in sel.select():
-            if key.fileobj is sys.stdin:
+            if key.data == "parent":
                 if not os.read(0, 4096):  # the test process is gone
                     os._exit(0)
-            elif key.fileobj is wake_r:
-                while True:
-                    try:
-                        if not os.read(wake_r, 4096):
-                            break
-                    except BlockingIOError:
-                        break
-            else:
+            elif key.data == "reap":
+                _drain(wake_r)
+            elif key.data == "accept":
                 conn, _ = listener.accept()
                 job, fds = _receive(conn)
                 pid = os.fork()
@@ -97,31 +101,53 @@ def _serve(path: str) -> dict | None:
                         sock.close()
                     os.close(wake_r)
                     os.close(wake_w)
-                    for target, fd in enumerate(fds):
-                        os.dup2(fd, target)
-                    for fd in fds:
-                        if fd > 2:
-                            os.close(fd)
+                    _place(fds, job.pop("fds"), job.pop("closed"))
                     return job
                 for fd in fds:
                     os.close(fd)
                 conn.sendall(b"%d\n" % pid)
                 waiting[pid] = conn
+                sel.register(conn, selectors.EVENT_READ, pid)
+            elif not key.fileobj.recv(1):  # the caller is gone (killed): so is its command
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(key.data, signal.SIGKILL)
+                sel.unregister(key.fileobj)
         while waiting:  # report every child that ended
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
             conn = waiting.pop(pid, None)
             if conn is not None:
-                try:
+                with contextlib.suppress(KeyError):
+                    sel.unregister(conn)
+                with contextlib.suppress(OSError):
                     conn.sendall(b"%d\n" % status)
-                except OSError:
-                    pass
                 conn.close()
 
 
+def _drain(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, 4096):
+            pass
+
+
+def _place(fds: list[int], targets: list[int], closed: list[int]) -> None:
+    """Put the received fds on the numbers they had in the caller (first out of the way,
+    so that no target overwrites a received fd), and close what the caller had closed."""
+    import fcntl
+
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 1000) for fd in fds]
+    for fd in fds:
+        os.close(fd)
+    for fd, target in zip(high, targets, strict=True):
+        os.dup2(fd, target)
+        os.close(fd)
+    for fd in closed:
+        os.close(fd)
+
+
 def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
-    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, MAX_FDS)
     size = int.from_bytes(data[:8], "big")
     data = data[8:]
     while len(data) < size:
@@ -134,6 +160,7 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
 
 def _run_job(job: dict) -> None:
     """In the child: become `python -m MODULE ARGS` in the caller's cwd and environment."""
+    import io
     import runpy
 
     os.chdir(job["cwd"])
@@ -142,13 +169,20 @@ def _run_job(job: dict) -> None:
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
 
     def stream(fd, mode, errors, line_buffering):
+        try:
+            os.fstat(fd)
+        except OSError:  # closed: Python starts with None for that stream
+            return None
+        if mode == "w" and unbuffered:  # python -u: no buffer below the text layer
+            raw = open(fd, "wb", buffering=0, closefd=False)
+            return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, write_through=True)
         s = open(fd, mode, encoding="utf-8", errors=errors, closefd=False)
         if mode == "w":
-            s.reconfigure(line_buffering=line_buffering, write_through=unbuffered)
+            s.reconfigure(line_buffering=line_buffering)
         return s
 
     sys.stdin = sys.__stdin__ = stream(0, "r", "surrogateescape", False)
-    sys.stdout = sys.__stdout__ = stream(1, "w", "surrogateescape", os.isatty(1))
+    sys.stdout = sys.__stdout__ = stream(1, "w", "surrogateescape", _isatty(1))
     sys.stderr = sys.__stderr__ = stream(2, "w", "backslashreplace", True)
     sys.path[0] = job["cwd"]  # as `python -m` puts the working directory first
     sys.argv = [job["module"], *job["args"]]
@@ -163,6 +197,13 @@ def _run_job(job: dict) -> None:
         if isinstance(e, KeyboardInterrupt):
             code = -signal.SIGINT
     _exit(code)
+
+
+def _isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
 
 
 def _exit_code(code) -> int:
@@ -186,7 +227,8 @@ def _exit(code: int) -> None:
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:
+                stream.flush()
         except (OSError, ValueError):
             if code == 0:
                 code = 120  # what Python exits with when the final flush fails
@@ -208,15 +250,23 @@ def socket_path() -> str:
         if _server.get("pid") != os.getpid():
             d = tempfile.mkdtemp(prefix="llmtk-forkserver-")
             path = os.path.join(d, "s")
-            from tests.util import env
-
+            server_env = {k: v for k, v in os.environ.items() if k != "LLMTK_DEBUG"}
+            server_env["PYTHONPATH"] = ROOT
             proc = subprocess.Popen([sys.executable, "-m", "tests.forkserver", path],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=ROOT,
-                                    env=env())
+                                    env=server_env)
             if proc.stdout.readline() != b"ready\n":
                 raise RuntimeError("tests/forkserver.py did not start")
             _server.update(pid=os.getpid(), proc=proc, path=path)
         return _server["path"]
+
+
+def env_vars() -> dict[str, str]:
+    """What a test's subprocess environment needs so that shell scripts and torchrun's
+    workers start through the server: its socket, and tests/fork_python as torchrun's
+    PYTHON_EXEC."""
+    return {"LLMTK_TEST_FORKSERVER": socket_path(), "LLMTK_TEST_PYTHON": sys.executable,
+            "PYTHON_EXEC": os.path.join(ROOT, "tests", "fork_python")}
 
 
 class Child:
@@ -227,19 +277,27 @@ class Child:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(socket_path())
         send_job(self.sock, module, args, fds, env, cwd)
-        self.reply = self.sock.makefile("rb")
-        self.pid = int(self.reply.readline())
+        self._buf = b""
+        self.pid = int(self._line(None))
         self.returncode: int | None = None
         self.stderr = None
 
-    def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            self.sock.settimeout(timeout)
+    def _line(self, timeout: float | None) -> bytes:
+        self.sock.settimeout(timeout)
+        while b"\n" not in self._buf:
             try:
-                line = self.reply.readline()
+                chunk = self.sock.recv(64)
             except TimeoutError:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout) from None
-            self.returncode = os.waitstatus_to_exitcode(int(line))
+            if not chunk:
+                raise RuntimeError("tests/forkserver.py went away")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(int(self._line(timeout)))
             self.sock.close()
         return self.returncode
 
@@ -249,14 +307,14 @@ class Child:
         except subprocess.TimeoutExpired:
             return None
 
-    def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
-            os.kill(self.pid, sig)
-
     def communicate(self, timeout: float | None = None) -> tuple[None, bytes | None]:
         err = self.stderr.read() if self.stderr is not None else None
         self.wait(timeout)
         return None, err
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -266,9 +324,12 @@ class Child:
 
 
 def send_job(sock: socket.socket, module: str, args: list[str], fds, env: dict,
-             cwd: str) -> None:
+             cwd: str, targets=(0, 1, 2), closed=()) -> None:
+    """The job and the fds the child gets: fds[i] becomes the child's fd targets[i]; the
+    fd numbers in `closed` are closed in the child (tests/fork_client.py has a copy)."""
     payload = json.dumps({"module": module, "args": list(args), "env": dict(env),
-                          "cwd": str(cwd)}).encode()
+                          "cwd": str(cwd), "fds": list(targets),
+                          "closed": list(closed)}).encode()
     socket.send_fds(sock, [len(payload).to_bytes(8, "big") + payload], list(fds))
 
 
@@ -335,9 +396,8 @@ def _communicate(in_w: int, out_r: int, err_r: int, data: bytes) -> tuple[bytes,
 
 
 def client_command() -> list[str]:
-    """argv prefix that runs `python -m MODULE ARGS` through this process's server from a
-    shell script: `[*client_command(), "llmtk", "clean", ...]`; LLMTK_TEST_FORKSERVER in
-    the script's environment must be socket_path()."""
+    """`python` for a shell script, through this process's server: `[*client_command(),
+    "-m", "llmtk", "clean", ...]` (env_vars() in the script's environment)."""
     return [sys.executable, "-I", "-S", os.path.join(ROOT, "tests", "fork_client.py")]
 
 

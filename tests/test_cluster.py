@@ -11,7 +11,7 @@ import pytest
 import zstandard
 
 from tests.test_clean import jsonl, mixed_corpus
-from tests.util import ROOT, env, llmtk, llmtk_command, shell_env
+from tests.util import ROOT, env, llmtk, llmtk_command
 
 ARRAY = ROOT / "bin" / "llmtk-array.sbatch"
 PIPELINE = ROOT / "bin" / "llmtk-pipeline.sh"
@@ -73,7 +73,7 @@ def test_pipeline_on_slurm_equals_the_single_machine_pipeline(tmp_path):
     sbatch.chmod(sbatch.stat().st_mode | stat.S_IEXEC)
     work = tmp_path / "work"
     run_env = env(PATH=f"{bindir}:{os.environ['PATH']}", SBATCH_LOG=str(tmp_path / "log"),
-                  TASKS="3", BUCKET_TASKS="4", LLMTK=llmtk_command(), **shell_env())
+                  TASKS="3", BUCKET_TASKS="4", LLMTK=llmtk_command())
     r = subprocess.run(["bash", PIPELINE, crawl, work, ev], capture_output=True, env=run_env,
                        cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from llmtk.io.progress import TerminalClaim
-from tests.util import ROOT, env, llmtk_command, shell_env
+from tests.util import ROOT, env, llmtk_command
 
 
 def test_one_claim_per_terminal_until_released():
@@ -64,7 +64,7 @@ def test_three_stage_pipeline_draws_one_progress_line_at_a_time(tmp_path):
     master, slave = pty.openpty()
     p = subprocess.Popen(["bash", "-c", "set -o pipefail; " + script], stdin=subprocess.DEVNULL,
                          stderr=slave, stdout=subprocess.DEVNULL, cwd=ROOT,
-                         env=env(COLUMNS="100", TERM="xterm", NO_COLOR="1", **shell_env()))
+                         env=env(COLUMNS="100", TERM="xterm", NO_COLOR="1"))
     os.close(slave)
     seen = b""
     deadline = time.time() + 120

@@ -211,6 +211,12 @@ def test_init_from_starts_from_trained_weights(corpus, tmp_path, resume_ref):
     assert losses(b)[0][1] < losses(a)[0][1] - 1.0
     assert losses(b)[0][3] == pytest.approx(3e-3 / 2)  # a fresh schedule: warmup step 1 of 2
     assert not events(b, "resume")
+    # Another sequence length is no other model (RoPE): the weights carry over.
+    c = str(tmp_path / "c")
+    run_train(corpus, c, "--steps", "1", "--batch-size", "4", "--init-from", a,
+              "--seq-len", "32")
+    assert losses(c)[0][1] < losses(a)[0][1] - 1.0
+    assert losses(c)[0][4] == 4 * 32  # tokens of step 1: rows of the new length
 
 
 # ---------------------------------------------------------------- numerical safety

@@ -14,9 +14,15 @@ LLMTK = [sys.executable, "-m", "llmtk"]
 
 
 def env(**extra: str) -> dict:
+    """The environment of a command a test starts: this checkout on PYTHONPATH, and the
+    tests' fork server for scripts and torchrun (tests/forkserver.py)."""
+    from tests import forkserver
+
     e = dict(os.environ)
     e.pop("LLMTK_DEBUG", None)
     e["PYTHONPATH"] = str(ROOT)
+    if forkserver.enabled():
+        e.update(forkserver.env_vars())
     e.update(extra)
     return e
 
@@ -153,24 +159,17 @@ def shell(script: str, **extra_env: str) -> subprocess.CompletedProcess:
     prelude = f'llmtk() {{ {llmtk_command()} "$@"; }}\nset -o pipefail\n'
     return subprocess.run(
         ["bash", "-c", prelude + script], capture_output=True, cwd=ROOT,
-        env=env(**shell_env(), **extra_env)
+        env=env(**extra_env)
     )
 
 
 def llmtk_command() -> str:
-    """`llmtk` for a shell script (with shell_env() in its environment), as words without
-    quotes: a client of the tests' fork server (tests/fork_client.py), or
-    `python -m llmtk`."""
+    """`llmtk` for a shell script (whose environment is env()), as words without quotes:
+    a client of the tests' fork server (tests/fork_client.py), or `python -m llmtk`."""
     from tests import forkserver
 
-    prefix = forkserver.client_command() if forkserver.enabled() else [sys.executable, "-m"]
-    return " ".join([*prefix, "llmtk"])
-
-
-def shell_env() -> dict:
-    from tests import forkserver
-
-    return {"LLMTK_TEST_FORKSERVER": forkserver.socket_path()} if forkserver.enabled() else {}
+    python = forkserver.client_command() if forkserver.enabled() else [sys.executable]
+    return " ".join([*python, "-m", "llmtk"])
 
 
 class InProcess:

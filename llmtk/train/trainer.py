@@ -680,6 +680,12 @@ class Trainer:
         # fields added later (qkv_bias) take their defaults
         theirs = ModelConfig(**state["model_config"]).to_dict() if "model_config" in state \
             else {}
+        if for_init and theirs and theirs["seq_len"] != mine["seq_len"]:
+            # No weight depends on it (RoPE; the rotary tables are rebuilt, not loaded):
+            # fine-tuning at a shorter or longer context than pre-training is allowed.
+            self._say(f"--init-from: sequence length {theirs['seq_len']} -> "
+                      f"{mine['seq_len']} (the weights do not depend on it)")
+            theirs["seq_len"] = mine["seq_len"]
         if theirs != mine:
             diff = ", ".join(f"{k}: {theirs.get(k)} -> {v}" for k, v in mine.items()
                              if theirs.get(k) != v)
