@@ -10,8 +10,9 @@ normal interpreter exit (atexit, flushes). Signals and SIGKILL reach it by pid a
 would reach a process the test started. What differs from `python -m llmtk`: its parent
 is the server, and it shares the server's hash seed and import-time library state
 (libgomp reads OMP_NUM_THREADS when torch loads: the server is started with the suite's
-OMP_NUM_THREADS=1, and llmtk sets torch's threads itself). No llmtk module is imported
-by the server, so every child runs this checkout's code as it is on disk.
+OMP_NUM_THREADS=1, and llmtk sets torch's threads itself) and llmtk's modules as the
+server imported them: the code on disk when the server started (once per pytest
+process; the suite does not edit it).
 
 `LLMTK_TEST_FORKSERVER=0` starts every command as a plain `python -m llmtk` instead
 (`LLMTK_TEST_PROCESSES=1` as well: that run checks the suite against real start-ups).
@@ -39,8 +40,10 @@ import threading
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Imported once by the server. Not pyarrow (it starts a thread at import; a fork copies
-# no threads, so a lock it held would stay held in the child), and no llmtk module.
+# Imported once by the server, then every llmtk module (none reads the environment or
+# the terminal at import, and none imports an optional library at module level). Not
+# pyarrow: it starts a thread at import, and a fork copies no threads, so a lock that
+# thread held would stay held in the child.
 PRELOAD = ["numpy", "orjson", "zstandard", "typer", "click", "rich.console", "rich.progress",
            "torch", "torch.nn.functional", "torch.distributed", "torch.distributed.checkpoint",
            "torch.distributed.fsdp", "torch.distributed.run", "safetensors.torch",
@@ -60,11 +63,19 @@ def enabled() -> bool:
 def _serve(path: str) -> dict | None:
     """Accept jobs on PATH until the parent closes our stdin. Returns only in a forked
     child, with its job (its fds already in place)."""
+    import importlib
+    import pkgutil
+
     for name in PRELOAD:
         try:
             __import__(name)
         except ImportError:
             pass
+    import llmtk
+
+    for mod in pkgutil.walk_packages(llmtk.__path__, "llmtk."):
+        if not mod.name.endswith("__main__"):
+            importlib.import_module(mod.name)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
