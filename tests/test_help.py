@@ -63,3 +63,22 @@ def test_commands_are_listed_in_pipeline_order(monkeypatch, capsys):
                           "plot-loss", "diagnose") if f"│ {n} " in out]
     positions = [out.index(f"│ {n} ") for n in listed]
     assert len(listed) == 8 and positions == sorted(positions)
+
+
+BRACKETED = re.compile(r"\\?\[[^\]\[]*\]")
+
+
+@pytest.mark.parametrize("path,command", COMMANDS, ids=[p for p, _ in COMMANDS])
+def test_no_option_help_loses_its_brackets(path, command, monkeypatch, capsys):
+    """rich reads `[default: 16]` in a help text as a style tag and drops it, leaving
+    "or none ." behind: every bracketed part of an option's help is shown as written."""
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per option: no wrapping to undo
+    args = [*path.split(), "--help"] if path != "llmtk" else ["--help"]
+    build_command().main(args, prog_name="llmtk", standalone_mode=False)
+    shown = " ".join(capsys.readouterr().out.split())
+    for param in command.params:
+        for part in BRACKETED.findall(getattr(param, "help", None) or ""):
+            if part.startswith("[dim]") or part in ("[/dim]", "[bold]", "[/bold]"):
+                continue
+            assert part.lstrip("\\") in shown, (param.name, part)
+    assert not re.search(r"\w \.(\s|$)| ;", shown), re.search(r".{30}\w \.(\s|$).{0,10}| ;", shown)

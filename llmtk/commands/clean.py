@@ -128,7 +128,7 @@ def clean(
     min_lang_score: Annotated[
         float | None,
         typer.Option("--min-lang-score", help="With --lang: drop documents whose language "
-                     "score is below this [default: 0.65].", rich_help_panel=STAGES),
+                     "score is below this \\[default: 0.65].", rich_help_panel=STAGES),
     ] = None,
     no_langid: Annotated[
         bool,
@@ -144,12 +144,12 @@ def clean(
     filters: Annotated[
         str | None,
         typer.Option("--filters", help="Heuristic filters to run: any of gopher_repetition, "
-                     "gopher_quality, c4, fineweb, comma-separated, or none [default: all].",
+                     "gopher_quality, c4, fineweb, comma-separated, or none \\[default: all].",
                      rich_help_panel=STAGES),
     ] = None,
     unicode: Annotated[
         str | None,
-        typer.Option("--unicode", help="Unicode normal form: nfc, nfkc or none [default: nfc].",
+        typer.Option("--unicode", help="Unicode normal form: nfc, nfkc or none \\[default: nfc].",
                      rich_help_panel=STAGES),
     ] = None,
     no_normalize: Annotated[
@@ -164,7 +164,7 @@ def clean(
     html: Annotated[
         str | None,
         typer.Option("--html", help="HTML to text: off, auto (documents that look like HTML) "
-                     "or always [default: off].", rich_help_panel=STAGES),
+                     "or always \\[default: off].", rich_help_panel=STAGES),
     ] = None,
     quality_model: Annotated[
         str | None,
@@ -174,11 +174,11 @@ def clean(
     min_quality: Annotated[
         float | None,
         typer.Option("--min-quality", help="Drop documents whose classifier score is below "
-                     "this [default: 0.5].", rich_help_panel=STAGES),
+                     "this \\[default: 0.5].", rich_help_panel=STAGES),
     ] = None,
     quality_label: Annotated[
         str | None,
-        typer.Option("--quality-label", help="The classifier's positive label [default: hq].",
+        typer.Option("--quality-label", help="The classifier's positive label \\[default: hq].",
                      rich_help_panel=STAGES),
     ] = None,
     ppl_model: Annotated[
@@ -200,7 +200,7 @@ def clean(
     pii: Annotated[
         bool | None,
         typer.Option("--pii/--no-pii", help="Replace e-mails, phones, ID and card numbers, IPs "
-                     "with placeholders [default: on].", show_default=False,
+                     "with placeholders \\[default: on].", show_default=False,
                      rich_help_panel=STAGES),
     ] = None,
     annotate: Annotated[
@@ -360,7 +360,7 @@ def calibrate(
     lang: Annotated[str, typer.Option("--lang", help="The reference text's language (ISO "
                                       "code, as language ID names it).")],
     output: Annotated[str | None, typer.Option("-o", "--output", help="Where to write the "
-                                               "TOML table [default: stdout].")] = None,
+                                               "TOML table \\[default: stdout].")] = None,
     quantile: Annotated[float, typer.Option("--quantile", help="Share of the reference "
                                             "documents each rule keeps.")] = 0.95,
     text_field: o.TextField = "text",

@@ -66,9 +66,9 @@ Unit = Annotated[str, typer.Option(
     "--unit", help="Shingle tokens: word, char, or auto (char for CJK text, else word).",
     rich_help_panel=PARAMS)]
 Bands = Annotated[int | None, typer.Option(
-    "--bands", help="LSH bands (default 16).", rich_help_panel=PARAMS, show_default=False)]
+    "--bands", help="LSH bands \\[default: 16].", rich_help_panel=PARAMS, show_default=False)]
 Rows = Annotated[int | None, typer.Option(
-    "--rows", help="MinHash values per band (default 7).", rich_help_panel=PARAMS,
+    "--rows", help="MinHash values per band \\[default: 7].", rich_help_panel=PARAMS,
     show_default=False)]
 Threshold = Annotated[float | None, typer.Option(
     "--threshold", help="Target Jaccard similarity: picks --bands x --rows (<= 112 "
@@ -78,7 +78,7 @@ Normalise = Annotated[str, typer.Option(
     "or none.", rich_help_panel=PARAMS)]
 Verify = Annotated[float | None, typer.Option(
     "--verify", help="Also require this estimated Jaccard similarity (from the full signature) "
-    "for a band match to count [default: 0.5; with --threshold T: T - 0.3]; 0 accepts every "
+    "for a band match to count \\[default: 0.5; with --threshold T: T - 0.3]; 0 accepts every "
     "band match, as datatrove does.", rich_help_panel=PARAMS, show_default=False)]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the MinHash permutations.",
                                    rich_help_panel=PARAMS)]
