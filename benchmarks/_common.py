@@ -74,3 +74,18 @@ def datatrove_python() -> Path:
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", *DATATROVE_PACKAGES],
                        check=True)
     return python
+
+
+def debian_packages(debs: Path, pkgs: list[str]) -> None:
+    """`apt-get download` the packages not in DEBS yet and unpack each (`dpkg-deb -x`)
+    into DEBS/x_PACKAGE; nothing is installed. Used by the corpus builders."""
+    debs.mkdir(parents=True, exist_ok=True)
+    have = {p.name.split("_")[0] for p in debs.glob("*.deb")}
+    missing = [p for p in pkgs if p not in have]
+    if missing:
+        subprocess.run(["apt-get", "download", *missing], cwd=debs, check=True)
+    for pkg in pkgs:
+        target = debs / f"x_{pkg}"
+        if not target.exists():
+            deb = sorted(debs.glob(f"{pkg}_*.deb"))[-1]
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(target)], check=True)

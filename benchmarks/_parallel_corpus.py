@@ -19,6 +19,29 @@ from collections import Counter, defaultdict
 Para = tuple[str, bool]
 
 
+def inline(el, skip: set, joined: dict | None = None) -> str:
+    """An XML element's text, the subtrees whose tag is in `skip` left out; the children
+    of an element whose tag is in `joined` joined by its string (GNOME's key and menu
+    sequences: Ctrl+C, Settings ▸ Network)."""
+    if joined and el.tag in joined:
+        return joined[el.tag].join(inline(c, skip, joined) for c in el if c.tag not in skip)
+    parts = [el.text or ""]
+    for child in el:
+        if child.tag not in skip:
+            parts.append(inline(child, skip, joined))
+        parts.append(child.tail or "")
+    return "".join(parts)
+
+
+def add_block(out: list[Para], text: str, code: bool) -> None:
+    """A leaf block's text as paragraphs: code line by line as it is, prose as one line
+    with its whitespace collapsed."""
+    if code:
+        out.extend((x.rstrip(), True) for x in text.strip("\n").split("\n") if x.strip())
+    elif text.strip():
+        out.append((" ".join(text.split()), False))
+
+
 def untranslated(paras: list[Para], english: list[Para]) -> tuple[int, int]:
     """(prose paragraphs, those identical to a prose paragraph of >= 3 words of English)."""
     long = {p for p, code in english if not code and len(p.split()) >= 3}

@@ -25,14 +25,15 @@ debian-reference-untranslated.jsonl (see _parallel_corpus.py).
 
 import argparse
 import re
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _parallel_corpus import Para, write_corpus  # noqa: E402
+from _common import debian_packages  # noqa: E402
+from _parallel_corpus import Para, add_block, write_corpus  # noqa: E402
+from _parallel_corpus import inline as shared_inline  # noqa: E402
 
 # package suffix (and file name infix) -> our language code; English first
 LANGS = {"en": "en", "de": "de", "fr": "fr", "es": "es", "ja": "ja", "zh-cn": "zh"}
@@ -45,12 +46,7 @@ SKIP = {H + "img", H + "script", H + "style"}
 
 
 def inline(el: ET.Element) -> str:
-    parts = [el.text or ""]
-    for child in el:
-        if child.tag not in SKIP:
-            parts.append(inline(child))
-        parts.append(child.tail or "")
-    return "".join(parts)
+    return shared_inline(el, SKIP)
 
 
 def lines(el: ET.Element, out: list[Para]) -> None:
@@ -63,11 +59,7 @@ def lines(el: ET.Element, out: list[Para]) -> None:
         out.append((" ".join(c for c in cells if c), False))
         return
     if not any(c.tag in BLOCK for c in el) and (el.tag in LEAF or (el.text or "").strip()):
-        text = inline(el)
-        if el.tag == H + "pre":
-            out.extend((x.rstrip(), True) for x in text.strip("\n").split("\n") if x.strip())
-        elif text.strip():
-            out.append((re.sub(r"\s+", " ", text).strip(), False))
+        add_block(out, inline(el), code=el.tag == H + "pre")
         return
     for child in el:
         lines(child, out)
@@ -95,17 +87,7 @@ def units(path: Path):
 
 
 def fetch(debs: Path) -> Path:
-    debs.mkdir(parents=True, exist_ok=True)
-    pkgs = [f"debian-reference-{x}" for x in LANGS]
-    have = {p.name.split("_")[0] for p in debs.glob("*.deb")}
-    missing = [p for p in pkgs if p not in have]
-    if missing:
-        subprocess.run(["apt-get", "download", *missing], cwd=debs, check=True)
-    for pkg in pkgs:
-        target = debs / f"x_{pkg}"
-        if not target.exists():
-            deb = sorted(debs.glob(f"{pkg}_*.deb"))[-1]
-            subprocess.run(["dpkg-deb", "-x", str(deb), str(target)], check=True)
+    debian_packages(debs, [f"debian-reference-{x}" for x in LANGS])
     return debs
 
 

@@ -26,15 +26,15 @@ language.
 """
 
 import argparse
-import re
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _parallel_corpus import Para, write_corpus  # noqa: E402
+from _common import debian_packages  # noqa: E402
+from _parallel_corpus import Para, add_block, write_corpus  # noqa: E402
+from _parallel_corpus import inline as shared_inline  # noqa: E402
 
 PACKAGE = "gnome-user-docs"
 GUIDES = ("gnome-help", "system-admin-guide")
@@ -60,14 +60,7 @@ JOINED = {MAL + "keyseq": "+", MAL + "guiseq": " ▸ "}
 def inline(el: ET.Element) -> str:
     """The element's text with skipped subtrees left out; key and menu sequences joined as
     GNOME's help viewer shows them (Ctrl+C, Settings ▸ Network)."""
-    if el.tag in JOINED:
-        return JOINED[el.tag].join(inline(c) for c in el if c.tag not in SKIP)
-    parts = [el.text or ""]
-    for child in el:
-        if child.tag not in SKIP:
-            parts.append(inline(child))
-        parts.append(child.tail or "")
-    return "".join(parts)
+    return shared_inline(el, SKIP, JOINED)
 
 
 def lines(el: ET.Element, out: list[Para]) -> None:
@@ -81,11 +74,7 @@ def lines(el: ET.Element, out: list[Para]) -> None:
         return
     holds_blocks = any(c.tag in BLOCK for c in el)
     if not holds_blocks and (el.tag in LEAF or (el.text or "").strip()):
-        text = inline(el)
-        if el.tag in PRE or el.tag == MAL + "code":
-            out.extend((x.rstrip(), True) for x in text.strip("\n").split("\n") if x.strip())
-        elif text.strip():
-            out.append((re.sub(r"\s+", " ", text).strip(), False))
+        add_block(out, inline(el), code=el.tag in PRE or el.tag == MAL + "code")
         return
     for child in el:
         lines(child, out)
@@ -99,14 +88,8 @@ def page_text(path: Path) -> list[Para]:
 
 
 def fetch(debs: Path) -> Path:
-    debs.mkdir(parents=True, exist_ok=True)
-    if not list(debs.glob(f"{PACKAGE}_*.deb")):
-        subprocess.run(["apt-get", "download", PACKAGE], cwd=debs, check=True)
-    target = debs / f"x_{PACKAGE}"
-    if not target.exists():
-        deb = sorted(debs.glob(f"{PACKAGE}_*.deb"))[-1]
-        subprocess.run(["dpkg-deb", "-x", str(deb), str(target)], check=True)
-    return target / "usr" / "share" / "help"
+    debian_packages(debs, [PACKAGE])
+    return debs / f"x_{PACKAGE}" / "usr" / "share" / "help"
 
 
 def main() -> None:

@@ -28,30 +28,19 @@ import gettext
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import debian_packages  # noqa: E402
 
 # What Debian has per language (no French fortunes, no German aptitude manual).
 PACKAGES = {"es": ["fortunes-es", "fortunes-es-off", "aptitude-doc-es", "maint-guide-es",
                    "debian-edu-doc-es"],
             "fr": ["aptitude-doc-fr", "maint-guide-fr", "debian-edu-doc-fr"],
             "de": ["fortunes-de", "maint-guide-de", "debian-edu-doc-de"]}
-
-
-def fetch(debs: Path, pkgs: list[str]) -> None:
-    have = {p.name.split("_")[0] for p in debs.glob("*.deb")}
-    missing = [p for p in pkgs if p not in have]
-    if missing:
-        subprocess.run(["apt-get", "download", *missing], cwd=debs, check=True)
-    for pkg in pkgs:
-        target = debs / f"x_{pkg}"
-        if not target.exists():
-            deb = sorted(debs.glob(f"{pkg}_*.deb"))[-1]
-            subprocess.run(["dpkg-deb", "-x", str(deb), str(target)], check=True)
 
 
 def fortunes(debs: Path, lang: str):
@@ -109,8 +98,7 @@ def main() -> None:
     ap.add_argument("-o", "--output")
     args = ap.parse_args()
     debs = Path(args.debs)
-    debs.mkdir(parents=True, exist_ok=True)
-    fetch(debs, PACKAGES[args.lang])
+    debian_packages(debs, PACKAGES[args.lang])
     out = args.output or str(ROOT / "benchmarks" / "out" / f"mono-{args.lang}.jsonl")
     n = 0
     with open(out + ".tmp", "w", encoding="utf-8") as f:
