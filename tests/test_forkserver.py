@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not forkserver.enabled(), reason="fork server sw
 
 
 @pytest.mark.parametrize("args, stdin", [
-    (["cat", "-"], b'{"text": "a"}\n{"text": "\xc3\xa9"}\n'),
+    (["cat", "-", "-q"], b'{"text": "a"}\n{"text": "\xc3\xa9"}\n'),  # (no timings)
     (["cat", "-"], b'{"text": "a"}\nnot json\n'),           # exit 1, one error line
     (["cat", "--no-such-option"], b""),                     # exit 2, usage
     (["--version"], b""),
