@@ -4,9 +4,10 @@ A process start that imports torch costs 2-3 CPU-seconds on the 2-core CI machin
 than most of the tiny training runs it starts; the suite starts a few hundred. So each
 pytest process starts one server (`python -m tests.forkserver SOCKET`) that imports the
 heavy third-party libraries once and then forks a child per command. The child is a real
-process: its own pid, fds 0/1/2 the caller's (passed over a Unix socket), the caller's
-environment, working directory and argv, `python -m MODULE` run as `__main__`, and the
-normal interpreter exit (atexit, flushes). Signals and SIGKILL reach it by pid as they
+process: its own pid, the caller's fds on the same numbers (passed over a Unix socket:
+0/1/2, or all a shell would pass on through exec), the caller's environment, working
+directory and argv, `python -m MODULE` run as `__main__`, and the normal interpreter
+exit (threads joined, atexit, flushes). Signals and SIGKILL reach it by pid as they
 would reach a process the test started. What differs from `python -m llmtk`: its parent
 is the server, and it shares the server's hash seed and import-time library state
 (libgomp reads OMP_NUM_THREADS when torch loads: the server is started with the suite's
