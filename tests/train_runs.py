@@ -8,7 +8,6 @@ import inspect
 import json
 import os
 import socket
-import sys
 
 import pytest
 
@@ -35,9 +34,6 @@ def train_corpus(tmp_path_factory):
                 if doc and len(doc) > 200 and not attr.startswith("_"):
                     f.write(json.dumps({"id": f"{name}.{attr}", "text": doc}) + "\n")
     return {"data": str(path), "cache": str(d / "cache")}
-
-
-DRIVER = [sys.executable, "-m", "tests.train_driver"]  # llmtk with test faults
 
 
 def run_train(corpus, out, *args, check=True, faults=None, real=True):
