@@ -70,7 +70,7 @@ def test_layouts_are_detected_and_template_forces_one(tmp_path):
                         {"role": "assistant", "content": "r"}]
     assert convs[2][0] == {"role": "user", "content": "i\n\nx"}
     assert convs[3][0] == {"role": "user", "content": "i"}
-    with pytest.raises(DataError, match=r"mix\.jsonl:1: --template prompt: no 'prompt' field"):
+    with pytest.raises(DataError, match=r"mix\.jsonl:1: no 'prompt' field for the 'prompt' layout"):
         S.read_conversations([path], "prompt")
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "p", "response": "r"},
                                                {"messages": [{"role": "bot", "content": "x"}]}])

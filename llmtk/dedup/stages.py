@@ -624,8 +624,8 @@ def filter_with_clusters(run: StreamRun, directory: str, annotate: bool,
                              log, member, -1)
     _check_counts(run, meta["records"])
     if next_i != len(remove):
-        raise DataError(f"--index: {len(remove) - next_i} documents to remove were not in "
-                        "these inputs (same inputs as the signatures stage?)")
+        raise DataError(f"the cluster index lists {len(remove) - next_i} documents to remove "
+                        "that are not in these inputs (same inputs as the signatures stage?)")
 
 
 class _StageLog(ClusterLog):

@@ -61,7 +61,7 @@ def to_messages(rec: dict, layout: str, where: str) -> list[dict]:
             raise DataError(f"{where}: not an instruction record (expected messages, "
                             "prompt/response or instruction/input/output)")
     except KeyError as e:
-        raise DataError(f"{where}: --template {layout}: no {e.args[0]!r} field") from None
+        raise DataError(f"{where}: no {e.args[0]!r} field for the {layout!r} layout") from None
     if not isinstance(user, str) or not isinstance(answer, str):
         raise DataError(f"{where}: prompt and response must be strings")
     msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
