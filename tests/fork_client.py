@@ -11,13 +11,15 @@ the child alone. Signals sent to this process are passed on to the child; a chil
 by a signal kills this process with the same signal, so a shell sees the same status.
 (SIGKILL cannot be passed on: tests that kill a command use the child's own pid.)"""
 
-import json
 import os
 import signal
 import socket
 import sys
 
-MAX_FDS = 64  # as tests/forkserver.py
+# The checkout's root, for tests/forkserver.py's side of the protocol (-I leaves the
+# script's directory off sys.path).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.forkserver import MAX_FDS, send_job  # noqa: E402
 
 
 def inherited_fds() -> tuple[list[int], list[int]]:
@@ -53,9 +55,8 @@ def main() -> None:
         os.open(os.devnull, os.O_RDWR)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(os.environ["LLMTK_TEST_FORKSERVER"])
-    payload = json.dumps({"module": module, "args": args, "env": {**os.environ, **extra},
-                          "cwd": os.getcwd(), "fds": fds, "closed": closed}).encode()
-    socket.send_fds(sock, [len(payload).to_bytes(8, "big") + payload], fds)
+    send_job(sock, module, args, fds, {**os.environ, **extra}, os.getcwd(), targets=fds,
+             closed=closed)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in fds:
         if fd <= 2:

@@ -338,7 +338,7 @@ class Child:
 def send_job(sock: socket.socket, module: str, args: list[str], fds, env: dict,
              cwd: str, targets=(0, 1, 2), closed=()) -> None:
     """The job and the fds the child gets: fds[i] becomes the child's fd targets[i]; the
-    fd numbers in `closed` are closed in the child (tests/fork_client.py has a copy)."""
+    fd numbers in `closed` are closed in the child. Also tests/fork_client.py's."""
     payload = json.dumps({"module": module, "args": list(args), "env": dict(env),
                           "cwd": str(cwd), "fds": list(targets),
                           "closed": list(closed)}).encode()

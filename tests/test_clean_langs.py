@@ -256,10 +256,9 @@ FRENCH_SPAM = "\n".join(["Achetez pas cher chaussures promo livraison gratuite i
 
 
 def _alpha(text: str, lang: str) -> float:
-    from llmtk.clean.filters import _ALPHA
+    from llmtk.clean.filters import alpha_share
 
-    words = tokens(text, lang)
-    return sum(map(bool, map(_ALPHA.search, words))) / len(words)
+    return alpha_share(tokens(text, lang))
 
 
 def test_hyphenated_words_follow_the_languages_tokenizer():

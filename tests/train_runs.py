@@ -36,7 +36,7 @@ def train_corpus(tmp_path_factory):
     return {"data": str(path), "cache": str(d / "cache")}
 
 
-def run_train(corpus, out, *args, check=True, faults=None, real=True):
+def run_train(corpus, out, *args, check=True, faults=None):
     """`llmtk train` on the corpus as a real process (tests/train_driver.py with faults),
     forked from the tests' server (tests/forkserver.py). Not in this process: a step there
     measured 4-5x slower than in a fresh process (cause not found yet)."""

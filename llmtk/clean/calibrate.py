@@ -34,6 +34,7 @@ from llmtk.clean.filters import (
     TERMINAL_PUNCT,
     DocText,
     _find_duplicates,
+    alpha_share,
     ngrams,
 )
 from llmtk.errors import ConfigError, UsageError
@@ -71,7 +72,7 @@ def measure(texts: Iterable[str], lang: str) -> Stats:
             continue
         st.docs += 1
         n_chars = len(text)
-        st.alpha.append(sum(map(bool, map(_ALPHA.search, words))) / len(words))
+        st.alpha.append(alpha_share(words))
         real = [w for w in words if w not in _SYMBOL_TOKENS]
         if real:
             st.mean_word_length.append(sum(map(len, real)) / len(real))

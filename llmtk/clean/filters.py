@@ -43,6 +43,12 @@ _SENT_END = frozenset(".!?。！？｡؟।॥")
 _ALPHA = re.compile(r"[^\W\d_]")
 
 
+def alpha_share(words: list[str]) -> float:
+    """Gopher's alpha-word share: the fraction of words with at least one letter (0 for
+    no words). The rule itself computes it faster from the words it already sorted."""
+    return sum(map(bool, map(_ALPHA.search, words))) / len(words) if words else 0.0
+
+
 class DocText:
     """One document's text with the pieces the filters share, computed at most once."""
 
