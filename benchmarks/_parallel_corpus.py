@@ -10,6 +10,7 @@ least 3 words of its English page is counted as untranslated (shorter ones, such
 `max_untranslated` of its prose paragraphs untranslated goes to a separate file.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -47,6 +48,18 @@ def untranslated(paras: list[Para], english: list[Para]) -> tuple[int, int]:
     long = {p for p, code in english if not code and len(p.split()) >= 3}
     prose = [p for p, code in paras if not code]
     return len(prose), sum(p in long for p in prose)
+
+
+def corpus_args(description: str, out_dir: str, name: str, unit: str) -> argparse.Namespace:
+    """The builders' command line: --debs, -o (default OUT_DIR/NAME.jsonl), --min-chars
+    and --max-untranslated (see write_corpus; UNIT: what a record is, in the help)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--debs", default=os.path.join(out_dir, "debs"))
+    ap.add_argument("-o", "--output", default=os.path.join(out_dir, f"{name}.jsonl"))
+    ap.add_argument("--min-chars", type=int, default=500, help=f"skip shorter {unit}")
+    ap.add_argument("--max-untranslated", type=float, default=0.1,
+                    help="largest share of prose paragraphs left in English in a translation")
+    return ap.parse_args()
 
 
 def write_corpus(output: str, records: list[tuple[str, str, str, list[Para]]],

@@ -154,11 +154,10 @@ def english_equivalent(docs: list[dict], v: list[str], q: float = 0.1,
     0.8 x q-quantile).
     """
     from llmtk.clean.calibrate import quantile
-    from llmtk.clean.filters import _ALPHA, DocText
+    from llmtk.clean.filters import DocText, alpha_share
 
     def alpha(text: str, lang: str) -> float:
-        w = DocText(text, lang).words
-        return sum(map(bool, map(_ALPHA.search, w))) / max(len(w), 1)
+        return alpha_share(DocText(text, lang).words)
 
     by_page: dict[str, dict[str, str]] = defaultdict(dict)
     for d, verdict in zip(docs, v, strict=True):

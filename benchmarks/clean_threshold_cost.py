@@ -23,28 +23,22 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from clean_parallel import detected  # noqa: E402
+from clean_parallel import verdicts as pipeline_verdicts  # noqa: E402
 
 
 def verdicts(docs: list[dict], lang: str, alpha: float) -> list[str]:
-    from dataclasses import replace
-
-    from llmtk.clean import CleanConfig, Cleaner
-    from llmtk.io.record import Doc
-
-    cfg = replace(CleanConfig(), lang={lang: {"gopher_quality": {"min_alpha_words_ratio":
-                                                                 alpha}}})
-    cleaner = Cleaner(cfg)
-    cleaner.load()
-    return [cleaner(Doc({"text": d["text"]}, None, "corpus", i + 1, i)) or "keep"
-            for i, d in enumerate(docs)]
+    """The default pipeline's verdicts with LANG's min_alpha_words_ratio set to ALPHA."""
+    return pipeline_verdicts(docs, True, {lang: {"gopher_quality": {
+        "min_alpha_words_ratio": alpha}}})
 
 
-def alpha_share(text: str, lang: str) -> float:
-    from llmtk.clean.filters import _ALPHA, DocText
+def alpha_words(text: str, lang: str) -> float:
+    from llmtk.clean.filters import DocText, alpha_share
     from llmtk.clean.normalize import Normalize
 
-    w = DocText(Normalize()(text), lang).words
-    return sum(map(bool, map(_ALPHA.search, w))) / max(len(w), 1)
+    return alpha_share(DocText(Normalize()(text), lang).words)
 
 
 def main() -> None:
@@ -56,17 +50,12 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=12, help="documents to print")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    from llmtk.text.langid import LanguageId
-
     docs = [json.loads(line) for line in open(args.corpus, encoding="utf-8")]
     old = verdicts(docs, args.lang, args.old)
     new = verdicts(docs, args.lang, args.new)
-    lid = LanguageId()
-    lid.load()
-    detected = [lid.predict(d["text"])[0] for d in docs]
     rows: dict[str, Counter] = {}
     gained = []
-    for d, o, n, det in zip(docs, old, new, detected, strict=True):
+    for d, o, n, det in zip(docs, old, new, detected(docs), strict=True):
         c = rows.setdefault(d.get("source", "-"), Counter())
         c["records"] += 1
         c["detected"] += det == args.lang
@@ -74,7 +63,7 @@ def main() -> None:
         c["new"] += n == "keep"
         c["alpha_dropped_old"] += o == "gopher.alpha_words"
         if n == "keep" and o != "keep":
-            gained.append({**d, "alpha_words": round(alpha_share(d["text"], args.lang), 4),
+            gained.append({**d, "alpha_words": round(alpha_words(d["text"], args.lang), 4),
                            "reason_at_old": o})
     print(f"corpus: {args.corpus}; lang {args.lang}: min_alpha_words_ratio {args.old} -> "
           f"{args.new}")

@@ -23,7 +23,6 @@ po4a keeps a string in English when the translation lacks it, so sections with m
 debian-reference-untranslated.jsonl (see _parallel_corpus.py).
 """
 
-import argparse
 import re
 import sys
 import xml.etree.ElementTree as ET
@@ -32,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import debian_packages  # noqa: E402
-from _parallel_corpus import Para, add_block, write_corpus  # noqa: E402
+from _parallel_corpus import Para, add_block, corpus_args, write_corpus  # noqa: E402
 from _parallel_corpus import inline as shared_inline  # noqa: E402
 
 # package suffix (and file name infix) -> our language code; English first
@@ -92,14 +91,8 @@ def fetch(debs: Path) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--debs", default=str(ROOT / "benchmarks" / "out" / "debs"))
-    ap.add_argument("-o", "--output",
-                    default=str(ROOT / "benchmarks" / "out" / "debian-reference.jsonl"))
-    ap.add_argument("--min-chars", type=int, default=500, help="skip shorter sections")
-    ap.add_argument("--max-untranslated", type=float, default=0.1,
-                    help="largest share of prose paragraphs left in English in a translation")
-    args = ap.parse_args()
+    args = corpus_args(__doc__.splitlines()[0], str(ROOT / "benchmarks" / "out"),
+                       "debian-reference", "sections")
     debs = fetch(Path(args.debs))
     records = []
     for suffix, lang in LANGS.items():

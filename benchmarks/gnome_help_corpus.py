@@ -25,7 +25,6 @@ the corpus (see _parallel_corpus.py); the table printed at the end gives the cou
 language.
 """
 
-import argparse
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -33,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import debian_packages  # noqa: E402
-from _parallel_corpus import Para, add_block, write_corpus  # noqa: E402
+from _parallel_corpus import Para, add_block, corpus_args, write_corpus  # noqa: E402
 from _parallel_corpus import inline as shared_inline  # noqa: E402
 
 PACKAGE = "gnome-user-docs"
@@ -93,13 +92,8 @@ def fetch(debs: Path) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--debs", default=str(ROOT / "benchmarks" / "out" / "debs"))
-    ap.add_argument("-o", "--output", default=str(ROOT / "benchmarks" / "out" / "gnome-help.jsonl"))
-    ap.add_argument("--min-chars", type=int, default=500, help="skip shorter pages")
-    ap.add_argument("--max-untranslated", type=float, default=0.1,
-                    help="largest share of prose paragraphs left in English in a translation")
-    args = ap.parse_args()
+    args = corpus_args(__doc__.splitlines()[0], str(ROOT / "benchmarks" / "out"),
+                       "gnome-help", "pages")
     help_dir = fetch(Path(args.debs))
     records = []
     for sub, lang in LANGS.items():  # C first: the English pages are the reference
