@@ -103,7 +103,11 @@ def _serve(path: str) -> dict | None:
                 _drain(wake_r)
             elif key.data == "accept":
                 conn, _ = listener.accept()
-                job, fds = _receive(conn)
+                try:
+                    job, fds = _receive(conn)
+                except (OSError, EOFError, ValueError):  # the caller died while sending
+                    conn.close()
+                    continue
                 pid = os.fork()
                 if pid == 0:
                     signal.set_wakeup_fd(-1)
@@ -117,12 +121,14 @@ def _serve(path: str) -> dict | None:
                     return job
                 for fd in fds:
                     os.close(fd)
-                conn.sendall(b"%d\n" % pid)
                 waiting[pid] = conn
-                sel.register(conn, selectors.EVENT_READ, pid)
-            elif not key.fileobj.recv(1):  # the caller is gone (killed): so is its command
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(key.data, signal.SIGKILL)
+                try:
+                    conn.sendall(b"%d\n" % pid)
+                    sel.register(conn, selectors.EVENT_READ, pid)
+                except OSError:  # the caller is gone already
+                    _kill(pid)
+            elif not _alive(key.fileobj):  # the caller is gone (killed): so is its command
+                _kill(key.data)
                 sel.unregister(key.fileobj)
         while waiting:  # report every child that ended
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -135,6 +141,19 @@ def _serve(path: str) -> dict | None:
                 with contextlib.suppress(OSError):
                     conn.sendall(b"%d\n" % status)
                 conn.close()
+
+
+def _alive(conn: socket.socket) -> bool:
+    """Whether the caller still holds its end (it sends nothing after the job)."""
+    try:
+        return bool(conn.recv(1))
+    except OSError:  # reset: it died with our reply unread
+        return False
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _drain(fd: int) -> None:

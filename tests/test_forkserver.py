@@ -60,3 +60,28 @@ def test_killing_the_client_kills_its_command():
             and time.time() < deadline:
         time.sleep(0.02)
     assert child not in _children(server)
+    # ... and the server lives on (a caller that died with the reply unread used to take
+    # it down, and every later command of this pytest process was refused)
+    r = forkserver.run("llmtk", ["--version"], env=env(), cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.startswith(b"llmtk ")
+
+
+def test_a_caller_that_dies_with_the_reply_unread_leaves_the_server_running():
+    """A caller killed between its job and reading the reply resets the connection: the
+    server kills that command and goes on serving (it used to die of the reset, and every
+    later command of the pytest process was refused)."""
+    import socket
+
+    stdin_r, stdin_w = os.pipe()  # `llmtk cat -` waits on it
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(forkserver.socket_path())
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    forkserver.send_job(sock, "llmtk", ["cat", "-", "-q"], (stdin_r, devnull, devnull), env(),
+                        str(ROOT))
+    os.close(devnull)
+    os.close(stdin_r)
+    assert sock.recv(64, socket.MSG_PEEK)  # the pid line arrived, and stays unread
+    sock.close()  # with unread data: the server's side reads a reset
+    r = forkserver.run("llmtk", ["--version"], env=env(), cwd=ROOT)
+    os.close(stdin_w)
+    assert r.returncode == 0 and r.stdout.startswith(b"llmtk ")
