@@ -128,14 +128,19 @@ class BlendSampler:
         s, i = self.locate(position)
         return self.windows[s].get(i)
 
-    def rows(self, position: int):
-        """(B, T + 1) int64 tensor: this rank's windows of the job-wide micro-batch."""
+    def windows_at(self, position: int):
+        """(B, T + 1) int64 array: this rank's windows of the job-wide micro-batch that
+        starts at window `position` (rank r takes its B windows after r * B)."""
         import numpy as np
-        import torch
 
         start = position + self.rank * self.B
-        rows = np.stack([self.window(start + j) for j in range(self.B)])
-        return torch.from_numpy(rows.astype(np.int64))
+        return np.stack([self.window(start + j) for j in range(self.B)]).astype(np.int64)
+
+    def rows(self, position: int):
+        """windows_at as a tensor."""
+        import torch
+
+        return torch.from_numpy(self.windows_at(position))
 
     def batch(self, position: int):
         return self.split(self.rows(position))

@@ -130,6 +130,6 @@ def epoch_warnings(data: TrainingData, end_position: int, max_epochs: float) -> 
         epochs = data.train.epochs(end_position)
     else:
         epochs = {"--data": end_position / max(1, data.train_windows)}
-    return [f"warning: {name} is read {e:.2f} times by the end of the run, more than "
+    return [f"warning: {name} is read {e:.3g} times by the end of the run, more than "
             f"--max-epochs {max_epochs:g} (lower its weight or the steps, or add data)"
             for name, e in epochs.items() if e > max_epochs]
