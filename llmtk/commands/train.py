@@ -406,7 +406,7 @@ each document's file, record and id; a manifest with the tokenizer's fingerprint
 and the counts), under a temporary name renamed when complete, then \
 OUT/part-K-of-N.done; a rerun skips finished tasks. Several tasks writing into one \
 OUT make one dataset, the same token stream as one task over all the inputs. \
-Memory per task: one batch of 8 MiB of text and its tokens.
+Memory per task: one batch of 256 KiB of text and its tokens.
 
 [bold]Examples[/bold]
 

@@ -52,8 +52,8 @@ if TYPE_CHECKING:
 KIND = "llmtk.tokens"
 VERSION = 1
 EOS_POLICY = "after-each-document"
-BATCH_BYTES = 8 << 20  # text per encode batch: the task's memory bound (plus its tokens)
-BATCH_DOCS = 4096
+BATCH_BYTES = 1 << 18  # text per encode batch: what bounds a task's memory (with its tokens)
+BATCH_DOCS = 1024
 RECORD_MASK = (1 << RECORD_BITS) - 1
 
 
