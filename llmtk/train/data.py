@@ -271,6 +271,11 @@ class Sampler:
             self._epoch = epoch
         return int(self._perm[i])
 
+    def locate(self, position: int) -> tuple[int, int]:
+        """(0, window index) of the window at job-wide `position` (as BlendSampler.locate,
+        whose first number is the source)."""
+        return 0, self._index(position)
+
     def rows(self, position: int):
         """(B, T + 1) int64 tensor: this rank's windows of the job-wide micro-batch starting
         at window `position`."""
