@@ -55,6 +55,9 @@ class StreamOptions:
     workers: int = 1
     quiet: bool = False
     max_record_bytes: int = MAX_RECORD_BYTES
+    # The options that change the output, as {"--flag": value}: a sharded task's completion
+    # marker records them, and a rerun with others is refused (llmtk.io.marker).
+    settings: dict = field(default_factory=dict)
 
 
 class StreamRun:
@@ -80,8 +83,9 @@ class StreamRun:
             _check_stdin(tool, alone=self.paths == ["-"])
         self._outputs = [("-o", opts.output), ("--rejects", opts.rejects),
                          ("--stats", opts.stats), *outputs_also]
+        output_dirs = list(output_dirs)
         check_paths(input_identities(self.paths, list(inputs_also)), self._outputs,
-                    list(output_dirs))
+                    output_dirs)
         # --shard on files: this task's whole files (llmtk.io.shard); on stdin: by record hash.
         self.all_paths = self.paths
         self.file_ordinals = list(range(len(self.paths)))
@@ -93,7 +97,11 @@ class StreamRun:
         self.file_starts: list[int] = []  # filled by read_docs: first index of each file
         self._marker = None
         if opts.shard is not None and opts.output not in (None, "-") and "-" not in self.paths:
-            self._marker = marker.fingerprint(tool, self.paths)
+            # Where an output goes is checked by the marker (its outputs must exist), not
+            # compared as a setting: a new --report path just makes the task run again.
+            named = {o for o, _ in (*self._outputs, *output_dirs)}
+            settings = {k: v for k, v in opts.settings.items() if k not in named}
+            self._marker = marker.fingerprint(tool, self.paths, settings)
             if marker.is_done(opts.output, self._marker, self._output_paths()):
                 raise AlreadyDone(f"{opts.output} is done ({marker.marker_path(opts.output)}); "
                                   "skipping this task")
