@@ -70,16 +70,21 @@ def run_tasks(argv: list[str], tasks: int, executor: str, retries: int, parallel
 
 def _run_local(argv, tasks, retries, parallel, log) -> None:
     import os
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     cpus = max(1, (os.cpu_count() or 1) // parallel)
+    misused = threading.Event()  # after a usage error no task starts (running ones finish)
 
     def one(k: int) -> None:
         for attempt in range(retries + 1):
+            if misused.is_set():
+                return
             try:
                 run_task(argv, k, tasks, cpus)
                 return
             except TaskMisused as e:
+                misused.set()
                 raise UsageError(str(e)) from None
             except TaskFailed as e:
                 if attempt == retries:
@@ -87,14 +92,8 @@ def _run_local(argv, tasks, retries, parallel, log) -> None:
                 log(f"{e}; retrying ({attempt + 1} of {retries})")
 
     with ThreadPoolExecutor(max_workers=parallel) as pool:
-        futures = [pool.submit(one, k) for k in range(tasks)]
-        try:
-            for future in futures:
-                future.result()
-        except LlmtkError:
-            for future in futures:  # the tasks not started yet; running ones finish
-                future.cancel()
-            raise
+        for future in [pool.submit(one, k) for k in range(tasks)]:
+            future.result()
 
 
 def _run_ray(argv, tasks, retries, parallel, address, cpus_per_task, log) -> None:
