@@ -15,7 +15,8 @@ committed together (all flushed to disk first, then all renamed into place,
 included, no file output is renamed and the temporary files are removed.
 
 Before any input is read, every output path is checked (llmtk.io.paths): not
-an input, not another output, its directory exists and is writable. Commands
+an input, not another output, its directory writable (missing directories are
+created as mkdir -p would, and removed again if the run fails). Commands
 name their own inputs and outputs beyond the shared ones (`inputs_also`,
 `outputs_also`, `output_dirs`) and open their extra outputs through the run
 (`open_output`, `write_json`) so that they are committed with the rest.
@@ -33,7 +34,7 @@ from llmtk.errors import AlreadyDone, ConfigError, UsageError
 from llmtk.io import marker
 from llmtk.io.compression import normalise_kind
 from llmtk.io.parquet import is_parquet_name
-from llmtk.io.paths import check_paths, input_identities
+from llmtk.io.paths import check_paths, input_identities, make_parents, remove_made
 from llmtk.io.reader import MAX_RECORD_BYTES, BadRecord, expand_inputs, read_docs, regular_size
 from llmtk.io.record import DUMP_OPTS, Doc
 from llmtk.io.shard import RECORD_BITS, assign_files
@@ -109,6 +110,7 @@ class StreamRun:
         self.rejects: Sink | None = None
         self._stats: Sink | None = None
         self._sinks: list[Sink] = []  # every output, committed together
+        self._made_dirs: list[str] = []  # missing output folders this run created
         self._progress = None
         self._write_doc = None
 
@@ -116,6 +118,7 @@ class StreamRun:
 
     def __enter__(self) -> "StreamRun":
         try:
+            self._made_dirs = make_parents(self._output_paths())  # mkdir -p, checked already
             if is_parquet_name(self.opts.output):  # columnar output: records, not lines
                 if self.opts.compress:
                     raise ConfigError("compress", "a .parquet output is always zstd-compressed")
@@ -178,6 +181,7 @@ class StreamRun:
     def _abort(self) -> None:
         for sink in self._sinks:
             sink.abort()
+        remove_made(self._made_dirs)
 
     def open_output(self, path: str, compress: str | None = None) -> Sink:
         """Another output of this run (named in outputs_also), committed with the others."""
