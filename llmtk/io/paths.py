@@ -133,17 +133,22 @@ def _nearest_existing(what: str, directory: str) -> str:
     return existing
 
 
+def missing_dirs(directory: str) -> list[str]:
+    """The directories `mkdir -p DIRECTORY` would create, parents first."""
+    missing = []
+    directory = os.path.abspath(directory)
+    while not os.path.lexists(directory):
+        missing.append(directory)
+        directory = os.path.dirname(directory)
+    return missing[::-1]
+
+
 def make_parents(paths: list[str]) -> list[str]:
     """Create the missing directories above these file outputs (mkdir -p); returns the
     directories created, parents first. Call after check_paths."""
     made: list[str] = []
     for path in paths:
-        missing = []
-        directory = _parent(path)
-        while not os.path.lexists(directory):
-            missing.append(directory)
-            directory = os.path.dirname(directory)
-        for d in reversed(missing):
+        for d in missing_dirs(_parent(path)):
             try:
                 os.mkdir(d)  # not makedirs: a name that appears meanwhile is not followed
             except FileExistsError:
