@@ -13,6 +13,8 @@ import os
 
 import orjson
 
+from llmtk.io.atomic import write_json_atomically
+
 SUFFIX = ".done"
 
 
@@ -39,6 +41,4 @@ def is_done(output: str, print_: dict, outputs: list[str]) -> bool:
 
 
 def mark_done(output: str, print_: dict, outputs: list[str], stats: dict | None = None) -> None:
-    from llmtk.io.run import write_json_atomically
-
     write_json_atomically(marker_path(output), {**print_, "outputs": outputs, "stats": stats})

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field, replace
 
 from llmtk.errors import DataError, UsageError
+from llmtk.io.atomic import atomic_name
 
 EXPORT_FORMAT = "llmtk-gpt-v1"
 
@@ -186,8 +187,6 @@ def _config_and_tokenizer(path: str, meta: dict):
 def export(path: str, output: str) -> str:
     """Write the model of checkpoint `path` as one weights-only file (atomically); returns
     the checkpoint directory it came from."""
-    import tempfile
-
     from llmtk.train import checkpoint as C
 
     ckpt = find_checkpoint(path)
@@ -199,20 +198,6 @@ def export(path: str, output: str) -> str:
     directory = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(directory):
         raise UsageError(f"-o {output}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(output)}.tmp-")
-    os.close(fd)
-    try:
-        C.save_torch(blob, tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, output)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with atomic_name(output) as tmp:
+        C.save_torch(blob, tmp)  # by name: its disk-full errors are CheckpointErrors
     return ckpt
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
