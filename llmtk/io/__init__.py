@@ -9,8 +9,8 @@ See docs/io.md for the contract. The pieces:
 """
 
 from llmtk.io.atomic import write_file_atomically, write_json_atomically
-from llmtk.io.reader import BadRecord, expand_inputs, read_docs
-from llmtk.io.record import Doc
+from llmtk.io.reader import expand_inputs, read_docs
+from llmtk.io.record import BadRecord, Doc
 from llmtk.io.run import StreamOptions, StreamRun
 from llmtk.io.shard import in_shard, shard_of
 from llmtk.io.workers import chunked, ordered_map

@@ -30,6 +30,7 @@ import shutil
 from llmtk.errors import ConfigError, DataError, UsageError
 from llmtk.io.atomic import atomic_dir
 from llmtk.train.model_config import ModelConfig
+from llmtk.train.state_dict import full_state_dict
 
 PREFIX = "hf:"
 SUPPORTED = ("llama", "mistral", "qwen2")
@@ -357,8 +358,6 @@ def export_hf(checkpoint: str, out: str) -> dict:
     if tok.fingerprint() != state.get("tokenizer", tok.fingerprint()):
         raise DataError(f"{tok_spec}: this tokenizer is not the one {path} was trained with "
                         f"({tok.fingerprint()} != {state['tokenizer']})")
-    from llmtk.train.api import full_state_dict
-
     sd = full_state_dict(path)  # full or DCP-sharded checkpoints alike
     tensors = to_hf_state(sd, cfg)
     with atomic_dir(out) as tmp:  # replaces an empty out (checked above)
