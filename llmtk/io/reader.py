@@ -16,14 +16,13 @@ import glob
 import os
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import orjson
 
 from llmtk.errors import DataError, UsageError
 from llmtk.io.compression import CHUNK, CorruptInput, TruncatedInput, iter_decompressed, open_binary
 from llmtk.io.parquet import columnar_kind, hf_dataset_files, read_columnar
-from llmtk.io.record import Doc
+from llmtk.io.record import BadRecord, Doc
 from llmtk.io.shard import in_shard
 from llmtk.io.summary import Summary
 
@@ -43,30 +42,6 @@ class _TooLong:
 
 
 TOO_LONG = _TooLong()
-
-
-@dataclass
-class BadRecord:
-    source: str
-    line: int
-    index: int
-    reason: str
-    message: str
-    raw: bytes
-
-    def where(self) -> str:
-        return f"{self.source}:{self.line}"
-
-    def to_reject(self) -> dict:
-        return {
-            "llmtk": {
-                "reason": self.reason,
-                "error": self.message,
-                "source": self.source,
-                "line": self.line,
-                "raw": self.raw.decode("utf-8", "replace"),
-            }
-        }
 
 
 def expand_inputs(inputs: list[str]) -> list[str]:

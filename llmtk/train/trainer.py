@@ -25,11 +25,12 @@ import resource
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
-from llmtk.errors import ConfigError, LlmtkError, UsageError
+from llmtk.errors import ConfigError, LlmtkError
 from llmtk.io.paths import missing_dirs, remove_made
 from llmtk.train.config import TrainConfig
+from llmtk.train.run_shape import model_config
 from llmtk.train.runtime import (
     CollectiveError,
     Dist,
@@ -133,28 +134,6 @@ def changed_settings(old: dict, new: dict) -> str:
 
     return ", ".join(f"--{k.replace('_', '-')} {show(old[k])} -> {show(v)}"
                      for k, v in new.items() if k in old and old[k] != v and k not in _NOT_NOTED)
-
-
-def model_config(cfg: TrainConfig, vocab_size: int):
-    from llmtk.train import hf
-    from llmtk.train.model_config import PRESETS, check_model_name
-
-    if hf.is_hf_spec(cfg.init_from):
-        return hf.init_model_config(cfg, vocab_size)
-    check_model_name(cfg.model)
-    mc = replace(PRESETS[cfg.model], vocab_size=vocab_size)
-    overrides = {"n_layer": cfg.layers, "d_model": cfg.d_model, "n_head": cfg.heads,
-                 "n_kv_head": cfg.kv_heads, "ffn_hidden": cfg.ffn_hidden, "seq_len": cfg.seq_len}
-    mc = replace(mc, **{k: v for k, v in overrides.items() if v is not None})
-    if cfg.untied:
-        mc = replace(mc, tie_embeddings=False)
-    if cfg.heads is not None and cfg.kv_heads is None and PRESETS[cfg.model].n_kv_head:
-        mc = replace(mc, n_kv_head=None)
-    try:
-        mc.validate()
-    except ValueError as e:
-        raise UsageError(f"model shape: {e}") from None
-    return mc
 
 
 def _mem_gb(device: str) -> float:
