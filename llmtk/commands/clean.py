@@ -307,7 +307,7 @@ def train_quality(
 
     if not 0.0 < test_fraction < 1.0:
         raise UsageError("--test-fraction: expected a number between 0 and 1")
-    from llmtk.io.paths import check_paths, input_identities
+    from llmtk.io.paths import check_paths, input_identities, parents_made
 
     inputs = expand_inputs(positive) + expand_inputs(negative)
     check_paths(input_identities(inputs), [("-o", output)])  # before anything is read
@@ -316,8 +316,9 @@ def train_quality(
         for doc in read_docs(expand_inputs(paths), text_field):
             yield doc.text
 
-    report = train(texts(positive), texts(negative), output, test_fraction=test_fraction,
-                   epoch=epoch, seed=seed, label=label)
+    with parents_made([output]):
+        report = train(texts(positive), texts(negative), output, test_fraction=test_fraction,
+                       epoch=epoch, seed=seed, label=label)
     if json_out:
         from llmtk.io.console import write_out
 

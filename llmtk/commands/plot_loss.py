@@ -59,7 +59,7 @@ def command(
     from llmtk.curves.plot import panels_for, plot_file, plot_terminal
     from llmtk.errors import DataError, UsageError
     from llmtk.io.atomic import atomic_file
-    from llmtk.io.paths import check_paths
+    from llmtk.io.paths import check_paths, parents_made
 
     metrics = ["loss", "val_loss", "lr", "grad_norm"] if all_metrics else (metric or
                                                                             ["loss", "val_loss"])
@@ -77,7 +77,7 @@ def command(
         raise UsageError(f"--x {x}: the logs have no {x!r} field")
     if output:
         try:
-            with atomic_file(output) as f, warnings.catch_warnings():
+            with parents_made([output]), atomic_file(output) as f, warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # numpy overflow: said below
                 plot_file(runs, metrics, f, x=x, weight=smooth, log_y=log_y, title=title,
                           findings=findings, fmt=os.path.splitext(output)[1][1:].lower())
