@@ -91,7 +91,9 @@ def _ok_line(r: dict) -> str:
     """The few numbers that matter for a run with nothing to worry about."""
     parts = []
     if "final_loss" in r:
-        parts.append(f"final {r['curve']} {r['final_loss']:.4g} (best {r['best_loss']:.4g})")
+        parts.append(f"final {r['curve']} {r['final_loss']:.4g} (median of the last "
+                     f"{r['final_rows']} rows; last logged {r['last_loss']:.4g}, best "
+                     f"{r['best_loss']:.4g})")
     if "best_val_loss" in r and r["curve"] != "val_loss":
         parts.append(f"best val {r['best_val_loss']:.4g}")
     if "val_gap" in r:

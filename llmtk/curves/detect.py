@@ -16,12 +16,18 @@ from __future__ import annotations
 import math
 from statistics import median
 
-from llmtk.curves.common import Finding, ema, rolling_stats
+from llmtk.curves.common import Finding, ema, resolution, rolling_stats
 from llmtk.curves.common import finite as _finite
 from llmtk.curves.common import fmt as _fmt
 from llmtk.curves.common import window as _window
 from llmtk.curves.logs import Run
-from llmtk.curves.spikes import detect_spikes, find_spikes, spike_score
+from llmtk.curves.spikes import (
+    SPIKE_HARM_REL,
+    SPIKE_HARM_SIGMAS,
+    detect_spikes,
+    find_spikes,
+    spike_score,
+)
 
 __all__ = ["Finding", "diagnose", "ema", "find_spikes", "overview", "spike_score"]
 
@@ -34,6 +40,11 @@ NOISE_REL = 0.08  # residual noise above 8% of the loss level
 OVERFIT_REL = 0.02  # validation loss 2% above its best
 FROM_START_SHARE = 0.05  # a log "starts with the run" if its first step is in the first 5%
 RESUME_JUMP_REL = 0.10  # loss 10% higher right after a resume than before it
+NOISE_UNITS = 10  # oscillation must also exceed 10 units of the logged resolution
+MIN_ROWS = 5  # the fewest rows judged for divergence and a constant loss (NaN: any number)
+TREND_ROWS = 30  # the fewest rows for the trend-based plateau, no-learning and noise rules
+FINAL_ROWS = 10  # the report's final loss: the median of the last 10 rows
+GRAD_EFFECT_ROWS = 100  # rows of loss compared before and after a grad-norm spike
 
 
 # -- detectors ---------------------------------------------------------------------------
@@ -89,7 +100,7 @@ def _trend(ys: list[float]) -> list[float]:
 def detect_divergence_and_rebound(run: Run) -> list[Finding]:
     xs, ys = _finite(*run.series(run.loss_key))
     n = len(ys)
-    if n < 10:
+    if n < MIN_ROWS:
         return []
     trend = _trend(ys)
     i_min = min(range(n), key=trend.__getitem__)
@@ -125,11 +136,30 @@ def detect_divergence_and_rebound(run: Run) -> list[Finding]:
     return []
 
 
+def detect_constant(run: Run) -> list[Finding]:
+    """The same loss at every logged step, to the logged resolution: nothing is learned (a
+    frozen model, a detached loss, an lr of zero). Judged from MIN_ROWS rows on, wherever the
+    log starts: even a finished run's loss moves with its batches."""
+    xs, ys = _finite(*run.series(run.loss_key))
+    if len(ys) < MIN_ROWS or max(ys) - min(ys) > resolution(ys):
+        return []
+    return [Finding(
+        "no_learning", "error", xs[0],
+        f"the loss is {_fmt(ys[0])} at every one of the {len(ys)} logged steps "
+        f"({xs[0]:.0f}-{xs[-1]:.0f}): the model is not being updated",
+        causes=["learning rate zero (warmup or schedule misconfigured)",
+                "no parameter receives gradients (all frozen, or the loss is detached)",
+                "the optimizer step is skipped every time (fp16 loss scale overflow)"],
+        fixes=["print lr and the grad norm at the first steps",
+               "check requires_grad on the trainable parameters (LoRA adapters attached?)"],
+    )]
+
+
 def detect_plateau(run: Run) -> list[Finding]:
     xs, ys = _finite(*run.series(run.loss_key))
     n = len(ys)
-    if n < 30:
-        return []
+    if n < TREND_ROWS or max(ys) - min(ys) <= resolution(ys):
+        return []  # too short for a trend; a constant loss is detect_constant's
     trend = _trend(ys)
     overall = (trend[0] - min(trend)) / max(abs(trend[0]), 1e-12)
     # "never learned" only means something when the log starts with the run: a log that
@@ -177,7 +207,7 @@ def detect_plateau(run: Run) -> list[Finding]:
 def detect_noise(run: Run) -> list[Finding]:
     xs, ys = _finite(*run.series(run.loss_key))
     n = len(ys)
-    if n < 30:
+    if n < TREND_ROWS:
         return []
     # a centred rolling median as the trend: an EMA lags a steady rise or fall, and that
     # lag would read as noise
@@ -187,6 +217,13 @@ def detect_noise(run: Run) -> list[Finding]:
     residual = [abs(y - t) / max(abs(t), 1e-12) for y, t in zip(ys[half:], trend, strict=True)]
     noise = 1.4826 * median(residual)
     if noise < NOISE_REL:
+        return []
+    # a loss only a few dozen units of its last logged digit above zero (0.004 at 4 decimals)
+    # has a large relative noise from the digits it lacks: below NOISE_UNITS units the log
+    # cannot tell oscillation from rounding
+    res = resolution(ys)
+    absolute = 1.4826 * median(abs(y - t) for y, t in zip(ys[half:], trend, strict=True))
+    if absolute <= NOISE_UNITS * res:
         return []
     diffs = [b - a for a, b in zip(ys[half:], ys[half + 1:], strict=False)]
     flips = sum(1 for a, b in zip(diffs, diffs[1:], strict=False) if a * b < 0)
@@ -212,15 +249,28 @@ def detect_grad_explosions(run: Run) -> list[Finding]:
             if centre > 0 and gs[i] > GRAD_SPIKE_FACTOR * centre]
     findings = []
     if hits:
-        i, centre = hits[0]
+        effects = [_loss_effect(run, xs[i]) for i, _ in hits]
+        harmed = [(h, e) for h, e in zip(hits, effects, strict=True) if e[0] is not False]
+        i = harmed[0][0][0] if harmed else hits[0][0]  # the step the finding points at
+        text = (f"{len(hits)} gradient-norm spike(s) over {GRAD_SPIKE_FACTOR:.0f}x the local "
+                f"median, first at step {xs[hits[0][0]]:.0f} "
+                f"({_fmt(hits[0][1])} -> {_fmt(gs[hits[0][0]])})")
+        details = [f"step {xs[j]:.0f}: {_fmt(c)} -> {_fmt(gs[j])}; {e[1]}"
+                   for (j, c), e in zip(hits, effects, strict=True)]
+        if harmed:
+            (j, _), (_, why) = harmed[0]
+            summary = f"{text}; at step {xs[j]:.0f} {why}"
+            severity = "warning"
+        else:
+            summary = f"{text}; the loss was no higher after any of them ({effects[0][1]})"
+            severity = "info"
         findings.append(Finding(
-            "grad_explosion", "warning", xs[i],
-            f"{len(hits)} gradient-norm spike(s) over {GRAD_SPIKE_FACTOR:.0f}x the local median, "
-            f"first at step {xs[i]:.0f} ({_fmt(centre)} -> {_fmt(gs[i])})",
+            "grad_explosion", severity, xs[i], summary,
             causes=["a batch with extreme activations; learning rate too high",
                     "no or too loose gradient clipping"],
             fixes=["clip gradients (max norm 1.0 is the usual choice)",
                    "lower the learning rate; look at the data of these steps"],
+            details=details,
         ))
     q = n // 4
     if q >= 5:
@@ -233,6 +283,34 @@ def detect_grad_explosions(run: Run) -> list[Finding]:
                 fixes=["lower the learning rate; add weight decay; check clipping"],
             ))
     return findings
+
+
+def _loss_effect(run: Run, step: float) -> tuple[bool | None, str]:
+    """Did the loss get worse after a grad-norm spike at `step`? (True/False, or None when
+    the log cannot tell: no loss, or too few rows on a side), with the numbers.
+
+    The median of up to GRAD_EFFECT_ROWS loss rows after the step against as many before it:
+    clipping and Adam's normalisation absorb most such spikes, and a spike the loss never
+    noticed needs no action. Worse means above the level before by 2 robust sigmas of that
+    window, 2% and one unit of the logged resolution."""
+    lx, ly = run.series(run.loss_key)
+    if not ly:
+        return None, "no loss logged to judge its effect"
+    k = max(MIN_ROWS, min(GRAD_EFFECT_ROWS, len(ly) // 10))
+    before = [y for x, y in zip(lx, ly, strict=True) if x < step][-k:]
+    after = [y for x, y in zip(lx, ly, strict=True) if x > step][:k]
+    if any(not math.isfinite(y) for y in after):
+        return True, "the loss went non-finite after it"
+    before = [y for y in before if math.isfinite(y)]
+    if len(before) < MIN_ROWS or len(after) < MIN_ROWS:
+        return None, f"too few loss rows around it to judge its effect ({len(after)} after)"
+    b, a = median(before), median(after)
+    sigma = 1.4826 * median(abs(y - b) for y in before)
+    margin = max(SPIKE_HARM_SIGMAS * sigma, SPIKE_HARM_REL * abs(b), resolution(ly))
+    numbers = f"loss median {_fmt(b)} in the {len(before)} rows before, {_fmt(a)} after"
+    if a - b > margin:
+        return True, f"the loss rose: {numbers}"
+    return False, numbers
 
 
 def detect_overfitting(run: Run) -> list[Finding]:
@@ -323,7 +401,8 @@ def detect_eval_regression(run: Run) -> list[Finding]:
     return findings
 
 
-DETECTORS = (detect_nan, detect_spikes, detect_divergence_and_rebound, detect_plateau,
+DETECTORS = (detect_nan, detect_spikes, detect_divergence_and_rebound, detect_constant,
+             detect_plateau,
              detect_noise, detect_grad_explosions, detect_overfitting, detect_resume_jumps,
              detect_eval_regression)
 
@@ -342,10 +421,14 @@ def overview(run: Run) -> dict:
     if run.notes:
         out["notes"] = list(run.notes)
     if ys:
-        tail = ys[-min(10, len(ys)):]
+        tail = ys[-min(FINAL_ROWS, len(ys)):]
+        # final_loss is the median of the last rows (one noisy batch does not decide it);
+        # last_loss is the last logged value, shown beside it
         out.update(first_step=xs[0], last_step=xs[-1], first_loss=ys[0], last_loss=ys[-1],
-                   final_loss=median(tail), best_loss=min(ys),
-                   spike_score=round(spike_score(ys), 6))
+                   final_loss=median(tail), final_rows=len(tail), best_loss=min(ys),
+                   spike_score=round(spike_score(ys, resolution(ys)), 6))
+        if res := resolution(ys):
+            out["resolution"] = res
     vx, vy = _finite(*run.series("val_loss"))
     if vy:
         out.update(best_val_loss=min(vy), last_val_loss=vy[-1])

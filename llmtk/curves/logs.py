@@ -39,7 +39,8 @@ from llmtk.io.metrics import decode_row, decode_value
 
 EXPECTED = ("expected llmtk metrics.jsonl, HF trainer_state.json, TensorBoard events, CSV with a "
             "header (step,loss / Wall time,Step,Value), W&B history CSV/JSON, or a nanoGPT, "
-            "llm.c, Megatron-LM or torchtitan text log")
+            "llm.c, Megatron-LM or torchtitan text log, HF Trainer console output, or "
+            "`step: N, loss: X` / `step=N loss=X` lines")
 
 ALIASES = {
     **dict.fromkeys(("iter", "iteration", "global_step", "trainer/global_step", "_step",
@@ -280,16 +281,39 @@ def _file_rows(path: str, run: Run) -> list[dict]:
         doc = _whole_json(text)
         if doc is not None:
             return _json_doc_rows(path, doc, run)
-        if stripped[:1] == "{":
+        if stripped[:1] == "{" and _first_line_is_json(stripped):
             return _jsonl_rows(path, text)
     lines = [line for line in text.splitlines() if line.strip()]
     if lines and (delim := _csv_delimiter(lines)):
         return _csv_rows(path, text, delim, run)
     from llmtk.curves.textlogs import text_rows
 
-    rows, fmt = text_rows(text)
+    rows, fmt, notes = text_rows(text)
     run.format = f"{fmt} text log" if fmt else "text"
+    run.notes += notes
+    if not rows:
+        _no_rows(path, text)
     return [_normalise(r) for r in rows]
+
+
+def _first_line_is_json(text: str) -> bool:
+    """JSON Lines starts with a JSON object; HF Trainer's console output starts with a Python
+    dict (`{'loss': 2.3, ...}`) and is read as text."""
+    try:
+        decode_row(text.split("\n", 1)[0])
+    except ValueError:
+        return re.match(r"\{\s*'", text) is None
+    return True
+
+
+def _no_rows(path: str, text: str) -> None:
+    """A text log in which no line was read: name the first line that speaks of a loss, which
+    is most likely the one the user expected to be read."""
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if re.search(r"loss", line, re.I) and re.search(r"\d", line):
+            shown = line.strip()[:80] + ("..." if len(line.strip()) > 80 else "")
+            raise DataError(f"{path}:{lineno}: no training rows found: no reader understood "
+                            f"this line, which has a loss: {shown!r} ({EXPECTED})")
 
 
 def _whole_json(text: str):
