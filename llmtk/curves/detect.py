@@ -42,6 +42,9 @@ FROM_START_SHARE = 0.05  # a log "starts with the run" if its first step is in t
 RESUME_JUMP_REL = 0.10  # loss 10% higher right after a resume than before it
 NOISE_UNITS = 10  # oscillation must also exceed 10 units of the logged resolution
 MIN_ROWS = 5  # the fewest rows judged for divergence and a constant loss (NaN: any number)
+SHORT_ROWS = 10  # below this, divergence is judged by SHORT_DIVERGE_RATIO, not a trend
+SHORT_DIVERGE_RATIO = 1.5  # a short log's second half at 1.5x its first half's best
+REPEAT_ROWS = 4  # the same 4 losses in a row again later: the weights did not change
 TREND_ROWS = 30  # the fewest rows for the trend-based plateau, no-learning and noise rules
 FINAL_ROWS = 10  # the report's final loss: the median of the last 10 rows
 GRAD_EFFECT_ROWS = 100  # rows of loss compared before and after a grad-norm spike
@@ -93,8 +96,21 @@ def detect_nan(run: Run) -> list[Finding]:
     )]
 
 
+DIVERGE_CAUSES = ["learning rate too high once warmup ends",
+                  "numerical instability (fp16, missing gradient clipping)",
+                  "a data-order problem: the stream switched to a very different source"]
+DIVERGE_FIXES = ["restart from a checkpoint before this step with a lower peak learning rate",
+                 "enable gradient clipping and bf16; check the data mix around this step"]
+
+
 def _trend(ys: list[float]) -> list[float]:
     return ema(ys, span=max(5, len(ys) // 20))
+
+
+def _median3(ys: list[float]) -> list[float]:
+    """The running median of 3: one wild batch (a loss of 1e5 between losses of 5) moves it
+    not at all, where it would drag an EMA trend into a 'divergence' for many rows."""
+    return [median(ys[max(0, i - 1):i + 2]) for i in range(len(ys))]
 
 
 def detect_divergence_and_rebound(run: Run) -> list[Finding]:
@@ -102,7 +118,9 @@ def detect_divergence_and_rebound(run: Run) -> list[Finding]:
     n = len(ys)
     if n < MIN_ROWS:
         return []
-    trend = _trend(ys)
+    if n < SHORT_ROWS:
+        return _short_divergence(xs, ys)
+    trend = _trend(_median3(ys))
     i_min = min(range(n), key=trend.__getitem__)
     best, start, end = trend[i_min], trend[0], trend[-1]
     if i_min >= n - 3:
@@ -116,11 +134,7 @@ def detect_divergence_and_rebound(run: Run) -> list[Finding]:
             "divergence", "error", xs[i_min],
             f"the loss diverges after step {xs[i_min]:.0f}: trend {_fmt(best)} -> {_fmt(end)}, "
             f"giving back {rise / progress * 100:.0f}% of the progress made",
-            causes=["learning rate too high once warmup ends",
-                    "numerical instability (fp16, missing gradient clipping)",
-                    "a data-order problem: the stream switched to a very different source"],
-            fixes=["restart from a checkpoint before this step with a lower peak learning rate",
-                   "enable gradient clipping and bf16; check the data mix around this step"],
+            causes=DIVERGE_CAUSES, fixes=DIVERGE_FIXES,
         )]
     if rise > REBOUND_REL * abs(best) and sustained:
         return [Finding(
@@ -141,8 +155,10 @@ def detect_constant(run: Run) -> list[Finding]:
     frozen model, a detached loss, an lr of zero). Judged from MIN_ROWS rows on, wherever the
     log starts: even a finished run's loss moves with its batches."""
     xs, ys = _finite(*run.series(run.loss_key))
-    if len(ys) < MIN_ROWS or max(ys) - min(ys) > resolution(ys):
+    if len(ys) < MIN_ROWS:
         return []
+    if max(ys) - min(ys) > resolution(ys):
+        return _repeated(xs, ys)
     return [Finding(
         "no_learning", "error", xs[0],
         f"the loss is {_fmt(ys[0])} at every one of the {len(ys)} logged steps "
@@ -153,6 +169,53 @@ def detect_constant(run: Run) -> list[Finding]:
         fixes=["print lr and the grad norm at the first steps",
                "check requires_grad on the trainable parameters (LoRA adapters attached?)"],
     )]
+
+
+def _short_divergence(xs: list[float], ys: list[float]) -> list[Finding]:
+    """A log of MIN_ROWS to SHORT_ROWS rows has no trend to speak of, and one bad batch is a
+    large share of it: divergence needs the median of its second half at least
+    SHORT_DIVERGE_RATIO times the lowest loss of its first half."""
+    half = len(ys) // 2
+    best, late = min(ys[:half]), median(ys[half:])
+    if best <= 0 or late < SHORT_DIVERGE_RATIO * best:
+        return []
+    i_best = ys.index(best)
+    return [Finding(
+        "divergence", "error", xs[i_best],
+        f"the loss diverges after step {xs[i_best]:.0f}: {_fmt(best)} -> a median of "
+        f"{_fmt(late)} over the last {len(ys) - half} of {len(ys)} logged steps",
+        causes=DIVERGE_CAUSES, fixes=DIVERGE_FIXES,
+    )]
+
+
+def _repeated(xs: list[float], ys: list[float]) -> list[Finding]:
+    """A sequence of REPEAT_ROWS different losses that comes back exactly later: the same
+    batches gave the same losses, so the weights did not change in between (a frozen model
+    fed the same data order each epoch). Needs values logged to 1e-3 of their size or finer,
+    so that a repeat is not chance."""
+    if resolution(ys) > 1e-3 * median(abs(y) for y in ys):
+        return []
+    seen: dict[tuple, int] = {}
+    for i in range(len(ys) - REPEAT_ROWS + 1):
+        key = tuple(ys[i:i + REPEAT_ROWS])
+        if len(set(key)) < 3:
+            continue
+        j = seen.setdefault(key, i)
+        if i - j >= REPEAT_ROWS:
+            return [Finding(
+                "no_learning", "error", xs[j],
+                f"the losses of steps {xs[j]:.0f}-{xs[j + REPEAT_ROWS - 1]:.0f} "
+                f"({', '.join(_fmt(y) for y in key)}) repeat exactly at steps "
+                f"{xs[i]:.0f}-{xs[i + REPEAT_ROWS - 1]:.0f}: the same batches gave the same "
+                "losses, so the weights did not change in between",
+                causes=["no parameter receives gradients (all frozen, or the loss is "
+                        "detached), or the optimizer step never runs",
+                        "learning rate zero (warmup or schedule misconfigured)"],
+                fixes=["check requires_grad on the trainable parameters (LoRA adapters "
+                       "attached?) and that optimizer.step() is called",
+                       "print lr and the grad norm at the first steps"],
+            )]
+    return []
 
 
 def detect_plateau(run: Run) -> list[Finding]:

@@ -127,12 +127,18 @@ def _loss_role(key: str) -> str | None:
     return "val_loss" if _VAL.search(low) else "loss"
 
 
+# a counter is often printed without a separator: `Epoch 1, Step 0, Loss: 0.97`
+_COUNTER = re.compile(r"(?<![\w./-])(" + "|".join(STEP_KEYS) + r")\s+(\d+)(?![\w.])", re.I)
+
+
 def _kv_row(line: str) -> tuple[dict, str, dict[str, str]] | None:
     """(row, the key read as step, {our name: key read for it}) for a line with a step-like and
     a loss-like key, else None."""
     pairs = {}
     for m in _KV.finditer(line):
         pairs.setdefault(m.group(1), _num(m.group(2)))
+    for m in _COUNTER.finditer(line):
+        pairs.setdefault(m.group(1), int(m.group(2)))
     lowered = {k.lower(): k for k in pairs}
     step_key = next((lowered[k] for k in STEP_KEYS if k in lowered), None)
     losses: dict[str, str] = {}
