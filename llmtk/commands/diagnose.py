@@ -11,13 +11,16 @@ SUMMARY = "Find NaNs, spikes, divergence, plateaus and overfitting in a training
 HELP = f"""\
 {SUMMARY}
 
-Reads llmtk's metrics.jsonl, HF Trainer trainer_state.json, TensorBoard
-event files, CSV (step,loss / TensorBoard and W&B exports), W&B history JSON
-and offline run files, and nanoGPT, llm.c, Megatron-LM and torchtitan text
-logs; the format is told from the content. Several runs at once. A healthy
-run prints one "ok" line; each kind of problem is printed once, with the
-numbers behind it, likely causes and fixes. Spikes that recover at once are
-info; a warning needs lasting harm.
+Reads llmtk's metrics.jsonl, HF Trainer trainer_state.json and console
+output, TensorBoard event files, CSV (step,loss / Lightning, TensorBoard and
+W&B exports), W&B history JSON and offline run files, nanoGPT, llm.c,
+Megatron-LM and torchtitan text logs, and any `step: N ... loss: X` or
+`step=N loss=X` lines; the format is told from the content. Several runs at
+once. A healthy run prints one "ok" line; each kind of problem is printed
+once, with the numbers behind it, likely causes and fixes. Spikes that
+recover at once, and grad-norm spikes the loss did not notice, are info; a
+warning needs lasting harm. Differences at the resolution the values were
+logged with are never spikes or oscillation.
 
 [bold]Examples[/bold]
 
