@@ -348,3 +348,40 @@ def test_the_ok_line_says_what_the_final_loss_is(tmp_path):
     losses[-1] = 1.5  # a last value well below the tail's median
     out = cli("diagnose", write(tmp_path / "m.jsonl", cc.rows_of(losses))).stdout
     assert "final loss 2.0" in out and "(median of the last 10 rows; last logged 1.5," in out
+
+
+# -- per-layer gradient norms (train --grad-stats per-layer) -----------------------------
+
+
+def test_grad_stats_rows_on_spike_steps_name_the_layers():
+    from llmtk.train.grad_stats import GradStats, layer_of
+
+    assert [layer_of(n) for n in ("tok_emb.weight", "layers.3.attn.wqkv.weight",
+                                  "layers.3.attn.wqkv.lora_a", "norm.weight")] == [
+        "tok_emb", "layers.3.attn", "layers.3.attn", "norm"]
+    names = ["tok_emb.weight", "layers.0.attn.wqkv.weight", "layers.0.attn.wo.weight"]
+    gs = GradStats(names, every=0, loss_factor=3.0)
+    quiet = [gs.row(s, 2.0, 1.0, [0.5, 0.25, 0.25]) for s in range(1, 8)]
+    assert quiet == [None] * 7  # no spike, no NaN, no --grad-stats-every
+    row = gs.row(8, 2.0, 50.0, [0.5, 2400.0, 100.0])  # 50x the running mean
+    assert row == {"why": "spike", "grad_norm": 50.0, "grad_norm/tok_emb": math.sqrt(0.5),
+                   "grad_norm/layers.0.attn": 50.0}
+    assert gs.row(9, 2.0, math.nan, [0.5, math.nan, 1.0])["why"] == "nan"
+
+
+def test_diagnose_names_the_layer_whose_norm_jumped(tmp_path):
+    rows = [{"step": s, "loss": 3.0 - s * 0.01, "grad_norm": 1.0} for s in range(1, 60)]
+    for s in (10, 20, 30):
+        rows.append({"step": s, "event": "grad_stats", "why": "every", "grad_norm": 1.0,
+                     "grad_norm/tok_emb": 0.5, "grad_norm/layers.0.attn": 0.6,
+                     "grad_norm/layers.1.attn": 0.7})
+    rows.append({"step": 41, "event": "grad_stats", "why": "spike", "grad_norm": 40.0,
+                 "grad_norm/tok_emb": 0.6, "grad_norm/layers.0.attn": 0.7,
+                 "grad_norm/layers.1.attn": 35.0})
+    path = write(tmp_path / "metrics.jsonl", sorted(rows, key=lambda r: r["step"]))
+    (named,) = [f for f in diagnose(load_run(str(path))) if f.kind == "layer_grads"]
+    assert named.step == 41 and named.severity == "info"
+    assert "jumped first in layers.1.attn (50x its median in the 3 earlier" in named.summary
+    r = cli("plot-loss", path, "--metric", "grad_norm/*")  # one panel, a line per layer
+    assert r.returncode == 0 and r.stdout.count("grad_norm per layer") == 1
+    assert "grad_norm/layers.1.attn" in r.stdout and "grad_norm/tok_emb" in r.stdout

@@ -426,6 +426,58 @@ def detect_resume_jumps(run: Run) -> list[Finding]:
     return findings
 
 
+LAYER_JUMP = 10.0  # a layer's norm 10x its median in the earlier per-layer rows
+
+
+def detect_layer_grads(run: Run) -> list[Finding]:
+    """Where a non-finite or spike step started, from `train --grad-stats per-layer` rows:
+    the first layer (in model order, input first) whose gradient norm is not finite, else
+    the first whose norm is LAYER_JUMP times its median in the earlier rows (else the one
+    that grew most). Info: the nan and spike findings carry the severity; this names the
+    layer to look at."""
+    from llmtk.io.metrics import decode_value
+
+    stats = [e for e in run.events if e.get("event") == "grad_stats"]
+    marked = next((e for e in stats if e.get("why") in ("nan", "spike")), None)
+    if marked is None:
+        return []
+    layers = {k[len("grad_norm/"):]: decode_value(v) for k, v in marked.items()
+              if k.startswith("grad_norm/")}
+    step, why = marked.get("step", 0), marked["why"]
+    bad = [name for name, v in layers.items() if not (isinstance(v, int | float)
+                                                         and math.isfinite(v))]
+    head = f"per-layer gradient norms at step {step:.0f} ({why} step)"
+    if bad:
+        summary = (f"{head}: first non-finite in {bad[0]} ({len(bad)} of {len(layers)} "
+                   f"layers non-finite: {', '.join(bad[:4])}{' ...' if len(bad) > 4 else ''})")
+    else:
+        earlier = [e for e in stats if e.get("step", 0) < step]
+        ratios = {}
+        for name, v in layers.items():
+            before = [decode_value(e.get(f"grad_norm/{name}")) for e in earlier]
+            before = [b for b in before if isinstance(b, int | float) and math.isfinite(b)]
+            if before and median(before) > 0:
+                ratios[name] = v / median(before)
+        jumped = [name for name, r in ratios.items() if r >= LAYER_JUMP]
+        if jumped:
+            summary = (f"{head}: jumped first in {jumped[0]} ({ratios[jumped[0]]:.0f}x its "
+                       f"median in the {len(earlier)} earlier per-layer rows)")
+        elif ratios:
+            top = max(ratios, key=ratios.__getitem__)
+            summary = f"{head}: grew most in {top} ({ratios[top]:.1f}x its earlier median)"
+        else:
+            top = max(layers, key=layers.__getitem__)
+            summary = (f"{head}: largest in {top} ({_fmt(layers[top])}; no earlier per-layer "
+                       "rows to compare with: --grad-stats-every N gives them)")
+    return [Finding(
+        "layer_grads", "info", step, summary,
+        causes=["the named layer is where the instability enters: attention logits, a norm "
+                "or an embedding row fed extreme values"],
+        fixes=["look at that layer's weights and activations on this step's batch",
+               "QK-norm, a lower lr for that parameter group, or z-loss for the logits"],
+    )]
+
+
 EVAL_DROP = 0.02  # an accuracy 2 points below its best (perplexity: 2% above)
 LOWER_IS_BETTER = ("perplexity", "bits_per_byte")
 
@@ -467,7 +519,7 @@ def detect_eval_regression(run: Run) -> list[Finding]:
 DETECTORS = (detect_nan, detect_spikes, detect_divergence_and_rebound, detect_constant,
              detect_plateau,
              detect_noise, detect_grad_explosions, detect_overfitting, detect_resume_jumps,
-             detect_eval_regression)
+             detect_eval_regression, detect_layer_grads)
 
 
 def diagnose(run: Run) -> list[Finding]:

@@ -251,6 +251,10 @@ def load_run(path: str, name: str | None = None) -> Run:
             # `llmtk eval` / `train --eval-tasks` rows become the series eval/TASK/METRIC.
             run.rows.append({"step": row.get("step"),
                              f"eval/{row.get('task')}/{row.get('metric')}": row["value"]})
+        if row.get("event") == "grad_stats":
+            # `train --grad-stats per-layer`: the series grad_norm/LAYER (plot-loss draws them)
+            run.rows.append({"step": row.get("step"), **{
+                k: decode_value(v) for k, v in row.items() if k.startswith("grad_norm/")}})
     if not run.rows or not run.columns():
         raise DataError(f"{run.path}: no training rows found ({EXPECTED})")
     if not any(_is_number(r.get("step")) for r in run.rows):
