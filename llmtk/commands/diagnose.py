@@ -49,8 +49,8 @@ def command(
         help="Exit 3 when a finding of this severity or worse exists: warning, error or "
              "never.")] = "warning",
     verbose: Annotated[bool, typer.Option(
-        "--verbose", "-v", help="Show every finding with its causes and fixes, each spike, "
-                                "and how each log was read.")] = False,
+        "--verbose", "-v", help="Show every finding with its causes and fixes, and each "
+                                "spike.")] = False,
     quiet: o.Quiet = False,
 ) -> None:
     from llmtk.curves.detect import diagnose, overview
@@ -118,9 +118,8 @@ def _print(reports: list[dict], verbose: bool) -> None:
     console, emit = buffered_console(sys.stdout)
     for r in reports:
         console.print(_head(r))
-        if verbose:
-            for note in r.get("notes", []):
-                console.print(f"  note: {note}")
+        for note in r.get("notes", []):  # how the log was read: which keys, which curve
+            console.print(f"  note: {note}")
         if not any(f["severity"] != "info" for f in r["findings"]):
             console.print(f"  [green]ok[/green]       {_ok_line(r)}")
         # one block per kind: every finding's summary, then its causes and fixes once
