@@ -283,6 +283,14 @@ def test_key_value_step_logs_say_which_keys_were_read(tmp_path):
     assert run.series("lr")[1][0] == 1e-4 and run.series("loss_scale")[1][0] == 65536  # not a loss
     r = cli("diagnose", log)  # the keys read are said without --verbose
     assert "note: key: value lines: step from 'it', loss from 'train_loss'" in r.stdout
+    two = tmp_path / "epochs.log"  # losses named in two words, after a tqdm bar
+    two.write_text("".join(f"Progress: 1%| | {e}/50 [00:01<00:50]Dataset Size: 10%, Epoch: {e}, "
+                           f"Train Loss: {5 - e / 10:.1f}, Val Loss: {5.1 - e / 10:.1f}\n"
+                           for e in range(1, 6)))
+    run = load_run(str(two))
+    assert run.notes == ["key: value lines: step from 'Epoch', loss from 'Train Loss', "
+                         "val_loss from 'Val Loss'"]
+    assert run.series("val_loss") == ([1, 2, 3, 4, 5], [5.0, 4.9, 4.8, 4.7, 4.6])
 
 
 def test_a_log_with_unreadable_loss_lines_names_the_line(tmp_path):

@@ -151,13 +151,14 @@ def detect_divergence_and_rebound(run: Run) -> list[Finding]:
 
 
 def detect_constant(run: Run) -> list[Finding]:
-    """The same loss at every logged step, to the logged resolution: nothing is learned (a
-    frozen model, a detached loss, an lr of zero). Judged from MIN_ROWS rows on, wherever the
-    log starts: even a finished run's loss moves with its batches."""
+    """The same loss at every logged step: nothing is learned (a frozen model, a detached
+    loss, an lr of zero). Judged from MIN_ROWS rows on, wherever the log starts: even a
+    finished run's loss moves with its batches. Exactly the same: a loss printed with few
+    digits can sit within one unit of its last digit for a while on a healthy run."""
     xs, ys = _finite(*run.series(run.loss_key))
     if len(ys) < MIN_ROWS:
         return []
-    if max(ys) - min(ys) > resolution(ys):
+    if max(ys) != min(ys):
         return _repeated(xs, ys)
     return [Finding(
         "no_learning", "error", xs[0],
@@ -201,7 +202,8 @@ def _repeated(xs: list[float], ys: list[float]) -> list[Finding]:
         if len(set(key)) < 3:
             continue
         j = seen.setdefault(key, i)
-        if i - j >= REPEAT_ROWS:
+        # the same steps again are a log written twice or a replay after a resume, not this
+        if i - j >= REPEAT_ROWS and xs[i] != xs[j]:
             return [Finding(
                 "no_learning", "error", xs[j],
                 f"the losses of steps {xs[j]:.0f}-{xs[j + REPEAT_ROWS - 1]:.0f} "
@@ -221,7 +223,7 @@ def _repeated(xs: list[float], ys: list[float]) -> list[Finding]:
 def detect_plateau(run: Run) -> list[Finding]:
     xs, ys = _finite(*run.series(run.loss_key))
     n = len(ys)
-    if n < TREND_ROWS or max(ys) - min(ys) <= resolution(ys):
+    if n < TREND_ROWS or max(ys) == min(ys):
         return []  # too short for a trend; a constant loss is detect_constant's
     trend = _trend(ys)
     overall = (trend[0] - min(trend)) / max(abs(trend[0]), 1e-12)

@@ -127,6 +127,10 @@ def _loss_role(key: str) -> str | None:
     return "val_loss" if _VAL.search(low) else "loss"
 
 
+# a loss named in two words: `Train Loss: 3.2, Val Loss: 3.4`
+_SPLIT_LOSS = re.compile(r"(?<![\w./-])((?:train(?:ing)?|val(?:id(?:ation)?)?|eval|test)\s+loss)"
+                         r"\s*[:=]\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|[-+]?inf)"
+                         r"(?![\w.])", re.I)
 # a counter is often printed without a separator: `Epoch 1, Step 0, Loss: 0.97`
 _COUNTER = re.compile(r"(?<![\w./-])(" + "|".join(STEP_KEYS) + r")\s+(\d+)(?![\w.])", re.I)
 
@@ -139,6 +143,9 @@ def _kv_row(line: str) -> tuple[dict, str, dict[str, str]] | None:
         pairs.setdefault(m.group(1), _num(m.group(2)))
     for m in _COUNTER.finditer(line):
         pairs.setdefault(m.group(1), int(m.group(2)))
+    for m in _SPLIT_LOSS.finditer(line):
+        pairs.pop(m.group(1).split()[-1], None)  # `Loss` alone was the end of this name
+        pairs.setdefault(m.group(1), _num(m.group(2)))
     lowered = {k.lower(): k for k in pairs}
     step_key = next((lowered[k] for k in STEP_KEYS if k in lowered), None)
     losses: dict[str, str] = {}
