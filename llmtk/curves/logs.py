@@ -14,8 +14,9 @@ The format is told from the content, never from the file name alone:
   column-wise `to_json()` of a W&B history;
 - W&B run files (`run-ID.wandb`, or an offline run directory holding one), read
   without the `wandb` package (see `wandblog.py`);
-- text printed by nanoGPT, llm.c, modded-nanogpt, Megatron-LM and torchtitan
-  (see `textlogs.py`).
+- text printed by nanoGPT, llm.c, modded-nanogpt, Megatron-LM and torchtitan, HF
+  Trainer's console output (its Python dicts, even as the first line), and any
+  `key: value` / `key=value` lines with a step and a loss (see `textlogs.py`).
 
 Field names of other trainers map onto ours (`iter`/`global_step` -> `step`,
 `train/loss`/`lm loss` -> `loss`, `eval_loss` -> `val_loss`, `learning_rate`

@@ -19,6 +19,10 @@ their metrics). Colour codes (torchtitan colours its lines) are removed first.
                 5e-05, 'epoch': 0.1}` (also glued to a tqdm bar); they carry no step, so a
                 training dict counts as the next logged step and an eval dict belongs to the
                 step before it.
+- key: value:   any other line with a step-like and a loss-like key, `:` or `=` between key
+                and number (`ep: 0, batch: 10, lr: 1e-4, loss: 3.21`, `step=5 train_loss=2.3`,
+                `Epoch 1, Step 0, Loss: 0.97`); notes say which keys were taken, and a step
+                key that restarts (a batch counter within each epoch) numbers the rows.
 - generic:      any other line with `step N` / `iter N` and `loss X`.
 """
 
@@ -114,7 +118,6 @@ _KV = re.compile(r"(?<![\w./-])([A-Za-z][\w./-]*)\s*[:=]\s*"
 # which key counts as the step, best first; an epoch is the step only when nothing finer is
 STEP_KEYS = ("global_step", "step", "steps", "iteration", "iter", "it", "num_updates", "updates",
              "update", "batch", "batch_idx", "epoch", "ep")
-EPOCH_KEYS = ("epoch", "ep")
 _VAL = re.compile(r"(^|[_/.\-])(val|valid|validation|eval|test|dev)([_/.\-]|$)|^(val|eval|test)",
                   re.I)
 
