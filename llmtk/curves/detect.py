@@ -314,7 +314,10 @@ def detect_grad_explosions(run: Run) -> list[Finding]:
             if centre > 0 and gs[i] > GRAD_SPIKE_FACTOR * centre]
     findings = []
     if hits:
-        effects = [_loss_effect(run, xs[i]) for i, _ in hits]
+        pairs = sorted(zip(*run.series(run.loss_key), strict=True))  # by step, for bisect
+        lx, ly = [p[0] for p in pairs], [p[1] for p in pairs]
+        res = resolution(ly)
+        effects = [_loss_effect(lx, ly, res, xs[i]) for i, _ in hits]
         harmed = [(h, e) for h, e in zip(hits, effects, strict=True) if e[0] is not False]
         i = harmed[0][0][0] if harmed else hits[0][0]  # the step the finding points at
         text = (f"{len(hits)} gradient-norm spike(s) over {GRAD_SPIKE_FACTOR:.0f}x the local "
@@ -350,20 +353,23 @@ def detect_grad_explosions(run: Run) -> list[Finding]:
     return findings
 
 
-def _loss_effect(run: Run, step: float) -> tuple[bool | None, str]:
-    """Did the loss get worse after a grad-norm spike at `step`? (True/False, or None when
-    the log cannot tell: no loss, or too few rows on a side), with the numbers.
+def _loss_effect(lx: list[float], ly: list[float], res: float,
+                 step: float) -> tuple[bool | None, str]:
+    """Did the loss (ly at the sorted steps lx, logged at resolution res) get worse after a
+    grad-norm spike at `step`? (True/False, or None when the log cannot tell: no loss, or
+    too few rows on a side), with the numbers.
 
     The median of up to GRAD_EFFECT_ROWS loss rows after the step against as many before it:
     clipping and Adam's normalisation absorb most such spikes, and a spike the loss never
     noticed needs no action. Worse means above the level before by 2 robust sigmas of that
     window, 2% and one unit of the logged resolution."""
-    lx, ly = run.series(run.loss_key)
+    from bisect import bisect_left, bisect_right
+
     if not ly:
         return None, "no loss logged to judge its effect"
     k = max(MIN_ROWS, min(GRAD_EFFECT_ROWS, len(ly) // 10))
-    before = [y for x, y in zip(lx, ly, strict=True) if x < step][-k:]
-    after = [y for x, y in zip(lx, ly, strict=True) if x > step][:k]
+    lo, hi = bisect_left(lx, step), bisect_right(lx, step)
+    before, after = ly[max(0, lo - k):lo], ly[hi:hi + k]
     if any(not math.isfinite(y) for y in after):
         return True, "the loss went non-finite after it"
     before = [y for y in before if math.isfinite(y)]
@@ -371,7 +377,7 @@ def _loss_effect(run: Run, step: float) -> tuple[bool | None, str]:
         return None, f"too few loss rows around it to judge its effect ({len(after)} after)"
     b, a = median(before), median(after)
     sigma = 1.4826 * median(abs(y - b) for y in before)
-    margin = max(SPIKE_HARM_SIGMAS * sigma, SPIKE_HARM_REL * abs(b), resolution(ly))
+    margin = max(SPIKE_HARM_SIGMAS * sigma, SPIKE_HARM_REL * abs(b), res)
     numbers = f"loss median {_fmt(b)} in the {len(before)} rows before, {_fmt(a)} after"
     if a - b > margin:
         return True, f"the loss rose: {numbers}"
