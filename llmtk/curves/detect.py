@@ -541,8 +541,13 @@ def overview(run: Run) -> dict:
     xs, ys = _finite(*run.series(run.loss_key))
     out: dict = {"run": run.name, "path": run.path, "format": run.format, "rows": len(run.rows),
                  "curve": run.loss_key}
-    if run.notes:
-        out["notes"] = list(run.notes)
+    notes = list(run.notes)
+    if len(ys) < TREND_ROWS:  # say what a short log could and could not be judged for
+        notes.append(f"{len(ys)} rows: NaN judged at any length, a constant loss and "
+                     f"divergence from {MIN_ROWS}, spikes from 8, plateau and oscillation "
+                     f"from {TREND_ROWS}")
+    if notes:
+        out["notes"] = notes
     if ys:
         tail = ys[-min(FINAL_ROWS, len(ys)):]
         # final_loss is the median of the last rows (one noisy batch does not decide it);
