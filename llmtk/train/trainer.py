@@ -283,11 +283,6 @@ class Trainer:
         # Only what trains (LoRA freezes the base): clipped, updated, checked for NaN.
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.param_names = [n for n, p in model.named_parameters() if p.requires_grad]
-        self.grad_stats = None  # --grad-stats per-layer: rows of per-layer norms, in _settle
-        if cfg.grad_stats == "per-layer":
-            from llmtk.train.grad_stats import GradStats
-
-            self.grad_stats = GradStats(self.param_names, cfg.grad_stats_every, cfg.spike_factor)
 
         # AdamW, decoupled weight decay on matrices only (not norms), nanoGPT's grouping.
         # Fused: one kernel for all parameters, and it honours `found_inf` (the device-side
@@ -311,6 +306,11 @@ class Trainer:
         self.peak = (device_peak_flops(torch.cuda.get_device_name(dist.local_rank),
                                        "bf16-mixed" if self._bf16() else "fp32")
                      if dist.cuda else None)
+        self.grad_stats = None  # --grad-stats per-layer: rows of per-layer norms, in _settle
+        if cfg.grad_stats == "per-layer":
+            from llmtk.train.grad_stats import GradStats
+
+            self.grad_stats = GradStats(self.param_names, cfg.grad_stats_every, cfg.spike_factor)
 
     def _build_fsdp(self):
         """FSDP2: build on the meta device (no full copy in memory), shard each block and
