@@ -21,23 +21,19 @@ files above, fetched by hand:
 
     curl -LO https://raw.githubusercontent.com/KellerJordan/modded-nanogpt/master/records/2024-10-13_llmc/main.log
 
-Real failing logs are only public as lines pasted into issue threads, which are not ours
-to copy into the repository; save the pasted lines to a file by hand and pass them after
-`--failing` (each must raise at least one warning or error), e.g.
+More failing logs can be passed after `--failing` (each must raise at least one warning or
+error), e.g. lines pasted in an issue saved to a file by hand:
 
-- karpathy/nanoGPT issue #215 ("GPT2 train loss become nan since iter 3000"): the
-  `iter N: loss X` lines of the description (fp16, loss nan from iter 3010);
 - bigscience-workshop/Megatron-DeepSpeed issue #396: the `iteration N/ 250000 | ... |
-  grad norm: nan | ...` lines of the description (no loss logged, grad norm NaN).
-
-and a public file without a licence, to download by hand:
-
+  grad norm: nan | ...` lines of the description (no loss logged, grad norm NaN);
 - aigoncharov/trainer_state_viz `trainer_state.json` (HF Trainer, 30 epochs, six eval sets
   eval_g0..g5: the training loss falls 1.11 -> 0.06 while eval_g0_loss rises from 1.11:
   overfitting).
 
-The calibration set of other trainers' logs (tests/data/curves/calibration/, each file's
-source, licence, excerpt and the reading behind its label in labels.jsonl) is run too: a
+The calibration set of other trainers' logs (tests/data/curves/calibration/: Lightning
+CSVLogger, HF trainer_state.json and console output, minGPT, nanoGPT, torchtitan and a
+custom text log, healthy and sick, nanoGPT issue #215 among them; each file's source,
+licence, excerpt and the reading behind its label in labels.jsonl) is always run: a
 healthy one must raise nothing above info, a sick one every kind it is labelled with.
 
 Synthetic cases come from tests/curve_cases.py (also used by tests/test_diagnose.py); the
