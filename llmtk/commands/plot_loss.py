@@ -39,7 +39,8 @@ def command(
                                "terminal.")] = None,
     metric: Annotated[list[str] | None, typer.Option(
         "--metric", "-m", help="Metric to draw, repeatable (default: loss and val_loss). "
-                               "val_loss shares the loss panel.")] = None,
+                               "val_loss shares the loss panel; a pattern such as "
+                               "'grad_norm/*' draws every per-layer norm in one panel.")] = None,
     all_metrics: Annotated[bool, typer.Option(
         "--all", help="Draw loss, val_loss, lr and grad_norm.")] = False,
     x: Annotated[o.choice("XAxis", "step", "tokens", "time"), typer.Option(
@@ -68,7 +69,7 @@ def command(
     if output:  # checked before the logs are read
         check_paths({}, [("--output", output)])
     runs = load_runs(logs)
-    metrics = list(dict.fromkeys(runs[0].metric(m) for m in metrics))
+    metrics = list(dict.fromkeys(name for m in metrics for name in _expand(runs, m)))
     if not panels_for(runs, metrics):
         have = sorted({c for run in runs for c in run.columns()} - {"step", "time"})
         raise UsageError(f"--metric: no numbers for {', '.join(metrics)} in these logs "
@@ -97,6 +98,17 @@ def command(
     from llmtk.io.console import write_out
 
     write_out(sys.stdout, chart + "\n")
+
+
+def _expand(runs, metric: str) -> list[str]:
+    """A metric, or every column a pattern matches (`grad_norm/*`: each layer's norm from
+    `llmtk train --grad-stats per-layer`), in the order the first run logged them."""
+    import fnmatch
+
+    if not any(c in metric for c in "*?["):
+        return [runs[0].metric(metric)]
+    columns = dict.fromkeys(c for run in runs for c in run.columns())
+    return [c for c in columns if fnmatch.fnmatchcase(c, metric)] or [metric]
 
 
 def register(app: typer.Typer) -> None:

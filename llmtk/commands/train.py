@@ -206,6 +206,13 @@ def command(
         "and/or wandb (OUT/wandb, offline unless WANDB_MODE is set), comma-separated. "
         "metrics.jsonl is always written.", panel=LOG,
         metavar="NAMES")] = None,
+    grad_stats: Annotated[str | None, _opt(
+        "--grad-stats", help="none or per-layer: write each layer's gradient norm "
+        "(grad_norm/LAYER) to metrics.jsonl on non-finite and spike steps.", panel=LOG,
+        metavar="MODE")] = None,
+    grad_stats_every: Annotated[int | None, _opt(
+        "--grad-stats-every", help="With --grad-stats per-layer: also every N steps "
+        "(0: never).", panel=LOG)] = None,
     checkpoint_every: Annotated[int | None, _opt(
         "--checkpoint-every", help="Steps between checkpoints (0: only at the end and on "
         "SIGTERM/SIGUSR1).", panel=CKPT)] = None,

@@ -78,6 +78,9 @@ class TrainConfig:
     prompt: str = "\n"
     sample_tokens: int = 64
     log_to: str = "none"                  # none | tensorboard | wandb | tensorboard,wandb
+    grad_stats: str = "none"              # none | per-layer (llmtk/train/grad_stats.py)
+    grad_stats_every: int = 0             # per-layer rows also every N steps (0: only on
+                                          # non-finite and spike steps)
     # checkpoints and safety
     checkpoint_every: int = 0             # 0: only at the end and on SIGTERM/SIGUSR1
     keep_checkpoints: int = 3
@@ -204,6 +207,7 @@ RULES = {
     "schedule": _one_of("cosine", "wsd", "constant"), "device": _one_of("auto", "cpu", "cuda"),
     "dtype": _one_of("auto", "fp32", "bf16"), "parallel": _one_of("auto", "none", "ddp", "fsdp"),
     "on_nan": _one_of("skip", "stop"), "on_spike": _one_of("none", "rollback"),
+    "grad_stats": _one_of("none", "per-layer"), "grad_stats_every": _at_least(0),
     "checkpoint_format": _one_of("auto", "full", "dcp"),
     "nproc_per_node": _at_least(1), "nnodes": _at_least(1), "node_rank": _at_least(0),
     "max_restarts": _at_least(0), "rdzv_backend": _one_of("c10d", "static"),

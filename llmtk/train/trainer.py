@@ -69,7 +69,7 @@ class StepResult:
     step: int                # 1-based
     lr: float
     values: object           # tensor [loss, grad_norm, not_finite]
-    bad: object              # tensor (P,): 1 where a parameter's gradient is not finite
+    sq: object               # tensor (P,): each parameter's squared gradient norm
 
 
 @dataclass
@@ -306,6 +306,11 @@ class Trainer:
         self.peak = (device_peak_flops(torch.cuda.get_device_name(dist.local_rank),
                                        "bf16-mixed" if self._bf16() else "fp32")
                      if dist.cuda else None)
+        self.grad_stats = None  # --grad-stats per-layer: rows of per-layer norms, in _settle
+        if cfg.grad_stats == "per-layer":
+            from llmtk.train.grad_stats import GradStats
+
+            self.grad_stats = GradStats(self.param_names, cfg.grad_stats_every, cfg.spike_factor)
 
     def _build_fsdp(self):
         """FSDP2: build on the meta device (no full copy in memory), shard each block and
@@ -383,13 +388,13 @@ class Trainer:
         for group in self.opt.param_groups:
             group["lr"] = lr
         loss_sum = self._micro_steps(st)
-        values, bad = self._reduce_clip_update(loss_sum)
+        values, sq = self._reduce_clip_update(loss_sum)
         st.step += 1
         st.position += self.windows_per_step
         st.tokens += self.tokens_per_step
         self.meter.tokens += self.tokens_per_step
         self.meter.steps += 1
-        return StepResult(st.step, lr, values, bad)
+        return StepResult(st.step, lr, values, sq)
 
     def _micro_steps(self, st: TrainState):
         import torch
@@ -418,7 +423,7 @@ class Trainer:
 
     def _reduce_clip_update(self, loss_sum):
         """The step's one collective, then clip and step on the device. Returns the step's
-        [loss, grad_norm, not_finite] and the per-parameter non-finite flags (device)."""
+        [loss, grad_norm, not_finite] and the per-parameter squared norms (device)."""
         import torch
 
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
@@ -442,7 +447,7 @@ class Trainer:
         self.opt.found_inf = not_finite  # the fused kernel skips the update when it is 1
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        return torch.stack([loss, norm, not_finite]), ~torch.isfinite(sq)
+        return torch.stack([loss, norm, not_finite]), sq
 
     def _settle(self, st: TrainState) -> bool:
         """Bring the host up to date with the pending steps (one device read): log
@@ -452,11 +457,13 @@ class Trainer:
         if not self.pending:
             return True
         pending, self.pending = self.pending, []
-        rows = torch.stack([torch.cat([r.values, r.bad.float()]) for r in pending])
+        rows = torch.stack([torch.cat([r.values, r.sq]) for r in pending])
         values = rows.tolist()  # the one device -> host read
-        for r, (loss, norm, not_finite, *bad) in zip(pending, values, strict=True):
+        for r, (loss, norm, not_finite, *sq) in zip(pending, values, strict=True):
+            if self.grad_stats and (row := self.grad_stats.row(r.step, loss, norm, sq)):
+                self._event("grad_stats", r.step, **row)
             if not_finite:
-                self._non_finite(st, r.step, loss, norm, bad)
+                self._non_finite(st, r.step, loss, norm, [not math.isfinite(v) for v in sq])
             elif self._is_spike(st, loss):
                 self._rollback(st, r.step, loss)
                 return False
