@@ -338,9 +338,14 @@ def test_llmtk_eval_logs_each_step_task_and_metric_once(tmp_path, capfd, monkeyp
         {"question": "Sky?", "choices": ["red", "blue"], "answer": 1},
         {"question": "Two?", "choices": ["2", "3"], "answer": 0}])
     held = write_jsonl(tmp_path / "held.jsonl", [{"text": "Return the number of items."}])
+    monkeypatch.setenv("COLUMNS", "80")
     for _ in range(2):
         r = cli("eval", run, "--tasks", arc, "--tasks", held, "--device", "cpu")
         assert r.exit_code == 0, r.output
+        # At 80 columns a long path folds in its column, whole, and is never cut with "…".
+        last = "".join(line.split("│")[-2].strip() for line in r.stdout.splitlines()
+                       if line.count("│") > 2)
+        assert "…" not in r.stdout and os.path.relpath(run / "eval" / "5" / "arc.bad.jsonl") in last
     rows = _eval_rows(log)
     keys = [(r["step"], r["task"], r["metric"]) for r in rows]
     assert sorted(keys) == [(5, "arc", "acc"), (5, "arc", "acc_norm"),

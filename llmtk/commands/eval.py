@@ -119,7 +119,9 @@ def command(
 
     t = Table(title=f"llmtk eval: {m.checkpoint} (step {m.step})", title_justify="left")
     for col in ("task", "layout", "items", "metric", "value", "flipped", "bad cases"):
-        t.add_column(col, justify="right" if col in ("items", "value", "flipped") else "left")
+        # fold, never cut: a path or task name too wide for 80 columns wraps whole
+        t.add_column(col, justify="right" if col in ("items", "value", "flipped") else "left",
+                     overflow="fold")
     for s in summaries:
         for i, (k, v) in enumerate(s["metrics"].items()):
             first = i == 0
