@@ -400,7 +400,7 @@ def test_params_override_keeps_the_shape_and_moe_active_params():
     assert over["matmul_params"] == 7e9 - 32000 * 4096
 
 
-# --- what a user is told (issue 14, item 8) ---------------------------------------------
+# --- what a user is told ------------------------------------------------------------------
 
 def cli(*args, **env):
     """Run `llmtk estimate ARGS` in-process; (exit code, stdout, message of the error)."""

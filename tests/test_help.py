@@ -1,4 +1,4 @@
-"""Every command's --help as a user reads it in an 80-column terminal (issue 14, item 5).
+"""Every command's --help as a user reads it in an 80-column terminal.
 
 Rendered in-process through the same command tree `llmtk` runs (cli.build_command):
 no Python type names as placeholders, no line wider than 80 columns, and every

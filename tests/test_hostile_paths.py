@@ -1,4 +1,4 @@
-"""Hostile output paths (issue 9): nothing lost, nothing overwritten, nobody let in.
+"""Hostile output paths: nothing lost, nothing overwritten, nobody let in.
 
 Special files are made inside tmp_path (os.mkfifo; a character device with
 os.mknod where permitted); no test points an output at the real /dev/null.

@@ -82,7 +82,7 @@ def test_extreme_values_and_a_missing_directory_are_one_line_errors(tmp_path):
                         f"{tmp_path}/no does not exist\n").encode()
 
 
-# -- the charts themselves, inspected in-process (issue 14) -------------------------------
+# -- the charts themselves, inspected in-process -------------------------------------------
 
 
 def runs_of(*paths):

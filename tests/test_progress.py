@@ -1,5 +1,5 @@
 """Progress in a pipeline: one stage draws on the shared terminal at a time, and every
-summary arrives as one block (issue 14, item 2). Run under a real pseudo-terminal."""
+summary arrives as one block. Run under a real pseudo-terminal."""
 
 import os
 import pty

@@ -1,4 +1,4 @@
-"""`llmtk train` as a person meets it (issue 14, item 7): --threads, the warmup warning,
+"""`llmtk train` as a person meets it: --threads, the warmup warning,
 the two start lines, the 80-column step line with elapsed time and ETA, a finished run
 re-run, a resume with changed settings, an unknown --model, and help defaults read from
 TrainConfig. In process (tests/util.InProcess), on a one-layer model of a few steps."""

@@ -54,7 +54,7 @@ def command(
     import os
 
     from llmtk.io.console import stderr_console
-    from llmtk.io.tasks import run_tasks
+    from llmtk.jobs.array import run_tasks
 
     def log(message: str) -> None:
         if not quiet:
