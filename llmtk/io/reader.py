@@ -208,9 +208,14 @@ def iter_line_batches(
         yield lineno, [b"".join(parts)], 0
 
 
-def _classify_json_error(message: str) -> tuple[str, str]:
+def _classify_json_error(message: str, line: bytes = b"") -> tuple[str, str]:
     if "UTF-8" in message or "utf-8" in message:
         return "io.invalid_utf8", f"invalid UTF-8 ({message})"
+    if b"," in line and not line.lstrip().startswith((b"{", b"[")):
+        return "io.malformed_json", (
+            f"malformed JSON ({message}); this looks like CSV, not JSON Lines: convert it "
+            "first, e.g. python3 -c 'import csv, json, sys; [print(json.dumps(r)) for r in "
+            "csv.DictReader(sys.stdin)]' < data.csv > data.jsonl")
     return "io.malformed_json", f"malformed JSON ({message})"
 
 
@@ -278,7 +283,7 @@ def read_docs(
                             continue
                         else:
                             index += 1
-                            reason, msg = _classify_json_error(str(e))
+                            reason, msg = _classify_json_error(str(e), line)
                             bad = BadRecord(name, lineno, index, reason, msg, line)
                     else:
                         index += 1
@@ -329,6 +334,9 @@ def _invalid_record(data, text_field: str, name: str, lineno: int, index: int, l
         return BadRecord(name, lineno, index, "io.not_object",
                          f"expected a JSON object, got {type(data).__name__}", line)
     if text_field not in data:
-        return BadRecord(name, lineno, index, "io.missing_text", f"no {text_field!r} field", line)
+        fields = ", ".join(map(repr, list(data)[:12])) + (", ..." if len(data) > 12 else "")
+        return BadRecord(name, lineno, index, "io.missing_text",
+                         f"no {text_field!r} field (its fields: {fields or 'none'}); name the "
+                         "field that holds the text with --text-field", line)
     return BadRecord(name, lineno, index, "io.text_not_string",
                      f"field {text_field!r} is not a string", line)

@@ -15,7 +15,8 @@ committed together (all flushed to disk first, then all renamed into place,
 included, no file output is renamed and the temporary files are removed.
 
 Before any input is read, every output path is checked (llmtk.io.paths): not
-an input, not another output, its directory exists and is writable. Commands
+an input, not another output, its directory writable (missing directories are
+created as mkdir -p would, and removed again if the run fails). Commands
 name their own inputs and outputs beyond the shared ones (`inputs_also`,
 `outputs_also`, `output_dirs`) and open their extra outputs through the run
 (`open_output`, `write_json`) so that they are committed with the rest.
@@ -34,7 +35,7 @@ from llmtk.io import marker
 from llmtk.io.atomic import json_bytes
 from llmtk.io.compression import normalise_kind
 from llmtk.io.parquet import is_parquet_name
-from llmtk.io.paths import check_paths, input_identities
+from llmtk.io.paths import check_paths, input_identities, make_parents, remove_made
 from llmtk.io.reader import MAX_RECORD_BYTES, BadRecord, expand_inputs, read_docs, regular_size
 from llmtk.io.record import DUMP_OPTS, Doc
 from llmtk.io.shard import RECORD_BITS, assign_files
@@ -56,6 +57,9 @@ class StreamOptions:
     workers: int = 1
     quiet: bool = False
     max_record_bytes: int = MAX_RECORD_BYTES
+    # The options that change the output, as {"--flag": value}: a sharded task's completion
+    # marker records them, and a rerun with others is refused (llmtk.io.marker).
+    settings: dict = field(default_factory=dict)
 
 
 class StreamRun:
@@ -81,8 +85,9 @@ class StreamRun:
             _check_stdin(tool, alone=self.paths == ["-"])
         self._outputs = [("-o", opts.output), ("--rejects", opts.rejects),
                          ("--stats", opts.stats), *outputs_also]
+        output_dirs = list(output_dirs)
         check_paths(input_identities(self.paths, list(inputs_also)), self._outputs,
-                    list(output_dirs))
+                    output_dirs)
         # --shard on files: this task's whole files (llmtk.io.shard); on stdin: by record hash.
         self.all_paths = self.paths
         self.file_ordinals = list(range(len(self.paths)))
@@ -94,7 +99,11 @@ class StreamRun:
         self.file_starts: list[int] = []  # filled by read_docs: first index of each file
         self._marker = None
         if opts.shard is not None and opts.output not in (None, "-") and "-" not in self.paths:
-            self._marker = marker.fingerprint(tool, self.paths)
+            # Where an output goes is checked by the marker (its outputs must exist), not
+            # compared as a setting: a new --report path just makes the task run again.
+            named = {o for o, _ in (*self._outputs, *output_dirs)}
+            settings = {k: v for k, v in opts.settings.items() if k not in named}
+            self._marker = marker.fingerprint(tool, self.paths, settings)
             if marker.is_done(opts.output, self._marker, self._output_paths()):
                 raise AlreadyDone(f"{opts.output} is done ({marker.marker_path(opts.output)}); "
                                   "skipping this task")
@@ -102,6 +111,7 @@ class StreamRun:
         self.rejects: Sink | None = None
         self._stats: Sink | None = None
         self._sinks: list[Sink] = []  # every output, committed together
+        self._made_dirs: list[str] = []  # missing output folders this run created
         self._progress = None
         self._write_doc = None
 
@@ -109,6 +119,7 @@ class StreamRun:
 
     def __enter__(self) -> "StreamRun":
         try:
+            self._made_dirs = make_parents(self._output_paths())  # mkdir -p, checked already
             if is_parquet_name(self.opts.output):  # columnar output: records, not lines
                 if self.opts.compress:
                     raise ConfigError("compress", "a .parquet output is always zstd-compressed")
@@ -171,6 +182,7 @@ class StreamRun:
     def _abort(self) -> None:
         for sink in self._sinks:
             sink.abort()
+        remove_made(self._made_dirs)
 
     def open_output(self, path: str, compress: str | None = None) -> Sink:
         """Another output of this run (named in outputs_also), committed with the others."""

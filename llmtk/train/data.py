@@ -18,6 +18,7 @@ global batches as a 1-process run with twice the batch size.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -134,17 +135,27 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
     final = os.path.join(cache_root, key)
     if os.path.exists(os.path.join(final, "meta.json")):
         return final
+    made_root = not os.path.isdir(cache_root)
     os.makedirs(cache_root, exist_ok=True)
-    with DirLock(cache_root, f".lock-{key}"):
+    with DirLock(cache_root, f".lock-{key}") as lock:
         if os.path.exists(os.path.join(final, "meta.json")):
             return final  # built by the process that held the lock before us
         sweep_stale(cache_root)
-        # A bad line or Ctrl-C leaves nothing; without a cross-host lock, another node may
-        # finish the same cache first (exist_ok: its copy is kept, ours dropped).
+        # Without a cross-host lock, another node may finish the same cache first
+        # (exist_ok: its copy is kept, ours dropped).
         tmp = os.path.join(cache_root, f".tmp-{key}-{socket.gethostname()}-{os.getpid()}")
-        with atomic_dir(final, tmp, exist_ok=True):
-            _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fraction,
-                      log)
+        try:
+            with atomic_dir(final, tmp, exist_ok=True):
+                _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field,
+                          val_fraction, log)
+        except BaseException:
+            # A bad line, empty data or Ctrl-C leaves nothing: no partial shards (atomic_dir
+            # removed them), no lock file, and no cache folder if this call made it.
+            lock.release(remove=True)
+            if made_root:
+                with contextlib.suppress(OSError):
+                    os.rmdir(cache_root)
+            raise
     return final
 
 

@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from llmtk.errors import ConfigError, LlmtkError
+from llmtk.io.paths import missing_dirs, remove_made
 from llmtk.train.config import TrainConfig
 from llmtk.train.run_shape import model_config
 from llmtk.train.runtime import (
@@ -154,7 +155,9 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
 
     cfg = resolve_init(cfg)  # --init-from hf:PATH brings its tokenizer
     rank, _world, _local = ranks()
+    made = missing_dirs(cfg.out)  # what mkdir -p OUT creates: removed if the start fails
     lock = lock_run_dir(cfg.out) if rank == 0 else None  # before anything touches OUT
+    data_ready = False  # until then a failure (empty or bad data) takes back what it made
     try:
         tok = cache = None  # --sft: read by the Trainer (train/finetune.py), no token cache
         if not cfg.sft:
@@ -164,6 +167,7 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
             cache = D.build_cache(cfg.data, cfg.val_data, tok,
                                   cfg.cache_dir or os.path.join(cfg.out, "cache"),
                                   cfg.text_field, cfg.val_fraction, log=say)
+        data_ready = True
         import torch  # only now: a run refused by the lock or the data never waits for it
 
         threads = torch.get_num_threads()  # --threads changes them; callers get theirs back
@@ -187,7 +191,9 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
             torch.set_num_threads(threads)
     finally:
         if lock is not None:
-            lock.release()
+            lock.release(remove=not data_ready)
+            if not data_ready:
+                remove_made(made)  # the folders still empty
 
 
 class Trainer:
