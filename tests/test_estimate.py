@@ -376,6 +376,7 @@ def test_flops_and_peak_helpers_for_train_mfu():
     assert hardware.device_peak_flops("Intel Arc") is None
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("unbuffered", ["", "1"])
 def test_closed_pipe_ends_quietly(unbuffered):
     from tests.util import shell

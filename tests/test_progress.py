@@ -14,6 +14,7 @@ from llmtk.io.progress import TerminalClaim
 from tests.util import ROOT, env, llmtk_command
 
 
+@pytest.mark.integration
 def test_one_claim_per_terminal_until_released():
     master, slave = pty.openpty()
     try:
@@ -51,6 +52,7 @@ for burst in range(24):
 """
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_three_stage_pipeline_draws_one_progress_line_at_a_time(tmp_path):
     ev = tmp_path / "ev.jsonl"

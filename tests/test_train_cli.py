@@ -122,6 +122,7 @@ def test_a_busy_machine_gets_a_hint_not_a_different_default(monkeypatch):
     assert runtime.busy_note(2, "default", "cpu") is None
 
 
+@pytest.mark.integration
 def test_the_launcher_gives_each_torchrun_worker_its_share_of_the_cores(data, tmp_path,
                                                                        monkeypatch, llmtk):
     from llmtk.train import launch
