@@ -34,8 +34,8 @@ def data(tmp_path_factory):
 
 
 @pytest.fixture
-def llmtk(capfd, monkeypatch):
-    return InProcess(capfd, monkeypatch)
+def llmtk():
+    return InProcess()
 
 
 def train_args(data, out, *extra):
