@@ -149,8 +149,8 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
                 _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field,
                           val_fraction, log)
         except BaseException:
-            # A bad line, empty data or Ctrl-C leaves nothing: no partial shards (atomic_dir
-            # removed them), no lock file, and no cache folder if this call made it.
+            # A bad line, empty data or Ctrl-C leaves nothing: atomic_dir removed the partial
+            # shards; no lock file either, and no cache folder if this call made it.
             lock.release(remove=True)
             if made_root:
                 with contextlib.suppress(OSError):
