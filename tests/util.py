@@ -202,16 +202,10 @@ def own_signal_handlers():
 
 
 def invoke(*args) -> tuple[int, str]:
-    """llmtk through typer's CliRunner: (exit status, the error line or the output); an
-    LlmtkError becomes its exit status and one `llmtk: error:` line, as llmtk.cli.main does."""
-    from typer.testing import CliRunner
-
-    from llmtk.cli import app
-    from llmtk.errors import LlmtkError
-
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    if isinstance(r.exception, LlmtkError):
-        return r.exception.exit_code, f"llmtk: error: {r.exception}"
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return r.exit_code, r.output
+    """`llmtk ARGS` in this process, as `llmtk(..., in_process=True)` runs it: (exit status,
+    the `llmtk: error: …` line when it failed, else what it wrote to stdout and stderr)."""
+    r = _run_in_process([str(a) for a in args], b"", os.getcwd(), {})
+    err = r.stderr.decode("utf-8", "replace")
+    if r.returncode != 0:
+        return r.returncode, err.rstrip("\n")
+    return 0, r.stdout.decode("utf-8", "replace") + err
