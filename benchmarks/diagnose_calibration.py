@@ -67,6 +67,9 @@ def synthetic(name: str, rows: list[dict]) -> Run:
 
 
 def main(args: list[str]) -> None:
+    if {"-h", "--help"} & set(args):
+        print(__doc__)
+        return
     t0 = time.perf_counter()
     split = args.index("--failing") if "--failing" in args else len(args)
     extra, failing = args[:split], args[split + 1:]

@@ -324,7 +324,7 @@ def test_llmtk_eval_logs_each_step_task_and_metric_once(tmp_path, capfd, monkeyp
     from llmtk.train.model import GPT, ModelConfig
     from tests.util import InProcess
 
-    cli = InProcess(capfd, monkeypatch)
+    cli = InProcess()
     run = tmp_path / "run"
     torch.manual_seed(1)
     cfg = ModelConfig(vocab_size=257, seq_len=32, n_layer=1, d_model=32, n_head=2)

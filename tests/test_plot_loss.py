@@ -85,7 +85,7 @@ def test_extreme_values_are_one_line_errors_and_missing_folders_are_made(tmp_pat
     assert (tmp_path / "new" / "dir" / "loss.png").stat().st_size > 0  # mkdir -p, as -o does
 
 
-# -- the charts themselves, inspected in-process (issue 14) -------------------------------
+# -- the charts themselves, inspected in-process -------------------------------------------
 
 
 def runs_of(*paths):

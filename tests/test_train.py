@@ -98,6 +98,7 @@ def resume_ref(corpus, tmp_path_factory):
     return out
 
 
+@pytest.mark.integration
 def test_exact_resume_after_sigkill(corpus, tmp_path, resume_ref):
     args, ref = RESUME_ARGS, resume_ref
 
@@ -125,6 +126,7 @@ def test_exact_resume_after_sigkill(corpus, tmp_path, resume_ref):
     assert [r["step"] for r in rows(out) if "loss" in r] == list(range(1, 13))
 
 
+@pytest.mark.integration
 def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(corpus, tmp_path,
                                                                  resume_ref):
     args, ref = RESUME_ARGS, resume_ref
@@ -147,6 +149,7 @@ def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(corpus, tmp_pat
                                          "step-0000012"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("sig", [
     signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.slow)], ids=["TERM", "USR1"])
 def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, resume_ref, sig):
@@ -173,6 +176,7 @@ def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, res
     assert losses(out) == losses(ref)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_torchrun_restarts_a_crashed_worker_which_resumes(corpus, tmp_path, resume_ref):
     out = str(tmp_path / "restarted")

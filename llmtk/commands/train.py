@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from llmtk.commands import configs, groups
+from llmtk.commands import options as o
 
 SUMMARY = "Train a GPT-style model, one CPU process to many GPU nodes via torchrun."
 
@@ -281,8 +282,7 @@ def command(
     config: Annotated[str | None, _opt(
         "--config", help="A TOML file with any of these options (flags win).",
         panel=DATA)] = None,
-    quiet: Annotated[bool | None, _opt("-q", "--quiet", help="Only errors on stderr.",
-                                       panel=LOG)] = None,
+    quiet: Annotated[bool | None, _opt(*o.QUIET_FLAGS, help=o.QUIET_HELP, panel=LOG)] = None,
     nproc_per_node: Annotated[int | None, _opt(
         "--nproc-per-node", help="Start torchrun with this many processes per node.",
         panel=LAUNCH)] = None,
@@ -372,7 +372,7 @@ def tokenizer_command(
         "--min-frequency", help="Merge only pairs seen at least this often.")] = 2,
     text_field: Annotated[str, typer.Option("--text-field",
                                             help="The field that holds the text.")] = "text",
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors on stderr.")] = False,
+    quiet: o.Quiet = False,
 ) -> None:
     import sys
 
@@ -435,7 +435,7 @@ def export_command(
         "-o", "--output", help="The consolidated file to write.")] = None,
     hf: Annotated[str | None, typer.Option(
         "--hf", help="The Hugging Face folder to write (new or empty).")] = None,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors on stderr.")] = False,
+    quiet: o.Quiet = False,
 ) -> None:
     import sys
 

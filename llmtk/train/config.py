@@ -93,7 +93,7 @@ class TrainConfig:
     on_spike: str = "none"                # none | rollback
     spike_factor: float = 3.0
     quiet: bool = False
-    # fine-tuning and task evaluation (issue 16; llmtk.train.finetune, docs/train.md "SFT")
+    # fine-tuning and task evaluation (llmtk.train.finetune, docs/train.md "SFT")
     sft: bool = False                     # instruction data: loss on assistant tokens only
     template: str = "auto"                # SFT data layout: auto | chat | prompt | alpaca
     chat_template: str = "auto"           # auto (the tokenizer's, else llmtk) | llmtk | FILE

@@ -1,4 +1,4 @@
-"""The trainer's fine-tuning and evaluation hooks (issue 16), kept out of the loop itself.
+"""The trainer's fine-tuning and evaluation hooks, kept out of the loop itself.
 
 - `setup_sft(trainer)`: `--sft` data instead of the pre-training token cache; with
   `--init-from RUN_DIR` the model shape and tokenizer come from that run unless given.
