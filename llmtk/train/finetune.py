@@ -1,6 +1,6 @@
 """The trainer's fine-tuning and evaluation hooks, kept out of the loop itself.
 
-- `setup_sft(cfg, dist)`: `--sft` data instead of the pre-training token cache; with
+- `setup_sft(cfg, dist, dp, dp_rank)`: `--sft` data instead of the pre-training token cache; with
   `--init-from RUN_DIR` the model shape and tokenizer come from that run unless given.
 - `TaskEvaluator`: `--eval-tasks FILE...` scored at every `--eval-every` step and at the
   end, through `llmtk.evaluate` (files under OUT/eval/STEP/, `eval` rows in the log).
@@ -72,8 +72,9 @@ class SFTData:
     data_meta: dict             # config.json's "data"
 
 
-def setup_sft(cfg, dist) -> SFTData:
-    """Instruction data for the run (see sft_data), with its tokenizer and model shape."""
+def setup_sft(cfg, dist, dp: int, dp_rank: int) -> SFTData:
+    """Instruction data for the run (see sft_data), with its tokenizer and model shape;
+    this rank reads part dp_rank of dp."""
     from llmtk.train import sft_data as S
     from llmtk.train.chat import chat_template
 
@@ -88,13 +89,13 @@ def setup_sft(cfg, dist) -> SFTData:
     else:
         convs, val = S.split_val(convs, cfg.val_fraction)
     rows = S.build_rows(convs, chat, T, tok.eos_id, packing=cfg.packing)
-    train_data = S.SFTSampler(rows, cfg.batch_size, dist.world, dist.rank, cfg.seed)
+    train_data = S.SFTSampler(rows, cfg.batch_size, dp, dp_rank, cfg.seed)
     val_data = vrows = None
     if val:
         vrows = S.build_rows(val, chat, T, tok.eos_id, packing=cfg.packing)
-        val_data = S.SFTSampler(vrows, cfg.batch_size, dist.world, dist.rank, cfg.seed,
+        val_data = S.SFTSampler(vrows, cfg.batch_size, dp, dp_rank, cfg.seed,
                                 shuffle=False)
-    windows_per_step = cfg.batch_size * dist.world * cfg.grad_accum
+    windows_per_step = cfg.batch_size * dp * cfg.grad_accum
     digest = hashlib.sha1(rows.tokens.tobytes() + rows.trained.tobytes()).hexdigest()[:16]
     if dist.rank == 0 and not cfg.quiet:
         s = rows.stats

@@ -30,6 +30,14 @@ from dataclasses import asdict, dataclass, field, replace
 from llmtk.errors import LlmtkError, UsageError
 from llmtk.train.checkpointer import Checkpointer, check_resume, check_shape, set_full_model_state
 from llmtk.train.config import TrainConfig
+from llmtk.train.parallel import (
+    build_mesh,
+    check_model,
+    check_trainable,
+    dp_mesh,
+    plan_layout,
+    replicas,
+)
 from llmtk.train.runtime import (
     CollectiveError,
     Dist,
@@ -202,10 +210,15 @@ class Trainer:
         self.cfg, self.dist, self.tok, self.cache, self.faults = cfg, dist, tok, cache, faults
         self.out = cfg.out
         self.chat = None  # --sft: the chat template (train/chat.py)
+        self.parallel, self.layout = plan_layout(
+            dist.world, parallel=cfg.parallel, tp=cfg.tp, pp=cfg.pp,
+            dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)
+        # Each data-parallel rank reads its own part of the global batch (a tp group the same).
+        dp, dp_rank = self.layout.dp, self.layout.dp_rank(dist.rank)
         if cfg.sft:  # instruction data instead of the token cache (train/finetune.py)
             from llmtk.train.finetune import setup_sft
 
-            sft = setup_sft(cfg, dist)
+            sft = setup_sft(cfg, dist, dp, dp_rank)
             self.tok, self.mcfg, self.chat = sft.tok, sft.mcfg, sft.chat
             self.train_data, self.val_data, self.cache = sft.train_data, sft.val_data, sft.cache
             self.windows_per_step, self.tokens_per_step = sft.windows_per_step, \
@@ -216,11 +229,11 @@ class Trainer:
             self.mcfg = model_config(cfg, tok.vocab_size)
             T = self.mcfg.seq_len
             self.train_data = D.Sampler(D.Windows.open(cache, "train", T), cfg.batch_size,
-                                        dist.world, dist.rank, cfg.seed)
+                                        dp, dp_rank, cfg.seed)
             val_windows = D.Windows.open(cache, "val", T)
-            self.val_data = (D.Sampler(val_windows, cfg.batch_size, dist.world, dist.rank,
+            self.val_data = (D.Sampler(val_windows, cfg.batch_size, dp, dp_rank,
                                        cfg.seed, shuffle=False) if len(val_windows) else None)
-            self.windows_per_step = cfg.batch_size * dist.world * cfg.grad_accum
+            self.windows_per_step = cfg.batch_size * dp * cfg.grad_accum
             self.tokens_per_step = self.windows_per_step * T
             self.data_meta = {"train_tokens": meta["train"]["tokens"],
                               "val_tokens": meta["val"]["tokens"],
@@ -228,9 +241,8 @@ class Trainer:
                               "val_docs": meta["val"]["docs"]}
         self.batches = D.Prefetcher(self.train_data, self.train_data.global_batch, dist.device,
                                     threaded=dist.cuda)
-        self.parallel = cfg.parallel if dist.distributed else "none"
-        if self.parallel == "auto":
-            self.parallel = "ddp"
+        check_model(self.layout, self.mcfg)
+        check_trainable(self.layout)
         self.ckpt_format = cfg.checkpoint_format if cfg.checkpoint_format != "auto" else (
             "dcp" if self.parallel == "fsdp" else "full")
         self.compiled = cfg.compile if cfg.compile is not None else dist.cuda
@@ -290,6 +302,10 @@ class Trainer:
         # Only what trains (LoRA freezes the base): clipped, updated, checked for NaN.
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.param_names = [n for n, p in model.named_parameters() if p.requires_grad]
+        # How many ranks hold each gradient element: the all-reduced squares are divided by
+        # it, so a replicated shard (HSDP, DDP) counts once in the global norm.
+        self.replicas = torch.tensor([float(replicas(p, dist.world)) for p in self.params],
+                                     device=dist.device)
 
         # AdamW, decoupled weight decay on matrices only (not norms), nanoGPT's grouping.
         # Fused: one kernel for all parameters, and it honours `found_inf` (the device-side
@@ -335,15 +351,16 @@ class Trainer:
         # the sharded master weights and the optimizer stay fp32.
         mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
               if self._bf16() else MixedPrecisionPolicy())
+        mesh = dp_mesh(build_mesh(self.layout, self.dist.device), self.layout)
         for block in model.layers:
             if self.compiled:
                 # Compile each block's forward: FSDP's all-gather/reshard hooks run around it
                 # (eagerly, in Module.__call__), never inside a graph, so nothing breaks it.
                 block.forward = torch.compile(block.forward)
-            fully_shard(block, mp_policy=mp)
+            fully_shard(block, mesh=mesh, mp_policy=mp)
         if self.compiled:
             model.head_loss = torch.compile(model.head_loss)
-        fully_shard(model, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
         model.to_empty(device=self.dist.device)
         torch.manual_seed(self.cfg.seed)
         model.init_weights()
@@ -437,10 +454,11 @@ class Trainer:
 
             reduced = vec.clone()
             tdist.all_reduce(reduced)
-            # FSDP: each rank holds a shard of every gradient, so the squares add up; DDP:
-            # every rank holds the same full gradients, the local norms are the global ones.
+            # FSDP: each rank holds a shard of every gradient, so the squares add up; HSDP:
+            # each shard is held by dp_replicate ranks; DDP: every rank holds the same full
+            # gradients, the local norms are the global ones (kept as they are: exact).
             vec = torch.cat([reduced[:1] / self.dist.world,
-                             reduced[1:] if self.parallel == "fsdp" else sq])
+                             reduced[1:] / self.replicas if self.parallel == "fsdp" else sq])
         loss, sq = vec[0], vec[1:]
         norm = sq.sum().sqrt()
         not_finite = (~(torch.isfinite(norm) & torch.isfinite(loss))).float()
@@ -612,6 +630,7 @@ class Trainer:
         resolved = {"train": self.cfg.to_dict(), "model": self.mcfg.to_dict(),
                     "params": sum(p.numel() for p in self.raw.parameters()),
                     "world_size": self.dist.world, "parallel": self.parallel,
+                    "layout": self.layout.to_dict(),
                     "compiled": self.compiled, "checkpoint_format": self.ckpt_format,
                     "device": self.dist.device, "threads": self.threads,
                     "tokenizer": self.tok.fingerprint(),
