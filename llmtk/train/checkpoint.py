@@ -37,6 +37,7 @@ import torch
 import xxhash
 
 from llmtk.errors import LlmtkError
+from llmtk.io.atomic import publish_dir, set_aside
 
 STEP_DIR = re.compile(r"^step-(\d{7,})$")
 MANIFEST = "MANIFEST.json"
@@ -164,9 +165,7 @@ def commit(root: str, step: int, keep: int,
         before_complete()
     write_text(os.path.join(tmp, COMPLETE), f"{step}\n")
     _fsync_dir(tmp)
-    if os.path.exists(final):  # the same step saved again after a resume
-        shutil.rmtree(final)
-    os.rename(tmp, final)
+    publish_dir(tmp, final)  # the same step saved again after a resume: replaced
     _fsync_dir(root)
     set_latest(root, name)
     _fsync_dir(root)
@@ -247,11 +246,7 @@ def verify(path: str) -> str | None:
 
 def move_aside(path: str) -> str:
     """Rename a bad checkpoint to PATH.corrupt-K (never delete: it may hold the only copy)."""
-    k = 1
-    while os.path.exists(f"{path}.corrupt-{k}"):
-        k += 1
-    os.rename(path, f"{path}.corrupt-{k}")
-    return f"{path}.corrupt-{k}"
+    return set_aside(path, "corrupt")
 
 
 def find_latest(root: str, warn: Callable[[str], None] | None = None,

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 from llmtk.errors import ConfigError
+from llmtk.io.atomic import set_aside
 from llmtk.train import checkpoint as C
 from llmtk.train.runtime import CollectiveError, Dist, Faults
 
@@ -51,11 +52,8 @@ class Checkpointer:
         root = self.root
         if resume == "never" and os.path.isdir(root) and os.listdir(root):
             # A fresh start must not later auto-resume an earlier run's checkpoints.
-            n = 1
-            while os.path.exists(f"{root}.old-{n}"):
-                n += 1
-            os.rename(root, f"{root}.old-{n}")
-            self.say(f"--resume never: moved the earlier checkpoints to {root}.old-{n}")
+            aside = set_aside(root, "old")
+            self.say(f"--resume never: moved the earlier checkpoints to {aside}")
         os.makedirs(root, exist_ok=True)
         if resume == "never":
             return None
