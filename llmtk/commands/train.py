@@ -59,6 +59,7 @@ DATA, MODEL, OPTIM, RUN, LOG, CKPT, LAUNCH = (
     "Data", "Model", "Optimisation", "Runtime", "Logging, eval and sampling",
     "Checkpoints and numerical safety", "Launch (torchrun)")
 FT = "Fine-tuning (SFT, LoRA) and task evaluation"
+PAR = "Parallel layout (device mesh: pp x dp-replicate x dp-shard x tp = processes)"
 
 
 def _default_words(key: str) -> str | None:
@@ -175,6 +176,21 @@ def command(
     parallel: Annotated[str | None, _opt(
         "--parallel", help="auto (DDP when several processes), none, ddp or fsdp (FSDP2).",
         panel=RUN)] = None,
+    tp: Annotated[int | None, _opt(
+        "--tp", help="Tensor-parallel degree: split every matrix over N ranks of a node.",
+        panel=PAR)] = None,
+    pp: Annotated[int | None, _opt(
+        "--pp", help="Pipeline-parallel degree: split the layers into N stages.",
+        panel=PAR)] = None,
+    dp_replicate: Annotated[int | None, _opt(
+        "--dp-replicate", help="HSDP: N replicas of the model, each sharded with FSDP2 over "
+        "--dp-shard ranks.", panel=PAR)] = None,
+    dp_shard: Annotated[int | None, _opt(
+        "--dp-shard", help="FSDP2 degree (ranks sharding one replica).", panel=PAR,
+        default="the world size / (tp x pp x dp-replicate)")] = None,
+    pp_schedule: Annotated[str | None, _opt(
+        "--pp-schedule", help="Pipeline schedule: 1f1b or interleaved-1f1b.",
+        panel=PAR, metavar="NAME")] = None,
     compile: Annotated[bool | None, _opt(
         "--compile/--no-compile", help="torch.compile the model.", panel=RUN,
         default="on with CUDA, off on CPU")] = None,
@@ -321,6 +337,12 @@ def _train(flags: dict, config: str | None) -> None:
     launch = resolve_launch(flags, config)
     cfg = resolve_config(flags, config)  # checked before torchrun starts anything
     if (launch.nproc_per_node or launch.nnodes > 1) and not is_worker():
+        from llmtk.train.parallel import check_trainable, plan_layout
+
+        # A layout that cannot fit starts nothing.
+        check_trainable(plan_layout((launch.nproc_per_node or 1) * launch.nnodes,
+                                    parallel=cfg.parallel, tp=cfg.tp, pp=cfg.pp,
+                                    dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)[1])
         import os
 
         if cfg.threads is None and "OMP_NUM_THREADS" not in os.environ:

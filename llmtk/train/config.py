@@ -66,6 +66,12 @@ class TrainConfig:
     device: str = "auto"                  # auto | cpu | cuda
     dtype: str = "auto"                   # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16
     parallel: str = "auto"                # auto (ddp when world > 1) | none | ddp | fsdp
+    # the device mesh (llmtk.train.parallel): pp x dp_replicate x dp_shard x tp = world
+    tp: int = 1                           # tensor-parallel degree (inside a node)
+    pp: int = 1                           # pipeline stages
+    dp_replicate: int = 1                 # HSDP: replicas, each sharded over dp_shard ranks
+    dp_shard: int | None = None           # FSDP degree; None: the rest of the world
+    pp_schedule: str = "1f1b"             # 1f1b | interleaved-1f1b
     compile: bool | None = None           # None: on for CUDA, off on CPU
     activation_checkpointing: bool = False
     nccl_timeout: int = 3600              # seconds a collective may wait (checkpoint of a 7B)
@@ -203,7 +209,9 @@ RULES = {
     "weight_decay": _between(0.0, 1e6), "beta1": _between(0.0, 1.0, high_open=True),
     "beta2": _between(0.0, 1.0, high_open=True), "grad_clip": _at_least(0.0),
     "spike_factor": _between(1.0, 1e6, low_open=True), "nccl_timeout": _at_least(1),
-    "threads": _at_least(1),
+    "threads": _at_least(1), "tp": _at_least(1), "pp": _at_least(1),
+    "dp_replicate": _at_least(1), "dp_shard": _at_least(1),
+    "pp_schedule": _one_of("1f1b", "interleaved-1f1b"),
     "schedule": _one_of("cosine", "wsd", "constant"), "device": _one_of("auto", "cpu", "cuda"),
     "dtype": _one_of("auto", "fp32", "bf16"), "parallel": _one_of("auto", "none", "ddp", "fsdp"),
     "on_nan": _one_of("skip", "stop"), "on_spike": _one_of("none", "rollback"),
