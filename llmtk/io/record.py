@@ -98,3 +98,36 @@ def _count_top_level(raw: bytes, key: str) -> int:
     except ValueError:
         return 0
     return sum(1 for k, _ in calls[-1] if k == key) if calls else 0  # the outer object is last
+
+
+# What a record source other than the JSONL line loop (Parquet, web archives) yields, for
+# the one accounting loop in llmtk.io.reader: a parsed record, a bad one, a skipped one
+# (counted as dropped with its reason), or an int (bytes read, for the summary).
+
+
+class Parsed:
+    __slots__ = ("data", "line")
+
+    def __init__(self, data: dict, line: int) -> None:
+        self.data = data
+        self.line = line  # row or record number in the file, 1-based
+
+
+class Invalid:
+    __slots__ = ("line", "reason", "message", "raw", "offset")
+
+    def __init__(self, line: int, reason: str, message: str, raw: bytes = b"",
+                 offset: int | None = None) -> None:
+        self.line = line
+        self.reason = reason
+        self.message = message
+        self.raw = raw
+        self.offset = offset  # byte offset of the record in the file, where known
+
+
+class Skipped:
+    __slots__ = ("line", "reason")
+
+    def __init__(self, line: int, reason: str) -> None:
+        self.line = line
+        self.reason = reason
