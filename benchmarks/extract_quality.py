@@ -174,20 +174,25 @@ def command(name: str, warc: Path, out: Path) -> list[str]:
     return [*pin, str(peer_python()), str(WORKER), name, str(warc), str(out)]
 
 
-def run(name: str, warc: Path) -> tuple[dict[str, str], float]:
+def run(name: str, warc: Path) -> tuple[dict[str, str], float, str]:
+    """(url -> text, CPU seconds, "" or how the extractor failed); what it wrote before
+    failing is kept (a pipeline would have had it)."""
     out = OUT / f"{name}.{warc.stem}.jsonl"
+    out.unlink(missing_ok=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(command(name, warc, out), capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    if r.returncode != 0 or not out.exists():
-        print(f"{name}: exit {r.returncode}: {r.stderr.strip()[-800:]}", file=sys.stderr)
-        return {}, cpu
+    failed = ""
+    if r.returncode != 0:
+        lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
+        failed = f"exit {r.returncode}: {lines[-1][:160] if lines else ''}"
     texts = {}
-    for line in out.read_text(encoding="utf-8").splitlines():
-        d = json.loads(line)
-        texts[d["url"]] = d["text"]
-    return texts, cpu
+    if out.exists():
+        for line in out.read_text(encoding="utf-8").splitlines():
+            d = json.loads(line)
+            texts[d["url"]] = d["text"]
+    return texts, cpu, failed
 
 
 def score(texts: dict[str, str], refs: dict) -> dict:
@@ -236,11 +241,14 @@ def hostile(warc: Path) -> None:
     bad.write_bytes(b"".join(members))
     print("\nhostile archive: 20 records, 16 intact HTML pages (5: -300, 10: +300, 15: PNG as "
           "text/html, 20: truncated member)")
+    # llmtk also counts each damaged record as one bad record (see its --stats)
     for name in ("llmtk", "datatrove", "resiliparse", "trafilatura"):
-        texts, _ = run(name, bad)
+        texts, _, failed = run(name, bad)
         png_text = texts.get("https://png.debian.example/logo")
-        print(f"  {name:12s} pages out {len(texts):3d}  PNG as text: "
-              f"{'no' if png_text is None else f'{len(png_text):,} chars'}")
+        pages = len(texts) - (png_text is not None)
+        print(f"  {name:12s} HTML pages out {pages:3d}  PNG as text: "
+              f"{'no' if png_text is None else f'{len(png_text):,} chars'}"
+              f"{'  then stopped: ' + failed if failed else ''}")
 
 
 def main() -> None:
@@ -259,7 +267,9 @@ def main() -> None:
     results = {}
     for name in args.peers.split(","):
         t = time.perf_counter()
-        texts, cpu = run(name, warc)
+        texts, cpu, failed = run(name, warc)
+        if failed:
+            print(f"{name}: {failed}", file=sys.stderr)
         s = score(texts, refs)
         s["pages_per_cpu_s"] = len(refs) / cpu if cpu else 0.0
         s["docs"] = len(texts)

@@ -239,3 +239,28 @@ def test_provenance_travels_through_every_data_tool_and_into_rejects(cli, crawl,
     for path in (dedup, contam, mixed):
         got = {x["url"]: (x["id"], x["date"]) for x in records(path.read_text())}
         assert got and all(want[u] == v for u, v in got.items()), path
+
+
+def test_wet_and_arc_archives(cli, tmp_path):
+    wet = tmp_path / "x.warc.wet.gz"
+    body = b"Plain text of a page.\nSecond line."
+    head = ("WARC/1.0\r\nWARC-Type: conversion\r\nWARC-Record-ID: <urn:uuid:w1>\r\n"
+            "WARC-Date: 2024-01-01T00:00:00Z\r\nWARC-Target-URI: https://w.org/\r\n"
+            f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    wet.write_bytes(members([head + body + b"\r\n\r\n"])[0])
+    html = page("Arc", "A page from an ARC file.").encode()
+    http = b"HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n" + html
+    desc = b"1 0 Archive\nURL IP-address Archive-date Content-type Archive-length\n"
+    arc = tmp_path / "old.arc"
+    arc.write_bytes(b"filedesc://old.arc 0.0.0.0 20010101000000 text/plain %d\n%s\n"
+                    % (len(desc), desc)
+                    + b"http://arc.org/ 1.2.3.4 20010203040506 text/html %d\n%s\n"
+                    % (len(http), http))
+    r = cli("cat", wet, arc, "-q")
+    assert r.exit_code == 0, r.output
+    out = records(r.stdout)
+    assert out[0] == {"id": "<urn:uuid:w1>", "url": "https://w.org/",
+                      "date": "2024-01-01T00:00:00Z", "text": body.decode(),
+                      "content_type": "text/plain", "charset": "utf-8"}
+    assert out[1]["url"] == "http://arc.org/" and out[1]["date"] == "2001-02-03T04:05:06Z"
+    assert "A page from an ARC file." in out[1]["text"] and len(out) == 2

@@ -411,8 +411,8 @@ def _arc_record(s: _Stream, pos: int, number: int, max_record: int):
 
 def _arc_ends(s: _Stream, block_end: int) -> bool:
     """An ARC record ends with one LF, then the next header line or the end of the file."""
-    s.ensure(block_end + 32)
-    after = s.at(block_end, 32)
+    s.ensure(block_end + 4096)  # the next header line holds a URL: room for a long one
+    after = s.at(block_end, 4096)
     rest = after.lstrip(b"\r\n")
     if after[:1] != b"\n" and after != b"":
         return False
