@@ -4,7 +4,8 @@
 
 PEER: datatrove (WarcReader + Trafilatura with FineWeb's settings), resiliparse (fastwarc +
 resiliparse's main-content extraction, as DCLM runs it), trafilatura (warcio + trafilatura
-with its defaults). Writes {"url", "text"} per document; prints nothing else.
+with its defaults); fastwarc, warcio: parsing alone (payloads read, nothing extracted).
+Writes {"url", "text"} per document; prints nothing else.
 """
 
 import json
@@ -50,9 +51,30 @@ def trafilatura(path: str):
             yield rec.rec_headers.get_header("WARC-Target-URI"), t.extract(body) or ""
 
 
+def fastwarc(path: str):
+    """Parsing alone: every response record's payload read, nothing extracted."""
+    from fastwarc.warc import ArchiveIterator, WarcRecordType
+
+    with open(path, "rb") as f:
+        for rec in ArchiveIterator(f, record_types=WarcRecordType.response):
+            yield rec.headers.get("WARC-Target-URI", ""), str(len(rec.reader.read()))
+
+
+def warcio(path: str):
+    """Parsing alone, with warcio (the reference implementation)."""
+    from warcio.archiveiterator import ArchiveIterator
+
+    with open(path, "rb") as f:
+        for rec in ArchiveIterator(f):
+            if rec.rec_type == "response":
+                body = rec.content_stream().read()
+                yield rec.rec_headers.get_header("WARC-Target-URI"), str(len(body))
+
+
 def main() -> None:
     peer, path, out = sys.argv[1:4]
-    run = {"datatrove": datatrove, "resiliparse": resiliparse, "trafilatura": trafilatura}[peer]
+    run = {"datatrove": datatrove, "resiliparse": resiliparse, "trafilatura": trafilatura,
+           "fastwarc": fastwarc, "warcio": warcio}[peer]
     with open(out, "w", encoding="utf-8") as f:
         for url, text in run(path):
             f.write(json.dumps({"url": url, "text": text}, ensure_ascii=False) + "\n")

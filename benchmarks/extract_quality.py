@@ -31,9 +31,11 @@ trafilatura alone (warcio + defaults). The peers run in benchmarks/.venvs/extrac
 on first use from PyPI: datatrove==0.10.1, trafilatura, warcio, resiliparse,
 lxml_html_clean, faust-cchardet, python-magic).
 
-`--hostile` adds the damaged-archive check: 20 pages with one Content-Length 300 bytes too
-short, one 300 too long, a PNG served as text/html and a truncated last member: how many
-of the 18 intact HTML pages each reader returns, and what it does with the PNG.
+`--parse` adds parsing alone (llmtk cat, which also decodes charsets, vs fastwarc and warcio
+reading every response payload). `--hostile` adds the damaged-archive check: 20 pages with
+one Content-Length 300 bytes too short, one 300 too long, a PNG served as text/html and a
+truncated last member: how many of the 16 intact HTML pages each reader returns, and what
+it does with the PNG.
 """
 
 import argparse
@@ -166,6 +168,9 @@ def peer_python() -> Path:
 
 def command(name: str, warc: Path, out: Path) -> list[str]:
     pin = ["taskset", "-c", "0"] if sys.platform.startswith("linux") else []
+    if name == "llmtk-cat":  # parsing alone: records decoded to JSONL, nothing extracted
+        return [*pin, str(ROOT / ".venv" / "bin" / "python"), "-m", "llmtk", "cat", str(warc),
+                "--on-error", "skip", "-q", "-o", str(out)]
     if name.startswith("llmtk"):
         method = name.split("-", 1)[1] if "-" in name else "resiliparse"
         return [*pin, str(ROOT / ".venv" / "bin" / "python"), "-m", "llmtk", "clean", str(warc),
@@ -259,6 +264,8 @@ def main() -> None:
     ap.add_argument("--peers", default="llmtk,llmtk-trafilatura,datatrove,resiliparse,"
                                        "trafilatura")
     ap.add_argument("--hostile", action="store_true")
+    ap.add_argument("--parse", action="store_true", help="also time parsing alone: llmtk cat "
+                    "vs fastwarc and warcio")
     args = ap.parse_args()
     warc, refs = build(Path(args.debs), args.packages.split(","), args.limit)
     langs = Counter(u.split(".debian")[0].rsplit("-", 1)[-1] for u in refs)
@@ -281,6 +288,11 @@ def main() -> None:
         ratio = results["llmtk"]["pages_per_cpu_s"] / results["datatrove"]["pages_per_cpu_s"]
         print(f"llmtk / datatrove pages per CPU-second: {ratio:.1f}x")
     (OUT / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
+    if args.parse:
+        print("\nparsing alone (payloads read and decoded, nothing extracted):")
+        for name in ("llmtk-cat", "fastwarc", "warcio"):
+            texts, cpu, _ = run(name, warc)
+            print(f"  {name:10s} {len(texts)} records  {len(refs) / cpu:8.1f} pages/CPU-s")
     if args.hostile:
         hostile(warc)
 

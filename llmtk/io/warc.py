@@ -179,6 +179,8 @@ class _Stream:
         """Logical position of the first match of pattern's group 1 at or after `start`."""
         while True:
             m = pattern.search(self.buf, max(start - self.base - 1, 0))
+            while m is not None and m.start(1) + self.base < start:  # `^` at the window's start
+                m = pattern.search(self.buf, m.start(1) + 1)
             if m is not None:
                 return m.start(1) + self.base
             start = max(start, self.end - 32)  # a header cut by the window's end is kept
@@ -296,7 +298,11 @@ def _warc_record(s: _Stream, pos: int, number: int, max_record: int):
             return bad(_break_reason(hit[1]), hit[1], hit[0])
         return bad("io.truncated" if s.eof else "io.warc_header",
                    "record header is not terminated by a blank line", pos + 1)
-    headers = _parse_headers(s.at(pos, end - pos).split(b"\n")[1:])
+    head = s.at(pos, end - pos)
+    if b"\nWARC/1." in head:  # a header cut short, and the next record's header after it
+        return bad("io.warc_header", "record header is cut short (another record header "
+                   "starts inside it)", pos + 1)
+    headers = _parse_headers(head.split(b"\n")[1:])
     try:
         length = int(headers.get("content-length", ""))
         if length < 0:
