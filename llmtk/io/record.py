@@ -1,5 +1,6 @@
-"""One document of a stream, with where it came from."""
+"""One document of a stream, with where it came from; or one bad record, with why."""
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -98,6 +99,34 @@ def _count_top_level(raw: bytes, key: str) -> int:
     except ValueError:
         return 0
     return sum(1 for k, _ in calls[-1] if k == key) if calls else 0  # the outer object is last
+
+
+@dataclass
+class BadRecord:
+    source: str
+    line: int
+    index: int
+    reason: str
+    message: str
+    raw: bytes
+    offset: int | None = None  # byte offset of a web-archive record (then line is its number)
+
+    def where(self) -> str:
+        if self.offset is not None:
+            return f"{self.source}: record {self.line} at byte offset {self.offset}"
+        return f"{self.source}:{self.line}"
+
+    def to_reject(self) -> dict:
+        return {
+            "llmtk": {
+                "reason": self.reason,
+                "error": self.message,
+                "source": self.source,
+                "line": self.line,
+                **({} if self.offset is None else {"offset": self.offset}),
+                "raw": self.raw.decode("utf-8", "replace"),
+            }
+        }
 
 
 # What a record source other than the JSONL line loop (Parquet, web archives) yields, for
