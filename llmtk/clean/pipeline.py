@@ -3,7 +3,8 @@
     cleaner = Cleaner(CleanConfig())
     reason = cleaner(doc)        # None: keep (doc may be modified); else the drop reason
 
-Stages run in this order: normalise -> language ID (+ --lang filter) -> Gopher quality ->
+Stages run in this order: URL filter -> main-content extraction (HTML records) -> normalise ->
+language ID (+ --lang filter) -> Gopher quality ->
 Gopher repetition -> C4 -> FineWeb -> classifier -> perplexity -> PII. PII runs last so that
 placeholders do not change what the filters measure. A `Cleaner` is picklable and loads its
 models lazily in each worker process, so `StreamRun.apply(cleaner)` works with any --workers.
@@ -16,6 +17,7 @@ from functools import partial
 
 from llmtk.clean.config import CleanConfig
 from llmtk.clean.filters import DocText, Profile
+from llmtk.clean.urls import UrlRules, host_of
 from llmtk.errors import ConfigError
 from llmtk.io import Doc, ordered_map
 from llmtk.io.record import repeats_key
@@ -45,6 +47,7 @@ class Cleaner:
             self.ppl = PerplexityModel(config.perplexity.model, config.perplexity.max_tokens)
         self.max_ppl = config.perplexity.max_ppl  # set from the quantile by the caller
         self.pii_kinds = frozenset(config.pii.kinds) if config.pii.enabled else None
+        self.urls = UrlRules(config.url) if config.url.enabled else None
 
     def plan(self, lang: str | None) -> tuple[list, list[str] | None]:
         """The enabled filters, with the thresholds for `lang`, and its stop words."""
@@ -60,6 +63,12 @@ class Cleaner:
 
     def load(self) -> None:
         """Load the models now (to fail early on a bad path, before reading any input)."""
+        if self.cfg.extract.method == "trafilatura":
+            try:
+                import trafilatura  # noqa: F401
+            except ImportError as e:
+                raise ConfigError("extract.method", "trafilatura is not installed "
+                                  f"(pip install 'llmtk[trafilatura]'; {e})") from None
         if self.quality is not None:
             self.quality.load()
         if self.ppl is not None:
@@ -87,8 +96,22 @@ class Cleaner:
 
     def _run(self, doc: Doc, notes: dict | None) -> str | None:
         cfg = self.cfg
-        original = doc.text
-        text = cfg.normalize(original) if cfg.normalize.enabled else original
+        data = doc.data
+        if self.urls is not None:
+            url = data.get(cfg.url.field)
+            if isinstance(url, str) and url:
+                reason = self.urls.check(url)
+                if reason is not None:
+                    doc.count(f"url_dropped.{host_of(url)}")  # per domain, in --stats
+                    return reason
+        original = text = doc.text
+        html = cfg.extract.applies(data, text)
+        if html:
+            text = cfg.extract(text)
+            if not text.strip():
+                return "extract.empty"
+        if cfg.normalize.enabled:
+            text = cfg.normalize(text)
         if not text.strip():
             return "normalize.empty"
 
@@ -142,6 +165,8 @@ class Cleaner:
 
         if not self.dry_run and text != original:
             doc.set_text(text)
+            if html and "content_type" in data:
+                data["content_type"] = "text/plain"  # extracted: a second clean leaves it be
         return None
 
 
