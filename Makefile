@@ -47,8 +47,9 @@ test-fast: setup
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow"
 
 lint: setup
-	$(BIN)/ruff check llmtk tests benchmarks
+	$(BIN)/ruff check llmtk tests benchmarks tools
 	$(BIN)/lint-imports
+	$(BIN)/python tools/check_cycles.py
 
 demo: setup
 	bash bin/demo.sh

@@ -159,7 +159,7 @@ def main() -> None:
     from llmtk.text.tokenizer import ByteTokenizer
     from llmtk.train.config import TrainConfig
     from llmtk.train.data import build_cache
-    from llmtk.train.trainer import model_config
+    from llmtk.train.run_shape import model_config
 
     tmp = tempfile.mkdtemp(prefix="llmtk-bench-")
     data = args.data

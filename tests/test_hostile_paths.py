@@ -209,13 +209,33 @@ def test_final_mode_comes_from_the_umask(tmp_path, src, umask, mode):
 
 # -- item 4: all outputs committed together, paths validated first -----------------------
 
-def test_stats_into_a_missing_directory_fails_before_anything_is_written(tmp_path):
-    s = tmp_path / "s.jsonl"
-    s.write_bytes(BAD)  # reading it would fail with exit 1
-    out = tmp_path / "out.jsonl"
-    code, msg = cli("cat", s, "-o", out, "--stats", tmp_path / "no" / "s.json", "-q")
-    assert code == 2 and "does not exist" in msg
-    assert not out.exists() and leftovers(tmp_path) == []
+def test_missing_output_directories_are_made_as_mkdir_p_would(tmp_path, src):
+    code, msg = cli("cat", src, "-o", tmp_path / "a" / "b" / "o.jsonl", "--stats",
+                    tmp_path / "s" / "s.json", "-q")
+    assert code == 0, msg
+    assert (tmp_path / "a" / "b" / "o.jsonl").read_bytes() == src.read_bytes()
+    assert (tmp_path / "s" / "s.json").exists()
+    # A run that fails takes the directories it made away again (and nothing else).
+    s = tmp_path / "bad.jsonl"
+    s.write_bytes(BAD)  # reading it fails with exit 1
+    code, msg = cli("cat", s, "-o", tmp_path / "a" / "new" / "o.jsonl", "--stats",
+                    tmp_path / "no" / "deeper" / "s.json", "-q")
+    assert code == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "bad.jsonl", "in.jsonl", "s"]
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["b"]
+
+
+@pytest.mark.parametrize("blocker", ["file", "dangling_link"])
+def test_a_file_or_dangling_link_where_a_directory_goes_is_refused(tmp_path, src, blocker):
+    where = tmp_path / "d"
+    if blocker == "file":
+        where.write_bytes(b"x")
+    else:
+        where.symlink_to(tmp_path / "elsewhere")
+    code, msg = cli("cat", src, "-o", where / "sub" / "o.jsonl", "-q")
+    assert code == 2, msg
+    assert ("not a directory" if blocker == "file" else "dangling symbolic link") in msg.lower()
+    assert not (tmp_path / "elsewhere").exists() and leftovers(tmp_path) == []
 
 
 def test_an_output_that_is_a_directory_is_refused(tmp_path, src):

@@ -134,10 +134,15 @@ def test_malformed_json_names_file_and_line_and_leaves_no_output(tmp_path, plain
 
 @pytest.mark.parametrize("line,reason,message", [
     (b"[1, 2]", "io.not_object", "expected a JSON object, got list"),
-    (b'{"id": 1}', "io.missing_text", "no 'text' field"),
+    (b'{"id": 1, "body": "b"}', "io.missing_text", "no 'text' field (its fields: 'id', "
+     "'body'); name the field that holds the text with --text-field"),
     (b'{"text": 3}', "io.text_not_string", "field 'text' is not a string"),
     (b'{"text": "\xff\xfe"}', "io.invalid_utf8", "invalid UTF-8"),
     (b'{"text": "a"', "io.malformed_json", "malformed JSON"),
+    (b'id,"a, b"', "io.malformed_json", "malformed JSON (unexpected character, expected a JSON "
+     "value: line 1 column 1 (char 0)); this looks like CSV, not JSON Lines: convert it first, "
+     "e.g. python3 -c 'import csv, json, sys; [print(json.dumps(r)) for r in "
+     "csv.DictReader(sys.stdin)]' < data.csv > data.jsonl\n"),
 ])
 def test_each_kind_of_bad_line(tmp_path, line, reason, message):
     p = tmp_path / "x.jsonl"

@@ -269,15 +269,16 @@ def test_lora_size_and_memory_match_llmtk_estimate():
     """The adapter count is estimate's formula exactly; `llmtk estimate --measure
     --lora-rank 8` (one real LoRA training step, fp32, CPU) is within 10% of the
     prediction for weights, gradients, AdamW states and activations alike."""
-    from llmtk.commands.measure import _spec, compare
+    from llmtk.commands.measure import compare
+    from llmtk.estimate.activations import spec_of
     from llmtk.estimate.plan import lora_params
     from tests.util import llmtk
 
     cfg = ModelConfig(vocab_size=257, seq_len=64, n_layer=4, d_model=128, n_head=4)
     m = GPT(cfg)
-    assert add_lora(m, rank=8) == lora_params(_spec(cfg), 8)
+    assert add_lora(m, rank=8) == lora_params(spec_of(cfg), 8)
     rows = compare(cfg, 2, lora_rank=8)["rows"]
-    assert rows["gradients"]["measured"] == 4 * lora_params(_spec(cfg), 8)  # adapters only
+    assert rows["gradients"]["measured"] == 4 * lora_params(spec_of(cfg), 8)  # adapters only
     for name in ("weights", "gradients", "optimizer", "model_states", "activations"):
         assert abs(rows[name]["error"]) < 0.10, (name, rows[name])
     # The activation prediction is LoRA's own and exact, also with GQA and with full

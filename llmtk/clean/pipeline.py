@@ -21,6 +21,7 @@ from functools import partial
 from llmtk.clean.code import CodeRules
 from llmtk.clean.config import CleanConfig
 from llmtk.clean.filters import DocText, Profile
+from llmtk.errors import ConfigError
 from llmtk.io import Doc, ordered_map
 from llmtk.io.record import repeats_key
 from llmtk.text.langid import LanguageId
@@ -76,6 +77,12 @@ class Cleaner:
             self.ppl.load()
         if self.langid is not None:
             self.langid.load()  # before --workers forks, so the workers share it
+            # A code the model never answers would drop every document as lang.unwanted.
+            unknown = self.langid.check_codes(sorted(self.keep_langs))
+            if unknown:
+                raise ConfigError("langid.keep", f"unknown language code(s) {', '.join(unknown)}"
+                                  "; the language ID model's codes (ISO 639, e.g. en,de,zh) "
+                                  "are listed in docs/clean.md")
 
     def __call__(self, doc: Doc) -> str | None:
         notes: dict | None = {} if self.annotate else None

@@ -405,10 +405,9 @@ def calibrate(
 
         write_out(sys.stdout, text)
     else:
-        tmp = output + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, output)
+        from llmtk.io.atomic import write_file_atomically
+
+        write_file_atomically(output, text.encode("utf-8"))
     if not quiet:
         from llmtk.io.console import stderr_console
 

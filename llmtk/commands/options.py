@@ -136,9 +136,11 @@ def stream_options(
     workers: int,
     quiet: bool,
     max_record_bytes: str,
+    command_options: dict | None = None,
 ) -> StreamOptions:
     """Check the shared options and bundle them for `llmtk.io.StreamRun` (the defaults are
-    STREAM_OPTIONS', which the bundle always passes)."""
+    STREAM_OPTIONS', which the bundle always passes). command_options: the command's own
+    options, recorded with the shared ones that change the output (`settings`)."""
     if on_error == "reject" and not rejects:
         raise UsageError("--on-error reject needs --rejects FILE")
     if compress not in (None, "none", "zstd", "zst", "gzip", "gz"):
@@ -155,7 +157,39 @@ def stream_options(
         workers=workers,
         quiet=quiet,
         max_record_bytes=parse_bytes("--max-record-bytes", max_record_bytes),
+        settings=output_settings({**(command_options or {}), "text_field": text_field,
+                                  "on_error": on_error, "compress": compress, "shard": shard,
+                                  "max_record_bytes": max_record_bytes}),
     )
+
+
+def output_settings(values: dict) -> dict:
+    """The options a task's completion marker records, as `--flag: value` (JSON values):
+    every option given, less those that change no output byte (--quiet, --workers, the
+    dry printouts). A finished task rerun with other settings is refused (llmtk.io.marker)."""
+    settings = {}
+    for name, value in values.items():
+        if name in NOT_OUTPUT_SETTINGS:
+            continue
+        settings["--" + name.replace("_", "-")] = _plain(value)
+    return settings
+
+
+# Options that leave every output byte as it is: how much is printed, how many processes.
+NOT_OUTPUT_SETTINGS = {"quiet", "workers", "print_config"}
+
+
+def _plain(value):
+    """An option's value as JSON: enums by value, bundles as dicts, paths as strings."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return str(value)
 
 
 def parse_bytes(option: str, value: str) -> int:
@@ -210,7 +244,8 @@ STREAM_OPTIONS: dict[str, tuple[object, object]] = {
 
 
 def option_bundle(name: str, options: dict[str, tuple[object, object]],
-                  build: Callable[..., object]) -> Callable:
+                  build: Callable[..., object], *, pass_command_options: bool = False
+                  ) -> Callable:
     """A decorator factory for a bundle of options shared by several commands.
 
         bundle = option_bundle("stream", STREAM_OPTIONS, stream_options)
@@ -221,7 +256,8 @@ def option_bundle(name: str, options: dict[str, tuple[object, object]],
     The options are declared once (sqlite-utils' option bundles): the decorator
     adds them, keyword-only, to the signature typer reads and calls the command
     with `name=build(**values)`. Options in `without` are left out of the
-    command and reach `build` with their defaults. Bundles stack.
+    command and reach `build` with their defaults. Bundles stack. With
+    pass_command_options, `build` also gets `command_options=`, the command's own values.
     """
 
     def bundle(*, without: tuple[str, ...] = ()) -> Callable:
@@ -244,7 +280,8 @@ def option_bundle(name: str, options: dict[str, tuple[object, object]],
             def command(*args, **kwargs):
                 values = {n: kwargs.pop(n) if n in names else default
                           for n, (_, default) in options.items()}
-                return func(*args, **{name: build(**values)}, **kwargs)
+                own = {"command_options": dict(kwargs)} if pass_command_options else {}
+                return func(*args, **{name: build(**values, **own)}, **kwargs)
 
             command.__signature__ = new_sig  # type: ignore[attr-defined]
             command.__annotations__ = {p.name: p.annotation for p in new_sig.parameters.values()
@@ -257,4 +294,5 @@ def option_bundle(name: str, options: dict[str, tuple[object, object]],
 
 
 # `@stream_command()`: the shared stream options, handed over as `stream: StreamOptions`.
-stream_command = option_bundle("stream", STREAM_OPTIONS, stream_options)
+stream_command = option_bundle("stream", STREAM_OPTIONS, stream_options,
+                               pass_command_options=True)

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 
 import orjson
 
+from llmtk.io.atomic import atomic_file
+
 TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "mem_gb",
                 "data_s", "step_s", "time")
 EVENTS = ("resume", "checkpoint", "nan", "rollback", "preempt", "sample")
@@ -121,10 +123,6 @@ def truncate_after(path: str, step: int) -> int:
                 dropped += 1
                 continue
             kept.append(line)
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
+    with atomic_file(path) as f:
         f.writelines(kept)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return dropped

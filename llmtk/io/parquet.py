@@ -137,8 +137,7 @@ def read_columnar(
     same accounting."""
     import pyarrow as pa
 
-    from llmtk.io.reader import BadRecord
-    from llmtk.io.record import Doc
+    from llmtk.io.record import BadRecord, Doc
     from llmtk.io.shard import in_shard
 
     row = 0

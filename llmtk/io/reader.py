@@ -16,14 +16,13 @@ import glob
 import os
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import orjson
 
 from llmtk.errors import DataError, UsageError
 from llmtk.io.compression import CHUNK, CorruptInput, TruncatedInput, iter_decompressed, open_binary
 from llmtk.io.parquet import columnar_kind, hf_dataset_files, read_columnar
-from llmtk.io.record import Doc
+from llmtk.io.record import BadRecord, Doc
 from llmtk.io.shard import in_shard
 from llmtk.io.summary import Summary
 
@@ -43,30 +42,6 @@ class _TooLong:
 
 
 TOO_LONG = _TooLong()
-
-
-@dataclass
-class BadRecord:
-    source: str
-    line: int
-    index: int
-    reason: str
-    message: str
-    raw: bytes
-
-    def where(self) -> str:
-        return f"{self.source}:{self.line}"
-
-    def to_reject(self) -> dict:
-        return {
-            "llmtk": {
-                "reason": self.reason,
-                "error": self.message,
-                "source": self.source,
-                "line": self.line,
-                "raw": self.raw.decode("utf-8", "replace"),
-            }
-        }
 
 
 def expand_inputs(inputs: list[str]) -> list[str]:
@@ -233,9 +208,14 @@ def iter_line_batches(
         yield lineno, [b"".join(parts)], 0
 
 
-def _classify_json_error(message: str) -> tuple[str, str]:
+def _classify_json_error(message: str, line: bytes = b"") -> tuple[str, str]:
     if "UTF-8" in message or "utf-8" in message:
         return "io.invalid_utf8", f"invalid UTF-8 ({message})"
+    if b"," in line and not line.lstrip().startswith((b"{", b"[")):
+        return "io.malformed_json", (
+            f"malformed JSON ({message}); this looks like CSV, not JSON Lines: convert it "
+            "first, e.g. python3 -c 'import csv, json, sys; [print(json.dumps(r)) for r in "
+            "csv.DictReader(sys.stdin)]' < data.csv > data.jsonl")
     return "io.malformed_json", f"malformed JSON ({message})"
 
 
@@ -303,7 +283,7 @@ def read_docs(
                             continue
                         else:
                             index += 1
-                            reason, msg = _classify_json_error(str(e))
+                            reason, msg = _classify_json_error(str(e), line)
                             bad = BadRecord(name, lineno, index, reason, msg, line)
                     else:
                         index += 1
@@ -354,6 +334,9 @@ def _invalid_record(data, text_field: str, name: str, lineno: int, index: int, l
         return BadRecord(name, lineno, index, "io.not_object",
                          f"expected a JSON object, got {type(data).__name__}", line)
     if text_field not in data:
-        return BadRecord(name, lineno, index, "io.missing_text", f"no {text_field!r} field", line)
+        fields = ", ".join(map(repr, list(data)[:12])) + (", ..." if len(data) > 12 else "")
+        return BadRecord(name, lineno, index, "io.missing_text",
+                         f"no {text_field!r} field (its fields: {fields or 'none'}); name the "
+                         "field that holds the text with --text-field", line)
     return BadRecord(name, lineno, index, "io.text_not_string",
                      f"field {text_field!r} is not a string", line)

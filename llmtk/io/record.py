@@ -1,5 +1,6 @@
-"""One document of a stream, with where it came from."""
+"""One document of a stream, with where it came from; or one bad record, with why."""
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -98,3 +99,27 @@ def _count_top_level(raw: bytes, key: str) -> int:
     except ValueError:
         return 0
     return sum(1 for k, _ in calls[-1] if k == key) if calls else 0  # the outer object is last
+
+
+@dataclass
+class BadRecord:
+    source: str
+    line: int
+    index: int
+    reason: str
+    message: str
+    raw: bytes
+
+    def where(self) -> str:
+        return f"{self.source}:{self.line}"
+
+    def to_reject(self) -> dict:
+        return {
+            "llmtk": {
+                "reason": self.reason,
+                "error": self.message,
+                "source": self.source,
+                "line": self.line,
+                "raw": self.raw.decode("utf-8", "replace"),
+            }
+        }

@@ -46,7 +46,7 @@ def inherited_tokenizer(cfg, state: dict | None):
 def inherited_model_config(cfg, vocab_size: int, state: dict | None):
     """The --init-from run's model shape (flags given here still apply), else the flags'."""
     from llmtk.train.model_config import ModelConfig
-    from llmtk.train.trainer import model_config
+    from llmtk.train.run_shape import model_config
 
     if state is None:
         return model_config(cfg, vocab_size)

@@ -25,10 +25,12 @@ import resource
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
-from llmtk.errors import ConfigError, LlmtkError, UsageError
+from llmtk.errors import ConfigError, LlmtkError
+from llmtk.io.paths import missing_dirs, remove_made
 from llmtk.train.config import TrainConfig
+from llmtk.train.run_shape import model_config
 from llmtk.train.runtime import (
     CollectiveError,
     Dist,
@@ -134,28 +136,6 @@ def changed_settings(old: dict, new: dict) -> str:
                      for k, v in new.items() if k in old and old[k] != v and k not in _NOT_NOTED)
 
 
-def model_config(cfg: TrainConfig, vocab_size: int):
-    from llmtk.train import hf
-    from llmtk.train.model_config import PRESETS, check_model_name
-
-    if hf.is_hf_spec(cfg.init_from):
-        return hf.init_model_config(cfg, vocab_size)
-    check_model_name(cfg.model)
-    mc = replace(PRESETS[cfg.model], vocab_size=vocab_size)
-    overrides = {"n_layer": cfg.layers, "d_model": cfg.d_model, "n_head": cfg.heads,
-                 "n_kv_head": cfg.kv_heads, "ffn_hidden": cfg.ffn_hidden, "seq_len": cfg.seq_len}
-    mc = replace(mc, **{k: v for k, v in overrides.items() if v is not None})
-    if cfg.untied:
-        mc = replace(mc, tie_embeddings=False)
-    if cfg.heads is not None and cfg.kv_heads is None and PRESETS[cfg.model].n_kv_head:
-        mc = replace(mc, n_kv_head=None)
-    try:
-        mc.validate()
-    except ValueError as e:
-        raise UsageError(f"model shape: {e}") from None
-    return mc
-
-
 def _mem_gb(device: str) -> float:
     """Peak memory of this process: CUDA allocator peak on GPU, peak RSS on CPU."""
     import torch
@@ -175,7 +155,9 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
 
     cfg = resolve_init(cfg)  # --init-from hf:PATH brings its tokenizer
     rank, _world, _local = ranks()
+    made = missing_dirs(cfg.out)  # what mkdir -p OUT creates: removed if the start fails
     lock = lock_run_dir(cfg.out) if rank == 0 else None  # before anything touches OUT
+    data_ready = False  # until then a failure (empty or bad data) takes back what it made
     try:
         tok = cache = None  # --sft: read by the Trainer (train/finetune.py), no token cache
         if not cfg.sft:
@@ -185,6 +167,7 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
             cache = D.build_cache(cfg.data, cfg.val_data, tok,
                                   cfg.cache_dir or os.path.join(cfg.out, "cache"),
                                   cfg.text_field, cfg.val_fraction, log=say)
+        data_ready = True
         import torch  # only now: a run refused by the lock or the data never waits for it
 
         threads = torch.get_num_threads()  # --threads changes them; callers get theirs back
@@ -208,7 +191,9 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
             torch.set_num_threads(threads)
     finally:
         if lock is not None:
-            lock.release()
+            lock.release(remove=not data_ready)
+            if not data_ready:
+                remove_made(made)  # the folders still empty
 
 
 class Trainer:
