@@ -223,3 +223,16 @@ def test_bad_profile_or_secrets_value_exits_2(args, needle):
 
 def test_every_kind_is_tested():
     assert {k for k, _, _ in SECRETS} | {"PRIVATE_KEY"} == set(kinds())
+
+
+def test_dedup_code_unit_keeps_operators_as_tokens():
+    text = Path(colorsys.__file__).read_text()
+    edited = text.replace("i = 0.74*(r-y) - 0.27*(b-y)", "i = 0.74*(r-y) + 0.27*(b-y)")
+    assert edited != text  # an operator changed, nothing else
+    records = jsonl([{"id": 1, "text": text}, {"id": 2, "text": edited}])
+    word = llmtk("dedup", "--annotate", input=records, check=True)
+    code = llmtk("dedup", "--annotate", "--unit", "code", input=records, check=True)
+    marks = [[json.loads(x).get("llmtk", {}).get("dup_reason") for x in out.stdout.splitlines()]
+             for out in (word, code)]
+    # without operators the two are one text; with them, near-duplicates
+    assert marks == [[None, "dedup.exact"], [None, "dedup.minhash"]]
