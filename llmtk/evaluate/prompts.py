@@ -47,8 +47,10 @@ class Format:
         return "" if self.chat else TARGET_DELIMITER
 
 
-def question(item: Item, kind: str) -> str:
-    return item.context if kind == MULTIPLE_CHOICE else item.prompt
+def question(item: Item, kind: str, chat: bool = False) -> str:
+    if kind == MULTIPLE_CHOICE:
+        return (item.user or item.context) if chat else item.context
+    return item.prompt
 
 
 def answer(item: Item, kind: str) -> str:
@@ -87,13 +89,13 @@ def contexts(task: Task, fmt: Format) -> list[Context]:
     out = []
     for item in task.items:
         shots = sampler.sample(fmt.num_fewshot, item if own else None)
-        out.append(_context(item, task.kind, [(question(s, pool.kind), answer(s, pool.kind))
-                                              for s in shots], fmt))
+        out.append(_context(item, task.kind, [(question(s, pool.kind, fmt.chat),
+                                               answer(s, pool.kind)) for s in shots], fmt))
     return out
 
 
 def _context(item: Item, kind: str, shots: list[tuple[str, str]], fmt: Format) -> Context:
-    q = question(item, kind)
+    q = question(item, kind, fmt.chat)
     if not fmt.chat:
         return "".join(f"{sq}{TARGET_DELIMITER}{sa}{FEWSHOT_DELIMITER}" for sq, sa in shots) + q
     # A chat-layout item brings its own conversation; the others are one user question.

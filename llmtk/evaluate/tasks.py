@@ -50,6 +50,7 @@ class Item:
     answer: str = ""
     text: str = ""
     target: str = ""
+    user: str = ""  # multiple choice through a chat template: the user turn, if not `context`
 
 
 @dataclass
@@ -121,8 +122,10 @@ def _item(layout: str, rec: dict, ident: str) -> Item:
         labels, texts = list(ch["label"]), [str(t) for t in ch["text"]]
         if rec["answerKey"] not in labels:
             raise ValueError(f"answerKey {rec['answerKey']!r} is not one of {labels}")
+        # A chat model is asked the question itself: "Question: ...\nAnswer:" cues a base
+        # model to continue with the answer; a chat model answers a user's question.
         return Item(ident, context=f"Question: {rec['question']}\nAnswer:", choices=texts,
-                    gold=labels.index(rec["answerKey"]))
+                    gold=labels.index(rec["answerKey"]), user=str(rec["question"]))
     if layout == "mmlu":
         choices = [str(c) for c in rec["choices"]]
         if len(choices) > len(LETTERS):
