@@ -32,10 +32,10 @@ class Stub:
         self.requests += requests
         return [(self.ll(c, k), False) for c, k in requests]
 
-    def generate(self, item, stop, max_new_tokens):
-        return self.outputs[item.prompt], math.log(0.5)
+    def generate(self, context, stop, max_new_tokens):
+        return self.outputs[context], math.log(0.5)
 
-    def rolling(self, texts):
+    def rolling(self, texts, chat=False):
         return [self._rolling(t) for t in texts]
 
 

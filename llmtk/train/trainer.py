@@ -659,6 +659,8 @@ class Trainer:
             "model_config": self.mcfg.to_dict(), "train_config": self.cfg.to_dict(),
             "data_cache": os.path.basename(self.cache), "tokenizer": self.tok.fingerprint(),
             "format": self.ckpt_format, "parallel": self.parallel,
+            # --sft: the template itself, which `llmtk eval` puts questions through
+            "chat_template": self.chat.record() if self.chat is not None else None,
             # read by tools that predate TrainState
             "tokens": st.tokens, "data_position": st.position, "lr_scale": st.lr_scale,
         }
