@@ -13,6 +13,7 @@ import typer
 
 from llmtk.commands import configs, groups
 from llmtk.commands import options as o
+from llmtk.io import StreamOptions
 
 SUMMARY = "Train a GPT-style model, one CPU process to many GPU nodes via torchrun."
 
@@ -98,13 +99,18 @@ app = groups.group(help=HELP, short_help=SUMMARY)
 @groups.main(app, help=HELP, no_args_is_help=True)
 def command(
     data: Annotated[list[str] | None, _opt(
-        "--data", help="Training documents: JSONL(.zst/.gz) files, directories or globs; "
-        "repeat for several.", panel=DATA)] = None,
+        "--data", help="Training documents (JSONL(.zst/.gz) files, directories or globs), or "
+        "a token dataset DIR of `llmtk train tokenize`, or NAME=DIR:WEIGHT to blend several "
+        "(tokens/NAME in metrics); repeat for several.", panel=DATA)] = None,
     val_data: Annotated[list[str] | None, _opt(
-        "--val-data", help="Held-out documents for val_loss (repeatable).", panel=DATA)] = None,
+        "--val-data", help="Held-out documents for val_loss, or token datasets (NAME=DIR: "
+        "val/NAME/loss each); repeatable.", panel=DATA)] = None,
     val_fraction: Annotated[float | None, _opt(
         "--val-fraction", help="Hold out this fraction of --data documents (by a stable "
         "hash of the text) when there is no --val-data.", panel=DATA)] = None,
+    max_epochs: Annotated[float | None, _opt(
+        "--max-epochs", help="Warn when the run would read a source more often than this.",
+        panel=DATA)] = None,
     text_field: Annotated[str | None, _opt(
         "--text-field", help="The field that holds the text.", panel=DATA)] = None,
     tokenizer: Annotated[str | None, _opt(
@@ -417,6 +423,56 @@ def tokenizer_command(
     if not quiet:
         print(f"trained a {size}-token BPE tokenizer on {count[0]} documents -> {output}",
               file=sys.stderr)
+
+
+TOKENIZE_HELP = """\
+Tokenize documents into a token-shard dataset that `llmtk train --data DIR` reads.
+
+A task-array stage like the dedup stages: task K of N (--shard K/N) takes its own \
+whole input files and writes OUT/part-K-of-N/ (token ids with EOS after every \
+document, uint16 or uint32 by vocabulary; an index of document boundaries with \
+each document's file, record and id; a manifest with the tokenizer's fingerprint \
+and the counts), under a temporary name renamed when complete, then \
+OUT/part-K-of-N.done; a rerun skips finished tasks. Several tasks writing into one \
+OUT make one dataset, the same token stream as one task over all the inputs. \
+Memory per task: one batch of 256 KiB of text and its tokens.
+
+[bold]Examples[/bold]
+
+  llmtk train tokenize clean/ --tokenizer tok.json -o tokens/web/
+
+  llmtk run --tasks 64 -- llmtk train tokenize clean/ --tokenizer tok.json \\
+    --shard {shard} -o tokens/web/
+
+  llmtk train --data web=tokens/web:0.8 --data code=tokens/code:0.2 \\
+    --tokenizer tok.json --out runs/a
+
+Exit status: 0 done (or already done), 1 a data or runtime error, 2 bad usage.
+"""
+
+
+@app.command("tokenize", help=TOKENIZE_HELP)
+@configs.keys_are_flags
+@o.stream_command(without=("output", "compress"))
+def tokenize_command(
+    out_dir: Annotated[str, typer.Option("-o", "--output", help="The dataset folder.",
+                                         show_default=False)] = ...,  # type: ignore[assignment]
+    tokenizer: Annotated[str, typer.Option(
+        "--tokenizer", help="bytes (UTF-8 bytes + EOS) or a tokenizer.json file.")] = "bytes",
+    *,
+    stream: StreamOptions,
+) -> None:
+    import os
+
+    from llmtk.io import StreamRun
+    from llmtk.text.tokenizer import load_tokenizer
+    from llmtk.train.tokens import tokenize_task
+
+    # The `tokenizers` library encodes a batch on its thread pool, sized once per process.
+    os.environ.setdefault("RAYON_NUM_THREADS", str(stream.workers))
+    tok = load_tokenizer(tokenizer)
+    with StreamRun("train tokenize", stream, output_dirs=[("-o", out_dir)]) as run:
+        tokenize_task(run, tok, out_dir)
 
 
 EXPORT_HELP = """\

@@ -35,6 +35,7 @@ class TrainConfig:
     data: list[str] = field(default_factory=list)
     val_data: list[str] = field(default_factory=list)
     val_fraction: float = 0.0
+    max_epochs: float = 4.0               # warn when a source is read more often than this
     text_field: str = "text"
     tokenizer: str = "bytes"
     cache_dir: str | None = None          # default OUT/cache
@@ -203,7 +204,7 @@ RULES = {
     "warmup": _at_least(0), "eval_every": _at_least(0), "sample_every": _at_least(0),
     "checkpoint_every": _at_least(0), "keep_checkpoints": _at_least(0),
     "max_bad_steps": _at_least(1), "seed": _between(0, 2**63 - 1),
-    "val_fraction": _between(0.0, 1.0, high_open=True),
+    "val_fraction": _between(0.0, 1.0, high_open=True), "max_epochs": _at_least(0.0),
     "lr": _between(0.0, 1e6, low_open=True), "min_lr": _between(0.0, 1e6),
     "decay_fraction": _between(0.0, 1.0, low_open=True),
     "weight_decay": _between(0.0, 1e6), "beta1": _between(0.0, 1.0, high_open=True),

@@ -157,9 +157,11 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
             tok = load_tokenizer(cfg.tokenizer)
             say = (lambda m: print(m, file=sys.stderr, flush=True)) \
                 if rank == 0 and not cfg.quiet else None
-            cache = D.build_cache(cfg.data, cfg.val_data, tok,
-                                  cfg.cache_dir or os.path.join(cfg.out, "cache"),
-                                  cfg.text_field, cfg.val_fraction, log=say)
+            from llmtk.train.inputs import data_key
+
+            cache = data_key(cfg, tok) or D.build_cache(  # token datasets need no cache
+                cfg.data, cfg.val_data, tok, cfg.cache_dir or os.path.join(cfg.out, "cache"),
+                cfg.text_field, cfg.val_fraction, log=say)
         data_ready = True
         import torch  # only now: a run refused by the lock or the data never waits for it
 
@@ -201,6 +203,7 @@ class Trainer:
             dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)
         # Each data-parallel rank reads its own part of the global batch (a tp group the same).
         dp, dp_rank = self.layout.dp, self.layout.dp_rank(dist.rank)
+        self.val_sets: dict = {}  # --val-data NAME=DIR: name -> Sampler
         if cfg.sft:  # instruction data instead of the token cache (train/finetune.py)
             from llmtk.train.finetune import setup_sft
 
@@ -211,20 +214,17 @@ class Trainer:
                 sft.tokens_per_step
             self.data_meta = sft.data_meta
         else:
-            meta = D.read_meta(cache)
+            from llmtk.train.inputs import epoch_warnings, open_training_data
+
             self.mcfg = model_config(cfg, tok.vocab_size)
             T = self.mcfg.seq_len
-            self.train_data = D.Sampler(D.Windows.open(cache, "train", T), cfg.batch_size,
-                                        dp, dp_rank, cfg.seed)
-            val_windows = D.Windows.open(cache, "val", T)
-            self.val_data = (D.Sampler(val_windows, cfg.batch_size, dp, dp_rank,
-                                       cfg.seed, shuffle=False) if len(val_windows) else None)
+            data = open_training_data(cfg, cache, T, dp, dp_rank)
+            self.train_data, self.val_data, self.val_sets = data.train, data.val, data.val_sets
             self.windows_per_step = cfg.batch_size * dp * cfg.grad_accum
             self.tokens_per_step = self.windows_per_step * T
-            self.data_meta = {"train_tokens": meta["train"]["tokens"],
-                              "val_tokens": meta["val"]["tokens"],
-                              "train_docs": meta["train"]["docs"],
-                              "val_docs": meta["val"]["docs"]}
+            self.data_meta = data.meta
+            for line in epoch_warnings(data, cfg.steps * self.windows_per_step, cfg.max_epochs):
+                self._say(line)
         self.batches = D.Prefetcher(self.train_data, self.train_data.global_batch, dist.device,
                                     threaded=dist.cuda)
         check_model(self.layout, self.mcfg)
@@ -692,15 +692,20 @@ class Trainer:
 
     def _evaluate_log_sample(self, st: TrainState) -> None:
         cfg, last = self.cfg, st.step == self.cfg.steps
-        val = None
-        if self.val_data is not None and (self._due(st, cfg.eval_every) if cfg.eval_every
-                                          else last):
+        val, per_source = None, {}
+        if (self.val_data is not None or self.val_sets) and \
+                (self._due(st, cfg.eval_every) if cfg.eval_every else last):
             with self.meter.exclude():
-                val = self._evaluate()
+                # --val-data NAME=DIR: val/NAME/loss each; val_loss is their mean
+                per_source = {f"val/{n}/loss": self._evaluate(s)
+                              for n, s in self.val_sets.items()}
+                val = self._evaluate(self.val_data) if self.val_data is not None else \
+                    sum(per_source.values()) / len(per_source)
         if self._due(st, cfg.log_every):
-            self._log_row(st, val)
+            self._log_row(st, val, per_source)
         elif val is not None and self.metrics is not None:
-            self.metrics.write({"step": st.step, "val_loss": val, "time": time.time()})
+            self.metrics.write({"step": st.step, "val_loss": val, **per_source,
+                                "time": time.time()})
             self._say(f"step {st.step}: val_loss {val:.4f}")
         if self.task_eval is not None and (self._due(st, cfg.eval_every) if cfg.eval_every
                                            else last):  # --eval-tasks
@@ -710,7 +715,8 @@ class Trainer:
             with self.meter.exclude():
                 self._sample(st)
 
-    def _log_row(self, st: TrainState, val_loss: float | None) -> None:
+    def _log_row(self, st: TrainState, val_loss: float | None, extra: dict | None = None
+                 ) -> None:
         step, (loss, grad_norm, not_finite), lr = self.last_row
         elapsed = self.meter.elapsed()
         (mem,) = self.dist.host_max([_mem_gb(self.dist.device)])
@@ -727,6 +733,9 @@ class Trainer:
                "step_s": round(elapsed / max(1, meter.steps), 4), "time": time.time()}
         if val_loss is not None:
             row["val_loss"] = val_loss
+        row.update(extra or {})
+        if hasattr(self.train_data, "source_tokens"):  # a blend: tokens/NAME
+            row.update(self.train_data.source_tokens(st.position))
         if hasattr(self.train_data, "trained_tokens"):  # SFT: the loss-carrying tokens
             row["trained_tokens"] = self.train_data.trained_tokens(st.position)
         self.metrics.write(row)
@@ -742,7 +751,7 @@ class Trainer:
                 step_ms=row["step_s"] * 1000), markup=False, soft_wrap=True)
 
     # ---------------------------------------------------------------- eval / sample
-    def _evaluate(self) -> float:
+    def _evaluate(self, sampler) -> float:
         import torch
 
         self.model.eval()
@@ -750,7 +759,7 @@ class Trainer:
         with torch.no_grad():
             for g in range(self.cfg.eval_batches):
                 batch = [t.to(self.dist.device)  # (x, y), or (x, y, doc) for SFT
-                         for t in self.val_data.batch(g * self.val_data.global_batch)]
+                         for t in sampler.batch(g * sampler.global_batch)]
                 with self.autocast():
                     _, loss = self.model(*batch)
                 total += loss.double()
