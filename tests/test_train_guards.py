@@ -56,6 +56,7 @@ def test_the_lock_is_free_again_after_the_holder_exits(tmp_path):
     lock.release()
 
 
+@pytest.mark.integration
 @pytest.mark.slow  # two real training processes
 def test_two_real_runs_on_one_out(tmp_path):
     data, out = write_data(tmp_path), str(tmp_path / "run")
@@ -169,17 +170,24 @@ def test_stale_cache_temp_dirs_of_dead_processes_are_swept(tmp_path):
     assert not stale.exists() and live.exists() and other_host.exists()
 
 
-def test_a_failed_tokenization_leaves_no_temp_dir(tmp_path):
-    from llmtk.errors import DataError
-    from llmtk.text.tokenizer import ByteTokenizer
-    from llmtk.train import data as D
+@pytest.mark.parametrize("data", ["empty", "bad"])
+def test_a_failed_start_leaves_nothing_behind(tmp_path, data):
+    """Empty data, or a bad line after a good one: no run folder, lock, cache or temp dir
+    (and in a run folder that was there, nothing new)."""
+    from tests.util import llmtk
 
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"text": "ok"}\nnot json\n')
-    root = tmp_path / "cache"
-    with pytest.raises(DataError):
-        D.build_cache([str(bad)], [], ByteTokenizer(), str(root))
-    assert [n for n in os.listdir(root) if n.startswith(".tmp-")] == []
+    src = tmp_path / f"{data}.jsonl"
+    src.write_text("" if data == "empty" else '{"text": "ok"}\nnot json\n')
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    for out in (tmp_path / "new" / "run", kept):
+        r = llmtk("train", "--data", src, "--out", out, "--model", "tiny", "--steps", "1", "-q",
+                  in_process=True)
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.decode().startswith(f"llmtk: error: {src}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{data}.jsonl", "kept"]
+    assert [p.name for p in kept.iterdir()] == ["notes.txt"]
 
 
 @pytest.mark.parametrize("threaded", [False, True])

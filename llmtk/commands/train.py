@@ -60,6 +60,7 @@ DATA, MODEL, OPTIM, RUN, LOG, CKPT, LAUNCH = (
     "Data", "Model", "Optimisation", "Runtime", "Logging, eval and sampling",
     "Checkpoints and numerical safety", "Launch (torchrun)")
 FT = "Fine-tuning (SFT, LoRA) and task evaluation"
+PAR = "Parallel layout (device mesh: pp x dp-replicate x dp-shard x tp = processes)"
 
 
 def _default_words(key: str) -> str | None:
@@ -181,12 +182,27 @@ def command(
     parallel: Annotated[str | None, _opt(
         "--parallel", help="auto (DDP when several processes), none, ddp or fsdp (FSDP2).",
         panel=RUN)] = None,
+    tp: Annotated[int | None, _opt(
+        "--tp", help="Tensor-parallel degree: split every matrix over N ranks of a node.",
+        panel=PAR)] = None,
+    pp: Annotated[int | None, _opt(
+        "--pp", help="Pipeline-parallel degree: split the layers into N stages.",
+        panel=PAR)] = None,
+    dp_replicate: Annotated[int | None, _opt(
+        "--dp-replicate", help="HSDP: N replicas of the model, each sharded with FSDP2 over "
+        "--dp-shard ranks.", panel=PAR)] = None,
+    dp_shard: Annotated[int | None, _opt(
+        "--dp-shard", help="FSDP2 degree (ranks sharding one replica).", panel=PAR,
+        default="the world size / (tp x pp x dp-replicate)")] = None,
+    pp_schedule: Annotated[str | None, _opt(
+        "--pp-schedule", help="Pipeline schedule: 1f1b or interleaved-1f1b.",
+        panel=PAR, metavar="NAME")] = None,
     compile: Annotated[bool | None, _opt(
         "--compile/--no-compile", help="torch.compile the model.", panel=RUN,
         default="on with CUDA, off on CPU")] = None,
     activation_checkpointing: Annotated[bool | None, _opt(
-        "--activation-checkpointing", help="Recompute block activations in backward.",
-        panel=RUN)] = None,
+        "--activation-checkpointing", help="Recompute block activations in backward "
+        "(less memory, about a third more compute).", panel=MODEL)] = None,
     nccl_timeout: Annotated[int | None, _opt(
         "--nccl-timeout", help="Seconds a collective may wait for the slowest rank (a 7B "
         "checkpoint write included).", panel=RUN)] = None,
@@ -213,6 +229,13 @@ def command(
         "and/or wandb (OUT/wandb, offline unless WANDB_MODE is set), comma-separated. "
         "metrics.jsonl is always written.", panel=LOG,
         metavar="NAMES")] = None,
+    grad_stats: Annotated[str | None, _opt(
+        "--grad-stats", help="none or per-layer: write each layer's gradient norm "
+        "(grad_norm/LAYER) to metrics.jsonl on non-finite and spike steps.", panel=LOG,
+        metavar="MODE")] = None,
+    grad_stats_every: Annotated[int | None, _opt(
+        "--grad-stats-every", help="With --grad-stats per-layer: also every N steps "
+        "(0: never).", panel=LOG)] = None,
     checkpoint_every: Annotated[int | None, _opt(
         "--checkpoint-every", help="Steps between checkpoints (0: only at the end and on "
         "SIGTERM/SIGUSR1).", panel=CKPT)] = None,
@@ -221,7 +244,8 @@ def command(
         panel=CKPT)] = None,
     checkpoint_format: Annotated[str | None, _opt(
         "--checkpoint-format", help="auto (dcp under FSDP, full otherwise), full (one file "
-        "per state) or dcp (torch.distributed.checkpoint, each rank writes its shard).",
+        "per state) or dcp (torch's distributed checkpoint: each rank writes its own "
+        "shard).",
         panel=CKPT)] = None,
     async_checkpoint: Annotated[bool | None, _opt(
         "--async-checkpoint/--no-async-checkpoint", help="dcp: write checkpoints in the "
@@ -280,8 +304,7 @@ def command(
     config: Annotated[str | None, _opt(
         "--config", help="A TOML file with any of these options (flags win).",
         panel=DATA)] = None,
-    quiet: Annotated[bool | None, _opt("-q", "--quiet", help="Only errors on stderr.",
-                                       panel=LOG)] = None,
+    quiet: Annotated[bool | None, _opt(*o.QUIET_FLAGS, help=o.QUIET_HELP, panel=LOG)] = None,
     nproc_per_node: Annotated[int | None, _opt(
         "--nproc-per-node", help="Start torchrun with this many processes per node.",
         panel=LAUNCH)] = None,
@@ -320,6 +343,12 @@ def _train(flags: dict, config: str | None) -> None:
     launch = resolve_launch(flags, config)
     cfg = resolve_config(flags, config)  # checked before torchrun starts anything
     if (launch.nproc_per_node or launch.nnodes > 1) and not is_worker():
+        from llmtk.train.parallel import check_trainable, plan_layout
+
+        # A layout that cannot fit starts nothing.
+        check_trainable(plan_layout((launch.nproc_per_node or 1) * launch.nnodes,
+                                    parallel=cfg.parallel, tp=cfg.tp, pp=cfg.pp,
+                                    dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)[1])
         import os
 
         if cfg.threads is None and "OMP_NUM_THREADS" not in os.environ:
@@ -371,7 +400,7 @@ def tokenizer_command(
         "--min-frequency", help="Merge only pairs seen at least this often.")] = 2,
     text_field: Annotated[str, typer.Option("--text-field",
                                             help="The field that holds the text.")] = "text",
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors on stderr.")] = False,
+    quiet: o.Quiet = False,
 ) -> None:
     import sys
 
@@ -542,7 +571,7 @@ def export_command(
         "-o", "--output", help="The consolidated file to write.")] = None,
     hf: Annotated[str | None, typer.Option(
         "--hf", help="The Hugging Face folder to write (new or empty).")] = None,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors on stderr.")] = False,
+    quiet: o.Quiet = False,
 ) -> None:
     import sys
 

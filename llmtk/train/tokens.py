@@ -42,6 +42,7 @@ import xxhash
 
 from llmtk.errors import AlreadyDone, DataError, UsageError
 from llmtk.io import write_json_atomically
+from llmtk.io.atomic import atomic_dir
 from llmtk.io.shard import RECORD_BITS
 
 if TYPE_CHECKING:
@@ -170,8 +171,9 @@ def tokenize_task(run: StreamRun, tok, out_dir: str) -> dict:
     _agree_meta(out_dir, meta)
     _sweep(out_dir, name)
     tmp = os.path.join(out_dir, f".{name}.tmp-{os.getpid()}")
-    os.makedirs(tmp)
-    try:
+    # Renamed into place only when complete (replacing a part a task killed after its
+    # rename wrote, before its marker); removed on any failure.
+    with atomic_dir(final, tmp, replace=True):
         writer = _PartWriter(tmp, meta["dtype"])
         encode = _encoder(tok)
         batch: list = []
@@ -202,12 +204,6 @@ def tokenize_task(run: StreamRun, tok, out_dir: str) -> dict:
                       for i, o in enumerate(run.file_ordinals)],
         }
         write_json_atomically(os.path.join(tmp, "manifest.json"), manifest)
-        if os.path.exists(final):  # a task killed after its rename, before its marker
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     run.count("tokens", writer.tokens)
     write_json_atomically(done, {"docs": writer.docs, "tokens": writer.tokens})
     return manifest
