@@ -279,3 +279,27 @@ def _check_train_batch(run, dirs):
     assert [json.loads(line) for s in shares for line in s.splitlines()] == \
         [{**d, "rank": d["window"] - 6} for d in docs]
 
+
+
+def test_a_large_epoch_is_ordered_without_an_array(monkeypatch):
+    """Past ORDER_IN_MEMORY windows the epoch order is a keyed Feistel bijection: every
+    window once per epoch, another order per epoch and seed, nothing held per window."""
+    import llmtk.train.data as D
+
+    for n in (1, 2, 3, 17, 1000, 4099):
+        order = D.FeistelOrder(n, [5, 0])
+        assert sorted(order[i] for i in range(n)) == list(range(n))
+    big = D.FeistelOrder(10**12, [5, 0])
+    assert len({big[i] for i in range(2000)}) == 2000 and max(big[i] for i in range(50)) > 10**11
+    monkeypatch.setattr(D, "ORDER_IN_MEMORY", 10)
+
+    class W:
+        seq_len = 1
+
+        def __len__(self):
+            return 500
+
+    sampler = D.Sampler(W(), 1, 1, 0, seed=5)
+    epochs = [[sampler.locate(e * 500 + i)[1] for i in range(500)] for e in (0, 1)]
+    assert isinstance(sampler._perm, D.FeistelOrder)
+    assert sorted(epochs[0]) == sorted(epochs[1]) == list(range(500)) and epochs[0] != epochs[1]
