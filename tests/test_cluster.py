@@ -58,6 +58,7 @@ def _fake_sbatch(tmp_path, base: dict | None = None) -> dict:
             "SBATCH_LOG": str(tmp_path / "log")}
 
 
+@pytest.mark.integration
 def test_array_script_turns_the_task_id_into_a_shard():
     def array(*args, **slurm):
         return subprocess.run(["bash", ARRAY, *args], capture_output=True,
@@ -81,6 +82,7 @@ def test_array_script_turns_the_task_id_into_a_shard():
         assert r.stderr.startswith(b"llmtk-array.sbatch: error: ") and message in r.stderr
 
 
+@pytest.mark.integration
 def test_resubmitting_one_index_rewrites_only_that_tasks_output(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

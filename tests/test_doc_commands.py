@@ -14,6 +14,7 @@ import re
 import subprocess
 
 import orjson
+import pytest
 import zstandard
 
 from tests.test_cluster import FAKE_SBATCH, _crawl
@@ -78,6 +79,7 @@ def _zstd_concat(paths) -> bytes:
                     for p in sorted(paths))
 
 
+@pytest.mark.integration  # the Slurm scripts
 def test_every_shell_block_of_the_cluster_page_runs(tmp_path):
     """The Slurm array, the whole pipeline script and the Ray commands of docs/cluster.md:
     the pipeline's output is the single machine's, and finished tasks are skipped."""

@@ -32,10 +32,10 @@ class Stub:
         self.requests += requests
         return [(self.ll(c, k), False) for c, k in requests]
 
-    def generate(self, item, stop, max_new_tokens):
-        return self.outputs[item.prompt], math.log(0.5)
+    def generate(self, context, stop, max_new_tokens):
+        return self.outputs[context], math.log(0.5)
 
-    def rolling(self, texts):
+    def rolling(self, texts, chat=False):
         return [self._rolling(t) for t in texts]
 
 
@@ -320,18 +320,17 @@ def test_llmtk_eval_logs_each_step_task_and_metric_once(tmp_path, capfd, monkeyp
     scored) adds no second row for the step: plot-loss would draw both."""
     import torch
 
-    from llmtk.train import checkpoint as C
+    from llmtk.train.checkpointer import Checkpointer
     from llmtk.train.model import GPT, ModelConfig
     from tests.util import InProcess
 
-    cli = InProcess(capfd, monkeypatch)
+    cli = InProcess()
     run = tmp_path / "run"
     torch.manual_seed(1)
     cfg = ModelConfig(vocab_size=257, seq_len=32, n_layer=1, d_model=32, n_head=2)
     state = {"step": 5, "model_config": cfg.to_dict(), "train_config": {"tokenizer": "bytes"},
              "tokenizer": "bytes-v1"}
-    C.save(str(run / "checkpoints"), 5, rank=0, barrier=lambda: None,
-           model_state=GPT(cfg).state_dict(), optim_state={}, state=state, keep=0)
+    Checkpointer(str(run / "checkpoints")).save(5, state, GPT(cfg))
     log = run / "metrics.jsonl"
     log.write_text(json.dumps({"step": 5, "loss": 5.5}) + "\n")
     arc = write_jsonl(tmp_path / "arc.jsonl", [

@@ -118,10 +118,9 @@ MaxRecordBytes = Annotated[
     ),
 ]
 Seed = Annotated[int, typer.Option("--seed", help="Random seed.")]
-Quiet = Annotated[
-    bool,
-    typer.Option("-q", "--quiet", help="No summary or progress on stderr; errors only."),
-]
+QUIET_FLAGS = ("-q", "--quiet")
+QUIET_HELP = "No summary or progress on stderr; errors only."
+Quiet = Annotated[bool, typer.Option(*QUIET_FLAGS, help=QUIET_HELP)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of a table.")]
 
 

@@ -20,6 +20,7 @@ import os
 import orjson
 
 from llmtk.errors import UsageError
+from llmtk.io.atomic import write_json_atomically
 
 SUFFIX = ".done"
 
@@ -68,6 +69,4 @@ def differences(then: dict, now: dict) -> str:
 
 
 def mark_done(output: str, print_: dict, outputs: list[str], stats: dict | None = None) -> None:
-    from llmtk.io.run import write_json_atomically
-
     write_json_atomically(marker_path(output), {**print_, "outputs": outputs, "stats": stats})

@@ -32,6 +32,7 @@ import orjson
 
 from llmtk.errors import AlreadyDone, ConfigError, UsageError
 from llmtk.io import marker
+from llmtk.io.atomic import json_bytes
 from llmtk.io.compression import normalise_kind
 from llmtk.io.parquet import is_parquet_name
 from llmtk.io.paths import check_paths, input_identities, make_parents, remove_made
@@ -160,7 +161,7 @@ class StreamRun:
             self.summary.bytes_out = self.output.bytes_written if self.output else 0
             self.summary.finish()
             if self._stats is not None:
-                self._stats.write(_json_bytes(self.summary.as_dict()))
+                self._stats.write(json_bytes(self.summary.as_dict()))
                 self._stats.finish()
             for sink in self._sinks:  # phase 2: renamed into place
                 sink.publish()
@@ -191,7 +192,7 @@ class StreamRun:
 
     def write_json(self, path: str, obj) -> None:
         """A report written with this run's outputs (indented JSON, sorted keys)."""
-        self.open_output(path, "plain").write(_json_bytes(obj))
+        self.open_output(path, "plain").write(json_bytes(obj))
 
     def _output_paths(self) -> list[str]:
         """Every file this task writes (what its completion marker vouches for)."""
@@ -323,26 +324,3 @@ def _bytes_on_disk(paths: list[str]) -> int | None:
     """The inputs' total size on disk, for progress; None if one is not a regular file."""
     sizes = [regular_size(p) for p in paths]
     return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
-
-
-def _json_bytes(obj) -> bytes:
-    options = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
-    return orjson.dumps(obj, option=options)
-
-
-def write_json_atomically(path: str, obj) -> None:
-    """A report or stats file: indented JSON with sorted keys, written atomically."""
-    write_file_atomically(path, _json_bytes(obj))
-
-
-def write_file_atomically(path: str, data: bytes) -> None:
-    """Write a small file via a temporary name and a rename."""
-    sink = Sink(path, "plain")
-    try:
-        sink.write(data)
-        sink.commit()
-    except BaseException:
-        sink.abort()
-        raise
-
-

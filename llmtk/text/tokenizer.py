@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable, Iterator
 
 from llmtk.errors import ConfigError, DataError
+from llmtk.io.atomic import atomic_name
 
 # Special tokens we recognise as "end of document" in a tokenizer.json, in order.
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
@@ -112,7 +113,6 @@ def train_bpe(texts: Iterator[str], vocab_size: int, out_path: str, min_frequenc
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    tmp = f"{out_path}.tmp"
-    tok.save(tmp)
-    os.replace(tmp, out_path)
+    with atomic_name(out_path) as tmp:
+        tok.save(tmp)
     return tok.get_vocab_size(with_added_tokens=True)

@@ -16,56 +16,13 @@ import os
 from dataclasses import dataclass, field, replace
 
 from llmtk.errors import DataError, UsageError
-
-EXPORT_FORMAT = "llmtk-gpt-v1"
-
-
-def find_checkpoint(path: str) -> str:
-    """The verified checkpoint directory for a run dir, checkpoints dir or step dir."""
-    from llmtk.train import checkpoint as C
-
-    found = C.resolve(path) if os.path.isdir(path) else None
-    if found is None:
-        raise UsageError(f"{path}: no complete llmtk train checkpoint there")
-    return found
-
-
-def _clean_keys(sd: dict) -> dict:
-    """Drop the wrappers' prefixes (torch.compile's _orig_mod., DDP's module.)."""
-    return {k.replace("_orig_mod.", "").removeprefix("module."): v for k, v in sd.items()}
-
-
-def full_state_dict(path: str) -> dict:
-    """The model's full state dict (CPU tensors) from any checkpoint, full or DCP-sharded,
-    or from a file written by `export`."""
-    import torch
-
-    from llmtk.train import checkpoint as C
-
-    if os.path.isfile(path):
-        return _clean_keys(_read_export(path)["state_dict"])
-    ckpt = find_checkpoint(path)
-    model_sd, _ = C.load_full_state(ckpt, with_optim=False)
-    sd = _clean_keys({k: v.detach().to("cpu") if isinstance(v, torch.Tensor) else v
-                      for k, v in model_sd.items()})
-    if any(".lora_" in k for k in sd):
-        from llmtk.train.lora import merged_state_dict
-
-        meta = C.load_state(ckpt)
-        tc = meta.get("train_config", {})
-        sd = merged_state_dict(sd, meta["model_config"],
-                               float(tc.get("lora_alpha") or tc.get("lora_rank")))
-    return sd
-
-
-def _read_export(path: str) -> dict:
-    from llmtk.train import checkpoint as C
-
-    blob = C.load_tensors(os.path.dirname(path) or ".", os.path.basename(path))
-    if not isinstance(blob, dict) or blob.get("format") != EXPORT_FORMAT:
-        raise UsageError(f"{path}: not a file written by `llmtk train export`")
-    return blob
-
+from llmtk.io.atomic import atomic_name
+from llmtk.train.state_dict import (
+    EXPORT_FORMAT,
+    find_checkpoint,
+    full_state_dict,
+    read_export,
+)
 
 HF_PREFIX = "hf:"
 
@@ -81,7 +38,7 @@ class LoadedModel:
     step: int | None = None    # the checkpoint's (or export's) step; None for "hf"
     run_dir: str | None = None  # the directory holding checkpoints/ ("llmtk" only)
     train_config: dict = field(default_factory=dict)
-    chat: object | None = None  # the chat template of an `--sft` run, else None
+    chat: object | None = None  # the chat template of an `--sft` run or an HF folder, else None
 
     @property
     def checkpoint(self) -> str:
@@ -123,7 +80,10 @@ def load_model(path: str, device: str = "cpu", seq_len: int | None = None) -> Lo
             raise UsageError(f"{path}: not a Hugging Face model folder (config.json and "
                              "model.safetensors)")
         cfg, sd = hf.load_hf(hf_dir, seq_len)
-        loaded = LoadedModel(GPT(cfg), load_tokenizer(hf.tokenizer_file(hf_dir)), hf_dir, "hf")
+        from llmtk.train.chat import own_template
+
+        tok = load_tokenizer(hf.tokenizer_file(hf_dir))
+        loaded = LoadedModel(GPT(cfg), tok, hf_dir, "hf", chat=own_template(tok))
     else:
         source = ckpt or path
         cfg, tok, meta = _config_and_tokenizer(source, C.load_state(source) if ckpt
@@ -134,9 +94,11 @@ def load_model(path: str, device: str = "cpu", seq_len: int | None = None) -> Lo
         tc = meta.get("train_config", {})
         chat = None
         if tc.get("sft"):
-            from llmtk.train.chat import chat_template
+            from llmtk.train.chat import chat_template, from_record
 
-            chat = chat_template(tok, tc.get("chat_template", "auto"))
+            recorded = meta.get("chat_template")  # older checkpoints: only the option
+            chat = (from_record(tok, recorded) if recorded
+                    else chat_template(tok, tc.get("chat_template", "auto")))
         loaded = LoadedModel(GPT(cfg), tok, source, "llmtk" if ckpt else "export",
                              meta.get("step"), run_dir_of(ckpt) if ckpt else None, tc, chat)
     loaded.model.load_state_dict(sd)
@@ -160,7 +122,7 @@ def run_dir_of(checkpoint: str) -> str:
 
 
 def _export_meta(path: str) -> dict:
-    blob = _read_export(path)
+    blob = read_export(path)
     return {"model_config": blob["model_config"], "tokenizer": blob["tokenizer"],
             "step": blob.get("step"), "train_config": {"tokenizer": blob["tokenizer_path"]}}
 
@@ -186,8 +148,6 @@ def _config_and_tokenizer(path: str, meta: dict):
 def export(path: str, output: str) -> str:
     """Write the model of checkpoint `path` as one weights-only file (atomically); returns
     the checkpoint directory it came from."""
-    import tempfile
-
     from llmtk.train import checkpoint as C
 
     ckpt = find_checkpoint(path)
@@ -199,20 +159,6 @@ def export(path: str, output: str) -> str:
     directory = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(directory):
         raise UsageError(f"-o {output}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(output)}.tmp-")
-    os.close(fd)
-    try:
-        C.save_torch(blob, tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, output)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with atomic_name(output) as tmp:
+        C.save_torch(blob, tmp)  # by name: its disk-full errors are CheckpointErrors
     return ckpt
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

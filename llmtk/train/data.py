@@ -34,6 +34,7 @@ import xxhash
 
 from llmtk.errors import ConfigError, DataError
 from llmtk.io import expand_inputs, read_docs
+from llmtk.io.atomic import atomic_dir, pid_alive
 
 CACHE_VERSION = 1
 SHARD_TOKENS = 1 << 26  # 64M tokens per shard file (128 MiB as uint16)
@@ -99,15 +100,8 @@ def _is_val(text: str, fraction: float) -> bool:
 
 _TMP = re.compile(r"^\.tmp-[0-9a-f]{16}-(?P<host>.+)-(?P<pid>\d+)$")
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
+# The name trainer.py's config.json sweep imports (until the checkpointer takes that over).
+_pid_alive = pid_alive
 
 
 def sweep_stale(cache_root: str) -> list[str]:
@@ -116,7 +110,7 @@ def sweep_stale(cache_root: str) -> list[str]:
     host, removed = socket.gethostname(), []
     for name in os.listdir(cache_root):
         m = _TMP.match(name)
-        if m and m["host"] == host and not _pid_alive(int(m["pid"])):
+        if m and m["host"] == host and not pid_alive(int(m["pid"])):
             shutil.rmtree(os.path.join(cache_root, name), ignore_errors=True)
             removed.append(name)
     return removed
@@ -147,16 +141,16 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
         if os.path.exists(os.path.join(final, "meta.json")):
             return final  # built by the process that held the lock before us
         sweep_stale(cache_root)
+        # Without a cross-host lock, another node may finish the same cache first
+        # (exist_ok: its copy is kept, ours dropped).
         tmp = os.path.join(cache_root, f".tmp-{key}-{socket.gethostname()}-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
         try:
-            _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fraction,
-                      log)
+            with atomic_dir(final, tmp, exist_ok=True):
+                _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field,
+                          val_fraction, log)
         except BaseException:
-            # A bad line, empty data or Ctrl-C leaves nothing: no partial shards, no lock
-            # file, and no cache folder if this call made it (empty now, or someone else's).
-            shutil.rmtree(tmp, ignore_errors=True)
+            # A bad line, empty data or Ctrl-C leaves nothing: atomic_dir removed the partial
+            # shards; no lock file either, and no cache folder if this call made it.
             lock.release(remove=True)
             if made_root:
                 with contextlib.suppress(OSError):
@@ -210,12 +204,6 @@ def _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fra
         json.dump(meta, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
-    try:
-        os.rename(tmp, final)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # another node won the race
-        if not os.path.exists(os.path.join(final, "meta.json")):
-            raise
 
 
 def read_meta(cache_dir: str) -> dict:
