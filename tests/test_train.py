@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from llmtk.curves.detect import diagnose
+from llmtk.curves.logs import load_run
 from llmtk.train.config import TrainConfig as TrainConfigForTest
 from llmtk.train.trainer import lr_at
 from tests.train_runs import (
@@ -261,12 +263,24 @@ def test_on_nan_stop_names_the_step(corpus, tmp_path):
 
 def test_single_nan_is_skipped_and_training_continues(corpus, tmp_path):
     out = str(tmp_path / "run")
-    run_train(corpus, out, "--steps", "5", "--batch-size", "2", faults={"nan_loss": 1})
+    run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--grad-stats", "per-layer",
+              "--grad-stats-every", "2", faults={"nan_loss": 1})
     (e,) = events(out, "nan")
     assert e["action"] == "skip" and e["step"] == 2
     r = losses(out)
     assert [x[0] for x in r] == [1, 3, 4, 5]
     assert all(math.isfinite(x[1]) for x in r)
+    # --grad-stats per-layer: each layer's norm on the non-finite step and every 2 steps
+    stats = events(out, "grad_stats")
+    assert [(g["step"], g["why"]) for g in stats] == [(2, "nan"), (4, "every")]
+    layers = [k for k in stats[1] if k.startswith("grad_norm/")]
+    assert layers[:3] == ["grad_norm/tok_emb", "grad_norm/layers.0.attn_norm",
+                          "grad_norm/layers.0.attn"] and layers[-1] == "grad_norm/norm"
+    total = math.sqrt(sum(stats[1][k] ** 2 for k in layers))
+    assert total == pytest.approx(stats[1]["grad_norm"], rel=1e-4)  # the layers add up
+    assert stats[0]["grad_norm/tok_emb"] == "NaN"
+    (named,) = [f for f in diagnose(load_run(out)) if f.kind == "layer_grads"]
+    assert named.step == 2 and "first non-finite in tok_emb" in named.summary
 
 
 def test_loss_spike_rolls_back_with_half_the_lr(corpus, tmp_path):

@@ -73,6 +73,18 @@ def test_fsdp2_two_processes_match_one(corpus, tmp_path, single_ref):
         assert x[1] == pytest.approx(y[1], rel=1e-5)
 
 
+def test_hsdp_2x2_matches_one(corpus, tmp_path, single_ref):
+    """HSDP on a (dp_replicate 2, dp_shard 2) mesh: each replica's shards count once in
+    the global grad norm (the all-reduced squares are divided by the 2 replicas)."""
+    out = str(tmp_path / "hsdp")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "1", "--nproc-per-node", "4",
+              "--dp-replicate", "2", "--checkpoint-format", "full")
+    _parallel_matches(single_ref, out)
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert config["parallel"] == "fsdp"
+    assert config["layout"] == {"pp": 1, "dp_replicate": 2, "dp_shard": 2, "tp": 1}
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_two_nodes_c10d_rendezvous_match_one(corpus, tmp_path, single_ref):

@@ -131,21 +131,6 @@ def add_lora(model, rank: int, alpha: float | None = None, targets: str = ",".jo
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def merge_lora(model) -> None:
-    """Fold every adapter into its base weight and put plain Linears back (in place)."""
-    with torch.no_grad():
-        for block in model.layers:
-            for path in ("attn.wqkv", *MODULE_OF.values()):
-                parent_path, _, leaf = path.rpartition(".")
-                parent = _get(block, parent_path)
-                mod = getattr(parent, leaf)
-                if isinstance(mod, LoRALinear):
-                    plain = nn.Linear(mod.in_features, mod.out_features, bias=False,
-                                      device=mod.weight.device, dtype=mod.weight.dtype)
-                    plain.weight.copy_(mod.weight + mod.delta().to(mod.weight.dtype))
-                    setattr(parent, leaf, plain)
-
-
 def merged_state_dict(state: dict, model_config: dict, alpha: float) -> dict:
     """A LoRA checkpoint's state dict with the adapters folded in: the plain model's keys.
 
@@ -166,11 +151,6 @@ def merged_state_dict(state: dict, model_config: dict, alpha: float) -> dict:
         start = offset.get(part, 0)
         w[start:start + b.shape[0]] += (scale * (b.float() @ a.float())).to(w.dtype)
     return out
-
-
-def adapter_state_dict(state: dict) -> dict:
-    """Only the adapters of a LoRA checkpoint (what `--adapters-only` exports)."""
-    return {k: v for k, v in state.items() if ".lora_" in k}
 
 
 def _kaiming_(param: torch.Tensor) -> None:
