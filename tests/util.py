@@ -183,6 +183,9 @@ class InProcess:
     (through `llmtk.cli.main`, exit code, messages and all), in the test's working
     directory, with text results: `.exit_code`, `.stdout`, `.output` (stderr)."""
 
+    def __init__(self, *unused_fixtures) -> None:
+        pass  # older fixtures pass (capfd, monkeypatch); nothing here needs them
+
     def __call__(self, *args):
         from types import SimpleNamespace
 
