@@ -73,6 +73,7 @@ def test_fsdp2_two_processes_match_one(corpus, tmp_path, single_ref):
         assert x[1] == pytest.approx(y[1], rel=1e-5)
 
 
+@pytest.mark.integration
 def test_hsdp_2x2_matches_one(corpus, tmp_path, single_ref):
     """HSDP on a (dp_replicate 2, dp_shard 2) mesh: each replica's shards count once in
     the global grad norm (the all-reduced squares are divided by the 2 replicas)."""
