@@ -32,10 +32,10 @@ class Stub:
         self.requests += requests
         return [(self.ll(c, k), False) for c, k in requests]
 
-    def generate(self, item, stop, max_new_tokens):
-        return self.outputs[item.prompt], math.log(0.5)
+    def generate(self, context, stop, max_new_tokens):
+        return self.outputs[context], math.log(0.5)
 
-    def rolling(self, texts):
+    def rolling(self, texts, chat=False):
         return [self._rolling(t) for t in texts]
 
 
@@ -324,7 +324,7 @@ def test_llmtk_eval_logs_each_step_task_and_metric_once(tmp_path, capfd, monkeyp
     from llmtk.train.model import GPT, ModelConfig
     from tests.util import InProcess
 
-    cli = InProcess(capfd, monkeypatch)
+    cli = InProcess()
     run = tmp_path / "run"
     torch.manual_seed(1)
     cfg = ModelConfig(vocab_size=257, seq_len=32, n_layer=1, d_model=32, n_head=2)
@@ -337,9 +337,14 @@ def test_llmtk_eval_logs_each_step_task_and_metric_once(tmp_path, capfd, monkeyp
         {"question": "Sky?", "choices": ["red", "blue"], "answer": 1},
         {"question": "Two?", "choices": ["2", "3"], "answer": 0}])
     held = write_jsonl(tmp_path / "held.jsonl", [{"text": "Return the number of items."}])
+    monkeypatch.setenv("COLUMNS", "80")
     for _ in range(2):
         r = cli("eval", run, "--tasks", arc, "--tasks", held, "--device", "cpu")
         assert r.exit_code == 0, r.output
+        # At 80 columns a long path folds in its column, whole, and is never cut with "…".
+        last = "".join(line.split("│")[-2].strip() for line in r.stdout.splitlines()
+                       if line.count("│") > 2)
+        assert "…" not in r.stdout and os.path.relpath(run / "eval" / "5" / "arc.bad.jsonl") in last
     rows = _eval_rows(log)
     keys = [(r["step"], r["task"], r["metric"]) for r in rows]
     assert sorted(keys) == [(5, "arc", "acc"), (5, "arc", "acc_norm"),

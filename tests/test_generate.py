@@ -13,8 +13,8 @@ from tests.util import InProcess  # noqa: E402
 
 
 @pytest.fixture
-def cli(capfd, monkeypatch):
-    return InProcess(capfd, monkeypatch)
+def cli():
+    return InProcess()
 
 
 @pytest.fixture(scope="module")

@@ -408,11 +408,12 @@ def _losses(run):
 
 @pytest.mark.parametrize("lora,extra", [
     ([], ["--grad-accum", "2"]),
-    pytest.param([], ["--nproc-per-node", "2"], marks=pytest.mark.slow),
+    pytest.param([], ["--nproc-per-node", "2"],
+                 marks=[pytest.mark.slow, pytest.mark.integration]),
     # Under FSDP2 the adapters are initialised after sharding (lora.init_lora): each rank's
     # slice of A must be the single process's, or every step after the first differs.
     pytest.param(["--lora-rank", "4"], ["--nproc-per-node", "2", "--parallel", "fsdp"],
-                 marks=pytest.mark.slow),
+                 marks=[pytest.mark.slow, pytest.mark.integration]),
 ])
 def test_sft_steps_do_not_depend_on_how_the_batch_is_split(base, tmp_path, lora, extra):
     """The loss is the mean over every trained token of the step, whatever the split into

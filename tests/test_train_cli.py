@@ -1,4 +1,4 @@
-"""`llmtk train` as a person meets it (issue 14, item 7): --threads, the warmup warning,
+"""`llmtk train` as a person meets it: --threads, the warmup warning,
 the two start lines, the 80-column step line with elapsed time and ETA, a finished run
 re-run, a resume with changed settings, an unknown --model, and help defaults read from
 TrainConfig. In process (tests/util.InProcess), on a one-layer model of a few steps."""
@@ -35,8 +35,8 @@ def data(tmp_path_factory):
 
 
 @pytest.fixture
-def llmtk(capfd, monkeypatch):
-    return InProcess(capfd, monkeypatch)
+def llmtk():
+    return InProcess()
 
 
 def train_args(data, out, *extra):
@@ -123,6 +123,7 @@ def test_a_busy_machine_gets_a_hint_not_a_different_default(monkeypatch):
     assert runtime.busy_note(2, "default", "cpu") is None
 
 
+@pytest.mark.integration
 def test_the_launcher_gives_each_torchrun_worker_its_share_of_the_cores(data, tmp_path,
                                                                        monkeypatch, llmtk):
     from llmtk.train import launch

@@ -136,15 +136,18 @@ class TaskEvaluator:
         t.dist.barrier()
 
     def _score(self, step: int, model) -> None:
+        from llmtk.evaluate.prompts import Format
         from llmtk.evaluate.report import evaluate_tasks, summary_line
         from llmtk.evaluate.scoring import ModelScorer
 
         t = self.t
         rank0 = t.dist.rank == 0
         scorer = ModelScorer(model, t.tok, prompt_ids=self.prompt_ids, autocast=t.autocast)
+        # An --sft model is asked in its chat format, as `llmtk eval` asks it by default.
+        formats = {task.name: Format(chat=self.prompt_ids is not None) for task in self.tasks}
         summaries = evaluate_tasks(
             self.tasks, scorer, run_dir=t.out, step=step, n_bad=t.cfg.eval_bad_cases,
-            max_new_tokens=t.cfg.eval_max_new_tokens,
+            max_new_tokens=t.cfg.eval_max_new_tokens, formats=formats,
             log=t.metrics.write if rank0 and t.metrics is not None else None, write=rank0)
         if rank0 and not t.cfg.quiet:
             for s in summaries:

@@ -79,7 +79,7 @@ class StepResult:
     step: int                # 1-based
     lr: float
     values: object           # tensor [loss, grad_norm, not_finite]
-    bad: object              # tensor (P,): 1 where a parameter's gradient is not finite
+    sq: object               # tensor (P,): each parameter's squared gradient norm
 
 
 @dataclass
@@ -157,9 +157,11 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
             tok = load_tokenizer(cfg.tokenizer)
             say = (lambda m: print(m, file=sys.stderr, flush=True)) \
                 if rank == 0 and not cfg.quiet else None
-            cache = D.build_cache(cfg.data, cfg.val_data, tok,
-                                  cfg.cache_dir or os.path.join(cfg.out, "cache"),
-                                  cfg.text_field, cfg.val_fraction, log=say)
+            from llmtk.train.inputs import data_key
+
+            cache = data_key(cfg, tok) or D.build_cache(  # token datasets need no cache
+                cfg.data, cfg.val_data, tok, cfg.cache_dir or os.path.join(cfg.out, "cache"),
+                cfg.text_field, cfg.val_fraction, log=say)
         data_ready = True
         import torch  # only now: a run refused by the lock or the data never waits for it
 
@@ -201,6 +203,7 @@ class Trainer:
             dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)
         # Each data-parallel rank reads its own part of the global batch (a tp group the same).
         dp, dp_rank = self.layout.dp, self.layout.dp_rank(dist.rank)
+        self.val_sets: dict = {}  # --val-data NAME=DIR: name -> Sampler
         if cfg.sft:  # instruction data instead of the token cache (train/finetune.py)
             from llmtk.train.finetune import setup_sft
 
@@ -211,20 +214,17 @@ class Trainer:
                 sft.tokens_per_step
             self.data_meta = sft.data_meta
         else:
-            meta = D.read_meta(cache)
+            from llmtk.train.inputs import epoch_warnings, open_training_data
+
             self.mcfg = model_config(cfg, tok.vocab_size)
             T = self.mcfg.seq_len
-            self.train_data = D.Sampler(D.Windows.open(cache, "train", T), cfg.batch_size,
-                                        dp, dp_rank, cfg.seed)
-            val_windows = D.Windows.open(cache, "val", T)
-            self.val_data = (D.Sampler(val_windows, cfg.batch_size, dp, dp_rank,
-                                       cfg.seed, shuffle=False) if len(val_windows) else None)
+            data = open_training_data(cfg, cache, T, dp, dp_rank)
+            self.train_data, self.val_data, self.val_sets = data.train, data.val, data.val_sets
             self.windows_per_step = cfg.batch_size * dp * cfg.grad_accum
             self.tokens_per_step = self.windows_per_step * T
-            self.data_meta = {"train_tokens": meta["train"]["tokens"],
-                              "val_tokens": meta["val"]["tokens"],
-                              "train_docs": meta["train"]["docs"],
-                              "val_docs": meta["val"]["docs"]}
+            self.data_meta = data.meta
+            for line in epoch_warnings(data, cfg.steps * self.windows_per_step, cfg.max_epochs):
+                self._say(line)
         self.batches = D.Prefetcher(self.train_data, self.train_data.global_batch, dist.device,
                                     threaded=dist.cuda)
         check_model(self.layout, self.mcfg)
@@ -315,6 +315,11 @@ class Trainer:
         self.peak = (device_peak_flops(torch.cuda.get_device_name(dist.local_rank),
                                        "bf16-mixed" if self._bf16() else "fp32")
                      if dist.cuda else None)
+        self.grad_stats = None  # --grad-stats per-layer: rows of per-layer norms, in _settle
+        if cfg.grad_stats == "per-layer":
+            from llmtk.train.grad_stats import GradStats
+
+            self.grad_stats = GradStats(self.param_names, cfg.grad_stats_every, cfg.spike_factor)
 
     def _build_fsdp(self):
         """FSDP2: build on the meta device (no full copy in memory), shard each block and
@@ -393,13 +398,13 @@ class Trainer:
         for group in self.opt.param_groups:
             group["lr"] = lr
         loss_sum = self._micro_steps(st)
-        values, bad = self._reduce_clip_update(loss_sum)
+        values, sq = self._reduce_clip_update(loss_sum)
         st.step += 1
         st.position += self.windows_per_step
         st.tokens += self.tokens_per_step
         self.meter.tokens += self.tokens_per_step
         self.meter.steps += 1
-        return StepResult(st.step, lr, values, bad)
+        return StepResult(st.step, lr, values, sq)
 
     def _micro_steps(self, st: TrainState):
         import torch
@@ -428,7 +433,7 @@ class Trainer:
 
     def _reduce_clip_update(self, loss_sum):
         """The step's one collective, then clip and step on the device. Returns the step's
-        [loss, grad_norm, not_finite] and the per-parameter non-finite flags (device)."""
+        [loss, grad_norm, not_finite] and the per-parameter squared norms (device)."""
         import torch
 
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
@@ -453,7 +458,7 @@ class Trainer:
         self.opt.found_inf = not_finite  # the fused kernel skips the update when it is 1
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        return torch.stack([loss, norm, not_finite]), ~torch.isfinite(sq)
+        return torch.stack([loss, norm, not_finite]), sq
 
     def _settle(self, st: TrainState) -> bool:
         """Bring the host up to date with the pending steps (one device read): log
@@ -463,11 +468,13 @@ class Trainer:
         if not self.pending:
             return True
         pending, self.pending = self.pending, []
-        rows = torch.stack([torch.cat([r.values, r.bad.float()]) for r in pending])
+        rows = torch.stack([torch.cat([r.values, r.sq]) for r in pending])
         values = rows.tolist()  # the one device -> host read
-        for r, (loss, norm, not_finite, *bad) in zip(pending, values, strict=True):
+        for r, (loss, norm, not_finite, *sq) in zip(pending, values, strict=True):
+            if self.grad_stats and (row := self.grad_stats.row(r.step, loss, norm, sq)):
+                self._event("grad_stats", r.step, **row)
             if not_finite:
-                self._non_finite(st, r.step, loss, norm, bad)
+                self._non_finite(st, r.step, loss, norm, [not math.isfinite(v) for v in sq])
             elif self._is_spike(st, loss):
                 self._rollback(st, r.step, loss)
                 return False
@@ -652,6 +659,8 @@ class Trainer:
             "model_config": self.mcfg.to_dict(), "train_config": self.cfg.to_dict(),
             "data_cache": os.path.basename(self.cache), "tokenizer": self.tok.fingerprint(),
             "format": self.ckpt_format, "parallel": self.parallel,
+            # --sft: the template itself, which `llmtk eval` puts questions through
+            "chat_template": self.chat.record() if self.chat is not None else None,
             # read by tools that predate TrainState
             "tokens": st.tokens, "data_position": st.position, "lr_scale": st.lr_scale,
         }
@@ -683,15 +692,20 @@ class Trainer:
 
     def _evaluate_log_sample(self, st: TrainState) -> None:
         cfg, last = self.cfg, st.step == self.cfg.steps
-        val = None
-        if self.val_data is not None and (self._due(st, cfg.eval_every) if cfg.eval_every
-                                          else last):
+        val, per_source = None, {}
+        if (self.val_data is not None or self.val_sets) and \
+                (self._due(st, cfg.eval_every) if cfg.eval_every else last):
             with self.meter.exclude():
-                val = self._evaluate()
+                # --val-data NAME=DIR: val/NAME/loss each; val_loss is their mean
+                per_source = {f"val/{n}/loss": self._evaluate(s)
+                              for n, s in self.val_sets.items()}
+                val = self._evaluate(self.val_data) if self.val_data is not None else \
+                    sum(per_source.values()) / len(per_source)
         if self._due(st, cfg.log_every):
-            self._log_row(st, val)
+            self._log_row(st, val, per_source)
         elif val is not None and self.metrics is not None:
-            self.metrics.write({"step": st.step, "val_loss": val, "time": time.time()})
+            self.metrics.write({"step": st.step, "val_loss": val, **per_source,
+                                "time": time.time()})
             self._say(f"step {st.step}: val_loss {val:.4f}")
         if self.task_eval is not None and (self._due(st, cfg.eval_every) if cfg.eval_every
                                            else last):  # --eval-tasks
@@ -701,7 +715,8 @@ class Trainer:
             with self.meter.exclude():
                 self._sample(st)
 
-    def _log_row(self, st: TrainState, val_loss: float | None) -> None:
+    def _log_row(self, st: TrainState, val_loss: float | None, extra: dict | None = None
+                 ) -> None:
         step, (loss, grad_norm, not_finite), lr = self.last_row
         elapsed = self.meter.elapsed()
         (mem,) = self.dist.host_max([_mem_gb(self.dist.device)])
@@ -718,6 +733,9 @@ class Trainer:
                "step_s": round(elapsed / max(1, meter.steps), 4), "time": time.time()}
         if val_loss is not None:
             row["val_loss"] = val_loss
+        row.update(extra or {})
+        if hasattr(self.train_data, "source_tokens"):  # a blend: tokens/NAME
+            row.update(self.train_data.source_tokens(st.position))
         if hasattr(self.train_data, "trained_tokens"):  # SFT: the loss-carrying tokens
             row["trained_tokens"] = self.train_data.trained_tokens(st.position)
         self.metrics.write(row)
@@ -733,7 +751,7 @@ class Trainer:
                 step_ms=row["step_s"] * 1000), markup=False, soft_wrap=True)
 
     # ---------------------------------------------------------------- eval / sample
-    def _evaluate(self) -> float:
+    def _evaluate(self, sampler) -> float:
         import torch
 
         self.model.eval()
@@ -741,7 +759,7 @@ class Trainer:
         with torch.no_grad():
             for g in range(self.cfg.eval_batches):
                 batch = [t.to(self.dist.device)  # (x, y), or (x, y, doc) for SFT
-                         for t in self.val_data.batch(g * self.val_data.global_batch)]
+                         for t in sampler.batch(g * sampler.global_batch)]
                 with self.autocast():
                     _, loss = self.model(*batch)
                 total += loss.double()
