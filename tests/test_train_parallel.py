@@ -1,5 +1,5 @@
-"""`llmtk train` across processes on CPU (gloo): DDP, FSDP2 and two-node runs match one
-process; FSDP2's sharded (DCP) checkpoints resume bit-exactly and export to one file.
+"""`llmtk train` across processes on CPU (gloo): DDP, FSDP2, HSDP and two-node runs match
+one process; FSDP2's sharded (DCP) checkpoints resume bit-exactly and export to one file.
 The launcher runs in this process (torchrun's own code), its workers are real.
 """
 
