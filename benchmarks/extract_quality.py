@@ -32,6 +32,8 @@ trafilatura alone (warcio + defaults). The peers run in benchmarks/.venvs/extrac
 on first use from PyPI: datatrove==0.10.1, trafilatura, warcio, resiliparse,
 lxml_html_clean, faust-cchardet, python-magic).
 
+`--host-lines` also scores every output with the lines that repeat across half or more of a
+host's pages removed (the cross-page boilerplate rule; in a pipeline it is a second pass).
 `--parse` adds parsing alone (llmtk cat, which also decodes charsets, vs fastwarc and warcio
 reading every response payload). `--hostile` adds the damaged-archive check: 20 pages with
 one Content-Length 300 bytes too short, one 300 too long, a PNG served as text/html and a
@@ -230,6 +232,27 @@ def score(texts: dict[str, str], refs: dict) -> dict:
             "leak_share": leaks / n, "empty": n - len(ps)}
 
 
+# ------------------------------------------------------------------ host-level boilerplate
+
+
+def without_host_repeats(texts: dict[str, str]) -> tuple[dict[str, str], float]:
+    """Lines found on at least half of a host's pages (and on 3 or more) removed from all
+    of them: boilerplate that repeats across a site. (result, CPU seconds it took)."""
+    t = time.process_time()
+    hosts: dict[str, list[str]] = {}
+    for url in texts:
+        hosts.setdefault(url.split("/")[2], []).append(url)
+    out = {}
+    for urls in hosts.values():
+        seen = Counter()
+        for u in urls:
+            seen.update({line.strip() for line in texts[u].splitlines() if line.strip()})
+        common = {line for line, n in seen.items() if n >= max(3, len(urls) // 2)}
+        for u in urls:
+            out[u] = "\n".join(x for x in texts[u].splitlines() if x.strip() not in common)
+    return out, time.process_time() - t
+
+
 # ------------------------------------------------------------------ hostile records
 
 
@@ -275,6 +298,8 @@ def main() -> None:
     ap.add_argument("--peers", default="llmtk,llmtk-trafilatura,datatrove,resiliparse,"
                                        "trafilatura")
     ap.add_argument("--hostile", action="store_true")
+    ap.add_argument("--host-lines", action="store_true", help="also score each output with "
+                    "lines that repeat across a host's pages removed")
     ap.add_argument("--rescore", action="store_true", help="score the outputs of the last run "
                     "again (no extraction)")
     ap.add_argument("--parse", action="store_true", help="also time parsing alone: llmtk cat "
@@ -305,6 +330,13 @@ def main() -> None:
     if "llmtk" in results and "datatrove" in results and results["datatrove"]["pages_per_cpu_s"]:
         ratio = results["llmtk"]["pages_per_cpu_s"] / results["datatrove"]["pages_per_cpu_s"]
         print(f"llmtk / datatrove pages per CPU-second: {ratio:.1f}x")
+    if args.host_lines:
+        print("\nwith lines on half or more of a host's pages removed (a second pass):")
+        for name in results:
+            texts, cost = without_host_repeats(read_output(OUT / f"{name}.{warc.stem}.jsonl"))
+            s = score(texts, refs)
+            print(f"  {name:18s} P {s['precision']:.3f}  R {s['recall']:.3f}  "
+                  f"leaks {s['leak_share']:.1%}  (+{cost:.2f} CPU-s on top of extraction)")
     (OUT / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
     if args.parse:
         print("\nparsing alone (payloads read and decoded, nothing extracted):")
