@@ -128,6 +128,7 @@ def test_debug_flag_shows_the_traceback(monkeypatch, capsys, tmp_path):
         cli.main()
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "llmtk").exists(),
                     reason="needs the checkout's .venv (make setup)")
 def test_make_install_puts_llmtk_on_path_of_a_new_shell(tmp_path):

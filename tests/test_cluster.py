@@ -33,6 +33,7 @@ while [[ $1 == --* ]]; do
 done
 echo "$dep $*" >> "$SBATCH_LOG"
 [ -n "$cpus" ] || cpus=$(sed -n 's/^#SBATCH --cpus-per-task=//p' "$1")
+cpus=${SBATCH_CPUS:-$cpus}  # a test's override: a few CPUs in place of the allocation
 ids=()
 IFS=, read -ra parts <<< "${array%%%*}"
 for p in "${parts[@]}"; do
@@ -59,6 +60,7 @@ def _fake_sbatch(tmp_path, base: dict | None = None) -> dict:
             "SBATCH_LOG": str(tmp_path / "log")}
 
 
+@pytest.mark.integration
 def test_array_script_turns_the_task_id_into_a_shard():
     def array(*args, **slurm):
         return subprocess.run(["bash", ARRAY, *args], capture_output=True,
@@ -82,6 +84,7 @@ def test_array_script_turns_the_task_id_into_a_shard():
         assert r.stderr.startswith(b"llmtk-array.sbatch: error: ") and message in r.stderr
 
 
+@pytest.mark.integration
 def test_resubmitting_one_index_rewrites_only_that_tasks_output(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -123,6 +126,7 @@ def _crawl(tmp_path):
     return d, ev
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_pipeline_on_slurm_equals_the_single_machine_pipeline(tmp_path):
     crawl, ev = _crawl(tmp_path)

@@ -13,8 +13,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 
 @pytest.fixture
-def cli(capfd, monkeypatch):
-    return InProcess(capfd, monkeypatch)
+def cli():
+    return InProcess()
 
 
 def records(text: str) -> list[dict]:

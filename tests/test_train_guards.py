@@ -56,6 +56,7 @@ def test_the_lock_is_free_again_after_the_holder_exits(tmp_path):
     lock.release()
 
 
+@pytest.mark.integration
 @pytest.mark.slow  # two real training processes
 def test_two_real_runs_on_one_out(tmp_path):
     data, out = write_data(tmp_path), str(tmp_path / "run")

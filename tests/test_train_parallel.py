@@ -47,6 +47,7 @@ def test_grad_accum_matches_a_bigger_batch(corpus, tmp_path, single_ref):
     _parallel_matches(single_ref, out)
 
 
+@pytest.mark.integration
 def test_ddp_two_processes_match_one(corpus, tmp_path, single_ref):
     out = str(tmp_path / "ddp")
     run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "2")
@@ -54,6 +55,7 @@ def test_ddp_two_processes_match_one(corpus, tmp_path, single_ref):
     assert json.load(open(os.path.join(out, "config.json")))["parallel"] == "ddp"
 
 
+@pytest.mark.integration
 def test_fsdp2_two_processes_match_one(corpus, tmp_path, single_ref):
     out = str(tmp_path / "fsdp")
     run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "2",
@@ -71,6 +73,19 @@ def test_fsdp2_two_processes_match_one(corpus, tmp_path, single_ref):
         assert x[1] == pytest.approx(y[1], rel=1e-5)
 
 
+def test_hsdp_2x2_matches_one(corpus, tmp_path, single_ref):
+    """HSDP on a (dp_replicate 2, dp_shard 2) mesh: each replica's shards count once in
+    the global grad norm (the all-reduced squares are divided by the 2 replicas)."""
+    out = str(tmp_path / "hsdp")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "1", "--nproc-per-node", "4",
+              "--dp-replicate", "2", "--checkpoint-format", "full")
+    _parallel_matches(single_ref, out)
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert config["parallel"] == "fsdp"
+    assert config["layout"] == {"pp": 1, "dp_replicate": 2, "dp_shard": 2, "tp": 1}
+
+
+@pytest.mark.integration
 @pytest.mark.slow
 def test_two_nodes_c10d_rendezvous_match_one(corpus, tmp_path, single_ref):
     out = str(tmp_path / "nodes")
@@ -101,6 +116,7 @@ def fsdp_ref(corpus, tmp_path_factory):
     return out
 
 
+@pytest.mark.integration
 def test_fsdp2_writes_sharded_checkpoints_and_resumes_them_bit_exactly(corpus, tmp_path,
                                                                        fsdp_ref):
     ckpt = os.path.join(fsdp_ref, "checkpoints", "step-0000006")
@@ -147,6 +163,7 @@ def test_export_consolidates_a_sharded_checkpoint(fsdp_ref, tmp_path):
     assert p.returncode == 2 and b"no complete llmtk train checkpoint" in p.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.slow  # three 2-process FSDP runs
 def test_async_sharded_checkpoint_killed_mid_write_keeps_the_previous(corpus, tmp_path,
                                                                       fsdp_ref):

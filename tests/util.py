@@ -173,28 +173,17 @@ def llmtk_command() -> str:
 
 
 class InProcess:
-    """`llmtk ARGS` run in this process through `llmtk.cli.main` (exit code, messages and
-    all), with pytest's fd-level capture: llmtk writes stdout to fd 1 itself."""
-
-    def __init__(self, capfd, monkeypatch):
-        self.capfd, self.monkeypatch = capfd, monkeypatch
+    """`llmtk ARGS` run in this process exactly as `llmtk(..., in_process=True)` runs it
+    (through `llmtk.cli.main`, exit code, messages and all), in the test's working
+    directory, with text results: `.exit_code`, `.stdout`, `.output` (stderr)."""
 
     def __call__(self, *args):
         from types import SimpleNamespace
 
-        from llmtk.cli import main
-
-        self.capfd.readouterr()
-        self.monkeypatch.setattr(sys, "argv", ["llmtk", *map(str, args)])
-        self.monkeypatch.setenv("LLMTK_DEBUG", "0")
-        code = 0
-        with own_signal_handlers():
-            try:
-                main()
-            except SystemExit as e:
-                code = e.code or 0
-        out, err = self.capfd.readouterr()
-        return SimpleNamespace(exit_code=code, stdout=out, output=err)
+        r = _run_in_process([str(a) for a in args], b"", os.getcwd(), {})
+        return SimpleNamespace(exit_code=r.returncode,
+                               stdout=r.stdout.decode("utf-8", "replace"),
+                               output=r.stderr.decode("utf-8", "replace"))
 
 
 @contextlib.contextmanager
@@ -213,16 +202,10 @@ def own_signal_handlers():
 
 
 def invoke(*args) -> tuple[int, str]:
-    """llmtk through typer's CliRunner: (exit status, the error line or the output); an
-    LlmtkError becomes its exit status and one `llmtk: error:` line, as llmtk.cli.main does."""
-    from typer.testing import CliRunner
-
-    from llmtk.cli import app
-    from llmtk.errors import LlmtkError
-
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    if isinstance(r.exception, LlmtkError):
-        return r.exception.exit_code, f"llmtk: error: {r.exception}"
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return r.exit_code, r.output
+    """`llmtk ARGS` in this process, as `llmtk(..., in_process=True)` runs it: (exit status,
+    the `llmtk: error: …` line when it failed, else what it wrote to stdout and stderr)."""
+    r = _run_in_process([str(a) for a in args], b"", os.getcwd(), {})
+    err = r.stderr.decode("utf-8", "replace")
+    if r.returncode != 0:
+        return r.returncode, err.rstrip("\n")
+    return 0, r.stdout.decode("utf-8", "replace") + err

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from llmtk.clean.code import PROFILES, Code
 from llmtk.clean.extract import METHODS, Extract
 from llmtk.clean.filters import C4, FineWeb, GopherQuality, GopherRepetition
 from llmtk.clean.langs import STAGES, check_table, coerce, merge, resolve
@@ -51,6 +52,17 @@ class Pii:
     kinds: list[str] = field(default_factory=lambda: list(PII_KINDS))
 
 
+SECRET_SCRUB = ("code", "all", "off")
+
+
+@dataclass(frozen=True)
+class Secrets:
+    # Which records lose their secrets (llmtk.text.secrets): code records only (the
+    # default: prose rarely holds keys, and the rules then cost nothing), every record, none.
+    scrub: str = "code"
+    kinds: list[str] = field(default_factory=list)  # empty: every kind of secrets.toml
+
+
 @dataclass(frozen=True)
 class CleanConfig:
     url: UrlFilter = field(default_factory=UrlFilter)
@@ -64,6 +76,8 @@ class CleanConfig:
     quality: Quality = field(default_factory=Quality)
     perplexity: Perplexity = field(default_factory=Perplexity)
     pii: Pii = field(default_factory=Pii)
+    code: Code = field(default_factory=Code)
+    secrets: Secrets = field(default_factory=Secrets)
     # [lang.XX.STAGE] tables: per-language overrides, on top of the built-in ones (langs.py)
     lang: dict[str, dict] = field(default_factory=dict)
 
@@ -133,6 +147,18 @@ class CleanConfig:
         bad = set(self.pii.kinds) - set(PII_KINDS)
         if bad:
             fail("pii.kinds", f"unknown kind(s) {sorted(bad)} (expected {', '.join(PII_KINDS)})")
+        if self.code.profile not in PROFILES:
+            fail("code.profile", f"expected {', '.join(PROFILES)}, got {self.code.profile!r}")
+        if self.secrets.scrub not in SECRET_SCRUB:
+            fail("secrets.scrub", f"expected {', '.join(SECRET_SCRUB)}, "
+                 f"got {self.secrets.scrub!r}")
+        if self.secrets.kinds:
+            from llmtk.text.secrets import kinds
+
+            bad = set(self.secrets.kinds) - set(kinds())
+            if bad:
+                fail("secrets.kinds", f"unknown kind(s) {sorted(bad)} "
+                     f"(expected {', '.join(kinds())})")
         if self.langid.keep and not self.langid.enabled:
             fail("langid.keep", "needs language ID, which {0} switches off", "langid.enabled")
         if not 0.0 <= self.langid.min_score <= 1.0:

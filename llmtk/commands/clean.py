@@ -24,7 +24,8 @@ HELP = (
     "mojibake, ANSI/control characters, whitespace, width) -> "
     "language ID (fastText lid.176 + script census) -> Gopher quality, Gopher repetition, C4 "
     "and FineWeb rules (datatrove's thresholds, language-aware) -> fastText quality classifier "
-    "-> perplexity under an llmtk train model -> PII placeholders. Every dropped record "
+    "-> perplexity under an llmtk train model -> secret and PII placeholders. Source code "
+    "(--profile code) gets code rules (StarCoder / The Stack) instead. Every dropped record "
     "carries a reason such as gopher.short_doc.\n\n"
 ) + """\
 [bold]Examples[/bold]
@@ -46,6 +47,8 @@ HELP = (
   llmtk clean in.jsonl --quality-model quality.bin --min-quality 0.5
 
   llmtk clean calibrate --lang sw wiki-sw.jsonl -o sw.toml
+
+  llmtk clean --profile code the-stack.jsonl --rejects junk.jsonl > code.jsonl
 
 Exit status: 0 success, 1 data or runtime error, 2 bad usage.
 """
@@ -87,6 +90,8 @@ SETTINGS: dict[str, tuple[str, str, object]] = {
     "max_ppl": ("--max-ppl", "perplexity.max_ppl", None),
     "ppl_quantile": ("--ppl-quantile", "perplexity.quantile", None),
     "pii": ("--pii", "pii.enabled", None),
+    "profile": ("--profile", "code.profile", None),
+    "secrets": ("--secrets", "secrets.scrub", None),
 }
 FILTER_NAMES = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
 FLAGS = {key: flag for flag, key, _ in SETTINGS.values()} | {
@@ -227,6 +232,19 @@ def clean(
                      "with placeholders \\[default: on].", show_default=False,
                      rich_help_panel=STAGES),
     ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option("--profile", help="What the records are: web (prose), code (source "
+                     "files: language from the lang field, the path's extension or a #! line; "
+                     "code rules instead of the prose ones) or auto (code when lang or path "
+                     "names a programming language) \\[default: web].", rich_help_panel=STAGES),
+    ] = None,
+    secrets: Annotated[
+        str | None,
+        typer.Option("--secrets", help="Replace private keys, API tokens and passwords in "
+                     "URLs and connection strings with placeholders in: code (code records), "
+                     "all, or off \\[default: code].", rich_help_panel=STAGES),
+    ] = None,
     annotate: Annotated[
         bool,
         typer.Option("--annotate", help="Add llmtk.lang, llmtk.lang_score, llmtk.quality and "
@@ -331,7 +349,7 @@ def train_quality(
 
     if not 0.0 < test_fraction < 1.0:
         raise UsageError("--test-fraction: expected a number between 0 and 1")
-    from llmtk.io.paths import check_paths, input_identities
+    from llmtk.io.paths import check_paths, input_identities, parents_made
 
     inputs = expand_inputs(positive) + expand_inputs(negative)
     check_paths(input_identities(inputs), [("-o", output)])  # before anything is read
@@ -340,8 +358,9 @@ def train_quality(
         for doc in read_docs(expand_inputs(paths), text_field):
             yield doc.text
 
-    report = train(texts(positive), texts(negative), output, test_fraction=test_fraction,
-                   epoch=epoch, seed=seed, label=label)
+    with parents_made([output]):
+        report = train(texts(positive), texts(negative), output, test_fraction=test_fraction,
+                       epoch=epoch, seed=seed, label=label)
     if json_out:
         from llmtk.io.console import write_out
 

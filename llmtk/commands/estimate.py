@@ -70,8 +70,10 @@ def command(
                                    "--heads.", MODEL)] = None,
     head_dim: Annotated[Text, _opt("--head-dim", "N", "Head dimension; default d_model / "
                                    "heads.", MODEL)] = None,
-    ffn: Annotated[Text, _opt("--ffn", "N", "MLP hidden width; default SwiGLU 8/3 x d_model "
-                              "rounded to 64.", MODEL)] = None,
+    ffn_hidden: Annotated[Text, _opt("--ffn-hidden", "N", "MLP hidden width; default SwiGLU "
+                                     "8/3 x d_model rounded to 64.", MODEL)] = None,
+    # the name before it matched `llmtk train --ffn-hidden`; still accepted, not shown
+    ffn: Annotated[Text, typer.Option("--ffn", hidden=True)] = None,
     vocab: Annotated[Text, _opt("--vocab", "N", "Vocabulary size (default 32000 for a custom "
                                 "shape).", MODEL)] = None,
     seq_len: Annotated[Text, _opt("--seq-len", "N", "Sequence length (default: the preset's, "
@@ -134,7 +136,8 @@ def command(
 
     dims = Dims(layers=whole("--layers", layers), d_model=whole("--d-model", d_model),
                 heads=whole("--heads", heads), kv_heads=whole("--kv-heads", kv_heads),
-                head_dim=whole("--head-dim", head_dim), ffn=whole("--ffn", ffn),
+                head_dim=whole("--head-dim", head_dim),
+                ffn=whole("--ffn-hidden", ffn_hidden) if ffn is None else whole("--ffn", ffn),
                 vocab=whole("--vocab", vocab), seq_len=whole("--seq-len", seq_len))
     if measure:
         from llmtk.commands.measure import measure_report
@@ -166,8 +169,9 @@ def command(
 
 
 def _flag(key: str) -> str:
-    """The flag of a Request or Dims field (`fit` is --scaling-fit; the rest share names)."""
-    return "--scaling-fit" if key == "fit" else configs.dashed(key)
+    """The flag of a Request or Dims field (`fit` is --scaling-fit, `ffn` --ffn-hidden; the
+    rest share names)."""
+    return {"fit": "--scaling-fit", "ffn": "--ffn-hidden"}.get(key) or configs.dashed(key)
 
 
 def _write_json(obj) -> None:
