@@ -477,7 +477,7 @@ each document's file, record and id; a manifest with the tokenizer's fingerprint
 and the counts), under a temporary name renamed when complete, then \
 OUT/part-K-of-N.done; a rerun skips finished tasks. Several tasks writing into one \
 OUT make one dataset, the same token stream as one task over all the inputs. \
-Memory per task: one batch of 256 KiB of text and its tokens.
+Memory per task: one batch of 1 MiB of text (at most 1,024 documents) and its tokens.
 
 [bold]Examples[/bold]
 
@@ -515,6 +515,64 @@ def tokenize_command(
     tok = load_tokenizer(tokenizer)
     with StreamRun("train tokenize", stream, output_dirs=[("-o", out_dir)]) as run:
         tokenize_task(run, tok, out_dir)
+
+
+BATCH_HELP = """\
+Print the documents behind one optimizer step's batch of a run on token datasets.
+
+Computed from the run's config.json (data, batch shape, world size, seed) and its \
+rollback events: for each window of step N (every rank's, or --rank R's), the \
+documents its tokens came from, with the input file, the record number in it, the \
+`id` field, the span of the document's tokens in the window and the text read back \
+from the file. Runs trained on documents through the token cache keep no document \
+boundaries: train on a dataset of `llmtk train tokenize` to trace batches.
+
+[bold]Examples[/bold]
+
+  llmtk train batch runs/a --step 1200
+
+  llmtk train batch runs/a --step 1200 --rank 3 --json | llmtk contam-check \\
+    --eval evals/
+
+Exit status: 0 printed, 1 a missing or corrupt input or dataset, 2 bad usage (not a \
+run on token datasets, no such step or rank).
+"""
+
+
+@app.command("batch", help=BATCH_HELP)
+@configs.keys_are_flags
+def batch_command(
+    run: Annotated[str, typer.Argument(help="The run directory.", show_default=False)],
+    step: Annotated[int, typer.Option("--step", help="The optimizer step (1-based).",
+                                      show_default=False)] = ...,  # type: ignore[assignment]
+    rank: Annotated[int | None, typer.Option(
+        "--rank", help="Only this rank's share (default: the whole global batch).")] = None,
+    full: Annotated[bool, typer.Option("--full", help="The whole text, not its head.")]
+    = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="One JSON document per line on stdout: step, rank, micro, window, "
+        "source, id, file, record, tokens, text.")] = False,
+) -> None:
+    from llmtk.io import Sink
+    from llmtk.train.batch import batch_documents
+
+    out = Sink(None)
+    if json_out:
+        import orjson
+
+        for doc in batch_documents(run, step, rank):
+            out.write(orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE))
+    else:
+        for doc in batch_documents(run, step, rank):
+            text = doc["text"] or ""
+            if not full:
+                text = text[:120].replace("\n", " ") + ("…" if len(text) > 120 else "")
+            a, b = doc["tokens"]
+            ident = "" if doc["id"] is None else f" id={doc['id']}"
+            out.write(f"rank {doc['rank']} micro {doc['micro']} window {doc['window']} "
+                      f"[{doc['source']}] {doc['file']}:record {doc['record']}{ident} "
+                      f"tokens {a}-{b}: {text}\n".encode())
+    out.commit()
 
 
 EXPORT_HELP = """\

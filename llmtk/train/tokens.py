@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 KIND = "llmtk.tokens"
 VERSION = 1
 EOS_POLICY = "after-each-document"
-BATCH_BYTES = 1 << 18  # text per encode batch: what bounds a task's memory (with its tokens)
+BATCH_BYTES = 1 << 20  # text per encode batch: what bounds a task's memory (with its tokens)
 BATCH_DOCS = 1024
 RECORD_MASK = (1 << RECORD_BITS) - 1
 
