@@ -30,7 +30,7 @@ Reproduce:
 
     make setup
     nice .venv/bin/python benchmarks/tokenize_throughput.py \
-        /work/shared/data/corpus-public.jsonl.zst --mb 8
+        CORPUS.jsonl.zst --mb 8
 """
 
 import argparse
@@ -232,7 +232,8 @@ def startup(args, work: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("corpus", help="JSONL(.zst) with a text field")
+    ap.add_argument("corpus", help="JSONL(.zst) with a text field, any of yours (e.g. "
+                    "benchmarks/out/manpages.jsonl, which manpages_corpus.py builds)")
     ap.add_argument("--mb", type=float, default=8.0, help="MB of text to use (0: all)")
     ap.add_argument("--tokenizer", help="tokenizer.json (default: train one on the slice)")
     ap.add_argument("--vocab", type=int, default=32000)

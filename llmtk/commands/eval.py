@@ -47,6 +47,11 @@ FILE:LINE), 2 bad usage, 3 a metric got worse than the baseline by more than \
 """
 
 REGRESSED = 3  # the check ran and found problems (as diagnose, contam-check)
+# Panels of their own: a panel's columns are as wide as its longest option, and at 80
+# columns one panel of all the options cut --fewshot-as-multiturn and paths with "…".
+FEWSHOT = "Few-shot examples"
+CHAT = "Chat template"
+BASELINE = "Comparison with a baseline"
 
 
 @configs.keys_are_flags
@@ -60,23 +65,26 @@ def command(
         "the task (default: the file name).", show_default=False)],
     num_fewshot: Annotated[int, typer.Option(
         "--num-fewshot", min=0, help="Few-shot examples before each item (lm-eval's "
-        "sampler and format).")] = 0,
+        "sampler and format).", rich_help_panel=FEWSHOT)] = 0,
     fewshot_from: Annotated[list[str] | None, typer.Option(
         "--fewshot-from", help="Draw the examples from this file ([TASK=]FILE, "
-        "repeatable) instead of the task's own other rows.", show_default=False)] = None,
+        "repeatable) instead of the task's own other rows.", show_default=False,
+        rich_help_panel=FEWSHOT)] = None,
     chat: Annotated[bool | None, typer.Option(
         "--chat-template/--no-chat-template", help="Ask through the model's chat template "
         "(default: on for --sft runs and Hugging Face folders that have one).",
-        show_default=False)] = None,
+        show_default=False, rich_help_panel=CHAT)] = None,
     multiturn: Annotated[bool, typer.Option(
         "--fewshot-as-multiturn", help="With the chat template: few-shot examples as "
-        "user/assistant turns, not one user turn.")] = False,
+        "user/assistant turns, not one user turn.", rich_help_panel=FEWSHOT)] = False,
     baseline: Annotated[str | None, typer.Option(
         "--baseline", help="Compare with this model (run, checkpoint, Hugging Face folder "
-        "or exported file) on the same items.", show_default=False)] = None,
+        "or exported file) on the same items.", show_default=False,
+        rich_help_panel=BASELINE)] = None,
     fail_on_regression: Annotated[float | None, typer.Option(
         "--fail-on-regression", min=0.0, help="With --baseline: exit 3 when a metric is "
-        "worse than the baseline's by more than this.", show_default=False)] = None,
+        "worse than the baseline's by more than this.", show_default=False,
+        rich_help_panel=BASELINE)] = None,
     out: Annotated[str | None, typer.Option(
         "--out", help="Write eval/STEP/ here (default: the run directory; for a Hugging "
         "Face folder or an exported file, the folder it is in).",
@@ -94,7 +102,7 @@ def command(
     device: Annotated[o.choice("Device", "auto", "cpu", "cuda"), typer.Option(
         "--device", help="cpu, cuda (bf16) or auto.")] = "auto",
     log: Annotated[bool, typer.Option(
-        "--log/--no-log", help="Append the eval rows to RUN_DIR/metrics.jsonl.")] = True,
+        "--log/--no-log", help="Append the eval rows to the run's metrics.jsonl.")] = True,
     json_out: Json = False,
     quiet: Quiet = False,
 ) -> None:

@@ -101,9 +101,6 @@ def _is_val(text: str, fraction: float) -> bool:
 
 _TMP = re.compile(r"^\.tmp-[0-9a-f]{16}-(?P<host>.+)-(?P<pid>\d+)$")
 
-# The name trainer.py's config.json sweep imports (until the checkpointer takes that over).
-_pid_alive = pid_alive
-
 
 def sweep_stale(cache_root: str) -> list[str]:
     """Remove temporary cache directories left by dead processes of this host (a SIGKILL

@@ -42,7 +42,7 @@ import xxhash
 
 from llmtk.errors import AlreadyDone, DataError, UsageError
 from llmtk.io import write_json_atomically
-from llmtk.io.atomic import atomic_dir
+from llmtk.io.atomic import atomic_dir, pid_alive
 from llmtk.io.shard import RECORD_BITS
 
 if TYPE_CHECKING:
@@ -211,11 +211,9 @@ def tokenize_task(run: StreamRun, tok, out_dir: str) -> dict:
 
 def _sweep(directory: str, name: str) -> None:
     """Remove this part's temporary directories left by killed tries (dead PIDs)."""
-    from llmtk.train.data import _pid_alive
-
     for path in glob.glob(os.path.join(directory, f".{name}.tmp-*")):
         pid = path.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
 
 
