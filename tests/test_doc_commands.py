@@ -28,6 +28,7 @@ SCALED = [
     (r"--steps 300\b", "--steps 2"),
     (r"--tokens 300k\b", "--tokens 10k"),
 ]
+TASK_0_OF_1 = {"{shard}": "0/1", "{k}": "00000", "{n}": "1", "{cpus}": "1"}
 SAMPLE_EVERY = 20  # the tutorial runs on every 20th document of demo/sample.jsonl.zst
 STUBS = {
     "sbatch": FAKE_SBATCH,
@@ -45,6 +46,10 @@ def shell_blocks(page: str) -> list[str]:
 def scaled(block: str) -> str:
     for pattern, replacement in SCALED:
         block = re.sub(pattern, replacement, block)
+    if "{shard}" in block and not re.search(r"\bsbatch\b|llmtk run", block):
+        # one task's command, as the array script would run it: task 0 of 1
+        for placeholder, value in TASK_0_OF_1.items():
+            block = block.replace(placeholder, value)
     return block
 
 
@@ -60,9 +65,9 @@ def page_runner(page: str, workspace):
     run_env = env(PATH=f"{fake}:{os.environ['PATH']}", SBATCH_CPUS="1",
                   SBATCH_LOG=str(workspace / ".sbatch.log"))
 
-    def run(i: int) -> bytes:
+    def run(i: int, cwd=None) -> bytes:
         r = subprocess.run(["bash", "-c", "set -e\n" + scaled(blocks[i])], capture_output=True,
-                           cwd=workspace, env=run_env)
+                           cwd=cwd or workspace, env=run_env)
         assert r.returncode == 0, f"{page} block {i + 1}:\n{blocks[i]}\n{r.stderr[-3000:]}"
         return r.stderr
 
@@ -87,18 +92,23 @@ def test_every_shell_block_of_the_cluster_page_runs(tmp_path):
     (tmp_path / "evals").mkdir()
     ev.rename(tmp_path / "evals" / "eval.jsonl")
     run, blocks = page_runner("cluster.md", tmp_path)
-    assert blocks == 3  # the array, the pipeline, Ray
+    assert blocks == 4  # one task on web archives, the array, the pipeline, Ray
+    web = _web_archives(tmp_path / "web")
+    run(0, cwd=web)  # llmtk clean crawl/*.warc.gz --shard 0/1 ... (in a folder of its own)
+    docs = zstandard.ZstdDecompressor().stream_reader(
+        (web / "work" / "clean" / "00000.jsonl.zst").open("rb")).read().splitlines()
+    assert [orjson.loads(d)["url"] for d in docs] == ["http://example.org/kept"]
     work = tmp_path / "work"
-    run(0)  # sbatch --array=0-1 bin/llmtk-array.sbatch --tasks 2 llmtk clean ... (no work/ yet)
+    run(1)  # sbatch --array=0-1 bin/llmtk-array.sbatch --tasks 2 llmtk clean ... (no work/ yet)
     cleaned = _files(work / "clean")
     assert len(cleaned) == 4  # 2 outputs, 2 markers
-    err = run(1)  # bin/llmtk-pipeline.sh: nine arrays, each after the one before
+    err = run(2)  # bin/llmtk-pipeline.sh: nine arrays, each after the one before
     log = (tmp_path / ".sbatch.log").read_text().splitlines()[1:]
     assert [line.split(" ", 1)[0] for line in log] == [
         "", *(f"afterok:job{i}" for i in range(2, 10))]
     assert err.count(b"skipping") == 2  # its clean tasks were done by the array above
     buckets = _files(work / "buckets")
-    run(2)  # Ray (here: llmtk run --executor local): clean and buckets, done already
+    run(3)  # Ray (here: llmtk run --executor local): clean and buckets, done already
     assert _files(work / "clean") == cleaned and _files(work / "buckets") == buckets
     # The single machine: clean | dedup | contam-check --drop, then mix.
     single = tmp_path / "single"
@@ -116,6 +126,23 @@ def test_every_shell_block_of_the_cluster_page_runs(tmp_path):
     assert sorted(_zstd_concat((work / "mix").glob("*.jsonl.zst")).splitlines()) == sorted(
         mix.stdout.splitlines())
     assert (work / "stats" / "clean.json").exists()
+
+
+def _web_archives(folder):
+    """crawl/c.warc.gz (three pages of one English article: one kept, one on a blocked
+    domain, one with a banned word in its URL) and the lists the WARC example names."""
+    from tests.test_clean import ARTICLES
+    from tests.warc_fixtures import members, page, record
+
+    text = next(a["text"] for a in ARTICLES if a["id"] == "article-en")
+    urls = ["http://example.org/kept", "http://blocked.example/x", "http://example.org/casino"]
+    (folder / "crawl").mkdir(parents=True)
+    (folder / "crawl" / "c.warc.gz").write_bytes(members(
+        [record("response", url, page("Rivers", text).encode()) for url in urls])[0])
+    (folder / "lists").mkdir()
+    (folder / "lists" / "adult-domains.txt").write_text("blocked.example\n")
+    (folder / "lists" / "banned-words.txt").write_text("casino\n")
+    return folder
 
 
 def test_every_shell_block_of_the_tutorial_runs(tmp_path):
