@@ -19,7 +19,8 @@ header (the pages' <meta> has it). Written to benchmarks/out/extract/.
 Measured per extractor, one core each (`taskset`), CPU seconds of the process (reading the
 WARC included, as in a pipeline):
   * word-level precision, recall, F1 of the extracted text against the page's text, bags of
-    words (CJK: characters), macro-averaged over pages;
+    words (CJK: characters), macro-averaged: precision over the pages with output, recall
+    and F1 over all pages (a page with no output scores 0; "empty" counts them);
   * leaks: the share of pages whose output holds a line (of two words or more) of the page's
     navigation header, footer or table of contents that is not in the page's text
     (whitespace ignored in the comparison: the text file wraps lines);
@@ -31,6 +32,8 @@ trafilatura alone (warcio + defaults). The peers run in benchmarks/.venvs/extrac
 on first use from PyPI: datatrove==0.10.1, trafilatura, warcio, resiliparse,
 lxml_html_clean, faust-cchardet, python-magic).
 
+`--host-lines` also scores every output with the lines that repeat across half or more of a
+host's pages removed (the cross-page boilerplate rule; in a pipeline it is a second pass).
 `--parse` adds parsing alone (llmtk cat, which also decodes charsets, vs fastwarc and warcio
 reading every response payload). `--hostile` adds the damaged-archive check: 20 pages with
 one Content-Length 300 bytes too short, one 300 too long, a PNG served as text/html and a
@@ -129,6 +132,9 @@ def response(url: str, body: bytes, ctype: str = "text/html") -> bytes:
     rid = uuid.uuid5(uuid.NAMESPACE_URL, url)
     head = (f"WARC/1.0\r\nWARC-Type: response\r\nWARC-Record-ID: <urn:uuid:{rid}>\r\n"
             f"WARC-Date: 2024-01-01T00:00:00Z\r\nWARC-Target-URI: {url}\r\n"
+            # Common Crawl's sniffed type; datatrove's WarcReader skips a record without it
+            # when libmagic calls the payload text/xml (XHTML with an XML declaration)
+            f"WARC-Identified-Payload-Type: {ctype}\r\n"
             f"Content-Type: application/http; msgtype=response\r\n"
             f"Content-Length: {len(http)}\r\n\r\n").encode()
     return head + http + b"\r\n\r\n"
@@ -192,31 +198,59 @@ def run(name: str, warc: Path) -> tuple[dict[str, str], float, str]:
     if r.returncode != 0:
         lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
         failed = f"exit {r.returncode}: {lines[-1][:160] if lines else ''}"
+    return read_output(out), cpu, failed
+
+
+def read_output(out: Path) -> dict[str, str]:
     texts = {}
     if out.exists():
         for line in out.read_text(encoding="utf-8").splitlines():
             d = json.loads(line)
             texts[d["url"]] = d["text"]
-    return texts, cpu, failed
+    return texts
 
 
 def score(texts: dict[str, str], refs: dict) -> dict:
+    """Macro scores: precision over the pages the extractor returned text for (an empty
+    output has no precision), recall and F1 over all pages (a missing page scores 0)."""
     ps, rs, fs, leaks = [], [], [], 0
     for url, want in refs.items():
         got = texts.get(url, "")
         g, w = tokens(got), tokens(want["ref"])
         common = sum((g & w).values())
-        p = common / max(sum(g.values()), 1)
+        p = common / sum(g.values()) if g else None
         r = common / max(sum(w.values()), 1)
-        ps.append(p)
+        if p is not None:
+            ps.append(p)
         rs.append(r)
-        fs.append(2 * p * r / (p + r) if p + r else 0.0)
+        fs.append(2 * p * r / (p + r) if p and r else 0.0)
         flat = bare(got)
         if any(b in flat for b in want["boiler"]):
             leaks += 1
     n = max(len(refs), 1)
-    return {"precision": sum(ps) / n, "recall": sum(rs) / n, "f1": sum(fs) / n,
-            "leak_share": leaks / n}
+    return {"precision": sum(ps) / max(len(ps), 1), "recall": sum(rs) / n, "f1": sum(fs) / n,
+            "leak_share": leaks / n, "empty": n - len(ps)}
+
+
+# ------------------------------------------------------------------ host-level boilerplate
+
+
+def without_host_repeats(texts: dict[str, str]) -> tuple[dict[str, str], float]:
+    """Lines found on at least half of a host's pages (and on 3 or more) removed from all
+    of them: boilerplate that repeats across a site. (result, CPU seconds it took)."""
+    t = time.process_time()
+    hosts: dict[str, list[str]] = {}
+    for url in texts:
+        hosts.setdefault(url.split("/")[2], []).append(url)
+    out = {}
+    for urls in hosts.values():
+        seen = Counter()
+        for u in urls:
+            seen.update({line.strip() for line in texts[u].splitlines() if line.strip()})
+        common = {line for line, n in seen.items() if n >= max(3, len(urls) // 2)}
+        for u in urls:
+            out[u] = "\n".join(x for x in texts[u].splitlines() if x.strip() not in common)
+    return out, time.process_time() - t
 
 
 # ------------------------------------------------------------------ hostile records
@@ -264,17 +298,26 @@ def main() -> None:
     ap.add_argument("--peers", default="llmtk,llmtk-trafilatura,datatrove,resiliparse,"
                                        "trafilatura")
     ap.add_argument("--hostile", action="store_true")
+    ap.add_argument("--host-lines", action="store_true", help="also score each output with "
+                    "lines that repeat across a host's pages removed")
+    ap.add_argument("--rescore", action="store_true", help="score the outputs of the last run "
+                    "again (no extraction)")
     ap.add_argument("--parse", action="store_true", help="also time parsing alone: llmtk cat "
                     "vs fastwarc and warcio")
     args = ap.parse_args()
     warc, refs = build(Path(args.debs), args.packages.split(","), args.limit)
-    langs = Counter(u.split(".debian")[0].rsplit("-", 1)[-1] for u in refs)
+    langs = Counter(re.search(r"\.([a-zA-Z_-]+)\.html$", u).group(1) for u in refs)
     print(f"corpus: {len(refs):,} pages, {warc.stat().st_size / 1e6:.1f} MB compressed, "
-          f"{len(langs)} package languages; {warc}")
+          f"{len(langs)} languages ({' '.join(sorted(langs))}); {warc}")
     results = {}
     for name in args.peers.split(","):
         t = time.perf_counter()
-        texts, cpu, failed = run(name, warc)
+        if args.rescore:
+            old = json.loads((OUT / "results.json").read_text())[name]
+            texts, cpu, failed = read_output(OUT / f"{name}.{warc.stem}.jsonl"), 0.0, ""
+            cpu = len(refs) / old["pages_per_cpu_s"] if old["pages_per_cpu_s"] else 0.0
+        else:
+            texts, cpu, failed = run(name, warc)
         if failed:
             print(f"{name}: {failed}", file=sys.stderr)
         s = score(texts, refs)
@@ -283,10 +326,17 @@ def main() -> None:
         results[name] = s
         print(f"{name:18s} P {s['precision']:.3f}  R {s['recall']:.3f}  F1 {s['f1']:.3f}  "
               f"leaks {s['leak_share']:.1%}  {s['pages_per_cpu_s']:7.1f} pages/CPU-s  "
-              f"({s['docs']} docs, {time.perf_counter() - t:.1f} s wall)")
+              f"({s['empty']} empty, {time.perf_counter() - t:.1f} s wall)")
     if "llmtk" in results and "datatrove" in results and results["datatrove"]["pages_per_cpu_s"]:
         ratio = results["llmtk"]["pages_per_cpu_s"] / results["datatrove"]["pages_per_cpu_s"]
         print(f"llmtk / datatrove pages per CPU-second: {ratio:.1f}x")
+    if args.host_lines:
+        print("\nwith lines on half or more of a host's pages removed (a second pass):")
+        for name in results:
+            texts, cost = without_host_repeats(read_output(OUT / f"{name}.{warc.stem}.jsonl"))
+            s = score(texts, refs)
+            print(f"  {name:18s} P {s['precision']:.3f}  R {s['recall']:.3f}  "
+                  f"leaks {s['leak_share']:.1%}  (+{cost:.2f} CPU-s on top of extraction)")
     (OUT / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
     if args.parse:
         print("\nparsing alone (payloads read and decoded, nothing extracted):")

@@ -21,7 +21,7 @@ time; the best of --repeat interleaved rounds is kept:
   shuffling), LocalPipelineExecutor with one task.
 
 Peak RSS comes from wait4's rusage of each process. Memory at 1x and 4x: one task over
-the first slice, then over four different slices of --mb MB each. The start-up runs build
+the slice, then over four copies of it. The start-up runs build
 synthetic datasets from sparse files (a meta.json, one part, the sizes its manifest
 names; the same 10^9 tokens for both document counts) and time `TokenDataset.open` + the
 first batch in a fresh process, and `llmtk train --data DIR --steps 1` end to end.
@@ -30,7 +30,7 @@ Reproduce:
 
     make setup
     nice .venv/bin/python benchmarks/tokenize_throughput.py \
-        /work/shared/data/corpus-public.jsonl.zst --mb 8
+        CORPUS.jsonl.zst --mb 8
 """
 
 import argparse
@@ -109,39 +109,29 @@ def run_rss(cmd, env=None) -> tuple[float, float, str, float]:
     return wall, usage.ru_maxrss / 1024, text, usage.ru_utime + usage.ru_stime
 
 
-def make_slices(corpus: str, mb: float, work: Path) -> tuple[list[Path], int, int]:
-    """The first 4 x `mb` MB of text as four plain JSONL files {id, text} of `mb` MB each
-    (1x: the first; 4x: all four); (paths, text bytes of the first, its documents)."""
+def make_slice(corpus: str, mb: float, work: Path) -> tuple[Path, int, int]:
+    """The first `mb` MB of the corpus's text as plain JSONL {id, text} in its own folder;
+    (path, text bytes, documents)."""
     import orjson
 
-    paths, counts, out = [], [], None
-    for line in corpus_bytes(corpus).splitlines():
-        if not line.strip():
-            continue
-        if out is None or counts[-1][0] >= mb * 1e6:
-            if out is not None:
-                out.close()
-            if len(paths) == 4:
+    path = work / "x1" / "part.jsonl"
+    path.parent.mkdir()
+    size = docs = 0
+    with open(path, "wb") as out:
+        for line in corpus_bytes(corpus).splitlines():
+            if not line.strip():
+                continue
+            rec = orjson.loads(line)
+            out.write(orjson.dumps({"id": rec.get("id"), "text": rec["text"]}) + b"\n")
+            size += len(rec["text"].encode())
+            docs += 1
+            if size >= mb * 1e6:
                 break
-            paths.append(work / f"x{len(paths)}" / "part.jsonl")
-            paths[-1].parent.mkdir()
-            out, counts = open(paths[-1], "wb"), [*counts, [0, 0]]
-        rec = orjson.loads(line)
-        out.write(orjson.dumps({"id": rec.get("id"), "text": rec["text"]}) + b"\n")
-        counts[-1][0] += len(rec["text"].encode())
-        counts[-1][1] += 1
-    if not out.closed:
-        out.close()
-    if len(paths) < 4 or counts[-1][0] < mb * 1e6:
-        sys.exit(f"{corpus}: less than 4 x {mb} MB of text; lower --mb")
-    return paths, counts[0][0], counts[0][1]
+    return path, size, docs
 
 
 def throughput(args, work: Path) -> None:
-    import orjson
-
-    paths, size, docs = make_slices(args.corpus, args.mb, work)
-    path = paths[0]
+    path, size, docs = make_slice(args.corpus, args.mb, work)
     tok = args.tokenizer
     if tok is None:
         tok = str(work / "tok.json")
@@ -172,26 +162,26 @@ def throughput(args, work: Path) -> None:
         print(f"datatrove DocumentTokenizer  {rates['datatrove']:6.2f} MB/s  ({best:.2f} CPU-s; "
               f"its own process, peak RSS {rss:.0f} MB)")
         print(f"llmtk / datatrove: {rates['llmtk'] / rates['datatrove']:.3f}")
-    # Memory of one task at 1x and 4x the data (four different slices, one task).
+    # Memory of one task at 1x and 4x the data: the slice, then four copies of it (copies,
+    # not links: the same file named twice is one input).
     for copies in (1, 4):
         src = work / f"in-{copies}"
         src.mkdir()
-        text = 0
         for c in range(copies):
-            os.link(paths[c], src / f"{c}.jsonl")
-            text += sum(len(orjson.loads(line)["text"].encode()) for line in open(paths[c], "rb"))
+            shutil.copy(path, src / f"{c}.jsonl")
         wall, rss, _, cpu = run_rss(one_core([
             str(PY), "-m", "llmtk", "train", "tokenize", str(src), "--tokenizer", tok, "-o",
             str(work / f"ds-{copies}"), "-q"]), one)
-        print(f"llmtk train tokenize {copies}x: {text / 1e6:.1f} MB of text, peak RSS {rss:.0f} "
-              f"MB ({cpu:.1f} CPU-s, {wall:.1f} s wall)")
+        print(f"llmtk train tokenize {copies}x: {copies * size / 1e6:.1f} MB of text, peak RSS "
+              f"{rss:.0f} MB ({cpu:.1f} CPU-s, {wall:.1f} s wall)")
 
 
 STARTUP = r'''
-import json, resource, sys, time
-t0 = time.perf_counter()
+import json, sys, time
+import numpy, torch  # imported before the clock: what is timed is the data's own start-up
 from llmtk.train.data import Sampler
 from llmtk.train.tokens import TokenDataset
+t0 = time.perf_counter()
 ds = TokenDataset.open(sys.argv[1])
 sampler = Sampler(ds.windows(int(sys.argv[2])), 8, 1, 0, seed=0)
 first = sampler.rows(0)
@@ -234,14 +224,16 @@ def startup(args, work: Path) -> None:
             "--model", "tiny", "--seq-len", "1024", "--batch-size", "1", "--steps", "1",
             "--warmup", "0", "--checkpoint-every", "0", "--device", "cpu", "-q"])
         print(f"start-up at {docs:.0e} documents ({tokens:.0e} tokens, {r['windows']:,} "
-              f"windows of 1024): open + first batch {r['seconds'] * 1000:.0f} ms, peak RSS "
+              f"windows of 1024): open + order + first batch {r['seconds'] * 1000:.0f} ms, "
+              f"peak RSS "
               f"{rss:.0f} MB; `train --steps 1` {train_wall:.1f} s wall, peak RSS "
               f"{train_rss:.0f} MB")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("corpus", help="JSONL(.zst) with a text field")
+    ap.add_argument("corpus", help="JSONL(.zst) with a text field, any of yours (e.g. "
+                    "benchmarks/out/manpages.jsonl, which manpages_corpus.py builds)")
     ap.add_argument("--mb", type=float, default=8.0, help="MB of text to use (0: all)")
     ap.add_argument("--tokenizer", help="tokenizer.json (default: train one on the slice)")
     ap.add_argument("--vocab", type=int, default=32000)

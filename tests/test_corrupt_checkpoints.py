@@ -228,13 +228,14 @@ def test_disk_full_while_checkpointing_is_one_line_and_leaves_nothing(tmp_path, 
 
 def test_verify_names_what_is_wrong(tmp_path):
     root = str(tmp_path / "c")
-    Checkpointer(root).save(3, {"step": 3}, torch.nn.Linear(3, 1))
-    path = os.path.join(root, "step-0000003")
-    assert C.verify(path) is None
+    ckpt = Checkpointer(root)
+    ckpt.save(3, {"step": 3}, torch.nn.Linear(3, 1))
+    path = ckpt.latest()
+    assert path == os.path.join(root, "step-0000003") and ckpt.verify(path) is None
     manifest = json.load(open(os.path.join(path, C.MANIFEST)))
     assert set(manifest["files"]) == {"model.pt", "optim.pt", "state.json", "rng-00000.pt"}
     os.remove(os.path.join(path, "optim.pt"))
-    assert C.verify(path) == "optim.pt is missing"
+    assert ckpt.verify(path) == "optim.pt is missing"
     with open(os.path.join(path, C.MANIFEST), "w") as f:
         f.write("{")
-    assert C.verify(path) == "MANIFEST.json is unreadable"
+    assert ckpt.verify(path) == "MANIFEST.json is unreadable"

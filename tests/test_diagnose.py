@@ -4,18 +4,16 @@ stay quiet, severity from evidence, grouped output, and the help's examples."""
 import glob
 import json
 import math
+import os
 import re
 import shlex
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from llmtk.cli import app
 from llmtk.commands.diagnose import HELP
 from llmtk.curves.detect import diagnose
 from llmtk.curves.logs import load_run
-from llmtk.errors import LlmtkError
 from llmtk.io.metrics import encode_row
 from tests import curve_cases as cc
 from tests.examples import help_examples
@@ -30,14 +28,9 @@ class Result:
 
 
 def cli(*args) -> Result:
-    """Run llmtk in-process; an LlmtkError becomes its exit code and one error line, as
-    `llmtk.cli.main` does."""
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    if isinstance(r.exception, LlmtkError):
-        return Result(r.exception.exit_code, r.stdout, f"llmtk: error: {r.exception}")
-    if r.exception and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return Result(r.exit_code, r.stdout, "")
+    """Run llmtk in this process, through llmtk.cli.main (exit status, one error line)."""
+    r = llmtk(*args, in_process=True, cwd=os.getcwd())
+    return Result(r.returncode, r.stdout.decode(), r.stderr.decode())
 
 
 def write(path, rows):

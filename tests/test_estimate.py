@@ -404,17 +404,11 @@ def test_params_override_keeps_the_shape_and_moe_active_params():
 # --- what a user is told ------------------------------------------------------------------
 
 def cli(*args, **env):
-    """Run `llmtk estimate ARGS` in-process; (exit code, stdout, message of the error)."""
-    from typer.testing import CliRunner
-
-    from llmtk.cli import app
-    from llmtk.errors import LlmtkError
-
-    r = CliRunner().invoke(app, ["estimate", *args], env=env or None)
-    if isinstance(r.exception, LlmtkError):
-        return r.exception.exit_code, r.stdout, str(r.exception)
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-    return r.exit_code, r.stdout, ""
+    """Run `llmtk estimate ARGS` in this process, through llmtk.cli.main; (exit code,
+    stdout, the error message)."""
+    r = llmtk("estimate", *args, in_process=True, **env)
+    err = r.stderr.decode().removeprefix("llmtk: error: ").rstrip("\n") if r.returncode else ""
+    return r.returncode, r.stdout.decode(), err
 
 
 def test_misspelt_preset_gets_did_you_mean():

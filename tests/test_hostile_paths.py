@@ -2,8 +2,8 @@
 
 Special files are made inside tmp_path (os.mkfifo; a character device with
 os.mknod where permitted); no test points an output at the real /dev/null.
-Most tests run in-process through typer's CliRunner; the ones about fds 0
-and 1 (/dev/stdout, closed stdin, process substitution) need real processes.
+Most tests run in this process through llmtk.cli.main (tests/util.invoke); the ones
+about fds 0 and 1 (/dev/stdout, closed stdin, process substitution) need real processes.
 """
 
 import errno

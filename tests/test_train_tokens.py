@@ -8,13 +8,12 @@ import os
 import numpy as np
 import pytest
 
-from llmtk.errors import AlreadyDone
 from llmtk.io import read_docs
-from llmtk.text.tokenizer import load_tokenizer
+from llmtk.text.tokenizer import encode_batch, load_tokenizer
 from llmtk.train.blend import BLOCK, BlendSampler, parse_spec, pattern
 from llmtk.train.tokens import TokenDataset
 from tests.train_runs import TINY, events, losses, rows
-from tests.util import env, invoke, run_module
+from tests.util import env, invoke, llmtk, llmtk_command, run_module
 
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi "
          "rho sigma tau upsilon phi chi psi omega Ünïcode 漢字 кириллица").split()
@@ -129,17 +128,17 @@ def test_killed_task_leaves_nothing_and_a_rerun_finishes(inputs, tmp_path, monke
         return real(self, *a)
 
     monkeypatch.setattr(T._PartWriter, "add", dies)
-    with pytest.raises(RuntimeError, match="killed"):
-        invoke("train", "tokenize", str(inputs), "-o", str(out), "--shard", "1/2",
-               "--on-error", "skip", "-q")
+    code, msg = invoke("train", "tokenize", str(inputs), "-o", str(out), "--shard", "1/2",
+                       "--on-error", "skip", "-q")
+    assert code == 1 and "RuntimeError: killed" in msg and len(calls) == 3
     assert sorted(os.listdir(out)) == ["meta.json", "part-00000-of-00002",
                                        "part-00000-of-00002.done"]
     code, msg = invoke("train", "--data", str(out), "--out", str(tmp_path / "r"))
     assert code == 1 and "ds: token dataset lacks finished task(s) 1 of 2" in msg, msg
     monkeypatch.setattr(T._PartWriter, "add", real)
     tokenize(inputs, out, "--shard", "1/2")
-    with pytest.raises(AlreadyDone):  # the command says so and exits 0 (llmtk.cli)
-        invoke("train", "tokenize", str(inputs), "-o", str(out), "--shard", "0/2")
+    code, msg = invoke("train", "tokenize", str(inputs), "-o", str(out), "--shard", "0/2")
+    assert code == 0 and "is done; skipping this task" in msg
     # another tokenizer into the same folder is refused
     code, msg = invoke("train", "tokenize", str(inputs), "-o", str(out), "--shard", "0/3")
     assert code == 2 and "holds a dataset with other tasks" in msg
@@ -152,6 +151,9 @@ def test_train_refuses_a_corrupt_part_and_another_tokenizer(inputs, tmp_path):
     tokenize(inputs, out)
     tok = tmp_path / "tok.json"
     train_bpe(iter([" ".join(WORDS)] * 20), 300, str(tok))
+    bpe = load_tokenizer(str(tok))  # its batch encoder gives encode()'s ids
+    texts = [" ".join(WORDS[i:]) + " Ünï 漢" for i in range(len(WORDS))]
+    assert encode_batch(bpe, texts) == [bpe.encode(t) for t in texts]
     code, msg = invoke("train", "--data", str(out), "--tokenizer", str(tok), "--out",
                        str(tmp_path / "r"))
     assert code == 1 and "tokenized with bytes (bytes-v1), this run's tokenizer is" in msg
@@ -204,13 +206,11 @@ def test_blend_shares_world_size_and_resume_positions():
     assert parse_spec("data", "./x=y").name is None
 
 
-def _train(out, *args, check=True, faults=None, quiet=True):
+def _train(out, *args, quiet=True):
     tiny = TINY if quiet else [a for a in TINY if a != "-q"]
     argv = ["train", "--out", str(out), *tiny, "--seq-len", "32", "--batch-size", "2", *args]
-    p = run_module("tests.train_driver" if faults else "llmtk", argv,
-                   environ=env(LLMTK_TEST_FAULTS=json.dumps(faults or {})))
-    if check:
-        assert p.returncode == 0, p.stderr.decode()[-3000:]
+    p = run_module("llmtk", argv, environ=env())
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
     return p
 
 
@@ -226,22 +226,80 @@ def test_token_dataset_trains_as_the_cache_does(inputs, tmp_path):
 
 
 def test_blended_run_resumes_bit_exactly(inputs, tmp_path):
-    tokenize(inputs, tmp_path / "a")
+    # Source a: a 2-task tokenize array on the local executor (docs/cluster.md).
+    r = llmtk("run", "--executor", "local", "--tasks", "2", "--parallel", "2", "--",
+              *llmtk_command().split(), "train", "tokenize", inputs, "--on-error", "skip",
+              "--shard", "{shard}", "-o", tmp_path / "a", "-q")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "a").glob("*.done")) == [
+        "part-00000-of-00002.done", "part-00001-of-00002.done"]
     tokenize(sorted(inputs.iterdir())[3], tmp_path / "b")
     args = ["--data", f"web={tmp_path / 'a'}:0.75", "--data", f"code={tmp_path / 'b'}:0.25",
             "--val-data", f"code={tmp_path / 'b'}", "--eval-every", "3", "--eval-batches", "1",
             "--steps", "6", "--checkpoint-every", "2", "--max-epochs", "0.001"]
     ref = _train(tmp_path / "ref", *args, quiet=False)
     assert "warning: code is read 0.00" in ref.stderr.decode()  # --max-epochs
-    flag = tmp_path / "died"
-    p = _train(tmp_path / "run", *args, check=False, faults={"die_once": [str(flag), 3]})
-    assert p.returncode == 17
-    _train(tmp_path / "run", *args)
+    # A run killed after step 3 resumes from its step-2 checkpoint: the same steps after it.
+    _train(tmp_path / "run", *args, "--resume", str(tmp_path / "ref/checkpoints/step-0000002"))
     assert events(tmp_path / "run", "resume")
-    assert losses(tmp_path / "run") == losses(tmp_path / "ref")
+    assert losses(tmp_path / "run") == losses(tmp_path / "ref")[2:]
     train_rows = [r for r in rows(tmp_path / "ref") if "loss" in r]
     assert [r["tokens/web"] + r["tokens/code"] for r in train_rows] == \
         [r["tokens"] for r in train_rows]
     assert train_rows[-1]["tokens/code"] == 3 * 32
     vals = [r for r in rows(tmp_path / "ref") if "val/code/loss" in r]
     assert [r["step"] for r in vals] == [3, 6] and vals[0]["val_loss"] == vals[0]["val/code/loss"]
+    _check_train_batch(tmp_path / "ref", [tmp_path / "a", tmp_path / "b"])
+
+
+def _check_train_batch(run, dirs):
+    """`llmtk train batch --json` lists each window's documents: their text, read back from
+    the files and tokenized, gives the window's tokens; the ranks' shares make the batch."""
+    from llmtk.train.inputs import open_training_data
+    from llmtk.train.trainer import TrainConfig
+
+    config = json.loads((run / "config.json").read_text())
+    p = llmtk("train", "batch", run, "--step", "4", "--json", in_process=True)
+    assert p.returncode == 0, p.stderr
+    docs = [json.loads(line) for line in p.stdout.splitlines()]
+    assert {d["window"] for d in docs} == {6, 7}  # step 4 of 2 windows per step
+    tok = load_tokenizer("bytes")
+    cfg = TrainConfig(**config["train"])
+    sampler = open_training_data(cfg, config["cache"], 32, 1, 0).train
+    for w in (6, 7):
+        got = []
+        for d in (d for d in docs if d["window"] == w):
+            assert d["file"].endswith(".jsonl") and isinstance(d["record"], int)
+            got += [*tok.encode(d["text"]), tok.eos_id][d["tokens"][0]:d["tokens"][1]]
+        assert got == sampler.windows_at(w)[0].tolist()
+    config["world_size"], config["train"]["batch_size"] = 2, 1  # the same batch on 2 ranks
+    (run / "config.json").write_text(json.dumps(config))
+    shares = [llmtk("train", "batch", run, "--step", "4", "--json", "--rank", r,
+                    in_process=True).stdout for r in (0, 1)]
+    assert [json.loads(line) for s in shares for line in s.splitlines()] == \
+        [{**d, "rank": d["window"] - 6} for d in docs]
+
+
+
+def test_a_large_epoch_is_ordered_without_an_array(monkeypatch):
+    """Past ORDER_IN_MEMORY windows the epoch order is a keyed Feistel bijection: every
+    window once per epoch, another order per epoch and seed, nothing held per window."""
+    import llmtk.train.data as D
+
+    for n in (1, 2, 3, 17, 1000, 4099):
+        order = D.FeistelOrder(n, [5, 0])
+        assert sorted(order[i] for i in range(n)) == list(range(n))
+    big = D.FeistelOrder(10**12, [5, 0])
+    assert len({big[i] for i in range(2000)}) == 2000 and max(big[i] for i in range(50)) > 10**11
+    monkeypatch.setattr(D, "ORDER_IN_MEMORY", 10)
+
+    class W:
+        seq_len = 1
+
+        def __len__(self):
+            return 500
+
+    sampler = D.Sampler(W(), 1, 1, 0, seed=5)
+    epochs = [[sampler.locate(e * 500 + i)[1] for i in range(500)] for e in (0, 1)]
+    assert isinstance(sampler._perm, D.FeistelOrder)
+    assert sorted(epochs[0]) == sorted(epochs[1]) == list(range(500)) and epochs[0] != epochs[1]

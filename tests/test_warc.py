@@ -12,8 +12,8 @@ pytest.importorskip("warcio")
 
 
 @pytest.fixture
-def cli(capfd, monkeypatch):
-    return InProcess(capfd, monkeypatch)
+def cli():
+    return InProcess()
 
 
 def records(text: str) -> list[dict]:

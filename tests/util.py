@@ -1,5 +1,11 @@
-"""Helpers for tests that run llmtk as a command: in this process where that is the same,
-as a real process (or a real shell pipeline) where a pipe, a signal or torch is involved."""
+"""Helpers for tests that run llmtk as a command, two ways:
+
+- in this process, through `llmtk.cli.main` with fds 0/1/2 on temporary files
+  (`_run_in_process`: `llmtk()` for cheap commands or with in_process=True, `InProcess`,
+  `invoke`), where that is the same as a process;
+- as a real process (`run_module`, `popen_module`, `shell`), where a pipe, a signal or
+  torch is involved: forked from the tests' server (tests/forkserver.py), or a fresh
+  `python -m llmtk` with LLMTK_TEST_FORKSERVER=0 (`make test-integration`)."""
 
 import contextlib
 import os
@@ -176,6 +182,9 @@ class InProcess:
     """`llmtk ARGS` run in this process exactly as `llmtk(..., in_process=True)` runs it
     (through `llmtk.cli.main`, exit code, messages and all), in the test's working
     directory, with text results: `.exit_code`, `.stdout`, `.output` (stderr)."""
+
+    def __init__(self, *unused_fixtures) -> None:
+        pass  # older fixtures pass (capfd, monkeypatch); nothing here needs them
 
     def __call__(self, *args):
         from types import SimpleNamespace

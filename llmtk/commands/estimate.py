@@ -119,6 +119,9 @@ def command(
         "--measure", help="Build the llmtk model on CPU at this shape and compare measured "
         "with predicted bytes (needs torch; small shapes).")] = False,
     batch: Annotated[str, _opt("--batch", "N", "Batch size for --measure.")] = "2",
+    emit_config: Annotated[Text, _opt(
+        "--emit-config", "FILE", "Also write this layout as a TOML that `llmtk train "
+        "--config FILE` reads (check it with `--dry-run`).", PAR)] = None,
     list_: Annotated[bool, typer.Option("--list", help="List presets and GPUs, then exit.")
                      ] = False,
     json_out: o.Json = False,
@@ -160,6 +163,13 @@ def command(
     )
     with configs.flags_for(_flag):
         result = estimate(req)
+        if emit_config:
+            from llmtk.compute.models import build_spec
+            from llmtk.estimate.emit import train_config
+            from llmtk.io.atomic import write_file_atomically
+
+            text = train_config(req, result, build_spec(model, dims))
+            write_file_atomically(emit_config, text.encode())
     if json_out:
         _write_json(result)
     else:

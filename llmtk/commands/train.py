@@ -197,6 +197,13 @@ def command(
     pp_schedule: Annotated[str | None, _opt(
         "--pp-schedule", help="Pipeline schedule: 1f1b or interleaved-1f1b.",
         panel=PAR, metavar="NAME")] = None,
+    dry_run: Annotated[bool | None, _opt(
+        "--dry-run", help="Plan the layout for --nnodes x --nproc-per-node processes: build "
+        "the model on the meta device and print each kind of rank's memory (no GPU, no "
+        "data, nothing started).", panel=PAR)] = None,
+    gpu: Annotated[str | None, _opt(
+        "--gpu", help="--dry-run: the GPU whose memory every rank must fit (as `llmtk "
+        "estimate --gpus`).", panel=PAR, metavar="NAME")] = None,
     compile: Annotated[bool | None, _opt(
         "--compile/--no-compile", help="torch.compile the model.", panel=RUN,
         default="on with CUDA, off on CPU")] = None,
@@ -340,8 +347,10 @@ def _train(flags: dict, config: str | None) -> None:
     from llmtk.train.config import resolve_config, resolve_launch
     from llmtk.train.launch import is_worker, run_torchrun, torchrun_argv, worker_args
 
-    launch = resolve_launch(flags, config)
     cfg = resolve_config(flags, config)  # checked before torchrun starts anything
+    launch = resolve_launch(flags, config, planning=cfg.dry_run)
+    if cfg.dry_run:
+        return _dry_run(cfg, launch)
     if (launch.nproc_per_node or launch.nnodes > 1) and not is_worker():
         from llmtk.train.parallel import check_trainable, plan_layout
 
@@ -368,6 +377,39 @@ def _train(flags: dict, config: str | None) -> None:
     from llmtk.train.trainer import train
 
     train(cfg)
+
+
+def _dry_run(cfg, launch) -> None:
+    """The layout per kind of rank (train counts what each holds on the meta device) priced
+    with estimate's formulas, and estimate's own table for the same layout beside it."""
+    import sys
+
+    from llmtk.estimate.ranks import rank_rows, render, same_layout_estimate
+    from llmtk.train.dryrun import dry_run
+
+    per_node = launch.nproc_per_node or 1
+    world = per_node * launch.nnodes
+    d = dry_run(cfg, world)
+    bf16 = cfg.dtype != "fp32"  # a GPU run: bf16 autocast unless fp32 is asked for
+    recompute = "full" if cfg.activation_checkpointing else "selective"
+    lay = d.layout
+    result = rank_rows(d.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=d.parallel == "fsdp",
+                       micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
+                       recompute=recompute, bf16=bf16, gpu_name=cfg.gpu,
+                       lora=bool(cfg.lora_rank))
+    m = d.mcfg
+    render(result, f"{cfg.model}: {m.n_layer} layers x {m.d_model}, vocab {m.vocab_size} "
+           f"({d.vocab_from}); {world} processes ({launch.nnodes} x {per_node}): {lay}; "
+           f"{d.parallel}; micro-batch {cfg.batch_size}, grad-accum {cfg.grad_accum}, "
+           f"{'bf16' if bf16 else 'fp32'}, recompute {recompute}", sys.stdout)
+    est = same_layout_estimate(m, world=world, per_node=per_node, gpu_name=cfg.gpu,
+                               tp=lay.tp, pp=lay.pp, dp=lay.dp, sharded=lay.dp_shard > 1,
+                               micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
+                               recompute=recompute, bf16=bf16, lora_rank=cfg.lora_rank)
+    busiest = max(r["total"] for r in result["rows"])
+    print(f"llmtk estimate, same layout: {est['total'] / 1e9:.2f} GB per GPU "
+          f"({(busiest - est['total']) / est['total']:+.1%} for the busiest rank here)",
+          file=sys.stdout)
 
 
 TOKENIZER_HELP = """\
@@ -435,7 +477,7 @@ each document's file, record and id; a manifest with the tokenizer's fingerprint
 and the counts), under a temporary name renamed when complete, then \
 OUT/part-K-of-N.done; a rerun skips finished tasks. Several tasks writing into one \
 OUT make one dataset, the same token stream as one task over all the inputs. \
-Memory per task: one batch of 256 KiB of text and its tokens.
+Memory per task: one batch of 1 MiB of text (at most 1,024 documents) and its tokens.
 
 [bold]Examples[/bold]
 
@@ -473,6 +515,64 @@ def tokenize_command(
     tok = load_tokenizer(tokenizer)
     with StreamRun("train tokenize", stream, output_dirs=[("-o", out_dir)]) as run:
         tokenize_task(run, tok, out_dir)
+
+
+BATCH_HELP = """\
+Print the documents behind one optimizer step's batch of a run on token datasets.
+
+Computed from the run's config.json (data, batch shape, world size, seed) and its \
+rollback events: for each window of step N (every rank's, or --rank R's), the \
+documents its tokens came from, with the input file, the record number in it, the \
+`id` field, the span of the document's tokens in the window and the text read back \
+from the file. Runs trained on documents through the token cache keep no document \
+boundaries: train on a dataset of `llmtk train tokenize` to trace batches.
+
+[bold]Examples[/bold]
+
+  llmtk train batch runs/a --step 1200
+
+  llmtk train batch runs/a --step 1200 --rank 3 --json | llmtk contam-check \\
+    --eval evals/
+
+Exit status: 0 printed, 1 a missing or corrupt input or dataset, 2 bad usage (not a \
+run on token datasets, no such step or rank).
+"""
+
+
+@app.command("batch", help=BATCH_HELP)
+@configs.keys_are_flags
+def batch_command(
+    run: Annotated[str, typer.Argument(help="The run directory.", show_default=False)],
+    step: Annotated[int, typer.Option("--step", help="The optimizer step (1-based).",
+                                      show_default=False)] = ...,  # type: ignore[assignment]
+    rank: Annotated[int | None, typer.Option(
+        "--rank", help="Only this rank's share (default: the whole global batch).")] = None,
+    full: Annotated[bool, typer.Option("--full", help="The whole text, not its head.")]
+    = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="One JSON document per line on stdout: step, rank, micro, window, "
+        "source, id, file, record, tokens, text.")] = False,
+) -> None:
+    from llmtk.io import Sink
+    from llmtk.train.batch import batch_documents
+
+    out = Sink(None)
+    if json_out:
+        import orjson
+
+        for doc in batch_documents(run, step, rank):
+            out.write(orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE))
+    else:
+        for doc in batch_documents(run, step, rank):
+            text = doc["text"] or ""
+            if not full:
+                text = text[:120].replace("\n", " ") + ("…" if len(text) > 120 else "")
+            a, b = doc["tokens"]
+            ident = "" if doc["id"] is None else f" id={doc['id']}"
+            out.write(f"rank {doc['rank']} micro {doc['micro']} window {doc['window']} "
+                      f"[{doc['source']}] {doc['file']}:record {doc['record']}{ident} "
+                      f"tokens {a}-{b}: {text}\n".encode())
+    out.commit()
 
 
 EXPORT_HELP = """\

@@ -163,7 +163,9 @@ class _Stream:
         return bytes(self.buf[i:i + n])
 
     def drop_before(self, pos: int) -> None:
-        if pos > self.base:
+        """Forget the bytes before pos; they leave memory in batches (each `del` moves
+        what remains, so a delete per record would cost a buffer's worth per record)."""
+        if pos - self.base >= max(len(self.buf) // 2, 1):
             del self.buf[:pos - self.base]
             self.base = pos
         for k in [k for k in self.members if k < pos]:

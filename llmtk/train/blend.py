@@ -110,7 +110,7 @@ class BlendSampler:
 
     def locate(self, position: int) -> tuple[int, int]:
         """(source, window index in that source's stream) of the window at `position`."""
-        import numpy as np
+        from llmtk.train.data import window_order
 
         b, o = divmod(position, BLOCK)
         s = int(self.pattern[o])
@@ -119,8 +119,7 @@ class BlendSampler:
         epoch, i = divmod(c, n)
         cached = self._perm.get(s)
         if cached is None or cached[0] != epoch:
-            cached = (epoch, np.random.default_rng([self.seed, self._salt[s], epoch])
-                      .permutation(n))
+            cached = (epoch, window_order(n, [self.seed, self._salt[s], epoch]))
             self._perm[s] = cached
         return s, int(cached[1][i])  # type: ignore[index]
 

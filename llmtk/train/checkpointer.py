@@ -71,11 +71,13 @@ class Checkpointer:
         """The newest checkpoint that verifies (repair: move corrupt ones aside)."""
         return C.find_latest(self.root, warn=self.say, repair=repair)
 
-    verify = staticmethod(C.verify)
+    def verify(self, path: str) -> str | None:
+        """None if checkpoint `path` is whole, else why not (one phrase naming a file)."""
+        return C.verify(path)
 
     # ---------------------------------------------------------------- saving
     def save(self, step: int, meta: dict, model, opt=None, *, reason: str = "scheduled",
-             wait: bool = True, sharded: bool = False) -> None:
+             wait: bool = True) -> None:
         """Write checkpoint `step` of `model` (any wrapper: plain, DDP, FSDP2/DTensor) and
         `opt` (None: an empty optimizer state) with `meta` as state.json. DCP format
         writes in the background unless `wait`; a previous background write is sealed
@@ -332,7 +334,7 @@ def check_shape(state: dict, path: str, mcfg, *, say: Callable[[str], None], for
 # Settings that do not change what is trained (a moved run directory or cache included);
 # a resume with other values is unremarkable.
 _NOT_NOTED = {"out", "cache_dir", "resume", "quiet", "seed", "threads", "log_every", "log_to",
-              "nccl_timeout", "keep_checkpoints", "async_checkpoint"}
+              "nccl_timeout", "keep_checkpoints", "async_checkpoint", "dry_run", "gpu"}
 
 
 def changed_settings(old: dict, new: dict) -> str:

@@ -73,6 +73,8 @@ class TrainConfig:
     dp_replicate: int = 1                 # HSDP: replicas, each sharded over dp_shard ranks
     dp_shard: int | None = None           # FSDP degree; None: the rest of the world
     pp_schedule: str = "1f1b"             # 1f1b | interleaved-1f1b
+    dry_run: bool = False                 # plan the layout per rank on the meta device, no run
+    gpu: str = "H100"                     # --dry-run: the GPU whose memory each rank must fit
     compile: bool | None = None           # None: on for CUDA, off on CPU
     activation_checkpointing: bool = False
     nccl_timeout: int = 3600              # seconds a collective may wait (checkpoint of a 7B)
@@ -117,9 +119,10 @@ class TrainConfig:
         """Raise ConfigError naming the first bad field: each value's type and range
         (`check_value`), then the rules that relate several fields."""
         _check_fields(self)
-        if not self.data:
+        # --dry-run plans the model and the layout only: no data, no run directory
+        if not self.data and not self.dry_run:
             raise ConfigError("data", "is required (JSONL/zstd files, directories or globs)")
-        if not self.out:
+        if not self.out and not self.dry_run:
             raise ConfigError("out", "is required (the run directory)")
         if self.min_lr is not None and self.min_lr > self.lr:
             raise ConfigError("min_lr", f"{self.min_lr} must not exceed {{0}} ({self.lr})",
@@ -169,10 +172,11 @@ class LaunchConfig:
     max_restarts: int = 0
     rdzv_timeout: int | None = None       # seconds the nodes wait to join; None: torchrun's
 
-    def validate(self) -> None:
-        """Raise ConfigError naming the first bad field."""
+    def validate(self, planning: bool = False) -> None:
+        """Raise ConfigError naming the first bad field (planning: a --dry-run, which
+        starts nothing and needs no rendezvous)."""
         _check_fields(self)
-        if self.nnodes > 1 and not self.rdzv_endpoint:
+        if self.nnodes > 1 and not self.rdzv_endpoint and not planning:
             raise ConfigError("rdzv_endpoint", "HOST:PORT is required with {0} > 1",
                               also=("nnodes",))
 
@@ -319,7 +323,7 @@ def resolve_config(flags: dict, config_path: str | None) -> TrainConfig:
     return cfg
 
 
-def resolve_launch(flags: dict, config_path: str | None) -> LaunchConfig:
+def resolve_launch(flags: dict, config_path: str | None, planning: bool = False) -> LaunchConfig:
     cfg = LaunchConfig(**_merged(flags, config_path, LAUNCH_FIELDS))
-    cfg.validate()
+    cfg.validate(planning)
     return cfg

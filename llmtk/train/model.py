@@ -169,7 +169,8 @@ class GPT(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.activation_checkpointing = False
-        self.init_weights()
+        if not self.rope_cos.is_meta:  # a meta model is initialised once materialised
+            self.init_weights()
 
     @torch.no_grad()
     def init_weights(self) -> None:

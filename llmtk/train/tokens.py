@@ -42,7 +42,7 @@ import xxhash
 
 from llmtk.errors import AlreadyDone, DataError, UsageError
 from llmtk.io import write_json_atomically
-from llmtk.io.atomic import atomic_dir
+from llmtk.io.atomic import atomic_dir, pid_alive
 from llmtk.io.shard import RECORD_BITS
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 KIND = "llmtk.tokens"
 VERSION = 1
 EOS_POLICY = "after-each-document"
-BATCH_BYTES = 1 << 18  # text per encode batch: what bounds a task's memory (with its tokens)
+BATCH_BYTES = 1 << 20  # text per encode batch: what bounds a task's memory (with its tokens)
 BATCH_DOCS = 1024
 RECORD_MASK = (1 << RECORD_BITS) - 1
 
@@ -211,11 +211,9 @@ def tokenize_task(run: StreamRun, tok, out_dir: str) -> dict:
 
 def _sweep(directory: str, name: str) -> None:
     """Remove this part's temporary directories left by killed tries (dead PIDs)."""
-    from llmtk.train.data import _pid_alive
-
     for path in glob.glob(os.path.join(directory, f".{name}.tmp-*")):
         pid = path.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
 
 
