@@ -17,7 +17,7 @@ PIPELINE = ROOT / "bin" / "llmtk-pipeline.sh"
 # A stand-in for sbatch: runs every task of the array now, in order, with the variables
 # Slurm sets (an --array=2 resubmission gets MIN=2 and COUNT=1, as on Slurm;
 # SLURM_CPUS_PER_TASK from --cpus-per-task or the script's #SBATCH line), and fails like
-# afterok would when a task fails; prints a job id.
+# afterok would when a task fails; prints a job id. A job without --array is only logged.
 FAKE_SBATCH = r"""#!/bin/bash
 set -u
 array="" dep="" cpus=""

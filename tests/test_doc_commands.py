@@ -92,7 +92,7 @@ def test_every_shell_block_of_the_cluster_page_runs(tmp_path):
     (tmp_path / "evals").mkdir()
     ev.rename(tmp_path / "evals" / "eval.jsonl")
     run, blocks = page_runner("cluster.md", tmp_path)
-    assert blocks == 4  # one task on web archives, the array, the pipeline, Ray
+    assert blocks == 5  # one task on web archives, the array, the pipeline, Ray, tokens
     web = _web_archives(tmp_path / "web")
     run(0, cwd=web)  # llmtk clean crawl/*.warc.gz --shard 0/1 ... (in a folder of its own)
     docs = zstandard.ZstdDecompressor().stream_reader(
@@ -110,6 +110,20 @@ def test_every_shell_block_of_the_cluster_page_runs(tmp_path):
     buckets = _files(work / "buckets")
     run(3)  # Ray (here: llmtk run --executor local): clean and buckets, done already
     assert _files(work / "clean") == cleaned and _files(work / "buckets") == buckets
+    # The data pipeline again on Ray (every task done), a tokenizer, a tokenize array per
+    # source, and the training job (a job that is not an array is recorded, not run: the
+    # script is tested with stand-ins for srun in tests/test_train_units.py).
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "c.jsonl").write_bytes(b"".join(
+        orjson.dumps({"id": i, "text": f"def f{i}(x):\n    return x + {i}\n"}) + b"\n"
+        for i in range(20)))
+    run(4)
+    for source in ("web", "code"):
+        assert sorted(p.name for p in (tmp_path / "tokens" / source).glob("*.done")) == [
+            "part-00000-of-00002.done", "part-00001-of-00002.done"]
+    assert _files(work / "clean") == cleaned
+    assert (tmp_path / ".sbatch.log").read_text().splitlines()[-1].endswith(
+        "bin/llmtk-train.sbatch run.toml")
     # The single machine: clean | dedup | contam-check --drop, then mix.
     single = tmp_path / "single"
     llmtk("clean", "crawl", "-o", "single/clean.jsonl", "-q", check=True, cwd=tmp_path)
