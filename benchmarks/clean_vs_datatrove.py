@@ -4,7 +4,7 @@ Reproduce (from the repository root, after `make setup`):
 
     python3 benchmarks/manpages_corpus.py      # real multilingual manual pages, see there
     nice .venv/bin/python benchmarks/clean_vs_datatrove.py benchmarks/out/manpages-sample.jsonl \
-        benchmarks/out/manpages-en.jsonl /work/shared/data/corpus-public.jsonl.zst --no-cli
+        benchmarks/out/manpages-en.jsonl [MORE.jsonl.zst ...] --no-cli
 
 Each corpus is measured and reported on its own.
 
@@ -100,7 +100,8 @@ def cli_wall(path: str, workers: int, limit: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("corpus", nargs="+")
+    ap.add_argument("corpus", nargs="+", help="JSONL(.zst/.gz) corpora, each measured on its "
+                    "own; benchmarks/manpages_corpus.py builds some from Debian packages")
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
     ap.add_argument("--no-cli", action="store_true", help="skip the CLI --workers timing")

@@ -13,7 +13,7 @@ shared with other jobs that ratio moves far less with the load than tokens/s do.
 Reproduce (CPU, a few minutes on 2 cores):
 
     .venv/bin/python benchmarks/train_throughput.py
-    .venv/bin/python benchmarks/train_throughput.py --data /work/shared/data/corpus-public.jsonl.zst
+    .venv/bin/python benchmarks/train_throughput.py --data CORPUS.jsonl.zst
 
 On a GPU (bf16 autocast + torch.compile; MFU by llmtk.estimate's formula, causal
 attention; benchmarks/gpu_check.py is the fuller GPU report):

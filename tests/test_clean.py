@@ -206,6 +206,7 @@ def test_bad_input_line_reports_file_and_line(tmp_path):
     assert r.returncode == 1 and f"{data}:2".encode() in r.stderr
 
 
+@pytest.mark.integration
 def test_head_closes_pipe_quietly():
     r = shell(f"cat {ARTICLES_FILE} {ARTICLES_FILE} | llmtk clean -q | head -1")
     assert r.returncode == 0 and r.stdout.count(b"\n") == 1 and r.stderr == b""

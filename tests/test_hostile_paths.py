@@ -1,9 +1,9 @@
-"""Hostile output paths (issue 9): nothing lost, nothing overwritten, nobody let in.
+"""Hostile output paths: nothing lost, nothing overwritten, nobody let in.
 
 Special files are made inside tmp_path (os.mkfifo; a character device with
 os.mknod where permitted); no test points an output at the real /dev/null.
-Most tests run in-process through typer's CliRunner; the ones about fds 0
-and 1 (/dev/stdout, closed stdin, process substitution) need real processes.
+Most tests run in this process through llmtk.cli.main (tests/util.invoke); the ones
+about fds 0 and 1 (/dev/stdout, closed stdin, process substitution) need real processes.
 """
 
 import errno
@@ -80,6 +80,7 @@ def test_output_to_a_character_device_is_written_through(tmp_path, src):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.integration
 def test_output_dev_stdout_is_stdout_and_not_replaced(tmp_path, src):
     r = llmtk("cat", src, "-o", "/dev/stdout", "-q")
     assert r.returncode == 0, r.stderr
@@ -169,6 +170,7 @@ def test_output_that_is_an_input_or_another_output_is_refused(tmp_path, case):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.integration
 def test_stdout_appended_to_an_input_is_refused(tmp_path, src):
     before = src.read_bytes()
     r = shell(f"llmtk cat {src} -q >> {src}")
@@ -320,12 +322,14 @@ def test_walk_rule_for_dotfiles_and_plain_json(tmp_path):
 
 # -- item 11: inputs that are not regular files; stale temporary files -------------------
 
+@pytest.mark.integration
 def test_closed_stdin_is_a_clear_error():
     r = shell("llmtk cat -q <&-")
     assert r.returncode == 2 and r.stderr == b"llmtk: error: stdin is closed: give input " \
                                              b"files, or pipe records in\n"
 
 
+@pytest.mark.integration
 def test_fifo_dev_stdin_and_process_substitution_are_inputs(tmp_path, src):
     data = src.read_bytes()
     fifo = tmp_path / "in.fifo"

@@ -107,6 +107,7 @@ def test_directory_and_glob_inputs_in_sorted_order(tmp_path):
     assert r.stdout == jsonl([RECORDS[1], RECORDS[2]])
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("unbuffered", ["", "1"])
 def test_head_closes_pipe_quietly(tmp_path, unbuffered):
     big = tmp_path / "big.jsonl"
@@ -399,6 +400,7 @@ def test_read_docs_raises_data_error_with_location(tmp_path):
         list(read_docs([str(p)]))
 
 
+@pytest.mark.integration
 def test_sigterm_removes_the_partial_output(tmp_path):
     out = tmp_path / "o.jsonl.zst"
     proc = subprocess.Popen([*LLMTK, "cat", "-", "-o", str(out), "-q"], stdin=subprocess.PIPE,
@@ -414,6 +416,7 @@ def test_sigterm_removes_the_partial_output(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.integration
 def test_progress_only_when_stderr_is_a_terminal(tmp_path):
     data = jsonl(RECORDS) * 20
     master, slave = pty.openpty()

@@ -22,3 +22,13 @@ def test_a_cycle_hidden_in_a_function_level_import_is_found(tmp_path, monkeypatc
         assert cycles("cyclepkg") == [["cyclepkg.a", "cyclepkg.b"]]
     finally:
         sys.modules.pop("cyclepkg", None)
+
+
+def test_no_benchmark_or_doc_points_at_one_machines_files():
+    """Benchmarks take their corpus as an argument or build it; docs show commands anyone
+    can run: no absolute path that exists only on the machines this was built on."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    files = [*root.glob("benchmarks/*.py"), *root.glob("docs/*.md"), root / "README.md"]
+    assert not [str(f.relative_to(root)) for f in files if "/work/" in f.read_text()]

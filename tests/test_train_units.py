@@ -310,6 +310,7 @@ def test_windows_span_several_shards(tmp_path, monkeypatch):
         w.get(len(w))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("status", [0, 3])
 def test_slurm_script_passes_srun_status_and_timeouts(tmp_path, status):
     """bin/llmtk-train.sbatch with stand-ins for srun and scontrol on PATH."""

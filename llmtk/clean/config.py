@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 from llmtk.clean.code import PROFILES, Code
+from llmtk.clean.extract import METHODS, Extract
 from llmtk.clean.filters import C4, FineWeb, GopherQuality, GopherRepetition
 from llmtk.clean.langs import STAGES, check_table, coerce, merge, resolve
 from llmtk.clean.normalize import Normalize
+from llmtk.clean.urls import UrlFilter
 from llmtk.errors import ConfigError
 from llmtk.io import tomlfile
 
@@ -63,6 +65,8 @@ class Secrets:
 
 @dataclass(frozen=True)
 class CleanConfig:
+    url: UrlFilter = field(default_factory=UrlFilter)
+    extract: Extract = field(default_factory=Extract)
     normalize: Normalize = field(default_factory=Normalize)
     langid: LangId = field(default_factory=LangId)
     gopher_repetition: GopherRepetition = field(default_factory=GopherRepetition)
@@ -138,8 +142,8 @@ class CleanConfig:
             fail("normalize.fold_width", f"expected none, alnum or all, got {n.fold_width!r}")
         if n.zh_convert not in ("none", "t2s", "s2t", "tw2s", "s2tw", "hk2s", "s2hk"):
             fail("normalize.zh_convert", f"expected none, t2s or s2t, got {n.zh_convert!r}")
-        if n.html not in ("off", "auto", "always"):
-            fail("normalize.html", f"expected off, auto or always, got {n.html!r}")
+        if self.extract.method not in METHODS:
+            fail("extract.method", f"expected {', '.join(METHODS)}, got {self.extract.method!r}")
         bad = set(self.pii.kinds) - set(PII_KINDS)
         if bad:
             fail("pii.kinds", f"unknown kind(s) {sorted(bad)} (expected {', '.join(PII_KINDS)})")

@@ -3,14 +3,15 @@
     cleaner = Cleaner(CleanConfig())
     reason = cleaner(doc)        # None: keep (doc may be modified); else the drop reason
 
-Stages run in this order: normalise -> language ID (+ --lang filter) -> Gopher quality ->
-Gopher repetition -> C4 -> FineWeb -> classifier -> perplexity -> secrets -> PII. The
-scrubbers run last so that placeholders do not change what the filters measure; secrets go
-before PII so that a password in `user:pw@host` is not taken for an e-mail address.
-A record that `--profile code|auto` finds to be source code takes another road: no
-normalisation (code's bytes are its meaning), the code rules (llmtk.clean.code), secrets, PII.
-A `Cleaner` is picklable and loads its models lazily in each worker process, so
-`StreamRun.apply(cleaner)` works with any --workers.
+Stages run in this order: URL filter -> main-content extraction (HTML records) -> normalise ->
+language ID (+ --lang filter) -> Gopher quality -> Gopher repetition -> C4 -> FineWeb ->
+classifier -> perplexity -> secrets -> PII. The scrubbers run last so that placeholders do not
+change what the filters measure; secrets go before PII so that a password in `user:pw@host` is
+not taken for an e-mail address. A record that `--profile code|auto` finds to be source code
+takes another road after the URL filter: no extraction or normalisation (code's bytes are its
+meaning), the code rules (llmtk.clean.code), secrets, PII. A `Cleaner` is picklable and loads
+its models lazily in each worker process, so `StreamRun.apply(cleaner)` works with any
+--workers.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from functools import partial
 from llmtk.clean.code import CodeRules
 from llmtk.clean.config import CleanConfig
 from llmtk.clean.filters import DocText, Profile
+from llmtk.clean.urls import UrlRules, host_of
 from llmtk.errors import ConfigError
 from llmtk.io import Doc, ordered_map
 from llmtk.io.record import repeats_key
@@ -53,6 +55,7 @@ class Cleaner:
             self.ppl = PerplexityModel(config.perplexity.model, config.perplexity.max_tokens)
         self.max_ppl = config.perplexity.max_ppl  # set from the quantile by the caller
         self.pii_kinds = frozenset(config.pii.kinds) if config.pii.enabled else None
+        self.urls = UrlRules(config.url) if config.url.enabled else None
         self.code = CodeRules(config.code) if config.code.profile != "web" else None
         sec = config.secrets
         self.secret_kinds = frozenset(sec.kinds) if sec.kinds else None
@@ -71,6 +74,12 @@ class Cleaner:
 
     def load(self) -> None:
         """Load the models now (to fail early on a bad path, before reading any input)."""
+        if self.cfg.extract.method == "trafilatura":
+            try:
+                import trafilatura  # noqa: F401
+            except ImportError as e:
+                raise ConfigError("extract.method", "trafilatura is not installed "
+                                  f"(pip install 'llmtk[trafilatura]'; {e})") from None
         if self.quality is not None:
             self.quality.load()
         if self.ppl is not None:
@@ -97,13 +106,27 @@ class Cleaner:
         return reason
 
     def _run(self, doc: Doc, notes: dict | None) -> str | None:
+        cfg = self.cfg
+        data = doc.data
+        if self.urls is not None:
+            url = data.get(cfg.url.field)
+            if isinstance(url, str) and url:
+                reason = self.urls.check(url)
+                if reason is not None:
+                    doc.count(f"url_dropped.{host_of(url)}")  # per domain, in --stats
+                    return reason
         if self.code is not None:
-            lang = self.code.language(doc.data, doc.text)
+            lang = self.code.language(data, doc.text)
             if lang is not None:
                 return self._run_code(doc, lang, notes)
-        cfg = self.cfg
-        original = doc.text
-        text = cfg.normalize(original) if cfg.normalize.enabled else original
+        original = text = doc.text
+        html = cfg.extract.applies(data, text)
+        if html:
+            text = cfg.extract(text)
+            if not text.strip():
+                return "extract.empty"
+        if cfg.normalize.enabled:
+            text = cfg.normalize(text)
         if not text.strip():
             return "normalize.empty"
 
@@ -146,7 +169,10 @@ class Cleaner:
             if self.max_ppl is not None and ppl > self.max_ppl:
                 return "perplexity.too_high"
 
-        return self._scrub(doc, original, text, self.cfg.secrets.scrub == "all")
+        self._scrub(doc, original, text, self.cfg.secrets.scrub == "all")
+        if html and not self.dry_run and "content_type" in data:
+            data["content_type"] = "text/plain"  # extracted: a second clean leaves it be
+        return None
 
     def _run_code(self, doc: Doc, lang: str, notes: dict | None) -> str | None:
         """A source file: the code rules, then the scrubbers (no normalisation, no prose

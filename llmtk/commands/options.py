@@ -8,6 +8,8 @@ import dataclasses
 import enum
 import functools
 import inspect
+import os
+import typing
 from collections.abc import Callable
 from typing import Annotated
 
@@ -116,10 +118,9 @@ MaxRecordBytes = Annotated[
     ),
 ]
 Seed = Annotated[int, typer.Option("--seed", help="Random seed.")]
-Quiet = Annotated[
-    bool,
-    typer.Option("-q", "--quiet", help="No summary or progress on stderr; errors only."),
-]
+QUIET_FLAGS = ("-q", "--quiet")
+QUIET_HELP = "No summary or progress on stderr; errors only."
+Quiet = Annotated[bool, typer.Option(*QUIET_FLAGS, help=QUIET_HELP)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of a table.")]
 
 
@@ -164,14 +165,16 @@ def stream_options(
 
 
 def output_settings(values: dict) -> dict:
-    """The options a task's completion marker records, as `--flag: value` (JSON values):
-    every option given, less those that change no output byte (--quiet, --workers, the
-    dry printouts). A finished task rerun with other settings is refused (llmtk.io.marker)."""
+    """The options a task's completion marker records, as `--flag: value` (JSON values),
+    from {flag or parameter name: value}: every option given, less those that change no
+    output byte (--quiet, --workers, the dry printouts). A finished task rerun with other
+    settings is refused (llmtk.io.marker)."""
     settings = {}
-    for name, value in values.items():
+    for key, value in values.items():
+        name = key.lstrip("-").replace("-", "_")
         if name in NOT_OUTPUT_SETTINGS:
             continue
-        settings["--" + name.replace("_", "-")] = _plain(value)
+        settings[key if key.startswith("--") else "--" + name.replace("_", "-")] = _plain(value)
     return settings
 
 
@@ -180,7 +183,10 @@ NOT_OUTPUT_SETTINGS = {"quiet", "workers", "print_config"}
 
 
 def _plain(value):
-    """An option's value as JSON: enums by value, bundles as dicts, paths as strings."""
+    """An option's value as JSON: enums by value, bundles as dicts; a path-like string in
+    its normal form (`evals/` and `evals` are one folder)."""
+    if isinstance(value, str) and "/" in value:
+        return os.path.normpath(value)
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, enum.Enum):
@@ -280,9 +286,11 @@ def option_bundle(name: str, options: dict[str, tuple[object, object]],
             def command(*args, **kwargs):
                 values = {n: kwargs.pop(n) if n in names else default
                           for n, (_, default) in options.items()}
-                own = {"command_options": dict(kwargs)} if pass_command_options else {}
+                own = ({"command_options": {flags.get(k, k): v for k, v in kwargs.items()}}
+                       if pass_command_options else {})
                 return func(*args, **{name: build(**values, **own)}, **kwargs)
 
+            flags = _long_flags(new_sig)
             command.__signature__ = new_sig  # type: ignore[attr-defined]
             command.__annotations__ = {p.name: p.annotation for p in new_sig.parameters.values()
                                        if p.annotation is not inspect.Parameter.empty}
@@ -291,6 +299,19 @@ def option_bundle(name: str, options: dict[str, tuple[object, object]],
         return decorate
 
     return bundle
+
+
+def _long_flags(sig: inspect.Signature) -> dict[str, str]:
+    """Parameter name -> its first long flag (`eval_paths` -> `--eval`), from the typer
+    Option in its annotation; parameters without one are left out."""
+    flags = {}
+    for p in sig.parameters.values():
+        for info in typing.get_args(p.annotation)[1:]:
+            decls = [getattr(info, "default", None), *(getattr(info, "param_decls", ()) or ())]
+            long = [d for d in decls if isinstance(d, str) and d.startswith("--")]
+            if long:
+                flags[p.name] = long[0].split("/")[0]
+    return flags
 
 
 # `@stream_command()`: the shared stream options, handed over as `stream: StreamOptions`.

@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 
 from llmtk.commands import configs
+from llmtk.commands import options as o
 
 SUMMARY = "Run the N tasks of a sharded command on Ray (or locally), with retries."
 
@@ -53,12 +54,12 @@ def command(
                                   "a local Ray instance (default all).")] = None,
     cpus_per_task: Annotated[float, typer.Option(
         "--cpus-per-task", min=0.0, help="Ray: CPUs each task reserves.")] = 1.0,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress lines.")] = False,
+    quiet: o.Quiet = False,
 ) -> None:
     import os
 
     from llmtk.io.console import stderr_console
-    from llmtk.io.tasks import run_tasks
+    from llmtk.jobs.array import run_tasks
 
     def log(message: str) -> None:
         if not quiet:

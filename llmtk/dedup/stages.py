@@ -34,9 +34,7 @@ set of parts; every task writes its outputs atomically, then a `.done` marker.
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
-import re
 import shutil
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -635,9 +633,3 @@ def _check_counts(run: StreamRun, records: list[int]) -> None:
         if seen != records[o]:
             raise DataError(f"{run.paths[j]}: {seen} records, but the signatures stage saw "
                             f"{records[o]} (the inputs changed since?)")
-
-
-def parts_in(directory: str) -> list[str]:
-    """Finished part names in a stage folder (for messages and tests)."""
-    return sorted(re.sub(r"\.done$", "", os.path.basename(p))
-                  for p in glob.glob(os.path.join(directory, "*.done")))

@@ -1,7 +1,8 @@
 """Task metrics as lm-evaluation-harness defines them, over any `Scorer`.
 
 Multiple choice (lm-eval `multiple_choice` tasks): each choice is scored as the
-summed log-likelihood of " " + choice after the context;
+summed log-likelihood of " " + choice after the context (the choice alone, as the
+assistant's reply, through a chat template; contexts and few-shot examples: prompts.py);
   acc      = mean(argmax_i ll_i == gold)
   acc_norm = mean(argmax_i ll_i / len(choice_i) == gold), len in characters
 (lm-eval's `completion_len = [len(choice) for choice in choices]`, the choice
@@ -25,7 +26,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from llmtk.evaluate.tasks import GENERATE, MULTIPLE_CHOICE, Item, Task
+from llmtk.evaluate.prompts import Context, Format, contexts
+from llmtk.evaluate.tasks import GENERATE, MULTIPLE_CHOICE, Task
 
 STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
 FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
@@ -33,14 +35,19 @@ IGNORE = [re.compile(r","), re.compile(r"\$"), re.compile(r"(?s).*#### "), re.co
 
 
 class Scorer(Protocol):
-    def loglikelihood(self, requests: list[tuple[str, str]]) -> list[tuple[float, bool]]:
+    """A context is plain text or chat messages (rendered through the chat template, the
+    assistant's turn opened); the scorer batches as it likes, answers in request order."""
+
+    def loglikelihood(self, requests: list[tuple[Context, str]]) -> list[tuple[float, bool]]:
         """(context, continuation) -> (summed log p(continuation | context), is greedy)."""
 
-    def generate(self, item: Item, stop: list[str], max_new_tokens: int) -> tuple[str, float]:
-        """Greedy continuation of the item's prompt -> (text, mean log p per new token)."""
+    def generate(self, context: Context, stop: list[str],
+                 max_new_tokens: int) -> tuple[str, float]:
+        """Greedy continuation of the context -> (text, mean log p per new token)."""
 
-    def rolling(self, texts: list[str]) -> list[tuple[float, int]]:
-        """Each whole text -> (summed log p of its tokens, number of tokens)."""
+    def rolling(self, texts: list[str], chat: bool = False) -> list[tuple[float, int]]:
+        """Each whole text (as the assistant's reply when chat) -> (summed log p of its
+        tokens, number of tokens)."""
 
 
 @dataclass
@@ -84,18 +91,18 @@ def extract_flexible(output: str) -> str:
     return a or b
 
 
-def _multiple_choice(task: Task, scorer: Scorer, batch: int) -> TaskResult:
-    requests = [(it.context, " " + c) for it in task.items for c in it.choices]
-    lls = []
-    for i in range(0, len(requests), batch):
-        lls.extend(ll for ll, _ in scorer.loglikelihood(requests[i:i + batch]))
+def _multiple_choice(task: Task, scorer: Scorer, fmt: Format) -> TaskResult:
+    ctxs = contexts(task, fmt)
+    requests = [(ctx, fmt.delimiter + c) for it, ctx in zip(task.items, ctxs, strict=True)
+                for c in it.choices]
+    lls = [ll for ll, _ in scorer.loglikelihood(requests)]
     rows, k = [], 0
-    for it in task.items:
+    for it, ctx in zip(task.items, ctxs, strict=True):
         scores = lls[k:k + len(it.choices)]
         k += len(it.choices)
         normed = [s / max(1, len(c)) for s, c in zip(scores, it.choices, strict=True)]
         pred, pred_norm = _argmax(scores), _argmax(normed)
-        rows.append({"id": it.id, "prompt": it.context, "expected": it.choices[it.gold],
+        rows.append({"id": it.id, "prompt": _shown(ctx), "expected": it.choices[it.gold],
                      "answer": it.choices[pred], "correct": pred == it.gold,
                      "correct_norm": pred_norm == it.gold, "gold": it.gold, "pred": pred,
                      "scores": [round(s, 4) for s in scores],
@@ -106,14 +113,14 @@ def _multiple_choice(task: Task, scorer: Scorer, batch: int) -> TaskResult:
     return TaskResult(task.name, task.layout, task.kind, metrics, rows)
 
 
-def _generate(task: Task, scorer: Scorer, max_new_tokens: int) -> TaskResult:
+def _generate(task: Task, scorer: Scorer, max_new_tokens: int, fmt: Format) -> TaskResult:
     gsm8k = task.layout == "gsm8k"
     stop = ["Question:", "</s>", "<|im_end|>"] if gsm8k else ["\n\n"]
     rows = []
-    for it in task.items:
-        output, mean_lp = scorer.generate(it, stop, max_new_tokens)
+    for it, ctx in zip(task.items, contexts(task, fmt), strict=True):
+        output, mean_lp = scorer.generate(ctx, stop, max_new_tokens)
         expected = clean_answer(it.answer) if gsm8k else it.answer.strip()
-        row = {"id": it.id, "prompt": it.prompt, "expected": it.answer, "output": output,
+        row = {"id": it.id, "prompt": _shown(ctx), "expected": it.answer, "output": output,
                "confidence": round(math.exp(mean_lp), 4) if math.isfinite(mean_lp) else 0.0}
         if gsm8k:
             strict = clean_answer(extract_strict(output))
@@ -130,27 +137,33 @@ def _generate(task: Task, scorer: Scorer, max_new_tokens: int) -> TaskResult:
     return TaskResult(task.name, task.layout, task.kind, metrics, rows)
 
 
-def _perplexity(task: Task, scorer: Scorer, batch: int) -> TaskResult:
-    texts = [it.text for it in task.items]
-    scored = []
-    for i in range(0, len(texts), batch):
-        scored.extend(scorer.rolling(texts[i:i + batch]))
+def _perplexity(task: Task, scorer: Scorer, fmt: Format) -> TaskResult:
+    scored = scorer.rolling([it.text for it in task.items], chat=fmt.chat)
     rows, nll, tokens, nbytes = [], 0.0, 0, 0
     for it, (lp, n_tok) in zip(task.items, scored, strict=True):
         b = len(it.text.encode("utf-8", "surrogatepass"))
         nll, tokens, nbytes = nll - lp, tokens + n_tok, nbytes + b
-        rows.append({"id": it.id, "prompt": it.text[:500], "tokens": n_tok,
-                     "nll_per_token": round(-lp / max(1, n_tok), 4)})
+        rows.append({"id": it.id, "prompt": it.text[:500], "tokens": n_tok, "bytes": b,
+                     "nll": -lp, "nll_per_token": round(-lp / max(1, n_tok), 4)})
     metrics = {"perplexity": math.exp(nll / max(1, tokens)),
                "bits_per_byte": nll / math.log(2) / max(1, nbytes)}
     return TaskResult(task.name, task.layout, task.kind, metrics, rows)
 
 
-def evaluate_task(task: Task, scorer: Scorer, *, batch: int = 16,
-                  max_new_tokens: int = 128) -> TaskResult:
-    """Score every item of the task and aggregate its metrics."""
+def _shown(ctx: Context) -> str:
+    """A context as the bad-case files show it: the text, or the chat turns one a line."""
+    if isinstance(ctx, str):
+        return ctx
+    return "\n".join(f"<{m['role']}> {m['content']}" for m in ctx)
+
+
+def evaluate_task(task: Task, scorer: Scorer, *, max_new_tokens: int = 128,
+                  fmt: Format | None = None) -> TaskResult:
+    """Score every item of the task (asked as `fmt` says: few-shot, chat) and aggregate its
+    metrics."""
+    fmt = fmt or Format()
     if task.kind == MULTIPLE_CHOICE:
-        return _multiple_choice(task, scorer, batch)
+        return _multiple_choice(task, scorer, fmt)
     if task.kind == GENERATE:
-        return _generate(task, scorer, max_new_tokens)
-    return _perplexity(task, scorer, batch)
+        return _generate(task, scorer, max_new_tokens, fmt)
+    return _perplexity(task, scorer, fmt)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import orjson
 
 from llmtk.evaluate.metrics import Scorer, TaskResult, evaluate_task
+from llmtk.evaluate.prompts import Format
 from llmtk.evaluate.tasks import PERPLEXITY, Task
 
 
@@ -42,11 +43,25 @@ def previous_correct(eval_root: str, task: str, step: int) -> tuple[int, dict[st
     return None
 
 
-def bad_cases(result: TaskResult, previous: dict[str, bool] | None, n: int) -> list[dict]:
-    """The N most confident wrong items plus up to N flipped ones, most confident first."""
+def bad_cases(result: TaskResult, previous: dict[str, bool] | None, n: int,
+              versus: dict | None = None) -> list[dict]:
+    """The N most confident wrong items plus up to N flipped ones, most confident first;
+    with a baseline comparison (`versus`), every item it lost and gained after them."""
     if result.kind == PERPLEXITY:
         worst = sorted(result.items, key=lambda r: -r["nll_per_token"])[:n]
         return [{**r, "why": ["high_loss"]} for r in worst]
+    chosen = _own_bad_cases(result, previous, n)
+    if versus is not None:
+        by_id = {str(r["id"]): r for r in result.items}
+        for why, ids in (("lost_vs_baseline", versus["lost"]),
+                         ("gained_vs_baseline", versus["gained"])):
+            for i in ids:
+                chosen.setdefault(i, {**by_id[i], "why": []})["why"].append(why)
+    return sorted(chosen.values(), key=lambda r: -r["confidence"])
+
+
+def _own_bad_cases(result: TaskResult, previous: dict[str, bool] | None,
+                   n: int) -> dict[str, dict]:
     wrong = sorted((r for r in result.items if not r["correct"]),
                    key=lambda r: -r["confidence"])
     flipped = [r for r in wrong if previous is not None and previous.get(str(r["id"]))]
@@ -56,11 +71,14 @@ def bad_cases(result: TaskResult, previous: dict[str, bool] | None, n: int) -> l
     for r in flipped[:n]:
         entry = chosen.setdefault(str(r["id"]), {**r, "why": []})
         entry["why"].append("flipped")
-    return sorted(chosen.values(), key=lambda r: -r["confidence"])
+    return chosen
 
 
-def write_step(run_dir: str, step: int, result: TaskResult, n_bad: int) -> dict:
-    """Write the item and bad-case files of one task; return its summary."""
+def write_step(run_dir: str, step: int, result: TaskResult, n_bad: int,
+               baseline: TaskResult | None = None) -> dict:
+    """Write the item and bad-case files of one task; return its summary (with the
+    comparison against `baseline`, the same task scored by another model, if given)."""
+    from llmtk.evaluate.compare import compare
     from llmtk.io import write_file_atomically
 
     eval_root = os.path.join(run_dir, "eval")
@@ -76,12 +94,14 @@ def write_step(run_dir: str, step: int, result: TaskResult, n_bad: int) -> dict:
         write_file_atomically(os.path.join(out_dir, f"{result.name}.items.jsonl"),
                               _jsonl([{"id": r["id"], "correct": r["correct"]}
                                       for r in result.items]))
+    versus = compare(result, baseline) if baseline is not None else None
     write_file_atomically(bad_path, _jsonl([{"step": step, "task": result.name, **r}
-                                            for r in bad_cases(result, prev_map, n_bad)]))
+                                            for r in bad_cases(result, prev_map, n_bad,
+                                                               versus)]))
     return {"task": result.name, "layout": result.layout, "kind": result.kind,
             "items": result.n, "metrics": result.metrics, "step": step,
             "flipped": flipped, "previous_step": prev[0] if prev else None,
-            "bad_cases": bad_path}
+            "bad_cases": bad_path, "baseline": versus}
 
 
 def eval_records(summary: dict) -> list[dict]:
@@ -123,17 +143,24 @@ def _same(a, b) -> bool:
 
 
 def evaluate_tasks(tasks: list[Task], scorer: Scorer, *, run_dir: str, step: int,
-                   n_bad: int = 5, batch: int = 16, max_new_tokens: int = 128,
-                   log: Callable[[dict], None] | None = None, write: bool = True) -> list[dict]:
-    """Evaluate every task, write its files under run_dir/eval/step/ (unless `write` is
-    False: another process writes them), send the `eval` records to `log`; return one
-    summary per task."""
+                   n_bad: int = 5, max_new_tokens: int = 128,
+                   log: Callable[[dict], None] | None = None, write: bool = True,
+                   formats: dict[str, Format] | None = None,
+                   baseline: dict[str, TaskResult] | None = None) -> list[dict]:
+    """Evaluate every task (asked as formats[task name] says, else zero-shot plain), write
+    its files under run_dir/eval/step/ (unless `write` is False: another process writes
+    them), send the `eval` records to `log`; return one summary per task, with its
+    comparison against baseline[task name] when given, and its items per second."""
     summaries = []
     for task in tasks:
-        result = evaluate_task(task, scorer, batch=batch, max_new_tokens=max_new_tokens)
+        fmt = (formats or {}).get(task.name, Format())
+        start = time.perf_counter()
+        result = evaluate_task(task, scorer, max_new_tokens=max_new_tokens, fmt=fmt)
+        seconds = time.perf_counter() - start
         if not write:
             continue
-        summary = write_step(run_dir, step, result, n_bad)
+        summary = write_step(run_dir, step, result, n_bad, (baseline or {}).get(task.name))
+        summary["items_per_s"] = result.n / max(seconds, 1e-9)
         if log is not None:
             for row in eval_records(summary):
                 log(row)
@@ -147,4 +174,12 @@ def summary_line(s: dict) -> str:
     flips = "" if s["kind"] == PERPLEXITY else (
         f", {s['flipped']} flipped since step {s['previous_step']}"
         if s["previous_step"] is not None else ", no earlier evaluation")
-    return f"eval @ {s['step']}: {s['task']} ({s['items']} items): {metrics}{flips}"
+    speed = f", {s['items_per_s']:.1f} items/s" if "items_per_s" in s else ""
+    versus = ""
+    if s.get("baseline"):
+        deltas = ", ".join(f"{m} {e['delta']:+.4f} [{e['ci'][0]:+.4f}, {e['ci'][1]:+.4f}]"
+                           for m, e in s["baseline"]["metrics"].items())
+        versus = (f"; vs baseline: {deltas}; {len(s['baseline']['lost'])} lost, "
+                  f"{len(s['baseline']['gained'])} gained")
+    return (f"eval @ {s['step']}: {s['task']} ({s['items']} items): {metrics}{flips}"
+            f"{speed}{versus}")

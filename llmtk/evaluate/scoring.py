@@ -13,23 +13,35 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from llmtk.evaluate.tasks import Item
+from llmtk.errors import UsageError
+from llmtk.evaluate.prompts import Context
 
 
 class ModelScorer:
-    """prompt_ids: for an instruction-tuned model, renders an item's chat `messages` with
-    the run's chat template (generation prompt included) into token ids; None prompts
-    with the item's plain text, as for a base model."""
+    """prompt_ids: renders chat messages with the model's chat template (the assistant's
+    turn opened) into token ids; contexts given as messages need it. Plain-text contexts
+    are tokenized as they are. Log-likelihood requests are scored longest first in
+    batches of `batch_size` (lm-eval's order: a batch pads little, and running out of
+    memory shows on the first batch), answered in request order."""
 
     def __init__(self, model, tokenizer, *, prompt_ids: Callable[[list[dict]], list[int]]
-                 | None = None, autocast=None):
+                 | None = None, autocast=None, batch_size: int = 16):
         import contextlib
 
         self.model, self.tok = model, tokenizer
         self.seq_len = model.cfg.seq_len
         self.prompt_ids = prompt_ids
+        self.batch_size = batch_size
         self.device = next(model.parameters()).device
         self.autocast = autocast or contextlib.nullcontext
+
+    def context_ids(self, ctx: Context) -> list[int]:
+        """The token ids a context is scored after (an empty text: the EOS token)."""
+        if isinstance(ctx, str):
+            return self.tok.encode(ctx) or [self.tok.eos_id]
+        if self.prompt_ids is None:
+            raise UsageError("a chat-format context needs the model's chat template")
+        return list(self.prompt_ids(ctx))
 
     def _logprobs(self, rows: list[list[int]]):
         """Right-padded forward of token rows -> log-softmax (B, L, V) in fp32."""
@@ -48,39 +60,42 @@ class ModelScorer:
         self.model.eval()
         return was
 
-    def loglikelihood(self, requests: list[tuple[str, str]]) -> list[tuple[float, bool]]:
+    def loglikelihood(self, requests: list[tuple[Context, str]]) -> list[tuple[float, bool]]:
         was = self._eval_mode()
+        memo: dict[str, list[int]] = {}  # the choices of one item share its context
         rows, conts = [], []
         for ctx, cont in requests:
-            ctx_ids = self.tok.encode(ctx) or [self.tok.eos_id]
+            key = ctx if isinstance(ctx, str) else repr(ctx)
+            if key not in memo:
+                memo[key] = self.context_ids(ctx)
             cont_ids = self.tok.encode(cont)
-            whole = (ctx_ids + cont_ids)[-(self.seq_len + 1):]
+            whole = (memo[key] + cont_ids)[-(self.seq_len + 1):]
             n = min(len(cont_ids), len(whole) - 1)
             rows.append(whole[:-1])
             conts.append(whole[len(whole) - n:])
-        lp = self._logprobs(rows)  # (B, L, V)
-        out = []
-        for i, (row, cont) in enumerate(zip(rows, conts, strict=True)):
-            start = len(row) - len(cont)  # the position that predicts cont[0]
-            span = lp[i, start:len(row)]  # (n, V)
-            target = span.new_tensor(cont).long() if cont else None
-            if target is None:
-                out.append((0.0, True))
-                continue
-            ll = span.gather(1, target[:, None]).sum().item()
-            greedy = bool((span.argmax(dim=-1) == target).all())
-            out.append((ll, greedy))
+        order = sorted(range(len(rows)), key=lambda i: (-len(rows[i]), i))
+        out: list[tuple[float, bool]] = [(0.0, True)] * len(rows)
+        for b in range(0, len(order), self.batch_size):
+            chunk = order[b:b + self.batch_size]
+            lp = self._logprobs([rows[i] for i in chunk])  # (B, L, V)
+            for j, i in enumerate(chunk):
+                row, cont = rows[i], conts[i]
+                if not cont:
+                    continue
+                start = len(row) - len(cont)  # the position that predicts cont[0]
+                span = lp[j, start:len(row)]  # (n, V)
+                target = span.new_tensor(cont).long()
+                ll = span.gather(1, target[:, None]).sum().item()
+                out[i] = (ll, bool((span.argmax(dim=-1) == target).all()))
         self.model.train(was)
         return out
 
-    def generate(self, item: Item, stop: list[str], max_new_tokens: int) -> tuple[str, float]:
+    def generate(self, context: Context, stop: list[str],
+                 max_new_tokens: int) -> tuple[str, float]:
         import torch
 
         was = self._eval_mode()
-        if self.prompt_ids is not None:
-            ids = list(self.prompt_ids(item.messages))
-        else:
-            ids = self.tok.encode(item.prompt) or [self.tok.eos_id]
+        ids = self.context_ids(context)
         new: list[int] = []
         total = 0.0
         text = ""
@@ -102,23 +117,31 @@ class ModelScorer:
         self.model.train(was)
         return text, (total / len(new) if new else -math.inf)
 
-    def rolling(self, texts: list[str]) -> list[tuple[float, int]]:
+    def rolling(self, texts: list[str], chat: bool = False) -> list[tuple[float, int]]:
+        """Disjoint windows of up to seq_len predicted tokens; the first window also holds
+        the prefix (the EOS token, or the chat template's opened assistant turn)."""
         was = self._eval_mode()
         T = self.seq_len
-        windows, owner = [], []
+        prefix = self.context_ids([]) if chat else [self.tok.eos_id]
+        prefix = prefix[-(T // 2):] or [self.tok.eos_id]
+        windows, owner = [], []  # (input ids, offset of the first target's predictor, targets)
         for k, text in enumerate(texts):
-            ids = [self.tok.eos_id, *self.tok.encode(text)]
-            for start in range(1, len(ids), T):  # disjoint windows of T predicted tokens
-                windows.append((ids[start - 1:start - 1 + T], ids[start:start + T]))
+            ids = prefix + self.tok.encode(text)
+            pos = len(prefix)  # the next token to predict
+            while pos < len(ids):
+                first = 0 if pos == len(prefix) else pos - 1
+                end = min(len(ids), first + T + 1)
+                windows.append((ids[first:end - 1], pos - 1 - first, ids[pos:end]))
                 owner.append(k)
+                pos = end
         sums = [0.0] * len(texts)
         counts = [0] * len(texts)
-        for b in range(0, len(windows), 16):
-            chunk = windows[b:b + 16]
-            lp = self._logprobs([inp for inp, _ in chunk])
-            for j, (_, tgt) in enumerate(chunk):
+        for b in range(0, len(windows), self.batch_size):
+            chunk = windows[b:b + self.batch_size]
+            lp = self._logprobs([inp for inp, _, _ in chunk])  # (B, L, V)
+            for j, (_, off, tgt) in enumerate(chunk):
                 t = lp.new_tensor(tgt).long()
-                sums[owner[b + j]] += lp[j, :len(tgt)].gather(1, t[:, None]).sum().item()
+                sums[owner[b + j]] += lp[j, off:off + len(tgt)].gather(1, t[:, None]).sum().item()
                 counts[owner[b + j]] += len(tgt)
         self.model.train(was)
         return list(zip(sums, counts, strict=True))

@@ -31,13 +31,15 @@ MULTIPLE_CHOICE, GENERATE, PERPLEXITY = "multiple_choice", "generate", "perplexi
 KIND_OF = {"hellaswag": MULTIPLE_CHOICE, "arc": MULTIPLE_CHOICE, "mmlu": MULTIPLE_CHOICE,
            "gsm8k": GENERATE, "chat": GENERATE, "prompt": GENERATE, "text": PERPLEXITY}
 LETTERS = "ABCDEFGHIJ"
+LIMIT_SEED = 0  # --limit's default --seed
 
 
 @dataclass
 class Item:
     """One thing to score. Multiple choice: `context`, `choices`, `gold`. Generation:
     `prompt` (the base-model prompt), `messages` (the same as a chat, for SFT models) and
-    `answer` (the expected final answer). Perplexity: `text`."""
+    `answer` (the expected final answer) and `target` (what a few-shot example shows after
+    its prompt: GSM8K's whole worked answer). Perplexity: `text`."""
 
     id: str
     context: str = ""
@@ -47,6 +49,8 @@ class Item:
     messages: list[dict] = field(default_factory=list)
     answer: str = ""
     text: str = ""
+    target: str = ""
+    user: str = ""  # multiple choice through a chat template: the user turn, if not `context`
 
 
 @dataclass
@@ -54,7 +58,8 @@ class Task:
     name: str
     path: str
     layout: str
-    items: list[Item]
+    items: list[Item]          # the items scored
+    pool: list[Item] = field(default_factory=list)  # every row of the file (few-shot pool)
 
     @property
     def kind(self) -> str:
@@ -117,8 +122,10 @@ def _item(layout: str, rec: dict, ident: str) -> Item:
         labels, texts = list(ch["label"]), [str(t) for t in ch["text"]]
         if rec["answerKey"] not in labels:
             raise ValueError(f"answerKey {rec['answerKey']!r} is not one of {labels}")
+        # A chat model is asked the question itself: "Question: ...\nAnswer:" cues a base
+        # model to continue with the answer; a chat model answers a user's question.
         return Item(ident, context=f"Question: {rec['question']}\nAnswer:", choices=texts,
-                    gold=labels.index(rec["answerKey"]))
+                    gold=labels.index(rec["answerKey"]), user=str(rec["question"]))
     if layout == "mmlu":
         choices = [str(c) for c in rec["choices"]]
         if len(choices) > len(LETTERS):
@@ -136,14 +143,16 @@ def _item(layout: str, rec: dict, ident: str) -> Item:
     if layout == "gsm8k":
         q = str(rec["question"])
         return Item(ident, prompt=f"Question: {q}\nAnswer:",
-                    messages=[{"role": "user", "content": q}], answer=gsm8k_target(rec["answer"]))
+                    messages=[{"role": "user", "content": q}], answer=gsm8k_target(rec["answer"]),
+                    target=str(rec["answer"]))
     if layout == "chat":
         msgs = rec["messages"]
         if not msgs or not isinstance(msgs[-1], dict) or msgs[-1].get("role") != "assistant":
             raise ValueError("the last message must be the expected assistant turn")
         shown = msgs[:-1]
         prompt = "\n".join(str(m.get("content", "")) for m in shown)
-        return Item(ident, prompt=prompt, messages=shown, answer=str(msgs[-1]["content"]))
+        expected = str(msgs[-1]["content"])
+        return Item(ident, prompt=prompt, messages=shown, answer=expected, target=expected)
     if layout == "prompt":
         if "instruction" in rec:
             user = str(rec["instruction"])
@@ -153,7 +162,7 @@ def _item(layout: str, rec: dict, ident: str) -> Item:
         else:
             user, expected = str(rec["prompt"]), rec.get("response", rec.get("completion"))
         return Item(ident, prompt=user, messages=[{"role": "user", "content": user}],
-                    answer=str(expected))
+                    answer=str(expected), target=str(expected))
     return Item(ident, text=rec["text"])
 
 
@@ -165,8 +174,10 @@ def task_name(path: str) -> str:
     return base.removesuffix(".jsonl").removesuffix(".json")
 
 
-def load_task(spec: str, limit: int | None = None) -> Task:
-    """Read `[NAME=]FILE` into a Task; the layout comes from the first record."""
+def load_task(spec: str, limit: int | None = None, seed: int = LIMIT_SEED) -> Task:
+    """Read `[NAME=]FILE` into a Task; the layout comes from the first record. limit: score
+    N items drawn at random with `seed` (kept in file order), the same N for the same seed
+    and file; the whole file stays the few-shot pool."""
     from llmtk.io import read_docs
 
     name, path = spec.split("=", 1) if "=" in spec and not os.path.exists(spec) else (None, spec)
@@ -195,8 +206,16 @@ def load_task(spec: str, limit: int | None = None) -> Task:
             raise DataError(f"{doc.where()}: the answer index {item.gold} is not one of the "
                             f"{len(item.choices)} choices")
         items.append(item)
-        if limit is not None and len(items) >= limit:
-            break
     if not items:
         raise DataError(f"{path}: no task items")
-    return Task(name, path, layout, items)
+    return Task(name, path, layout, limited(items, limit, seed), items)
+
+
+def limited(items: list[Item], limit: int | None, seed: int) -> list[Item]:
+    """N items drawn with `seed` (a private generator, so nothing else moves it), in order."""
+    if limit is None or limit >= len(items):
+        return items
+    import random
+
+    keep = sorted(random.Random(seed).sample(range(len(items)), limit))
+    return [items[i] for i in keep]

@@ -221,3 +221,25 @@ def atomic_dir(target: str, tmp: str | None = None, replace: bool = False,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def publish_dir(tmp: str, target: str) -> None:
+    """Rename a directory filled in several steps (by several processes, say) into place,
+    replacing a target that is there; `atomic_dir` is the one-block form."""
+    if os.path.lexists(target):
+        shutil.rmtree(target)
+    os.rename(tmp, target)
+
+
+def set_aside(path: str, suffix: str, numbered: bool = True) -> str:
+    """Rename `path` out of the way, never deleting it (it may hold the only copy): to the
+    first free PATH.SUFFIX-K, or to PATH.SUFFIX (replacing one) when not numbered.
+    Returns the new name."""
+    aside = f"{path}.{suffix}"
+    if numbered:
+        k = 1
+        while os.path.lexists(f"{aside}-{k}"):
+            k += 1
+        aside = f"{aside}-{k}"
+    os.replace(path, aside)
+    return aside

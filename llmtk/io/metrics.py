@@ -1,4 +1,4 @@
-"""The metrics-log schema (DESIGN.md "Metrics log"): `train` writes it, `plot-loss`
+"""The metrics-log schema (docs/train.md "The metrics log"): `train` writes it, `plot-loss`
 and `diagnose` read it.
 
 One JSON object per line. A training row has `step`, `loss`, `lr`, `grad_norm`,

@@ -19,8 +19,10 @@ they hold nothing that could be overwritten, and `--rejects /dev/null -o
 /dev/null` is a fair thing to ask.
 """
 
+import contextlib
 import os
 import stat
+from collections.abc import Iterator
 
 from llmtk.errors import UsageError
 from llmtk.io.reader import walk
@@ -167,6 +169,18 @@ def remove_made(made: list[str]) -> None:
             os.rmdir(d)
         except OSError:
             pass
+
+
+@contextlib.contextmanager
+def parents_made(paths: list[str]) -> Iterator[None]:
+    """`with parents_made([out]):` mkdir -p above these file outputs for the block; the
+    directories it created are removed again (those still empty) when the block fails."""
+    made = make_parents(paths)
+    try:
+        yield
+    except BaseException:
+        remove_made(made)
+        raise
 
 
 def _check_directory(what: str, directory: str) -> None:

@@ -38,7 +38,7 @@ class LoadedModel:
     step: int | None = None    # the checkpoint's (or export's) step; None for "hf"
     run_dir: str | None = None  # the directory holding checkpoints/ ("llmtk" only)
     train_config: dict = field(default_factory=dict)
-    chat: object | None = None  # the chat template of an `--sft` run, else None
+    chat: object | None = None  # the chat template of an `--sft` run or an HF folder, else None
 
     @property
     def checkpoint(self) -> str:
@@ -80,7 +80,10 @@ def load_model(path: str, device: str = "cpu", seq_len: int | None = None) -> Lo
             raise UsageError(f"{path}: not a Hugging Face model folder (config.json and "
                              "model.safetensors)")
         cfg, sd = hf.load_hf(hf_dir, seq_len)
-        loaded = LoadedModel(GPT(cfg), load_tokenizer(hf.tokenizer_file(hf_dir)), hf_dir, "hf")
+        from llmtk.train.chat import own_template
+
+        tok = load_tokenizer(hf.tokenizer_file(hf_dir))
+        loaded = LoadedModel(GPT(cfg), tok, hf_dir, "hf", chat=own_template(tok))
     else:
         source = ckpt or path
         cfg, tok, meta = _config_and_tokenizer(source, C.load_state(source) if ckpt
@@ -91,9 +94,11 @@ def load_model(path: str, device: str = "cpu", seq_len: int | None = None) -> Lo
         tc = meta.get("train_config", {})
         chat = None
         if tc.get("sft"):
-            from llmtk.train.chat import chat_template
+            from llmtk.train.chat import chat_template, from_record
 
-            chat = chat_template(tok, tc.get("chat_template", "auto"))
+            recorded = meta.get("chat_template")  # older checkpoints: only the option
+            chat = (from_record(tok, recorded) if recorded
+                    else chat_template(tok, tc.get("chat_template", "auto")))
         loaded = LoadedModel(GPT(cfg), tok, source, "llmtk" if ckpt else "export",
                              meta.get("step"), run_dir_of(ckpt) if ckpt else None, tc, chat)
     loaded.model.load_state_dict(sd)

@@ -66,6 +66,9 @@ class LlmtkTemplate:
     def prompt(self, messages: list[dict]) -> list[int]:
         return self.encode(messages)[0] + self._header("assistant")
 
+    def record(self) -> dict:
+        return {"name": self.name}
+
 
 class JinjaTemplate:
     def __init__(self, tokenizer, source: str, name: str, bos: str = "", eos: str = ""):
@@ -82,8 +85,13 @@ class JinjaTemplate:
         except jinja2.TemplateError as e:
             raise ConfigError("chat_template", f"not a valid Jinja template ({e})",
                               value=name) from None
-        self.tok, self.name = tokenizer, name
+        self.tok, self.name, self.source = tokenizer, name, source
         self.bos, self.eos = bos, eos or getattr(tokenizer, "eos_token", "")
+
+    def record(self) -> dict:
+        """What a checkpoint stores, so evaluation uses this template even if the file it
+        came from changes or goes."""
+        return {"name": self.name, "source": self.source, "bos": self.bos, "eos": self.eos}
 
     def render(self, messages: list[dict], generation_prompt: bool) -> str:
         import jinja2
@@ -140,17 +148,30 @@ def _hf_template(tokenizer_path: str) -> tuple[str, str, str] | None:
     return (tpl, token(conf.get("bos_token")), token(conf.get("eos_token"))) if tpl else None
 
 
+def own_template(tokenizer):
+    """The Hugging Face chat template shipped with the tokenizer, or None."""
+    found = _hf_template(tokenizer.path) if hasattr(tokenizer, "path") else None
+    if found is None:
+        return None
+    source, bos, eos = found
+    return JinjaTemplate(tokenizer, source, "tokenizer_config.json", bos, eos)
+
+
+def from_record(tokenizer, record: dict):
+    """The template a checkpoint recorded (`record()`)."""
+    if "source" not in record:
+        return LlmtkTemplate(tokenizer)
+    return JinjaTemplate(tokenizer, record["source"], record["name"], record["bos"],
+                         record["eos"])
+
+
 def chat_template(tokenizer, spec: str = "auto"):
     """`auto`: the tokenizer's own Hugging Face chat template if it has one, else llmtk's;
     `llmtk`; or a .jinja file."""
     if spec == "llmtk":
         return LlmtkTemplate(tokenizer)
     if spec == "auto":
-        found = _hf_template(tokenizer.path) if hasattr(tokenizer, "path") else None
-        if found is None:
-            return LlmtkTemplate(tokenizer)
-        source, bos, eos = found
-        return JinjaTemplate(tokenizer, source, "tokenizer_config.json", bos, eos)
+        return own_template(tokenizer) or LlmtkTemplate(tokenizer)
     try:
         with open(spec, encoding="utf-8") as f:
             source = f.read()

@@ -9,7 +9,8 @@ an unchanged one is reused by every run and every rank.
 
 Sampling: the train tokens are cut into fixed windows of seq_len + 1 tokens
 (packed across document boundaries). Window order is a seeded permutation per
-epoch. The position in the data is one integer, the number of windows the whole
+epoch (`window_order`: an array up to ORDER_IN_MEMORY windows, computed per index
+above). The position in the data is one integer, the number of windows the whole
 job has consumed; micro-batch g of the job covers windows [g*W*B, (g+1)*W*B) of
 the (epoch-permuted) order and rank r takes its B-window slice. So the data
 position is exact to save and restore, and a 2-process run sees the same
@@ -99,9 +100,6 @@ def _is_val(text: str, fraction: float) -> bool:
 
 
 _TMP = re.compile(r"^\.tmp-[0-9a-f]{16}-(?P<host>.+)-(?P<pid>\d+)$")
-
-# The name trainer.py's config.json sweep imports (until the checkpointer takes that over).
-_pid_alive = pid_alive
 
 
 def sweep_stale(cache_root: str) -> list[str]:
@@ -246,6 +244,61 @@ class Windows:
         return self.shards[k][start:start + self.seq_len + 1]
 
 
+ORDER_IN_MEMORY = 1 << 24  # windows per epoch up to which the order is a permutation array
+
+
+def window_order(n: int, key: list[int]):
+    """The seeded order of n windows for one epoch: order[i] is the i-th window read.
+
+    Up to ORDER_IN_MEMORY windows (128 MiB of int64) a NumPy permutation; above, where an
+    array of 8 bytes per window would grow with the corpus (1T tokens at 2,048 per window
+    is 3.9 GiB per rank), a keyed Feistel permutation computed per index, in no memory."""
+    import numpy as np
+
+    if n <= ORDER_IN_MEMORY:
+        return np.random.default_rng(key).permutation(n)
+    return FeistelOrder(n, key)
+
+
+class FeistelOrder:
+    """A pseudo-random bijection of range(n): a 4-round balanced Feistel network on the
+    smallest even number of bits that covers n, walked again while it lands past n
+    (cycle walking: fewer than 4 rounds of it on average, as 2^bits < 4n)."""
+
+    ROUNDS = 4
+
+    def __init__(self, n: int, key: list[int]):
+        self.n = n
+        self.half = max(1, ((n - 1).bit_length() + 1) // 2)
+        self.mask = (1 << self.half) - 1
+        seed = xxhash.xxh64_intdigest(json.dumps(list(map(int, key))).encode())
+        self.keys = [xxhash.xxh64_intdigest(f"{seed}:{r}".encode()) for r in range(self.ROUNDS)]
+
+    def _round(self, x: int, k: int) -> int:
+        # splitmix64 of (x, k): well mixed, the same on every machine
+        z = (x * 0x9E3779B97F4A7C15 + k) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+        return (z ^ (z >> 31)) & self.mask
+
+    def _permute(self, x: int) -> int:
+        left, right = x >> self.half, x & self.mask
+        for k in self.keys:
+            left, right = right, left ^ self._round(right, k)
+        return (left << self.half) | right
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        x = self._permute(i)
+        while x >= self.n:
+            x = self._permute(x)
+        return x
+
+
 class Sampler:
     """Micro-batches for one rank, addressed by the job's global window position."""
 
@@ -263,9 +316,14 @@ class Sampler:
         if not self.shuffle:
             return i
         if epoch != self._epoch:
-            self._perm = np.random.default_rng([self.seed, epoch]).permutation(n)
+            self._perm = window_order(n, [self.seed, epoch])
             self._epoch = epoch
         return int(self._perm[i])
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """(0, window index) of the window at job-wide `position` (as BlendSampler.locate,
+        whose first number is the source)."""
+        return 0, self._index(position)
 
     def rows(self, position: int):
         """(B, T + 1) int64 tensor: this rank's windows of the job-wide micro-batch starting

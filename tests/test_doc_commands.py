@@ -1,0 +1,134 @@
+"""Every shell block of docs/cluster.md and docs/tutorial.md, run as written.
+
+The blocks of a page run in order, in one bash with `set -e`, in a scratch folder laid
+out as the page expects (crawl/ and evals/, the repository's bin/, a demo/ folder), with
+`llmtk` this checkout's, a stand-in `sbatch` that runs an array's tasks on the spot
+(tests/test_cluster.py), and stand-ins for `pip` and `ray` (no network, no Ray cluster
+to start). Only sizes change, each by a rule of SCALED: task counts become 2, the Ray
+executor runs the same tasks locally, and the tutorial trains 2 steps on 10k tokens of a
+118-document slice of the demo sample.
+"""
+
+import os
+import re
+import subprocess
+
+import orjson
+import pytest
+import zstandard
+
+from tests.test_cluster import FAKE_SBATCH, _crawl
+from tests.util import ROOT, env, llmtk, llmtk_command
+
+SCALED = [
+    (r"--array=0-\d+", "--array=0-1"),
+    (r"--tasks \d+", "--tasks 2"),
+    (r"\b((?:BUCKET_)?TASKS)=\d+", r"\1=2"),
+    (r"--executor ray --address auto", "--executor local"),
+    (r"--steps 300\b", "--steps 2"),
+    (r"--tokens 300k\b", "--tokens 10k"),
+]
+SAMPLE_EVERY = 20  # the tutorial runs on every 20th document of demo/sample.jsonl.zst
+STUBS = {
+    "sbatch": FAKE_SBATCH,
+    "llmtk": f'#!/bin/bash\nexec {llmtk_command()} "$@"\n',
+    "pip": '#!/bin/bash\necho "pip (stand-in): $*"\n',
+    "ray": '#!/bin/bash\necho "ray (stand-in): $*"\n',
+}
+
+
+def shell_blocks(page: str) -> list[str]:
+    text = (ROOT / "docs" / page).read_text()
+    return re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def scaled(block: str) -> str:
+    for pattern, replacement in SCALED:
+        block = re.sub(pattern, replacement, block)
+    return block
+
+
+def page_runner(page: str, workspace):
+    """run(i): block i of the page (0-based) in bash with `set -e` in the workspace."""
+    fake = workspace / ".fakebin"
+    fake.mkdir()
+    for name, script in STUBS.items():
+        (fake / name).write_text(script)
+        (fake / name).chmod(0o755)
+    (workspace / "bin").symlink_to(ROOT / "bin")
+    blocks = shell_blocks(page)
+    run_env = env(PATH=f"{fake}:{os.environ['PATH']}", SBATCH_CPUS="1",
+                  SBATCH_LOG=str(workspace / ".sbatch.log"))
+
+    def run(i: int) -> bytes:
+        r = subprocess.run(["bash", "-c", "set -e\n" + scaled(blocks[i])], capture_output=True,
+                           cwd=workspace, env=run_env)
+        assert r.returncode == 0, f"{page} block {i + 1}:\n{blocks[i]}\n{r.stderr[-3000:]}"
+        return r.stderr
+
+    return run, len(blocks)
+
+
+def _files(folder) -> dict:
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+def _zstd_concat(paths) -> bytes:
+    return b"".join(zstandard.ZstdDecompressor().decompress(p.read_bytes(),
+                                                           max_output_size=1 << 30)
+                    for p in sorted(paths))
+
+
+@pytest.mark.integration  # the Slurm scripts
+def test_every_shell_block_of_the_cluster_page_runs(tmp_path):
+    """The Slurm array, the whole pipeline script and the Ray commands of docs/cluster.md:
+    the pipeline's output is the single machine's, and finished tasks are skipped."""
+    crawl, ev = _crawl(tmp_path)
+    (tmp_path / "evals").mkdir()
+    ev.rename(tmp_path / "evals" / "eval.jsonl")
+    run, blocks = page_runner("cluster.md", tmp_path)
+    assert blocks == 3  # the array, the pipeline, Ray
+    work = tmp_path / "work"
+    run(0)  # sbatch --array=0-1 bin/llmtk-array.sbatch --tasks 2 llmtk clean ... (no work/ yet)
+    cleaned = _files(work / "clean")
+    assert len(cleaned) == 4  # 2 outputs, 2 markers
+    err = run(1)  # bin/llmtk-pipeline.sh: nine arrays, each after the one before
+    log = (tmp_path / ".sbatch.log").read_text().splitlines()[1:]
+    assert [line.split(" ", 1)[0] for line in log] == [
+        "", *(f"afterok:job{i}" for i in range(2, 10))]
+    assert err.count(b"skipping") == 2  # its clean tasks were done by the array above
+    buckets = _files(work / "buckets")
+    run(2)  # Ray (here: llmtk run --executor local): clean and buckets, done already
+    assert _files(work / "clean") == cleaned and _files(work / "buckets") == buckets
+    # The single machine: clean | dedup | contam-check --drop, then mix.
+    single = tmp_path / "single"
+    llmtk("clean", "crawl", "-o", "single/clean.jsonl", "-q", check=True, cwd=tmp_path)
+    llmtk("dedup", "single/clean.jsonl", "-o", "single/dedup.jsonl", "-q", check=True,
+          cwd=tmp_path)
+    r = llmtk("contam-check", "single/dedup.jsonl", "--eval", "evals", "--drop", "-o",
+              "single/decontam.jsonl", "--report", "single/report.json", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert _zstd_concat((work / "decontam").glob("*.jsonl.zst")) == (
+        single / "decontam.jsonl").read_bytes()
+    assert orjson.loads((work / "reports" / "contam.json").read_bytes()) == orjson.loads(
+        (single / "report.json").read_bytes())
+    mix = llmtk("mix", "--source", f"web={single / 'decontam.jsonl'}", "-q", check=True)
+    assert sorted(_zstd_concat((work / "mix").glob("*.jsonl.zst")).splitlines()) == sorted(
+        mix.stdout.splitlines())
+    assert (work / "stats" / "clean.json").exists()
+
+
+def test_every_shell_block_of_the_tutorial_runs(tmp_path):
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    sample = zstandard.ZstdDecompressor().stream_reader(
+        (ROOT / "demo" / "sample.jsonl.zst").open("rb")).read().splitlines(keepends=True)
+    (demo / "sample.jsonl.zst").write_bytes(
+        zstandard.ZstdCompressor().compress(b"".join(sample[::SAMPLE_EVERY])))
+    (demo / "eval.jsonl").write_bytes((ROOT / "demo" / "eval.jsonl").read_bytes())
+    run, blocks = page_runner("tutorial.md", tmp_path)
+    for i in range(blocks):
+        run(i)
+    out = tmp_path / "demo-out"
+    assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    assert '"val_loss"' in (out / "run" / "metrics.jsonl").read_text()

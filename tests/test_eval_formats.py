@@ -1,0 +1,232 @@
+"""`llmtk eval` the way people evaluate: few-shot examples as lm-eval draws and
+lays them out, chat models asked through the template they were fine-tuned with,
+Hugging Face folders, and a baseline comparison that finds planted regressions.
+
+A file of its own (pytest-xdist `--dist loadfile` runs it beside test_eval.py): one
+small SFT run on made-up facts is shared by the tests that need a real model."""
+
+import json
+import os
+import random
+
+import pytest
+
+from llmtk.errors import DataError
+from llmtk.evaluate import evaluate_task, load_task
+from llmtk.evaluate.prompts import Format, contexts
+from tests.util import llmtk
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+COLOURS = ["red", "green", "blue", "yellow", "black", "white", "pink", "brown"]
+
+
+def write_jsonl(path, records):
+    with open(path, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    return str(path)
+
+
+def arc(i, question, answer, wrong):
+    choices = [answer, *wrong]
+    return {"id": f"q{i}", "question": question, "answerKey": "A",
+            "choices": {"text": choices, "label": list("ABCD")[:len(choices)]}}
+
+
+# ---------------------------------------------------------------- few-shot (lm-eval's rules)
+
+
+def test_fewshot_examples_are_drawn_as_lm_evals_default_sampler_draws_them(tmp_path):
+    """One Random(seed) per task, moved on item after item; from the task's own rows K + 1
+    are drawn and the item dropped (then the first K kept); a separate pool is drawn K at
+    a time. Each example: prompt, " ", answer, "\\n\\n"."""
+    rows = [arc(i, f"Q{i}?", f"a{i}", [f"x{i}"]) for i in range(6)]
+    task = load_task(write_jsonl(tmp_path / "t.jsonl", rows))
+    got = contexts(task, Format(num_fewshot=2, seed=7))
+    rnd = random.Random(7)
+    for item, ctx in zip(task.items, got, strict=True):
+        shots = [x for x in rnd.sample(task.pool, 3) if x != item][:2]
+        assert item not in shots
+        assert ctx == "".join(f"Question: {s.user}\nAnswer: {s.choices[0]}\n\n"
+                              for s in shots) + item.context
+    assert contexts(task, Format(num_fewshot=2, seed=7)) == got  # reproducible
+    assert contexts(task, Format(num_fewshot=2, seed=8)) != got
+
+    pool = load_task(write_jsonl(tmp_path / "dev.jsonl",
+                                 [arc(i, f"D{i}?", f"d{i}", ["z"]) for i in range(3)]))
+    rnd = random.Random(1234)
+    for ctx in contexts(task, Format(num_fewshot=3, pool=pool)):
+        shots = rnd.sample(pool.pool, 3)
+        assert ctx.startswith("".join(f"Question: {s.user}\nAnswer: {s.choices[0]}\n\n"
+                                      for s in shots))
+    with pytest.raises(DataError, match="6 rows, too few for 6-shot examples"):
+        contexts(task, Format(num_fewshot=6))
+
+
+def test_chat_format_one_user_turn_or_multiturn_and_no_target_delimiter(tmp_path):
+    rows = [arc(i, f"Q{i}?", f"a{i}", [f"x{i}"]) for i in range(2)]
+    task = load_task(write_jsonl(tmp_path / "t.jsonl", rows))
+    single = contexts(task, Format(num_fewshot=1, chat=True))
+    # lm-eval's multiturn_to_singleturn: the example and the question in one user turn;
+    # a chat model is asked the question itself, not "Question: ...\nAnswer:".
+    assert single[0] == [{"role": "user", "content": "Q1? a1\n\nQ0?"}]
+    multi = contexts(task, Format(num_fewshot=1, chat=True, multiturn=True))
+    assert multi[0] == [{"role": "user", "content": "Q1?"},
+                        {"role": "assistant", "content": "a1"},
+                        {"role": "user", "content": "Q0?"}]
+
+    class Recorder:
+        requests = []
+
+        def loglikelihood(self, requests):
+            self.requests += requests
+            return [(-1.0, False)] * len(requests)
+
+    rec = Recorder()
+    evaluate_task(task, rec, fmt=Format(chat=True))
+    assert [k for _, k in rec.requests[:2]] == ["a0", "x0"]  # the reply itself, no " "
+    evaluate_task(task, rec, fmt=Format())
+    assert [k for _, k in rec.requests[-2:]] == [" a1", " x1"]
+
+
+def test_limit_draws_the_same_items_for_the_same_seed_in_file_order(tmp_path):
+    path = write_jsonl(tmp_path / "t.jsonl", [{"text": f"doc {i}"} for i in range(50)])
+    a, b = load_task(path, limit=5, seed=3), load_task(path, limit=5, seed=3)
+    ids = [it.id for it in a.items]
+    assert ids == [it.id for it in b.items] and ids == sorted(ids, key=int)
+    assert ids != [it.id for it in load_task(path, limit=5, seed=4).items]
+    assert len(a.pool) == 50
+
+
+# ---------------------------------------------------------------- a real chat model
+
+
+@pytest.fixture(scope="module")
+def facts(tmp_path_factory):
+    """40 made-up facts ("What is the colour of the X?" -> one word) learnt by `train
+    --sft` (a chat model asked in its own template), an ARC-layout file asking the same
+    facts, and 8 facts contradicted by a second, short fine-tuning: the planted
+    regressions."""
+    d = tmp_path_factory.mktemp("facts")
+    rnd = random.Random(7)
+    syllables = ["ka", "lo", "mi", "zu", "te", "ra", "vo", "ni", "pe", "su", "do", "gi"]
+    names = set()
+    while len(names) < 40:
+        names.add("".join(rnd.choice(syllables) for _ in range(3)))
+    facts = [(n, rnd.choice(COLOURS)) for n in sorted(names)]
+
+    def chat(n, c):
+        return {"messages": [{"role": "user", "content": f"What is the colour of the {n}?"},
+                             {"role": "assistant", "content": c}]}
+
+    items = []
+    for n, c in facts:
+        choices = [c, *rnd.sample([x for x in COLOURS if x != c], 3)]
+        rnd.shuffle(choices)
+        items.append({"id": n, "question": f"What is the colour of the {n}?",
+                      "choices": {"text": choices, "label": list("ABCD")},
+                      "answerKey": "ABCD"[choices.index(c)]})
+    # Contradicted by one of the item's own wrong choices, so the new belief is chosen.
+    planted = {it["id"]: next(t for t in it["choices"]["text"] if t != c)
+               for it, (_, c) in zip(items[:8], facts[:8], strict=True)}
+    run = str(d / "sft")
+    common = ["--seq-len", "64", "--warmup", "5", "--val-fraction", "0", "--weight-decay",
+              "0", "-q"]
+    p = llmtk("train", "--sft", "--data", write_jsonl(d / "sft.jsonl", [chat(*f) for f in facts]),
+              "--out", run, "--layers", "1", "--d-model", "64", "--heads", "2",
+              "--steps", "100", "--batch-size", "40", "--lr", "5e-3", *common, **ONE_THREAD)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    tuned = str(d / "contradicted")
+    # Continued training on the same facts, 8 of them now contradicted.
+    new = [chat(n, planted.get(n, c)) for n, c in facts]
+    p = llmtk("train", "--sft", "--init-from", run, "--out", tuned, "--steps", "30",
+              "--batch-size", "40", "--lr", "5e-3",
+              "--data", write_jsonl(d / "new.jsonl", new), *common, **ONE_THREAD)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    return {"dir": d, "run": run, "tuned": tuned, "planted": planted,
+            "arc": write_jsonl(d / "facts_arc.jsonl", items)}
+
+
+def evaluate(*args):
+    p = llmtk("eval", *args, "--json", "--no-log", "-q", in_process=True, **ONE_THREAD)
+    return p.returncode, (json.loads(p.stdout) if p.stdout else None), p.stderr.decode()
+
+
+def test_an_sft_model_is_asked_in_its_chat_format_and_knows_its_facts(facts):
+    code, report, err = evaluate(facts["run"], "-t", facts["arc"])
+    assert code == 0, err
+    chat = report["tasks"]["facts_arc"]["metrics"]["acc"]
+    code, report, err = evaluate(facts["run"], "-t", facts["arc"], "--no-chat-template")
+    base = report["tasks"]["facts_arc"]["metrics"]["acc"]
+    assert chat >= 0.9 and base < chat, (chat, base)  # measured 0.95 and 0.35
+
+
+def test_template_and_delimiter_are_exactly_what_the_sft_run_trained_on(facts):
+    """The tokens scored for a choice are the tokens of the same conversation as SFT
+    encoded it, and the continuation scored is exactly its trained span (the reply
+    without the end-of-text token), from the template the checkpoint recorded."""
+    from llmtk.evaluate.scoring import ModelScorer
+    from llmtk.train import checkpoint as C
+    from llmtk.train import load_model
+
+    m = load_model(facts["run"])
+    assert C.load_state(m.source)["chat_template"] == {"name": "llmtk"}
+    task = load_task(facts["arc"])
+    scorer = ModelScorer(m.model, m.tokenizer, prompt_ids=m.chat.prompt)
+    item, ctx = task.items[0], contexts(task, Format(chat=True))[0]
+    for choice in item.choices:
+        prompt = scorer.context_ids(ctx)
+        scored = m.tokenizer.encode(Format(chat=True).delimiter + choice)
+        trained_ids, trained = m.chat.encode([{"role": "user", "content": item.user},
+                                              {"role": "assistant", "content": choice}])
+        assert prompt + scored + [m.tokenizer.eos_id] == trained_ids
+        assert trained == [False] * len(prompt) + [True] * (len(scored) + 1)
+
+
+def test_a_hugging_face_folder_is_evaluated_like_the_run_it_came_from(facts, tmp_path):
+    """Exported with `train export --hf`: the same scores without a template; with a
+    chat template in its tokenizer_config.json it is asked through it by default."""
+    from llmtk.train.hf import export_hf
+
+    hf = tmp_path / "hf"
+    export_hf(facts["run"], str(hf))
+    _, run_plain, _ = evaluate(facts["run"], "-t", facts["arc"], "--no-chat-template")
+    code, hf_plain, err = evaluate(f"hf:{hf}", "-t", facts["arc"])  # no template: plain
+    assert code == 0, err
+    assert hf_plain["tasks"]["facts_arc"]["metrics"] == run_plain["tasks"]["facts_arc"]["metrics"]
+    assert hf_plain["step"] == 0 and os.path.exists(hf / "eval" / "0" / "facts_arc.bad.jsonl")
+    conf = json.loads((hf / "tokenizer_config.json").read_text())
+    conf["chat_template"] = (  # llmtk's template, written as Jinja
+        "{% for m in messages %}{{ '<|' + m.role + '|>\\n' + m.content + '\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}")
+    (hf / "tokenizer_config.json").write_text(json.dumps(conf))
+    _, run_chat, _ = evaluate(facts["run"], "-t", facts["arc"])
+    _, hf_chat, _ = evaluate(str(hf), "-t", facts["arc"], "--out", str(tmp_path / "o"))
+    assert hf_chat["tasks"]["facts_arc"]["metrics"] == run_chat["tasks"]["facts_arc"]["metrics"]
+    assert os.path.exists(tmp_path / "o" / "eval" / "0" / "facts_arc.bad.jsonl")
+
+
+def test_a_baseline_comparison_finds_the_planted_regressions(facts):
+    """Fine-tuning on contradicting facts makes those items wrong: against the model
+    before it, they are the lost items, the accuracy delta's interval is below zero,
+    and --fail-on-regression exits 3."""
+    code, report, err = evaluate(facts["tuned"], "-t", facts["arc"], "--baseline",
+                                 facts["run"], "--fail-on-regression", "0.05")
+    assert code == 3, err
+    assert "llmtk eval: facts_arc: acc" in err and "worse than the baseline by more than 0.05" \
+        in err
+    versus = report["tasks"]["facts_arc"]["baseline"]
+    lost = set(versus["lost"])
+    # A tiny model: fine-tuning also disturbs a neighbour or two (measured: 7 of the 8
+    # planted items lost, the 8th was wrong before too, and one other).
+    planted = set(facts["planted"])
+    assert len(lost & planted) >= 6 and len(lost - planted) <= 2, (lost, versus["gained"])
+    acc = versus["metrics"]["acc"]
+    assert acc["delta"] < -0.05 and acc["ci"][1] < 0 and acc["lost"] == len(lost)
+    assert acc["mcnemar_p"] < 0.05
+    with open(report["tasks"]["facts_arc"]["bad_cases"]) as f:
+        flagged = {r["id"] for r in map(json.loads, f) if "lost_vs_baseline" in r["why"]}
+    assert flagged == lost
+    code, _, err = evaluate(facts["tuned"], "-t", facts["arc"], "--baseline", facts["run"],
+                            "--fail-on-regression", "0.9")
+    assert code == 0, err
