@@ -87,18 +87,23 @@ def test_every_shell_block_of_the_cluster_page_runs(tmp_path):
     (tmp_path / "evals").mkdir()
     ev.rename(tmp_path / "evals" / "eval.jsonl")
     run, blocks = page_runner("cluster.md", tmp_path)
-    assert blocks == 3  # the array, the pipeline, Ray
+    texts = shell_blocks("cluster.md")
+    # the array, the pipeline, Ray, tokenize + train on the blend (the web-archive block
+    # needs WARC files)
+    array, pipeline, ray, tokens = (
+        next(i for i, b in enumerate(texts) if b.startswith(w))
+        for w in ("sbatch --array", "TASKS=", "pip install", "llmtk train tokenizer"))
     work = tmp_path / "work"
-    run(0)  # sbatch --array=0-1 bin/llmtk-array.sbatch --tasks 2 llmtk clean ... (no work/ yet)
+    run(array)  # sbatch --array=0-1 bin/llmtk-array.sbatch --tasks 2 llmtk clean ... (no work/)
     cleaned = _files(work / "clean")
     assert len(cleaned) == 4  # 2 outputs, 2 markers
-    err = run(1)  # bin/llmtk-pipeline.sh: nine arrays, each after the one before
+    err = run(pipeline)  # bin/llmtk-pipeline.sh: nine arrays, each after the one before
     log = (tmp_path / ".sbatch.log").read_text().splitlines()[1:]
     assert [line.split(" ", 1)[0] for line in log] == [
         "", *(f"afterok:job{i}" for i in range(2, 10))]
     assert err.count(b"skipping") == 2  # its clean tasks were done by the array above
     buckets = _files(work / "buckets")
-    run(2)  # Ray (here: llmtk run --executor local): clean and buckets, done already
+    run(ray)  # Ray (here: llmtk run --executor local): clean and buckets, done already
     assert _files(work / "clean") == cleaned and _files(work / "buckets") == buckets
     # The single machine: clean | dedup | contam-check --drop, then mix.
     single = tmp_path / "single"
@@ -116,6 +121,20 @@ def test_every_shell_block_of_the_cluster_page_runs(tmp_path):
     assert sorted(_zstd_concat((work / "mix").glob("*.jsonl.zst")).splitlines()) == sorted(
         mix.stdout.splitlines())
     assert (work / "stats" / "clean.json").exists()
+    # Tokenize arrays and a trial on the blend of the two token datasets.
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "a.jsonl").write_bytes(b"".join(
+        orjson.dumps({"id": f"c{i}", "text": f"def f{i}(x):\n    return x * {i} + {i % 7}\n"},
+                     option=orjson.OPT_APPEND_NEWLINE) for i in range(300)))
+    run(tokens)
+    for source in ("web", "code"):
+        assert sorted(p.name for p in (tmp_path / "tokens" / source).glob("*.done")) == [
+            "part-00000-of-00002.done", "part-00001-of-00002.done"]
+    rows = [orjson.loads(line) for line in
+            (tmp_path / "runs" / "trial" / "metrics.jsonl").read_bytes().splitlines()]
+    train_rows = [r for r in rows if "loss" in r]
+    assert train_rows[-1]["step"] == 2 and all(
+        r["tokens/web"] + r["tokens/code"] == r["tokens"] for r in train_rows)
 
 
 def test_every_shell_block_of_the_tutorial_runs(tmp_path):

@@ -13,7 +13,7 @@ from llmtk.text.tokenizer import encode_batch, load_tokenizer
 from llmtk.train.blend import BLOCK, BlendSampler, parse_spec, pattern
 from llmtk.train.tokens import TokenDataset
 from tests.train_runs import TINY, events, losses, rows
-from tests.util import env, invoke, llmtk, llmtk_command, run_module
+from tests.util import env, invoke, llmtk, run_module
 
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi "
          "rho sigma tau upsilon phi chi psi omega Ünïcode 漢字 кириллица").split()
@@ -226,13 +226,9 @@ def test_token_dataset_trains_as_the_cache_does(inputs, tmp_path):
 
 
 def test_blended_run_resumes_bit_exactly(inputs, tmp_path):
-    # Source a: a 2-task tokenize array on the local executor (docs/cluster.md).
-    r = llmtk("run", "--executor", "local", "--tasks", "2", "--parallel", "2", "--",
-              *llmtk_command().split(), "train", "tokenize", inputs, "--on-error", "skip",
-              "--shard", "{shard}", "-o", tmp_path / "a", "-q")
-    assert r.returncode == 0, r.stderr
-    assert sorted(p.name for p in (tmp_path / "a").glob("*.done")) == [
-        "part-00000-of-00002.done", "part-00001-of-00002.done"]
+    # (tokenize arrays on `llmtk run`: docs/cluster.md, run by tests/test_doc_commands.py)
+    for k in range(2):
+        tokenize(inputs, tmp_path / "a", "--shard", f"{k}/2")
     tokenize(sorted(inputs.iterdir())[3], tmp_path / "b")
     args = ["--data", f"web={tmp_path / 'a'}:0.75", "--data", f"code={tmp_path / 'b'}:0.25",
             "--val-data", f"code={tmp_path / 'b'}", "--eval-every", "3", "--eval-batches", "1",
