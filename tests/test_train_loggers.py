@@ -110,6 +110,11 @@ def test_wandb_offline_run_holds_the_config_history_and_events(corpus, tmp_path,
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     rows = run(corpus, tmp_path / "run", "wandb")
+    # The run file is complete when W&B's service stops, as at the end of a training process;
+    # here training ran inside the test process, so stop it as that exit would.
+    import wandb
+
+    wandb.teardown()
     (path,) = glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*" / "run-*.wandb"))
     history, config = {}, {}
     for record in wandb_records(path):
