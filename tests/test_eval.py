@@ -341,6 +341,7 @@ def test_llmtk_eval_logs_each_step_task_and_metric_once(tmp_path, capfd, monkeyp
     for _ in range(2):
         r = cli("eval", run, "--tasks", arc, "--tasks", held, "--device", "cpu")
         assert r.exit_code == 0, r.output
+        assert "arc (2 items): acc" in r.output and " items/s" in r.output  # the summary
     rows = _eval_rows(log)
     keys = [(r["step"], r["task"], r["metric"]) for r in rows]
     assert sorted(keys) == [(5, "arc", "acc"), (5, "arc", "acc_norm"),
