@@ -21,7 +21,7 @@ PIP_QUIET := --quiet --disable-pip-version-check
 
 PREFIX ?= $(HOME)/.local
 
-.PHONY: setup install test test-fast lint demo bench clean-venv
+.PHONY: setup install test test-fast test-integration lint demo bench clean-venv
 
 setup: $(STAMP)
 
@@ -46,9 +46,16 @@ test: setup
 test-fast: setup
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow"
 
+# The tests whose subject is process behaviour (marked `integration`), each command a fresh
+# `python -m llmtk` instead of a child of the tests' fork server (tests/forkserver.py):
+# what only a fresh process shows (import-time state, signal setup, teardown) is caught.
+test-integration: setup
+	LLMTK_TEST_FORKSERVER=0 $(BIN)/python -m pytest -q -n auto --dist loadfile -m integration
+
 lint: setup
-	$(BIN)/ruff check llmtk tests benchmarks
+	$(BIN)/ruff check llmtk tests benchmarks tools
 	$(BIN)/lint-imports
+	$(BIN)/python tools/check_cycles.py
 
 demo: setup
 	bash bin/demo.sh

@@ -9,7 +9,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LLMTK = [sys.executable, "-m", "llmtk"]
-CORPUS = Path("/work/shared/data/corpus-public.jsonl.zst")
 
 
 def timed(cmd, shell: bool = False) -> tuple[float, float]:

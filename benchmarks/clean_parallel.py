@@ -193,7 +193,9 @@ def alpha_threshold(lang: str, user: dict | None = None) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("corpus", nargs="?", default=str(ROOT / "benchmarks/out/manpages.jsonl"))
+    ap.add_argument("corpus", nargs="?", default=str(ROOT / "benchmarks/out/manpages.jsonl"),
+                    help="parallel pages as JSONL (default: benchmarks/out/manpages.jsonl, "
+                         "which manpages_corpus.py builds from Debian packages)")
     ap.add_argument("--keep-credits", action="store_true",
                     help="keep the translators' credits section of the translations")
     ap.add_argument("--alpha", action="append", default=[], metavar="LANG=VALUE",

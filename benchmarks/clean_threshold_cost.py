@@ -43,7 +43,8 @@ def alpha_words(text: str, lang: str) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("corpus")
+    ap.add_argument("corpus", help="JSONL documents of one language, e.g. "
+                    "benchmarks/out/mono-es.jsonl (monolingual_corpus.py builds it)")
     ap.add_argument("--lang", required=True)
     ap.add_argument("--old", type=float, required=True)
     ap.add_argument("--new", type=float, required=True)

@@ -4,7 +4,7 @@ Reproduce (from the repository root, after `make setup`):
 
     python3 benchmarks/manpages_corpus.py      # real multilingual manual pages, see there
     nice .venv/bin/python benchmarks/clean_vs_datatrove.py benchmarks/out/manpages-sample.jsonl \
-        benchmarks/out/manpages-en.jsonl /work/shared/data/corpus-public.jsonl.zst --no-cli
+        benchmarks/out/manpages-en.jsonl [MORE.jsonl.zst ...] --no-cli
 
 Each corpus is measured and reported on its own.
 
@@ -61,9 +61,8 @@ def llmtk_worker(path: str, out_path: str, limit: int, mode: str) -> None:
     else:
         cfg = CleanConfig()
         if mode == "filters":
-            cfg.normalize.enabled = False
-            cfg.langid.enabled = False
-            cfg.pii.enabled = False
+            cfg = cfg.with_values({"normalize.enabled": False, "langid.enabled": False,
+                                   "pii.enabled": False})
         cleaner = Cleaner(cfg)
         cleaner.load()
         records = [Doc(d, None, "corpus", i + 1, i) for i, d in enumerate(docs)]
@@ -101,7 +100,8 @@ def cli_wall(path: str, workers: int, limit: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("corpus", nargs="+")
+    ap.add_argument("corpus", nargs="+", help="JSONL(.zst/.gz) corpora, each measured on its "
+                    "own; benchmarks/manpages_corpus.py builds some from Debian packages")
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
     ap.add_argument("--no-cli", action="store_true", help="skip the CLI --workers timing")

@@ -17,8 +17,8 @@ Reproduce:
 
     make setup
     python3.11 benchmarks/manpages_corpus.py      # -> benchmarks/out/manpages-sample.jsonl
-    nice python3.11 benchmarks/dedup_vs_datatrove.py /work/shared/data/corpus-public.jsonl.zst \
-        benchmarks/out/manpages-sample.jsonl
+    nice python3.11 benchmarks/dedup_vs_datatrove.py benchmarks/out/manpages-sample.jsonl \
+        [MORE.jsonl.zst ...]
 
 The first run creates benchmarks/.venvs/datatrove (datatrove 0.10.1 with
 spaCy for its English word tokenizer) with pip.
@@ -104,8 +104,8 @@ def ids(path: Path) -> set:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("corpus", nargs="+",
-                    help="JSONL corpora (.zst/.gz/plain), e.g. corpus-public.jsonl.zst; each is "
-                    "measured on its own")
+                    help="JSONL corpora (.zst/.gz/plain), each measured on its own, e.g. "
+                         "benchmarks/out/manpages-sample.jsonl (manpages_corpus.py builds it)")
     ap.add_argument("--keep", help="keep the work folders under this folder")
     args = ap.parse_args()
     python = datatrove_python()

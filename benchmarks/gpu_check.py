@@ -175,7 +175,7 @@ def bench_plain(args, model: str, compile_: bool, cache: str, vocab: int) -> dic
     from llmtk.compute.hardware import device_peak_flops
     from llmtk.train.config import TrainConfig
     from llmtk.train.model import GPT
-    from llmtk.train.trainer import model_config
+    from llmtk.train.run_shape import model_config
 
     device = "cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
     mcfg = model_config(TrainConfig(model=model, seq_len=args.seq_len), vocab)

@@ -1,6 +1,6 @@
 """Very long lines: `llmtk cat` on one 200 MB line vs on 200 MB of ordinary records.
 
-Reading must be linear in the line length (issue 9, item 10): the ratio of the
+Reading must be linear in the line length: the ratio of the
 long-line run to the ordinary run, in wall time and in peak memory, should be
 near 1, not grow with the line. Both files are plain JSONL of the same size;
 stdout goes to a file (no output path is a device). Peak RSS comes from wait4.

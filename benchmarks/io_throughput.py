@@ -10,9 +10,9 @@ Reproduce:
     make bench
     .venv/bin/python benchmarks/io_throughput.py [CORPUS.jsonl.zst] [--copies 4] [--runs 3]
 
-Without a corpus argument it uses /work/shared/data/corpus-public.jsonl.zst when
-present, else a synthetic corpus built from Python's own docstrings.
-Goal (issue 2): llmtk >= 50% of the zstd CLI pipe's throughput.
+The corpus is the argument (a JSONL file, plain or zstd); without one, a corpus built
+from Python's own docstrings (pydoc on the installed modules).
+Goal: llmtk >= 50% of the zstd CLI pipe's throughput.
 """
 
 import argparse
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import orjson
 import zstandard
-from _common import CORPUS, LLMTK, corpus_bytes, one_core, timed
+from _common import LLMTK, corpus_bytes, one_core, timed
 
 
 def synthetic_corpus() -> bytes:
@@ -45,7 +45,8 @@ def synthetic_corpus() -> bytes:
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("corpus", nargs="?", default=str(CORPUS) if CORPUS.exists() else None)
+    parser.add_argument("corpus", nargs="?", help="JSONL(.zst) corpus (default: one built "
+                        "from the installed modules' docstrings)")
     parser.add_argument("--copies", type=int, default=4, help="concatenate the corpus N times")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()

@@ -15,7 +15,7 @@ packages are what the registries offer in those languages. The sources, each rec
   most are too short for the rules;
 - `manual`: the HTML manuals of `aptitude-doc-LANG`, `maint-guide-LANG` and
   `debian-edu-doc-LANG`, one record per file (the Debian Edu manual cut at its <h2>
-  headings), converted with llmtk's own HTML-to-text (clean's `--html`);
+  headings), converted with clean's main-content extractor (`--extract resiliparse`);
 - `manpages`: the LANG man pages of benchmarks/out/manpages.jsonl, as rendered (credits kept);
 - `messages`: the LANG gettext catalogues (.mo) of the programs whose .debs
   manpages_corpus.py unpacked (coreutils, tar, apt, dpkg, ...), one record per catalogue,
@@ -59,7 +59,7 @@ def fortunes(debs: Path, lang: str):
 
 
 def manuals(debs: Path, lang: str):
-    from llmtk.clean.normalize import html_to_text
+    from llmtk.clean.extract import extract
 
     for pkg in (f"aptitude-doc-{lang}", f"maint-guide-{lang}", f"debian-edu-doc-{lang}"):
         if pkg not in PACKAGES[lang]:
@@ -68,7 +68,7 @@ def manuals(debs: Path, lang: str):
             html = path.read_text(encoding="utf-8", errors="replace")
             parts = re.split(r"(?i)(?=<h2\b)", html) if pkg.startswith("debian-edu") else [html]
             for i, part in enumerate(parts):
-                text = html_to_text(part).strip()
+                text = extract(part, "resiliparse").strip()
                 if text:
                     yield f"manual/{pkg}/{path.name}/{i}", text
 

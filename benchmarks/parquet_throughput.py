@@ -14,8 +14,8 @@ per second, so the three numbers are comparable whatever the file formats' sizes
 Reproduce:
     .venv/bin/python benchmarks/parquet_throughput.py [CORPUS.jsonl.zst] [--copies 2] [--runs 3]
 
-Without a corpus argument it uses /work/shared/data/corpus-public.jsonl.zst when
-present, else a synthetic corpus of Python docstrings (see io_throughput.py).
+The corpus is the argument (a JSONL file, plain or zstd); without one, a corpus built
+from Python's own docstrings (see io_throughput.py).
 """
 
 import argparse
@@ -26,7 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
-from _common import CORPUS, LLMTK, corpus_bytes, one_core, timed
+from _common import LLMTK, corpus_bytes, one_core, timed
 from io_throughput import synthetic_corpus
 
 PYARROW_PASS = """
@@ -42,7 +42,8 @@ with pq.ParquetWriter(sys.argv[2], src.schema_arrow, compression="zstd") as w:
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("corpus", nargs="?", default=str(CORPUS) if CORPUS.exists() else None)
+    parser.add_argument("corpus", nargs="?", help="JSONL(.zst) corpus (default: one built "
+                        "from the installed modules' docstrings)")
     parser.add_argument("--copies", type=int, default=2, help="concatenate the corpus N times")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()

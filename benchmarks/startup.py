@@ -1,7 +1,7 @@
 """Start-up time of `llmtk --help` against a bare `python -c pass`, in the same run.
 
 Reproduce: `make bench` or `.venv/bin/python benchmarks/startup.py [--runs 20]`.
-Goal (issue 2): `llmtk --help` under 0.3 s. The test suite only asserts that
+Goal: `llmtk --help` under 0.3 s. The test suite only asserts that
 --help imports no heavy library; the time is measured here, not asserted.
 """
 

@@ -13,7 +13,7 @@ shared with other jobs that ratio moves far less with the load than tokens/s do.
 Reproduce (CPU, a few minutes on 2 cores):
 
     .venv/bin/python benchmarks/train_throughput.py
-    .venv/bin/python benchmarks/train_throughput.py --data /work/shared/data/corpus-public.jsonl.zst
+    .venv/bin/python benchmarks/train_throughput.py --data CORPUS.jsonl.zst
 
 On a GPU (bf16 autocast + torch.compile; MFU by llmtk.estimate's formula, causal
 attention; benchmarks/gpu_check.py is the fuller GPU report):
@@ -159,7 +159,7 @@ def main() -> None:
     from llmtk.text.tokenizer import ByteTokenizer
     from llmtk.train.config import TrainConfig
     from llmtk.train.data import build_cache
-    from llmtk.train.trainer import model_config
+    from llmtk.train.run_shape import model_config
 
     tmp = tempfile.mkdtemp(prefix="llmtk-bench-")
     data = args.data

@@ -6,9 +6,12 @@
 #   clean (N) -> dedup signatures (N) -> buckets (M) -> clusters (1) -> filter (N)
 #     -> contam-check --drop (N) -> mix --count-only (N) -> mix (N) -> stats merge (1)
 #
-# Each stage is one array over bin/llmtk-array.sbatch; each waits for the whole
-# previous array to succeed. Rerunning this script after a failure resubmits
-# everything, and every task that finished before is skipped by its .done marker.
+# Each stage is one array over bin/llmtk-array.sbatch (given its task count with
+# --tasks, so a resubmitted index is still task K of N); each waits for the whole
+# previous array to succeed. The stages that take --workers use the CPUs Slurm gives
+# each task (-j {cpus}: the array script's --cpus-per-task, or your SBATCH's).
+# Rerunning this script after a failure resubmits everything, and every task that
+# finished before is skipped by its .done marker.
 # Settings (environment): TASKS (N, default 64), BUCKET_TASKS (M, default 60:
 # 15 units of band or exact key x 4 key ranges), LLMTK (default llmtk), SBATCH
 # (default sbatch; add your --partition/--account there), CLEAN_ARGS, DEDUP_ARGS,
@@ -31,21 +34,21 @@ submit() {
   local tasks=$1 dep=$2
   shift 2
   $SBATCH --parsable --array=0-$((tasks - 1)) --output="$WORK/logs/%x-%A_%a.out" \
-    ${dep:+--dependency=afterok:$dep} "$ARRAY" "$@"
+    ${dep:+--dependency=afterok:$dep} "$ARRAY" --tasks "$tasks" "$@"
 }
 
-clean=$(submit "$N" "" $LLMTK clean "$CRAWL" ${CLEAN_ARGS:-} --shard {shard} \
+clean=$(submit "$N" "" $LLMTK clean "$CRAWL" ${CLEAN_ARGS:-} --shard {shard} -j {cpus} \
   -o "$WORK/clean/{k}.jsonl.zst" --stats "$WORK/stats/clean-{k}.json" -q)
 sigs=$(submit "$N" "$clean" $LLMTK dedup signatures "$WORK/clean/" ${DEDUP_ARGS:-} \
-  --shard {shard} -o "$WORK/sigs/" -q)
+  --shard {shard} -j {cpus} -o "$WORK/sigs/" -q)
 buckets=$(submit "$M" "$sigs" $LLMTK dedup buckets "$WORK/sigs/" --shard {shard} \
   -o "$WORK/buckets/" -q)
 clusters=$(submit 1 "$buckets" $LLMTK dedup clusters "$WORK/buckets/" -o "$WORK/clusters/" -q)
 filter=$(submit "$N" "$clusters" $LLMTK dedup filter "$WORK/clean/" --index "$WORK/clusters/" \
   --shard {shard} -o "$WORK/dedup/{k}.jsonl.zst" --stats "$WORK/stats/dedup-{k}.json" -q)
 contam=$(submit "$N" "$filter" $LLMTK contam-check "$WORK/dedup/" --eval "$EVAL" --drop \
-  --shard {shard} -o "$WORK/decontam/{k}.jsonl.zst" --report "$WORK/reports/contam-{k}.json" \
-  --stats "$WORK/stats/contam-{k}.json" -q)
+  --shard {shard} -j {cpus} -o "$WORK/decontam/{k}.jsonl.zst" \
+  --report "$WORK/reports/contam-{k}.json" --stats "$WORK/stats/contam-{k}.json" -q)
 counts=$(submit "$N" "$contam" $LLMTK mix $MIX_ARGS --counts "$WORK/counts" --count-only \
   --shard {shard} -q)
 mix=$(submit "$N" "$counts" $LLMTK mix $MIX_ARGS --counts "$WORK/counts" --shard {shard} \

@@ -1,4 +1,4 @@
-"""Named model shapes, one table for `llmtk estimate` and `llmtk train` (DESIGN.md).
+"""Named model shapes, one table for `llmtk estimate` and `llmtk train`.
 
 Presets carry the dimensions their papers or model cards publish (`source` says where
 from), plus llmtk's own small sizes. `estimate` counts parameters, FLOPs and memory

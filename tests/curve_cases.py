@@ -84,10 +84,14 @@ def overfitting():
     return rows_of(curve(), extra=extra)
 
 
-def grad_explosion():
+def grad_explosion(harm=0.15):
+    """A grad-norm spike at step 420 after which the loss climbs by `harm` over 10 steps and
+    stays up (harm=0: the loss never notices it, as most real ones)."""
     extra = {s: {"grad_norm": 1.0 + 0.01 * (s % 7)} for s in range(600)}
     extra[420] = {"grad_norm": 80.0}
-    return rows_of(curve(), extra=extra)
+    losses = curve()
+    losses[421:] = [v + harm * min(1.0, (i + 1) / 10) for i, v in enumerate(losses[421:])]
+    return rows_of(losses, extra=extra)
 
 
 def resume_jump():

@@ -180,6 +180,18 @@ def test_bad_options_exit_2_with_one_line(args, needle):
     assert needle in r.stderr and b"Traceback" not in r.stderr
 
 
+def test_an_unknown_language_code_is_a_usage_error_with_the_code_meant(tmp_path):
+    # Nothing is read: the input would fail with exit 1.
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"{not json\n")
+    r = llmtk("clean", bad, "--lang", "de,english,zh_Hant,xx")
+    assert r.returncode == 2 and r.stdout == b""
+    assert r.stderr.decode().splitlines() == [
+        "llmtk: error: --lang: unknown language code(s) english (did you mean en?), xx, "
+        "zh_Hant (did you mean zh?); the language ID model's codes (ISO 639, e.g. en,de,zh) are "
+        "listed in docs/clean.md"]
+
+
 def test_bad_config_file_exit_2(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text("[gopher_quality]\nmin_doc_wrds = 3\n")
@@ -194,6 +206,7 @@ def test_bad_input_line_reports_file_and_line(tmp_path):
     assert r.returncode == 1 and f"{data}:2".encode() in r.stderr
 
 
+@pytest.mark.integration
 def test_head_closes_pipe_quietly():
     r = shell(f"cat {ARTICLES_FILE} {ARTICLES_FILE} | llmtk clean -q | head -1")
     assert r.returncode == 0 and r.stdout.count(b"\n") == 1 and r.stderr == b""

@@ -5,16 +5,15 @@ import json
 import tomllib
 
 import pytest
-from typer.testing import CliRunner
 
 from llmtk.clean import CleanConfig, Cleaner
 from llmtk.clean.calibrate import measure, thresholds
 from llmtk.clean.filters import DocText
 from llmtk.clean.langs import builtin
 from llmtk.clean.tokens import tokens
-from llmtk.cli import app
 from llmtk.errors import UsageError
 from llmtk.io.record import Doc
+from tests.util import llmtk
 
 # Good documentation prose in German and Chinese, written for these tests. Technical text has
 # many option names, numbers and symbols, so fewer of its words contain a letter than in the
@@ -183,9 +182,8 @@ def test_calibrate_command_writes_a_config_that_clean_reads(tmp_path):
     ref = tmp_path / "ref.jsonl"
     ref.write_text("".join(json.dumps({"text": t}) + "\n" for t in _reference()))
     out = tmp_path / "de.toml"
-    runner = CliRunner()
-    r = runner.invoke(app, ["clean", "calibrate", "--lang", "de", str(ref), "-o", str(out), "-q"])
-    assert r.exit_code == 0, r.output
+    r = llmtk("clean", "calibrate", "--lang", "de", ref, "-o", out, "-q")
+    assert r.returncode == 0, r.stderr
     data = tomllib.loads(out.read_text())
     table = data["lang"]["de"]
     assert set(table) >= {"source", "stop_words", "gopher_quality", "gopher_repetition",
@@ -195,15 +193,15 @@ def test_calibrate_command_writes_a_config_that_clean_reads(tmp_path):
     # text like the reference is kept with the calibrated thresholds (no built-in table)
     assert verdict(GERMAN, cfg, lang_thresholds=False) is None
     assert verdict(GERMAN_SPAM, cfg, lang_thresholds=False) is not None
-    # stdout when no -o; bad usage is a UsageError (exit 2 from llmtk's main)
-    r = runner.invoke(app, ["clean", "calibrate", "--lang", "de", str(ref)])
-    assert r.exit_code == 0 and "[lang.de.gopher_quality]" in r.stdout
+    # stdout when no -o; bad usage is one error line and exit 2
+    r = llmtk("clean", "calibrate", "--lang", "de", ref)
+    assert r.returncode == 0 and b"[lang.de.gopher_quality]" in r.stdout
     for args, needle in ((["--lang", "German!", str(ref)], "--lang"),
                          (["--lang", "de", "--quantile", "2", str(ref)], "--quantile"),
                          (["--lang", "de", str(ref), "-o", str(ref)], "is also an input")):
-        r = runner.invoke(app, ["clean", "calibrate", *args])
-        assert isinstance(r.exception, UsageError) and needle in str(r.exception), args
-        assert r.exception.exit_code == 2
+        r = llmtk("clean", "calibrate", *args)
+        assert r.returncode == 2 and r.stderr.startswith(b"llmtk: error: "), args
+        assert needle in r.stderr.decode(), args
 
 
 # -- segmentation as the tokenizer each language's thresholds were computed with -----------

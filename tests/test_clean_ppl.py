@@ -21,7 +21,7 @@ ARTICLES = [
 def checkpoint(tmp_path_factory):
     torch = pytest.importorskip("torch")
     from llmtk.text.tokenizer import ByteTokenizer
-    from llmtk.train import checkpoint as C
+    from llmtk.train.checkpointer import Checkpointer
     from llmtk.train.model import GPT, ModelConfig
 
     torch.manual_seed(0)
@@ -42,8 +42,7 @@ def checkpoint(tmp_path_factory):
     root = tmp_path_factory.mktemp("run") / "checkpoints"
     state = {"model_config": cfg.to_dict(), "train_config": {"tokenizer": "bytes"},
              "tokenizer": tok.fingerprint(), "step": 60}
-    C.save(str(root), 60, rank=0, barrier=lambda: None, model_state=model.state_dict(),
-           optim_state={}, state=state, keep=1)
+    Checkpointer(str(root), keep=1).save(60, state, model)
     return root.parent
 
 

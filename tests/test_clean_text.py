@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llmtk.clean.normalize import Normalize, html_to_text
+from llmtk.clean.normalize import Normalize
 from llmtk.text.langid import LanguageId, census, decide_by_script, model_path
 from llmtk.text.pii import luhn_ok, scrub, valid_card, valid_cn_id
 
@@ -212,11 +212,3 @@ def test_width_folding_and_unicode_forms():
 
 def test_zh_conversion_with_opencc():
     assert Normalize(zh_convert="t2s")("漢字轉換") == "汉字转换"
-
-
-def test_html_to_text():
-    html = "<html><head><style>p{}</style></head><body><h1>Title</h1><p>One &amp; two." \
-        "</p><script>x()</script><p>Three</p></body></html>"
-    assert html_to_text(html) == "Title\n\nOne & two.\n\nThree"
-    assert Normalize(html="auto")(html) == "Title\n\nOne & two.\n\nThree"
-    assert Normalize(html="auto")("a < b and c > d") == "a < b and c > d"

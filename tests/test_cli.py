@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-from typer.testing import CliRunner
 
 from llmtk import __version__
 from llmtk.cli import app
@@ -38,16 +37,17 @@ def heavy_imports(*args: str) -> list[str]:
 
 
 def test_help_lists_every_command_with_summaries_and_examples():
-    r = CliRunner().invoke(app, ["--help"], terminal_width=120)
-    assert r.exit_code == 0
+    r = llmtk("--help", in_process=True, COLUMNS="120")
+    text = r.stdout.decode()
+    assert r.returncode == 0
     for name in COMMANDS:
-        assert name in r.output
-    assert "Examples" in r.output and "| llmtk dedup" in r.output
-    assert "Exit status" in r.output
+        assert name in text
+    assert "Examples" in text and "| llmtk dedup" in text
+    assert "Exit status" in text
 
 
 def test_dash_h_is_help_and_no_default_command():
-    assert CliRunner().invoke(app, ["-h"]).exit_code == 0
+    assert llmtk("-h", in_process=True).returncode == 0
     r = llmtk()
     assert r.returncode in (0, 2) and b"Usage" in (r.stdout + r.stderr)
 
@@ -128,6 +128,7 @@ def test_debug_flag_shows_the_traceback(monkeypatch, capsys, tmp_path):
         cli.main()
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "llmtk").exists(),
                     reason="needs the checkout's .venv (make setup)")
 def test_make_install_puts_llmtk_on_path_of_a_new_shell(tmp_path):

@@ -1,4 +1,4 @@
-"""One config pattern (issue #14): frozen configs, one validate() raising ConfigError(key, ...),
+"""One config pattern: frozen configs, one validate() raising ConfigError(key, ...),
 one TOML loader, and the key worded as the flag or as `FILE: key` by the command layer."""
 
 import dataclasses

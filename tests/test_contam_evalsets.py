@@ -165,8 +165,9 @@ def test_every_layout_in_one_directory_with_a_per_benchmark_summary(tmp_path):
     assert rep[str(evals / "arc.jsonl")]["fields"] == ["question", "choices.text"]
     assert rep[str(evals / "boolq.jsonl")]["dirty"] == 0
     err = r.stderr.decode()
-    assert (f"{evals / 'mmlu.jsonl'} (MMLU: question, choices): 2 items: 1 dirty 50.0%, "
-            "0 partial 0.0%, 1 clean 50.0%; 0 too short (n=13)\n") in err
+    assert (f"{evals / 'mmlu.jsonl'} (MMLU: question, choices): 2 items, 0 too short to "
+            "check (fewer than 13 words); of the 2 checked: 1 dirty (50.0%), 0 partial (0.0%), "
+            "1 clean (50.0%)\n") in err
 
 
 def test_eval_file_formats(tmp_path):

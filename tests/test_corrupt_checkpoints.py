@@ -16,7 +16,9 @@ torch = pytest.importorskip("torch")
 
 from llmtk.errors import LlmtkError  # noqa: E402
 from llmtk.train import checkpoint as C  # noqa: E402
+from llmtk.train.checkpointer import Checkpointer  # noqa: E402
 from llmtk.train.config import resolve_config  # noqa: E402
+from llmtk.train.runtime import CollectiveError, Dist  # noqa: E402
 from llmtk.train.trainer import train  # noqa: E402
 
 TEXTS = [f"Document {i}: the quick brown fox jumps over the lazy dog, {i * 7} times. " * 4
@@ -204,9 +206,11 @@ def test_unreadable_file_without_a_manifest_is_one_line(tmp_path):
 
 
 def test_disk_full_while_checkpointing_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """The trainer's own writer (the Checkpointer): a full disk is one line naming the file,
+    the temporary directory is removed, the previous checkpoint stays the latest."""
     root = str(tmp_path / "checkpoints")
-    C.save(root, 1, rank=0, barrier=lambda: None, model_state={"w": torch.ones(3)},
-           optim_state={}, state={"step": 1}, keep=0)
+    ckpt, model = Checkpointer(root), torch.nn.Linear(3, 1)
+    ckpt.save(1, {"step": 1}, model)
     real_save = torch.save
 
     def full_disk(obj, f):
@@ -214,23 +218,50 @@ def test_disk_full_while_checkpointing_is_one_line_and_leaves_nothing(tmp_path, 
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", full_disk)
-    with pytest.raises(C.CheckpointError) as e:
-        C.save(root, 2, rank=0, barrier=lambda: None, model_state={"w": torch.ones(3)},
-               optim_state={}, state={"step": 2}, keep=0)
-    assert str(e.value) == f"no space left writing {root}/.tmp-step-0000002/model.pt"
+    with pytest.raises(CollectiveError) as e:
+        ckpt.save(2, {"step": 2}, model)
+    assert str(e.value) == (f"no space left writing {root}/.tmp-step-0000002/model.pt; "
+                            "the last complete checkpoint (step 1) is kept")
     assert sorted(os.listdir(root)) == ["latest", "step-0000001"]  # nothing half-written
     assert C.find_latest(root) == os.path.join(root, "step-0000001")
 
 
+class _OtherRankFails(Dist):
+    """Rank 0 of two, in this process: the host-side reduction reports that the other
+    rank's write failed (its RNG file, say); barriers have nobody to wait for."""
+
+    def __init__(self):
+        super().__init__(rank=0, world=2)
+
+    def barrier(self):
+        pass
+
+    def host_max(self, values):
+        return [1.0 for _ in values]
+
+
+def test_a_write_that_fails_on_another_rank_stops_every_rank_and_leaves_nothing(tmp_path):
+    """No rank waits at the commit for one whose write failed: they agree on it after
+    writing (one host-side reduction), and rank 0 removes the temporary directory."""
+    root = str(tmp_path / "checkpoints")
+    Checkpointer(root).save(1, {"step": 1}, torch.nn.Linear(3, 1))
+    with pytest.raises(CollectiveError) as e:
+        Checkpointer(root, _OtherRankFails()).save(2, {"step": 2}, torch.nn.Linear(3, 1))
+    assert str(e.value) == ("checkpoint step 2: another rank could not write its part (its "
+                            "message is above); the last complete checkpoint (step 0) is kept")
+    assert sorted(os.listdir(root)) == ["latest", "step-0000001"]
+
+
 def test_verify_names_what_is_wrong(tmp_path):
     root = str(tmp_path / "c")
-    path, _ = C.save(root, 3, rank=0, barrier=lambda: None, model_state={"w": torch.ones(3)},
-                     optim_state={}, state={"step": 3}, keep=0)
-    assert C.verify(path) is None
+    ckpt = Checkpointer(root)
+    ckpt.save(3, {"step": 3}, torch.nn.Linear(3, 1))
+    path = ckpt.latest()
+    assert path == os.path.join(root, "step-0000003") and ckpt.verify(path) is None
     manifest = json.load(open(os.path.join(path, C.MANIFEST)))
     assert set(manifest["files"]) == {"model.pt", "optim.pt", "state.json", "rng-00000.pt"}
     os.remove(os.path.join(path, "optim.pt"))
-    assert C.verify(path) == "optim.pt is missing"
+    assert ckpt.verify(path) == "optim.pt is missing"
     with open(os.path.join(path, C.MANIFEST), "w") as f:
         f.write("{")
-    assert C.verify(path) == "MANIFEST.json is unreadable"
+    assert ckpt.verify(path) == "MANIFEST.json is unreadable"

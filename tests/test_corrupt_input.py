@@ -1,4 +1,4 @@
-"""Damaged compressed streams and over-long records (issue 9, items 9 and 10).
+"""Damaged compressed streams and over-long records.
 
 Each damage gets `FILE:LINE: ... at byte offset N`; with --on-error skip or
 reject the rest of that file is one counted error and the next file is read.

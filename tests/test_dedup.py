@@ -346,6 +346,7 @@ def test_help_has_default_usage_and_examples():
         assert r.returncode == 0 and b"Examples" in r.stdout, stage
 
 
+@pytest.mark.integration
 def test_pipe_into_head_is_quiet(corpus, tmp_path):
     rng = random.Random(5)
     vocab = sorted({w for t in _docstrings() for w in t.split()})

@@ -5,14 +5,10 @@ import random
 
 import pytest
 import zstandard
-from typer.testing import CliRunner
 
-from llmtk.cli import app
 from llmtk.dedup import stages
-from llmtk.errors import AlreadyDone, LlmtkError
 from tests.test_dedup import _docstrings, _edit, _jsonl
-
-runner = CliRunner()
+from tests.util import llmtk
 
 
 class Result:
@@ -21,15 +17,11 @@ class Result:
 
 
 def cli(*args, input: bytes | None = None) -> Result:
-    """`llmtk ARGS` in this process, with main()'s error handling (one line, exit status)."""
-    r = runner.invoke(app, [str(a) for a in args], input=input)
-    if isinstance(r.exception, AlreadyDone):
-        return Result(0, str(r.exception))
-    if isinstance(r.exception, LlmtkError):
-        return Result(r.exception.exit_code, str(r.exception))
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return Result(r.exit_code, r.output, r.stdout)
+    """`llmtk ARGS` in this process, through llmtk.cli.main (one error line, exit status);
+    `output` is stdout and stderr."""
+    r = llmtk(*args, input=input, in_process=True)
+    out, err = r.stdout.decode(), r.stderr.decode()
+    return Result(r.returncode, out + err, out)
 
 
 @pytest.fixture(scope="module")

@@ -4,18 +4,16 @@ stay quiet, severity from evidence, grouped output, and the help's examples."""
 import glob
 import json
 import math
+import os
 import re
 import shlex
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from llmtk.cli import app
 from llmtk.commands.diagnose import HELP
 from llmtk.curves.detect import diagnose
 from llmtk.curves.logs import load_run
-from llmtk.errors import LlmtkError
 from llmtk.io.metrics import encode_row
 from tests import curve_cases as cc
 from tests.examples import help_examples
@@ -30,14 +28,9 @@ class Result:
 
 
 def cli(*args) -> Result:
-    """Run llmtk in-process; an LlmtkError becomes its exit code and one error line, as
-    `llmtk.cli.main` does."""
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    if isinstance(r.exception, LlmtkError):
-        return Result(r.exception.exit_code, r.stdout, f"llmtk: error: {r.exception}")
-    if r.exception and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return Result(r.exit_code, r.stdout, "")
+    """Run llmtk in this process, through llmtk.cli.main (exit status, one error line)."""
+    r = llmtk(*args, in_process=True, cwd=os.getcwd())
+    return Result(r.returncode, r.stdout.decode(), r.stderr.decode())
 
 
 def write(path, rows):
@@ -239,3 +232,159 @@ def test_grad_norm_only_log_with_trainer_skips(tmp_path):
     assert "5 with a non-finite grad norm" in nan["summary"]
     assert "1 skipped step(s)" in nan["summary"]
     assert "grad norm only" in cli("diagnose", log).stdout
+
+
+# -- real logs of other trainers, labelled by reading their numbers ----------------------
+
+CALIBRATION = DATA / "calibration"
+LABELS = [json.loads(line) for line in (CALIBRATION / "labels.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("label", LABELS, ids=[x["file"] for x in LABELS])
+def test_calibration_set(label):
+    """Each real log raises what its numbers show: nothing above info on a healthy one, the
+    labelled kinds (at warning or error) on a sick one."""
+    kinds = found(CALIBRATION / label["file"])
+    if label["expect"] is None:
+        assert kinds == []
+    else:
+        assert set(label["expect"]) <= set(kinds), kinds
+
+
+def test_hf_console_output_read_from_its_first_line():
+    """A job's stdout that starts with Trainer's dict is its console output, not JSON Lines."""
+    run = load_run(str(CALIBRATION / "hf-console-qwen-vl-397.log"))
+    assert run.format == "HF Trainer stdout text log"
+    assert run.series("loss") == ([1, 2, 3, 4, 5, 6],
+                                  [1.1777, 1.0297, 1.0975, 1.0213, 0.9937, 0.979])
+    bars = load_run(str(CALIBRATION / "hf-console-llava-918.log"))  # tqdm lines in between
+    assert bars.series("loss")[1] == [0.6623, 0.8022, 4.2653, 0.77, 0.556, 0.8223]
+
+
+def test_key_value_step_logs_say_which_keys_were_read(tmp_path):
+    run = load_run(str(CALIBRATION / "trace-issue5-lora.log"))
+    assert run.format == "key: value text log"
+    assert run.notes[0] == "key: value lines: step from 'Step', loss from 'Loss'"
+    assert "'Step' restarts" in run.notes[1]  # a batch counter within each epoch
+    assert run.series("loss")[0] == list(range(14))
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"[INFO] epoch=0 it={i} lr=1e-4 train_loss={3 - i * 0.1:.2f} "
+                           f"loss_scale=65536\n" for i in range(6)) + "done\n")
+    run = load_run(str(log))
+    assert run.notes == ["key: value lines: step from 'it', loss from 'train_loss'"]
+    assert run.series("loss") == ([0, 1, 2, 3, 4, 5], [3.0, 2.9, 2.8, 2.7, 2.6, 2.5])
+    assert run.series("lr")[1][0] == 1e-4 and run.series("loss_scale")[1][0] == 65536  # not a loss
+    r = cli("diagnose", log)  # the keys read are said without --verbose
+    assert "note: key: value lines: step from 'it', loss from 'train_loss'" in r.stdout
+    two = tmp_path / "epochs.log"  # losses named in two words, after a tqdm bar
+    two.write_text("".join(f"Progress: 1%| | {e}/50 [00:01<00:50]Dataset Size: 10%, Epoch: {e}, "
+                           f"Train Loss: {5 - e / 10:.1f}, Val Loss: {5.1 - e / 10:.1f}\n"
+                           for e in range(1, 6)))
+    run = load_run(str(two))
+    assert run.notes == ["key: value lines: step from 'Epoch', loss from 'Train Loss', "
+                         "val_loss from 'Val Loss'"]
+    assert run.series("val_loss") == ([1, 2, 3, 4, 5], [5.0, 4.9, 4.8, 4.7, 4.6])
+
+
+def test_a_log_with_unreadable_loss_lines_names_the_line(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text("starting\nloading data\ntrain loss is 2.31 now\n")
+    r = cli("diagnose", log)
+    assert r.returncode == 1 and f"{log}:3: no training rows found" in r.stderr
+    assert "train loss is 2.31" in r.stderr and r.stdout == ""
+
+
+def test_rounding_to_the_logged_resolution_is_not_oscillation_or_a_spike(tmp_path):
+    """HF Trainer rounds its loss to 4 decimals: a fine-tune settling near 0.004 moves by a
+    few units of the last digit, which says nothing; the same relative noise with 10x the
+    digits is oscillation."""
+    import random
+
+    rng = random.Random(1)
+    noise = [rng.gauss(0, 0.0007) for _ in range(200)]
+
+    def rows(level):
+        losses = [round(level + level * 2 * math.exp(-s / 20) + level / 0.004 * e, 4)
+                  for s, e in zip(range(200), noise, strict=True)]
+        return [{"step": s, "loss": v, "lr": 1e-4} for s, v in enumerate(losses)]
+
+    assert found(write(tmp_path / "a.jsonl", rows(0.004))) == []
+    assert "oscillation" in found(write(tmp_path / "b.jsonl", rows(0.04)))
+    # a loss that has converged to 0.0001 and reads 0.0002 on the last steps: one unit of the
+    # last digit, not a spike "not recovered"
+    done = [{"step": s, "loss": round(max(0.0001, 2 * math.exp(-s / 10)), 4)} for s in range(200)]
+    for row in done[-4:]:
+        row["loss"] = 0.0002
+    assert found(write(tmp_path / "c.jsonl", done)) == []
+
+
+def test_grad_norm_spike_is_judged_by_the_loss_after_it(tmp_path):
+    harmless = diagnose(load_run(str(write(tmp_path / "a.jsonl", cc.grad_explosion(0.0)))))
+    (grad,) = [f for f in harmless if f.kind == "grad_explosion"]
+    assert grad.severity == "info" and "the loss was no higher after any of them" in grad.summary
+    harmful = diagnose(load_run(str(write(tmp_path / "b.jsonl", cc.grad_explosion(0.15)))))
+    (grad,) = [f for f in harmful if f.kind == "grad_explosion"]
+    assert grad.severity == "warning" and "at step 420 the loss rose" in grad.summary
+
+
+def test_short_logs_are_judged_for_divergence_and_a_constant_loss(tmp_path):
+    lora = [1.4, 6.4, 4.7, 4.5, 4.6, 4.8, 4.6, 4.5]  # the shape of a LoRA run that blew up
+    assert found(write(tmp_path / "d.jsonl", [{"step": s, "loss": v}
+                                              for s, v in enumerate(lora)])) == ["divergence"]
+    flat = [{"step": s, "loss": 2.3026} for s in range(23)]
+    assert found(write(tmp_path / "c.jsonl", flat)) == ["no_learning"]
+    assert found(write(tmp_path / "four.jsonl", flat[:4])) == []  # MIN_ROWS = 5
+    out = cli("diagnose", tmp_path / "four.jsonl").stdout  # and the report says so
+    assert "note: 4 rows: NaN judged at any length, a constant loss and divergence from 5" in out
+
+
+def test_a_spike_on_the_last_row_is_not_called_unrecovered(tmp_path):
+    losses = cc.curve()
+    losses[-1] += 1.0
+    findings = diagnose(load_run(str(write(tmp_path / "m.jsonl", cc.rows_of(losses)))))
+    (spike,) = [f for f in findings if f.kind == "spike"]
+    assert spike.severity == "warning" and "too few rows after it" in spike.summary
+
+
+def test_the_ok_line_says_what_the_final_loss_is(tmp_path):
+    losses = cc.curve()
+    losses[-1] = 1.5  # a last value well below the tail's median
+    out = cli("diagnose", write(tmp_path / "m.jsonl", cc.rows_of(losses))).stdout
+    assert "final loss 2.0" in out and "(median of the last 10 rows; last logged 1.5," in out
+
+
+# -- per-layer gradient norms (train --grad-stats per-layer) -----------------------------
+
+
+def test_grad_stats_rows_on_spike_steps_name_the_layers():
+    from llmtk.train.grad_stats import GradStats, layer_of
+
+    assert [layer_of(n) for n in ("tok_emb.weight", "layers.3.attn.wqkv.weight",
+                                  "layers.3.attn.wqkv.lora_a", "norm.weight")] == [
+        "tok_emb", "layers.3.attn", "layers.3.attn", "norm"]
+    names = ["tok_emb.weight", "layers.0.attn.wqkv.weight", "layers.0.attn.wo.weight"]
+    gs = GradStats(names, every=0, loss_factor=3.0)
+    quiet = [gs.row(s, 2.0, 1.0, [0.5, 0.25, 0.25]) for s in range(1, 8)]
+    assert quiet == [None] * 7  # no spike, no NaN, no --grad-stats-every
+    row = gs.row(8, 2.0, 50.0, [0.5, 2400.0, 100.0])  # 50x the running mean
+    assert row == {"why": "spike", "grad_norm": 50.0, "grad_norm/tok_emb": math.sqrt(0.5),
+                   "grad_norm/layers.0.attn": 50.0}
+    assert gs.row(9, 2.0, math.nan, [0.5, math.nan, 1.0])["why"] == "nan"
+
+
+def test_diagnose_names_the_layer_whose_norm_jumped(tmp_path):
+    rows = [{"step": s, "loss": 3.0 - s * 0.01, "grad_norm": 1.0} for s in range(1, 60)]
+    for s in (10, 20, 30):
+        rows.append({"step": s, "event": "grad_stats", "why": "every", "grad_norm": 1.0,
+                     "grad_norm/tok_emb": 0.5, "grad_norm/layers.0.attn": 0.6,
+                     "grad_norm/layers.1.attn": 0.7})
+    rows.append({"step": 41, "event": "grad_stats", "why": "spike", "grad_norm": 40.0,
+                 "grad_norm/tok_emb": 0.6, "grad_norm/layers.0.attn": 0.7,
+                 "grad_norm/layers.1.attn": 35.0})
+    path = write(tmp_path / "metrics.jsonl", sorted(rows, key=lambda r: r["step"]))
+    (named,) = [f for f in diagnose(load_run(str(path))) if f.kind == "layer_grads"]
+    assert named.step == 41 and named.severity == "info"
+    assert "jumped first in layers.1.attn (50x its median in the 3 earlier" in named.summary
+    r = cli("plot-loss", path, "--metric", "grad_norm/*")  # one panel, a line per layer
+    assert r.returncode == 0 and r.stdout.count("grad_norm per layer") == 1
+    assert "grad_norm/layers.1.attn" in r.stdout and "grad_norm/tok_emb" in r.stdout

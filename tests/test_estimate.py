@@ -376,6 +376,7 @@ def test_flops_and_peak_helpers_for_train_mfu():
     assert hardware.device_peak_flops("Intel Arc") is None
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("unbuffered", ["", "1"])
 def test_closed_pipe_ends_quietly(unbuffered):
     from tests.util import shell
@@ -400,20 +401,14 @@ def test_params_override_keeps_the_shape_and_moe_active_params():
     assert over["matmul_params"] == 7e9 - 32000 * 4096
 
 
-# --- what a user is told (issue 14, item 8) ---------------------------------------------
+# --- what a user is told ------------------------------------------------------------------
 
 def cli(*args, **env):
-    """Run `llmtk estimate ARGS` in-process; (exit code, stdout, message of the error)."""
-    from typer.testing import CliRunner
-
-    from llmtk.cli import app
-    from llmtk.errors import LlmtkError
-
-    r = CliRunner().invoke(app, ["estimate", *args], env=env or None)
-    if isinstance(r.exception, LlmtkError):
-        return r.exception.exit_code, r.stdout, str(r.exception)
-    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-    return r.exit_code, r.stdout, ""
+    """Run `llmtk estimate ARGS` in this process, through llmtk.cli.main; (exit code,
+    stdout, the error message)."""
+    r = llmtk("estimate", *args, in_process=True, **env)
+    err = r.stderr.decode().removeprefix("llmtk: error: ").rstrip("\n") if r.returncode else ""
+    return r.returncode, r.stdout.decode(), err
 
 
 def test_misspelt_preset_gets_did_you_mean():
@@ -491,3 +486,18 @@ def test_json_is_strict_even_when_values_overflow():
         raise AssertionError(f"bare {name} in the JSON")
 
     json.loads(text, parse_constant=no_constants)
+
+
+def test_ffn_hidden_is_trains_name_and_the_old_ffn_still_works():
+    """One name for the MLP width in estimate and train (--ffn-hidden); --ffn, the old
+    spelling, gives the same estimate and is no longer shown."""
+    shape = ["--layers", "2", "--d-model", "64", "--heads", "4", "--vocab", "100", "--json"]
+    new = llmtk("estimate", *shape, "--ffn-hidden", "256")
+    old = llmtk("estimate", *shape, "--ffn", "256")
+    default = llmtk("estimate", *shape)
+    assert new.returncode == old.returncode == 0, new.stderr
+    assert json.loads(new.stdout) == json.loads(old.stdout) != json.loads(default.stdout)
+    bad = llmtk("estimate", *shape, "--ffn-hidden", "0")
+    assert bad.returncode == 2 and b"--ffn-hidden" in bad.stderr
+    text = llmtk("estimate", "--help", in_process=True).stdout.decode()
+    assert "--ffn-hidden" in text and "--ffn " not in text

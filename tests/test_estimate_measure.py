@@ -5,8 +5,10 @@ import json
 
 import pytest
 
-from llmtk.commands.measure import compare, config_from, llmtk_saved_bytes, measure_report
+from llmtk.commands.measure import compare, measure_report
 from llmtk.compute.models import Dims
+from llmtk.estimate.activations import llmtk_saved_bytes
+from llmtk.train.measure import config_from
 from tests.util import llmtk
 
 SHAPES = [

@@ -320,28 +320,32 @@ def test_llmtk_eval_logs_each_step_task_and_metric_once(tmp_path, capfd, monkeyp
     scored) adds no second row for the step: plot-loss would draw both."""
     import torch
 
-    from llmtk.train import checkpoint as C
+    from llmtk.train.checkpointer import Checkpointer
     from llmtk.train.model import GPT, ModelConfig
     from tests.util import InProcess
 
-    cli = InProcess(capfd, monkeypatch)
+    cli = InProcess()
     run = tmp_path / "run"
     torch.manual_seed(1)
     cfg = ModelConfig(vocab_size=257, seq_len=32, n_layer=1, d_model=32, n_head=2)
     state = {"step": 5, "model_config": cfg.to_dict(), "train_config": {"tokenizer": "bytes"},
              "tokenizer": "bytes-v1"}
-    C.save(str(run / "checkpoints"), 5, rank=0, barrier=lambda: None,
-           model_state=GPT(cfg).state_dict(), optim_state={}, state=state, keep=0)
+    Checkpointer(str(run / "checkpoints")).save(5, state, GPT(cfg))
     log = run / "metrics.jsonl"
     log.write_text(json.dumps({"step": 5, "loss": 5.5}) + "\n")
     arc = write_jsonl(tmp_path / "arc.jsonl", [
         {"question": "Sky?", "choices": ["red", "blue"], "answer": 1},
         {"question": "Two?", "choices": ["2", "3"], "answer": 0}])
     held = write_jsonl(tmp_path / "held.jsonl", [{"text": "Return the number of items."}])
+    monkeypatch.setenv("COLUMNS", "80")
     for _ in range(2):
         r = cli("eval", run, "--tasks", arc, "--tasks", held, "--device", "cpu")
         assert r.exit_code == 0, r.output
         assert "arc (2 items): acc" in r.output and " items/s" in r.output  # the summary
+        # At 80 columns a long path folds in its column, whole, and is never cut with "…".
+        last = "".join(line.split("│")[-2].strip() for line in r.stdout.splitlines()
+                       if line.count("│") > 2)
+        assert "…" not in r.stdout and os.path.relpath(run / "eval" / "5" / "arc.bad.jsonl") in last
     rows = _eval_rows(log)
     keys = [(r["step"], r["task"], r["metric"]) for r in rows]
     assert sorted(keys) == [(5, "arc", "acc"), (5, "arc", "acc_norm"),

@@ -1,4 +1,4 @@
-"""`llmtk eval` the way people evaluate (issue 30): few-shot examples as lm-eval draws and
+"""`llmtk eval` the way people evaluate: few-shot examples as lm-eval draws and
 lays them out, chat models asked through the template they were fine-tuned with,
 Hugging Face folders, and a baseline comparison that finds planted regressions.
 
@@ -104,8 +104,9 @@ def test_limit_draws_the_same_items_for_the_same_seed_in_file_order(tmp_path):
 @pytest.fixture(scope="module")
 def facts(tmp_path_factory):
     """40 made-up facts ("What is the colour of the X?" -> one word) learnt by `train
-    --sft` (the case of issue 30), an ARC-layout file asking the same facts, and 8 facts
-    contradicted by a second, short fine-tuning: the planted regressions."""
+    --sft` (a chat model asked in its own template), an ARC-layout file asking the same
+    facts, and 8 facts contradicted by a second, short fine-tuning: the planted
+    regressions."""
     d = tmp_path_factory.mktemp("facts")
     rnd = random.Random(7)
     syllables = ["ka", "lo", "mi", "zu", "te", "ra", "vo", "ni", "pe", "su", "do", "gi"]

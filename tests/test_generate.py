@@ -6,15 +6,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llmtk.train import checkpoint as C  # noqa: E402
+from llmtk.train.checkpointer import Checkpointer  # noqa: E402
 from llmtk.train.model import GPT, ModelConfig  # noqa: E402
 from llmtk.train.sample import SampleOptions, complete  # noqa: E402
 from tests.util import InProcess  # noqa: E402
 
 
 @pytest.fixture
-def cli(capfd, monkeypatch):
-    return InProcess(capfd, monkeypatch)
+def cli():
+    return InProcess()
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +26,7 @@ def run_dir(tmp_path_factory):
     model = GPT(cfg)
     state = {"step": 5, "model_config": cfg.to_dict(), "train_config": {"tokenizer": "bytes"},
              "tokenizer": "bytes-v1"}
-    C.save(str(out / "checkpoints"), 5, rank=0, barrier=lambda: None,
-           model_state=model.state_dict(), optim_state={}, state=state, keep=0)
+    Checkpointer(str(out / "checkpoints")).save(5, state, model)
     return out
 
 

@@ -1,8 +1,9 @@
-"""Every command's --help as a user reads it in an 80-column terminal (issue 14, item 5).
+"""Every command's --help as a user reads it in an 80-column terminal.
 
 Rendered in-process through the same command tree `llmtk` runs (cli.build_command):
-no Python type names as placeholders, no line wider than 80 columns, and every
-example of a help text appears whole on one line (never wrapped mid-command).
+no Python type names as placeholders, no line wider than 80 columns, nothing cut off
+with `…` (an option name or a path too wide for its column), and every example of a
+help text appears whole on one line (never wrapped mid-command).
 """
 
 import re
@@ -23,6 +24,9 @@ def all_commands(command=None, path=()):
 
 
 COMMANDS = [(" ".join(p) or "llmtk", c) for p, c in all_commands()]
+# The plumbing commands, hidden from `llmtk -h` but documented in docs/cluster.md.
+COMMANDS += [(" ".join(p), c) for name in ("run", "stats", "cat")
+             for p, c in all_commands(build_command().commands[name], (name,))]
 
 
 def render(path: str, monkeypatch, capsys) -> str:
@@ -44,6 +48,19 @@ def examples(command) -> list[str]:
             if line.startswith("  ") and line.strip()]
 
 
+def unfinished_examples(command) -> list[tuple[str, str]]:
+    """Example lines followed by a more indented line (its continuation) that do not end
+    with a backslash: pasted into a shell, the command would stop there."""
+    text = command.help or ""
+    if "Examples" not in text:
+        return []
+    lines = text.split("Examples", 1)[1].splitlines()
+    indent = [len(x) - len(x.lstrip()) if x.strip() else 0 for x in lines]
+    return [(lines[i], lines[i + 1]) for i in range(len(lines) - 1)
+            if lines[i].strip() and lines[i + 1].strip() and indent[i + 1] > indent[i] > 0
+            and not lines[i].rstrip().endswith("\\")]
+
+
 @pytest.mark.parametrize("path,command", COMMANDS, ids=[p for p, _ in COMMANDS])
 def test_help_reads_at_80_columns(path, command, monkeypatch, capsys):
     out = render(path, monkeypatch, capsys)
@@ -51,6 +68,11 @@ def test_help_reads_at_80_columns(path, command, monkeypatch, capsys):
     assert not TYPE_NAMES.search(out), TYPE_NAMES.search(out).group(0)
     wide = [line for line in out.splitlines() if len(line) > 80]
     assert not wide, wide[0]
+    cut = [line for line in out.splitlines() if "…" in line]  # rich cut an option or a path
+    assert not cut, cut[0]
+    assert "...." not in out  # a metavar with typer's "..." added twice (COMMAND......)
+    unfinished = unfinished_examples(command)
+    assert not unfinished, f"example continues without a backslash: {unfinished[0]}"
     flat = " ".join(out.split())
     for example in examples(command):
         assert len(example) <= 76, f"example longer than 76 columns: {example}"

@@ -1,9 +1,9 @@
-"""Hostile output paths (issue 9): nothing lost, nothing overwritten, nobody let in.
+"""Hostile output paths: nothing lost, nothing overwritten, nobody let in.
 
 Special files are made inside tmp_path (os.mkfifo; a character device with
 os.mknod where permitted); no test points an output at the real /dev/null.
-Most tests run in-process through typer's CliRunner; the ones about fds 0
-and 1 (/dev/stdout, closed stdin, process substitution) need real processes.
+Most tests run in this process through llmtk.cli.main (tests/util.invoke); the ones
+about fds 0 and 1 (/dev/stdout, closed stdin, process substitution) need real processes.
 """
 
 import errno
@@ -80,6 +80,7 @@ def test_output_to_a_character_device_is_written_through(tmp_path, src):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.integration
 def test_output_dev_stdout_is_stdout_and_not_replaced(tmp_path, src):
     r = llmtk("cat", src, "-o", "/dev/stdout", "-q")
     assert r.returncode == 0, r.stderr
@@ -169,6 +170,7 @@ def test_output_that_is_an_input_or_another_output_is_refused(tmp_path, case):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.integration
 def test_stdout_appended_to_an_input_is_refused(tmp_path, src):
     before = src.read_bytes()
     r = shell(f"llmtk cat {src} -q >> {src}")
@@ -209,13 +211,33 @@ def test_final_mode_comes_from_the_umask(tmp_path, src, umask, mode):
 
 # -- item 4: all outputs committed together, paths validated first -----------------------
 
-def test_stats_into_a_missing_directory_fails_before_anything_is_written(tmp_path):
-    s = tmp_path / "s.jsonl"
-    s.write_bytes(BAD)  # reading it would fail with exit 1
-    out = tmp_path / "out.jsonl"
-    code, msg = cli("cat", s, "-o", out, "--stats", tmp_path / "no" / "s.json", "-q")
-    assert code == 2 and "does not exist" in msg
-    assert not out.exists() and leftovers(tmp_path) == []
+def test_missing_output_directories_are_made_as_mkdir_p_would(tmp_path, src):
+    code, msg = cli("cat", src, "-o", tmp_path / "a" / "b" / "o.jsonl", "--stats",
+                    tmp_path / "s" / "s.json", "-q")
+    assert code == 0, msg
+    assert (tmp_path / "a" / "b" / "o.jsonl").read_bytes() == src.read_bytes()
+    assert (tmp_path / "s" / "s.json").exists()
+    # A run that fails takes the directories it made away again (and nothing else).
+    s = tmp_path / "bad.jsonl"
+    s.write_bytes(BAD)  # reading it fails with exit 1
+    code, msg = cli("cat", s, "-o", tmp_path / "a" / "new" / "o.jsonl", "--stats",
+                    tmp_path / "no" / "deeper" / "s.json", "-q")
+    assert code == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "bad.jsonl", "in.jsonl", "s"]
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["b"]
+
+
+@pytest.mark.parametrize("blocker", ["file", "dangling_link"])
+def test_a_file_or_dangling_link_where_a_directory_goes_is_refused(tmp_path, src, blocker):
+    where = tmp_path / "d"
+    if blocker == "file":
+        where.write_bytes(b"x")
+    else:
+        where.symlink_to(tmp_path / "elsewhere")
+    code, msg = cli("cat", src, "-o", where / "sub" / "o.jsonl", "-q")
+    assert code == 2, msg
+    assert ("not a directory" if blocker == "file" else "dangling symbolic link") in msg.lower()
+    assert not (tmp_path / "elsewhere").exists() and leftovers(tmp_path) == []
 
 
 def test_an_output_that_is_a_directory_is_refused(tmp_path, src):
@@ -300,12 +322,14 @@ def test_walk_rule_for_dotfiles_and_plain_json(tmp_path):
 
 # -- item 11: inputs that are not regular files; stale temporary files -------------------
 
+@pytest.mark.integration
 def test_closed_stdin_is_a_clear_error():
     r = shell("llmtk cat -q <&-")
     assert r.returncode == 2 and r.stderr == b"llmtk: error: stdin is closed: give input " \
                                              b"files, or pipe records in\n"
 
 
+@pytest.mark.integration
 def test_fifo_dev_stdin_and_process_substitution_are_inputs(tmp_path, src):
     data = src.read_bytes()
     fifo = tmp_path / "in.fifo"

@@ -107,6 +107,7 @@ def test_directory_and_glob_inputs_in_sorted_order(tmp_path):
     assert r.stdout == jsonl([RECORDS[1], RECORDS[2]])
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("unbuffered", ["", "1"])
 def test_head_closes_pipe_quietly(tmp_path, unbuffered):
     big = tmp_path / "big.jsonl"
@@ -134,10 +135,15 @@ def test_malformed_json_names_file_and_line_and_leaves_no_output(tmp_path, plain
 
 @pytest.mark.parametrize("line,reason,message", [
     (b"[1, 2]", "io.not_object", "expected a JSON object, got list"),
-    (b'{"id": 1}', "io.missing_text", "no 'text' field"),
+    (b'{"id": 1, "body": "b"}', "io.missing_text", "no 'text' field (its fields: 'id', "
+     "'body'); name the field that holds the text with --text-field"),
     (b'{"text": 3}', "io.text_not_string", "field 'text' is not a string"),
     (b'{"text": "\xff\xfe"}', "io.invalid_utf8", "invalid UTF-8"),
     (b'{"text": "a"', "io.malformed_json", "malformed JSON"),
+    (b'id,"a, b"', "io.malformed_json", "malformed JSON (unexpected character, expected a JSON "
+     "value: line 1 column 1 (char 0)); this looks like CSV, not JSON Lines: convert it first, "
+     "e.g. python3 -c 'import csv, json, sys; [print(json.dumps(r)) for r in "
+     "csv.DictReader(sys.stdin)]' < data.csv > data.jsonl\n"),
 ])
 def test_each_kind_of_bad_line(tmp_path, line, reason, message):
     p = tmp_path / "x.jsonl"
@@ -394,6 +400,7 @@ def test_read_docs_raises_data_error_with_location(tmp_path):
         list(read_docs([str(p)]))
 
 
+@pytest.mark.integration
 def test_sigterm_removes_the_partial_output(tmp_path):
     out = tmp_path / "o.jsonl.zst"
     proc = subprocess.Popen([*LLMTK, "cat", "-", "-o", str(out), "-q"], stdin=subprocess.PIPE,
@@ -409,6 +416,7 @@ def test_sigterm_removes_the_partial_output(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.integration
 def test_progress_only_when_stderr_is_a_terminal(tmp_path):
     data = jsonl(RECORDS) * 20
     master, slave = pty.openpty()

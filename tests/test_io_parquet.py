@@ -13,8 +13,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 
 @pytest.fixture
-def cli(capfd, monkeypatch):
-    return InProcess(capfd, monkeypatch)
+def cli():
+    return InProcess()
 
 
 def records(text: str) -> list[dict]:
@@ -81,7 +81,7 @@ def test_null_text_is_a_bad_record_with_file_and_row(cli, tmp_path):
     assert s["records_in"] == 3 and s["records_out"] == 2
     assert s["errors"] == {"io.text_not_string": 1}
     r = cli("cat", path, "--text-field", "body")
-    assert r.exit_code == 1 and "no 'body' field (column)" in r.output
+    assert r.exit_code == 1 and "x.parquet:1: no 'body' field" in r.output
 
 
 def test_reading_streams_one_batch_at_a_time(tmp_path):
@@ -113,6 +113,20 @@ def test_corrupt_parquet_is_an_error_naming_the_file(cli, tmp_path, pq_file):
     bad.write_bytes(pq_file.read_bytes()[:300])
     r = cli("cat", bad)
     assert r.exit_code == 1 and f"{bad}:1: not a readable Parquet file" in r.output
+
+
+def test_corrupt_parquet_under_on_error_skip_is_one_counted_bad_record(cli, tmp_path, pq_file):
+    # the same accounting as a damaged JSONL file: counted, and the next file is read
+    bad = tmp_path / "a-cut.parquet"
+    bad.write_bytes(pq_file.read_bytes()[:300])
+    good = tmp_path / "b.jsonl"
+    good.write_text('{"text": "after"}\n')
+    stats = tmp_path / "s.json"
+    r = cli("cat", bad, good, "--on-error", "skip", "--stats", stats, "-q")
+    assert r.exit_code == 0, r.output
+    assert records(r.stdout) == [{"text": "after"}]
+    s = json.loads(stats.read_text())
+    assert s["errors"] == {"io.corrupt": 1} and s["records_in"] == 2
 
 
 def test_jsonl_to_parquet_and_back_keeps_every_record(cli, tmp_path):

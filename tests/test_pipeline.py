@@ -3,6 +3,7 @@
 import json
 
 import orjson
+import pytest
 
 from tests.util import ROOT, shell
 
@@ -22,6 +23,7 @@ def corpus() -> list[dict]:
     return docs
 
 
+@pytest.mark.integration
 def test_clean_dedup_contam_pipeline_accounts_for_every_record(tmp_path):
     src = tmp_path / "in.jsonl.zst"
     import zstandard

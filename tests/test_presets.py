@@ -12,7 +12,7 @@ from llmtk.presets import PRESETS, trainable
 from llmtk.train.config import TrainConfig
 from llmtk.train.model_config import PRESETS as TRAIN_PRESETS
 from llmtk.train.model_config import count_params as train_count
-from llmtk.train.trainer import model_config
+from llmtk.train.run_shape import model_config
 
 
 def test_estimate_and_train_read_the_same_table():

@@ -1,5 +1,5 @@
 """Progress in a pipeline: one stage draws on the shared terminal at a time, and every
-summary arrives as one block (issue 14, item 2). Run under a real pseudo-terminal."""
+summary arrives as one block. Run under a real pseudo-terminal."""
 
 import os
 import pty
@@ -14,6 +14,7 @@ from llmtk.io.progress import TerminalClaim
 from tests.util import ROOT, env, llmtk_command
 
 
+@pytest.mark.integration
 def test_one_claim_per_terminal_until_released():
     master, slave = pty.openpty()
     try:
@@ -51,6 +52,7 @@ for burst in range(24):
 """
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_three_stage_pipeline_draws_one_progress_line_at_a_time(tmp_path):
     ev = tmp_path / "ev.jsonl"

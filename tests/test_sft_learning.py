@@ -1,4 +1,4 @@
-"""Instruction fine-tuning learns (the slow tests of issue 16): full fine-tuning lifts
+"""Instruction fine-tuning learns (slow tests): full fine-tuning lifts
 held-out exact match well above the base model's, and LoRA on top of it learns a new
 instruction that the merged model scores as training measured.
 

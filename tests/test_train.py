@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from llmtk.curves.detect import diagnose
+from llmtk.curves.logs import load_run
 from llmtk.train.config import TrainConfig as TrainConfigForTest
 from llmtk.train.trainer import lr_at
 from tests.train_runs import (
@@ -96,6 +98,7 @@ def resume_ref(corpus, tmp_path_factory):
     return out
 
 
+@pytest.mark.integration
 def test_exact_resume_after_sigkill(corpus, tmp_path, resume_ref):
     args, ref = RESUME_ARGS, resume_ref
 
@@ -123,6 +126,7 @@ def test_exact_resume_after_sigkill(corpus, tmp_path, resume_ref):
     assert [r["step"] for r in rows(out) if "loss" in r] == list(range(1, 13))
 
 
+@pytest.mark.integration
 def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(corpus, tmp_path,
                                                                  resume_ref):
     args, ref = RESUME_ARGS, resume_ref
@@ -145,6 +149,7 @@ def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(corpus, tmp_pat
                                          "step-0000012"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("sig", [
     signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.slow)], ids=["TERM", "USR1"])
 def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, resume_ref, sig):
@@ -171,6 +176,7 @@ def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, res
     assert losses(out) == losses(ref)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_torchrun_restarts_a_crashed_worker_which_resumes(corpus, tmp_path, resume_ref):
     out = str(tmp_path / "restarted")
@@ -257,12 +263,24 @@ def test_on_nan_stop_names_the_step(corpus, tmp_path):
 
 def test_single_nan_is_skipped_and_training_continues(corpus, tmp_path):
     out = str(tmp_path / "run")
-    run_train(corpus, out, "--steps", "5", "--batch-size", "2", faults={"nan_loss": 1})
+    run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--grad-stats", "per-layer",
+              "--grad-stats-every", "2", faults={"nan_loss": 1})
     (e,) = events(out, "nan")
     assert e["action"] == "skip" and e["step"] == 2
     r = losses(out)
     assert [x[0] for x in r] == [1, 3, 4, 5]
     assert all(math.isfinite(x[1]) for x in r)
+    # --grad-stats per-layer: each layer's norm on the non-finite step and every 2 steps
+    stats = events(out, "grad_stats")
+    assert [(g["step"], g["why"]) for g in stats] == [(2, "nan"), (4, "every")]
+    layers = [k for k in stats[1] if k.startswith("grad_norm/")]
+    assert layers[:3] == ["grad_norm/tok_emb", "grad_norm/layers.0.attn_norm",
+                          "grad_norm/layers.0.attn"] and layers[-1] == "grad_norm/norm"
+    total = math.sqrt(sum(stats[1][k] ** 2 for k in layers))
+    assert total == pytest.approx(stats[1]["grad_norm"], rel=1e-4)  # the layers add up
+    assert stats[0]["grad_norm/tok_emb"] == "NaN"
+    (named,) = [f for f in diagnose(load_run(out)) if f.kind == "layer_grads"]
+    assert named.step == 2 and "first non-finite in tok_emb" in named.summary
 
 
 def test_loss_spike_rolls_back_with_half_the_lr(corpus, tmp_path):

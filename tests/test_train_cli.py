@@ -1,4 +1,4 @@
-"""`llmtk train` as a person meets it (issue 14, item 7): --threads, the warmup warning,
+"""`llmtk train` as a person meets it: --threads, the warmup warning,
 the two start lines, the 80-column step line with elapsed time and ETA, a finished run
 re-run, a resume with changed settings, an unknown --model, and help defaults read from
 TrainConfig. In process (tests/util.InProcess), on a one-layer model of a few steps."""
@@ -14,9 +14,10 @@ torch = pytest.importorskip("torch")
 
 from llmtk.commands import train as train_command  # noqa: E402
 from llmtk.train import runtime  # noqa: E402
+from llmtk.train.checkpointer import changed_settings  # noqa: E402
 from llmtk.train.config import FIELDS, TrainConfig  # noqa: E402
 from llmtk.train.report import duration, start_lines, step_line  # noqa: E402
-from llmtk.train.trainer import changed_settings, warmup_warning  # noqa: E402
+from llmtk.train.trainer import warmup_warning  # noqa: E402
 from tests.util import InProcess  # noqa: E402
 
 TINY = ["--layers", "1", "--d-model", "32", "--heads", "2", "--seq-len", "32",
@@ -34,8 +35,8 @@ def data(tmp_path_factory):
 
 
 @pytest.fixture
-def llmtk(capfd, monkeypatch):
-    return InProcess(capfd, monkeypatch)
+def llmtk():
+    return InProcess()
 
 
 def train_args(data, out, *extra):
@@ -122,6 +123,7 @@ def test_a_busy_machine_gets_a_hint_not_a_different_default(monkeypatch):
     assert runtime.busy_note(2, "default", "cpu") is None
 
 
+@pytest.mark.integration
 def test_the_launcher_gives_each_torchrun_worker_its_share_of_the_cores(data, tmp_path,
                                                                        monkeypatch, llmtk):
     from llmtk.train import launch

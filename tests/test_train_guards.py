@@ -10,14 +10,12 @@ import sys
 import time
 
 import pytest
-from typer.testing import CliRunner
 
-from llmtk.cli import app
 from llmtk.commands import train as train_command
 from llmtk.errors import UsageError
 from llmtk.train.config import FIELDS, resolve_config, resolve_launch
 from llmtk.train.lock import DirLock
-from tests.util import ROOT, env, popen_module, run_module
+from tests.util import ROOT, env, llmtk, popen_module, run_module
 
 
 def write_data(tmp_path):
@@ -36,13 +34,13 @@ def test_a_second_run_on_the_same_out_exits_2_naming_the_holder(tmp_path):
     holder = DirLock(str(out))
     assert holder.acquire()
     try:
-        r = CliRunner().invoke(app, ["train", "--data", write_data(tmp_path), "--out", str(out),
-                                     "--steps", "1", "-q"])
+        r = llmtk("train", "--data", write_data(tmp_path), "--out", out, "--steps", "1", "-q",
+                  in_process=True)
     finally:
         holder.release()
-    assert isinstance(r.exception, UsageError) and r.exception.exit_code == 2, r.output
+    assert r.returncode == 2, r.stderr
     assert f"--out {out}: is in use by another llmtk train (host {socket.gethostname()}, " \
-           f"PID {os.getpid()})" in str(r.exception)
+           f"PID {os.getpid()})" in r.stderr.decode()
     assert sorted(os.listdir(out)) == [".lock"]  # nothing else touched
 
 
@@ -56,6 +54,7 @@ def test_the_lock_is_free_again_after_the_holder_exits(tmp_path):
     lock.release()
 
 
+@pytest.mark.integration
 @pytest.mark.slow  # two real training processes
 def test_two_real_runs_on_one_out(tmp_path):
     data, out = write_data(tmp_path), str(tmp_path / "run")
@@ -116,10 +115,9 @@ def test_toml_values_are_type_and_range_checked(tmp_path, line, message):
 ])
 def test_flags_are_range_checked_before_any_work(tmp_path, flag, value, message):
     out = tmp_path / "run"
-    r = CliRunner().invoke(app, ["train", "--data", write_data(tmp_path), "--out", str(out),
-                                 flag, value])
-    assert isinstance(r.exception, UsageError) and r.exception.exit_code == 2
-    assert str(r.exception) == message
+    r = llmtk("train", "--data", write_data(tmp_path), "--out", out, flag, value,
+              in_process=True)
+    assert r.returncode == 2 and r.stderr.decode() == f"llmtk: error: {message}\n"
     assert not out.exists()  # refused before anything was created
 
 
@@ -169,17 +167,22 @@ def test_stale_cache_temp_dirs_of_dead_processes_are_swept(tmp_path):
     assert not stale.exists() and live.exists() and other_host.exists()
 
 
-def test_a_failed_tokenization_leaves_no_temp_dir(tmp_path):
-    from llmtk.errors import DataError
-    from llmtk.text.tokenizer import ByteTokenizer
-    from llmtk.train import data as D
-
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"text": "ok"}\nnot json\n')
-    root = tmp_path / "cache"
-    with pytest.raises(DataError):
-        D.build_cache([str(bad)], [], ByteTokenizer(), str(root))
-    assert [n for n in os.listdir(root) if n.startswith(".tmp-")] == []
+@pytest.mark.parametrize("data", ["empty", "bad"])
+def test_a_failed_start_leaves_nothing_behind(tmp_path, data):
+    """Empty data, or a bad line after a good one: no run folder, lock, cache or temp dir
+    (and in a run folder that was there, nothing new)."""
+    src = tmp_path / f"{data}.jsonl"
+    src.write_text("" if data == "empty" else '{"text": "ok"}\nnot json\n')
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    for out in (tmp_path / "new" / "run", kept):
+        r = llmtk("train", "--data", src, "--out", out, "--model", "tiny", "--steps", "1", "-q",
+                  in_process=True)
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.decode().startswith(f"llmtk: error: {src}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{data}.jsonl", "kept"]
+    assert [p.name for p in kept.iterdir()] == ["notes.txt"]
 
 
 @pytest.mark.parametrize("threaded", [False, True])

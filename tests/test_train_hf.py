@@ -37,8 +37,8 @@ def corpus(tmp_path_factory):
 
 
 @pytest.fixture
-def cli(capfd, monkeypatch):
-    return InProcess(capfd, monkeypatch)
+def cli():
+    return InProcess()
 
 
 def run_train(corpus, out, **flags):

@@ -1,5 +1,5 @@
-"""`llmtk train` across processes on CPU (gloo): DDP, FSDP2 and two-node runs match one
-process; FSDP2's sharded (DCP) checkpoints resume bit-exactly and export to one file.
+"""`llmtk train` across processes on CPU (gloo): DDP, FSDP2, HSDP and two-node runs match
+one process; FSDP2's sharded (DCP) checkpoints resume bit-exactly and export to one file.
 The launcher runs in this process (torchrun's own code), its workers are real.
 """
 
@@ -47,6 +47,7 @@ def test_grad_accum_matches_a_bigger_batch(corpus, tmp_path, single_ref):
     _parallel_matches(single_ref, out)
 
 
+@pytest.mark.integration
 def test_ddp_two_processes_match_one(corpus, tmp_path, single_ref):
     out = str(tmp_path / "ddp")
     run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "2")
@@ -54,6 +55,7 @@ def test_ddp_two_processes_match_one(corpus, tmp_path, single_ref):
     assert json.load(open(os.path.join(out, "config.json")))["parallel"] == "ddp"
 
 
+@pytest.mark.integration
 def test_fsdp2_two_processes_match_one(corpus, tmp_path, single_ref):
     out = str(tmp_path / "fsdp")
     run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "2",
@@ -71,6 +73,52 @@ def test_fsdp2_two_processes_match_one(corpus, tmp_path, single_ref):
         assert x[1] == pytest.approx(y[1], rel=1e-5)
 
 
+@pytest.fixture(scope="module")
+def hsdp_run(corpus, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("hsdp") / "run")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "1", "--nproc-per-node", "4",
+              "--dp-replicate", "2", "--checkpoint-every", "3", "--no-async-checkpoint")
+    return out
+
+
+@pytest.mark.integration
+def test_hsdp_2x2_matches_one(hsdp_run, single_ref):
+    """HSDP on a (dp_replicate 2, dp_shard 2) mesh: each replica's shards count once in
+    the global grad norm (the all-reduced squares are divided by the 2 replicas)."""
+    _parallel_matches(single_ref, hsdp_run)
+    config = json.load(open(os.path.join(hsdp_run, "config.json")))
+    assert config["parallel"] == "fsdp" and config["checkpoint_format"] == "dcp"
+    assert config["layout"] == {"pp": 1, "dp_replicate": 2, "dp_shard": 2, "tp": 1}
+    import torch
+
+    from llmtk.train import full_state_dict
+
+    # Its DCP checkpoint (2-D DTensors) consolidates to the one-process run's weights.
+    hsdp, single = full_state_dict(hsdp_run), full_state_dict(single_ref)
+    assert hsdp.keys() == single.keys()
+    assert all(torch.allclose(hsdp[k], single[k], atol=1e-5) for k in single)
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # one more 2-process run
+def test_hsdp_dcp_checkpoint_resumes_resharded_under_fsdp2(corpus, tmp_path, hsdp_run,
+                                                           single_ref):
+    """The HSDP run's DCP checkpoint (2-D DTensors) resumes under FSDP2 on 2 processes
+    (a 1-D mesh) and continues the one-process loss curve."""
+    resumed = str(tmp_path / "fsdp")
+    os.makedirs(os.path.join(resumed, "checkpoints"))
+    shutil.copytree(os.path.join(hsdp_run, "checkpoints", "step-0000003"),
+                    os.path.join(resumed, "checkpoints", "step-0000003"))
+    run_train(corpus, resumed, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "2",
+              "--parallel", "fsdp")
+    assert events(resumed, "resume")[0]["path"] == "checkpoints/step-0000003"
+    after = losses(resumed)
+    assert [x[0] for x in after] == [4, 5]
+    for x, y in zip(after, losses(single_ref)[-2:], strict=True):
+        assert x[1] == pytest.approx(y[1], rel=1e-5) and x[2] == pytest.approx(y[2], rel=1e-4)
+
+
+@pytest.mark.integration
 @pytest.mark.slow
 def test_two_nodes_c10d_rendezvous_match_one(corpus, tmp_path, single_ref):
     out = str(tmp_path / "nodes")
@@ -101,6 +149,7 @@ def fsdp_ref(corpus, tmp_path_factory):
     return out
 
 
+@pytest.mark.integration
 def test_fsdp2_writes_sharded_checkpoints_and_resumes_them_bit_exactly(corpus, tmp_path,
                                                                        fsdp_ref):
     ckpt = os.path.join(fsdp_ref, "checkpoints", "step-0000006")
@@ -147,6 +196,7 @@ def test_export_consolidates_a_sharded_checkpoint(fsdp_ref, tmp_path):
     assert p.returncode == 2 and b"no complete llmtk train checkpoint" in p.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.slow  # three 2-process FSDP runs
 def test_async_sharded_checkpoint_killed_mid_write_keeps_the_previous(corpus, tmp_path,
                                                                       fsdp_ref):

@@ -310,6 +310,7 @@ def test_windows_span_several_shards(tmp_path, monkeypatch):
         w.get(len(w))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("status", [0, 3])
 def test_slurm_script_passes_srun_status_and_timeouts(tmp_path, status):
     """bin/llmtk-train.sbatch with stand-ins for srun and scontrol on PATH."""
@@ -319,12 +320,15 @@ def test_slurm_script_passes_srun_status_and_timeouts(tmp_path, status):
 
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "srun").write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/srun.args\nexit {status}\n')
+    (fake / "srun").write_text(
+        f'#!/bin/bash\necho "$@" > {tmp_path}/srun.args\n'
+        f'echo "$SRUN_CPUS_PER_TASK $OMP_NUM_THREADS" > {tmp_path}/srun.env\nexit {status}\n')
     (fake / "scontrol").write_text("#!/bin/bash\necho node1\necho node2\n")
     for f in fake.iterdir():
         f.chmod(0o755)
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "n[1-2]",
-           "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_ID": "42"}
+           "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_ID": "42", "SLURM_CPUS_PER_TASK": "48"}
+    env.pop("OMP_NUM_THREADS", None)
     p = subprocess.run(["bash", str(ROOT / "bin" / "llmtk-train.sbatch"), "run.toml", "--steps",
                         "9"], env=env, capture_output=True)
     assert p.returncode == status, p.stderr
@@ -333,6 +337,10 @@ def test_slurm_script_passes_srun_status_and_timeouts(tmp_path, status):
     assert args[args.index("--nccl-timeout") + 1] == "3600"
     assert args[args.index("--rdzv-endpoint") + 1] == "node1:29500"
     assert args[-2:] == ["--steps", "9"]
+    # srun (Slurm >= 22.05) does not inherit the job's --cpus-per-task: the script passes it,
+    # and each of the 8 workers per node gets its share of threads.
+    assert "--cpus-per-task=48" in args[:args.index("train")]
+    assert (tmp_path / "srun.env").read_text().split() == ["48", "6"]
 
 
 def test_non_logging_steps_never_read_the_device(tmp_path, monkeypatch):

@@ -1,5 +1,11 @@
-"""Helpers for tests that run llmtk as a command: in this process where that is the same,
-as a real process (or a real shell pipeline) where a pipe, a signal or torch is involved."""
+"""Helpers for tests that run llmtk as a command, two ways:
+
+- in this process, through `llmtk.cli.main` with fds 0/1/2 on temporary files
+  (`_run_in_process`: `llmtk()` for cheap commands or with in_process=True, `InProcess`,
+  `invoke`), where that is the same as a process;
+- as a real process (`run_module`, `popen_module`, `shell`), where a pipe, a signal or
+  torch is involved: forked from the tests' server (tests/forkserver.py), or a fresh
+  `python -m llmtk` with LLMTK_TEST_FORKSERVER=0 (`make test-integration`)."""
 
 import contextlib
 import os
@@ -173,28 +179,20 @@ def llmtk_command() -> str:
 
 
 class InProcess:
-    """`llmtk ARGS` run in this process through `llmtk.cli.main` (exit code, messages and
-    all), with pytest's fd-level capture: llmtk writes stdout to fd 1 itself."""
+    """`llmtk ARGS` run in this process exactly as `llmtk(..., in_process=True)` runs it
+    (through `llmtk.cli.main`, exit code, messages and all), in the test's working
+    directory, with text results: `.exit_code`, `.stdout`, `.output` (stderr)."""
 
-    def __init__(self, capfd, monkeypatch):
-        self.capfd, self.monkeypatch = capfd, monkeypatch
+    def __init__(self, *unused_fixtures) -> None:
+        pass  # older fixtures pass (capfd, monkeypatch); nothing here needs them
 
     def __call__(self, *args):
         from types import SimpleNamespace
 
-        from llmtk.cli import main
-
-        self.capfd.readouterr()
-        self.monkeypatch.setattr(sys, "argv", ["llmtk", *map(str, args)])
-        self.monkeypatch.setenv("LLMTK_DEBUG", "0")
-        code = 0
-        with own_signal_handlers():
-            try:
-                main()
-            except SystemExit as e:
-                code = e.code or 0
-        out, err = self.capfd.readouterr()
-        return SimpleNamespace(exit_code=code, stdout=out, output=err)
+        r = _run_in_process([str(a) for a in args], b"", os.getcwd(), {})
+        return SimpleNamespace(exit_code=r.returncode,
+                               stdout=r.stdout.decode("utf-8", "replace"),
+                               output=r.stderr.decode("utf-8", "replace"))
 
 
 @contextlib.contextmanager
@@ -213,16 +211,10 @@ def own_signal_handlers():
 
 
 def invoke(*args) -> tuple[int, str]:
-    """llmtk through typer's CliRunner: (exit status, the error line or the output); an
-    LlmtkError becomes its exit status and one `llmtk: error:` line, as llmtk.cli.main does."""
-    from typer.testing import CliRunner
-
-    from llmtk.cli import app
-    from llmtk.errors import LlmtkError
-
-    r = CliRunner().invoke(app, [str(a) for a in args])
-    if isinstance(r.exception, LlmtkError):
-        return r.exception.exit_code, f"llmtk: error: {r.exception}"
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return r.exit_code, r.output
+    """`llmtk ARGS` in this process, as `llmtk(..., in_process=True)` runs it: (exit status,
+    the `llmtk: error: …` line when it failed, else what it wrote to stdout and stderr)."""
+    r = _run_in_process([str(a) for a in args], b"", os.getcwd(), {})
+    err = r.stderr.decode("utf-8", "replace")
+    if r.returncode != 0:
+        return r.returncode, err.rstrip("\n")
+    return 0, r.stdout.decode("utf-8", "replace") + err

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from llmtk.clean.code import PROFILES, Code
+from llmtk.clean.extract import METHODS, Extract
 from llmtk.clean.filters import C4, FineWeb, GopherQuality, GopherRepetition
 from llmtk.clean.langs import STAGES, check_table, coerce, merge, resolve
 from llmtk.clean.normalize import Normalize
+from llmtk.clean.urls import UrlFilter
 from llmtk.errors import ConfigError
 from llmtk.io import tomlfile
 
@@ -49,8 +52,21 @@ class Pii:
     kinds: list[str] = field(default_factory=lambda: list(PII_KINDS))
 
 
+SECRET_SCRUB = ("code", "all", "off")
+
+
+@dataclass(frozen=True)
+class Secrets:
+    # Which records lose their secrets (llmtk.text.secrets): code records only (the
+    # default: prose rarely holds keys, and the rules then cost nothing), every record, none.
+    scrub: str = "code"
+    kinds: list[str] = field(default_factory=list)  # empty: every kind of secrets.toml
+
+
 @dataclass(frozen=True)
 class CleanConfig:
+    url: UrlFilter = field(default_factory=UrlFilter)
+    extract: Extract = field(default_factory=Extract)
     normalize: Normalize = field(default_factory=Normalize)
     langid: LangId = field(default_factory=LangId)
     gopher_repetition: GopherRepetition = field(default_factory=GopherRepetition)
@@ -60,6 +76,8 @@ class CleanConfig:
     quality: Quality = field(default_factory=Quality)
     perplexity: Perplexity = field(default_factory=Perplexity)
     pii: Pii = field(default_factory=Pii)
+    code: Code = field(default_factory=Code)
+    secrets: Secrets = field(default_factory=Secrets)
     # [lang.XX.STAGE] tables: per-language overrides, on top of the built-in ones (langs.py)
     lang: dict[str, dict] = field(default_factory=dict)
 
@@ -124,11 +142,23 @@ class CleanConfig:
             fail("normalize.fold_width", f"expected none, alnum or all, got {n.fold_width!r}")
         if n.zh_convert not in ("none", "t2s", "s2t", "tw2s", "s2tw", "hk2s", "s2hk"):
             fail("normalize.zh_convert", f"expected none, t2s or s2t, got {n.zh_convert!r}")
-        if n.html not in ("off", "auto", "always"):
-            fail("normalize.html", f"expected off, auto or always, got {n.html!r}")
+        if self.extract.method not in METHODS:
+            fail("extract.method", f"expected {', '.join(METHODS)}, got {self.extract.method!r}")
         bad = set(self.pii.kinds) - set(PII_KINDS)
         if bad:
             fail("pii.kinds", f"unknown kind(s) {sorted(bad)} (expected {', '.join(PII_KINDS)})")
+        if self.code.profile not in PROFILES:
+            fail("code.profile", f"expected {', '.join(PROFILES)}, got {self.code.profile!r}")
+        if self.secrets.scrub not in SECRET_SCRUB:
+            fail("secrets.scrub", f"expected {', '.join(SECRET_SCRUB)}, "
+                 f"got {self.secrets.scrub!r}")
+        if self.secrets.kinds:
+            from llmtk.text.secrets import kinds
+
+            bad = set(self.secrets.kinds) - set(kinds())
+            if bad:
+                fail("secrets.kinds", f"unknown kind(s) {sorted(bad)} "
+                     f"(expected {', '.join(kinds())})")
         if self.langid.keep and not self.langid.enabled:
             fail("langid.keep", "needs language ID, which {0} switches off", "langid.enabled")
         if not 0.0 <= self.langid.min_score <= 1.0:

@@ -20,6 +20,7 @@ from itertools import accumulate, compress, filterfalse
 from operator import itemgetter, ne, sub
 
 from llmtk.clean.tokens import tokens
+from llmtk.clean.wrap import MAX_WIDTH, MIN_LINES, paragraphs, width
 from llmtk.text.stopwords import stop_words
 
 CJK_LANGS = frozenset({"zh", "ja", "ko", "yue", "wuu"})
@@ -40,6 +41,7 @@ _SYMBOL_TOKENS = frozenset(_PUNCT_CHARS) | frozenset(
 # Line endings that count as "ends with terminal punctuation" (FineWeb).
 TERMINAL_PUNCT = tuple(".!?。！？｡．؟۔।॥።፧։‼⁇⁈⁉﹒﹗")
 _SENT_END = frozenset(".!?。！？｡؟।॥")
+_CLOSERS = "\"'”’»)]」』）"
 _ALPHA = re.compile(r"[^\W\d_]")
 
 
@@ -52,13 +54,14 @@ def alpha_share(words: list[str]) -> float:
 class DocText:
     """One document's text with the pieces the filters share, computed at most once."""
 
-    __slots__ = ("text", "lang", "_words", "_lines", "line_breaks")
+    __slots__ = ("text", "lang", "_words", "_lines", "_units", "line_breaks")
 
     def __init__(self, text: str, lang: str | None = None) -> None:
         self.text = text
         self.lang = lang  # picks the word segmentation (French elision, ...)
         self._words: list[str] | None = None
         self._lines: list[str] | None = None
+        self._units: list | bool | None = None  # False: looked, not hard-wrapped
         # Line breaks as datatrove would count them after C4 joined the kept lines with one
         # "\n" each; we keep paragraph breaks in the text, so FineWeb must not count those.
         self.line_breaks: int | None = None
@@ -70,14 +73,31 @@ class DocText:
         return self._words
 
     @property
+    def units(self) -> list[tuple[str, list[str]]] | None:
+        """A hard-wrapped text's logical lines with their physical ones (llmtk.clean.wrap),
+        blank lines included; None for any other text (its lines are its lines)."""
+        if self._units is None:
+            self._units = False
+            breaks = self.text.count("\n")
+            # A mean line longer than the widest wrap column: not wrapped (most web text)
+            if breaks >= MIN_LINES and len(self.text) <= MAX_WIDTH * (breaks + 1):
+                lines = self.text.split("\n")
+                w = width(lines)
+                if w is not None:
+                    self._units = paragraphs(lines, w)
+        return self._units or None
+
+    @property
     def lines(self) -> list[str]:
+        """The lines the line-based rules see: a hard-wrapped text's logical lines."""
         if self._lines is None:
-            self._lines = self.text.splitlines()
+            units = self.units
+            self._lines = [t for t, _ in units] if units else self.text.splitlines()
         return self._lines
 
     def replace(self, text: str, line_breaks: int | None = None) -> None:
         self.text = text
-        self._words = self._lines = None
+        self._words = self._lines = self._units = None
         self.line_breaks = line_breaks
 
 
@@ -217,7 +237,8 @@ class GopherRepetition:
             return "gopher.dup_para_frac"
         if self.dup_para_char_frac and dup_chars / n_chars > self.dup_para_char_frac:
             return "gopher.dup_para_char_frac"
-        lines = _LINES.split(text)
+        units = d.units
+        lines = [t for t, _ in units if t] or [""] if units else _LINES.split(text)
         dup, dup_chars = _find_duplicates(lines)
         if vals is not None:
             vals["dup_line_frac"] = round(dup / len(lines), 4)
@@ -490,7 +511,9 @@ class C4:
         kept: list[str] = []
         n_kept = 0
         gap = False  # a blank line since the last kept line: keep the paragraph break
-        for line in d.lines:
+        # A hard-wrapped text is judged a paragraph at a time, and keeps its line breaks.
+        units = d.units or ((line, None) for line in d.lines)
+        for line, block in units:
             line = line.strip()
             if not line:
                 gap = True
@@ -521,6 +544,9 @@ class C4:
             if gap and kept:
                 kept.append("")
             gap = False
+            if block is not None:
+                line = "\n".join(_CITATION.sub("", b.strip()) if self.remove_citations
+                                 else b.strip() for b in block)
             kept.append(line)
             n_kept += 1
         if vals is not None:
@@ -550,10 +576,16 @@ class FineWeb:
 
     def check(self, d: DocText, p: Profile, vals: dict | None = None) -> str | None:
         text = d.text
-        lines = [line for line in text.split("\n") if line.strip()]
+        units = d.units
+        if units:
+            # a paragraph of prose often ends its last sentence inside quotes or brackets
+            lines = [t for t, _ in units if t]
+            ends = [t.rstrip(_CLOSERS) for t in lines]
+        else:
+            ends = lines = [line for line in text.split("\n") if line.strip()]
         if not lines:
             return "fineweb.empty"
-        ratio = sum(1 for line in lines if line.endswith(TERMINAL_PUNCT)) / len(lines)
+        ratio = sum(1 for line in ends if line.endswith(TERMINAL_PUNCT)) / len(lines)
         if vals is not None:
             vals["line_punct_ratio"] = round(ratio, 4)
         if _on(self.line_punct_thr) and ratio < self.line_punct_thr and not (

@@ -1,4 +1,4 @@
-"""Text normalisation: HTML to text, mojibake, escapes, control characters, Unicode, width.
+"""Text normalisation: mojibake, escapes, control characters, Unicode, width.
 
 Each step has a cheap test first (ASCII text cannot hold mojibake, no ESC byte means no ANSI
 sequence), so clean text costs a few C-speed scans.
@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
-from html.parser import HTMLParser
 
 # CSI (ESC [ ... final), OSC (ESC ] ... BEL or ESC \), and two-byte ESC sequences.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
@@ -52,7 +51,6 @@ _WIDTH_ALNUM = {
     for c in [*range(0xFF10, 0xFF1A), *range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B)]
 }
 _WIDTH_ALL = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)}
-_HTML_HINT = re.compile(r"<(?:html|body|div|p|br|span|a|table|td|li|h[1-6])\b[^>]*>", re.I)
 
 
 _OPENCC: dict[str, object] = {}
@@ -68,12 +66,8 @@ class Normalize:
     whitespace: bool = True  # unify spaces and line endings, trim lines, <= 1 blank line
     fold_width: str = "alnum"  # none, alnum (letters and digits) or all (incl. punctuation)
     zh_convert: str = "none"  # none, t2s or s2t (OpenCC)
-    html: str = "off"  # off, auto (only documents that look like HTML) or always
 
     def __call__(self, text: str) -> str:
-        looks_html = "<" in text and _HTML_HINT.search(text) is not None
-        if self.html == "always" or (self.html == "auto" and looks_html):
-            text = html_to_text(text)
         if self.strip_ansi and "\x1b" in text:
             text = _ANSI.sub("", text)
         ascii_only = text.isascii()
@@ -124,42 +118,3 @@ def _fix_mojibake(text: str) -> str:
     from ftfy.badness import is_bad
 
     return fix_encoding(text) if is_bad(text) else text
-
-
-class _TextExtractor(HTMLParser):
-    _BLOCK = frozenset(
-        "p div br li ul ol tr table h1 h2 h3 h4 h5 h6 section article header footer pre "
-        "blockquote title dd dt".split()
-    )
-    _SKIP = frozenset(["script", "style", "noscript", "template", "head"])
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.skip = 0
-
-    def handle_starttag(self, tag, attrs):
-        if tag in self._SKIP:
-            self.skip += 1
-        elif tag in self._BLOCK:
-            self.parts.append("\n")
-
-    def handle_endtag(self, tag):
-        if tag in self._SKIP:
-            self.skip = max(0, self.skip - 1)
-        elif tag in self._BLOCK:
-            self.parts.append("\n")
-
-    def handle_data(self, data):
-        if not self.skip:
-            self.parts.append(data)
-
-
-def html_to_text(html: str) -> str:
-    """Visible text of an HTML document; block elements become line breaks."""
-    parser = _TextExtractor()
-    parser.feed(html)
-    parser.close()
-    text = "".join(parser.parts)
-    text = re.sub(r"[ \t]+", " ", text)
-    return re.sub(r"\n\s*\n\s*", "\n\n", text).strip()

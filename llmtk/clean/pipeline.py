@@ -3,10 +3,15 @@
     cleaner = Cleaner(CleanConfig())
     reason = cleaner(doc)        # None: keep (doc may be modified); else the drop reason
 
-Stages run in this order: normalise -> language ID (+ --lang filter) -> Gopher quality ->
-Gopher repetition -> C4 -> FineWeb -> classifier -> perplexity -> PII. PII runs last so that
-placeholders do not change what the filters measure. A `Cleaner` is picklable and loads its
-models lazily in each worker process, so `StreamRun.apply(cleaner)` works with any --workers.
+Stages run in this order: URL filter -> main-content extraction (HTML records) -> normalise ->
+language ID (+ --lang filter) -> Gopher quality -> Gopher repetition -> C4 -> FineWeb ->
+classifier -> perplexity -> secrets -> PII. The scrubbers run last so that placeholders do not
+change what the filters measure; secrets go before PII so that a password in `user:pw@host` is
+not taken for an e-mail address. A record that `--profile code|auto` finds to be source code
+takes another road after the URL filter: no extraction or normalisation (code's bytes are its
+meaning), the code rules (llmtk.clean.code), secrets, PII. A `Cleaner` is picklable and loads
+its models lazily in each worker process, so `StreamRun.apply(cleaner)` works with any
+--workers.
 """
 
 from __future__ import annotations
@@ -14,12 +19,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import partial
 
+from llmtk.clean.code import CodeRules
 from llmtk.clean.config import CleanConfig
 from llmtk.clean.filters import DocText, Profile
+from llmtk.clean.urls import UrlRules, host_of
+from llmtk.errors import ConfigError
 from llmtk.io import Doc, ordered_map
 from llmtk.io.record import repeats_key
 from llmtk.text.langid import LanguageId
 from llmtk.text.pii import scrub
+from llmtk.text.secrets import scrub_secrets
 from llmtk.text.segment import is_cjk
 
 
@@ -28,7 +37,9 @@ class Cleaner:
         self.cfg = config
         self.annotate = annotate
         self.dry_run = dry_run
-        self.langid = LanguageId() if config.langid.enabled else None
+        # --profile code never asks for a natural language: no model to load
+        self.langid = (LanguageId() if config.langid.enabled and config.code.profile != "code"
+                       else None)
         self.keep_langs = frozenset(config.langid.keep)
         # language -> (filters, stop words), built on first sight of each language
         self._plans: dict[str | None, tuple[list, list[str] | None]] = {}
@@ -44,6 +55,10 @@ class Cleaner:
             self.ppl = PerplexityModel(config.perplexity.model, config.perplexity.max_tokens)
         self.max_ppl = config.perplexity.max_ppl  # set from the quantile by the caller
         self.pii_kinds = frozenset(config.pii.kinds) if config.pii.enabled else None
+        self.urls = UrlRules(config.url) if config.url.enabled else None
+        self.code = CodeRules(config.code) if config.code.profile != "web" else None
+        sec = config.secrets
+        self.secret_kinds = frozenset(sec.kinds) if sec.kinds else None
 
     def plan(self, lang: str | None) -> tuple[list, list[str] | None]:
         """The enabled filters, with the thresholds for `lang`, and its stop words."""
@@ -59,12 +74,24 @@ class Cleaner:
 
     def load(self) -> None:
         """Load the models now (to fail early on a bad path, before reading any input)."""
+        if self.cfg.extract.method == "trafilatura":
+            try:
+                import trafilatura  # noqa: F401
+            except ImportError as e:
+                raise ConfigError("extract.method", "trafilatura is not installed "
+                                  f"(pip install 'llmtk[trafilatura]'; {e})") from None
         if self.quality is not None:
             self.quality.load()
         if self.ppl is not None:
             self.ppl.load()
         if self.langid is not None:
             self.langid.load()  # before --workers forks, so the workers share it
+            # A code the model never answers would drop every document as lang.unwanted.
+            unknown = self.langid.check_codes(sorted(self.keep_langs))
+            if unknown:
+                raise ConfigError("langid.keep", f"unknown language code(s) {', '.join(unknown)}"
+                                  "; the language ID model's codes (ISO 639, e.g. en,de,zh) "
+                                  "are listed in docs/clean.md")
 
     def __call__(self, doc: Doc) -> str | None:
         notes: dict | None = {} if self.annotate else None
@@ -80,8 +107,26 @@ class Cleaner:
 
     def _run(self, doc: Doc, notes: dict | None) -> str | None:
         cfg = self.cfg
-        original = doc.text
-        text = cfg.normalize(original) if cfg.normalize.enabled else original
+        data = doc.data
+        if self.urls is not None:
+            url = data.get(cfg.url.field)
+            if isinstance(url, str) and url:
+                reason = self.urls.check(url)
+                if reason is not None:
+                    doc.count(f"url_dropped.{host_of(url)}")  # per domain, in --stats
+                    return reason
+        if self.code is not None:
+            lang = self.code.language(data, doc.text)
+            if lang is not None:
+                return self._run_code(doc, lang, notes)
+        original = text = doc.text
+        html = cfg.extract.applies(data, text)
+        if html:
+            text = cfg.extract(text)
+            if not text.strip():
+                return "extract.empty"
+        if cfg.normalize.enabled:
+            text = cfg.normalize(text)
         if not text.strip():
             return "normalize.empty"
 
@@ -124,14 +169,46 @@ class Cleaner:
             if self.max_ppl is not None and ppl > self.max_ppl:
                 return "perplexity.too_high"
 
+        self._scrub(doc, original, text, self.cfg.secrets.scrub == "all")
+        if html and not self.dry_run and "content_type" in data:
+            data["content_type"] = "text/plain"  # extracted: a second clean leaves it be
+        return None
+
+    def _run_code(self, doc: Doc, lang: str, notes: dict | None) -> str | None:
+        """A source file: the code rules, then the scrubbers (no normalisation, no prose
+        rules, no classifier: those are made for prose)."""
+        text = doc.text
+        doc.count(f"code_lang.{lang}")
+        vals: dict | None = {} if notes is not None else None
+        if notes is not None:
+            notes["code_lang"] = lang
+        if not text.strip():
+            return "code.empty"
+        reason = self.code.check(text, lang, doc.data.get(self.cfg.code.path_field), vals)
+        if vals:
+            notes["code"] = vals  # type: ignore[index]
+        if reason is not None:
+            return reason
+        return self._scrub(doc, text, text, self.cfg.secrets.scrub != "off")
+
+    def _scrub(self, doc: Doc, original: str, text: str, secrets: bool) -> None:
+        """Secrets, then PII, replaced in `text`; the record gets the result."""
+        scrubbed = False
+        if secrets:
+            text, counts = scrub_secrets(text, self.secret_kinds)
+            for kind, n in counts.items():
+                doc.count(f"secrets.{kind}", n)
+            scrubbed = True
         if self.pii_kinds is not None:
             text, counts = scrub(text, self.pii_kinds)
             for kind, n in counts.items():
                 doc.count(f"pii.{kind}", n)
-            if not self.dry_run and doc.raw is not None and repeats_key(doc.raw, doc.field):
-                # A line with two text keys parses to the last one; the other, unscrubbed,
-                # must not pass through in the original bytes: write the parsed record.
-                doc.raw = None
+            scrubbed = True
+        if scrubbed and not self.dry_run and doc.raw is not None and repeats_key(
+                doc.raw, doc.field):
+            # A line with two text keys parses to the last one; the other, unscrubbed,
+            # must not pass through in the original bytes: write the parsed record.
+            doc.raw = None
 
         if not self.dry_run and text != original:
             doc.set_text(text)

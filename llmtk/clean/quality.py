@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmtk.errors import ConfigError
-from llmtk.io.atomic import Staged
+from llmtk.io.atomic import atomic_name
 
 _WS = re.compile(r"\s+")
 
@@ -124,14 +124,8 @@ def train_quality(
             input=path, epoch=epoch, lr=lr, wordNgrams=word_ngrams, dim=dim, seed=seed,
             thread=1, verbose=0, minCount=1,
         )
-    staged = Staged(output)  # an exclusive temporary name of ours, renamed when written
-    try:
-        model.save_model(staged.tmp)  # fastText writes by name: into the file we created
-        staged.finish()
-        staged.publish()
-    except BaseException:
-        staged.discard()
-        raise
+    with atomic_name(output) as tmp:
+        model.save_model(tmp)  # fastText writes by name: into the file we created
     tp = fp = fn = 0
     for lab, text in test:
         labels, probs = model.predict(text, k=-1)

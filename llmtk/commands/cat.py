@@ -1,9 +1,9 @@
 """`llmtk cat`: pass records through the I/O layer: validate, shard, recompress.
 
 A plumbing command (hidden from the main help): it reads any mix of plain,
-zstd and gzip JSONL, checks every line, and writes the records unchanged. It
-is the I/O layer on its own, which makes it the reference for tests and for
-`benchmarks/io_throughput.py`.
+zstd and gzip JSONL, Parquet and web archives (WARC/ARC/WET), checks every
+record, and writes the records unchanged. It is the I/O layer on its own, which
+makes it the reference for tests and for `benchmarks/io_throughput.py`.
 """
 
 import typer
@@ -22,6 +22,8 @@ Pass records through unchanged: validate, shard, split, recompress.
   llmtk cat crawl/ --shard 3/16 -o part-3.jsonl.zst
 
   llmtk cat dirty.jsonl --on-error reject --rejects bad.jsonl > good.jsonl
+
+  llmtk cat crawl.warc.gz --on-error skip | head -1
 """
 
 

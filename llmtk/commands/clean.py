@@ -19,10 +19,13 @@ from llmtk.io.run import StreamOptions
 
 HELP = (
     "Normalise, language-ID, quality-filter and PII-scrub a document stream.\n\n"
-    "Stages: normalise (Unicode, mojibake, ANSI/control characters, whitespace, width) -> "
+    "Stages: URL filter -> main-content extraction from HTML (WARC responses, HTML "
+    "documents; resiliparse or trafilatura, math and code kept) -> normalise (Unicode, "
+    "mojibake, ANSI/control characters, whitespace, width) -> "
     "language ID (fastText lid.176 + script census) -> Gopher quality, Gopher repetition, C4 "
     "and FineWeb rules (datatrove's thresholds, language-aware) -> fastText quality classifier "
-    "-> perplexity under an llmtk train model -> PII placeholders. Every dropped record "
+    "-> perplexity under an llmtk train model -> secret and PII placeholders. Source code "
+    "(--profile code) gets code rules (StarCoder / The Stack) instead. Every dropped record "
     "carries a reason such as gopher.short_doc.\n\n"
 ) + """\
 [bold]Examples[/bold]
@@ -30,6 +33,8 @@ HELP = (
   zstdcat crawl.jsonl.zst | llmtk clean --lang en,zh > clean.jsonl
 
   llmtk clean crawl/ -j 8 --rejects rejects.jsonl.zst -o clean.jsonl.zst
+
+  llmtk clean crawl/*.warc.gz --url-blocklist block.txt -o web.jsonl.zst
 
   llmtk clean --print-config > clean.toml
   llmtk clean --config clean.toml in.jsonl
@@ -42,6 +47,8 @@ HELP = (
   llmtk clean in.jsonl --quality-model quality.bin --min-quality 0.5
 
   llmtk clean calibrate --lang sw wiki-sw.jsonl -o sw.toml
+
+  llmtk clean --profile code the-stack.jsonl --rejects junk.jsonl > code.jsonl
 
 Exit status: 0 success, 1 data or runtime error, 2 bad usage.
 """
@@ -68,7 +75,10 @@ SETTINGS: dict[str, tuple[str, str, object]] = {
     "no_normalize": ("--no-normalize", "normalize.enabled", _off),
     "unicode": ("--unicode", "normalize.unicode", None),
     "zh_convert": ("--zh-convert", "normalize.zh_convert", None),
-    "html": ("--html", "normalize.html", None),
+    "extract": ("--extract", "extract.method", None),
+    "url_blocklist": ("--url-blocklist", "url.blocklist", None),
+    "url_patterns": ("--url-patterns", "url.patterns", None),
+    "url_banned_words": ("--url-banned-words", "url.banned_words", None),
     "no_langid": ("--no-langid", "langid.enabled", _off),
     "no_lang_thresholds": ("--no-lang-thresholds", "langid.lang_thresholds", _off),
     "lang": ("--lang", "langid.keep", _split),
@@ -80,6 +90,8 @@ SETTINGS: dict[str, tuple[str, str, object]] = {
     "max_ppl": ("--max-ppl", "perplexity.max_ppl", None),
     "ppl_quantile": ("--ppl-quantile", "perplexity.quantile", None),
     "pii": ("--pii", "pii.enabled", None),
+    "profile": ("--profile", "code.profile", None),
+    "secrets": ("--secrets", "secrets.scrub", None),
 }
 FILTER_NAMES = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
 FLAGS = {key: flag for flag, key, _ in SETTINGS.values()} | {
@@ -161,10 +173,27 @@ def clean(
         typer.Option("--zh-convert", help="Convert Chinese script with OpenCC: t2s or s2t.",
                      rich_help_panel=STAGES),
     ] = None,
-    html: Annotated[
+    extract: Annotated[
         str | None,
-        typer.Option("--html", help="HTML to text: off, auto (documents that look like HTML) "
-                     "or always \\[default: off].", rich_help_panel=STAGES),
+        typer.Option("--extract", help="Main-content extractor for HTML records (WARC "
+                     "responses, documents that are HTML pages): resiliparse, trafilatura or "
+                     "none \\[default: resiliparse].", rich_help_panel=STAGES),
+    ] = None,
+    url_blocklist: Annotated[
+        str | None,
+        typer.Option("--url-blocklist", help="File of blocked domains (subdomains match too) "
+                     "or URL prefixes, one a line: url.blocked_domain.", rich_help_panel=STAGES),
+    ] = None,
+    url_patterns: Annotated[
+        str | None,
+        typer.Option("--url-patterns", help="File of URL substrings (or re:REGEX), one a "
+                     "line: url.blocked_pattern.", rich_help_panel=STAGES),
+    ] = None,
+    url_banned_words: Annotated[
+        str | None,
+        typer.Option("--url-banned-words", help="File of words, one a line; a URL holding "
+                     "one as a word is dropped (FineWeb's rule): url.banned_word.",
+                     rich_help_panel=STAGES),
     ] = None,
     quality_model: Annotated[
         str | None,
@@ -202,6 +231,19 @@ def clean(
         typer.Option("--pii/--no-pii", help="Replace e-mails, phones, ID and card numbers, IPs "
                      "with placeholders \\[default: on].", show_default=False,
                      rich_help_panel=STAGES),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option("--profile", help="What the records are: web (prose), code (source "
+                     "files: language from the lang field, the path's extension or a #! line; "
+                     "code rules instead of the prose ones) or auto (code when lang or path "
+                     "names a programming language) \\[default: web].", rich_help_panel=STAGES),
+    ] = None,
+    secrets: Annotated[
+        str | None,
+        typer.Option("--secrets", help="Replace private keys, API tokens and passwords in "
+                     "URLs and connection strings with placeholders in: code (code records), "
+                     "all, or off \\[default: code].", rich_help_panel=STAGES),
     ] = None,
     annotate: Annotated[
         bool,
@@ -307,7 +349,7 @@ def train_quality(
 
     if not 0.0 < test_fraction < 1.0:
         raise UsageError("--test-fraction: expected a number between 0 and 1")
-    from llmtk.io.paths import check_paths, input_identities
+    from llmtk.io.paths import check_paths, input_identities, parents_made
 
     inputs = expand_inputs(positive) + expand_inputs(negative)
     check_paths(input_identities(inputs), [("-o", output)])  # before anything is read
@@ -316,8 +358,9 @@ def train_quality(
         for doc in read_docs(expand_inputs(paths), text_field):
             yield doc.text
 
-    report = train(texts(positive), texts(negative), output, test_fraction=test_fraction,
-                   epoch=epoch, seed=seed, label=label)
+    with parents_made([output]):
+        report = train(texts(positive), texts(negative), output, test_fraction=test_fraction,
+                       epoch=epoch, seed=seed, label=label)
     if json_out:
         from llmtk.io.console import write_out
 
@@ -387,10 +430,9 @@ def calibrate(
 
         write_out(sys.stdout, text)
     else:
-        tmp = output + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, output)
+        from llmtk.io.atomic import write_file_atomically
+
+        write_file_atomically(output, text.encode("utf-8"))
     if not quiet:
         from llmtk.io.console import stderr_console
 

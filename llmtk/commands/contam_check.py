@@ -122,11 +122,16 @@ def _print_eval_sets(result: dict) -> None:
     from llmtk.io.console import stderr_console
 
     console = stderr_console()
+    n = result["n"]
     for path, e in result["eval_sets"].items():
-        shares = ", ".join(f"{e[c]} {c} {e[c + '_share'] * 100:.1f}%"
+        # The shares are of the checkable items (Llama 2's and GPT-3's tables): say so, with
+        # the count they are of, beside the items too short to hold one n-gram.
+        checkable = e["items"] - e["too_short"]
+        shares = ", ".join(f"{e[c]} {c} ({e[c + '_share'] * 100:.1f}%)"
                            for c in ("dirty", "partial", "clean"))
-        line = (f"{path} ({e['layout']}: {', '.join(e['fields'])}): {e['items']} items: "
-                f"{shares}; {e['too_short']} too short (n={result['n']})")
+        line = (f"{path} ({e['layout']}: {', '.join(e['fields'])}): {e['items']} items, "
+                f"{e['too_short']} too short to check (fewer than {n} words); of the "
+                f"{checkable} checked: {shares}")
         console.print(escape(line), soft_wrap=True)
 
 

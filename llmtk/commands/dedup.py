@@ -63,7 +63,8 @@ PARAMS = "MinHash parameters"
 NGram = Annotated[int, typer.Option("--ngram", help="Shingle size: tokens per n-gram.",
                                     rich_help_panel=PARAMS)]
 Unit = Annotated[str, typer.Option(
-    "--unit", help="Shingle tokens: word, char, or auto (char for CJK text, else word).",
+    "--unit", help="Shingle tokens: word, char, auto (char for CJK text, else word), or code "
+    "(identifiers, numbers and operators; punctuation is then kept).",
     rich_help_panel=PARAMS)]
 Bands = Annotated[int | None, typer.Option(
     "--bands", help="LSH bands \\[default: 16].", rich_help_panel=PARAMS, show_default=False)]

@@ -11,13 +11,16 @@ SUMMARY = "Find NaNs, spikes, divergence, plateaus and overfitting in a training
 HELP = f"""\
 {SUMMARY}
 
-Reads llmtk's metrics.jsonl, HF Trainer trainer_state.json, TensorBoard
-event files, CSV (step,loss / TensorBoard and W&B exports), W&B history JSON
-and offline run files, and nanoGPT, llm.c, Megatron-LM and torchtitan text
-logs; the format is told from the content. Several runs at once. A healthy
-run prints one "ok" line; each kind of problem is printed once, with the
-numbers behind it, likely causes and fixes. Spikes that recover at once are
-info; a warning needs lasting harm.
+Reads llmtk's metrics.jsonl, HF Trainer trainer_state.json and console
+output, TensorBoard event files, CSV (step,loss / Lightning, TensorBoard and
+W&B exports), W&B history JSON and offline run files, nanoGPT, llm.c,
+Megatron-LM and torchtitan text logs, and any `step: N ... loss: X` or
+`step=N loss=X` lines; the format is told from the content. Several runs at
+once. A healthy run prints one "ok" line; each kind of problem is printed
+once, with the numbers behind it, likely causes and fixes. Spikes that
+recover at once, and grad-norm spikes the loss did not notice, are info; a
+warning needs lasting harm. Differences at the resolution the values were
+logged with are never spikes or oscillation.
 
 [bold]Examples[/bold]
 
@@ -46,8 +49,8 @@ def command(
         help="Exit 3 when a finding of this severity or worse exists: warning, error or "
              "never.")] = "warning",
     verbose: Annotated[bool, typer.Option(
-        "--verbose", "-v", help="Show every finding with its causes and fixes, each spike, "
-                                "and how each log was read.")] = False,
+        "--verbose", "-v", help="Show every finding with its causes and fixes, and each "
+                                "spike.")] = False,
     quiet: o.Quiet = False,
 ) -> None:
     from llmtk.curves.detect import diagnose, overview
@@ -91,7 +94,9 @@ def _ok_line(r: dict) -> str:
     """The few numbers that matter for a run with nothing to worry about."""
     parts = []
     if "final_loss" in r:
-        parts.append(f"final {r['curve']} {r['final_loss']:.4g} (best {r['best_loss']:.4g})")
+        parts.append(f"final {r['curve']} {r['final_loss']:.4g} (median of the last "
+                     f"{r['final_rows']} rows; last logged {r['last_loss']:.4g}, best "
+                     f"{r['best_loss']:.4g})")
     if "best_val_loss" in r and r["curve"] != "val_loss":
         parts.append(f"best val {r['best_val_loss']:.4g}")
     if "val_gap" in r:
@@ -113,9 +118,8 @@ def _print(reports: list[dict], verbose: bool) -> None:
     console, emit = buffered_console(sys.stdout)
     for r in reports:
         console.print(_head(r))
-        if verbose:
-            for note in r.get("notes", []):
-                console.print(f"  note: {note}")
+        for note in r.get("notes", []):  # how the log was read: which keys, which curve
+            console.print(f"  note: {note}")
         if not any(f["severity"] != "info" for f in r["findings"]):
             console.print(f"  [green]ok[/green]       {_ok_line(r)}")
         # one block per kind: every finding's summary, then its causes and fixes once

@@ -70,8 +70,10 @@ def command(
                                    "--heads.", MODEL)] = None,
     head_dim: Annotated[Text, _opt("--head-dim", "N", "Head dimension; default d_model / "
                                    "heads.", MODEL)] = None,
-    ffn: Annotated[Text, _opt("--ffn", "N", "MLP hidden width; default SwiGLU 8/3 x d_model "
-                              "rounded to 64.", MODEL)] = None,
+    ffn_hidden: Annotated[Text, _opt("--ffn-hidden", "N", "MLP hidden width; default SwiGLU "
+                                     "8/3 x d_model rounded to 64.", MODEL)] = None,
+    # the name before it matched `llmtk train --ffn-hidden`; still accepted, not shown
+    ffn: Annotated[Text, typer.Option("--ffn", hidden=True)] = None,
     vocab: Annotated[Text, _opt("--vocab", "N", "Vocabulary size (default 32000 for a custom "
                                 "shape).", MODEL)] = None,
     seq_len: Annotated[Text, _opt("--seq-len", "N", "Sequence length (default: the preset's, "
@@ -117,6 +119,9 @@ def command(
         "--measure", help="Build the llmtk model on CPU at this shape and compare measured "
         "with predicted bytes (needs torch; small shapes).")] = False,
     batch: Annotated[str, _opt("--batch", "N", "Batch size for --measure.")] = "2",
+    emit_config: Annotated[Text, _opt(
+        "--emit-config", "FILE", "Also write this layout as a TOML that `llmtk train "
+        "--config FILE` reads (check it with `--dry-run`).", PAR)] = None,
     list_: Annotated[bool, typer.Option("--list", help="List presets and GPUs, then exit.")
                      ] = False,
     json_out: o.Json = False,
@@ -134,7 +139,8 @@ def command(
 
     dims = Dims(layers=whole("--layers", layers), d_model=whole("--d-model", d_model),
                 heads=whole("--heads", heads), kv_heads=whole("--kv-heads", kv_heads),
-                head_dim=whole("--head-dim", head_dim), ffn=whole("--ffn", ffn),
+                head_dim=whole("--head-dim", head_dim),
+                ffn=whole("--ffn-hidden", ffn_hidden) if ffn is None else whole("--ffn", ffn),
                 vocab=whole("--vocab", vocab), seq_len=whole("--seq-len", seq_len))
     if measure:
         from llmtk.commands.measure import measure_report
@@ -157,6 +163,13 @@ def command(
     )
     with configs.flags_for(_flag):
         result = estimate(req)
+        if emit_config:
+            from llmtk.compute.models import build_spec
+            from llmtk.estimate.emit import train_config
+            from llmtk.io.atomic import write_file_atomically
+
+            text = train_config(req, result, build_spec(model, dims))
+            write_file_atomically(emit_config, text.encode())
     if json_out:
         _write_json(result)
     else:
@@ -166,8 +179,9 @@ def command(
 
 
 def _flag(key: str) -> str:
-    """The flag of a Request or Dims field (`fit` is --scaling-fit; the rest share names)."""
-    return "--scaling-fit" if key == "fit" else configs.dashed(key)
+    """The flag of a Request or Dims field (`fit` is --scaling-fit, `ffn` --ffn-hidden; the
+    rest share names)."""
+    return {"fit": "--scaling-fit", "ffn": "--ffn-hidden"}.get(key) or configs.dashed(key)
 
 
 def _write_json(obj) -> None:

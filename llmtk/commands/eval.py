@@ -47,6 +47,11 @@ FILE:LINE), 2 bad usage, 3 a metric got worse than the baseline by more than \
 """
 
 REGRESSED = 3  # the check ran and found problems (as diagnose, contam-check)
+# Panels of their own: a panel's columns are as wide as its longest option, and at 80
+# columns one panel of all the options cut --fewshot-as-multiturn and paths with "…".
+FEWSHOT = "Few-shot examples"
+CHAT = "Chat template"
+BASELINE = "Comparison with a baseline"
 
 
 @configs.keys_are_flags
@@ -60,24 +65,27 @@ def command(
         "the task (default: the file name).", show_default=False)],
     num_fewshot: Annotated[int, typer.Option(
         "--num-fewshot", min=0, help="Few-shot examples before each item (lm-eval's "
-        "sampler and format).")] = 0,
+        "sampler and format).", rich_help_panel=FEWSHOT)] = 0,
     fewshot_from: Annotated[list[str] | None, typer.Option(
         "--fewshot-from", help="Draw the examples from this file ([TASK=]FILE, "
-        "repeatable) instead of the task's own other rows.", show_default=False)] = None,
+        "repeatable) instead of the task's own other rows.", show_default=False,
+        rich_help_panel=FEWSHOT)] = None,
     chat: Annotated[bool | None, typer.Option(
         "--chat-template/--no-chat-template", help="Ask through the model's chat template "
         "(default: on for --sft runs and Hugging Face folders that have one).",
-        show_default=False)] = None,
+        show_default=False, rich_help_panel=CHAT)] = None,
     multiturn: Annotated[bool | None, typer.Option(
         "--fewshot-as-multiturn/--no-fewshot-as-multiturn", help="With the chat template: "
         "few-shot examples as user/assistant turns, or all in one user turn (default: "
-        "turns, as lm-eval 0.4.13).", show_default=False)] = None,
+        "turns, as lm-eval 0.4.13).", show_default=False, rich_help_panel=FEWSHOT)] = None,
     baseline: Annotated[str | None, typer.Option(
         "--baseline", help="Compare with this model (run, checkpoint, Hugging Face folder "
-        "or exported file) on the same items.", show_default=False)] = None,
+        "or exported file) on the same items.", show_default=False,
+        rich_help_panel=BASELINE)] = None,
     fail_on_regression: Annotated[float | None, typer.Option(
         "--fail-on-regression", min=0.0, help="With --baseline: exit 3 when a metric is "
-        "worse than the baseline's by more than this.", show_default=False)] = None,
+        "worse than the baseline's by more than this.", show_default=False,
+        rich_help_panel=BASELINE)] = None,
     out: Annotated[str | None, typer.Option(
         "--out", help="Write eval/STEP/ here (default: the run directory; for a Hugging "
         "Face folder or an exported file, the folder it is in).",
@@ -95,7 +103,7 @@ def command(
     device: Annotated[o.choice("Device", "auto", "cpu", "cuda"), typer.Option(
         "--device", help="cpu, cuda (bf16) or auto.")] = "auto",
     log: Annotated[bool, typer.Option(
-        "--log/--no-log", help="Append the eval rows to RUN_DIR/metrics.jsonl.")] = True,
+        "--log/--no-log", help="Append the eval rows to the run's metrics.jsonl.")] = True,
     json_out: Json = False,
     quiet: Quiet = False,
 ) -> None:
@@ -238,8 +246,9 @@ def _report(m, step: int, summaries: list[dict], json_out: bool) -> None:
     cols = ["task", "layout", "items", "metric", "value"] + (
         ["baseline", "delta (95% CI)"] if versus else []) + ["flipped", "bad cases"]
     for col in cols:
+        # fold, never cut: a path or task name too wide for 80 columns wraps whole
         t.add_column(col, justify="right" if col in ("items", "value", "flipped", "baseline")
-                     else "left")
+                     else "left", overflow="fold")
     for s in summaries:
         for i, (k, v) in enumerate(s["metrics"].items()):
             first = i == 0

@@ -8,6 +8,8 @@ import dataclasses
 import enum
 import functools
 import inspect
+import os
+import typing
 from collections.abc import Callable
 from typing import Annotated
 
@@ -116,10 +118,9 @@ MaxRecordBytes = Annotated[
     ),
 ]
 Seed = Annotated[int, typer.Option("--seed", help="Random seed.")]
-Quiet = Annotated[
-    bool,
-    typer.Option("-q", "--quiet", help="No summary or progress on stderr; errors only."),
-]
+QUIET_FLAGS = ("-q", "--quiet")
+QUIET_HELP = "No summary or progress on stderr; errors only."
+Quiet = Annotated[bool, typer.Option(*QUIET_FLAGS, help=QUIET_HELP)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of a table.")]
 
 
@@ -136,9 +137,11 @@ def stream_options(
     workers: int,
     quiet: bool,
     max_record_bytes: str,
+    command_options: dict | None = None,
 ) -> StreamOptions:
     """Check the shared options and bundle them for `llmtk.io.StreamRun` (the defaults are
-    STREAM_OPTIONS', which the bundle always passes)."""
+    STREAM_OPTIONS', which the bundle always passes). command_options: the command's own
+    options, recorded with the shared ones that change the output (`settings`)."""
     if on_error == "reject" and not rejects:
         raise UsageError("--on-error reject needs --rejects FILE")
     if compress not in (None, "none", "zstd", "zst", "gzip", "gz"):
@@ -155,7 +158,44 @@ def stream_options(
         workers=workers,
         quiet=quiet,
         max_record_bytes=parse_bytes("--max-record-bytes", max_record_bytes),
+        settings=output_settings({**(command_options or {}), "text_field": text_field,
+                                  "on_error": on_error, "compress": compress, "shard": shard,
+                                  "max_record_bytes": max_record_bytes}),
     )
+
+
+def output_settings(values: dict) -> dict:
+    """The options a task's completion marker records, as `--flag: value` (JSON values),
+    from {flag or parameter name: value}: every option given, less those that change no
+    output byte (--quiet, --workers, the dry printouts). A finished task rerun with other
+    settings is refused (llmtk.io.marker)."""
+    settings = {}
+    for key, value in values.items():
+        name = key.lstrip("-").replace("-", "_")
+        if name in NOT_OUTPUT_SETTINGS:
+            continue
+        settings[key if key.startswith("--") else "--" + name.replace("_", "-")] = _plain(value)
+    return settings
+
+
+# Options that leave every output byte as it is: how much is printed, how many processes.
+NOT_OUTPUT_SETTINGS = {"quiet", "workers", "print_config"}
+
+
+def _plain(value):
+    """An option's value as JSON: enums by value, bundles as dicts; a path-like string in
+    its normal form (`evals/` and `evals` are one folder)."""
+    if isinstance(value, str) and "/" in value:
+        return os.path.normpath(value)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return str(value)
 
 
 def parse_bytes(option: str, value: str) -> int:
@@ -210,7 +250,8 @@ STREAM_OPTIONS: dict[str, tuple[object, object]] = {
 
 
 def option_bundle(name: str, options: dict[str, tuple[object, object]],
-                  build: Callable[..., object]) -> Callable:
+                  build: Callable[..., object], *, pass_command_options: bool = False
+                  ) -> Callable:
     """A decorator factory for a bundle of options shared by several commands.
 
         bundle = option_bundle("stream", STREAM_OPTIONS, stream_options)
@@ -221,7 +262,8 @@ def option_bundle(name: str, options: dict[str, tuple[object, object]],
     The options are declared once (sqlite-utils' option bundles): the decorator
     adds them, keyword-only, to the signature typer reads and calls the command
     with `name=build(**values)`. Options in `without` are left out of the
-    command and reach `build` with their defaults. Bundles stack.
+    command and reach `build` with their defaults. Bundles stack. With
+    pass_command_options, `build` also gets `command_options=`, the command's own values.
     """
 
     def bundle(*, without: tuple[str, ...] = ()) -> Callable:
@@ -244,8 +286,11 @@ def option_bundle(name: str, options: dict[str, tuple[object, object]],
             def command(*args, **kwargs):
                 values = {n: kwargs.pop(n) if n in names else default
                           for n, (_, default) in options.items()}
-                return func(*args, **{name: build(**values)}, **kwargs)
+                own = ({"command_options": {flags.get(k, k): v for k, v in kwargs.items()}}
+                       if pass_command_options else {})
+                return func(*args, **{name: build(**values, **own)}, **kwargs)
 
+            flags = _long_flags(new_sig)
             command.__signature__ = new_sig  # type: ignore[attr-defined]
             command.__annotations__ = {p.name: p.annotation for p in new_sig.parameters.values()
                                        if p.annotation is not inspect.Parameter.empty}
@@ -256,5 +301,19 @@ def option_bundle(name: str, options: dict[str, tuple[object, object]],
     return bundle
 
 
+def _long_flags(sig: inspect.Signature) -> dict[str, str]:
+    """Parameter name -> its first long flag (`eval_paths` -> `--eval`), from the typer
+    Option in its annotation; parameters without one are left out."""
+    flags = {}
+    for p in sig.parameters.values():
+        for info in typing.get_args(p.annotation)[1:]:
+            decls = [getattr(info, "default", None), *(getattr(info, "param_decls", ()) or ())]
+            long = [d for d in decls if isinstance(d, str) and d.startswith("--")]
+            if long:
+                flags[p.name] = long[0].split("/")[0]
+    return flags
+
+
 # `@stream_command()`: the shared stream options, handed over as `stream: StreamOptions`.
-stream_command = option_bundle("stream", STREAM_OPTIONS, stream_options)
+stream_command = option_bundle("stream", STREAM_OPTIONS, stream_options,
+                               pass_command_options=True)

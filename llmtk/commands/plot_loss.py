@@ -39,7 +39,8 @@ def command(
                                "terminal.")] = None,
     metric: Annotated[list[str] | None, typer.Option(
         "--metric", "-m", help="Metric to draw, repeatable (default: loss and val_loss). "
-                               "val_loss shares the loss panel.")] = None,
+                               "val_loss shares the loss panel; a pattern such as "
+                               "'grad_norm/*' draws every per-layer norm in one panel.")] = None,
     all_metrics: Annotated[bool, typer.Option(
         "--all", help="Draw loss, val_loss, lr and grad_norm.")] = False,
     x: Annotated[o.choice("XAxis", "step", "tokens", "time"), typer.Option(
@@ -59,7 +60,7 @@ def command(
     from llmtk.curves.plot import panels_for, plot_file, plot_terminal
     from llmtk.errors import DataError, UsageError
     from llmtk.io.atomic import atomic_file
-    from llmtk.io.paths import check_paths
+    from llmtk.io.paths import check_paths, parents_made
 
     metrics = ["loss", "val_loss", "lr", "grad_norm"] if all_metrics else (metric or
                                                                             ["loss", "val_loss"])
@@ -68,7 +69,7 @@ def command(
     if output:  # checked before the logs are read
         check_paths({}, [("--output", output)])
     runs = load_runs(logs)
-    metrics = list(dict.fromkeys(runs[0].metric(m) for m in metrics))
+    metrics = list(dict.fromkeys(name for m in metrics for name in _expand(runs, m)))
     if not panels_for(runs, metrics):
         have = sorted({c for run in runs for c in run.columns()} - {"step", "time"})
         raise UsageError(f"--metric: no numbers for {', '.join(metrics)} in these logs "
@@ -77,7 +78,7 @@ def command(
         raise UsageError(f"--x {x}: the logs have no {x!r} field")
     if output:
         try:
-            with atomic_file(output) as f, warnings.catch_warnings():
+            with parents_made([output]), atomic_file(output) as f, warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # numpy overflow: said below
                 plot_file(runs, metrics, f, x=x, weight=smooth, log_y=log_y, title=title,
                           findings=findings, fmt=os.path.splitext(output)[1][1:].lower())
@@ -97,6 +98,17 @@ def command(
     from llmtk.io.console import write_out
 
     write_out(sys.stdout, chart + "\n")
+
+
+def _expand(runs, metric: str) -> list[str]:
+    """A metric, or every column a pattern matches (`grad_norm/*`: each layer's norm from
+    `llmtk train --grad-stats per-layer`), in the order the first run logged them."""
+    import fnmatch
+
+    if not any(c in metric for c in "*?["):
+        return [runs[0].metric(metric)]
+    columns = dict.fromkeys(c for run in runs for c in run.columns())
+    return [c for c in columns if fnmatch.fnmatchcase(c, metric)] or [metric]
 
 
 def register(app: typer.Typer) -> None:

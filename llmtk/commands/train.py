@@ -12,6 +12,8 @@ from typing import Annotated
 import typer
 
 from llmtk.commands import configs, groups
+from llmtk.commands import options as o
+from llmtk.io import StreamOptions
 
 SUMMARY = "Train a GPT-style model, one CPU process to many GPU nodes via torchrun."
 
@@ -58,6 +60,7 @@ DATA, MODEL, OPTIM, RUN, LOG, CKPT, LAUNCH = (
     "Data", "Model", "Optimisation", "Runtime", "Logging, eval and sampling",
     "Checkpoints and numerical safety", "Launch (torchrun)")
 FT = "Fine-tuning (SFT, LoRA) and task evaluation"
+PAR = "Parallel layout (device mesh: pp x dp-replicate x dp-shard x tp = processes)"
 
 
 def _default_words(key: str) -> str | None:
@@ -96,13 +99,18 @@ app = groups.group(help=HELP, short_help=SUMMARY)
 @groups.main(app, help=HELP, no_args_is_help=True)
 def command(
     data: Annotated[list[str] | None, _opt(
-        "--data", help="Training documents: JSONL(.zst/.gz) files, directories or globs; "
-        "repeat for several.", panel=DATA)] = None,
+        "--data", help="Training documents (JSONL(.zst/.gz) files, directories or globs), or "
+        "a token dataset DIR of `llmtk train tokenize`, or NAME=DIR:WEIGHT to blend several "
+        "(tokens/NAME in metrics); repeat for several.", panel=DATA)] = None,
     val_data: Annotated[list[str] | None, _opt(
-        "--val-data", help="Held-out documents for val_loss (repeatable).", panel=DATA)] = None,
+        "--val-data", help="Held-out documents for val_loss, or token datasets (NAME=DIR: "
+        "val/NAME/loss each); repeatable.", panel=DATA)] = None,
     val_fraction: Annotated[float | None, _opt(
         "--val-fraction", help="Hold out this fraction of --data documents (by a stable "
         "hash of the text) when there is no --val-data.", panel=DATA)] = None,
+    max_epochs: Annotated[float | None, _opt(
+        "--max-epochs", help="Warn when the run would read a source more often than this.",
+        panel=DATA)] = None,
     text_field: Annotated[str | None, _opt(
         "--text-field", help="The field that holds the text.", panel=DATA)] = None,
     tokenizer: Annotated[str | None, _opt(
@@ -174,12 +182,34 @@ def command(
     parallel: Annotated[str | None, _opt(
         "--parallel", help="auto (DDP when several processes), none, ddp or fsdp (FSDP2).",
         panel=RUN)] = None,
+    tp: Annotated[int | None, _opt(
+        "--tp", help="Tensor-parallel degree: split every matrix over N ranks of a node.",
+        panel=PAR)] = None,
+    pp: Annotated[int | None, _opt(
+        "--pp", help="Pipeline-parallel degree: split the layers into N stages.",
+        panel=PAR)] = None,
+    dp_replicate: Annotated[int | None, _opt(
+        "--dp-replicate", help="HSDP: N replicas of the model, each sharded with FSDP2 over "
+        "--dp-shard ranks.", panel=PAR)] = None,
+    dp_shard: Annotated[int | None, _opt(
+        "--dp-shard", help="FSDP2 degree (ranks sharding one replica).", panel=PAR,
+        default="the world size / (tp x pp x dp-replicate)")] = None,
+    pp_schedule: Annotated[str | None, _opt(
+        "--pp-schedule", help="Pipeline schedule: 1f1b or interleaved-1f1b.",
+        panel=PAR, metavar="NAME")] = None,
+    dry_run: Annotated[bool | None, _opt(
+        "--dry-run", help="Plan the layout for --nnodes x --nproc-per-node processes: build "
+        "the model on the meta device and print each kind of rank's memory (no GPU, no "
+        "data, nothing started).", panel=PAR)] = None,
+    gpu: Annotated[str | None, _opt(
+        "--gpu", help="--dry-run: the GPU whose memory every rank must fit (as `llmtk "
+        "estimate --gpus`).", panel=PAR, metavar="NAME")] = None,
     compile: Annotated[bool | None, _opt(
         "--compile/--no-compile", help="torch.compile the model.", panel=RUN,
         default="on with CUDA, off on CPU")] = None,
     activation_checkpointing: Annotated[bool | None, _opt(
-        "--activation-checkpointing", help="Recompute block activations in backward.",
-        panel=RUN)] = None,
+        "--activation-checkpointing", help="Recompute block activations in backward "
+        "(less memory, about a third more compute).", panel=MODEL)] = None,
     nccl_timeout: Annotated[int | None, _opt(
         "--nccl-timeout", help="Seconds a collective may wait for the slowest rank (a 7B "
         "checkpoint write included).", panel=RUN)] = None,
@@ -206,6 +236,13 @@ def command(
         "and/or wandb (OUT/wandb, offline unless WANDB_MODE is set), comma-separated. "
         "metrics.jsonl is always written.", panel=LOG,
         metavar="NAMES")] = None,
+    grad_stats: Annotated[str | None, _opt(
+        "--grad-stats", help="none or per-layer: write each layer's gradient norm "
+        "(grad_norm/LAYER) to metrics.jsonl on non-finite and spike steps.", panel=LOG,
+        metavar="MODE")] = None,
+    grad_stats_every: Annotated[int | None, _opt(
+        "--grad-stats-every", help="With --grad-stats per-layer: also every N steps "
+        "(0: never).", panel=LOG)] = None,
     checkpoint_every: Annotated[int | None, _opt(
         "--checkpoint-every", help="Steps between checkpoints (0: only at the end and on "
         "SIGTERM/SIGUSR1).", panel=CKPT)] = None,
@@ -214,7 +251,8 @@ def command(
         panel=CKPT)] = None,
     checkpoint_format: Annotated[str | None, _opt(
         "--checkpoint-format", help="auto (dcp under FSDP, full otherwise), full (one file "
-        "per state) or dcp (torch.distributed.checkpoint, each rank writes its shard).",
+        "per state) or dcp (torch's distributed checkpoint: each rank writes its own "
+        "shard).",
         panel=CKPT)] = None,
     async_checkpoint: Annotated[bool | None, _opt(
         "--async-checkpoint/--no-async-checkpoint", help="dcp: write checkpoints in the "
@@ -273,8 +311,7 @@ def command(
     config: Annotated[str | None, _opt(
         "--config", help="A TOML file with any of these options (flags win).",
         panel=DATA)] = None,
-    quiet: Annotated[bool | None, _opt("-q", "--quiet", help="Only errors on stderr.",
-                                       panel=LOG)] = None,
+    quiet: Annotated[bool | None, _opt(*o.QUIET_FLAGS, help=o.QUIET_HELP, panel=LOG)] = None,
     nproc_per_node: Annotated[int | None, _opt(
         "--nproc-per-node", help="Start torchrun with this many processes per node.",
         panel=LAUNCH)] = None,
@@ -310,9 +347,17 @@ def _train(flags: dict, config: str | None) -> None:
     from llmtk.train.config import resolve_config, resolve_launch
     from llmtk.train.launch import is_worker, run_torchrun, torchrun_argv, worker_args
 
-    launch = resolve_launch(flags, config)
     cfg = resolve_config(flags, config)  # checked before torchrun starts anything
+    launch = resolve_launch(flags, config, planning=cfg.dry_run)
+    if cfg.dry_run:
+        return _dry_run(cfg, launch)
     if (launch.nproc_per_node or launch.nnodes > 1) and not is_worker():
+        from llmtk.train.parallel import check_trainable, plan_layout
+
+        # A layout that cannot fit starts nothing.
+        check_trainable(plan_layout((launch.nproc_per_node or 1) * launch.nnodes,
+                                    parallel=cfg.parallel, tp=cfg.tp, pp=cfg.pp,
+                                    dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)[1])
         import os
 
         if cfg.threads is None and "OMP_NUM_THREADS" not in os.environ:
@@ -332,6 +377,40 @@ def _train(flags: dict, config: str | None) -> None:
     from llmtk.train.trainer import train
 
     train(cfg)
+
+
+def _dry_run(cfg, launch) -> None:
+    """The layout per kind of rank (train counts what each holds on the meta device) priced
+    with estimate's formulas, and estimate's own table for the same layout beside it."""
+    import sys
+
+    from llmtk.estimate.ranks import rank_rows, render, same_layout_estimate
+    from llmtk.train.dryrun import dry_run
+
+    per_node = launch.nproc_per_node or 1
+    world = per_node * launch.nnodes
+    d = dry_run(cfg, world)
+    bf16 = cfg.dtype != "fp32"  # a GPU run: bf16 autocast unless fp32 is asked for
+    recompute = "full" if cfg.activation_checkpointing else "selective"
+    lay = d.layout
+    result = rank_rows(d.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=d.parallel == "fsdp",
+                       micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
+                       recompute=recompute, bf16=bf16, gpu_name=cfg.gpu,
+                       lora=bool(cfg.lora_rank))
+    m = d.mcfg
+    render(result, f"{cfg.model}: {m.n_layer} layers x {m.d_model}, vocab {m.vocab_size} "
+           f"({d.vocab_from}); {world} processes ({launch.nnodes} x {per_node}): {lay}; "
+           f"{d.parallel}; micro-batch {cfg.batch_size}, grad-accum {cfg.grad_accum}, "
+           f"{'bf16' if bf16 else 'fp32'}, recompute {recompute}", sys.stdout)
+    est = same_layout_estimate(m, None if cfg.init_from else cfg.model, world=world,
+                               per_node=per_node, gpu_name=cfg.gpu,
+                               tp=lay.tp, pp=lay.pp, dp=lay.dp, sharded=lay.dp_shard > 1,
+                               micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
+                               recompute=recompute, bf16=bf16, lora_rank=cfg.lora_rank)
+    busiest = max(r["total"] for r in result["rows"])
+    print(f"llmtk estimate, same layout: {est['total'] / 1e9:.2f} GB per GPU "
+          f"({(busiest - est['total']) / est['total']:+.1%} for the busiest rank here)",
+          file=sys.stdout)
 
 
 TOKENIZER_HELP = """\
@@ -364,7 +443,7 @@ def tokenizer_command(
         "--min-frequency", help="Merge only pairs seen at least this often.")] = 2,
     text_field: Annotated[str, typer.Option("--text-field",
                                             help="The field that holds the text.")] = "text",
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors on stderr.")] = False,
+    quiet: o.Quiet = False,
 ) -> None:
     import sys
 
@@ -387,6 +466,114 @@ def tokenizer_command(
     if not quiet:
         print(f"trained a {size}-token BPE tokenizer on {count[0]} documents -> {output}",
               file=sys.stderr)
+
+
+TOKENIZE_HELP = """\
+Tokenize documents into a token-shard dataset that `llmtk train --data DIR` reads.
+
+A task-array stage like the dedup stages: task K of N (--shard K/N) takes its own \
+whole input files and writes OUT/part-K-of-N/ (token ids with EOS after every \
+document, uint16 or uint32 by vocabulary; an index of document boundaries with \
+each document's file, record and id; a manifest with the tokenizer's fingerprint \
+and the counts), under a temporary name renamed when complete, then \
+OUT/part-K-of-N.done; a rerun skips finished tasks. Several tasks writing into one \
+OUT make one dataset, the same token stream as one task over all the inputs. \
+Memory per task: one batch of 1 MiB of text (at most 1,024 documents) and its tokens.
+
+[bold]Examples[/bold]
+
+  llmtk train tokenize clean/ --tokenizer tok.json -o tokens/web/
+
+  llmtk run --tasks 64 -- llmtk train tokenize clean/ --tokenizer tok.json \\
+    --shard {shard} -o tokens/web/
+
+  llmtk train --data web=tokens/web:0.8 --data code=tokens/code:0.2 \\
+    --tokenizer tok.json --out runs/a
+
+Exit status: 0 done (or already done), 1 a data or runtime error, 2 bad usage.
+"""
+
+
+@app.command("tokenize", help=TOKENIZE_HELP)
+@configs.keys_are_flags
+@o.stream_command(without=("output", "compress"))
+def tokenize_command(
+    out_dir: Annotated[str, typer.Option("-o", "--output", help="The dataset folder.",
+                                         show_default=False)] = ...,  # type: ignore[assignment]
+    tokenizer: Annotated[str, typer.Option(
+        "--tokenizer", help="bytes (UTF-8 bytes + EOS) or a tokenizer.json file.")] = "bytes",
+    *,
+    stream: StreamOptions,
+) -> None:
+    import os
+
+    from llmtk.io import StreamRun
+    from llmtk.text.tokenizer import load_tokenizer
+    from llmtk.train.tokens import tokenize_task
+
+    # The `tokenizers` library encodes a batch on its thread pool, sized once per process.
+    os.environ.setdefault("RAYON_NUM_THREADS", str(stream.workers))
+    tok = load_tokenizer(tokenizer)
+    with StreamRun("train tokenize", stream, output_dirs=[("-o", out_dir)]) as run:
+        tokenize_task(run, tok, out_dir)
+
+
+BATCH_HELP = """\
+Print the documents behind one optimizer step's batch of a run on token datasets.
+
+Computed from the run's config.json (data, batch shape, world size, seed) and its \
+rollback events: for each window of step N (every rank's, or --rank R's), the \
+documents its tokens came from, with the input file, the record number in it, the \
+`id` field, the span of the document's tokens in the window and the text read back \
+from the file. Runs trained on documents through the token cache keep no document \
+boundaries: train on a dataset of `llmtk train tokenize` to trace batches.
+
+[bold]Examples[/bold]
+
+  llmtk train batch runs/a --step 1200
+
+  llmtk train batch runs/a --step 1200 --rank 3 --json | llmtk contam-check \\
+    --eval evals/
+
+Exit status: 0 printed, 1 a missing or corrupt input or dataset, 2 bad usage (not a \
+run on token datasets, no such step or rank).
+"""
+
+
+@app.command("batch", help=BATCH_HELP)
+@configs.keys_are_flags
+def batch_command(
+    run: Annotated[str, typer.Argument(help="The run directory.", show_default=False)],
+    step: Annotated[int, typer.Option("--step", help="The optimizer step (1-based).",
+                                      show_default=False)] = ...,  # type: ignore[assignment]
+    rank: Annotated[int | None, typer.Option(
+        "--rank", help="Only this rank's share (default: the whole global batch).")] = None,
+    full: Annotated[bool, typer.Option("--full", help="The whole text, not its head.")]
+    = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="One JSON document per line on stdout: step, rank, micro, window, "
+        "source, id, file, record, tokens, text.")] = False,
+) -> None:
+    from llmtk.io import Sink
+    from llmtk.train.batch import batch_documents
+
+    out = Sink(None)
+    if json_out:
+        import orjson
+
+        for doc in batch_documents(run, step, rank):
+            out.write(orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE))
+    else:
+        for doc in batch_documents(run, step, rank):
+            text = doc["text"] or ""
+            if not full:
+                text = text[:120].replace("\n", " ") + ("…" if len(text) > 120 else "")
+            a, b = doc["tokens"]
+            ident = "" if doc["id"] is None else f" id={doc['id']}"
+            out.write(f"rank {doc['rank']} micro {doc['micro']} window {doc['window']} "
+                      f"[{doc['source']}] {doc['file']}:record {doc['record']}{ident} "
+                      f"tokens {a}-{b}: {text}\n".encode())
+    out.commit()
 
 
 EXPORT_HELP = """\
@@ -427,7 +614,7 @@ def export_command(
         "-o", "--output", help="The consolidated file to write.")] = None,
     hf: Annotated[str | None, typer.Option(
         "--hf", help="The Hugging Face folder to write (new or empty).")] = None,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only errors on stderr.")] = False,
+    quiet: o.Quiet = False,
 ) -> None:
     import sys
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 
 from llmtk.errors import ConfigError
 
-# The preset table is shared with `llmtk train` (one table, DESIGN.md): it lives in
-# llmtk.presets; re-exported here for estimate's modules.
+# The preset table is shared with `llmtk train` (one table, so the shape estimated is the
+# shape trained): it lives in llmtk.presets; re-exported here for estimate's modules.
 from llmtk.presets import PRESET_LIST, PRESETS, ModelSpec
 
 __all__ = ["PRESETS", "PRESET_LIST", "ModelSpec", "ParamCounts", "count_params", "preset",

@@ -70,3 +70,31 @@ def fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
+
+
+MAX_DECIMALS = 8  # finer than this, a value is taken as logged at full precision
+
+
+def resolution(ys: list[float]) -> float:
+    """The step between the values the log could hold: 1e-4 for a loss printed with 4
+    decimals (HF Trainer rounds its loss so), 0.0 for full-precision floats.
+
+    Each value's resolution is the coarsest 10^-d it is a multiple of (0.0043 -> 1e-4; 0.0040
+    reads as 1e-3, a trailing zero being invisible); the log's is the median over its values,
+    so a few such values, or significant-figure formats that change with the magnitude, do
+    not decide it."""
+    import numpy as np
+
+    arr = np.abs(np.asarray([y for y in ys if math.isfinite(y)], dtype=np.float64))
+    if arr.size == 0:
+        return 0.0
+    quanta = np.zeros(arr.size)
+    open_ = np.ones(arr.size, dtype=bool)  # no decimal count found yet
+    for d in range(MAX_DECIMALS + 1):
+        scaled = arr * 10.0 ** d
+        # 1e-3 of a unit: far above the error of parsing a decimal (~1e-8 at 8 decimals),
+        # far below the distance of a full-precision float to the nearest multiple
+        hit = open_ & (np.abs(scaled - np.round(scaled)) < 1e-3)
+        quanta[hit] = 10.0 ** -d
+        open_ &= ~hit
+    return float(np.median(quanta))

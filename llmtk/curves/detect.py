@@ -16,12 +16,18 @@ from __future__ import annotations
 import math
 from statistics import median
 
-from llmtk.curves.common import Finding, ema, rolling_stats
+from llmtk.curves.common import Finding, ema, resolution, rolling_stats
 from llmtk.curves.common import finite as _finite
 from llmtk.curves.common import fmt as _fmt
 from llmtk.curves.common import window as _window
 from llmtk.curves.logs import Run
-from llmtk.curves.spikes import detect_spikes, find_spikes, spike_score
+from llmtk.curves.spikes import (
+    SPIKE_HARM_REL,
+    SPIKE_HARM_SIGMAS,
+    detect_spikes,
+    find_spikes,
+    spike_score,
+)
 
 __all__ = ["Finding", "diagnose", "ema", "find_spikes", "overview", "spike_score"]
 
@@ -34,6 +40,14 @@ NOISE_REL = 0.08  # residual noise above 8% of the loss level
 OVERFIT_REL = 0.02  # validation loss 2% above its best
 FROM_START_SHARE = 0.05  # a log "starts with the run" if its first step is in the first 5%
 RESUME_JUMP_REL = 0.10  # loss 10% higher right after a resume than before it
+NOISE_UNITS = 10  # oscillation must also exceed 10 units of the logged resolution
+MIN_ROWS = 5  # the fewest rows judged for divergence and a constant loss (NaN: any number)
+SHORT_ROWS = 10  # below this, divergence is judged by SHORT_DIVERGE_RATIO, not a trend
+SHORT_DIVERGE_RATIO = 1.5  # a short log's second half at 1.5x its first half's best
+REPEAT_ROWS = 4  # the same 4 losses in a row again later: the weights did not change
+TREND_ROWS = 30  # the fewest rows for the trend-based plateau, no-learning and noise rules
+FINAL_ROWS = 10  # the report's final loss: the median of the last 10 rows
+GRAD_EFFECT_ROWS = 100  # rows of loss compared before and after a grad-norm spike
 
 
 # -- detectors ---------------------------------------------------------------------------
@@ -82,16 +96,31 @@ def detect_nan(run: Run) -> list[Finding]:
     )]
 
 
+DIVERGE_CAUSES = ["learning rate too high once warmup ends",
+                  "numerical instability (fp16, missing gradient clipping)",
+                  "a data-order problem: the stream switched to a very different source"]
+DIVERGE_FIXES = ["restart from a checkpoint before this step with a lower peak learning rate",
+                 "enable gradient clipping and bf16; check the data mix around this step"]
+
+
 def _trend(ys: list[float]) -> list[float]:
     return ema(ys, span=max(5, len(ys) // 20))
+
+
+def _median3(ys: list[float]) -> list[float]:
+    """The running median of 3: one wild batch (a loss of 1e5 between losses of 5) moves it
+    not at all, where it would drag an EMA trend into a 'divergence' for many rows."""
+    return [median(ys[max(0, i - 1):i + 2]) for i in range(len(ys))]
 
 
 def detect_divergence_and_rebound(run: Run) -> list[Finding]:
     xs, ys = _finite(*run.series(run.loss_key))
     n = len(ys)
-    if n < 10:
+    if n < MIN_ROWS:
         return []
-    trend = _trend(ys)
+    if n < SHORT_ROWS:
+        return _short_divergence(xs, ys)
+    trend = _trend(_median3(ys))
     i_min = min(range(n), key=trend.__getitem__)
     best, start, end = trend[i_min], trend[0], trend[-1]
     if i_min >= n - 3:
@@ -105,11 +134,7 @@ def detect_divergence_and_rebound(run: Run) -> list[Finding]:
             "divergence", "error", xs[i_min],
             f"the loss diverges after step {xs[i_min]:.0f}: trend {_fmt(best)} -> {_fmt(end)}, "
             f"giving back {rise / progress * 100:.0f}% of the progress made",
-            causes=["learning rate too high once warmup ends",
-                    "numerical instability (fp16, missing gradient clipping)",
-                    "a data-order problem: the stream switched to a very different source"],
-            fixes=["restart from a checkpoint before this step with a lower peak learning rate",
-                   "enable gradient clipping and bf16; check the data mix around this step"],
+            causes=DIVERGE_CAUSES, fixes=DIVERGE_FIXES,
         )]
     if rise > REBOUND_REL * abs(best) and sustained:
         return [Finding(
@@ -125,11 +150,81 @@ def detect_divergence_and_rebound(run: Run) -> list[Finding]:
     return []
 
 
+def detect_constant(run: Run) -> list[Finding]:
+    """The same loss at every logged step: nothing is learned (a frozen model, a detached
+    loss, an lr of zero). Judged from MIN_ROWS rows on, wherever the log starts: even a
+    finished run's loss moves with its batches. Exactly the same: a loss printed with few
+    digits can sit within one unit of its last digit for a while on a healthy run."""
+    xs, ys = _finite(*run.series(run.loss_key))
+    if len(ys) < MIN_ROWS:
+        return []
+    if max(ys) != min(ys):
+        return _repeated(xs, ys)
+    return [Finding(
+        "no_learning", "error", xs[0],
+        f"the loss is {_fmt(ys[0])} at every one of the {len(ys)} logged steps "
+        f"({xs[0]:.0f}-{xs[-1]:.0f}): the model is not being updated",
+        causes=["learning rate zero (warmup or schedule misconfigured)",
+                "no parameter receives gradients (all frozen, or the loss is detached)",
+                "the optimizer step is skipped every time (fp16 loss scale overflow)"],
+        fixes=["print lr and the grad norm at the first steps",
+               "check requires_grad on the trainable parameters (LoRA adapters attached?)"],
+    )]
+
+
+def _short_divergence(xs: list[float], ys: list[float]) -> list[Finding]:
+    """A log of MIN_ROWS to SHORT_ROWS rows has no trend to speak of, and one bad batch is a
+    large share of it: divergence needs the median of its second half at least
+    SHORT_DIVERGE_RATIO times the lowest loss of its first half."""
+    half = len(ys) // 2
+    best, late = min(ys[:half]), median(ys[half:])
+    if best <= 0 or late < SHORT_DIVERGE_RATIO * best:
+        return []
+    i_best = ys.index(best)
+    return [Finding(
+        "divergence", "error", xs[i_best],
+        f"the loss diverges after step {xs[i_best]:.0f}: {_fmt(best)} -> a median of "
+        f"{_fmt(late)} over the last {len(ys) - half} of {len(ys)} logged steps",
+        causes=DIVERGE_CAUSES, fixes=DIVERGE_FIXES,
+    )]
+
+
+def _repeated(xs: list[float], ys: list[float]) -> list[Finding]:
+    """A sequence of REPEAT_ROWS different losses that comes back exactly later: the same
+    batches gave the same losses, so the weights did not change in between (a frozen model
+    fed the same data order each epoch). Needs values logged to 1e-3 of their size or finer,
+    so that a repeat is not chance."""
+    if resolution(ys) > 1e-3 * median(abs(y) for y in ys):
+        return []
+    seen: dict[tuple, int] = {}
+    for i in range(len(ys) - REPEAT_ROWS + 1):
+        key = tuple(ys[i:i + REPEAT_ROWS])
+        if len(set(key)) < 3:
+            continue
+        j = seen.setdefault(key, i)
+        # the same steps again are a log written twice or a replay after a resume, not this
+        if i - j >= REPEAT_ROWS and xs[i] != xs[j]:
+            return [Finding(
+                "no_learning", "error", xs[j],
+                f"the losses of steps {xs[j]:.0f}-{xs[j + REPEAT_ROWS - 1]:.0f} "
+                f"({', '.join(_fmt(y) for y in key)}) repeat exactly at steps "
+                f"{xs[i]:.0f}-{xs[i + REPEAT_ROWS - 1]:.0f}: the same batches gave the same "
+                "losses, so the weights did not change in between",
+                causes=["no parameter receives gradients (all frozen, or the loss is "
+                        "detached), or the optimizer step never runs",
+                        "learning rate zero (warmup or schedule misconfigured)"],
+                fixes=["check requires_grad on the trainable parameters (LoRA adapters "
+                       "attached?) and that optimizer.step() is called",
+                       "print lr and the grad norm at the first steps"],
+            )]
+    return []
+
+
 def detect_plateau(run: Run) -> list[Finding]:
     xs, ys = _finite(*run.series(run.loss_key))
     n = len(ys)
-    if n < 30:
-        return []
+    if n < TREND_ROWS or max(ys) == min(ys):
+        return []  # too short for a trend; a constant loss is detect_constant's
     trend = _trend(ys)
     overall = (trend[0] - min(trend)) / max(abs(trend[0]), 1e-12)
     # "never learned" only means something when the log starts with the run: a log that
@@ -177,7 +272,7 @@ def detect_plateau(run: Run) -> list[Finding]:
 def detect_noise(run: Run) -> list[Finding]:
     xs, ys = _finite(*run.series(run.loss_key))
     n = len(ys)
-    if n < 30:
+    if n < TREND_ROWS:
         return []
     # a centred rolling median as the trend: an EMA lags a steady rise or fall, and that
     # lag would read as noise
@@ -187,6 +282,13 @@ def detect_noise(run: Run) -> list[Finding]:
     residual = [abs(y - t) / max(abs(t), 1e-12) for y, t in zip(ys[half:], trend, strict=True)]
     noise = 1.4826 * median(residual)
     if noise < NOISE_REL:
+        return []
+    # a loss only a few dozen units of its last logged digit above zero (0.004 at 4 decimals)
+    # has a large relative noise from the digits it lacks: below NOISE_UNITS units the log
+    # cannot tell oscillation from rounding
+    res = resolution(ys)
+    absolute = 1.4826 * median(abs(y - t) for y, t in zip(ys[half:], trend, strict=True))
+    if absolute <= NOISE_UNITS * res:
         return []
     diffs = [b - a for a, b in zip(ys[half:], ys[half + 1:], strict=False)]
     flips = sum(1 for a, b in zip(diffs, diffs[1:], strict=False) if a * b < 0)
@@ -212,15 +314,31 @@ def detect_grad_explosions(run: Run) -> list[Finding]:
             if centre > 0 and gs[i] > GRAD_SPIKE_FACTOR * centre]
     findings = []
     if hits:
-        i, centre = hits[0]
+        pairs = sorted(zip(*run.series(run.loss_key), strict=True))  # by step, for bisect
+        lx, ly = [p[0] for p in pairs], [p[1] for p in pairs]
+        res = resolution(ly)
+        effects = [_loss_effect(lx, ly, res, xs[i]) for i, _ in hits]
+        harmed = [(h, e) for h, e in zip(hits, effects, strict=True) if e[0] is not False]
+        i = harmed[0][0][0] if harmed else hits[0][0]  # the step the finding points at
+        text = (f"{len(hits)} gradient-norm spike(s) over {GRAD_SPIKE_FACTOR:.0f}x the local "
+                f"median, first at step {xs[hits[0][0]]:.0f} "
+                f"({_fmt(hits[0][1])} -> {_fmt(gs[hits[0][0]])})")
+        details = [f"step {xs[j]:.0f}: {_fmt(c)} -> {_fmt(gs[j])}; {e[1]}"
+                   for (j, c), e in zip(hits, effects, strict=True)]
+        if harmed:
+            (j, _), (_, why) = harmed[0]
+            summary = f"{text}; at step {xs[j]:.0f} {why}"
+            severity = "warning"
+        else:
+            summary = f"{text}; the loss was no higher after any of them ({effects[0][1]})"
+            severity = "info"
         findings.append(Finding(
-            "grad_explosion", "warning", xs[i],
-            f"{len(hits)} gradient-norm spike(s) over {GRAD_SPIKE_FACTOR:.0f}x the local median, "
-            f"first at step {xs[i]:.0f} ({_fmt(centre)} -> {_fmt(gs[i])})",
+            "grad_explosion", severity, xs[i], summary,
             causes=["a batch with extreme activations; learning rate too high",
                     "no or too loose gradient clipping"],
             fixes=["clip gradients (max norm 1.0 is the usual choice)",
                    "lower the learning rate; look at the data of these steps"],
+            details=details,
         ))
     q = n // 4
     if q >= 5:
@@ -233,6 +351,37 @@ def detect_grad_explosions(run: Run) -> list[Finding]:
                 fixes=["lower the learning rate; add weight decay; check clipping"],
             ))
     return findings
+
+
+def _loss_effect(lx: list[float], ly: list[float], res: float,
+                 step: float) -> tuple[bool | None, str]:
+    """Did the loss (ly at the sorted steps lx, logged at resolution res) get worse after a
+    grad-norm spike at `step`? (True/False, or None when the log cannot tell: no loss, or
+    too few rows on a side), with the numbers.
+
+    The median of up to GRAD_EFFECT_ROWS loss rows after the step against as many before it:
+    clipping and Adam's normalisation absorb most such spikes, and a spike the loss never
+    noticed needs no action. Worse means above the level before by 2 robust sigmas of that
+    window, 2% and one unit of the logged resolution."""
+    from bisect import bisect_left, bisect_right
+
+    if not ly:
+        return None, "no loss logged to judge its effect"
+    k = max(MIN_ROWS, min(GRAD_EFFECT_ROWS, len(ly) // 10))
+    lo, hi = bisect_left(lx, step), bisect_right(lx, step)
+    before, after = ly[max(0, lo - k):lo], ly[hi:hi + k]
+    if any(not math.isfinite(y) for y in after):
+        return True, "the loss went non-finite after it"
+    before = [y for y in before if math.isfinite(y)]
+    if len(before) < MIN_ROWS or len(after) < MIN_ROWS:
+        return None, f"too few loss rows around it to judge its effect ({len(after)} after)"
+    b, a = median(before), median(after)
+    sigma = 1.4826 * median(abs(y - b) for y in before)
+    margin = max(SPIKE_HARM_SIGMAS * sigma, SPIKE_HARM_REL * abs(b), res)
+    numbers = f"loss median {_fmt(b)} in the {len(before)} rows before, {_fmt(a)} after"
+    if a - b > margin:
+        return True, f"the loss rose: {numbers}"
+    return False, numbers
 
 
 def detect_overfitting(run: Run) -> list[Finding]:
@@ -285,6 +434,58 @@ def detect_resume_jumps(run: Run) -> list[Finding]:
     return findings
 
 
+LAYER_JUMP = 10.0  # a layer's norm 10x its median in the earlier per-layer rows
+
+
+def detect_layer_grads(run: Run) -> list[Finding]:
+    """Where a non-finite or spike step started, from `train --grad-stats per-layer` rows:
+    the first layer (in model order, input first) whose gradient norm is not finite, else
+    the first whose norm is LAYER_JUMP times its median in the earlier rows (else the one
+    that grew most). Info: the nan and spike findings carry the severity; this names the
+    layer to look at."""
+    from llmtk.io.metrics import decode_value
+
+    stats = [e for e in run.events if e.get("event") == "grad_stats"]
+    marked = next((e for e in stats if e.get("why") in ("nan", "spike")), None)
+    if marked is None:
+        return []
+    layers = {k[len("grad_norm/"):]: decode_value(v) for k, v in marked.items()
+              if k.startswith("grad_norm/")}
+    step, why = marked.get("step", 0), marked["why"]
+    bad = [name for name, v in layers.items() if not (isinstance(v, int | float)
+                                                         and math.isfinite(v))]
+    head = f"per-layer gradient norms at step {step:.0f} ({why} step)"
+    if bad:
+        summary = (f"{head}: first non-finite in {bad[0]} ({len(bad)} of {len(layers)} "
+                   f"layers non-finite: {', '.join(bad[:4])}{' ...' if len(bad) > 4 else ''})")
+    else:
+        earlier = [e for e in stats if e.get("step", 0) < step]
+        ratios = {}
+        for name, v in layers.items():
+            before = [decode_value(e.get(f"grad_norm/{name}")) for e in earlier]
+            before = [b for b in before if isinstance(b, int | float) and math.isfinite(b)]
+            if before and median(before) > 0:
+                ratios[name] = v / median(before)
+        jumped = [name for name, r in ratios.items() if r >= LAYER_JUMP]
+        if jumped:
+            summary = (f"{head}: jumped first in {jumped[0]} ({ratios[jumped[0]]:.0f}x its "
+                       f"median in the {len(earlier)} earlier per-layer rows)")
+        elif ratios:
+            top = max(ratios, key=ratios.__getitem__)
+            summary = f"{head}: grew most in {top} ({ratios[top]:.1f}x its earlier median)"
+        else:
+            top = max(layers, key=layers.__getitem__)
+            summary = (f"{head}: largest in {top} ({_fmt(layers[top])}; no earlier per-layer "
+                       "rows to compare with: --grad-stats-every N gives them)")
+    return [Finding(
+        "layer_grads", "info", step, summary,
+        causes=["the named layer is where the instability enters: attention logits, a norm "
+                "or an embedding row fed extreme values"],
+        fixes=["look at that layer's weights and activations on this step's batch",
+               "QK-norm, a lower lr for that parameter group, or z-loss for the logits"],
+    )]
+
+
 EVAL_DROP = 0.02  # an accuracy 2 points below its best (perplexity: 2% above)
 LOWER_IS_BETTER = ("perplexity", "bits_per_byte")
 
@@ -323,9 +524,10 @@ def detect_eval_regression(run: Run) -> list[Finding]:
     return findings
 
 
-DETECTORS = (detect_nan, detect_spikes, detect_divergence_and_rebound, detect_plateau,
+DETECTORS = (detect_nan, detect_spikes, detect_divergence_and_rebound, detect_constant,
+             detect_plateau,
              detect_noise, detect_grad_explosions, detect_overfitting, detect_resume_jumps,
-             detect_eval_regression)
+             detect_eval_regression, detect_layer_grads)
 
 
 def diagnose(run: Run) -> list[Finding]:
@@ -339,13 +541,22 @@ def overview(run: Run) -> dict:
     xs, ys = _finite(*run.series(run.loss_key))
     out: dict = {"run": run.name, "path": run.path, "format": run.format, "rows": len(run.rows),
                  "curve": run.loss_key}
-    if run.notes:
-        out["notes"] = list(run.notes)
+    notes = list(run.notes)
+    if len(ys) < TREND_ROWS:  # say what a short log could and could not be judged for
+        notes.append(f"{len(ys)} rows: NaN judged at any length, a constant loss and "
+                     f"divergence from {MIN_ROWS}, spikes from 8, plateau and oscillation "
+                     f"from {TREND_ROWS}")
+    if notes:
+        out["notes"] = notes
     if ys:
-        tail = ys[-min(10, len(ys)):]
+        tail = ys[-min(FINAL_ROWS, len(ys)):]
+        # final_loss is the median of the last rows (one noisy batch does not decide it);
+        # last_loss is the last logged value, shown beside it
         out.update(first_step=xs[0], last_step=xs[-1], first_loss=ys[0], last_loss=ys[-1],
-                   final_loss=median(tail), best_loss=min(ys),
-                   spike_score=round(spike_score(ys), 6))
+                   final_loss=median(tail), final_rows=len(tail), best_loss=min(ys),
+                   spike_score=round(spike_score(ys, resolution(ys)), 6))
+        if res := resolution(ys):
+            out["resolution"] = res
     vx, vy = _finite(*run.series("val_loss"))
     if vy:
         out.update(best_val_loss=min(vy), last_val_loss=vy[-1])

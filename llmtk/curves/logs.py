@@ -14,8 +14,9 @@ The format is told from the content, never from the file name alone:
   column-wise `to_json()` of a W&B history;
 - W&B run files (`run-ID.wandb`, or an offline run directory holding one), read
   without the `wandb` package (see `wandblog.py`);
-- text printed by nanoGPT, llm.c, modded-nanogpt, Megatron-LM and torchtitan
-  (see `textlogs.py`).
+- text printed by nanoGPT, llm.c, modded-nanogpt, Megatron-LM and torchtitan, HF
+  Trainer's console output (its Python dicts, even as the first line), and any
+  `key: value` / `key=value` lines with a step and a loss (see `textlogs.py`).
 
 Field names of other trainers map onto ours (`iter`/`global_step` -> `step`,
 `train/loss`/`lm loss` -> `loss`, `eval_loss` -> `val_loss`, `learning_rate`
@@ -39,7 +40,8 @@ from llmtk.io.metrics import decode_row, decode_value
 
 EXPECTED = ("expected llmtk metrics.jsonl, HF trainer_state.json, TensorBoard events, CSV with a "
             "header (step,loss / Wall time,Step,Value), W&B history CSV/JSON, or a nanoGPT, "
-            "llm.c, Megatron-LM or torchtitan text log")
+            "llm.c, Megatron-LM or torchtitan text log, HF Trainer console output, or "
+            "`step: N, loss: X` / `step=N loss=X` lines")
 
 ALIASES = {
     **dict.fromkeys(("iter", "iteration", "global_step", "trainer/global_step", "_step",
@@ -250,6 +252,10 @@ def load_run(path: str, name: str | None = None) -> Run:
             # `llmtk eval` / `train --eval-tasks` rows become the series eval/TASK/METRIC.
             run.rows.append({"step": row.get("step"),
                              f"eval/{row.get('task')}/{row.get('metric')}": row["value"]})
+        if row.get("event") == "grad_stats":
+            # `train --grad-stats per-layer`: the series grad_norm/LAYER (plot-loss draws them)
+            run.rows.append({"step": row.get("step"), **{
+                k: decode_value(v) for k, v in row.items() if k.startswith("grad_norm/")}})
     if not run.rows or not run.columns():
         raise DataError(f"{run.path}: no training rows found ({EXPECTED})")
     if not any(_is_number(r.get("step")) for r in run.rows):
@@ -280,16 +286,39 @@ def _file_rows(path: str, run: Run) -> list[dict]:
         doc = _whole_json(text)
         if doc is not None:
             return _json_doc_rows(path, doc, run)
-        if stripped[:1] == "{":
+        if stripped[:1] == "{" and _first_line_is_json(stripped):
             return _jsonl_rows(path, text)
     lines = [line for line in text.splitlines() if line.strip()]
     if lines and (delim := _csv_delimiter(lines)):
         return _csv_rows(path, text, delim, run)
     from llmtk.curves.textlogs import text_rows
 
-    rows, fmt = text_rows(text)
+    rows, fmt, notes = text_rows(text)
     run.format = f"{fmt} text log" if fmt else "text"
+    run.notes += notes
+    if not rows:
+        _no_rows(path, text)
     return [_normalise(r) for r in rows]
+
+
+def _first_line_is_json(text: str) -> bool:
+    """JSON Lines starts with a JSON object; HF Trainer's console output starts with a Python
+    dict (`{'loss': 2.3, ...}`) and is read as text."""
+    try:
+        decode_row(text.split("\n", 1)[0])
+    except ValueError:
+        return re.match(r"\{\s*'", text) is None
+    return True
+
+
+def _no_rows(path: str, text: str) -> None:
+    """A text log in which no line was read: name the first line that speaks of a loss, which
+    is most likely the one the user expected to be read."""
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if re.search(r"loss", line, re.I) and re.search(r"\d", line):
+            shown = line.strip()[:80] + ("..." if len(line.strip()) > 80 else "")
+            raise DataError(f"{path}:{lineno}: no training rows found: no reader understood "
+                            f"this line, which has a loss: {shown!r} ({EXPECTED})")
 
 
 def _whole_json(text: str):

@@ -26,6 +26,14 @@ from llmtk.curves.style import (
 )
 
 PANEL_OF = {"val_loss": "loss"}
+LAYER_PANEL = "grad_norm per layer"  # every grad_norm/LAYER series of --grad-stats
+LOG_PANELS = ("grad_norm", LAYER_PANEL)
+
+
+def panel_of(metric: str) -> str:
+    if metric.startswith("grad_norm/"):
+        return LAYER_PANEL
+    return PANEL_OF.get(metric, metric)
 X_LABEL = {"step": "step", "tokens": "tokens", "time": "hours"}
 MANY_RUNS = 3  # more runs than this: one legend for the figure, outside the panels
 NAN_LABEL, RESUME_LABEL = "NaN / skipped step", "resume"
@@ -36,7 +44,7 @@ def panels_for(runs: list[Run], metrics: list[str]) -> dict[str, list[str]]:
     panels: dict[str, list[str]] = {}
     for metric in metrics:
         if any(run.has(metric) for run in runs):
-            panels.setdefault(PANEL_OF.get(metric, metric), []).append(metric)
+            panels.setdefault(panel_of(metric), []).append(metric)
     return panels
 
 
@@ -164,7 +172,7 @@ def figure(runs: list[Run], metrics: list[str], x: str = "step", weight: float =
                 if findings and ax is axes[0]:
                     _mark_findings(ax, run, label)
         ax.set_ylabel(panel)
-        if log_y or panel == "grad_norm":
+        if log_y or panel in LOG_PANELS:
             ax.set_yscale("log")
         if x in ("step", "tokens"):
             ax.xaxis.set_major_formatter(human_formatter())
@@ -234,7 +242,7 @@ def plot_terminal(runs: list[Run], metrics: list[str], x: str = "step", weight: 
         plt.xlabel(X_LABEL[x])
         if x in ("step", "tokens") and (ticks := nice_ticks(lo, hi)):
             plt.xticks(ticks, human_ticks(ticks))  # 250k, not 250000.0
-        if log_y or panel == "grad_norm":
+        if log_y or panel in LOG_PANELS:
             plt.yscale("log")
         chart = plt.build()
         chart = chart if colour else plt.uncolorize(chart)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median
 
-from llmtk.curves.common import Finding, rolling_stats
+from llmtk.curves.common import Finding, resolution, rolling_stats
 from llmtk.curves.common import finite as _finite
 from llmtk.curves.common import fmt as _fmt
 from llmtk.curves.common import window as _window
@@ -28,20 +28,23 @@ class Spike:
     centre: float  # median of the window before the spike
     sigma: float  # robust standard deviation of that window
     peak: float
-    recovered: bool  # back near the pre-spike level within the next window
+    recovered: bool | None  # back near the pre-spike level within the next window; None:
+    # too few rows after it to tell (a spike on the last rows of the log)
     lasting: float  # level after the spike minus the pre-spike level (> 0: still higher)
 
 
-def find_spikes(ys: list[float]) -> list[Spike]:
+def find_spikes(ys: list[float], res: float = 0.0) -> list[Spike]:
     """Points more than SPIKE_SIGMAS robust sigmas and SPIKE_MIN_REL above the median of
-    the preceding window, grouped when at most 3 points apart."""
+    the preceding window, grouped when at most 3 points apart. `res` is the resolution the
+    values were logged with (`common.resolution`): a robust sigma is never less than one
+    unit of it, so a loss rounded to 0.0001 that reads 0.0002 after 0.0001 is no spike."""
     n = len(ys)
     w = _window(n)
     if n < w + 3:
         return []
     flagged: list[tuple[int, float, float]] = []
     for i, centre, sigma in zip(range(w, n), *rolling_stats(ys, w), strict=True):
-        sigma = max(sigma, 1e-3 * abs(centre))
+        sigma = max(sigma, 1e-3 * abs(centre), res)
         if ys[i] > centre + max(SPIKE_SIGMAS * sigma, SPIKE_MIN_REL * abs(centre)):
             flagged.append((i, centre, sigma))
     groups: list[list[tuple[int, float, float]]] = []
@@ -54,7 +57,10 @@ def find_spikes(ys: list[float]) -> list[Spike]:
     for group in groups:
         (start, centre, sigma), last = group[0], group[-1][0]
         after = ys[last + 1: last + 1 + max(5, w)]
-        recovered = any(y <= centre + 3 * sigma + 0.02 * abs(centre) for y in after)
+        recovered: bool | None = any(y <= centre + 3 * sigma + 0.02 * abs(centre)
+                                     for y in after)
+        if not recovered and len(after) < SPIKE_SETTLE:
+            recovered = None
         # the level once the spike has passed (skip a few settling steps, then a window)
         # against the level just before it. The loss was usually still falling, so this
         # under-states harm; extrapolating the fall instead was too noisy (false alarms on
@@ -67,14 +73,14 @@ def find_spikes(ys: list[float]) -> list[Spike]:
     return spikes
 
 
-def spike_score(ys: list[float]) -> float:
+def spike_score(ys: list[float], res: float = 0.0) -> float:
     """OLMo 2's spike score: the share of steps at least 7 standard deviations above the
     rolling average of the previous (up to) 1000 steps. Robust statistics (median, MAD)
     stand in for mean and standard deviation, so one spike does not hide the next."""
     w = min(1000, max(20, len(ys) // 10))
     if len(ys) <= w:
         return 0.0
-    hits = sum(y > c + 7 * max(sg, 1e-6 * abs(c))
+    hits = sum(y > c + 7 * max(sg, 1e-6 * abs(c), res)
                for y, c, sg in zip(ys[w:], *rolling_stats(ys, w), strict=True))
     return hits / (len(ys) - w)
 
@@ -116,16 +122,23 @@ def detect_spikes(run: Run) -> list[Finding]:
              (noisy batches: every real run has some), reported once, aggregated.
     """
     xs, ys = _finite(*run.series(run.loss_key))
-    spikes = find_spikes(ys)
+    res = resolution(ys)
+    spikes = find_spikes(ys, res)
     if not spikes:
         return []
     findings = []
     for s in spikes:
-        if not s.recovered:
+        if s.recovered is False:
             findings.append(Finding(
                 "spike", "error", xs[s.start],
                 f"loss spike at {_spike_text(xs, ys, s)}, not recovered: the loss stays at "
                 "the new level", SPIKE_CAUSES, SPIKE_FIXES, end_step=xs[s.end]))
+        elif s.recovered is None:
+            findings.append(Finding(
+                "spike", "warning", xs[s.start],
+                f"loss spike at {_spike_text(xs, ys, s)}, on the last {len(ys) - s.start} "
+                "logged row(s): too few rows after it to tell whether it recovers",
+                SPIKE_CAUSES, SPIKE_FIXES, end_step=xs[s.end]))
     benign = [s for s in spikes if s.recovered]
     harmed = [s for s in benign
               if s.lasting > max(SPIKE_HARM_SIGMAS * s.sigma, SPIKE_HARM_REL * abs(s.centre))]
@@ -150,7 +163,7 @@ def detect_spikes(run: Run) -> list[Finding]:
                       for ss in (early, late))
         if big > 2 * small:
             reasons.append(f"growing: median +{small * 100:.0f}% early, +{big * 100:.0f}% late")
-    score = spike_score(ys)
+    score = spike_score(ys, res)
     if score > SPIKE_SCORE_WARN:
         reasons.append(f"spike score {score * 100:.2f}% of steps (warning above "
                        f"{SPIKE_SCORE_WARN * 100:.1f}%)")
@@ -163,7 +176,8 @@ def detect_spikes(run: Run) -> list[Finding]:
     size = (largest.peak - largest.centre) / abs(largest.centre) * 100
     summary = f"{len(spikes)} loss spike(s), largest +{size:.0f}% at step {xs[largest.start]:.0f}"
     details = [f"{_spike_text(xs, ys, s)}, "
-               + ("recovered" if s.recovered else "not recovered")
+               + {True: "recovered", False: "not recovered", None: "at the end of the log"}[
+                   s.recovered]
                + f", settled {s.lasting / abs(s.centre) * 100:+.1f}% from the level before"
                for s in spikes]
     if reasons:

@@ -19,6 +19,10 @@ their metrics). Colour codes (torchtitan colours its lines) are removed first.
                 5e-05, 'epoch': 0.1}` (also glued to a tqdm bar); they carry no step, so a
                 training dict counts as the next logged step and an eval dict belongs to the
                 step before it.
+- key: value:   any other line with a step-like and a loss-like key, `:` or `=` between key
+                and number (`ep: 0, batch: 10, lr: 1e-4, loss: 3.21`, `step=5 train_loss=2.3`,
+                `Epoch 1, Step 0, Loss: 0.97`); notes say which keys were taken, and a step
+                key that restarts (a batch counter within each epoch) numbers the rows.
 - generic:      any other line with `step N` / `iter N` and `loss X`.
 """
 
@@ -79,12 +83,14 @@ PATTERNS: list[tuple[str, re.Pattern, dict[str, str]]] = [
 ]
 
 
-_HF_DICT = re.compile(r"\{'(?:loss|eval_loss|train_loss|learning_rate)'[^{}]*\}")
+# the dict HF Trainer prints at each logging step; newer versions quote the numbers
+_HF_DICT = re.compile(r"\{'[^{}]*\}")
+_HF_KEYS = ("loss", "eval_loss", "train_loss", "learning_rate", "grad_norm")
 
 
 def _hf_dict(line: str) -> dict | None:
     m = _HF_DICT.search(line)
-    if not m:
+    if not m or not any(f"'{k}'" in m.group(0) for k in _HF_KEYS):
         return None
     # literal_eval knows no nan/inf: mark them, then put the floats back
     marked = re.sub(r"(:\s*)(-?)(nan|inf)\b", lambda g: f"{g[1]}'{g[2]}{g[3]}'", m.group(0))
@@ -94,14 +100,81 @@ def _hf_dict(line: str) -> dict | None:
         return None
     if not isinstance(value, dict):
         return None
-    return {k: float(v) if v in ("nan", "inf", "-inf") else v for k, v in value.items()}
+    out = {}
+    for k, v in value.items():
+        if isinstance(v, str):
+            try:
+                v = float(v)
+            except ValueError:
+                pass
+        out[k] = v
+    return out
 
 
-def text_rows(text: str) -> tuple[list[dict], str | None]:
-    """(rows, name of the format that matched most lines) from a text log."""
+# -- generic `key: value` / `key=value` lines ------------------------------------------------
+
+_KV = re.compile(r"(?<![\w./-])([A-Za-z][\w./-]*)\s*[:=]\s*"
+                 r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|[-+]?inf)(?![\w.])", re.I)
+# which key counts as the step, best first; an epoch is the step only when nothing finer is
+STEP_KEYS = ("global_step", "step", "steps", "iteration", "iter", "it", "num_updates", "updates",
+             "update", "batch", "batch_idx", "epoch", "ep")
+_VAL = re.compile(r"(^|[_/.\-])(val|valid|validation|eval|test|dev)([_/.\-]|$)|^(val|eval|test)",
+                  re.I)
+
+
+def _loss_role(key: str) -> str | None:
+    """'loss' or 'val_loss' for a key that names a loss, else None."""
+    low = key.lower()
+    if "loss" not in low or "scale" in low:  # fp16 `loss_scale` is not a loss
+        return None
+    return "val_loss" if _VAL.search(low) else "loss"
+
+
+# a loss named in two words: `Train Loss: 3.2, Val Loss: 3.4`
+_SPLIT_LOSS = re.compile(r"(?<![\w./-])((?:train(?:ing)?|val(?:id(?:ation)?)?|eval|test)\s+loss)"
+                         r"\s*[:=]\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|[-+]?inf)"
+                         r"(?![\w.])", re.I)
+# a counter is often printed without a separator: `Epoch 1, Step 0, Loss: 0.97`
+_COUNTER = re.compile(r"(?<![\w./-])(" + "|".join(STEP_KEYS) + r")\s+(\d+)(?![\w.])", re.I)
+
+
+def _kv_row(line: str) -> tuple[dict, str, dict[str, str]] | None:
+    """(row, the key read as step, {our name: key read for it}) for a line with a step-like and
+    a loss-like key, else None."""
+    pairs = {}
+    for m in _KV.finditer(line):
+        pairs.setdefault(m.group(1), _num(m.group(2)))
+    for m in _COUNTER.finditer(line):
+        pairs.setdefault(m.group(1), int(m.group(2)))
+    for m in _SPLIT_LOSS.finditer(line):
+        pairs.pop(m.group(1).split()[-1], None)  # `Loss` alone was the end of this name
+        pairs.setdefault(m.group(1), _num(m.group(2)))
+    lowered = {k.lower(): k for k in pairs}
+    step_key = next((lowered[k] for k in STEP_KEYS if k in lowered), None)
+    losses: dict[str, str] = {}
+    for k in pairs:
+        role = _loss_role(k)
+        if role and (role not in losses or k.lower() in ("loss", "val_loss", "train_loss")):
+            losses[role] = k
+    if step_key is None or not losses:
+        return None
+    if float(pairs[step_key]).is_integer():
+        pairs[step_key] = int(pairs[step_key])
+    taken = {**{k: r for r, k in losses.items()}, step_key: "step"}
+    # the keys read as step and loss go last: a name that the reader maps onto the same
+    # metric (train_loss beside loss) must not overwrite them
+    row = {k: v for k, v in pairs.items() if k not in taken}
+    row.update((ours, pairs[k]) for k, ours in taken.items())
+    return row, step_key, losses
+
+
+def text_rows(text: str) -> tuple[list[dict], str | None, list[str]]:
+    """(rows, name of the format that matched most lines, notes on how it was read)."""
     rows: list[dict] = []
     counts: dict[str, int] = {}
     hf_step = 0
+    kv_keys: dict[tuple[str, tuple], int] = {}
+    kv_rows: list[dict] = []
     for raw in text.splitlines():
         line = _ANSI.sub("", raw)
         if (d := _hf_dict(line)) is not None:
@@ -113,6 +186,14 @@ def text_rows(text: str) -> tuple[list[dict], str | None]:
             counts["HF Trainer stdout"] = counts.get("HF Trainer stdout", 0) + 1
             continue
         for fmt, step_re, names in PATTERNS:
+            if fmt == "text" and (kv := _kv_row(line)) is not None:
+                row, step_key, losses = kv
+                rows.append(row)
+                kv_rows.append(row)
+                sig = (step_key, tuple(sorted(losses.items())))
+                kv_keys[sig] = kv_keys.get(sig, 0) + 1
+                counts["key: value"] = counts.get("key: value", 0) + 1
+                break
             if m := step_re.search(line):
                 row = {"step": int(m.group(1)), **_fields(line, names)}
                 if len(row) > 1:
@@ -120,4 +201,20 @@ def text_rows(text: str) -> tuple[list[dict], str | None]:
                     counts[fmt] = counts.get(fmt, 0) + 1
                 break
     fmt = max(counts, key=counts.__getitem__) if counts else None
-    return rows, fmt
+    notes = _kv_notes(kv_rows, kv_keys) if kv_rows else []
+    return rows, fmt, notes
+
+
+def _kv_notes(rows: list[dict], keys: dict[tuple[str, tuple], int]) -> list[str]:
+    """Say which keys were read as step and loss; number the rows when the step key restarts
+    (a batch counter within each epoch)."""
+    (step_key, losses), _ = max(keys.items(), key=lambda kv: kv[1])
+    taken = ", ".join(f"{ours} from '{key}'" for ours, key in losses)
+    notes = [f"key: value lines: step from '{step_key}', {taken}"]
+    steps = [r["step"] for r in rows]
+    if any(b < a for a, b in zip(steps, steps[1:], strict=False)):
+        for i, row in enumerate(rows):
+            row["step"] = i
+        notes.append(f"'{step_key}' restarts (a counter within each epoch): rows numbered "
+                     "0, 1, 2, ... in the order logged")
+    return notes

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from llmtk.errors import ConfigError
 
 NORMALISE_STEPS = ("lowercase", "whitespace", "punctuation", "digits")
-UNITS = ("word", "char", "auto")
+UNITS = ("word", "char", "auto", "code")
 MAX_PERMUTATIONS = 1024
 
 
@@ -41,7 +41,7 @@ class DedupConfig:
         if self.ngram < 1:
             raise ConfigError("ngram", f"must be >= 1, got {self.ngram}")
         if self.unit not in UNITS:
-            raise ConfigError("unit", f"expected word, char or auto, got {self.unit!r}")
+            raise ConfigError("unit", f"expected word, char, auto or code, got {self.unit!r}")
         if self.bands < 1 or self.rows < 1 or self.bands * self.rows > MAX_PERMUTATIONS:
             raise ConfigError(
                 "bands", f"must be >= 1, as must {{0}}, with at most {MAX_PERMUTATIONS} "

@@ -19,6 +19,7 @@ with np.minimum.reduceat along its rows.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import xxhash
@@ -57,6 +58,16 @@ def _stable_u64(seed: int, label: str, count: int) -> np.ndarray:
     )
 
 
+# Code tokens (--unit code): identifiers and keywords, numbers, and each operator or
+# bracket character, so that a renamed variable changes one token and a reformatted line
+# none (whitespace is not a token).
+_CODE_TOKEN = re.compile(r"[^\W\d]\w*|\d\w*|[^\w\s]")
+
+
+def code_tokens(text: str) -> list[str]:
+    return _CODE_TOKEN.findall(text)
+
+
 class _TokenHashes(dict):
     """token -> xxh3-64, computed on first sight (words are Zipf-distributed: most repeat)."""
 
@@ -75,7 +86,12 @@ class MinHasher:
         import numpy as np
 
         self.config = config
-        self.normalise = Normaliser(config.normalise)
+        steps = config.normalise
+        if config.unit == "code":
+            # Operators are code tokens: with punctuation normalised away `a - b` and
+            # `a + b` would be one text.
+            steps = tuple(s for s in steps if s != "punctuation")
+        self.normalise = Normaliser(steps)
         p = config.permutations
         self.a = _stable_u64(config.seed, "a", p) | np.uint64(1)  # odd: a bijection mod 2^64
         self.b = _stable_u64(config.seed, "b", p)
@@ -99,6 +115,8 @@ class MinHasher:
             chars = "".join(normalised.split())
             codes = np.frombuffer(chars.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
             return fmix64(codes.astype(np.uint64) + np.uint64(0x632BE59BD9B4E019))
+        if unit == "code":
+            return self._word_hashes(code_tokens(normalised))
         return self._word_hashes(words(normalised))
 
     def _word_hashes(self, toks: list[str]) -> np.ndarray:
@@ -213,10 +231,14 @@ class MinHasher:
         counted = None if cjk_chars is None else cjk_chars.tolist()
         for k, (text, normed) in enumerate(zip(texts, normalised, strict=True)):
             cjk = None if counted is None else counted[k]
-            if self.unit_for(text, cjk) == "char":
+            unit = self.unit_for(text, cjk)
+            if unit == "char":
                 others[k] = self._ngrams(self.token_hashes(normed, "char"))
                 continue
-            toks = normed.split() if split_ok and cjk == 0 else words(normed)
+            if unit == "code":
+                toks = code_tokens(normed)
+            else:
+                toks = normed.split() if split_ok and cjk == 0 else words(normed)
             if len(toks) < n:
                 others[k] = self._ngrams(self._word_hashes(toks))
                 continue

@@ -34,9 +34,7 @@ set of parts; every task writes its outputs atomically, then a `.done` marker.
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
-import re
 import shutil
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -48,6 +46,7 @@ from llmtk.dedup.index import EXACT, MINHASH, check_same_config, read_meta
 from llmtk.dedup.stream import ClusterLog, settle_duplicate, signature_batches
 from llmtk.errors import AlreadyDone, ConfigError, DataError, UsageError
 from llmtk.io import StreamRun, write_json_atomically
+from llmtk.io.atomic import atomic_dir, atomic_file, write_file_atomically
 from llmtk.io.shard import RECORD_BITS
 
 if TYPE_CHECKING:
@@ -85,12 +84,6 @@ def _write_meta(directory: str, kind: str, option: str, **meta: Any) -> None:
     write_json_atomically(path, meta)
 
 
-def _commit_dir(tmp: str, final: str) -> None:
-    if os.path.exists(final):  # a task killed after its rename, before its marker
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-
-
 def _check_parts(directory: str, n: int, option: str) -> None:
     missing = [k for k in range(n) if not os.path.exists(_done(directory, _part(k, n)))]
     if missing:
@@ -117,9 +110,10 @@ def write_signatures(run: StreamRun, config: DedupConfig, out_dir: str, workers:
     if os.path.exists(_done(out_dir, name)) and os.path.isdir(os.path.join(out_dir, name)):
         raise AlreadyDone(f"{os.path.join(out_dir, name)} is done; skipping this task")
     _write_meta(out_dir, SIG_KIND, "-o", config=config.to_dict(), tasks=n, files=run.all_paths)
-    tmp = os.path.join(out_dir, f".{name}.tmp-{os.getpid()}")
-    os.makedirs(tmp)
-    try:
+    final = os.path.join(out_dir, name)
+    # replace: a task killed after its rename, before its marker, left its folder there
+    with atomic_dir(final, os.path.join(out_dir, f".{name}.tmp-{os.getpid()}"),
+                    replace=True) as tmp:
         writer = _RunWriter(tmp, config, RUN_DOCS)
         for docs, batch in signature_batches(run.docs(), config, workers):
             keys = run.doc_keys(np.fromiter((d.index for d in docs), np.int64, len(docs)))
@@ -128,13 +122,9 @@ def write_signatures(run: StreamRun, config: DedupConfig, out_dir: str, workers:
         writer.finish()
         starts = run.file_starts
         records = [starts[i + 1] - starts[i] for i in range(len(starts) - 1)]
-        _write_bytes(os.path.join(tmp, "files.json"),
-                     orjson.dumps({"ordinals": run.file_ordinals, "records": records,
-                                   "runs": writer.runs}))
-        _commit_dir(tmp, os.path.join(out_dir, name))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_file_atomically(os.path.join(tmp, "files.json"),
+                              orjson.dumps({"ordinals": run.file_ordinals, "records": records,
+                                            "runs": writer.runs}))
     write_json_atomically(_done(out_dir, name), {"documents": writer.count})
 
 
@@ -190,7 +180,7 @@ class _RunWriter:
         offsets = np.cumsum([0, *map(len, blobs)]).astype(np.int64)
         np.save(os.path.join(self.dir, f"r{r:05d}.id-keys.npy"), id_keys)
         np.save(os.path.join(self.dir, f"r{r:05d}.id-offsets.npy"), offsets)
-        _write_bytes(os.path.join(self.dir, f"r{r:05d}.ids.bin"), b"".join(blobs))
+        write_file_atomically(os.path.join(self.dir, f"r{r:05d}.ids.bin"), b"".join(blobs))
         self._keys, self._exact, self._bands, self._low, self._ids = [], [], [], [], []
         self._pending = 0
         self.runs += 1
@@ -335,7 +325,7 @@ class _EdgeFile:
             if kind is None:
                 self._publish()
         finally:
-            for name in (*self.NAMES, "npz"):
+            for name in self.NAMES:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(f"{self._tmp}.{name}")
 
@@ -345,14 +335,13 @@ class _EdgeFile:
         import numpy as np
 
         header = {"descr": "<u8", "fortran_order": False, "shape": (self.count,)}
-        with zipfile.ZipFile(f"{self._tmp}.npz", "w", zipfile.ZIP_STORED,
-                             allowZip64=True) as z:
+        with atomic_file(self.path) as f, \
+                zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
             for name in self.NAMES:
                 with z.open(f"{name}.npy", "w", force_zip64=True) as entry, \
                         open(f"{self._tmp}.{name}", "rb") as raw:
                     np.lib.format.write_array_header_1_0(entry, header)
                     shutil.copyfileobj(raw, entry, 1 << 20)
-        os.replace(f"{self._tmp}.npz", self.path)
 
 
 def _unit_edges(sigs: Signatures, band: int, r: int, ranges: int, window: int):
@@ -494,11 +483,10 @@ def build_clusters(bucket_dir: str, out_dir: str) -> int:
         named = has_id[rows]
         dup_ids = orjson.dumps([ids[i] for i in rows[named].tolist()])
         path = os.path.join(out_dir, f"remove-{_part(k, sigs.tasks)}.npz")
-        tmp = f"{path}.tmp-{os.getpid()}.npz"
-        np.savez(tmp, docs=docs[a:b], exact=exact[a:b], head_first=head_first[a:b],
-                 root_position=position[a:b], root_named=named,
-                 root_ids=np.frombuffer(dup_ids, np.uint8))
-        os.replace(tmp, path)
+        with atomic_file(path) as f:
+            np.savez(f, docs=docs[a:b], exact=exact[a:b], head_first=head_first[a:b],
+                     root_position=position[a:b], root_named=named,
+                     root_ids=np.frombuffer(dup_ids, np.uint8))
     _write_meta(out_dir, CLUSTER_KIND, "-o", config=config.to_dict(), tasks=sigs.tasks,
                 files=sigs.files, records=counts, ordinals=[p["ordinals"] for p in sigs.parts])
     write_json_atomically(_done(out_dir, "clusters"), {"duplicates": int(len(docs))})
@@ -645,17 +633,3 @@ def _check_counts(run: StreamRun, records: list[int]) -> None:
         if seen != records[o]:
             raise DataError(f"{run.paths[j]}: {seen} records, but the signatures stage saw "
                             f"{records[o]} (the inputs changed since?)")
-
-
-def _write_bytes(path: str, data: bytes) -> None:
-    """Atomically, through an exclusively created temporary file (never a planted link)."""
-    from llmtk.io.atomic import atomic_file
-
-    with atomic_file(path) as f:
-        f.write(data)
-
-
-def parts_in(directory: str) -> list[str]:
-    """Finished part names in a stage folder (for messages and tests)."""
-    return sorted(re.sub(r"\.done$", "", os.path.basename(p))
-                  for p in glob.glob(os.path.join(directory, "*.done")))

@@ -8,9 +8,10 @@ See docs/io.md for the contract. The pieces:
 - `shard_of` / `in_shard` (shard.py): the stable `--shard K/N` rule.
 """
 
-from llmtk.io.reader import BadRecord, expand_inputs, read_docs
-from llmtk.io.record import Doc
-from llmtk.io.run import StreamOptions, StreamRun, write_file_atomically, write_json_atomically
+from llmtk.io.atomic import write_file_atomically, write_json_atomically
+from llmtk.io.reader import expand_inputs, read_docs
+from llmtk.io.record import BadRecord, Doc
+from llmtk.io.run import StreamOptions, StreamRun
 from llmtk.io.shard import in_shard, shard_of
 from llmtk.io.workers import chunked, ordered_map
 from llmtk.io.writer import Sink

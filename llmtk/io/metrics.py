@@ -1,4 +1,4 @@
-"""The metrics-log schema (DESIGN.md "Metrics log"): `train` writes it, `plot-loss`
+"""The metrics-log schema (docs/train.md "The metrics log"): `train` writes it, `plot-loss`
 and `diagnose` read it.
 
 One JSON object per line. A training row has `step`, `loss`, `lr`, `grad_norm`,
@@ -19,6 +19,8 @@ import os
 from collections.abc import Iterator
 
 import orjson
+
+from llmtk.io.atomic import atomic_file
 
 TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "mem_gb",
                 "data_s", "step_s", "time")
@@ -121,10 +123,6 @@ def truncate_after(path: str, step: int) -> int:
                 dropped += 1
                 continue
             kept.append(line)
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
+    with atomic_file(path) as f:
         f.writelines(kept)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
     return dropped

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import orjson
 
@@ -120,59 +120,25 @@ def _batches(path: str, kind: str):
             yield reader.get_batch(i)
 
 
-def read_columnar(
-    path: str,
-    kind: str,
-    index: int,
-    text_field: str,
-    on_bad: Callable | None,
-    shard: tuple[int, int] | None,
-    require_text: bool,
-    on_bytes: Callable[..., None] | None,
-    summary,
-) -> Iterator:
-    """Docs of one columnar file, numbered on from `index`; returns the last index used.
-
-    Mirrors the JSONL loop of llmtk.io.reader.read_docs: same reasons, same shard rule,
-    same accounting."""
+def columnar_records(path: str, kind: str) -> Iterator:
+    """The rows of one columnar file as record events (llmtk.io.record: Parsed, Invalid,
+    ints for bytes read) for the reader's accounting loop. A file that cannot be read from
+    some row on is one bad record (`io.corrupt`) after the rows read before it."""
     import pyarrow as pa
 
-    from llmtk.io.reader import BadRecord
-    from llmtk.io.record import Doc
-    from llmtk.io.shard import in_shard
+    from llmtk.io.record import Invalid, Parsed
 
     row = 0
+    what = "Parquet" if kind == "parquet" else "Arrow IPC"
     try:
         for batch in _batches(path, kind):
-            size = batch.nbytes
-            if summary is not None:
-                summary.bytes_in += size
-            if on_bytes is not None:
-                on_bytes(size)
+            yield batch.nbytes
             for data in batch.to_pylist():
                 row += 1
-                index += 1
-                if not require_text or type(data.get(text_field)) is str:
-                    if shard is None or in_shard(data.get("id"), index, shard):
-                        if summary is not None:
-                            summary.records_in += 1
-                        yield Doc(data, None, path, row, index, text_field)
-                    continue
-                if shard is not None and not in_shard(None, index, shard):
-                    continue
-                if text_field not in data:
-                    reason, msg = "io.missing_text", f"no {text_field!r} field (column)"
-                else:
-                    reason, msg = "io.text_not_string", f"field {text_field!r} is not a string"
-                bad = BadRecord(path, row, index, reason, msg,
-                                orjson.dumps(data, default=str))
-                if on_bad is None:
-                    raise DataError(f"{bad.where()}: {bad.message}")
-                on_bad(bad)
+                yield Parsed(data, row)
     except (pa.ArrowException, OSError) as e:
-        what = "Parquet" if kind == "parquet" else "Arrow IPC"
-        raise DataError(f"{path}:{row + 1}: not a readable {what} file ({e})") from None
-    return index
+        yield Invalid(row + 1, "io.corrupt", f"not a readable {what} file ({e}); the rest of "
+                      "this file is unreadable")
 
 
 # ------------------------------------------------------------------ writing

@@ -16,14 +16,13 @@ import glob
 import os
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import orjson
 
 from llmtk.errors import DataError, UsageError
 from llmtk.io.compression import CHUNK, CorruptInput, TruncatedInput, iter_decompressed, open_binary
-from llmtk.io.parquet import columnar_kind, hf_dataset_files, read_columnar
-from llmtk.io.record import Doc
+from llmtk.io.parquet import columnar_kind, columnar_records, hf_dataset_files
+from llmtk.io.record import BadRecord, Doc, Invalid, Parsed, Skipped
 from llmtk.io.shard import in_shard
 from llmtk.io.summary import Summary
 
@@ -31,7 +30,7 @@ from llmtk.io.summary import Summary
 # metadata or a report (llmtk's own --stats), while `.json.gz`/`.json.zst` are the names of
 # JSON Lines dumps in the wild (C4's `c4-train.*.json.gz`).
 INPUT_SUFFIXES = (".jsonl", ".jsonl.zst", ".jsonl.gz", ".jsonl.zstd", ".json.zst", ".json.gz",
-                  ".parquet")
+                  ".parquet", ".warc", ".warc.gz", ".arc", ".arc.gz", ".wet", ".wet.gz")
 MAX_RECORD_BYTES = 64 << 20  # default --max-record-bytes
 
 
@@ -43,30 +42,6 @@ class _TooLong:
 
 
 TOO_LONG = _TooLong()
-
-
-@dataclass
-class BadRecord:
-    source: str
-    line: int
-    index: int
-    reason: str
-    message: str
-    raw: bytes
-
-    def where(self) -> str:
-        return f"{self.source}:{self.line}"
-
-    def to_reject(self) -> dict:
-        return {
-            "llmtk": {
-                "reason": self.reason,
-                "error": self.message,
-                "source": self.source,
-                "line": self.line,
-                "raw": self.raw.decode("utf-8", "replace"),
-            }
-        }
 
 
 def expand_inputs(inputs: list[str]) -> list[str]:
@@ -233,9 +208,14 @@ def iter_line_batches(
         yield lineno, [b"".join(parts)], 0
 
 
-def _classify_json_error(message: str) -> tuple[str, str]:
+def _classify_json_error(message: str, line: bytes = b"") -> tuple[str, str]:
     if "UTF-8" in message or "utf-8" in message:
         return "io.invalid_utf8", f"invalid UTF-8 ({message})"
+    if b"," in line and not line.lstrip().startswith((b"{", b"[")):
+        return "io.malformed_json", (
+            f"malformed JSON ({message}); this looks like CSV, not JSON Lines: convert it "
+            "first, e.g. python3 -c 'import csv, json, sys; [print(json.dumps(r)) for r in "
+            "csv.DictReader(sys.stdin)]' < data.csv > data.jsonl")
     return "io.malformed_json", f"malformed JSON ({message})"
 
 
@@ -269,12 +249,12 @@ def read_docs(
         if file_starts is not None:
             file_starts.append(index + 1)
         name = "<stdin>" if path == "-" else path
-        kind = columnar_kind(path)  # Parquet / Arrow, by content
-        if kind is not None:
+        records = _record_source(path, text_field, max_record)  # Parquet, Arrow, WARC
+        if records is not None:
             disk = regular_size(path)
             read_before = None if read_before is None or disk is None else read_before + disk
-            index = yield from read_columnar(path, kind, index, text_field, on_bad, shard,
-                                             require_text, on_bytes, summary)
+            index = yield from _account(name, records, index, text_field, on_bad, shard,
+                                        require_text, on_bytes, summary)
             continue
         base, disk = read_before, regular_size(path)
         read_before = None if base is None or disk is None else base + disk
@@ -303,7 +283,7 @@ def read_docs(
                             continue
                         else:
                             index += 1
-                            reason, msg = _classify_json_error(str(e))
+                            reason, msg = _classify_json_error(str(e), line)
                             bad = BadRecord(name, lineno, index, reason, msg, line)
                     else:
                         index += 1
@@ -325,17 +305,76 @@ def read_docs(
                     on_bad(bad)
         except (TruncatedInput, CorruptInput) as e:
             index += 1
-            if shard is not None and not in_shard(None, index, shard):
-                continue
             reason = "io.truncated" if isinstance(e, TruncatedInput) else "io.corrupt"
             message = str(e) if reason == "io.truncated" else (
                 f"{e}; the rest of this file is unreadable")
-            bad = BadRecord(name, getattr(e, "line", 0), index, reason, message, b"")
-            if on_bad is None:
-                raise DataError(f"{bad.where()}: {bad.message}") from None
-            on_bad(bad)
+            _report(BadRecord(name, getattr(e, "line", 0), index, reason, message, b""),
+                    shard, on_bad)
     if file_starts is not None:
         file_starts.append(index + 1)
+
+
+def _record_source(path: str, text_field: str, max_record: int) -> Iterator | None:
+    """The events of a file that is not JSON Lines (by content), or None."""
+    kind = columnar_kind(path)
+    if kind is not None:
+        return columnar_records(path, kind)
+    from llmtk.io.warc import read_warc, warc_kind
+
+    kind = warc_kind(path)
+    if kind is not None:
+        return read_warc(path, kind, max_record, text_field)
+    return None
+
+
+def _account(name: str, events: Iterator, index: int, text_field: str, on_bad, shard,
+             require_text: bool, on_bytes, summary: Summary | None):
+    """Docs from a record source's events, numbered on from `index`; returns the last index.
+
+    The accounting every format shares: each record (parsed, bad or skipped) takes the
+    next index, the shard rule is applied to it, a bad record goes to `on_bad` (or stops
+    the run), a skipped one is counted as dropped with its reason; an int is bytes read.
+    The JSONL line loop in read_docs keeps the same rules inline (it is the hot path).
+    """
+    for event in events:
+        kind = type(event)
+        if kind is int:
+            if summary is not None:
+                summary.bytes_in += event
+            if on_bytes is not None:
+                on_bytes(event, None)
+            continue
+        index += 1
+        if kind is Parsed:
+            data = event.data
+            if not require_text or type(data.get(text_field)) is str:
+                if shard is None or in_shard(data.get("id"), index, shard):
+                    if summary is not None:
+                        summary.records_in += 1
+                    yield Doc(data, None, name, event.line, index, text_field)
+                continue
+            bad = _invalid_record(data, text_field, name, event.line, index,
+                                  orjson.dumps(data, default=str))
+        elif kind is Skipped:
+            if summary is not None and (shard is None or in_shard(None, index, shard)):
+                summary.records_in += 1
+                summary.dropped[event.reason] += 1
+            continue
+        else:
+            assert kind is Invalid
+            bad = BadRecord(name, event.line, index, event.reason, event.message, event.raw,
+                            event.offset)
+        _report(bad, shard, on_bad)
+    return index
+
+
+def _report(bad: BadRecord, shard, on_bad) -> None:
+    """A bad record of this shard goes to on_bad, or stops the run when there is none."""
+    if shard is not None and not in_shard(None, bad.index, shard):
+        return
+    if on_bad is None:
+        raise DataError(f"{bad.where()}: {bad.message}") from None
+    on_bad(bad)
 
 
 def regular_size(path: str) -> int | None:
@@ -354,6 +393,9 @@ def _invalid_record(data, text_field: str, name: str, lineno: int, index: int, l
         return BadRecord(name, lineno, index, "io.not_object",
                          f"expected a JSON object, got {type(data).__name__}", line)
     if text_field not in data:
-        return BadRecord(name, lineno, index, "io.missing_text", f"no {text_field!r} field", line)
+        fields = ", ".join(map(repr, list(data)[:12])) + (", ..." if len(data) > 12 else "")
+        return BadRecord(name, lineno, index, "io.missing_text",
+                         f"no {text_field!r} field (its fields: {fields or 'none'}); name the "
+                         "field that holds the text with --text-field", line)
     return BadRecord(name, lineno, index, "io.text_not_string",
                      f"field {text_field!r} is not a string", line)

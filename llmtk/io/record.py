@@ -1,5 +1,6 @@
-"""One document of a stream, with where it came from."""
+"""One document of a stream, with where it came from; or one bad record, with why."""
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -98,3 +99,64 @@ def _count_top_level(raw: bytes, key: str) -> int:
     except ValueError:
         return 0
     return sum(1 for k, _ in calls[-1] if k == key) if calls else 0  # the outer object is last
+
+
+@dataclass
+class BadRecord:
+    source: str
+    line: int
+    index: int
+    reason: str
+    message: str
+    raw: bytes
+    offset: int | None = None  # byte offset of a web-archive record (then line is its number)
+
+    def where(self) -> str:
+        if self.offset is not None:
+            return f"{self.source}: record {self.line} at byte offset {self.offset}"
+        return f"{self.source}:{self.line}"
+
+    def to_reject(self) -> dict:
+        return {
+            "llmtk": {
+                "reason": self.reason,
+                "error": self.message,
+                "source": self.source,
+                "line": self.line,
+                **({} if self.offset is None else {"offset": self.offset}),
+                "raw": self.raw.decode("utf-8", "replace"),
+            }
+        }
+
+
+# What a record source other than the JSONL line loop (Parquet, web archives) yields, for
+# the one accounting loop in llmtk.io.reader: a parsed record, a bad one, a skipped one
+# (counted as dropped with its reason), or an int (bytes read, for the summary).
+
+
+class Parsed:
+    __slots__ = ("data", "line")
+
+    def __init__(self, data: dict, line: int) -> None:
+        self.data = data
+        self.line = line  # row or record number in the file, 1-based
+
+
+class Invalid:
+    __slots__ = ("line", "reason", "message", "raw", "offset")
+
+    def __init__(self, line: int, reason: str, message: str, raw: bytes = b"",
+                 offset: int | None = None) -> None:
+        self.line = line
+        self.reason = reason
+        self.message = message
+        self.raw = raw
+        self.offset = offset  # byte offset of the record in the file, where known
+
+
+class Skipped:
+    __slots__ = ("line", "reason")
+
+    def __init__(self, line: int, reason: str) -> None:
+        self.line = line
+        self.reason = reason

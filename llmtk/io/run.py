@@ -15,7 +15,8 @@ committed together (all flushed to disk first, then all renamed into place,
 included, no file output is renamed and the temporary files are removed.
 
 Before any input is read, every output path is checked (llmtk.io.paths): not
-an input, not another output, its directory exists and is writable. Commands
+an input, not another output, its directory writable (missing directories are
+created as mkdir -p would, and removed again if the run fails). Commands
 name their own inputs and outputs beyond the shared ones (`inputs_also`,
 `outputs_also`, `output_dirs`) and open their extra outputs through the run
 (`open_output`, `write_json`) so that they are committed with the rest.
@@ -31,9 +32,10 @@ import orjson
 
 from llmtk.errors import AlreadyDone, ConfigError, UsageError
 from llmtk.io import marker
+from llmtk.io.atomic import json_bytes
 from llmtk.io.compression import normalise_kind
 from llmtk.io.parquet import is_parquet_name
-from llmtk.io.paths import check_paths, input_identities
+from llmtk.io.paths import check_paths, input_identities, make_parents, remove_made
 from llmtk.io.reader import MAX_RECORD_BYTES, BadRecord, expand_inputs, read_docs, regular_size
 from llmtk.io.record import DUMP_OPTS, Doc
 from llmtk.io.shard import RECORD_BITS, assign_files
@@ -55,6 +57,9 @@ class StreamOptions:
     workers: int = 1
     quiet: bool = False
     max_record_bytes: int = MAX_RECORD_BYTES
+    # The options that change the output, as {"--flag": value}: a sharded task's completion
+    # marker records them, and a rerun with others is refused (llmtk.io.marker).
+    settings: dict = field(default_factory=dict)
 
 
 class StreamRun:
@@ -80,8 +85,9 @@ class StreamRun:
             _check_stdin(tool, alone=self.paths == ["-"])
         self._outputs = [("-o", opts.output), ("--rejects", opts.rejects),
                          ("--stats", opts.stats), *outputs_also]
+        output_dirs = list(output_dirs)
         check_paths(input_identities(self.paths, list(inputs_also)), self._outputs,
-                    list(output_dirs))
+                    output_dirs)
         # --shard on files: this task's whole files (llmtk.io.shard); on stdin: by record hash.
         self.all_paths = self.paths
         self.file_ordinals = list(range(len(self.paths)))
@@ -93,7 +99,11 @@ class StreamRun:
         self.file_starts: list[int] = []  # filled by read_docs: first index of each file
         self._marker = None
         if opts.shard is not None and opts.output not in (None, "-") and "-" not in self.paths:
-            self._marker = marker.fingerprint(tool, self.paths)
+            # Where an output goes is checked by the marker (its outputs must exist), not
+            # compared as a setting: a new --report path just makes the task run again.
+            named = {o for o, _ in (*self._outputs, *output_dirs)}
+            settings = {k: v for k, v in opts.settings.items() if k not in named}
+            self._marker = marker.fingerprint(tool, self.paths, settings)
             if marker.is_done(opts.output, self._marker, self._output_paths()):
                 raise AlreadyDone(f"{opts.output} is done ({marker.marker_path(opts.output)}); "
                                   "skipping this task")
@@ -101,6 +111,7 @@ class StreamRun:
         self.rejects: Sink | None = None
         self._stats: Sink | None = None
         self._sinks: list[Sink] = []  # every output, committed together
+        self._made_dirs: list[str] = []  # missing output folders this run created
         self._progress = None
         self._write_doc = None
 
@@ -108,6 +119,7 @@ class StreamRun:
 
     def __enter__(self) -> "StreamRun":
         try:
+            self._made_dirs = make_parents(self._output_paths())  # mkdir -p, checked already
             if is_parquet_name(self.opts.output):  # columnar output: records, not lines
                 if self.opts.compress:
                     raise ConfigError("compress", "a .parquet output is always zstd-compressed")
@@ -149,7 +161,7 @@ class StreamRun:
             self.summary.bytes_out = self.output.bytes_written if self.output else 0
             self.summary.finish()
             if self._stats is not None:
-                self._stats.write(_json_bytes(self.summary.as_dict()))
+                self._stats.write(json_bytes(self.summary.as_dict()))
                 self._stats.finish()
             for sink in self._sinks:  # phase 2: renamed into place
                 sink.publish()
@@ -170,6 +182,7 @@ class StreamRun:
     def _abort(self) -> None:
         for sink in self._sinks:
             sink.abort()
+        remove_made(self._made_dirs)
 
     def open_output(self, path: str, compress: str | None = None) -> Sink:
         """Another output of this run (named in outputs_also), committed with the others."""
@@ -179,7 +192,7 @@ class StreamRun:
 
     def write_json(self, path: str, obj) -> None:
         """A report written with this run's outputs (indented JSON, sorted keys)."""
-        self.open_output(path, "plain").write(_json_bytes(obj))
+        self.open_output(path, "plain").write(json_bytes(obj))
 
     def _output_paths(self) -> list[str]:
         """Every file this task writes (what its completion marker vouches for)."""
@@ -311,26 +324,3 @@ def _bytes_on_disk(paths: list[str]) -> int | None:
     """The inputs' total size on disk, for progress; None if one is not a regular file."""
     sizes = [regular_size(p) for p in paths]
     return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
-
-
-def _json_bytes(obj) -> bytes:
-    options = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
-    return orjson.dumps(obj, option=options)
-
-
-def write_json_atomically(path: str, obj) -> None:
-    """A report or stats file: indented JSON with sorted keys, written atomically."""
-    write_file_atomically(path, _json_bytes(obj))
-
-
-def write_file_atomically(path: str, data: bytes) -> None:
-    """Write a small file via a temporary name and a rename."""
-    sink = Sink(path, "plain")
-    try:
-        sink.write(data)
-        sink.commit()
-    except BaseException:
-        sink.abort()
-        raise
-
-

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import xxhash
 
-from llmtk.io import Doc, StreamRun, expand_inputs, read_docs
+from llmtk.io import Doc, StreamRun, expand_inputs, read_docs, write_file_atomically
 from llmtk.io.reader import BadRecord
 from llmtk.io.shard import assign_files
 from llmtk.mix.plan import Source
@@ -112,10 +112,7 @@ def _load(path: str) -> array | None:
 
 def _save(path: str, counts: array) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(counts.tobytes())
-    os.replace(tmp, path)
+    write_file_atomically(path, counts.tobytes())
 
 
 def _pad(counts, index: int) -> None:

@@ -192,6 +192,19 @@ class LanguageId:
         if self._model is None:
             self._load()
 
+    def codes(self) -> frozenset[str]:
+        """Every language code the model can answer, and `und` (no letters)."""
+        labels = self._model.get_labels() if self._model is not None else self._load().get_labels()
+        return frozenset(label.removeprefix("__label__") for label in labels) | {"und"}
+
+    def check_codes(self, codes) -> list[str]:
+        """One line per code the model never answers (a name, a 3-letter or a regional
+        code), with the code meant where it can tell: `english (did you mean en?)`."""
+        known = self.codes()
+        return [f"{c} (did you mean {suggest_code(c, known)}?)" if suggest_code(c, known)
+                else c for c in codes if c not in known]
+
+
     def predict(self, text: str) -> tuple[str, float]:
         """(ISO code, score) for a whole document; ('und', 0.0) when it has no letters."""
         if text.isascii() or _SCRIPT_CHAR.search(text) is None:
@@ -222,3 +235,41 @@ class LanguageId:
         if labels:
             return labels[0].removeprefix("__label__"), round(min(float(probs[0]), 1.0), 4)
         return "und", 0.0
+
+
+# What people type for a language instead of its lid.176 code: English and native names
+# and ISO 639-2/3 codes of the most common languages. Regional tags (en-US, zh_Hant) fall
+# back to their language.
+_NAMES = {
+    "en": "english eng", "de": "german deutsch deu ger", "fr": "french francais français "
+    "fra fre", "es": "spanish español espanol castellano spa", "it": "italian italiano ita",
+    "pt": "portuguese português portugues por", "nl": "dutch nederlands nld dut",
+    "ru": "russian русский rus", "uk": "ukrainian ukr", "pl": "polish polski pol",
+    "cs": "czech ces cze", "sv": "swedish svenska swe", "da": "danish dansk dan",
+    "no": "norwegian norsk nor nob nb", "fi": "finnish suomi fin", "el": "greek ell gre",
+    "tr": "turkish türkçe tur", "ar": "arabic ara", "he": "hebrew heb", "fa": "persian farsi "
+    "fas per", "hi": "hindi hin", "bn": "bengali bangla ben", "ur": "urdu urd",
+    "zh": "chinese mandarin 中文 zho chi cmn", "ja": "japanese 日本語 jpn",
+    "ko": "korean 한국어 kor", "vi": "vietnamese vie", "th": "thai tha",
+    "id": "indonesian ind", "ms": "malay msa may", "hu": "hungarian magyar hun",
+    "ro": "romanian ron rum", "bg": "bulgarian bul", "ca": "catalan cat", "ta": "tamil tam",
+    "sw": "swahili swa", "la": "latin lat", "eo": "esperanto epo",
+}
+_NAME_TO_CODE = {name: code for code, names in _NAMES.items() for name in names.split()}
+
+
+def suggest_code(text: str, known: frozenset[str]) -> str | None:
+    """The lid.176 code meant by a language name, ISO 639-2/3 or regional code, or a near
+    miss of a code; None if nothing fits."""
+    import difflib
+
+    word = text.strip().lower()
+    base = re.split(r"[-_]", word)[0]
+    for candidate in (_NAME_TO_CODE.get(word), base, _NAME_TO_CODE.get(base)):
+        if candidate in known and candidate != text:
+            return candidate
+    name = difflib.get_close_matches(word, list(_NAME_TO_CODE), n=1, cutoff=0.75)
+    if name and _NAME_TO_CODE[name[0]] in known:  # a misspelt name: frnch
+        return _NAME_TO_CODE[name[0]]
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.6)
+    return close[0] if close else None

@@ -135,6 +135,8 @@ def scrub(text: str, kinds: frozenset[str] | None = None) -> tuple[str, dict[str
         return f"<{kind}>"
 
     def email(m: re.Match) -> str:
+        if m.string.endswith("://", 0, m.start()):
+            return m.group()  # the user of a URL (https://user@host/), not an address
         return put("EMAIL", m.group())
 
     def ip6(m: re.Match) -> str:

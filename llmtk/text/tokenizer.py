@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable, Iterator
 
 from llmtk.errors import ConfigError, DataError
+from llmtk.io.atomic import atomic_name
 
 # Special tokens we recognise as "end of document" in a tokenizer.json, in order.
 EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eos|>", "[SEP]")
@@ -67,7 +68,10 @@ class HFTokenizer:
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+        # encode_batch_fast (tokenizers >= 0.20): the same ids, without the character
+        # offsets that encode_batch also computes and nothing here reads.
+        encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        return [e.ids for e in encode(texts, add_special_tokens=False)]
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)
@@ -112,7 +116,6 @@ def train_bpe(texts: Iterator[str], vocab_size: int, out_path: str, min_frequenc
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    tmp = f"{out_path}.tmp"
-    tok.save(tmp)
-    os.replace(tmp, out_path)
+    with atomic_name(out_path) as tmp:
+        tok.save(tmp)
     return tok.get_vocab_size(with_added_tokens=True)

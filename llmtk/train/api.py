@@ -16,56 +16,13 @@ import os
 from dataclasses import dataclass, field, replace
 
 from llmtk.errors import DataError, UsageError
-
-EXPORT_FORMAT = "llmtk-gpt-v1"
-
-
-def find_checkpoint(path: str) -> str:
-    """The verified checkpoint directory for a run dir, checkpoints dir or step dir."""
-    from llmtk.train import checkpoint as C
-
-    found = C.resolve(path) if os.path.isdir(path) else None
-    if found is None:
-        raise UsageError(f"{path}: no complete llmtk train checkpoint there")
-    return found
-
-
-def _clean_keys(sd: dict) -> dict:
-    """Drop the wrappers' prefixes (torch.compile's _orig_mod., DDP's module.)."""
-    return {k.replace("_orig_mod.", "").removeprefix("module."): v for k, v in sd.items()}
-
-
-def full_state_dict(path: str) -> dict:
-    """The model's full state dict (CPU tensors) from any checkpoint, full or DCP-sharded,
-    or from a file written by `export`."""
-    import torch
-
-    from llmtk.train import checkpoint as C
-
-    if os.path.isfile(path):
-        return _clean_keys(_read_export(path)["state_dict"])
-    ckpt = find_checkpoint(path)
-    model_sd, _ = C.load_full_state(ckpt, with_optim=False)
-    sd = _clean_keys({k: v.detach().to("cpu") if isinstance(v, torch.Tensor) else v
-                      for k, v in model_sd.items()})
-    if any(".lora_" in k for k in sd):
-        from llmtk.train.lora import merged_state_dict
-
-        meta = C.load_state(ckpt)
-        tc = meta.get("train_config", {})
-        sd = merged_state_dict(sd, meta["model_config"],
-                               float(tc.get("lora_alpha") or tc.get("lora_rank")))
-    return sd
-
-
-def _read_export(path: str) -> dict:
-    from llmtk.train import checkpoint as C
-
-    blob = C.load_tensors(os.path.dirname(path) or ".", os.path.basename(path))
-    if not isinstance(blob, dict) or blob.get("format") != EXPORT_FORMAT:
-        raise UsageError(f"{path}: not a file written by `llmtk train export`")
-    return blob
-
+from llmtk.io.atomic import atomic_name
+from llmtk.train.state_dict import (
+    EXPORT_FORMAT,
+    find_checkpoint,
+    full_state_dict,
+    read_export,
+)
 
 HF_PREFIX = "hf:"
 
@@ -156,7 +113,7 @@ def run_dir_of(checkpoint: str) -> str:
 
 
 def _export_meta(path: str) -> dict:
-    blob = _read_export(path)
+    blob = read_export(path)
     return {"model_config": blob["model_config"], "tokenizer": blob["tokenizer"],
             "step": blob.get("step"), "train_config": {"tokenizer": blob["tokenizer_path"]}}
 
@@ -182,8 +139,6 @@ def _config_and_tokenizer(path: str, meta: dict):
 def export(path: str, output: str) -> str:
     """Write the model of checkpoint `path` as one weights-only file (atomically); returns
     the checkpoint directory it came from."""
-    import tempfile
-
     from llmtk.train import checkpoint as C
 
     ckpt = find_checkpoint(path)
@@ -195,20 +150,6 @@ def export(path: str, output: str) -> str:
     directory = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(directory):
         raise UsageError(f"-o {output}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(output)}.tmp-")
-    os.close(fd)
-    try:
-        C.save_torch(blob, tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, output)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with atomic_name(output) as tmp:
+        C.save_torch(blob, tmp)  # by name: its disk-full errors are CheckpointErrors
     return ckpt
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

@@ -1,4 +1,7 @@
-"""Crash-safe, verified checkpoints (torchtitan's discipline, llm.c's exactness).
+"""The checkpoint format: crash-safe, verified (torchtitan's discipline, llm.c's exactness).
+
+What a checkpoint holds and how it is sealed, verified, found and read; the Checkpointer
+(llmtk.train.checkpointer) is the one writer and loader that uses these pieces.
 
 Layout: OUT/checkpoints/step-NNNNNNN/ holding
   model.pt      full (unsharded) model state_dict, CPU tensors      } "full" format
@@ -27,7 +30,6 @@ import os
 import random
 import re
 import shutil
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -35,6 +37,7 @@ import torch
 import xxhash
 
 from llmtk.errors import LlmtkError
+from llmtk.io.atomic import publish_dir, set_aside
 
 STEP_DIR = re.compile(r"^step-(\d{7,})$")
 MANIFEST = "MANIFEST.json"
@@ -162,42 +165,25 @@ def commit(root: str, step: int, keep: int,
         before_complete()
     write_text(os.path.join(tmp, COMPLETE), f"{step}\n")
     _fsync_dir(tmp)
-    if os.path.exists(final):  # the same step saved again after a resume
-        shutil.rmtree(final)
-    os.rename(tmp, final)
+    publish_dir(tmp, final)  # the same step saved again after a resume: replaced
     _fsync_dir(root)
-    write_text(os.path.join(root, "latest.tmp"), name + "\n")
-    os.replace(os.path.join(root, "latest.tmp"), os.path.join(root, "latest"))
+    set_latest(root, name)
     _fsync_dir(root)
     prune(root, keep)
     return final
 
 
-def save(root: str, step: int, *, rank: int, barrier: Callable[[], None], model_state: dict | None,
-         optim_state: dict | None, state: dict, keep: int,
-         before_complete: Callable[[], None] | None = None) -> tuple[str, float]:
-    """Write a full-format checkpoint `step` (collective: every rank calls it). Rank 0
-    writes model, optimizer and state; every rank its RNG states. Returns (path, seconds)."""
-    t0 = time.time()
-    tmp = tmp_dir(root, step)
-    if rank == 0:
-        begin(root, step)
-    barrier()
+def set_latest(root: str, name: str) -> None:
+    """Point `latest` at checkpoint directory `name`, atomically."""
+    from llmtk.io.atomic import atomic_file
+
     try:
-        if rank == 0:
-            save_torch(model_state, os.path.join(tmp, "model.pt"))
-            save_torch(optim_state, os.path.join(tmp, "optim.pt"))
-        write_rank_files(tmp, rank, state if rank == 0 else None)
-    except CheckpointError:
-        if rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written stays behind
-        raise
-    barrier()
-    final = os.path.join(root, f"step-{step:07d}")
-    if rank == 0:
-        final = commit(root, step, keep, before_complete)
-    barrier()
-    return final, time.time() - t0
+        with atomic_file(os.path.join(root, "latest")) as f:
+            f.write(f"{name}\n".encode())
+    except LlmtkError as e:
+        raise CheckpointError(str(e)) from None
+    except OSError as e:  # the buffered write's flush on close (a full disk)
+        raise CheckpointError(f"cannot write {root}/latest: {e.strerror or e}") from None
 
 
 def prune(root: str, keep: int) -> None:
@@ -260,11 +246,7 @@ def verify(path: str) -> str | None:
 
 def move_aside(path: str) -> str:
     """Rename a bad checkpoint to PATH.corrupt-K (never delete: it may hold the only copy)."""
-    k = 1
-    while os.path.exists(f"{path}.corrupt-{k}"):
-        k += 1
-    os.rename(path, f"{path}.corrupt-{k}")
-    return f"{path}.corrupt-{k}"
+    return set_aside(path, "corrupt")
 
 
 def find_latest(root: str, warn: Callable[[str], None] | None = None,

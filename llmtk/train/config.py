@@ -35,6 +35,7 @@ class TrainConfig:
     data: list[str] = field(default_factory=list)
     val_data: list[str] = field(default_factory=list)
     val_fraction: float = 0.0
+    max_epochs: float = 4.0               # warn when a source is read more often than this
     text_field: str = "text"
     tokenizer: str = "bytes"
     cache_dir: str | None = None          # default OUT/cache
@@ -66,6 +67,14 @@ class TrainConfig:
     device: str = "auto"                  # auto | cpu | cuda
     dtype: str = "auto"                   # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16
     parallel: str = "auto"                # auto (ddp when world > 1) | none | ddp | fsdp
+    # the device mesh (llmtk.train.parallel): pp x dp_replicate x dp_shard x tp = world
+    tp: int = 1                           # tensor-parallel degree (inside a node)
+    pp: int = 1                           # pipeline stages
+    dp_replicate: int = 1                 # HSDP: replicas, each sharded over dp_shard ranks
+    dp_shard: int | None = None           # FSDP degree; None: the rest of the world
+    pp_schedule: str = "1f1b"             # 1f1b | interleaved-1f1b
+    dry_run: bool = False                 # plan the layout per rank on the meta device, no run
+    gpu: str = "H100"                     # --dry-run: the GPU whose memory each rank must fit
     compile: bool | None = None           # None: on for CUDA, off on CPU
     activation_checkpointing: bool = False
     nccl_timeout: int = 3600              # seconds a collective may wait (checkpoint of a 7B)
@@ -78,6 +87,9 @@ class TrainConfig:
     prompt: str = "\n"
     sample_tokens: int = 64
     log_to: str = "none"                  # none | tensorboard | wandb | tensorboard,wandb
+    grad_stats: str = "none"              # none | per-layer (llmtk/train/grad_stats.py)
+    grad_stats_every: int = 0             # per-layer rows also every N steps (0: only on
+                                          # non-finite and spike steps)
     # checkpoints and safety
     checkpoint_every: int = 0             # 0: only at the end and on SIGTERM/SIGUSR1
     keep_checkpoints: int = 3
@@ -90,7 +102,7 @@ class TrainConfig:
     on_spike: str = "none"                # none | rollback
     spike_factor: float = 3.0
     quiet: bool = False
-    # fine-tuning and task evaluation (issue 16; llmtk.train.finetune, docs/train.md "SFT")
+    # fine-tuning and task evaluation (llmtk.train.finetune, docs/train.md "SFT")
     sft: bool = False                     # instruction data: loss on assistant tokens only
     template: str = "auto"                # SFT data layout: auto | chat | prompt | alpaca
     chat_template: str = "auto"           # auto (the tokenizer's, else llmtk) | llmtk | FILE
@@ -107,9 +119,10 @@ class TrainConfig:
         """Raise ConfigError naming the first bad field: each value's type and range
         (`check_value`), then the rules that relate several fields."""
         _check_fields(self)
-        if not self.data:
+        # --dry-run plans the model and the layout only: no data, no run directory
+        if not self.data and not self.dry_run:
             raise ConfigError("data", "is required (JSONL/zstd files, directories or globs)")
-        if not self.out:
+        if not self.out and not self.dry_run:
             raise ConfigError("out", "is required (the run directory)")
         if self.min_lr is not None and self.min_lr > self.lr:
             raise ConfigError("min_lr", f"{self.min_lr} must not exceed {{0}} ({self.lr})",
@@ -159,10 +172,11 @@ class LaunchConfig:
     max_restarts: int = 0
     rdzv_timeout: int | None = None       # seconds the nodes wait to join; None: torchrun's
 
-    def validate(self) -> None:
-        """Raise ConfigError naming the first bad field."""
+    def validate(self, planning: bool = False) -> None:
+        """Raise ConfigError naming the first bad field (planning: a --dry-run, which
+        starts nothing and needs no rendezvous)."""
         _check_fields(self)
-        if self.nnodes > 1 and not self.rdzv_endpoint:
+        if self.nnodes > 1 and not self.rdzv_endpoint and not planning:
             raise ConfigError("rdzv_endpoint", "HOST:PORT is required with {0} > 1",
                               also=("nnodes",))
 
@@ -194,16 +208,19 @@ RULES = {
     "warmup": _at_least(0), "eval_every": _at_least(0), "sample_every": _at_least(0),
     "checkpoint_every": _at_least(0), "keep_checkpoints": _at_least(0),
     "max_bad_steps": _at_least(1), "seed": _between(0, 2**63 - 1),
-    "val_fraction": _between(0.0, 1.0, high_open=True),
+    "val_fraction": _between(0.0, 1.0, high_open=True), "max_epochs": _at_least(0.0),
     "lr": _between(0.0, 1e6, low_open=True), "min_lr": _between(0.0, 1e6),
     "decay_fraction": _between(0.0, 1.0, low_open=True),
     "weight_decay": _between(0.0, 1e6), "beta1": _between(0.0, 1.0, high_open=True),
     "beta2": _between(0.0, 1.0, high_open=True), "grad_clip": _at_least(0.0),
     "spike_factor": _between(1.0, 1e6, low_open=True), "nccl_timeout": _at_least(1),
-    "threads": _at_least(1),
+    "threads": _at_least(1), "tp": _at_least(1), "pp": _at_least(1),
+    "dp_replicate": _at_least(1), "dp_shard": _at_least(1),
+    "pp_schedule": _one_of("1f1b", "interleaved-1f1b"),
     "schedule": _one_of("cosine", "wsd", "constant"), "device": _one_of("auto", "cpu", "cuda"),
     "dtype": _one_of("auto", "fp32", "bf16"), "parallel": _one_of("auto", "none", "ddp", "fsdp"),
     "on_nan": _one_of("skip", "stop"), "on_spike": _one_of("none", "rollback"),
+    "grad_stats": _one_of("none", "per-layer"), "grad_stats_every": _at_least(0),
     "checkpoint_format": _one_of("auto", "full", "dcp"),
     "nproc_per_node": _at_least(1), "nnodes": _at_least(1), "node_rank": _at_least(0),
     "max_restarts": _at_least(0), "rdzv_backend": _one_of("c10d", "static"),
@@ -306,7 +323,7 @@ def resolve_config(flags: dict, config_path: str | None) -> TrainConfig:
     return cfg
 
 
-def resolve_launch(flags: dict, config_path: str | None) -> LaunchConfig:
+def resolve_launch(flags: dict, config_path: str | None, planning: bool = False) -> LaunchConfig:
     cfg = LaunchConfig(**_merged(flags, config_path, LAUNCH_FIELDS))
-    cfg.validate()
+    cfg.validate(planning)
     return cfg

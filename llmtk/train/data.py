@@ -9,7 +9,8 @@ an unchanged one is reused by every run and every rank.
 
 Sampling: the train tokens are cut into fixed windows of seq_len + 1 tokens
 (packed across document boundaries). Window order is a seeded permutation per
-epoch. The position in the data is one integer, the number of windows the whole
+epoch (`window_order`: an array up to ORDER_IN_MEMORY windows, computed per index
+above). The position in the data is one integer, the number of windows the whole
 job has consumed; micro-batch g of the job covers windows [g*W*B, (g+1)*W*B) of
 the (epoch-permuted) order and rank r takes its B-window slice. So the data
 position is exact to save and restore, and a 2-process run sees the same
@@ -18,6 +19,7 @@ global batches as a 1-process run with twice the batch size.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -33,6 +35,7 @@ import xxhash
 
 from llmtk.errors import ConfigError, DataError
 from llmtk.io import expand_inputs, read_docs
+from llmtk.io.atomic import atomic_dir, pid_alive
 
 CACHE_VERSION = 1
 SHARD_TOKENS = 1 << 26  # 64M tokens per shard file (128 MiB as uint16)
@@ -99,23 +102,13 @@ def _is_val(text: str, fraction: float) -> bool:
 _TMP = re.compile(r"^\.tmp-[0-9a-f]{16}-(?P<host>.+)-(?P<pid>\d+)$")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
-
-
 def sweep_stale(cache_root: str) -> list[str]:
     """Remove temporary cache directories left by dead processes of this host (a SIGKILL
     mid-tokenization); another host's, or a live process's, are left alone."""
     host, removed = socket.gethostname(), []
     for name in os.listdir(cache_root):
         m = _TMP.match(name)
-        if m and m["host"] == host and not _pid_alive(int(m["pid"])):
+        if m and m["host"] == host and not pid_alive(int(m["pid"])):
             shutil.rmtree(os.path.join(cache_root, name), ignore_errors=True)
             removed.append(name)
     return removed
@@ -140,19 +133,26 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
     final = os.path.join(cache_root, key)
     if os.path.exists(os.path.join(final, "meta.json")):
         return final
+    made_root = not os.path.isdir(cache_root)
     os.makedirs(cache_root, exist_ok=True)
-    with DirLock(cache_root, f".lock-{key}"):
+    with DirLock(cache_root, f".lock-{key}") as lock:
         if os.path.exists(os.path.join(final, "meta.json")):
             return final  # built by the process that held the lock before us
         sweep_stale(cache_root)
+        # Without a cross-host lock, another node may finish the same cache first
+        # (exist_ok: its copy is kept, ours dropped).
         tmp = os.path.join(cache_root, f".tmp-{key}-{socket.gethostname()}-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
         try:
-            _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fraction,
-                      log)
+            with atomic_dir(final, tmp, exist_ok=True):
+                _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field,
+                          val_fraction, log)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)  # a bad line or Ctrl-C leaves nothing
+            # A bad line, empty data or Ctrl-C leaves nothing: atomic_dir removed the partial
+            # shards; no lock file either, and no cache folder if this call made it.
+            lock.release(remove=True)
+            if made_root:
+                with contextlib.suppress(OSError):
+                    os.rmdir(cache_root)
             raise
     return final
 
@@ -202,12 +202,6 @@ def _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fra
         json.dump(meta, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
-    try:
-        os.rename(tmp, final)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # another node won the race
-        if not os.path.exists(os.path.join(final, "meta.json")):
-            raise
 
 
 def read_meta(cache_dir: str) -> dict:
@@ -250,6 +244,61 @@ class Windows:
         return self.shards[k][start:start + self.seq_len + 1]
 
 
+ORDER_IN_MEMORY = 1 << 24  # windows per epoch up to which the order is a permutation array
+
+
+def window_order(n: int, key: list[int]):
+    """The seeded order of n windows for one epoch: order[i] is the i-th window read.
+
+    Up to ORDER_IN_MEMORY windows (128 MiB of int64) a NumPy permutation; above, where an
+    array of 8 bytes per window would grow with the corpus (1T tokens at 2,048 per window
+    is 3.9 GiB per rank), a keyed Feistel permutation computed per index, in no memory."""
+    import numpy as np
+
+    if n <= ORDER_IN_MEMORY:
+        return np.random.default_rng(key).permutation(n)
+    return FeistelOrder(n, key)
+
+
+class FeistelOrder:
+    """A pseudo-random bijection of range(n): a 4-round balanced Feistel network on the
+    smallest even number of bits that covers n, walked again while it lands past n
+    (cycle walking: fewer than 4 rounds of it on average, as 2^bits < 4n)."""
+
+    ROUNDS = 4
+
+    def __init__(self, n: int, key: list[int]):
+        self.n = n
+        self.half = max(1, ((n - 1).bit_length() + 1) // 2)
+        self.mask = (1 << self.half) - 1
+        seed = xxhash.xxh64_intdigest(json.dumps(list(map(int, key))).encode())
+        self.keys = [xxhash.xxh64_intdigest(f"{seed}:{r}".encode()) for r in range(self.ROUNDS)]
+
+    def _round(self, x: int, k: int) -> int:
+        # splitmix64 of (x, k): well mixed, the same on every machine
+        z = (x * 0x9E3779B97F4A7C15 + k) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+        return (z ^ (z >> 31)) & self.mask
+
+    def _permute(self, x: int) -> int:
+        left, right = x >> self.half, x & self.mask
+        for k in self.keys:
+            left, right = right, left ^ self._round(right, k)
+        return (left << self.half) | right
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        x = self._permute(i)
+        while x >= self.n:
+            x = self._permute(x)
+        return x
+
+
 class Sampler:
     """Micro-batches for one rank, addressed by the job's global window position."""
 
@@ -267,9 +316,14 @@ class Sampler:
         if not self.shuffle:
             return i
         if epoch != self._epoch:
-            self._perm = np.random.default_rng([self.seed, epoch]).permutation(n)
+            self._perm = window_order(n, [self.seed, epoch])
             self._epoch = epoch
         return int(self._perm[i])
+
+    def locate(self, position: int) -> tuple[int, int]:
+        """(0, window index) of the window at job-wide `position` (as BlendSampler.locate,
+        whose first number is the source)."""
+        return 0, self._index(position)
 
     def rows(self, position: int):
         """(B, T + 1) int64 tensor: this rank's windows of the job-wide micro-batch starting

@@ -1,6 +1,6 @@
-"""The trainer's fine-tuning and evaluation hooks (issue 16), kept out of the loop itself.
+"""The trainer's fine-tuning and evaluation hooks, kept out of the loop itself.
 
-- `setup_sft(trainer)`: `--sft` data instead of the pre-training token cache; with
+- `setup_sft(cfg, dist, dp, dp_rank)`: `--sft` data instead of the pre-training token cache; with
   `--init-from RUN_DIR` the model shape and tokenizer come from that run unless given.
 - `TaskEvaluator`: `--eval-tasks FILE...` scored at every `--eval-every` step and at the
   end, through `llmtk.evaluate` (files under OUT/eval/STEP/, `eval` rows in the log).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from llmtk.errors import ConfigError
 
@@ -46,7 +46,7 @@ def inherited_tokenizer(cfg, state: dict | None):
 def inherited_model_config(cfg, vocab_size: int, state: dict | None):
     """The --init-from run's model shape (flags given here still apply), else the flags'."""
     from llmtk.train.model_config import ModelConfig
-    from llmtk.train.trainer import model_config
+    from llmtk.train.run_shape import model_config
 
     if state is None:
         return model_config(cfg, vocab_size)
@@ -57,42 +57,59 @@ def inherited_model_config(cfg, vocab_size: int, state: dict | None):
     return mc
 
 
-def setup_sft(t) -> None:
-    """Fill the trainer's data attributes from instruction data (see sft_data)."""
+@dataclass
+class SFTData:
+    """What --sft training reads instead of the token cache."""
+
+    tok: object                 # the tokenizer (the --init-from run's unless given)
+    mcfg: object                # ModelConfig
+    chat: object                # the chat template (train/chat.py)
+    train_data: object          # SFTSampler
+    val_data: object | None     # SFTSampler, or None without validation examples
+    windows_per_step: int
+    tokens_per_step: int
+    cache: str                  # names the data in checkpoints (a digest of the rows)
+    data_meta: dict             # config.json's "data"
+
+
+def setup_sft(cfg, dist, dp: int, dp_rank: int) -> SFTData:
+    """Instruction data for the run (see sft_data), with its tokenizer and model shape;
+    this rank reads part dp_rank of dp."""
     from llmtk.train import sft_data as S
     from llmtk.train.chat import chat_template
 
-    cfg, dist = t.cfg, t.dist
     state = _source_state(cfg.init_from)
-    t.tok = inherited_tokenizer(cfg, state)
-    t.mcfg = inherited_model_config(cfg, t.tok.vocab_size, state)
-    T = t.mcfg.seq_len
-    t.chat = chat_template(t.tok, cfg.chat_template)
+    tok = inherited_tokenizer(cfg, state)
+    mcfg = inherited_model_config(cfg, tok.vocab_size, state)
+    T = mcfg.seq_len
+    chat = chat_template(tok, cfg.chat_template)
     convs = S.read_conversations(cfg.data, cfg.template)
     if cfg.val_data:
         val = S.read_conversations(cfg.val_data, cfg.template)
     else:
         convs, val = S.split_val(convs, cfg.val_fraction)
-    rows = S.build_rows(convs, t.chat, T, t.tok.eos_id, packing=cfg.packing)
-    t.train_data = S.SFTSampler(rows, cfg.batch_size, dist.world, dist.rank, cfg.seed)
-    t.val_data = None
+    rows = S.build_rows(convs, chat, T, tok.eos_id, packing=cfg.packing)
+    train_data = S.SFTSampler(rows, cfg.batch_size, dp, dp_rank, cfg.seed)
+    val_data = vrows = None
     if val:
-        vrows = S.build_rows(val, t.chat, T, t.tok.eos_id, packing=cfg.packing)
-        t.val_data = S.SFTSampler(vrows, cfg.batch_size, dist.world, dist.rank, cfg.seed,
-                                  shuffle=False)
-    t.windows_per_step = cfg.batch_size * dist.world * cfg.grad_accum
-    t.tokens_per_step = t.windows_per_step * T
+        vrows = S.build_rows(val, chat, T, tok.eos_id, packing=cfg.packing)
+        val_data = S.SFTSampler(vrows, cfg.batch_size, dp, dp_rank, cfg.seed,
+                                shuffle=False)
+    windows_per_step = cfg.batch_size * dp * cfg.grad_accum
     digest = hashlib.sha1(rows.tokens.tobytes() + rows.trained.tobytes()).hexdigest()[:16]
-    t.cache = os.path.join(cfg.out, f"sft-{digest}")  # names the data in checkpoints
-    t.data_meta = {"sft": rows.stats, "sft_val": vrows.stats if val else None,
-                   "template": cfg.template, "chat_template": t.chat.name}
     if dist.rank == 0 and not cfg.quiet:
         s = rows.stats
         print(f"sft: {s['examples']} examples in {s['rows']} rows of {T + 1} tokens "
               f"({'packed' if cfg.packing else 'padded'}, {s['fill']:.0%} full), "
               f"{s['trained_tokens']} trained tokens, {s['truncated']} truncated, "
-              f"{s['dropped']} dropped; chat template {t.chat.name}", file=sys.stderr,
+              f"{s['dropped']} dropped; chat template {chat.name}", file=sys.stderr,
               flush=True)
+    return SFTData(
+        tok=tok, mcfg=mcfg, chat=chat, train_data=train_data, val_data=val_data,
+        windows_per_step=windows_per_step, tokens_per_step=windows_per_step * T,
+        cache=os.path.join(cfg.out, f"sft-{digest}"),
+        data_meta={"sft": rows.stats, "sft_val": vrows.stats if val else None,
+                   "template": cfg.template, "chat_template": chat.name})
 
 
 class TaskEvaluator:

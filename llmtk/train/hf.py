@@ -28,7 +28,9 @@ import os
 import shutil
 
 from llmtk.errors import ConfigError, DataError, UsageError
+from llmtk.io.atomic import atomic_dir
 from llmtk.train.model_config import ModelConfig
+from llmtk.train.state_dict import full_state_dict
 
 PREFIX = "hf:"
 SUPPORTED = ("llama", "mistral", "qwen2")
@@ -356,26 +358,15 @@ def export_hf(checkpoint: str, out: str) -> dict:
     if tok.fingerprint() != state.get("tokenizer", tok.fingerprint()):
         raise DataError(f"{tok_spec}: this tokenizer is not the one {path} was trained with "
                         f"({tok.fingerprint()} != {state['tokenizer']})")
-    from llmtk.train.api import full_state_dict
-
     sd = full_state_dict(path)  # full or DCP-sharded checkpoints alike
     tensors = to_hf_state(sd, cfg)
-    tmp = f"{out.rstrip(os.sep)}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    try:
+    with atomic_dir(out) as tmp:  # replaces an empty out (checked above)
         save_file(tensors, os.path.join(tmp, WEIGHTS), metadata={"format": "pt"})
         with open(os.path.join(tmp, "config.json"), "w") as f:
             json.dump(hf_config(cfg, tok.eos_id), f, indent=2)
         with open(os.path.join(tmp, "generation_config.json"), "w") as f:
             json.dump({"eos_token_id": tok.eos_id, "bos_token_id": None}, f, indent=2)
         _write_tokenizer(tmp, tok_spec, tok)
-        if os.path.isdir(out):
-            os.rmdir(out)  # empty (checked above)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return {"checkpoint": path, "step": state.get("step"), "out": out,
             "architecture": hf_config(cfg, None)["architectures"][0],
             "params": sum(t.numel() for t in tensors.values())}

@@ -43,8 +43,15 @@ class DirLock:
         except (OSError, ValueError):
             return "an unknown process"
 
-    def release(self) -> None:
+    def release(self, remove: bool = False) -> None:
+        """Drop the lock; remove=True also deletes the lock file (a start that failed
+        leaves nothing behind), while still holding it, so no one locks a file that is gone."""
         if self.fd is not None:
+            if remove:
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass
             os.close(self.fd)  # closing the descriptor drops the flock
             self.fd = None
 

@@ -23,6 +23,7 @@ import math
 import os
 
 from llmtk.errors import ConfigError
+from llmtk.io.atomic import write_file_atomically
 
 BACKENDS = ("tensorboard", "wandb")
 SKIP = ("step", "time", "event")  # the x axis and the wall clock are not metrics
@@ -115,9 +116,7 @@ class WandB:
             name=os.path.basename(os.path.abspath(out)), dir=out, mode=mode,
             config=config, settings=wandb.Settings(console="off", silent=True))
         if run_id is None:
-            with open(id_file + ".tmp", "w") as f:
-                f.write(self.run.id + "\n")
-            os.replace(id_file + ".tmp", id_file)
+            write_file_atomically(id_file, (self.run.id + "\n").encode())
         self.last_step = start_step
 
     def log(self, row: dict) -> None:

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from llmtk.errors import ConfigError
+from llmtk.train.model import init_whole_
 
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 MODULE_OF = {"o": "attn.wo", "gate": "mlp.w1", "up": "mlp.w3", "down": "mlp.w2"}
@@ -130,21 +131,6 @@ def add_lora(model, rank: int, alpha: float | None = None, targets: str = ",".jo
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def merge_lora(model) -> None:
-    """Fold every adapter into its base weight and put plain Linears back (in place)."""
-    with torch.no_grad():
-        for block in model.layers:
-            for path in ("attn.wqkv", *MODULE_OF.values()):
-                parent_path, _, leaf = path.rpartition(".")
-                parent = _get(block, parent_path)
-                mod = getattr(parent, leaf)
-                if isinstance(mod, LoRALinear):
-                    plain = nn.Linear(mod.in_features, mod.out_features, bias=False,
-                                      device=mod.weight.device, dtype=mod.weight.dtype)
-                    plain.weight.copy_(mod.weight + mod.delta().to(mod.weight.dtype))
-                    setattr(parent, leaf, plain)
-
-
 def merged_state_dict(state: dict, model_config: dict, alpha: float) -> dict:
     """A LoRA checkpoint's state dict with the adapters folded in: the plain model's keys.
 
@@ -167,27 +153,11 @@ def merged_state_dict(state: dict, model_config: dict, alpha: float) -> dict:
     return out
 
 
-def adapter_state_dict(state: dict) -> dict:
-    """Only the adapters of a LoRA checkpoint (what `--adapters-only` exports)."""
-    return {k: v for k, v in state.items() if ".lora_" in k}
-
-
 def _kaiming_(param: torch.Tensor) -> None:
-    """add_lora's A init, in place. A sharded (FSDP2 DTensor) adapter gets its slice of the
-    full matrix drawn from the CPU generator, as GPT.init_weights does for the base: a
-    DTensor's own `uniform_` draws from DTensor's RNG instead, so the adapters (and every
-    step after the first) would differ from a single process's with the same seed."""
-    if not hasattr(param, "device_mesh"):
-        nn.init.kaiming_uniform_(param, a=math.sqrt(5))
-        return
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-
-    full = torch.empty(param.shape, dtype=param.dtype)
-    nn.init.kaiming_uniform_(full, a=math.sqrt(5))
-    shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh,
-                                                          param.placements)
-    local = full[tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))]
-    param.to_local().copy_(local)
+    """add_lora's A init, in place; a sharded adapter gets its slice of the whole matrix,
+    as GPT.init_weights does for the base, so the adapters (and every step after the
+    first) equal a single process's with the same seed."""
+    init_whole_(param, lambda t: nn.init.kaiming_uniform_(t, a=math.sqrt(5)))
 
 
 def init_lora(model) -> None:

@@ -21,6 +21,7 @@ Shapes: B batch, T sequence, C d_model, H heads, K kv heads, D head dim, V vocab
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -33,20 +34,27 @@ from llmtk.train.model_config import PRESETS, ModelConfig, count_params, preset
 __all__ = ["GPT", "PRESETS", "ModelConfig", "count_params", "preset"]
 
 
-def _normal_(param: torch.Tensor, std: float) -> None:
-    """normal(0, std) in place. A sharded (FSDP2 DTensor) parameter gets its slice of the
-    full tensor drawn from the CPU generator, so a model initialised after sharding holds
-    exactly the weights of one initialised whole with the same seed."""
-    if hasattr(param, "device_mesh"):
-        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+def init_whole_(param: torch.Tensor, fill: Callable[[torch.Tensor], object]) -> None:
+    """fill(param) in place, drawn from the CPU generator. A sharded (FSDP2 DTensor)
+    parameter gets its slice of the full tensor, drawn whole, so a model initialised after
+    sharding holds exactly the weights of one initialised whole with the same seed (a
+    DTensor's own in-place init would draw from DTensor's RNG instead)."""
+    if not hasattr(param, "device_mesh"):
+        fill(param)
+        return
+    # A private torch API, used here only: which slice of the full tensor this rank holds.
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-        full = torch.empty(param.shape, dtype=param.dtype).normal_(0.0, std)
-        shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh,
-                                                              param.placements)
-        local = full[tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))]
-        param.to_local().copy_(local)
-    else:
-        nn.init.normal_(param, mean=0.0, std=std)
+    full = torch.empty(param.shape, dtype=param.dtype)
+    fill(full)
+    shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh,
+                                                          param.placements)
+    local = full[tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))]
+    param.to_local().copy_(local)
+
+
+def _normal_(param: torch.Tensor, std: float) -> None:
+    init_whole_(param, lambda t: nn.init.normal_(t, mean=0.0, std=std))
 
 
 class RMSNorm(nn.Module):
@@ -161,7 +169,8 @@ class GPT(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.activation_checkpointing = False
-        self.init_weights()
+        if not self.rope_cos.is_meta:  # a meta model is initialised once materialised
+            self.init_weights()
 
     @torch.no_grad()
     def init_weights(self) -> None:

@@ -2,8 +2,8 @@
 
 Pure functions of numbers (no torch, no I/O), so their widths are tested directly. The
 step line fits an 80-column terminal: step, loss, val and elapsed/ETA always show; lr,
-tokens/s, gradient norm, MFU, memory and ms/step while the line still fits (issue 14,
-item 7). Every number is in metrics.jsonl as well.
+tokens/s, gradient norm, MFU, memory and ms/step while the line still fits.
+Every number is in metrics.jsonl as well.
 """
 
 from __future__ import annotations

@@ -25,10 +25,22 @@ import resource
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
-from llmtk.errors import ConfigError, LlmtkError, UsageError
+from llmtk.errors import LlmtkError
+from llmtk.io.atomic import set_aside
+from llmtk.io.paths import missing_dirs, remove_made
+from llmtk.train.checkpointer import Checkpointer, check_resume, check_shape, set_full_model_state
 from llmtk.train.config import TrainConfig
+from llmtk.train.parallel import (
+    build_mesh,
+    check_model,
+    check_trainable,
+    dp_mesh,
+    plan_layout,
+    replicas,
+)
+from llmtk.train.run_shape import model_config
 from llmtk.train.runtime import (
     CollectiveError,
     Dist,
@@ -67,7 +79,7 @@ class StepResult:
     step: int                # 1-based
     lr: float
     values: object           # tensor [loss, grad_norm, not_finite]
-    bad: object              # tensor (P,): 1 where a parameter's gradient is not finite
+    sq: object               # tensor (P,): each parameter's squared gradient norm
 
 
 @dataclass
@@ -117,45 +129,6 @@ def warmup_warning(cfg: TrainConfig) -> str:
             f"never decays; lower --warmup to use the {cfg.schedule} schedule")
 
 
-# Settings that do not change what is trained (a moved run directory or cache included);
-# a resume with other values is unremarkable.
-_NOT_NOTED = {"out", "cache_dir", "resume", "quiet", "seed", "threads", "log_every", "log_to",
-              "nccl_timeout", "keep_checkpoints", "async_checkpoint"}
-
-
-def changed_settings(old: dict, new: dict) -> str:
-    """'--lr 0.0003 -> 0.001, --steps 4 -> 8' for the settings a resume changes ('' if
-    none). --seed has its own notice; settings the checkpoint predates are not compared."""
-    def show(v) -> str:
-        text = repr(v)
-        return text if len(text) <= 40 else text[:37] + "..."
-
-    return ", ".join(f"--{k.replace('_', '-')} {show(old[k])} -> {show(v)}"
-                     for k, v in new.items() if k in old and old[k] != v and k not in _NOT_NOTED)
-
-
-def model_config(cfg: TrainConfig, vocab_size: int):
-    from llmtk.train import hf
-    from llmtk.train.model_config import PRESETS, check_model_name
-
-    if hf.is_hf_spec(cfg.init_from):
-        return hf.init_model_config(cfg, vocab_size)
-    check_model_name(cfg.model)
-    mc = replace(PRESETS[cfg.model], vocab_size=vocab_size)
-    overrides = {"n_layer": cfg.layers, "d_model": cfg.d_model, "n_head": cfg.heads,
-                 "n_kv_head": cfg.kv_heads, "ffn_hidden": cfg.ffn_hidden, "seq_len": cfg.seq_len}
-    mc = replace(mc, **{k: v for k, v in overrides.items() if v is not None})
-    if cfg.untied:
-        mc = replace(mc, tie_embeddings=False)
-    if cfg.heads is not None and cfg.kv_heads is None and PRESETS[cfg.model].n_kv_head:
-        mc = replace(mc, n_kv_head=None)
-    try:
-        mc.validate()
-    except ValueError as e:
-        raise UsageError(f"model shape: {e}") from None
-    return mc
-
-
 def _mem_gb(device: str) -> float:
     """Peak memory of this process: CUDA allocator peak on GPU, peak RSS on CPU."""
     import torch
@@ -175,16 +148,21 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
 
     cfg = resolve_init(cfg)  # --init-from hf:PATH brings its tokenizer
     rank, _world, _local = ranks()
+    made = missing_dirs(cfg.out)  # what mkdir -p OUT creates: removed if the start fails
     lock = lock_run_dir(cfg.out) if rank == 0 else None  # before anything touches OUT
+    data_ready = False  # until then a failure (empty or bad data) takes back what it made
     try:
         tok = cache = None  # --sft: read by the Trainer (train/finetune.py), no token cache
         if not cfg.sft:
             tok = load_tokenizer(cfg.tokenizer)
             say = (lambda m: print(m, file=sys.stderr, flush=True)) \
                 if rank == 0 and not cfg.quiet else None
-            cache = D.build_cache(cfg.data, cfg.val_data, tok,
-                                  cfg.cache_dir or os.path.join(cfg.out, "cache"),
-                                  cfg.text_field, cfg.val_fraction, log=say)
+            from llmtk.train.inputs import data_key
+
+            cache = data_key(cfg, tok) or D.build_cache(  # token datasets need no cache
+                cfg.data, cfg.val_data, tok, cfg.cache_dir or os.path.join(cfg.out, "cache"),
+                cfg.text_field, cfg.val_fraction, log=say)
+        data_ready = True
         import torch  # only now: a run refused by the lock or the data never waits for it
 
         threads = torch.get_num_threads()  # --threads changes them; callers get theirs back
@@ -208,7 +186,9 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
             torch.set_num_threads(threads)
     finally:
         if lock is not None:
-            lock.release()
+            lock.release(remove=not data_ready)
+            if not data_ready:
+                remove_made(made)  # the folders still empty
 
 
 class Trainer:
@@ -217,32 +197,38 @@ class Trainer:
 
         self.cfg, self.dist, self.tok, self.cache, self.faults = cfg, dist, tok, cache, faults
         self.out = cfg.out
-        self.ckpt_root = os.path.join(cfg.out, "checkpoints")
         self.chat = None  # --sft: the chat template (train/chat.py)
-        if cfg.sft:  # issue 16: instruction data instead of the token cache (train/finetune.py)
+        self.parallel, self.layout = plan_layout(
+            dist.world, parallel=cfg.parallel, tp=cfg.tp, pp=cfg.pp,
+            dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)
+        # Each data-parallel rank reads its own part of the global batch (a tp group the same).
+        dp, dp_rank = self.layout.dp, self.layout.dp_rank(dist.rank)
+        self.val_sets: dict = {}  # --val-data NAME=DIR: name -> Sampler
+        if cfg.sft:  # instruction data instead of the token cache (train/finetune.py)
             from llmtk.train.finetune import setup_sft
 
-            setup_sft(self)  # tok, mcfg, train_data, val_data, *_per_step, cache, data_meta
+            sft = setup_sft(cfg, dist, dp, dp_rank)
+            self.tok, self.mcfg, self.chat = sft.tok, sft.mcfg, sft.chat
+            self.train_data, self.val_data, self.cache = sft.train_data, sft.val_data, sft.cache
+            self.windows_per_step, self.tokens_per_step = sft.windows_per_step, \
+                sft.tokens_per_step
+            self.data_meta = sft.data_meta
         else:
-            meta = D.read_meta(cache)
+            from llmtk.train.inputs import epoch_warnings, open_training_data
+
             self.mcfg = model_config(cfg, tok.vocab_size)
             T = self.mcfg.seq_len
-            self.train_data = D.Sampler(D.Windows.open(cache, "train", T), cfg.batch_size,
-                                        dist.world, dist.rank, cfg.seed)
-            val_windows = D.Windows.open(cache, "val", T)
-            self.val_data = (D.Sampler(val_windows, cfg.batch_size, dist.world, dist.rank,
-                                       cfg.seed, shuffle=False) if len(val_windows) else None)
-            self.windows_per_step = cfg.batch_size * dist.world * cfg.grad_accum
+            data = open_training_data(cfg, cache, T, dp, dp_rank)
+            self.train_data, self.val_data, self.val_sets = data.train, data.val, data.val_sets
+            self.windows_per_step = cfg.batch_size * dp * cfg.grad_accum
             self.tokens_per_step = self.windows_per_step * T
-            self.data_meta = {"train_tokens": meta["train"]["tokens"],
-                              "val_tokens": meta["val"]["tokens"],
-                              "train_docs": meta["train"]["docs"],
-                              "val_docs": meta["val"]["docs"]}
+            self.data_meta = data.meta
+            for line in epoch_warnings(data, cfg.steps * self.windows_per_step, cfg.max_epochs):
+                self._say(line)
         self.batches = D.Prefetcher(self.train_data, self.train_data.global_batch, dist.device,
                                     threaded=dist.cuda)
-        self.parallel = cfg.parallel if dist.distributed else "none"
-        if self.parallel == "auto":
-            self.parallel = "ddp"
+        check_model(self.layout, self.mcfg)
+        check_trainable(self.layout)
         self.ckpt_format = cfg.checkpoint_format if cfg.checkpoint_format != "auto" else (
             "dcp" if self.parallel == "fsdp" else "full")
         self.compiled = cfg.compile if cfg.compile is not None else dist.cuda
@@ -250,9 +236,13 @@ class Trainer:
         self._build_model()
         self.pending: list[StepResult] = []   # steps not yet settled by the host
         self.last_row = None                  # (step, [loss, norm, not_finite], lr) settled
-        self.last_ckpt_step = 0
         self.metrics = None                   # rank 0's MetricsWriter, opened in run()
-        self.async_ckpt = None                # (future, step, t0, blocking_s) of a DCP write
+        self.ckpt = Checkpointer(
+            os.path.join(cfg.out, "checkpoints"), dist, fmt=self.ckpt_format,
+            keep=cfg.keep_checkpoints, faults=faults, say=self._say,
+            on_commit=lambda step, path, **f: self._event(
+                "checkpoint", step, path=os.path.relpath(path, self.out), **f),
+            pause=lambda: self.meter.exclude())
         self.stopper = Stopper(dist)
         self.meter = Meter()
         self.t_start = time.perf_counter()    # reset when training starts (_start)
@@ -278,7 +268,7 @@ class Trainer:
             # start from the same weights, on every rank.
             torch.manual_seed(cfg.seed)
             model.init_weights()
-            if cfg.lora_rank:  # issue 16: freeze the base, train adapters (train/lora.py)
+            if cfg.lora_rank:  # freeze the base, train adapters (train/lora.py)
                 from llmtk.train.lora import add_lora
 
                 add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets,
@@ -298,6 +288,10 @@ class Trainer:
         # Only what trains (LoRA freezes the base): clipped, updated, checked for NaN.
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.param_names = [n for n, p in model.named_parameters() if p.requires_grad]
+        # How many ranks hold each gradient element: the all-reduced squares are divided by
+        # it, so a replicated shard (HSDP, DDP) counts once in the global norm.
+        self.replicas = torch.tensor([float(replicas(p, dist.world)) for p in self.params],
+                                     device=dist.device)
 
         # AdamW, decoupled weight decay on matrices only (not norms), nanoGPT's grouping.
         # Fused: one kernel for all parameters, and it honours `found_inf` (the device-side
@@ -321,6 +315,11 @@ class Trainer:
         self.peak = (device_peak_flops(torch.cuda.get_device_name(dist.local_rank),
                                        "bf16-mixed" if self._bf16() else "fp32")
                      if dist.cuda else None)
+        self.grad_stats = None  # --grad-stats per-layer: rows of per-layer norms, in _settle
+        if cfg.grad_stats == "per-layer":
+            from llmtk.train.grad_stats import GradStats
+
+            self.grad_stats = GradStats(self.param_names, cfg.grad_stats_every, cfg.spike_factor)
 
     def _build_fsdp(self):
         """FSDP2: build on the meta device (no full copy in memory), shard each block and
@@ -343,15 +342,16 @@ class Trainer:
         # the sharded master weights and the optimizer stay fp32.
         mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
               if self._bf16() else MixedPrecisionPolicy())
+        mesh = dp_mesh(build_mesh(self.layout, self.dist.device), self.layout)
         for block in model.layers:
             if self.compiled:
                 # Compile each block's forward: FSDP's all-gather/reshard hooks run around it
                 # (eagerly, in Module.__call__), never inside a graph, so nothing breaks it.
                 block.forward = torch.compile(block.forward)
-            fully_shard(block, mp_policy=mp)
+            fully_shard(block, mesh=mesh, mp_policy=mp)
         if self.compiled:
             model.head_loss = torch.compile(model.head_loss)
-        fully_shard(model, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
         model.to_empty(device=self.dist.device)
         torch.manual_seed(self.cfg.seed)
         model.init_weights()
@@ -384,7 +384,7 @@ class Trainer:
                 return self._preempt(st, signum)
             if st.step == self.cfg.steps or self._due(st, self.cfg.checkpoint_every):
                 self._checkpoint(st, "final" if st.step == self.cfg.steps else "scheduled")
-            self._poll_async_checkpoint()
+            self.ckpt.poll()
             self.faults.after_step(st.step)
         self._finish(st)
 
@@ -398,13 +398,13 @@ class Trainer:
         for group in self.opt.param_groups:
             group["lr"] = lr
         loss_sum = self._micro_steps(st)
-        values, bad = self._reduce_clip_update(loss_sum)
+        values, sq = self._reduce_clip_update(loss_sum)
         st.step += 1
         st.position += self.windows_per_step
         st.tokens += self.tokens_per_step
         self.meter.tokens += self.tokens_per_step
         self.meter.steps += 1
-        return StepResult(st.step, lr, values, bad)
+        return StepResult(st.step, lr, values, sq)
 
     def _micro_steps(self, st: TrainState):
         import torch
@@ -424,7 +424,7 @@ class Trainer:
                   else contextlib.nullcontext()):
                 with self.autocast():
                     _, loss = self.model(*batch)
-                if scaled:  # issue 16: SFT's mean over the step's trained tokens
+                if scaled:  # SFT: the mean over the step's trained tokens
                     loss = loss * self.train_data.loss_scale(st.position, m, ga)
                 loss = self.faults.loss(st.step, loss)
                 (loss / ga).backward()
@@ -433,7 +433,7 @@ class Trainer:
 
     def _reduce_clip_update(self, loss_sum):
         """The step's one collective, then clip and step on the device. Returns the step's
-        [loss, grad_norm, not_finite] and the per-parameter non-finite flags (device)."""
+        [loss, grad_norm, not_finite] and the per-parameter squared norms (device)."""
         import torch
 
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
@@ -445,10 +445,11 @@ class Trainer:
 
             reduced = vec.clone()
             tdist.all_reduce(reduced)
-            # FSDP: each rank holds a shard of every gradient, so the squares add up; DDP:
-            # every rank holds the same full gradients, the local norms are the global ones.
+            # FSDP: each rank holds a shard of every gradient, so the squares add up; HSDP:
+            # each shard is held by dp_replicate ranks; DDP: every rank holds the same full
+            # gradients, the local norms are the global ones (kept as they are: exact).
             vec = torch.cat([reduced[:1] / self.dist.world,
-                             reduced[1:] if self.parallel == "fsdp" else sq])
+                             reduced[1:] / self.replicas if self.parallel == "fsdp" else sq])
         loss, sq = vec[0], vec[1:]
         norm = sq.sum().sqrt()
         not_finite = (~(torch.isfinite(norm) & torch.isfinite(loss))).float()
@@ -457,7 +458,7 @@ class Trainer:
         self.opt.found_inf = not_finite  # the fused kernel skips the update when it is 1
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        return torch.stack([loss, norm, not_finite]), ~torch.isfinite(sq)
+        return torch.stack([loss, norm, not_finite]), sq
 
     def _settle(self, st: TrainState) -> bool:
         """Bring the host up to date with the pending steps (one device read): log
@@ -467,11 +468,13 @@ class Trainer:
         if not self.pending:
             return True
         pending, self.pending = self.pending, []
-        rows = torch.stack([torch.cat([r.values, r.bad.float()]) for r in pending])
+        rows = torch.stack([torch.cat([r.values, r.sq]) for r in pending])
         values = rows.tolist()  # the one device -> host read
-        for r, (loss, norm, not_finite, *bad) in zip(pending, values, strict=True):
+        for r, (loss, norm, not_finite, *sq) in zip(pending, values, strict=True):
+            if self.grad_stats and (row := self.grad_stats.row(r.step, loss, norm, sq)):
+                self._event("grad_stats", r.step, **row)
             if not_finite:
-                self._non_finite(st, r.step, loss, norm, bad)
+                self._non_finite(st, r.step, loss, norm, [not math.isfinite(v) for v in sq])
             elif self._is_spike(st, loss):
                 self._rollback(st, r.step, loss)
                 return False
@@ -504,17 +507,15 @@ class Trainer:
     def _is_spike(self, st: TrainState, loss: float) -> bool:
         return (self.cfg.on_spike == "rollback" and st.ema_loss is not None
                 and st.step > self.cfg.warmup and loss > self.cfg.spike_factor * st.ema_loss
-                and self.last_ckpt_step > 0)
+                and self.ckpt.last_step > 0)
 
     def _rollback(self, st: TrainState, step: int, loss: float) -> None:
         """PaLM-style: back to the last checkpoint, half the learning rate, and skip the
         batches that led to the spike (the data position is not rewound)."""
         from llmtk.io.metrics import MetricsWriter, truncate_after
-        from llmtk.train import checkpoint as C
 
-        self._wait_async_checkpoint()
-        path = C.find_latest(self.ckpt_root)
-        saved = self._load_checkpoint(path)
+        self.ckpt.wait()
+        saved = self._load_checkpoint(self.ckpt.latest())
         self.opt.zero_grad(set_to_none=True)
         if self.metrics is not None:
             # Rows after the checkpoint describe steps that are being redone: drop them.
@@ -541,7 +542,8 @@ class Trainer:
         from llmtk.train import checkpoint as C
         from llmtk.train import hf
 
-        path = self.dist.broadcast(self._choose_checkpoint() if self.dist.rank == 0 else None)
+        path = self.dist.broadcast(self.ckpt.choose(self.cfg.resume)
+                                   if self.dist.rank == 0 else None)
         if path is not None and \
                 TrainState.from_checkpoint(C.load_state(path)).step == self.cfg.steps:
             # Touch nothing (metrics, config.json, the event log) and say so.
@@ -552,18 +554,20 @@ class Trainer:
         if path is not None:
             st = self._load_checkpoint(path, resume=True)
         elif hf.is_hf_spec(self.cfg.init_from):
-            self._set_full_state(hf.init_weights(self.cfg, self.mcfg))
+            set_full_model_state(self.model, hf.init_weights(self.cfg, self.mcfg))
             self._say(f"initialised weights from {self.cfg.init_from} (fresh optimizer and "
                       "schedule)")
         elif self.cfg.init_from:
-            self._init_from(self.cfg.init_from)
-        self.last_ckpt_step = st.step
+            src = self.ckpt.init_from(self.cfg.init_from, self.model, sharded=self._sharded(),
+                                      check=lambda state, p: self._compat(state, p, True))
+            self._say(f"initialised weights from {src} (fresh optimizer and schedule)")
+        self.ckpt.last_step = st.step
         if self.dist.rank == 0:
             metrics_path = os.path.join(self.out, "metrics.jsonl")
             if path is not None:
                 truncate_after(metrics_path, st.step)
             elif os.path.exists(metrics_path):
-                os.replace(metrics_path, metrics_path + ".old")
+                set_aside(metrics_path, "old", numbered=False)
             self.metrics = MetricsWriter(metrics_path)
             resolved = self._write_config()
             if self.cfg.warmup >= self.cfg.steps:
@@ -578,7 +582,7 @@ class Trainer:
             if path is not None:
                 self._event("resume", step=st.step, path=os.path.relpath(path, self.out))
                 self._say(f"resumed from {path} at step {st.step}")
-        if self.cfg.eval_tasks:  # issue 16: task files are read (and checked) before training
+        if self.cfg.eval_tasks:  # --eval-tasks: task files are read (and checked) before training
             from llmtk.train.finetune import TaskEvaluator
 
             self.task_eval = TaskEvaluator(self)
@@ -586,31 +590,6 @@ class Trainer:
         self.meter = Meter()
         self.t_start = time.perf_counter()  # the step line's elapsed time (this process)
         return st
-
-    def _choose_checkpoint(self) -> str | None:
-        """Rank 0: the checkpoint to resume from, or None for a fresh start."""
-        from llmtk.train import checkpoint as C
-
-        cfg, root = self.cfg, self.ckpt_root
-        if cfg.resume == "never" and os.path.isdir(root) and os.listdir(root):
-            # A fresh start must not later auto-resume an earlier run's checkpoints.
-            n = 1
-            while os.path.exists(f"{root}.old-{n}"):
-                n += 1
-            os.rename(root, f"{root}.old-{n}")
-            self._say(f"--resume never: moved the earlier checkpoints to {root}.old-{n}")
-        os.makedirs(root, exist_ok=True)
-        if cfg.resume == "never":
-            return None
-        if cfg.resume == "auto":
-            return C.find_latest(root, warn=self._say, repair=True)
-        try:
-            path = C.resolve(cfg.resume, warn=self._say)
-        except C.CheckpointError as e:
-            raise ConfigError("resume", str(e), value=cfg.resume) from None
-        if path is None:
-            raise ConfigError("resume", "no complete checkpoint there", value=cfg.resume)
-        return path
 
     def _load_checkpoint(self, path: str, resume: bool = False) -> TrainState:
         """Restore weights, optimizer, RNG and TrainState from checkpoint `path` (collective)."""
@@ -620,95 +599,21 @@ class Trainer:
         self._compat(state, path)
         saved = TrainState.from_checkpoint(state)
         if resume:
-            self._check_resume(state, saved, path)
-        try:
-            self._set_states(path, with_optim=True)
-        except C.CheckpointError as e:
-            raise CollectiveError(str(e)) from None
-        except (RuntimeError, KeyError, ValueError) as e:  # e.g. written before vocab padding
-            raise CollectiveError(f"{path}: its weights do not fit this model "
-                                  f"({C._first_line(e)}); use --resume never", exit_code=2) \
-                from None
-        rng_file = os.path.join(path, f"rng-{self.dist.rank:05d}.pt")
-        if os.path.exists(rng_file):
-            if state["world_size"] == self.dist.world:
-                C.set_rng_state(C.load_tensors(path, os.path.basename(rng_file)))
-        elif state["world_size"] == self.dist.world:
-            print(f"warning: {rng_file} is missing: rank {self.dist.rank}'s random state "
-                  "starts fresh (dropout-free training is unaffected; sampling differs)",
-                  file=sys.stderr, flush=True)
+            check_resume(state, saved.step, path, self.cfg, self._say)
+        self.ckpt.load(path, self.model, self.opt, sharded=self._sharded())
         return saved
 
-    def _check_resume(self, state: dict, saved: TrainState, path: str) -> None:
-        cfg = self.cfg
-        if cfg.steps < saved.step:
-            raise CollectiveError(
-                f"--steps {cfg.steps} is below the step of the checkpoint to resume, "
-                f"{saved.step} ({path}); raise --steps, or start over with --resume never",
-                exit_code=2)
-        old = state.get("train_config", {})
-        old_seed = old.get("seed", cfg.seed)
-        if old_seed != cfg.seed:
-            self._say(f"note: --seed {cfg.seed} differs from the checkpoint's {old_seed}: the "
-                      f"data order from step {saved.step} on follows seed {cfg.seed}")
-        changed = changed_settings(old, cfg.to_dict())
-        if changed:
-            self._say(f"note: resuming {os.path.basename(path)} with changed settings (they "
-                      f"apply from step {saved.step} on): {changed}")
-        if cfg.init_from:
-            self._say(f"note: resuming {path}; --init-from only applies to a fresh start "
-                      "(--resume never)")
-
-    def _init_from(self, source: str) -> None:
-        from llmtk.train import checkpoint as C
-
-        try:
-            src = C.resolve(source, warn=self._say)
-        except C.CheckpointError as e:
-            raise CollectiveError(f"--init-from {source}: {e}", exit_code=2) from None
-        if src is None:
-            raise CollectiveError(f"--init-from {source}: no complete checkpoint there",
-                                  exit_code=2)
-        self._compat(C.load_state(src), src, for_init=True)
-        self._set_states(src, with_optim=False)
-        self._say(f"initialised weights from {src} (fresh optimizer and schedule)")
-
     def _compat(self, state: dict, path: str, for_init: bool = False) -> None:
-        from llmtk.train.model_config import ModelConfig
+        check_shape(state, path, self.mcfg, say=self._say, for_init=for_init,
+                    windows_per_step=self.windows_per_step, world=self.dist.world,
+                    cache=self.cache)
 
-        mine = self.mcfg.to_dict()
-        # fields added later (qkv_bias) take their defaults
-        theirs = ModelConfig(**state["model_config"]).to_dict() if "model_config" in state \
-            else {}
-        if for_init and theirs and theirs["seq_len"] != mine["seq_len"]:
-            # No weight depends on it (RoPE; the rotary tables are rebuilt, not loaded):
-            # fine-tuning at a shorter or longer context than pre-training is allowed.
-            self._say(f"--init-from: sequence length {theirs['seq_len']} -> "
-                      f"{mine['seq_len']} (the weights do not depend on it)")
-            theirs["seq_len"] = mine["seq_len"]
-        if theirs != mine:
-            diff = ", ".join(f"{k}: {theirs.get(k)} -> {v}" for k, v in mine.items()
-                             if theirs.get(k) != v)
-            what = "--init-from" if for_init else "resume"
-            raise CollectiveError(f"{what}: {path} has a different model shape ({diff}); "
-                                  "use the same model flags" + ("" if for_init else
-                                                                " or --resume never"),
-                                  exit_code=2)
-        if for_init:
-            return
-        if state["seq_len"] != self.mcfg.seq_len or \
-                state["windows_per_step"] != self.windows_per_step:
-            raise CollectiveError(
-                f"resume: {path} was written with global batch {state['windows_per_step']} x "
-                f"{state['seq_len']} tokens (world size {state['world_size']}); this run has "
-                f"{self.windows_per_step} x {self.mcfg.seq_len} (world size {self.dist.world}). "
-                "Keep batch-size x processes x grad-accum unchanged, or use --resume never",
-                exit_code=2)
-        if state["data_cache"] != os.path.basename(self.cache):
-            self._say(f"warning: resuming {path} on different data (the data position is kept)")
+    def _sharded(self) -> bool:
+        """The model's parameters are DTensor shards (DCP checkpoints load per rank)."""
+        return self.parallel == "fsdp"
 
     def _finish(self, st: TrainState) -> None:
-        self._wait_async_checkpoint()
+        self.ckpt.wait()
         self.batches.close()
         if self.metrics is not None:
             self.metrics.close()
@@ -718,21 +623,15 @@ class Trainer:
         resolved = {"train": self.cfg.to_dict(), "model": self.mcfg.to_dict(),
                     "params": sum(p.numel() for p in self.raw.parameters()),
                     "world_size": self.dist.world, "parallel": self.parallel,
+                    "layout": self.layout.to_dict(),
                     "compiled": self.compiled, "checkpoint_format": self.ckpt_format,
                     "device": self.dist.device, "threads": self.threads,
                     "tokenizer": self.tok.fingerprint(),
                     "data": self.data_meta, "cache": self.cache}
-        text = json.dumps(resolved, indent=1, sort_keys=True)
-        from llmtk.train.data import _pid_alive
+        from llmtk.io.atomic import atomic_file
 
-        for name in os.listdir(self.out):  # left by a run killed mid-write (we hold the lock)
-            pid = name.removeprefix("config.json.tmp-")
-            if pid != name and pid.isdigit() and not _pid_alive(int(pid)):
-                os.remove(os.path.join(self.out, name))
-        tmp = os.path.join(self.out, f"config.json.tmp-{os.getpid()}")
-        with open(tmp, "w") as f:
-            f.write(text + "\n")
-        os.replace(tmp, os.path.join(self.out, "config.json"))
+        with atomic_file(os.path.join(self.out, "config.json")) as f:
+            f.write((json.dumps(resolved, indent=1, sort_keys=True) + "\n").encode())
         from llmtk.train.report import start_lines
 
         m = self.mcfg
@@ -752,67 +651,6 @@ class Trainer:
             self.mirrors.close(ok)
             self.mirrors = None
 
-    # ---------------------------------------------------------------- states
-    def _set_states(self, path: str, with_optim: bool) -> None:
-        """Load checkpoint weights (and optimizer state) into this run, whatever the formats:
-        a DCP checkpoint into an FSDP run loads each rank's shards directly; every other
-        combination goes through the consolidated full state dict."""
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
-
-        from llmtk.train import checkpoint as C
-
-        if C.is_sharded(path) and self.parallel == "fsdp":
-            import torch.distributed.checkpoint as dcp
-
-            sd = self._sharded_states(with_optim)
-            try:
-                dcp.load(sd, checkpoint_id=os.path.join(path, "dcp"))
-            except Exception as e:  # DCP wraps every rank's failure in CheckpointException
-                raise C.CheckpointError(f"{path}/dcp: cannot load ({C._first_line(e)})") \
-                    from None
-            set_model_state_dict(self.model, sd["model"])
-            if with_optim:
-                set_optimizer_state_dict(self.model, self.opt, sd["optim"])
-            return
-        model_sd, optim_sd = C.load_full_state(path, with_optim)
-        self._set_full_state(model_sd)
-        if with_optim:
-            opts = StateDictOptions(full_state_dict=True)
-            set_optimizer_state_dict(self.model, self.opt, optim_sd, options=opts)
-
-    def _set_full_state(self, model_sd: dict) -> None:
-        """Load a consolidated (unsharded) model state dict, whatever the parallelism."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-        set_model_state_dict(self.model, model_sd,
-                             options=StateDictOptions(full_state_dict=True))
-
-    def _sharded_states(self, with_optim: bool = True) -> dict:
-        from torch.distributed.checkpoint.state_dict import (
-            get_model_state_dict,
-            get_optimizer_state_dict,
-        )
-
-        sd = {"model": get_model_state_dict(self.model)}
-        if with_optim:
-            sd["optim"] = get_optimizer_state_dict(self.model, self.opt)
-        return sd
-
-    def _full_states(self) -> tuple[dict, dict]:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-            get_optimizer_state_dict,
-        )
-
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return (get_model_state_dict(self.model, options=opts),
-                get_optimizer_state_dict(self.model, self.opt, options=opts))
-
     # ---------------------------------------------------------------- checkpoints
     def _checkpoint_meta(self, st: TrainState) -> dict:
         return {
@@ -828,107 +666,16 @@ class Trainer:
         }
 
     def _checkpoint(self, st: TrainState, reason: str, wait: bool = False) -> None:
-        """Write checkpoint st.step. Full format: rank 0 writes the consolidated state.
-        DCP: every rank writes its shards, in the background unless wait (or
-        --no-async-checkpoint); the previous background write is finished first."""
-        from llmtk.train import checkpoint as C
-
+        """Checkpoint st.step (DCP: in the background unless wait or
+        --no-async-checkpoint)."""
         self._settle(st)
-        self._wait_async_checkpoint()
-        with self.meter.exclude():
-            t0 = time.time()
-            try:
-                if self.ckpt_format == "full":
-                    self._save_full(st, t0, reason)
-                else:
-                    self._save_dcp(st, t0, reason, wait or not self.cfg.async_checkpoint)
-            except C.CheckpointError as e:
-                raise CollectiveError(f"{e}; the last complete checkpoint (step "
-                                      f"{self.last_ckpt_step}) is kept") from None
-        self.last_ckpt_step = st.step
-
-    def _save_full(self, st: TrainState, t0: float, reason: str) -> None:
-        from llmtk.train import checkpoint as C
-
-        model_sd, optim_sd = self._full_states()
-        rank0 = self.dist.rank == 0
-        if rank0:
-            C.begin(self.ckpt_root, st.step)
-        self.dist.barrier()
-        tmp = C.tmp_dir(self.ckpt_root, st.step)
-        if rank0:
-            C.save_torch(model_sd, os.path.join(tmp, "model.pt"))
-            C.save_torch(optim_sd, os.path.join(tmp, "optim.pt"))
-        C.write_rank_files(tmp, self.dist.rank, self._checkpoint_meta(st) if rank0 else None)
-        self._commit(st.step, t0, 0.0, reason)
-
-    def _save_dcp(self, st: TrainState, t0: float, reason: str, wait: bool) -> None:
-        import torch.distributed.checkpoint as dcp
-
-        from llmtk.train import checkpoint as C
-
-        if self.dist.rank == 0:
-            C.begin(self.ckpt_root, st.step)
-        self.dist.barrier()
-        tmp = C.tmp_dir(self.ckpt_root, st.step)
-        C.write_rank_files(tmp, self.dist.rank,
-                           self._checkpoint_meta(st) if self.dist.rank == 0 else None)
-        sd, target = self._sharded_states(), os.path.join(tmp, "dcp")
-        group = self.dist.groups.get("ckpt")
-        if wait:
-            dcp.save(sd, checkpoint_id=target, process_group=group)
-            self._commit(st.step, t0, 0.0, reason)
-            return
-        # The state is staged to host memory before async_save returns (the next update
-        # may then change the weights); the files are written by a background thread.
-        future = dcp.async_save(sd, checkpoint_id=target, process_group=group)
-        self.async_ckpt = (future, st.step, t0, time.time() - t0, reason)
-
-    def _commit(self, step: int, t0: float, blocking_s: float, reason: str) -> None:
-        """Every rank's files are on disk: rank 0 seals the checkpoint (manifest, COMPLETE,
-        rename, latest, prune) and logs it."""
-        from llmtk.train import checkpoint as C
-
-        self.dist.barrier()
-        if self.dist.rank == 0:
-            path = C.commit(self.ckpt_root, step, self.cfg.keep_checkpoints,
-                            before_complete=lambda: self.faults.before_commit(step))
-            with open(os.path.join(path, C.MANIFEST)) as f:
-                nbytes = sum(v["size"] for v in json.load(f)["files"].values())
-            fields = {"blocking_seconds": round(blocking_s, 3)} if blocking_s else {}
-            self._event("checkpoint", step=step, path=os.path.relpath(path, self.out),
-                        seconds=round(time.time() - t0, 3), bytes=nbytes, reason=reason,
-                        format=self.ckpt_format, **fields)
-        self.dist.barrier()
-
-    def _poll_async_checkpoint(self) -> None:
-        """Seal a background checkpoint once every rank's write is done (agreed by all)."""
-        if self.async_ckpt is None:
-            return
-        (done,) = self.dist.host_max([0.0 if self.async_ckpt[0].done() else 1.0])
-        if done == 0.0:
-            self._wait_async_checkpoint()
-
-    def _wait_async_checkpoint(self) -> None:
-        if self.async_ckpt is None:
-            return
-        from llmtk.train import checkpoint as C
-
-        future, step, t0, blocking_s, reason = self.async_ckpt
-        self.async_ckpt = None
-        try:
-            future.result()
-        except Exception as e:
-            raise CollectiveError(f"checkpoint step {step}: the background write failed "
-                                  f"({C._first_line(e)}); the last complete checkpoint "
-                                  f"(step {self.last_ckpt_step}) is kept") from None
-        with self.meter.exclude():
-            self._commit(step, t0, blocking_s, reason)
+        self.ckpt.save(st.step, self._checkpoint_meta(st), self.model, self.opt,
+                       reason=reason, wait=wait or not self.cfg.async_checkpoint)
 
     def _preempt(self, st: TrainState, signum: int) -> None:
         name = signal.Signals(signum).name
         self._say(f"{name}: writing a checkpoint at step {st.step} (until it is complete, the "
-                  f"last one, step {self.last_ckpt_step}, is the one to resume from)")
+                  f"last one, step {self.ckpt.last_step}, is the one to resume from)")
         self._checkpoint(st, reason=name, wait=True)
         self._event("preempt", step=st.step, signal=name)
         self._say(f"{name}: checkpoint written at step {st.step}; exiting")
@@ -945,25 +692,31 @@ class Trainer:
 
     def _evaluate_log_sample(self, st: TrainState) -> None:
         cfg, last = self.cfg, st.step == self.cfg.steps
-        val = None
-        if self.val_data is not None and (self._due(st, cfg.eval_every) if cfg.eval_every
-                                          else last):
+        val, per_source = None, {}
+        if (self.val_data is not None or self.val_sets) and \
+                (self._due(st, cfg.eval_every) if cfg.eval_every else last):
             with self.meter.exclude():
-                val = self._evaluate()
+                # --val-data NAME=DIR: val/NAME/loss each; val_loss is their mean
+                per_source = {f"val/{n}/loss": self._evaluate(s)
+                              for n, s in self.val_sets.items()}
+                val = self._evaluate(self.val_data) if self.val_data is not None else \
+                    sum(per_source.values()) / len(per_source)
         if self._due(st, cfg.log_every):
-            self._log_row(st, val)
+            self._log_row(st, val, per_source)
         elif val is not None and self.metrics is not None:
-            self.metrics.write({"step": st.step, "val_loss": val, "time": time.time()})
+            self.metrics.write({"step": st.step, "val_loss": val, **per_source,
+                                "time": time.time()})
             self._say(f"step {st.step}: val_loss {val:.4f}")
         if self.task_eval is not None and (self._due(st, cfg.eval_every) if cfg.eval_every
-                                           else last):  # issue 16: --eval-tasks
+                                           else last):  # --eval-tasks
             with self.meter.exclude():
                 self.task_eval(st.step)
         if cfg.sample_every and self._due(st, cfg.sample_every):
             with self.meter.exclude():
                 self._sample(st)
 
-    def _log_row(self, st: TrainState, val_loss: float | None) -> None:
+    def _log_row(self, st: TrainState, val_loss: float | None, extra: dict | None = None
+                 ) -> None:
         step, (loss, grad_norm, not_finite), lr = self.last_row
         elapsed = self.meter.elapsed()
         (mem,) = self.dist.host_max([_mem_gb(self.dist.device)])
@@ -980,7 +733,10 @@ class Trainer:
                "step_s": round(elapsed / max(1, meter.steps), 4), "time": time.time()}
         if val_loss is not None:
             row["val_loss"] = val_loss
-        if hasattr(self.train_data, "trained_tokens"):  # issue 16: SFT's loss-carrying tokens
+        row.update(extra or {})
+        if hasattr(self.train_data, "source_tokens"):  # a blend: tokens/NAME
+            row.update(self.train_data.source_tokens(st.position))
+        if hasattr(self.train_data, "trained_tokens"):  # SFT: the loss-carrying tokens
             row["trained_tokens"] = self.train_data.trained_tokens(st.position)
         self.metrics.write(row)
         if not self.cfg.quiet:
@@ -995,7 +751,7 @@ class Trainer:
                 step_ms=row["step_s"] * 1000), markup=False, soft_wrap=True)
 
     # ---------------------------------------------------------------- eval / sample
-    def _evaluate(self) -> float:
+    def _evaluate(self, sampler) -> float:
         import torch
 
         self.model.eval()
@@ -1003,7 +759,7 @@ class Trainer:
         with torch.no_grad():
             for g in range(self.cfg.eval_batches):
                 batch = [t.to(self.dist.device)  # (x, y), or (x, y, doc) for SFT
-                         for t in self.val_data.batch(g * self.val_data.global_batch)]
+                         for t in sampler.batch(g * sampler.global_batch)]
                 with self.autocast():
                     _, loss = self.model(*batch)
                 total += loss.double()

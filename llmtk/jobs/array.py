@@ -1,7 +1,8 @@
 """`llmtk run`: a command's N array tasks on an existing engine, with retries.
 
 The command is any program (usually `llmtk ...`); in its arguments `{shard}`
-becomes K/N, `{k}` K zero-padded to 5 digits and `{n}` N, exactly as
+becomes K/N, `{k}` K zero-padded to 5 digits, `{n}` N and `{cpus}` the CPUs a
+task has (its share of this machine, or Ray's --cpus-per-task), exactly as
 bin/llmtk-array.sbatch does under Slurm. Each task is one subprocess:
 
 - executor `ray`: one Ray task per array task (`ray.init(address)`: a running
@@ -10,7 +11,9 @@ bin/llmtk-array.sbatch does under Slurm. Each task is one subprocess:
   extra: `pip install 'llmtk[ray]'`).
 - executor `local`: `parallel` subprocesses on this machine, same retries.
 
-A retried task starts from scratch: its outputs are temporary files until it
+A task that exits 2 (bad usage: every try would fail the same way) is not
+retried, and the tasks not yet started are cancelled. A retried task starts
+from scratch: its outputs are temporary files until it
 finishes, and the tasks that finished before are skipped by their `.done`
 markers, so retries and reruns are safe.
 """
@@ -22,19 +25,28 @@ from collections.abc import Callable
 
 from llmtk.errors import ConfigError, LlmtkError, UsageError
 
+USAGE_STATUS = 2  # the command's own "bad usage": a retry would fail the same way
+
 
 class TaskFailed(Exception):
     """A task's command exited non-zero (Ray retries on this exception)."""
 
 
-def task_argv(argv: list[str], k: int, n: int) -> list[str]:
+class TaskMisused(Exception):
+    """A task's command exited 2, bad usage: never retried."""
+
+
+def task_argv(argv: list[str], k: int, n: int, cpus: int = 1) -> list[str]:
     return [a.replace("{shard}", f"{k}/{n}").replace("{k}", f"{k:05d}").replace("{n}", str(n))
-            for a in argv]
+            .replace("{cpus}", str(cpus)) for a in argv]
 
 
-def run_task(argv: list[str], k: int, n: int) -> int:
-    """Run task K of N to the end; raise TaskFailed unless it exits 0."""
-    code = subprocess.run(task_argv(argv, k, n)).returncode
+def run_task(argv: list[str], k: int, n: int, cpus: int = 1) -> int:
+    """Run task K of N to the end; raise TaskFailed (TaskMisused for exit 2) unless it
+    exits 0."""
+    code = subprocess.run(task_argv(argv, k, n, cpus)).returncode
+    if code == USAGE_STATUS:
+        raise TaskMisused(f"task {k} of {n} exited with status 2 (bad usage; not retried)")
     if code != 0:
         raise TaskFailed(f"task {k} of {n} exited with status {code}")
     return k
@@ -57,13 +69,23 @@ def run_tasks(argv: list[str], tasks: int, executor: str, retries: int, parallel
 
 
 def _run_local(argv, tasks, retries, parallel, log) -> None:
+    import os
+    import threading
     from concurrent.futures import ThreadPoolExecutor
+
+    cpus = max(1, (os.cpu_count() or 1) // parallel)
+    misused = threading.Event()  # after a usage error no task starts (running ones finish)
 
     def one(k: int) -> None:
         for attempt in range(retries + 1):
-            try:
-                run_task(argv, k, tasks)
+            if misused.is_set():
                 return
+            try:
+                run_task(argv, k, tasks, cpus)
+                return
+            except TaskMisused as e:
+                misused.set()
+                raise UsageError(str(e)) from None
             except TaskFailed as e:
                 if attempt == retries:
                     raise LlmtkError(f"{e}, after {retries + 1} tries") from None
@@ -85,13 +107,19 @@ def _run_ray(argv, tasks, retries, parallel, address, cpus_per_task, log) -> Non
     else:  # RAY_ADDRESS, or a local instance on this machine
         ray.init(num_cpus=parallel, include_dashboard=False, log_to_driver=True)
     try:
+        # TaskMisused is not in retry_exceptions: Ray does not retry a usage error.
         remote = ray.remote(num_cpus=cpus_per_task, max_retries=retries,
                             retry_exceptions=[TaskFailed])(run_task)
-        refs = [remote.remote(argv, k, tasks) for k in range(tasks)]
+        cpus = max(1, int(cpus_per_task))
+        refs = [remote.remote(argv, k, tasks, cpus) for k in range(tasks)]
         try:
             ray.get(refs)
         except ray.exceptions.RayTaskError as e:
             cause = e.as_instanceof_cause()
+            if isinstance(cause, TaskMisused):
+                for ref in refs:
+                    ray.cancel(ref)
+                raise UsageError(str(cause)) from None
             raise LlmtkError(f"{cause}, after {retries + 1} tries") from None
     finally:
         ray.shutdown()

@@ -1,0 +1,101 @@
+"""Per-rank memory of a planned layout (`llmtk train --dry-run`): the parameters each kind
+of rank holds, counted by llmtk.train.dryrun on the meta device, priced with the same
+formulas `llmtk estimate` uses for activations, FSDP buffers and overhead.
+
+Where the two differ, the dry-run is the one that counts: exact parameters per rank (the
+padded vocabulary, norm weights replicated over tp, the embedding on the first stage and
+the head on the last instead of an even 1/pp of everything), and FSDP's sharding over
+dp_shard only (HSDP replicas hold a copy each), where `estimate` divides every state
+evenly by tp x pp x dp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from llmtk.compute import hardware
+from llmtk.compute.models import ModelSpec
+from llmtk.estimate import memory
+
+
+def spec_of(mcfg) -> ModelSpec:
+    """estimate's view of a llmtk.train ModelConfig (duck-typed: no train import)."""
+    return ModelSpec("planned", mcfg.n_layer, mcfg.d_model, mcfg.n_head, mcfg.vocab_size,
+                     mcfg.seq_len, n_kv_head=mcfg.kv_heads, ffn_hidden=mcfg.hidden,
+                     tie_embeddings=mcfg.tie_embeddings)
+
+
+def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, micro_batch: int,
+              grad_accum: int, recompute: str, bf16: bool, gpu_name: str,
+              lora: bool = False) -> dict:
+    """{"gpu", "capacity", "rows": [{kind, rank, layers, params, weights, gradients,
+    optimizer, fsdp_buffers, activations, overhead, total, fits}]} in bytes."""
+    gpu = hardware.gpu(gpu_name)
+    spec = spec_of(mcfg)
+    elem = 2 if bf16 else 4
+    sp = tp > 1  # tensor parallelism with sequence parallel norms (torchtitan's plan)
+    rows = []
+    for plan in plans:
+        stage = replace(spec, n_layer=plan.layers)
+        per_layer = memory.layer_activation_bytes(stage, micro_batch, tp=tp, sp=sp,
+                                                  recompute=recompute, elem=elem)
+        act = plan.layers * per_layer
+        if plan.embedding:
+            act += memory.embedding_activation_bytes(stage, micro_batch, tp=tp, sp=sp)
+            if pp > 1:  # 1F1B: the first stage holds min(pp, microbatches) in flight
+                act *= min(pp, grad_accum)
+        if plan.head:
+            act += memory.output_activation_bytes(stage, micro_batch, tp=tp, sp=sp, elem=elem)
+        # FSDP2 gathers a block's parameters (current + prefetched) and holds one block's
+        # unsharded gradients before the reduce-scatter: estimate's formula.
+        buffers = memory.fsdp_buffer_bytes(plan.block_params * tp, tp=tp, full_grads=not lora,
+                                           precision="bf16-mixed" if bf16 else "fp32") \
+            if fsdp else 0.0
+        states = plan.weights + plan.gradients + plan.optimizer
+        overhead, total = memory.with_overhead(states + buffers + act)
+        rows.append({"kind": plan.kind, "rank": plan.rank, "layers": plan.layers,
+                     "params": plan.params, "weights": plan.weights,
+                     "gradients": plan.gradients, "optimizer": plan.optimizer,
+                     "fsdp_buffers": buffers, "activations": act, "overhead": overhead,
+                     "total": total, "fits": total <= gpu.mem_bytes})
+    return {"gpu": gpu.name, "capacity": gpu.mem_bytes, "rows": rows}
+
+
+def same_layout_estimate(mcfg, model: str | None, *, world: int, per_node: int, gpu_name: str,
+                         tp: int, pp: int,
+                         dp: int, sharded: bool, micro_batch: int, grad_accum: int,
+                         recompute: str, bf16: bool, lora_rank: int | None) -> dict:
+    """`llmtk estimate`'s memory table for the same model and layout (for comparison).
+    `model`: the preset the shape came from (its tied or untied head), else None."""
+    from llmtk.compute.models import Dims
+    from llmtk.estimate.plan import Request, estimate
+
+    dims = Dims(layers=mcfg.n_layer, d_model=mcfg.d_model, heads=mcfg.n_head,
+                kv_heads=mcfg.kv_heads, ffn=mcfg.hidden, vocab=mcfg.padded_vocab,
+                seq_len=mcfg.seq_len)
+    req = Request(model=model, dims=dims, tokens=1e9, gpus=f"{world}x{gpu_name}",
+                  gpus_per_node=per_node,
+                  dp=dp, tp=tp, pp=pp, zero=3 if sharded else 0, sequence_parallel=tp > 1,
+                  micro_batch=micro_batch, global_batch=micro_batch * dp * grad_accum,
+                  recompute=recompute, precision="bf16-mixed" if bf16 else "fp32",
+                  lora_rank=lora_rank)
+    return estimate(req)["memory"]
+
+
+def render(result: dict, title: str, file) -> None:
+    """The per-rank table: GB (10^9 bytes) and GiB of the total."""
+    gb = 1e9
+    print(title, file=file)
+    cols = ("weights", "gradients", "optimizer", "fsdp_buffers", "activations", "overhead")
+    head = ["rank kind (rank)", "layers", "params", *cols, "total GB", "total GiB", "fits"]
+    lines = [head]
+    for r in result["rows"]:
+        lines.append([f"{r['kind']} ({r['rank']})", str(r["layers"]), f"{r['params'] / 1e9:.3f}B",
+                      *(f"{r[c] / gb:.2f}" for c in cols), f"{r['total'] / gb:.2f}",
+                      f"{r['total'] / 2**30:.2f}", "yes" if r["fits"] else "NO"])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    for line in lines:
+        print("  ".join(c.rjust(w) if i else c.ljust(w)
+                        for i, (c, w) in enumerate(zip(line, widths, strict=True))), file=file)
+    print(f"capacity: {result['capacity'] / gb:.1f} GB ({result['capacity'] / 2**30:.1f} GiB) "
+          f"per {result['gpu']}; sizes in GB (1e9 bytes) unless GiB", file=file)

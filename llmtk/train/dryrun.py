@@ -1,0 +1,130 @@
+"""`llmtk train --dry-run`: what each kind of rank of a layout would hold, without a GPU.
+
+The model is built on the meta device (no memory, no init cost, any size), and every
+parameter is assigned as a real run places it: the layers of a pipeline stage (split
+evenly, the first stages taking one more when uneven), the embedding on the first stage
+and the final norm and head on the last (under pp > 1 a tied head is a separate copy on
+the last stage), matrices split over tp (norm weights replicated), and everything
+sharded over dp_shard by FSDP2. The byte counts are the trainer's own: fp32 master
+weights, fp32 gradients and AdamW's two fp32 moments per trainable parameter (16 bytes;
+LoRA's frozen base: 4), bf16 or fp32 activations.
+
+One rank of each kind is described: the first, a middle and the last pipeline stage
+(one tp shard each; tp shards of a stage hold the same amounts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmtk.train.parallel import Layout
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    kind: str                # "all layers", "first stage", "middle stage", "last stage"
+    rank: int                # one global rank of this kind (tp shard 0, dp rank 0)
+    layers: int              # transformer blocks on this rank
+    params: float            # parameter elements this rank holds (after tp and FSDP)
+    trainable: float         # of which trained (LoRA: only the adapters)
+    block_params: float      # one block's parameters on this rank before FSDP (its gather)
+    weights: float           # bytes
+    gradients: float
+    optimizer: float
+    embedding: bool          # holds the token embedding
+    head: bool               # holds the final norm and the output head
+
+
+def stage_layers(n_layer: int, pp: int) -> list[int]:
+    """Blocks per pipeline stage: even, the first n_layer % pp stages one more."""
+    return [n_layer // pp + (1 if s < n_layer % pp else 0) for s in range(pp)]
+
+
+def _split(name: str, numel: int, tp: int) -> float:
+    """Elements of one tp shard: matrices (and the embedding/head) split, vectors kept."""
+    return numel / tp if not name.endswith("norm.weight") else float(numel)
+
+
+def plan_ranks(cfg, mcfg, layout: Layout) -> list[RankPlan]:
+    """One RankPlan per kind of rank of `layout` for the run `cfg` of model `mcfg`."""
+    import torch
+
+    from llmtk.train.model import GPT
+
+    with torch.device("meta"):
+        model = GPT(mcfg)
+        if cfg.lora_rank:
+            from llmtk.train.lora import add_lora
+
+            add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.lora_dropout)
+    tp, pp, shard = layout.tp, layout.pp, layout.dp_shard
+    per_block: dict[str, tuple[float, float]] = {}  # one block: (all, trainable) per tp shard
+    for name, p in model.layers[0].named_parameters():
+        per_block[name] = (_split(name, p.numel(), tp), _split(name, p.numel(), tp)
+                           if p.requires_grad else 0.0)
+    block_all = sum(a for a, _ in per_block.values())
+    block_train = sum(t for _, t in per_block.values())
+
+    def outer(module, prefix: str) -> tuple[float, float]:
+        n = t = 0.0
+        for name, p in module.named_parameters(prefix=prefix):
+            n += _split(name, p.numel(), tp)
+            t += _split(name, p.numel(), tp) if p.requires_grad else 0.0
+        return n, t
+
+    emb = outer(model.tok_emb, "tok_emb")
+    norm = outer(model.norm, "norm")
+    head = (float(model.lm_head.weight.numel()) / tp,
+            float(model.lm_head.weight.numel()) / tp if model.lm_head.weight.requires_grad
+            else 0.0)
+    tied = mcfg.tie_embeddings
+    layers = stage_layers(mcfg.n_layer, pp)
+    kinds = [(0, "all layers")] if pp == 1 else \
+        [(0, "first stage"), *([(pp // 2, "middle stage")] if pp > 2 else []),
+         (pp - 1, "last stage")]
+    plans = []
+    for stage, kind in kinds:
+        first, last = stage == 0, stage == pp - 1
+        n = layers[stage] * block_all
+        t = layers[stage] * block_train
+        if first:
+            n, t = n + emb[0], t + emb[1]
+        if last:
+            n, t = n + norm[0], t + norm[1]
+            if not (tied and first):  # one stage: the head is the embedding's matrix
+                n, t = n + head[0], t + head[1]
+        n, t = n / shard, t / shard
+        plans.append(RankPlan(
+            kind=kind, rank=stage * layout.world // pp, layers=layers[stage], params=n,
+            trainable=t, block_params=block_all, weights=4.0 * n, gradients=4.0 * t,
+            optimizer=8.0 * t, embedding=first, head=last))
+    return plans
+
+
+@dataclass(frozen=True)
+class DryRun:
+    mcfg: object             # the ModelConfig the run would train
+    vocab_from: str          # where its vocabulary size came from
+    parallel: str            # ddp | fsdp | none
+    layout: Layout
+    plans: list[RankPlan]
+
+
+def dry_run(cfg, world: int) -> DryRun:
+    """Plan `cfg` on `world` processes: the model shape, the layout (checked: a layout
+    that cannot run is the same one-line error as at launch) and each kind of rank."""
+    from llmtk.train.model_config import PRESETS
+    from llmtk.train.parallel import check_model, plan_layout
+    from llmtk.train.run_shape import model_config
+
+    if cfg.tokenizer != "bytes" or cfg.model not in PRESETS:
+        from llmtk.text.tokenizer import load_tokenizer
+
+        vocab, vocab_from = load_tokenizer(cfg.tokenizer).vocab_size, f"--tokenizer {cfg.tokenizer}"
+    else:  # a planned run names no tokenizer yet: the preset's own vocabulary
+        vocab, vocab_from = PRESETS[cfg.model].vocab_size, f"the {cfg.model} preset's"
+    mcfg = model_config(cfg, vocab)
+    parallel, layout = plan_layout(world, parallel=cfg.parallel, tp=cfg.tp, pp=cfg.pp,
+                                   dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)
+    check_model(layout, mcfg)
+    return DryRun(mcfg, vocab_from, parallel, layout, plan_ranks(cfg, mcfg, layout))

@@ -1,0 +1,152 @@
+"""The parallel layout: one device mesh of four dimensions, in torchtitan's order.
+
+    pp            pipeline stages (outermost: stages talk least, so they may span nodes)
+    dp_replicate  data-parallel groups holding whole copies (HSDP's replicas)
+    dp_shard      data-parallel ranks sharding one copy (FSDP2)
+    tp            tensor-parallel ranks splitting every matrix (innermost: inside a node)
+
+A rank's coordinates follow from its global rank with tp varying fastest, so the ranks
+of one tp group are consecutive (one node) and a pipeline stage is a contiguous block.
+The product of the four is the world size; the FSDP degree (dp_shard) is inferred as the
+rest of the world unless given.
+
+This module is torch-free except for `build_mesh`, so `llmtk estimate` and the launcher can
+plan and check a layout without importing torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llmtk.errors import ConfigError
+
+DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
+
+
+@dataclass(frozen=True)
+class Layout:
+    pp: int = 1
+    dp_replicate: int = 1
+    dp_shard: int = 1
+    tp: int = 1
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(getattr(self, d) for d in DIMS)
+
+    @property
+    def world(self) -> int:
+        return math.prod(self.sizes)
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree: how many different batches one step sees."""
+        return self.dp_replicate * self.dp_shard
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """This rank's coordinate on each dimension (tp fastest)."""
+        out = {}
+        for d in reversed(DIMS):
+            size = getattr(self, d)
+            out[d] = rank % size
+            rank //= size
+        return {d: out[d] for d in DIMS}
+
+    def dp_rank(self, rank: int) -> int:
+        """Which of the dp batches this rank reads (the same for a whole tp group)."""
+        c = self.coords(rank)
+        return c["dp_replicate"] * self.dp_shard + c["dp_shard"]
+
+    def to_dict(self) -> dict[str, int]:
+        return {d: getattr(self, d) for d in DIMS}
+
+    def __str__(self) -> str:
+        return " x ".join(f"{d} {getattr(self, d)}" for d in DIMS if getattr(self, d) > 1) \
+            or "one process"
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def plan_layout(world: int, *, parallel: str = "auto", tp: int = 1, pp: int = 1,
+                dp_replicate: int = 1, dp_shard: int | None = None) -> tuple[str, Layout]:
+    """(the data-parallel method, the layout) for `world` processes, or a ConfigError naming
+    the flag that does not fit. Method: none (one process), ddp (every rank a whole copy)
+    or fsdp (FSDP2, HSDP when dp_replicate > 1)."""
+    mesh_asked = tp > 1 or pp > 1 or dp_replicate > 1 or (dp_shard or 1) > 1
+    if parallel == "ddp" and mesh_asked:
+        what = next(k for k, v in (("tp", tp), ("pp", pp), ("dp_replicate", dp_replicate),
+                                   ("dp_shard", dp_shard or 1)) if v > 1)
+        raise ConfigError(what, "needs --parallel fsdp (or auto): DDP keeps a whole copy on "
+                          "every rank, without a device mesh")
+    if parallel == "none" and world > 1:
+        raise ConfigError("parallel", f"none runs one process, but there are {world}")
+    fixed = tp * pp * dp_replicate
+    if dp_shard is None:
+        if world % fixed:
+            key = "tp" if tp > 1 else "pp" if pp > 1 else "dp_replicate"
+            raise ConfigError(key, f"--tp {tp} x --pp {pp} x --dp-replicate {dp_replicate} = "
+                              f"{fixed} does not divide the {world} processes "
+                              "(--nnodes x --nproc-per-node)")
+        dp_shard = world // fixed
+    elif fixed * dp_shard != world:
+        raise ConfigError("dp_shard", f"--tp {tp} x --pp {pp} x --dp-replicate "
+                          f"{dp_replicate} x {{0}} {dp_shard} = {fixed * dp_shard} processes, "
+                          f"but there are {world} (--nnodes x --nproc-per-node)",
+                          also=("dp_shard",))
+    layout = Layout(pp=pp, dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp)
+    if world == 1:
+        return "none", layout
+    if parallel == "ddp" or (parallel == "auto" and not mesh_asked):
+        return "ddp", Layout(dp_replicate=world)
+    return "fsdp", layout
+
+
+def check_trainable(layout: Layout) -> None:
+    """What `llmtk train` runs today: data parallelism (DDP, FSDP2, HSDP). Tensor and
+    pipeline layouts are planned and checked, not trained yet."""
+    for key in ("tp", "pp"):
+        if getattr(layout, key) > 1:
+            raise ConfigError(key, "tensor and pipeline parallelism are planned and checked "
+                              "(llmtk estimate, --dry-run) but not trained yet; use "
+                              "--dp-replicate and --dp-shard")
+
+
+def check_model(layout: Layout, mcfg) -> None:
+    """The model splits evenly: tp divides the heads, kv heads, FFN width and the padded
+    vocabulary; pp leaves each stage at least one layer."""
+    tp = layout.tp
+    for what, n in (("attention heads", mcfg.n_head), ("key/value heads", mcfg.kv_heads),
+                    ("FFN width", mcfg.hidden), ("padded vocabulary", mcfg.padded_vocab)):
+        if n % tp:
+            raise ConfigError("tp", f"{tp} does not divide the model's {n} {what}")
+    if layout.pp > mcfg.n_layer:
+        raise ConfigError("pp", f"{layout.pp} stages for {mcfg.n_layer} layers: each stage "
+                          "needs at least one")
+
+
+def build_mesh(layout: Layout, device: str):
+    """The world's DeviceMesh with named dimensions DIMS (every process calls it)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device.split(":")[0], layout.sizes, mesh_dim_names=DIMS)
+
+
+def dp_mesh(mesh, layout: Layout):
+    """The sub-mesh FSDP2 shards over: dp_shard, or (dp_replicate, dp_shard) for HSDP."""
+    if layout.dp_replicate > 1:
+        return mesh["dp_replicate", "dp_shard"]
+    return mesh["dp_shard"]
+
+
+def replicas(param, world: int) -> int:
+    """How many ranks hold each element of `param`'s (gradient's) local values: the world
+    over the number of distinct shards. A plain tensor (DDP, one process): every rank."""
+    placements = getattr(param, "placements", None)
+    if placements is None:
+        return world
+    shards = math.prod(param.device_mesh.size(i) for i, p in enumerate(placements)
+                       if p.is_shard())
+    return world // shards

@@ -1,0 +1,398 @@
+"""Token-shard datasets: `llmtk train tokenize` writes them, `llmtk train --data DIR` reads them.
+
+A dataset is a directory that one or many tasks write into:
+
+    DIR/meta.json                   what every task agrees on: tokenizer fingerprint,
+                                    vocabulary, dtype, EOS policy, text field, the
+                                    whole input list and the task count N
+    DIR/part-KKKKK-of-NNNNN/        task K's own files (a contiguous run of the inputs):
+        tokens.bin                  token ids, EOS after every document (uint16 when the
+                                    vocabulary fits, else uint32), raw, memory-mappable
+        docs.bin                    (D, 2) uint64 per document: the token offset where it
+                                    ends (EOS included) and its identity, file ordinal
+                                    << 40 | record ordinal (llmtk.io.shard.doc_key)
+        ids.bin, ids.end            the `id` field of each document as JSON (empty when it
+                                    has none), and the (D,) uint64 byte offsets where each ends
+        manifest.json               the task's files, counts and the tokens' xxh64
+    DIR/part-KKKKK-of-NNNNN.done    written after the part directory is in place
+
+A task writes into `.part-K-of-N.tmp-PID/` and renames it when complete, so a
+killed task leaves nothing a reader takes (its temporary directory is removed by
+the next try of that task). Memory of a task: one batch of documents and its
+tokens (BATCH_BYTES of text), whatever the size of its files: every array is
+appended to its file as the batch is done.
+
+The dataset's token stream is the parts' streams in K order; since task K owns the
+K-th contiguous run of the sorted inputs, it is the same stream, byte for byte, that one
+task writes for all the inputs (and the same tokens the in-process cache holds: EOS after
+every document). Training windows are cut from that one stream, so an N-task dataset
+trains exactly as a 1-task one.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import xxhash
+
+from llmtk.errors import AlreadyDone, DataError, UsageError
+from llmtk.io import write_json_atomically
+from llmtk.io.atomic import atomic_dir, pid_alive
+from llmtk.io.shard import RECORD_BITS
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from llmtk.io import StreamRun
+
+KIND = "llmtk.tokens"
+VERSION = 1
+EOS_POLICY = "after-each-document"
+BATCH_BYTES = 1 << 20  # text per encode batch: what bounds a task's memory (with its tokens)
+BATCH_DOCS = 1024
+RECORD_MASK = (1 << RECORD_BITS) - 1
+
+
+def part_name(k: int, n: int) -> str:
+    return f"part-{k:05d}-of-{n:05d}"
+
+
+def dtype_for(vocab_size: int) -> str:
+    return "uint16" if vocab_size <= 65536 else "uint32"
+
+
+def is_dataset(path: str) -> bool:
+    """A directory written by `llmtk train tokenize` (its meta.json names the kind)."""
+    try:
+        with open(os.path.join(path, "meta.json"), "rb") as f:
+            return orjson.loads(f.read()).get("kind") == KIND
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return False
+
+
+# -- writing: one task --------------------------------------------------------------------
+
+def _dataset_meta(tok, text_field: str, n: int, files: list[str]) -> dict:
+    return {"kind": KIND, "version": VERSION, "tokenizer": tok.fingerprint(),
+            "tokenizer_name": getattr(tok, "path", tok.name), "vocab_size": tok.vocab_size,
+            "eos_id": tok.eos_id, "eos": EOS_POLICY, "dtype": dtype_for(tok.vocab_size),
+            "text_field": text_field, "tasks": n, "files": files}
+
+
+def _agree_meta(directory: str, meta: dict) -> None:
+    """Every task writes the same meta.json; a task with other settings is refused."""
+    path = os.path.join(directory, "meta.json")
+    if os.path.exists(path):
+        saved = read_meta(directory)
+        if saved != meta:
+            diff = sorted(k for k in meta if saved.get(k) != meta[k])
+            raise UsageError(f"-o: {directory} holds a dataset with other {', '.join(diff)} "
+                             "(use a new folder, or the same inputs and settings)")
+        return
+    write_json_atomically(path, meta)
+
+
+class _PartWriter:
+    """Appends one task's tokens, document index and ids to its files, batch by batch."""
+
+    def __init__(self, directory: str, dtype: str):
+        import numpy as np
+
+        self.dir, self.dtype = directory, np.dtype(dtype)
+        self.tokens = self.docs = self.id_bytes = 0
+        self.hash = xxhash.xxh64()
+        self._files = {name: open(os.path.join(directory, name), "wb")
+                       for name in ("tokens.bin", "docs.bin", "ids.bin", "ids.end")}
+
+    def add(self, ids_per_doc: list, keys: np.ndarray, record_ids: list, eos: int) -> None:
+        import numpy as np
+
+        lengths = np.fromiter((len(t) + 1 for t in ids_per_doc), np.int64, len(ids_per_doc))
+        flat = np.empty(int(lengths.sum()), dtype=self.dtype)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        for s, t in zip(starts.tolist(), ids_per_doc, strict=True):
+            flat[s:s + len(t)] = t
+        flat[ends - 1] = eos
+        data = flat.tobytes()
+        self._files["tokens.bin"].write(data)
+        self.hash.update(data)
+        index = np.empty((len(keys), 2), dtype=np.uint64)
+        index[:, 0] = ends + self.tokens
+        index[:, 1] = keys
+        self._files["docs.bin"].write(index.tobytes())
+        blobs = [b"" if i is None else orjson.dumps(i) for i in record_ids]
+        self._files["ids.bin"].write(b"".join(blobs))
+        id_ends = np.cumsum(np.fromiter(map(len, blobs), np.int64, len(blobs))) + self.id_bytes
+        self._files["ids.end"].write(id_ends.astype(np.uint64).tobytes())
+        self.tokens += len(flat)
+        self.docs += len(keys)
+        self.id_bytes += sum(map(len, blobs))
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+
+
+def _encoder(tok):
+    """texts -> token id lists, through the tokenizer's own batch encoder (the `tokenizers`
+    library runs a batch on its thread pool: --workers threads)."""
+    from llmtk.text.tokenizer import encode_batch
+
+    if getattr(tok, "name", "") == "bytes":  # one bytes object per document, no int lists
+        import numpy as np
+
+        return lambda texts: [np.frombuffer(t.encode("utf-8", "surrogatepass"), np.uint8)
+                              for t in texts]
+    return lambda texts: encode_batch(tok, texts)
+
+
+def tokenize_task(run: StreamRun, tok, out_dir: str) -> dict:
+    """Task K of N (run.opts.shard): tokenize its own files into OUT/part-K-of-N/."""
+    import numpy as np
+
+    if "-" in run.all_paths:
+        raise UsageError("train tokenize: give files, directories or globs, not stdin (a "
+                         "document's identity is its file and record)")
+    k, n = run.opts.shard or (0, 1)
+    os.makedirs(out_dir, exist_ok=True)
+    name = part_name(k, n)
+    final, done = os.path.join(out_dir, name), os.path.join(out_dir, name + ".done")
+    if os.path.exists(done) and os.path.isdir(final):
+        raise AlreadyDone(f"{final} is done; skipping this task")
+    meta = _dataset_meta(tok, run.opts.text_field, n, run.all_paths)
+    _agree_meta(out_dir, meta)
+    _sweep(out_dir, name)
+    tmp = os.path.join(out_dir, f".{name}.tmp-{os.getpid()}")
+    # Renamed into place only when complete (replacing a part a task killed after its
+    # rename wrote, before its marker); removed on any failure.
+    with atomic_dir(final, tmp, replace=True):
+        writer = _PartWriter(tmp, meta["dtype"])
+        encode = _encoder(tok)
+        batch: list = []
+        size = 0
+
+        def flush() -> None:
+            keys = run.doc_keys(np.fromiter((d.index for d in batch), np.int64, len(batch)))
+            writer.add(encode([d.text for d in batch]), keys, [d.id for d in batch], tok.eos_id)
+            run.summary.records_out += len(batch)
+            batch.clear()
+
+        for doc in run.docs():
+            batch.append(doc)
+            size += len(doc.text)
+            if size >= BATCH_BYTES or len(batch) >= BATCH_DOCS:
+                flush()
+                size = 0
+        if batch:
+            flush()
+        writer.close()
+        starts = run.file_starts
+        manifest = {
+            "part": name, "task": k, "tasks": n, "tokenizer": meta["tokenizer"],
+            "dtype": meta["dtype"], "eos": EOS_POLICY, "docs": writer.docs,
+            "tokens": writer.tokens, "xxh64": writer.hash.hexdigest(),
+            "files": [{"ordinal": o, "path": run.all_paths[o],
+                       "records": starts[i + 1] - starts[i]}
+                      for i, o in enumerate(run.file_ordinals)],
+        }
+        write_json_atomically(os.path.join(tmp, "manifest.json"), manifest)
+    run.count("tokens", writer.tokens)
+    write_json_atomically(done, {"docs": writer.docs, "tokens": writer.tokens})
+    return manifest
+
+
+def _sweep(directory: str, name: str) -> None:
+    """Remove this part's temporary directories left by killed tries (dead PIDs)."""
+    for path in glob.glob(os.path.join(directory, f".{name}.tmp-*")):
+        pid = path.rsplit("-", 1)[-1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+# -- reading ------------------------------------------------------------------------------
+
+def read_meta(directory: str) -> dict:
+    path = os.path.join(directory, "meta.json")
+    try:
+        with open(path, "rb") as f:
+            meta = orjson.loads(f.read())
+    except OSError as e:
+        raise DataError(f"{path}: cannot read: {e.strerror}") from None
+    except orjson.JSONDecodeError as e:
+        raise DataError(f"{path}: corrupt ({e})") from None
+    if not isinstance(meta, dict) or meta.get("kind") != KIND:
+        raise DataError(f"{path}: not a token dataset (written by `llmtk train tokenize`)")
+    if meta.get("version") != VERSION:
+        raise DataError(f"{path}: token dataset version {meta.get('version')}, this llmtk "
+                        f"reads {VERSION}")
+    return meta
+
+
+@dataclass
+class Part:
+    directory: str
+    manifest: dict
+    tokens: Any  # (tokens,) memory map
+
+    def index(self):
+        """(D, 2) uint64 memory map: each document's end offset and its identity."""
+        import numpy as np
+
+        path = os.path.join(self.directory, "docs.bin")
+        return np.memmap(path, dtype=np.uint64, mode="r").reshape(-1, 2) \
+            if self.manifest["docs"] else np.zeros((0, 2), np.uint64)
+
+    def record_id(self, d: int):
+        """The `id` field of this part's document d (None when it had none)."""
+        import numpy as np
+
+        ends = np.memmap(os.path.join(self.directory, "ids.end"), dtype=np.uint64, mode="r")
+        start, end = (int(ends[d - 1]) if d else 0), int(ends[d])
+        if start == end:
+            return None
+        with open(os.path.join(self.directory, "ids.bin"), "rb") as f:
+            f.seek(start)
+            return orjson.loads(f.read(end - start))
+
+
+@dataclass
+class TokenDataset:
+    """A token-shard dataset opened for reading: its meta and every part, memory-mapped.
+
+    Opening reads meta.json and one manifest per part, and checks each part's file sizes
+    against its manifest: its cost grows with the number of tasks, not of documents."""
+
+    directory: str
+    meta: dict
+    parts: list[Part]
+
+    @classmethod
+    def open(cls, directory: str) -> TokenDataset:
+        import numpy as np
+
+        meta = read_meta(directory)
+        n, parts = meta["tasks"], []
+        itemsize = np.dtype(meta["dtype"]).itemsize
+        missing = [k for k in range(n) if not os.path.exists(
+            os.path.join(directory, part_name(k, n) + ".done"))]
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+            raise DataError(f"{directory}: token dataset lacks finished task(s) {shown} of {n} "
+                            "(run them: a rerun of the array skips the finished ones)")
+        for k in range(n):
+            where = os.path.join(directory, part_name(k, n))
+            try:
+                with open(os.path.join(where, "manifest.json"), "rb") as f:
+                    manifest = orjson.loads(f.read())
+                sizes = {name: os.path.getsize(os.path.join(where, name))
+                         for name in ("tokens.bin", "docs.bin", "ids.end")}
+            except (OSError, orjson.JSONDecodeError) as e:
+                raise DataError(f"{where}: missing or corrupt part ({e})") from None
+            want = {"tokens.bin": manifest["tokens"] * itemsize,
+                    "docs.bin": manifest["docs"] * 16, "ids.end": manifest["docs"] * 8}
+            for name, size in want.items():
+                if sizes[name] != size:
+                    raise DataError(f"{os.path.join(where, name)}: {sizes[name]} bytes, its "
+                                    f"manifest says {size} (a corrupt or truncated part)")
+            tokens = np.memmap(os.path.join(where, "tokens.bin"), dtype=meta["dtype"],
+                               mode="r") if manifest["tokens"] else np.zeros(0, meta["dtype"])
+            parts.append(Part(where, manifest, tokens))
+        return cls(directory, meta, parts)
+
+    @property
+    def tokens(self) -> int:
+        return sum(p.manifest["tokens"] for p in self.parts)
+
+    @property
+    def docs(self) -> int:
+        return sum(p.manifest["docs"] for p in self.parts)
+
+    def check_tokenizer(self, tok) -> None:
+        if self.meta["tokenizer"] != tok.fingerprint():
+            raise DataError(
+                f"{self.directory}: tokenized with {self.meta['tokenizer_name']} "
+                f"({self.meta['tokenizer']}), this run's tokenizer is "
+                f"{getattr(tok, 'path', tok.name)} ({tok.fingerprint()}): pass the same "
+                "--tokenizer, or tokenize again")
+
+    def windows(self, seq_len: int) -> StreamWindows:
+        return StreamWindows([p.tokens for p in self.parts if len(p.tokens)], seq_len)
+
+    def documents(self, start: int, stop: int) -> list[dict]:
+        """The documents that tokens [start, stop) of the dataset's stream come from: each
+        with its file, record, id and the span of its tokens taken ([first, last) offsets
+        within the document, EOS counted as its last token)."""
+        import numpy as np
+
+        out, base = [], 0
+        for part in self.parts:
+            n = int(part.manifest["tokens"])
+            lo, hi = max(start, base), min(stop, base + n)
+            if lo < hi:
+                index = part.index()
+                ends = index[:, 0]
+                d = int(np.searchsorted(ends, lo - base, side="right"))
+                while d < len(ends):
+                    doc_start = int(ends[d - 1]) if d else 0
+                    if doc_start + base >= hi:
+                        break
+                    key = int(index[d, 1])
+                    ordinal = key >> RECORD_BITS
+                    files = {f["ordinal"]: f["path"] for f in part.manifest["files"]}
+                    out.append({"id": part.record_id(d), "file": files[ordinal],
+                                "file_ordinal": ordinal, "record": key & RECORD_MASK,
+                                "tokens": [max(lo - base, doc_start) - doc_start,
+                                           min(hi - base, int(ends[d])) - doc_start]})
+                    d += 1
+            base += n
+        return out
+
+
+class StreamWindows:
+    """All (seq_len + 1)-token windows of one token stream held in several memory maps
+    (the parts, in order): window i is tokens [i * seq_len, i * seq_len + seq_len + 1),
+    which may straddle two parts. Same interface as llmtk.train.data.Windows."""
+
+    def __init__(self, arrays: list, seq_len: int):
+        import numpy as np
+
+        self.arrays, self.seq_len = arrays, seq_len
+        self._starts = np.cumsum([0, *(len(a) for a in arrays)])  # first token of each part
+        total = int(self._starts[-1])
+        self._n = max(0, (total - 1) // seq_len)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def token_range(self, i: int) -> tuple[int, int]:
+        return i * self.seq_len, i * self.seq_len + self.seq_len + 1
+
+    def get(self, i: int):
+        """Window i: (seq_len + 1,) token ids."""
+        import numpy as np
+
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        start, stop = self.token_range(i)
+        k = int(np.searchsorted(self._starts, start, side="right")) - 1
+        lo = start - int(self._starts[k])
+        piece = self.arrays[k][lo:lo + (stop - start)]
+        if len(piece) == stop - start:
+            return piece
+        pieces = [piece]
+        got = len(piece)
+        while got < stop - start:  # the window runs into the next part(s)
+            k += 1
+            more = self.arrays[k][:stop - start - got]
+            pieces.append(more)
+            got += len(more)
+        return np.concatenate(pieces)
+

@@ -1,0 +1,81 @@
+"""`llmtk estimate --emit-config` writes a layout `llmtk train --config` reads, and
+`llmtk train --dry-run` plans it per kind of rank on the meta device, without a GPU."""
+
+import json
+import re
+
+import pytest
+
+from llmtk.train.config import TrainConfig
+from llmtk.train.dryrun import plan_ranks, stage_layers
+from llmtk.train.model_config import count_params, preset
+from llmtk.train.parallel import Layout
+from tests.util import llmtk
+
+
+def test_estimated_70b_layout_plans_per_rank_within_5_percent_of_estimate(tmp_path):
+    """torchtitan's llama3-70b layout on 256 H100s (FSDP 32 x TP 8): the file estimate
+    writes is read by train, whose per-rank plan agrees with estimate's table."""
+    toml = tmp_path / "run.toml"
+    args = ["--model", "llama3-70b", "--gpus", "256xH100", "--tp", "8", "--zero", "3",
+            "--recompute", "full", "--sequence-parallel", "--global-batch", "512"]
+    p = llmtk("estimate", *args, "--emit-config", str(toml), "--json", in_process=True)
+    assert p.returncode == 0, p.stderr
+    estimated = json.loads(p.stdout)["memory"]["total"]
+    text = toml.read_text()
+    for line in ('model = "llama3-70b"', "tp = 8", "dp-shard = 32", 'parallel = "fsdp"',
+                 "activation-checkpointing = true", "grad-accum = 16"):
+        assert line in text.splitlines(), line
+    p = llmtk("train", "--config", str(toml), "--dry-run", "--nproc-per-node", "8",
+              "--nnodes", "32", in_process=True)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.decode()
+    assert "dp_shard 32 x tp 8" in out and "total GB" in out and "total GiB" in out
+    row = next(line for line in out.splitlines() if line.startswith("all layers (0)"))
+    total_gb = float(row.split()[-3])
+    assert total_gb * 1e9 == pytest.approx(estimated, rel=0.05)
+    assert re.search(r"same layout: [\d.]+ GB per GPU \([+-]\d\.\d%", out)
+
+
+def test_pipeline_stages_hold_their_layers_the_embedding_and_the_head():
+    """pp 3 over 8 layers: 3/3/2 blocks; the embedding on the first stage, the final norm
+    and an untied copy of the (tied) head on the last; tp splits matrices, not norms."""
+    mcfg = preset("llmtk-124m", vocab_size=50304, n_layer=8)
+    cfg = TrainConfig()
+    assert stage_layers(8, 3) == [3, 3, 2]
+    plans = plan_ranks(cfg, mcfg, Layout(pp=3, tp=1, dp_shard=1))
+    assert [(p.kind, p.layers, p.embedding, p.head) for p in plans] == [
+        ("first stage", 3, True, False), ("middle stage", 3, False, False),
+        ("last stage", 2, False, True)]
+    emb = mcfg.padded_vocab * mcfg.d_model
+    assert sum(p.params for p in plans) == count_params(mcfg) + emb  # the head's own copy
+    one = plan_ranks(cfg, mcfg, Layout())[0]
+    assert one.params == count_params(mcfg) and one.weights == 4 * one.params
+    assert one.gradients + one.optimizer == 12 * one.params  # fp32 grads, AdamW m and v
+    split = plan_ranks(cfg, mcfg, Layout(tp=4, dp_shard=2))[0]
+    norms = (2 * mcfg.n_layer + 1) * mcfg.d_model
+    assert split.params == pytest.approx(((one.params - norms) / 4 + norms) / 2)
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--zero", "2"], "--zero: llmtk train shards every state (3, FSDP2) or none (0)"),
+    (["--optimizer", "sgd"], "--optimizer: llmtk train uses AdamW"),
+    (["--model", "gpt3-175b"], "cannot be trained by llmtk train"),
+])
+def test_emit_config_refuses_what_train_cannot_run(tmp_path, flags, words):
+    model = [] if "--model" in flags else ["--model", "llama3-8b"]
+    p = llmtk("estimate", *model, *flags, "--emit-config", str(tmp_path / "x.toml"),
+              in_process=True)
+    assert p.returncode == 2 and words in p.stderr.decode()
+    assert not (tmp_path / "x.toml").exists()
+
+
+def test_one_process_plan_of_a_tied_preset_is_estimates():
+    """No layout flags: one process; the comparison is with the preset's own (tied) head,
+    not an untied shape of the same dimensions."""
+    p = llmtk("train", "--model", "llmtk-124m", "--dry-run", "--gpu", "A100-40",
+              in_process=True)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.decode()
+    assert "1 processes (1 x 1): one process; none" in out and "per A100-40" in out
+    assert "(+0.0% for the busiest rank here)" in out

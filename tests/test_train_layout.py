@@ -1,0 +1,62 @@
+"""The parallel layout (llmtk.train.parallel): one mesh pp x dp_replicate x dp_shard x tp,
+its inference and its one-line errors naming the flag, before anything starts."""
+
+import pytest
+
+from llmtk.errors import ConfigError
+from llmtk.train.model_config import PRESETS
+from llmtk.train.parallel import Layout, check_model, plan_layout
+from tests.util import llmtk
+
+
+def test_dp_shard_is_the_rest_of_the_world():
+    assert plan_layout(32, tp=8, pp=2) == ("fsdp", Layout(pp=2, dp_shard=2, tp=8))
+    assert plan_layout(4, dp_replicate=2) == ("fsdp", Layout(dp_replicate=2, dp_shard=2))
+    assert plan_layout(4, parallel="fsdp") == ("fsdp", Layout(dp_shard=4))
+    assert plan_layout(4) == ("ddp", Layout(dp_replicate=4))  # auto, no mesh asked: DDP
+    assert plan_layout(1, parallel="fsdp") == ("none", Layout())
+
+
+def test_coordinates_put_tp_innermost_and_pp_outermost():
+    layout = Layout(pp=2, dp_replicate=1, dp_shard=2, tp=2)
+    assert [layout.coords(r)["tp"] for r in range(4)] == [0, 1, 0, 1]
+    assert [layout.coords(r)["pp"] for r in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    # a tp group reads one batch; the dp ranks of a stage read different ones
+    assert [layout.dp_rank(r) for r in range(8)] == [0, 0, 1, 1, 0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("world,kw,key,words", [
+    (4, {"tp": 3}, "tp", "--tp 3 x --pp 1 x --dp-replicate 1 = 3 does not divide the 4"),
+    (8, {"dp_replicate": 2, "dp_shard": 2}, "dp_shard", "= 4 processes, but there are 8"),
+    (4, {"parallel": "ddp", "dp_replicate": 2}, "dp_replicate", "needs --parallel fsdp"),
+    (2, {"parallel": "none"}, "parallel", "none runs one process, but there are 2"),
+])
+def test_a_layout_that_does_not_fit_names_its_flag(world, kw, key, words):
+    with pytest.raises(ConfigError) as e:
+        plan_layout(world, **kw)
+    assert e.value.key == key and words in str(e.value)
+
+
+@pytest.mark.parametrize("tp,pp,words", [
+    (5, 1, "tp: 5 does not divide the model's 12 attention heads"),
+    (16, 1, "tp: 16 does not divide the model's 8 key/value heads"),
+    (1, 40, "pp: 40 stages for 32 layers"),
+])
+def test_the_model_must_split_evenly(tp, pp, words):
+    with pytest.raises(ConfigError) as e:
+        check_model(Layout(tp=tp, pp=pp), PRESETS["llama3-8b"] if tp == 16 or pp > 1
+                    else PRESETS["llmtk-124m"])
+    assert words in str(e.value)
+    check_model(Layout(tp=8, pp=4), PRESETS["llama3-8b"])
+
+
+def test_the_command_refuses_a_layout_before_starting_processes(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "x"}\n')
+    p = llmtk("train", "--data", str(data), "--out", str(tmp_path / "o"),
+              "--nproc-per-node", "4", "--dp-replicate", "3", in_process=True)
+    assert p.returncode == 2
+    assert p.stderr.decode().strip().splitlines()[-1] == (
+        "llmtk: error: --dp-replicate: --tp 1 x --pp 1 x --dp-replicate 3 = 3 does not "
+        "divide the 4 processes (--nnodes x --nproc-per-node)")
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,266 @@
+"""Web archives in, main text out: WARC reading (hostile records included), extraction,
+URL filtering and provenance through the pipeline. The archives are written with warcio."""
+
+import json
+
+import pytest
+
+from tests.util import InProcess
+from tests.warc_fixtures import PNG, members, page, record, wrong_length
+
+pytest.importorskip("warcio")
+
+
+@pytest.fixture
+def cli():
+    return InProcess()
+
+
+def records(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+RU = "Привет мир, это проверка кодировки страницы"
+JA = "日本語のテキストです。これは文字コードの試験です。"
+ZH = "中文测试文本，这是一段文字。这是一个关于中文编码的测试页面。" * 3
+
+
+@pytest.fixture(scope="module")
+def crawl(tmp_path_factory):
+    """a.warc.gz: gzip per record, every kind of record and damage; b.warc: plain, with a
+    Content-Length too long. Returns (dir, member offsets of a)."""
+    d = tmp_path_factory.mktemp("crawl")
+    recs = [
+        record("warcinfo", ""),
+        record("request", "http://a.org/1"),
+        record("response", "http://a.org/1", page("One", "Hello world, ünïcode.").encode(),
+               charset="utf-8", record_id="<urn:uuid:one>"),
+        record("metadata", "http://a.org/1", b"fetchTimeMs: 12\r\n"),
+        record("response", "http://a.org/logo", PNG),  # a PNG served as text/html
+        record("response", "http://ru.example.org/", page("Привет", RU).encode("cp1251"),
+               charset="windows-1251"),
+        record("response", "http://jp.org/", page("日本", JA, '<meta charset="shift_jis">')
+               .encode("shift_jis")),
+        record("response", "http://cn.org/", page("中文", ZH).encode("gbk")),  # no charset
+        wrong_length(record("response", "http://bad.org/", page("Bad", "x").encode()), -300),
+        record("response", "http://a.org/after", page("After", "After the bad one.").encode()),
+        record("response", "http://a.org/last", page("Last", "The last one.").encode()),
+    ]
+    data, offsets = members(recs)
+    (d / "a.warc.gz").write_bytes(data[:offsets[-1] + (len(data) - offsets[-1]) // 2])
+    (d / "b.warc").write_bytes(
+        record("response", "http://b.org/1", page("B1", "Bee one.").encode())
+        + wrong_length(record("response", "http://b.org/long", page("L", "l").encode()), 200)
+        + record("response", "http://b.org/2", page("B2", "Bee two.").encode()))
+    return d, offsets
+
+
+def test_cat_shows_documents_skips_and_bad_records_each_counted(cli, crawl, tmp_path):
+    d, offsets = crawl
+    stats, rejects = tmp_path / "s.json", tmp_path / "r.jsonl"
+    r = cli("cat", d / "a.warc.gz", d / "b.warc", "--on-error", "reject", "--rejects", rejects,
+            "--stats", stats, "-q")
+    assert r.exit_code == 0, r.output
+    out = records(r.stdout)
+    assert [x["url"] for x in out] == [
+        "http://a.org/1", "http://ru.example.org/", "http://jp.org/", "http://cn.org/",
+        "http://a.org/after", "http://b.org/1", "http://b.org/2"]
+    first = out[0]
+    assert first["id"] == "<urn:uuid:one>" and first["date"] and first["content_type"] == \
+        "text/html" and first["text"].startswith("<!DOCTYPE html>")
+    # legacy charsets from the HTTP header, <meta charset> and detection: correct Unicode
+    assert RU in out[1]["text"] and out[1]["charset"] == "cp1251"
+    assert JA in out[2]["text"] and out[2]["charset"] == "cp932"
+    assert ZH in out[3]["text"] and out[3]["charset"] == "gb18030"
+    s = json.loads(stats.read_text())
+    assert s["dropped"] == {"warc.binary": 1, "warc.metadata": 1, "warc.request": 1,
+                            "warc.warcinfo": 1}
+    assert s["errors"] == {"io.truncated": 1, "io.warc_length": 2}
+    assert s["records_in"] == 14 == s["records_out"] + 4 + 3  # every record accounted for
+    bad = [x["llmtk"] for x in records(rejects.read_text())]
+    assert [(b["reason"], b["line"], b["offset"]) for b in bad] == [
+        ("io.warc_length", 9, offsets[8]), ("io.truncated", 11, offsets[10]),
+        ("io.warc_length", 2, (d / "b.warc").read_bytes().index(b"WARC/1.", 10))]
+    assert "truncated gzip member" in bad[1]["error"]
+
+
+def test_a_bad_record_stops_the_run_with_file_record_and_offset(cli, crawl):
+    d, offsets = crawl
+    r = cli("cat", d / "a.warc.gz")
+    assert r.exit_code == 1
+    assert f"{d / 'a.warc.gz'}: record 9 at byte offset {offsets[8]}: Content-Length" \
+        in r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_clean_extracts_main_text_from_warc_by_default(cli, crawl):
+    d, _ = crawl
+    r = cli("clean", d / "a.warc.gz", d / "b.warc", "--filters", "none", "--no-langid",
+            "--no-pii", "--on-error", "skip", "-q")
+    assert r.exit_code == 0, r.output
+    out = records(r.stdout)
+    assert len(out) == 7 and all(x["url"] and x["text"] for x in out)
+    text = out[0]["text"]
+    assert "Hello world, ünïcode." in text
+    assert "def add(a, b):\n    return a + b" in text  # <pre> lines and indentation kept
+    assert "Home" not in text and "Copyright" not in text  # navigation and footer gone
+    assert out[0]["content_type"] == "text/plain" and out[0]["id"] == "<urn:uuid:one>"
+    assert RU in out[1]["text"] and ZH in out[3]["text"]
+    r = cli("clean", d / "b.warc", "--extract", "none", "--filters", "none", "--no-langid",
+            "--no-pii", "--on-error", "skip", "-q")
+    assert records(r.stdout)[0]["text"].startswith("<!DOCTYPE html>")
+
+
+def test_trafilatura_extractor(cli, crawl):
+    pytest.importorskip("trafilatura")
+    d, _ = crawl
+    r = cli("clean", d / "b.warc", "--extract", "trafilatura", "--filters", "none",
+            "--no-langid", "--no-pii", "--on-error", "skip", "-q")
+    assert r.exit_code == 0, r.output
+    text = records(r.stdout)[0]["text"]
+    assert "Bee one." in text and "Copyright" not in text
+
+
+def test_shards_assign_whole_warc_files(cli, crawl):
+    d, _ = crawl
+    parts = []
+    for k in (0, 1):
+        r = cli("cat", d / "a.warc.gz", d / "b.warc", "--shard", f"{k}/2", "--on-error",
+                "skip", "-q")
+        assert r.exit_code == 0, r.output
+        parts.append({x["url"].split("/")[2] for x in records(r.stdout)})
+    hosts_a = {"a.org", "ru.example.org", "jp.org", "cn.org"}
+    assert sorted(parts, key=len) == [{"b.org"}, hosts_a]
+
+
+def test_parquet_of_the_same_pages_gives_the_same_texts(cli, crawl, tmp_path):
+    pytest.importorskip("pyarrow")
+    d, _ = crawl
+    pq = tmp_path / "pages.parquet"
+    assert cli("cat", d / "a.warc.gz", "--on-error", "skip", "-q", "-o", pq).exit_code == 0
+    args = ("--filters", "none", "--no-langid", "--no-pii", "--on-error", "skip", "-q")
+    from_warc = records(cli("clean", d / "a.warc.gz", *args).stdout)
+    from_parquet = records(cli("clean", pq, *args).stdout)
+    assert [x["text"] for x in from_parquet] == [x["text"] for x in from_warc]
+    assert len(from_warc) == 5
+
+
+def test_html_in_jsonl_is_extracted_and_plain_text_is_not(cli, tmp_path):
+    src = tmp_path / "in.jsonl"
+    html = page("Doc", "An HTML page inside JSON Lines.")
+    src.write_text("\n".join(json.dumps(x) for x in [
+        {"text": html},
+        {"text": "<b>not</b> a page, a snippet about <div> tags", "id": 2},
+        {"text": html, "content_type": "text/plain"},  # the record says it is not HTML
+    ]) + "\n")
+    r = cli("clean", src, "--filters", "none", "--no-langid", "--no-pii", "-q")
+    out = records(r.stdout)
+    assert "An HTML page inside JSON Lines." in out[0]["text"] and "<" not in out[0]["text"]
+    assert out[1]["text"] == "<b>not</b> a page, a snippet about <div> tags"
+    assert out[2]["text"].startswith("<!DOCTYPE html>")
+
+
+def test_math_becomes_latex_and_code_keeps_its_lines():
+    from llmtk.clean.extract import extract
+
+    body = ("Euler: <math display='block'><semantics><mrow><msup><mi>e</mi><mrow><mi>i</mi>"
+            "<mi>π</mi></mrow></msup><mo>+</mo><mn>1</mn><mo>=</mo><mn>0</mn></mrow>"
+            "<annotation encoding='application/x-tex'>e^{i\\pi}+1=0</annotation></semantics>"
+            "</math>; bare MathML <math><mfrac><mn>1</mn><mi>x</mi></mfrac></math>; MathJax "
+            "<script type='math/tex'>a^2+b^2</script>; KaTeX <span class='katex'><span "
+            "class='katex-mathml'><math><semantics><mi>y</mi><annotation encoding="
+            "'application/x-tex'>\\sqrt{y}</annotation></semantics></math></span><span "
+            "class='katex-html' aria-hidden='true'>√y</span></span>.")
+    for method in ("resiliparse", "trafilatura"):
+        if method == "trafilatura":
+            pytest.importorskip("trafilatura")
+        text = extract(page("Math", body), method)
+        assert ("Euler: $$e^{i\\pi}+1=0$$; bare MathML $\\frac{1}{x}$; MathJax $a^2+b^2$; "
+                "KaTeX $\\sqrt{y}$.") in text, method
+        assert "def add(a, b):\n    return a + b" in text
+
+
+def test_url_filters_name_their_reasons_and_count_domains(cli, tmp_path):
+    lists = {"block.txt": "# adult sites\nbad.example\n",
+             "patterns.txt": "/casino/\nre:\\?ref=\\d+$\n", "words.txt": "porn\n"}
+    for name, text in lists.items():
+        (tmp_path / name).write_text(text)
+    urls = ["https://ok.org/a", "https://www.bad.example/x", "https://ok.org/casino/1",
+            "https://ok.org/p?ref=12", "https://ok.org/free-porn-here", "https://ok.org/pornography"]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": f"page {i}", "url": u}) + "\n"
+                           for i, u in enumerate(urls)))
+    stats, rejects = tmp_path / "s.json", tmp_path / "r.jsonl"
+    r = cli("clean", src, "--url-blocklist", tmp_path / "block.txt", "--url-patterns",
+            tmp_path / "patterns.txt", "--url-banned-words", tmp_path / "words.txt",
+            "--filters", "none", "--no-langid", "--no-pii", "--stats", stats, "--rejects",
+            rejects, "-q")
+    assert r.exit_code == 0, r.output
+    # a banned word counts as a whole word of the URL: "pornography" is not "porn"
+    assert [x["url"] for x in records(r.stdout)] == ["https://ok.org/a",
+                                                     "https://ok.org/pornography"]
+    assert [(x["url"], x["llmtk"]["reason"]) for x in records(rejects.read_text())] == [
+        ("https://www.bad.example/x", "url.blocked_domain"),
+        ("https://ok.org/casino/1", "url.blocked_pattern"),
+        ("https://ok.org/p?ref=12", "url.blocked_pattern"),
+        ("https://ok.org/free-porn-here", "url.banned_word")]
+    s = json.loads(stats.read_text())
+    assert s["counts"]["url_dropped.ok.org"] == 3
+    assert s["counts"]["url_dropped.www.bad.example"] == 1
+    r = cli("clean", src, "--url-blocklist", tmp_path / "missing.txt", "-q")
+    assert r.exit_code == 2 and "--url-blocklist" in r.output and "missing.txt" in r.output
+
+
+def test_provenance_travels_through_every_data_tool_and_into_rejects(cli, crawl, tmp_path):
+    d, _ = crawl
+    clean = tmp_path / "clean.jsonl"
+    rejects = tmp_path / "rejects.jsonl"
+    blocked = tmp_path / "block.txt"
+    blocked.write_text("jp.org\n")
+    r = cli("clean", d / "a.warc.gz", "--filters", "none", "--no-langid", "--no-pii",
+            "--on-error", "skip", "--url-blocklist", blocked, "--rejects", rejects, "-q",
+            "-o", clean)
+    assert r.exit_code == 0, r.output
+    want = {x["url"]: (x["id"], x["date"]) for x in records(clean.read_text())}
+    assert len(want) == 4 and "http://a.org/1" in want
+    (rejected,) = records(rejects.read_text())
+    assert rejected["url"] == "http://jp.org/" and rejected["id"].startswith("<urn:uuid:")
+    assert rejected["date"] and rejected["llmtk"]["reason"] == "url.blocked_domain"
+
+    ev = tmp_path / "eval.jsonl"
+    ev.write_text(json.dumps({"id": "q", "question": "nothing from these pages at all here "
+                              "in this thirteen word question about something else entirely"})
+                  + "\n")
+    dedup, contam, mixed = (tmp_path / n for n in ("d.jsonl", "c.jsonl", "m.jsonl"))
+    assert cli("dedup", clean, "-q", "-o", dedup).exit_code == 0
+    assert cli("contam-check", dedup, "--eval", ev, "--eval-field", "question", "--drop",
+               "-q", "-o", contam).exit_code == 0
+    assert cli("mix", "-s", f"web={contam}:1", "-q", "-o", mixed).exit_code == 0
+    for path in (dedup, contam, mixed):
+        got = {x["url"]: (x["id"], x["date"]) for x in records(path.read_text())}
+        assert got and all(want[u] == v for u, v in got.items()), path
+
+
+def test_wet_and_arc_archives(cli, tmp_path):
+    wet = tmp_path / "x.warc.wet.gz"
+    body = b"Plain text of a page.\nSecond line."
+    head = ("WARC/1.0\r\nWARC-Type: conversion\r\nWARC-Record-ID: <urn:uuid:w1>\r\n"
+            "WARC-Date: 2024-01-01T00:00:00Z\r\nWARC-Target-URI: https://w.org/\r\n"
+            f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    wet.write_bytes(members([head + body + b"\r\n\r\n"])[0])
+    html = page("Arc", "A page from an ARC file.").encode()
+    http = b"HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n" + html
+    desc = b"1 0 Archive\nURL IP-address Archive-date Content-type Archive-length\n"
+    arc = tmp_path / "old.arc"
+    arc.write_bytes(b"filedesc://old.arc 0.0.0.0 20010101000000 text/plain %d\n%s\n"
+                    % (len(desc), desc)
+                    + b"http://arc.org/ 1.2.3.4 20010203040506 text/html %d\n%s\n"
+                    % (len(http), http))
+    r = cli("cat", wet, arc, "-q")
+    assert r.exit_code == 0, r.output
+    out = records(r.stdout)
+    assert out[0] == {"id": "<urn:uuid:w1>", "url": "https://w.org/",
+                      "date": "2024-01-01T00:00:00Z", "text": body.decode(),
+                      "content_type": "text/plain", "charset": "utf-8"}
+    assert out[1]["url"] == "http://arc.org/" and out[1]["date"] == "2001-02-03T04:05:06Z"
+    assert "A page from an ARC file." in out[1]["text"] and len(out) == 2
