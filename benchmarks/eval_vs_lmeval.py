@@ -7,7 +7,7 @@ Hugging Face folder with a chat template, and scores it both ways in six setting
 
   0-shot plain and through the chat template; K-shot plain with the examples from a
   separate split (`--fewshot-from`) and from the task's own rows; K-shot through the
-  template as turns (lm-eval's default) and as one user turn.
+  template as one user turn and as turns (`--fewshot-as-multiturn`).
 
 For each it prints the largest per-item log-likelihood difference, whether acc and
 acc_norm agree item by item, and both tools' wall time. lm-eval runs from its own venv
@@ -139,7 +139,7 @@ SETTINGS = [  # name, chat, shots, few-shot split, multiturn
     ("0-shot chat template", True, 0, "train", True),
     ("K-shot, --fewshot-from", False, None, "train", False),
     ("K-shot, own rows", False, None, "test", False),
-    ("K-shot chat template, own rows", True, None, "test", True),
+    ("K-shot chat template, multiturn, own rows", True, None, "test", True),
     ("K-shot chat template, one user turn", True, None, "train", False),
 ]
 
@@ -152,7 +152,7 @@ def run_lmeval(python: Path, hf: Path, work: Path, task: str, shots: int, chat: 
            f"pretrained={hf},dtype=float32", "--tasks", task, "--include_path",
            str(work / "yaml"), "--num_fewshot", str(shots), "--device", "cpu",
            "--batch_size", "16", "--log_samples", "--output_path", str(out)]
-    if chat:  # lm-eval 0.4.13 turns multiturn on with the template unless told
+    if chat:  # said either way: lm-eval 0.4.13 turns multiturn on with the template
         cmd += ["--apply_chat_template", "--fewshot_as_multiturn", str(multiturn).lower()]
     start = time.perf_counter()
     subprocess.run(cmd, check=True, env={**os.environ, **OFFLINE}, stdout=subprocess.DEVNULL,
@@ -187,8 +187,8 @@ def run_llmtk(hf: Path, test: str, train: str, shots: int, chat: bool, multiturn
            "--chat-template" if chat else "--no-chat-template"]
     if not own:
         cmd += ["--fewshot-from", train]
-    if chat:
-        cmd.append("--fewshot-as-multiturn" if multiturn else "--no-fewshot-as-multiturn")
+    if multiturn:
+        cmd.append("--fewshot-as-multiturn")
     start = time.perf_counter()
     p = subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
     wall = time.perf_counter() - start

@@ -74,10 +74,9 @@ def command(
         "--chat-template/--no-chat-template", help="Ask through the model's chat template "
         "(default: on for --sft runs and Hugging Face folders that have one).",
         show_default=False, rich_help_panel=CHAT)] = None,
-    multiturn: Annotated[bool | None, typer.Option(
-        "--fewshot-as-multiturn/--no-fewshot-as-multiturn", help="With the chat template: "
-        "few-shot examples as user/assistant turns, or all in one user turn (default: "
-        "turns, as lm-eval 0.4.13).", show_default=False, rich_help_panel=FEWSHOT)] = None,
+    multiturn: Annotated[bool, typer.Option(
+        "--fewshot-as-multiturn", help="With the chat template: few-shot examples as "
+        "user/assistant turns, not one user turn.", rich_help_panel=FEWSHOT)] = False,
     baseline: Annotated[str | None, typer.Option(
         "--baseline", help="Compare with this model (run, checkpoint, Hugging Face folder "
         "or exported file) on the same items.", show_default=False,
@@ -218,9 +217,8 @@ def _scorer(m, tasks, pools, chat, multiturn, num_fewshot, seed, batch_size, dev
     scorer = ModelScorer(m.model, m.tokenizer, batch_size=batch_size,
                          prompt_ids=template.prompt if use_chat else None,
                          autocast=autocast or contextlib.nullcontext)
-    turns = use_chat and (multiturn is None or multiturn)
-    formats = {t.name: Format(num_fewshot, pools.get(t.name), seed, use_chat, turns)
-               for t in tasks}
+    formats = {t.name: Format(num_fewshot, pools.get(t.name), seed, use_chat,
+                              multiturn and use_chat) for t in tasks}
     return scorer, formats
 
 
