@@ -139,8 +139,8 @@ SETTINGS = [  # name, chat, shots, few-shot split, multiturn
     ("0-shot chat template", True, 0, "train", True),
     ("K-shot, --fewshot-from", False, None, "train", False),
     ("K-shot, own rows", False, None, "test", False),
-    ("K-shot chat template, multiturn, own rows", True, None, "test", True),
-    ("K-shot chat template, one user turn", True, None, "train", False),
+    ("K-shot chat, multiturn, own rows", True, None, "test", True),
+    ("K-shot chat, one user turn", True, None, "train", False),
 ]
 
 
