@@ -3,11 +3,11 @@
 Builds multiple-choice items (ARC layout) from real text (sentences of the Python
 standard library's docstrings: the first half is the question, the true second half and
 three others the choices), trains a tiny model on those docstrings, exports it as a
-Hugging Face folder with a chat template, and scores it both ways in five settings:
+Hugging Face folder with a chat template, and scores it both ways in six settings:
 
-  0-shot plain, 0-shot through the chat template, K-shot plain with the examples from a
-  separate split (`--fewshot-from`), K-shot through the template with the examples from
-  the task's own rows, and the same as multiturn (`--fewshot-as-multiturn`).
+  0-shot plain and through the chat template; K-shot plain with the examples from a
+  separate split (`--fewshot-from`) and from the task's own rows; K-shot through the
+  template as one user turn and as turns (`--fewshot-as-multiturn`).
 
 For each it prints the largest per-item log-likelihood difference, whether acc and
 acc_norm agree item by item, and both tools' wall time. lm-eval runs from its own venv
@@ -136,10 +136,11 @@ def build(work: Path, n_items: int) -> tuple[Path, str, str]:
 
 SETTINGS = [  # name, chat, shots, few-shot split, multiturn
     ("0-shot", False, 0, "train", False),
-    ("0-shot chat template", True, 0, "train", False),
-    ("K-shot from --fewshot-from", False, None, "train", False),
-    ("K-shot chat template, own rows", True, None, "test", False),
-    ("K-shot chat template, multiturn", True, None, "test", True),
+    ("0-shot chat template", True, 0, "train", True),
+    ("K-shot, --fewshot-from", False, None, "train", False),
+    ("K-shot, own rows", False, None, "test", False),
+    ("K-shot chat, multiturn, own rows", True, None, "test", True),
+    ("K-shot chat, one user turn", True, None, "train", False),
 ]
 
 
@@ -151,10 +152,8 @@ def run_lmeval(python: Path, hf: Path, work: Path, task: str, shots: int, chat: 
            f"pretrained={hf},dtype=float32", "--tasks", task, "--include_path",
            str(work / "yaml"), "--num_fewshot", str(shots), "--device", "cpu",
            "--batch_size", "16", "--log_samples", "--output_path", str(out)]
-    if chat:
-        cmd.append("--apply_chat_template")
-    if multiturn:
-        cmd.append("--fewshot_as_multiturn")
+    if chat:  # said either way: lm-eval 0.4.13 turns multiturn on with the template
+        cmd += ["--apply_chat_template", "--fewshot_as_multiturn", str(multiturn).lower()]
     start = time.perf_counter()
     subprocess.run(cmd, check=True, env={**os.environ, **OFFLINE}, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
@@ -235,7 +234,7 @@ def main() -> None:
                 prompt=CHAT_PROMPT if chat else PLAIN_PROMPT))
     print(f"{args.items} ARC-layout items from standard-library docstrings; "
           f"K = {args.shots}; lm-eval 0.4.13 vs llmtk eval on the same HF folder")
-    print(f"{'setting':34} {'max |dll|':>10} {'acc':>13} {'acc_norm':>13} "
+    print(f"{'setting':36} {'max |dll|':>10} {'acc':>13} {'acc_norm':>13} "
           f"{'items same':>10} {'lm-eval s':>9} {'llmtk s':>8}")
     worst = 0.0
     for name, chat, shots, split, multiturn in SETTINGS:
@@ -251,7 +250,7 @@ def main() -> None:
         acc_t = sum(r["acc"] for r in theirs) / len(theirs)
         norm_t = sum(r["acc_norm"] for r in theirs) / len(theirs)
         same = all(agree(row, r) for row, r in zip(mine, theirs, strict=True))
-        print(f"{name:34} {diff:10.2e} {metrics['acc']:.3f}/{acc_t:.3f} "
+        print(f"{name:36} {diff:10.2e} {metrics['acc']:.3f}/{acc_t:.3f} "
               f"{metrics['acc_norm']:.3f}/{norm_t:.3f} {str(same):>10} {t_wall:9.1f} "
               f"{m_wall:8.1f}")
     print(f"largest per-item log-likelihood difference: {worst:.2e} (limit 1e-4)")

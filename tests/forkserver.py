@@ -48,7 +48,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRELOAD = ["numpy", "orjson", "zstandard", "typer", "click", "rich.console", "rich.progress",
            "torch", "torch.nn.functional", "torch.distributed", "torch.distributed.checkpoint",
            "torch.distributed.fsdp", "torch.distributed.run", "safetensors.torch",
-           "tokenizers", "fasttext_new", "matplotlib", "jinja2"]
+           "tokenizers", "fasttext_new", "matplotlib", "jinja2",
+           # what the trainer's torch.use_deterministic_algorithms() imports on its first
+           # call (~800 modules, 1.3 s per training child; no thread started)
+           "torch._inductor.config"]
 
 
 MAX_FDS = 64  # open fds a command may inherit (the client passes all of its own)

@@ -341,6 +341,7 @@ def test_llmtk_eval_logs_each_step_task_and_metric_once(tmp_path, capfd, monkeyp
     for _ in range(2):
         r = cli("eval", run, "--tasks", arc, "--tasks", held, "--device", "cpu")
         assert r.exit_code == 0, r.output
+        assert "arc (2 items): acc" in r.output and " items/s" in r.output  # the summary
         # At 80 columns a long path folds in its column, whole, and is never cut with "…".
         last = "".join(line.split("│")[-2].strip() for line in r.stdout.splitlines()
                        if line.count("│") > 2)

@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass
 
 from llmtk.errors import DataError
-from llmtk.evaluate.tasks import MULTIPLE_CHOICE, PERPLEXITY, Item, Task
+from llmtk.evaluate.tasks import MULTIPLE_CHOICE, Item, Task
 
 FEWSHOT_SEED = 1234  # lm-eval's default --fewshot_random_seed
 TARGET_DELIMITER, FEWSHOT_DELIMITER = " ", "\n\n"
@@ -75,9 +75,8 @@ class Sampler:
 
 
 def contexts(task: Task, fmt: Format) -> list[Context]:
-    """The context of every item of the task, in order."""
-    if task.kind == PERPLEXITY:
-        return ["" for _ in task.items]
+    """The context of every item of a multiple-choice or generation task, in order
+    (perplexity tasks score whole texts: no context, no examples)."""
     pool = fmt.pool or task
     own = fmt.pool is None
     if fmt.num_fewshot:
