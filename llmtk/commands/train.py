@@ -518,14 +518,17 @@ def tokenize_command(
 
 
 BATCH_HELP = """\
-Print the documents behind one optimizer step's batch of a run on token datasets.
+Print the documents behind one optimizer step's batch, or behind the batches a \
+--on-spike rollback skipped.
 
 Computed from the run's config.json (data, batch shape, world size, seed) and its \
 rollback events: for each window of step N (every rank's, or --rank R's), the \
 documents its tokens came from, with the input file, the record number in it, the \
 `id` field, the span of the document's tokens in the window and the text read back \
-from the file. Runs trained on documents through the token cache keep no document \
-boundaries: train on a dataset of `llmtk train tokenize` to trace batches.
+from the file. Works for runs on token datasets (`llmtk train tokenize`) and on \
+documents through the token cache (a cache of version 2 or later: a run started \
+with an older llmtk is refused, with how to rebuild it). `llmtk diagnose` prints \
+this command for each loss spike and non-finite step of an llmtk run.
 
 [bold]Examples[/bold]
 
@@ -534,8 +537,10 @@ boundaries: train on a dataset of `llmtk train tokenize` to trace batches.
   llmtk train batch runs/a --step 1200 --rank 3 --json | llmtk contam-check \\
     --eval evals/
 
-Exit status: 0 printed, 1 a missing or corrupt input or dataset, 2 bad usage (not a \
-run on token datasets, no such step or rank).
+  llmtk train batch runs/a --skipped --json | jq -r .id
+
+Exit status: 0 printed, 1 a missing or corrupt input, cache or dataset, 2 bad usage \
+(no such step or rank, no rollback to list).
 """
 
 
@@ -543,35 +548,45 @@ run on token datasets, no such step or rank).
 @configs.keys_are_flags
 def batch_command(
     run: Annotated[str, typer.Argument(help="The run directory.", show_default=False)],
-    step: Annotated[int, typer.Option("--step", help="The optimizer step (1-based).",
-                                      show_default=False)] = ...,  # type: ignore[assignment]
+    step: Annotated[int | None, typer.Option(
+        "--step", help="The optimizer step (1-based).", show_default=False)] = None,
+    skipped: Annotated[bool, typer.Option(
+        "--skipped", help="The windows every --on-spike rollback skipped, instead of a "
+        "step's.")] = False,
     rank: Annotated[int | None, typer.Option(
         "--rank", help="Only this rank's share (default: the whole global batch).")] = None,
     full: Annotated[bool, typer.Option("--full", help="The whole text, not its head.")]
     = False,
     json_out: Annotated[bool, typer.Option(
-        "--json", help="One JSON document per line on stdout: step, rank, micro, window, "
-        "source, id, file, record, tokens, text.")] = False,
+        "--json", help="One JSON document per line on stdout: step, rank and micro (or "
+        "rollback), window, source, id, file, file_ordinal, record, tokens, text.")] = False,
 ) -> None:
+    from llmtk.errors import UsageError
     from llmtk.io import Sink
-    from llmtk.train.batch import batch_documents
+    from llmtk.train.batch import batch_documents, skipped_documents
 
+    if (step is None) == (not skipped):
+        raise UsageError("give --step N or --skipped (one of them)")
+    if skipped and rank is not None:
+        raise UsageError("--rank goes with --step (a rollback skips whole global batches)")
+    docs = skipped_documents(run) if skipped else batch_documents(run, step, rank)
     out = Sink(None)
     if json_out:
         import orjson
 
-        for doc in batch_documents(run, step, rank):
+        for doc in docs:
             out.write(orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE))
     else:
-        for doc in batch_documents(run, step, rank):
+        for doc in docs:
             text = doc["text"] or ""
             if not full:
                 text = text[:120].replace("\n", " ") + ("…" if len(text) > 120 else "")
             a, b = doc["tokens"]
             ident = "" if doc["id"] is None else f" id={doc['id']}"
-            out.write(f"rank {doc['rank']} micro {doc['micro']} window {doc['window']} "
-                      f"[{doc['source']}] {doc['file']}:record {doc['record']}{ident} "
-                      f"tokens {a}-{b}: {text}\n".encode())
+            where = (f"rollback {doc['rollback']} (spike at step {doc['step']})" if skipped
+                     else f"rank {doc['rank']} micro {doc['micro']}")
+            out.write(f"{where} window {doc['window']} [{doc['source']}] {doc['file']}:record "
+                      f"{doc['record']}{ident} tokens {a}-{b}: {text}\n".encode())
     out.commit()
 
 

@@ -533,7 +533,31 @@ DETECTORS = (detect_nan, detect_spikes, detect_divergence_and_rebound, detect_co
 def diagnose(run: Run) -> list[Finding]:
     findings = [f for detector in DETECTORS for f in detector(run)]
     order = {"error": 0, "warning": 1, "info": 2}
+    trace(run, findings)
     return sorted(findings, key=lambda f: (order[f.severity], f.step))
+
+
+TRACED = ("spike", "spikes", "nan")  # findings whose batch may be the cause
+TRACED_STEPS = 8  # commands per finding at most
+
+
+def trace(run: Run, findings: list[Finding]) -> None:
+    """For an llmtk run (metrics.jsonl beside its config.json), give each spike or NaN
+    finding the `llmtk train batch` command that prints the documents of its step(s)."""
+    import os
+
+    if run.format != Run.format or not os.path.isfile(run.path):
+        return
+    directory = os.path.dirname(run.path) or "."
+    if not os.path.exists(os.path.join(directory, "config.json")):
+        return
+    import shlex
+
+    for f in findings:
+        if f.kind in TRACED:
+            steps = sorted({int(s) for s in (f.steps or [f.step])})[:TRACED_STEPS]
+            f.commands = [f"llmtk train batch {shlex.quote(directory)} --step {s}"
+                          for s in steps]
 
 
 def overview(run: Run) -> dict:
