@@ -93,6 +93,9 @@ def test_the_planted_batch_is_found_named_and_rolled_back(planted, tmp_path):
     recorded = {doc["id"] for doc in rb["documents"]}
     assert set(bad) <= recorded
     assert all(doc["file"].endswith("docs.jsonl") for doc in rb["documents"])
+    (named,) = [f for f in diagnose(load_run(str(rolled / "metrics.jsonl")))
+                if f.kind == "rollback"]
+    assert named.step == PLANTED and named.commands == [f"llmtk train batch {rolled} --skipped"]
     skipped = _ids(rolled, "--skipped")
     assert set(bad) <= set(skipped) <= recorded and len(skipped) == 2 * B
     # after the rollback, step PLANTED trained on the batches after the skipped ones
