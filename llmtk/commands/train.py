@@ -423,9 +423,16 @@ UTF-8 text is covered and nothing is unknown; <|endoftext|> is the EOS token.
   llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 \\
     -o tokenizer.json
 
+  llmtk train tokenizer --data corpus/ --sample-bytes 2G -o tok.json
+
   zstdcat web.jsonl.zst | head -100000 | llmtk train tokenizer -o tok.json
 
   llmtk train --data train.jsonl.zst --tokenizer tok.json --out runs/b
+
+Memory: without --sample-bytes the library counts the words of every document (it \
+grows with the corpus's vocabulary of words); with it, at most N bytes of text are \
+held (the documents of smallest hash that fit, from all the inputs, the same ones for \
+any order of them) and the counts are those of the sample.
 """
 
 
@@ -442,18 +449,22 @@ def tokenizer_command(
         "--min-frequency", help="Merge only pairs seen at least this often.")] = 2,
     text_field: Annotated[str, typer.Option("--text-field",
                                             help="The field that holds the text.")] = "text",
+    sample_bytes: Annotated[str | None, typer.Option(
+        "--sample-bytes", metavar="SIZE", help="Train on a deterministic sample of at most "
+        "this much text (UTF-8 bytes: 2G, 500M, 1e9 or 2Gi), from all the inputs.")] = None,
     quiet: o.Quiet = False,
 ) -> None:
     import sys
 
     from llmtk.io import expand_inputs, read_docs
-    from llmtk.text.tokenizer import train_bpe
+    from llmtk.text.tokenizer import sample_texts, train_bpe
 
     paths = expand_inputs(list(data or []))
     if paths == ["-"] and sys.stdin.isatty():
         from llmtk.errors import UsageError
 
         raise UsageError("no input: pass --data FILE or pipe documents into stdin")
+    limit = None if sample_bytes is None else o.parse_bytes("--sample-bytes", sample_bytes)
     count = [0]
 
     def texts():
@@ -461,10 +472,13 @@ def tokenizer_command(
             count[0] += 1
             yield doc.text
 
-    size = train_bpe(texts(), vocab_size, output, min_frequency=min_frequency)
+    docs = texts() if limit is None else sample_texts(texts(), limit)
+    size = train_bpe(iter(docs), vocab_size, output, min_frequency=min_frequency)
     if not quiet:
-        print(f"trained a {size}-token BPE tokenizer on {count[0]} documents -> {output}",
-              file=sys.stderr)
+        on = f"{count[0]} documents" if limit is None else \
+            f"a sample of {len(docs)} of {count[0]} documents " \
+            f"({sum(len(t.encode('utf-8', 'surrogatepass')) for t in docs):,} bytes)"
+        print(f"trained a {size}-token BPE tokenizer on {on} -> {output}", file=sys.stderr)
 
 
 TOKENIZE_HELP = """\
