@@ -18,7 +18,7 @@ from tests.train_runs import TINY, events
 from tests.util import env, llmtk, run_module
 
 T, B, SEED = 32, 4, 0      # seq-len, batch size, seed: one document per window (below)
-DOCS, STEPS, PLANTED = 160, 20, 16  # the planted batch is step 16's
+DOCS, PLANTED = 160, 16  # the planted batch is step 16's
 WORDS = ("the of and to in is that for it as with was on be by this are from or have an not "
          "which but at they one all data model value list file name when return").split()
 
@@ -56,7 +56,7 @@ def planted(tmp_path_factory):
 def _train(d, out, *args):
     argv = ["train", "--data", str(d / "docs.jsonl"), "--cache-dir", str(d / "cache"),
             "--out", str(out), *TINY, "--seq-len", str(T), "--batch-size", str(B),
-            "--seed", str(SEED), "--steps", str(STEPS), "--spike-factor", "1.2", *args]
+            "--seed", str(SEED), "--spike-factor", "1.1", *args]
     p = run_module("llmtk", argv, environ=env())
     assert p.returncode == 0, p.stderr.decode()[-3000:]
 
@@ -72,7 +72,8 @@ def _ids(*argv) -> list[str]:
 def test_the_planted_batch_is_found_named_and_rolled_back(planted, tmp_path):
     d, bad = planted
     run = tmp_path / "run"
-    _train(d, run, "--grad-stats", "per-layer", "--grad-stats-every", "4")
+    _train(d, run, "--steps", str(PLANTED + 2), "--grad-stats", "per-layer",
+           "--grad-stats-every", "4")
     findings = diagnose(load_run(str(run / "metrics.jsonl")))
     spikes = [f for f in findings if f.kind in ("spike", "spikes")]
     assert spikes and spikes[0].step == PLANTED, [f.summary for f in findings]
@@ -87,7 +88,8 @@ def test_the_planted_batch_is_found_named_and_rolled_back(planted, tmp_path):
     assert layer.step == PLANTED and "per-layer gradient norms" in layer.summary
 
     rolled = tmp_path / "rolled"
-    _train(d, rolled, "--on-spike", "rollback", "--checkpoint-every", str(PLANTED - 2))
+    _train(d, rolled, "--steps", str(PLANTED), "--on-spike", "rollback",
+           "--checkpoint-every", str(PLANTED - 2))
     (rb,) = events(str(rolled), "rollback")
     assert rb["from_step"] == PLANTED and rb["to_step"] == PLANTED - 2
     recorded = {doc["id"] for doc in rb["documents"]}

@@ -270,6 +270,7 @@ class Windows:
 
     def __post_init__(self):
         self._starts = np.cumsum([0, *self.per_shard])  # first window of each shard
+        self._docs: dict[int, tuple] = {}  # shard -> its document rows and ids (documents)
 
     def get(self, i: int) -> np.ndarray:
         """Window i: (seq_len + 1,) token ids."""
@@ -283,6 +284,21 @@ class Windows:
         k = int(np.searchsorted(self._starts, i, side="right")) - 1  # the shard holding i
         return k, (i - int(self._starts[k])) * self.seq_len
 
+    def _index(self, k: int):
+        """Shard k's document rows (memory-mapped) and ids, read once (the cache is the
+        small-data path: its ids fit in memory)."""
+        if k not in self._docs:
+            path = self.paths[k]
+            if not os.path.exists(path + ".docs"):
+                raise DataError(f"{os.path.dirname(path)}: a token cache of version 1 keeps no "
+                                "document boundaries; train again with this llmtk (it builds "
+                                "a version 2 cache) or on a dataset of `llmtk train tokenize`")
+            with open(path + ".ids", "rb") as f:
+                ids = f.read().split(b"\n")
+            self._docs[k] = (np.memmap(path + ".docs", dtype=np.uint64, mode="r")
+                             .reshape(-1, 2), ids)
+        return self._docs[k]
+
     def documents(self, i: int) -> list[dict]:
         """The documents window i's tokens come from: id, file, file_ordinal, record and
         tokens, the [first, last) span of the document's tokens in the window (EOS counted
@@ -290,14 +306,7 @@ class Windows:
         if not 0 <= i < len(self):
             raise IndexError(i)
         k, lo = self._where(i)
-        path = self.paths[k]
-        if not os.path.exists(path + ".docs"):
-            raise DataError(f"{os.path.dirname(path)}: a token cache of version 1 keeps no "
-                            "document boundaries; train again with this llmtk (it builds a "
-                            "version 2 cache) or on a dataset of `llmtk train tokenize`")
-        index = np.memmap(path + ".docs", dtype=np.uint64, mode="r").reshape(-1, 2)
-        with open(path + ".ids", "rb") as f:
-            ids = f.read().split(b"\n")
+        index, ids = self._index(k)
         hi, ends, out = lo + self.seq_len + 1, index[:, 0], []
         d = int(np.searchsorted(ends, lo, side="right"))
         while d < len(ends) and (start := int(ends[d - 1]) if d else 0) < hi:
