@@ -114,3 +114,35 @@ def test_the_planted_batch_is_found_named_and_rolled_back(planted, tmp_path):
     p = llmtk("train", "batch", run, "--step", "1", in_process=True)
     assert p.returncode == 1 and b"version 1 keeps no document boundaries" in p.stderr
     assert old_caches(os.path.dirname(cache)) == [os.path.basename(cache)]
+
+
+def test_an_old_cache_beside_a_new_one_is_noticed_in_one_line(tmp_path):
+    from llmtk.text.tokenizer import ByteTokenizer
+    from llmtk.train.data import CACHE_VERSION, build_cache
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"text": f"document {i} " * 5}) + "\n"
+                            for i in range(20)))
+    old = tmp_path / "cache" / "0123456789abcdef"
+    old.mkdir(parents=True)
+    (old / "meta.json").write_text(json.dumps({"version": 1}))
+    said: list[str] = []
+    built = build_cache([str(data)], [], ByteTokenizer(), str(tmp_path / "cache"),
+                        log=said.append)
+    notes = [line for line in said if line.startswith("note:")]
+    assert len(notes) == 1 and "1 cache(s) of an older version" in notes[0]
+    assert f"version {CACHE_VERSION}" in notes[0]
+    assert json.loads(open(os.path.join(built, "meta.json")).read())["version"] == CACHE_VERSION
+
+
+def test_nan_findings_name_their_step_and_only_for_an_llmtk_run(tmp_path):
+    rows = [{"step": s, "loss": "NaN" if s == 7 else 4 - s / 10, "grad_norm": 1.0}
+            for s in range(1, 13)]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (nan,) = [f for f in diagnose(load_run(str(run / "metrics.jsonl"))) if f.kind == "nan"]
+    assert nan.commands == []  # no config.json beside it: not an llmtk run to trace
+    (run / "config.json").write_text("{}")
+    (nan,) = [f for f in diagnose(load_run(str(run))) if f.kind == "nan"]
+    assert nan.step == 7 and nan.commands == [f"llmtk train batch {run} --step 7"]
