@@ -26,8 +26,6 @@ Writes PNG, SVG or PDF (by the -o extension), or draws in the terminal.
   llmtk plot-loss runs/a/metrics.jsonl --smooth 0.9 --x tokens
 
   llmtk plot-loss runs/a --findings -o a.svg  # marks spikes, NaNs, plateaus
-
-  llmtk plot-loss runs/blend -m 'tokens/*' -m 'val/*/loss' -o sources.png
 """
 
 DEFAULT = ["loss", "val_loss", "val/*/loss"]  # val/NAME/loss: a blended run's sources
