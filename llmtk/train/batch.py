@@ -94,9 +94,9 @@ def _open(run: str):
 
     config = _run_config(run)
     cache = config.get("cache")
-    if not cache:
-        raise UsageError(f"{run}: an --sft run (its examples are not token windows)")
     cfg = TrainConfig(**{k: v for k, v in config["train"].items() if k in TRAIN_FIELDS})
+    if not cache or cfg.sft:
+        raise UsageError(f"{run}: an --sft run (its examples are not token windows)")
     world, T = int(config["world_size"]), int(config["model"]["seq_len"])
     try:
         data = open_training_data(cfg, cache, T, world, 0)
