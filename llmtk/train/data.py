@@ -37,6 +37,7 @@ import threading
 from dataclasses import dataclass, field
 
 import numpy as np
+import orjson
 import xxhash
 
 from llmtk.errors import ConfigError, DataError
@@ -84,7 +85,8 @@ class _ShardWriter:
         self.buf_tokens += len(arr)
         self.docs += 1
         self.index.append((self.buf_tokens, key))
-        self.ids.append(b"" if record_id is None else json.dumps(record_id).encode())
+        # as a token dataset's ids.bin writes them (orjson: also Parquet's dates)
+        self.ids.append(b"" if record_id is None else orjson.dumps(record_id))
         if self.buf_tokens >= SHARD_TOKENS:
             self.flush()
 
@@ -312,7 +314,7 @@ class Windows:
         while d < len(ends) and (start := int(ends[d - 1]) if d else 0) < hi:
             key = int(index[d, 1])
             ordinal = key >> RECORD_BITS
-            out.append({"id": json.loads(ids[d]) if ids[d] else None,
+            out.append({"id": orjson.loads(ids[d]) if ids[d] else None,
                         "file": self.inputs[ordinal], "file_ordinal": ordinal,
                         "record": key & ((1 << RECORD_BITS) - 1),
                         "tokens": [max(lo, start) - start, min(hi, int(ends[d])) - start]})
