@@ -61,9 +61,8 @@ def llmtk_worker(path: str, out_path: str, limit: int, mode: str) -> None:
     else:
         cfg = CleanConfig()
         if mode == "filters":
-            cfg.normalize.enabled = False
-            cfg.langid.enabled = False
-            cfg.pii.enabled = False
+            cfg = cfg.with_values({"normalize.enabled": False, "langid.enabled": False,
+                                   "pii.enabled": False})
         cleaner = Cleaner(cfg)
         cleaner.load()
         records = [Doc(d, None, "corpus", i + 1, i) for i, d in enumerate(docs)]

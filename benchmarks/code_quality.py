@@ -23,6 +23,10 @@ The corpus (benchmarks/out/code-quality.jsonl, rebuilt when missing) holds, as r
 Generated and minified files are judged twice: with their real path, and with a neutral
 name of the same extension (the content rules alone).
 
+Second peer, for secrets: detect-secrets 1.5.0 (benchmarks/.venvs/detect-secrets, default
+plugins) on the planted-secret and look-alike files, each reported secret replaced in its
+line, timed on one core.
+
 Peer: NeMo Curator 1.4.0's code filters (AlphaFilter, the comment-ratio filters,
 PerExtensionFilter with its own per-extension table, NumberOfLinesOfCodeFilter and
 XMLHeaderFilter, settings of its code_filter_pipeline.yaml) in benchmarks/.venvs/nemo, given
@@ -57,6 +61,8 @@ NEMO_VENV = ROOT / "benchmarks" / ".venvs" / "nemo"
 NEMO_PACKAGES_NODEPS = ["nemo-curator==1.4.0", "cosmos-xenna==0.2.0"]
 NEMO_PACKAGES = ["comment_parser", "beautifulsoup4", "sentencepiece", "regex", "protobuf",
                  "ray", "rpds-py", "pandas", "numpy", "pyarrow", "loguru", "pyyaml"]
+
+DS_VENV = ROOT / "benchmarks" / ".venvs" / "detect-secrets"
 
 PACKAGES = ["libpython3.11-stdlib", "python3-protobuf", "devscripts", "libcurl4-doc",
             "libevent-dev", "libuv1-dev", "libsqlite3-dev", "node-lodash", "node-acorn",
@@ -408,6 +414,75 @@ def run_nemo(records: list[dict]) -> tuple[list[bool], float]:
     return got["keep"], got["cpu"]
 
 
+DS_SCRIPT = r"""
+import json, os, sys, tempfile, time
+from detect_secrets.core.secrets_collection import SecretsCollection
+from detect_secrets.settings import default_settings
+recs = [json.loads(l) for l in open(sys.argv[1])]
+out, cpu = [], 0.0
+with tempfile.TemporaryDirectory() as tmp, default_settings():
+    for i, r in enumerate(recs):
+        ext = r["path"].rsplit(".", 1)[-1] if "." in r["path"].rsplit("/", 1)[-1] else "txt"
+        path = os.path.join(tmp, f"f{i}.{ext}")
+        with open(path, "w") as f:
+            f.write(r["text"])
+        start = time.process_time()
+        found = SecretsCollection()
+        found.scan_file(path)
+        lines = r["text"].split("\n")
+        for _, secret in found:
+            n = secret.line_number - 1
+            if secret.secret_value and 0 <= n < len(lines):
+                lines[n] = lines[n].replace(secret.secret_value, "<SECRET>")
+        cpu += time.process_time() - start
+        out.append("\n".join(lines))
+print(json.dumps({"texts": out, "cpu": cpu}))
+"""
+
+
+def run_detect_secrets(records: list[dict]) -> tuple[list[str], float]:
+    """detect-secrets 1.5.0 (its default plugins) on each file, every reported secret
+    replaced in its line: (texts, CPU seconds)."""
+    python = DS_VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(DS_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "detect-secrets==1.5.0"],
+                       check=True)
+    path = OUT / "code-quality-ds.jsonl"
+    with open(path, "w") as f:
+        for r in records:
+            f.write(json.dumps({"path": r["path"], "text": r["text"]}) + "\n")
+    script = OUT / "_detect_secrets.py"
+    script.write_text(DS_SCRIPT)
+    res = subprocess.run([str(python), str(script), str(path)], check=True,
+                         capture_output=True, text=True)
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    return got["texts"], got["cpu"]
+
+
+def report_detect_secrets(records: list[dict]) -> None:
+    chosen = [r for r in records if r["truth"]["class"] in ("secret", "lookalike")]
+    texts, cpu = run_detect_secrets(chosen)
+    per_kind: dict[str, list[bool]] = defaultdict(list)
+    altered = 0
+    looks = 0
+    for r, text in zip(chosen, texts, strict=True):
+        t = r["truth"]
+        if t["class"] == "secret":
+            per_kind[t["kind"]].append(not any(x in text for x in t["must_go"]))
+        else:
+            looks += 1
+            altered += not all(v in text for v in t["keep"])
+    total = sum(sum(v) for v in per_kind.values())
+    n = sum(len(v) for v in per_kind.values())
+    mb = sum(len(r["text"].encode()) for r in chosen) / 1e6
+    print("\n== detect-secrets 1.5.0 on the same files (reported secrets replaced) ==")
+    print("  " + ", ".join(f"{k} {sum(v)}/{len(v)}" for k, v in sorted(per_kind.items())))
+    print(f"  planted secrets scrubbed: {total}/{n} = {total / n:.3f}; look-alike files "
+          f"altered: {altered}/{looks} = {altered / max(looks, 1):.3f}; "
+          f"{mb / cpu:.2f} MB/s ({mb:.1f} MB, one core)")
+
+
 def report(records, results, nemo_keep, llmtk_cpu, nemo_cpu) -> None:
     by_class: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(records):
@@ -482,6 +557,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--no-nemo", action="store_true")
+    ap.add_argument("--no-detect-secrets", action="store_true")
     args = ap.parse_args()
     if args.rebuild or not CORPUS.exists():
         records = build(args.per_lang, args.seed)
@@ -493,6 +569,8 @@ def main() -> None:
     results, cpu = run_llmtk(records)
     nemo_keep, nemo_cpu = (None, None) if args.no_nemo else run_nemo(records)
     report(records, results, nemo_keep, cpu, nemo_cpu)
+    if not args.no_detect_secrets:
+        report_detect_secrets(records)
 
 
 if __name__ == "__main__":

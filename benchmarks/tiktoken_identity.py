@@ -14,10 +14,13 @@ depend on tiktoken.
 Reproduce:
 
     make setup
-    .venv/bin/llmtk train tokenizer --data /work/shared/data/corpus-public.jsonl.zst \
-        --vocab-size 32000 -o /tmp/tok32k.json
+    .venv/bin/llmtk train tokenizer --data CORPUS.jsonl.zst --vocab-size 32000 \
+        -o /tmp/tok32k.json
     RAYON_NUM_THREADS=1 .venv/bin/python benchmarks/tiktoken_identity.py /tmp/tok32k.json \
-        /work/shared/data/corpus-public.jsonl.zst
+        CORPUS.jsonl.zst
+
+CORPUS is any JSONL(.zst) corpus of yours (the numbers in docs/train.md are from our own
+77,944-document corpus, not in the repository).
 """
 
 import subprocess

@@ -18,7 +18,8 @@ os.environ.pop("LINES", None)
 # with --durations), go out first; the rest follow in xdist's order (most tests first).
 SLOW_FILES = [  # the order of their summed --durations on 2026-12-01 (under load)
     "test_sft_learning.py", "test_train_parallel.py", "test_train.py", "test_sft.py",
-    "test_cluster.py", "test_dedup_stages.py", "test_eval.py", "test_plot_loss.py",
+    "test_doc_commands.py", "test_cluster.py", "test_dedup_stages.py", "test_eval.py",
+    "test_plot_loss.py",
     "test_train_guards.py", "test_train_hf.py", "test_train_loggers.py", "test_clean.py",
     "test_corrupt_checkpoints.py", "test_train_cli.py",
 ]

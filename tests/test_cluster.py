@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.test_clean import jsonl, mixed_corpus
-from tests.util import ROOT, env, llmtk
+from tests.util import ROOT, env, llmtk, llmtk_command
 
 ARRAY = ROOT / "bin" / "llmtk-array.sbatch"
 PIPELINE = ROOT / "bin" / "llmtk-pipeline.sh"
@@ -17,7 +17,7 @@ PIPELINE = ROOT / "bin" / "llmtk-pipeline.sh"
 # A stand-in for sbatch: runs every task of the array now, in order, with the variables
 # Slurm sets (an --array=2 resubmission gets MIN=2 and COUNT=1, as on Slurm;
 # SLURM_CPUS_PER_TASK from --cpus-per-task or the script's #SBATCH line), and fails like
-# afterok would when a task fails; prints a job id.
+# afterok would when a task fails; prints a job id. A job without --array is only logged.
 FAKE_SBATCH = r"""#!/bin/bash
 set -u
 array="" dep="" cpus=""
@@ -126,11 +126,11 @@ def _crawl(tmp_path):
     return d, ev
 
 
-def _task_command(tmp_path, d, out):
+def _task_command(tmp_path, d, out, llmtk_words: str):
     """bash -c: task 1 fails on its first try (it leaves a flag), then runs `llmtk cat`."""
     flag = tmp_path / "failed-once"
     script = (f'if [ {{k}} = 00001 ] && [ ! -e {flag} ]; then touch {flag}; exit 1; fi; '
-              f'exec {sys.executable} -m llmtk cat {d} --shard {{shard}} -o {out}/{{k}}.jsonl -q')
+              f'exec {llmtk_words} cat {d} --shard {{shard}} -o {out}/{{k}}.jsonl -q')
     return ["bash", "-c", script], flag
 
 
@@ -151,7 +151,10 @@ def test_run_executes_every_task_and_retries_a_failed_one(tmp_path, executor):
     if executor == "ray":
         pytest.importorskip("ray", reason="ray is not installed (pip install 'llmtk[ray]')")
     d, out = _inputs(tmp_path)
-    command, flag = _task_command(tmp_path, d, out)
+    # local: the tasks are the tests' fork-server clients (a real process each, without a
+    # fresh interpreter's start-up); Ray's workers start them from their own environment.
+    words = llmtk_command() if executor == "local" else f"{sys.executable} -m llmtk"
+    command, flag = _task_command(tmp_path, d, out, words)
     r = llmtk("run", "--executor", executor, "--tasks", "3", "--parallel", "2", "--retries", "2",
               "--", *command)
     assert r.returncode == 0, r.stderr[-3000:]

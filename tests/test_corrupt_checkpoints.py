@@ -18,7 +18,7 @@ from llmtk.errors import LlmtkError  # noqa: E402
 from llmtk.train import checkpoint as C  # noqa: E402
 from llmtk.train.checkpointer import Checkpointer  # noqa: E402
 from llmtk.train.config import resolve_config  # noqa: E402
-from llmtk.train.runtime import CollectiveError  # noqa: E402
+from llmtk.train.runtime import CollectiveError, Dist  # noqa: E402
 from llmtk.train.trainer import train  # noqa: E402
 
 TEXTS = [f"Document {i}: the quick brown fox jumps over the lazy dog, {i * 7} times. " * 4
@@ -224,6 +224,32 @@ def test_disk_full_while_checkpointing_is_one_line_and_leaves_nothing(tmp_path, 
                             "the last complete checkpoint (step 1) is kept")
     assert sorted(os.listdir(root)) == ["latest", "step-0000001"]  # nothing half-written
     assert C.find_latest(root) == os.path.join(root, "step-0000001")
+
+
+class _OtherRankFails(Dist):
+    """Rank 0 of two, in this process: the host-side reduction reports that the other
+    rank's write failed (its RNG file, say); barriers have nobody to wait for."""
+
+    def __init__(self):
+        super().__init__(rank=0, world=2)
+
+    def barrier(self):
+        pass
+
+    def host_max(self, values):
+        return [1.0 for _ in values]
+
+
+def test_a_write_that_fails_on_another_rank_stops_every_rank_and_leaves_nothing(tmp_path):
+    """No rank waits at the commit for one whose write failed: they agree on it after
+    writing (one host-side reduction), and rank 0 removes the temporary directory."""
+    root = str(tmp_path / "checkpoints")
+    Checkpointer(root).save(1, {"step": 1}, torch.nn.Linear(3, 1))
+    with pytest.raises(CollectiveError) as e:
+        Checkpointer(root, _OtherRankFails()).save(2, {"step": 2}, torch.nn.Linear(3, 1))
+    assert str(e.value) == ("checkpoint step 2: another rank could not write its part (its "
+                            "message is above); the last complete checkpoint (step 0) is kept")
+    assert sorted(os.listdir(root)) == ["latest", "step-0000001"]
 
 
 def test_verify_names_what_is_wrong(tmp_path):

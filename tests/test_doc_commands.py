@@ -28,6 +28,7 @@ SCALED = [
     (r"--steps 300\b", "--steps 2"),
     (r"--tokens 300k\b", "--tokens 10k"),
 ]
+TASK_0_OF_1 = {"{shard}": "0/1", "{k}": "00000", "{n}": "1", "{cpus}": "1"}
 SAMPLE_EVERY = 20  # the tutorial runs on every 20th document of demo/sample.jsonl.zst
 STUBS = {
     "sbatch": FAKE_SBATCH,
@@ -45,6 +46,10 @@ def shell_blocks(page: str) -> list[str]:
 def scaled(block: str) -> str:
     for pattern, replacement in SCALED:
         block = re.sub(pattern, replacement, block)
+    if "{shard}" in block and not re.search(r"\bsbatch\b|llmtk run", block):
+        # one task's command, as the array script would run it: task 0 of 1
+        for placeholder, value in TASK_0_OF_1.items():
+            block = block.replace(placeholder, value)
     return block
 
 
@@ -60,9 +65,9 @@ def page_runner(page: str, workspace):
     run_env = env(PATH=f"{fake}:{os.environ['PATH']}", SBATCH_CPUS="1",
                   SBATCH_LOG=str(workspace / ".sbatch.log"))
 
-    def run(i: int) -> bytes:
+    def run(i: int, cwd=None) -> bytes:
         r = subprocess.run(["bash", "-c", "set -e\n" + scaled(blocks[i])], capture_output=True,
-                           cwd=workspace, env=run_env)
+                           cwd=cwd or workspace, env=run_env)
         assert r.returncode == 0, f"{page} block {i + 1}:\n{blocks[i]}\n{r.stderr[-3000:]}"
         return r.stderr
 
@@ -88,11 +93,16 @@ def test_every_shell_block_of_the_cluster_page_runs(tmp_path):
     ev.rename(tmp_path / "evals" / "eval.jsonl")
     run, blocks = page_runner("cluster.md", tmp_path)
     texts = shell_blocks("cluster.md")
-    # the array, the pipeline, Ray, tokenize + train on the blend (the web-archive block
-    # needs WARC files)
-    array, pipeline, ray, tokens = (
+    assert blocks == 5
+    web_archives, array, pipeline, ray, tokens = (
         next(i for i, b in enumerate(texts) if b.startswith(w))
-        for w in ("sbatch --array", "TASKS=", "pip install", "llmtk train tokenizer"))
+        for w in ("llmtk clean crawl/", "sbatch --array", "TASKS=", "pip install",
+                  "llmtk train tokenizer"))
+    web = _web_archives(tmp_path / "web")
+    run(web_archives, cwd=web)  # llmtk clean crawl/*.warc.gz --shard 0/1 ... (own folder)
+    docs = zstandard.ZstdDecompressor().stream_reader(
+        (web / "work" / "clean" / "00000.jsonl.zst").open("rb")).read().splitlines()
+    assert [orjson.loads(d)["url"] for d in docs] == ["http://example.org/kept"]
     work = tmp_path / "work"
     run(array)  # sbatch --array=0-1 bin/llmtk-array.sbatch --tasks 2 llmtk clean ... (no work/)
     cleaned = _files(work / "clean")
@@ -137,6 +147,23 @@ def test_every_shell_block_of_the_cluster_page_runs(tmp_path):
     train_rows = [r for r in rows if "loss" in r]
     assert train_rows[-1]["step"] == 2 and all(
         r["tokens/web"] + r["tokens/code"] == r["tokens"] for r in train_rows)
+
+
+def _web_archives(folder):
+    """crawl/c.warc.gz (three pages of one English article: one kept, one on a blocked
+    domain, one with a banned word in its URL) and the lists the WARC example names."""
+    from tests.test_clean import ARTICLES
+    from tests.warc_fixtures import members, page, record
+
+    text = next(a["text"] for a in ARTICLES if a["id"] == "article-en")
+    urls = ["http://example.org/kept", "http://blocked.example/x", "http://example.org/casino"]
+    (folder / "crawl").mkdir(parents=True)
+    (folder / "crawl" / "c.warc.gz").write_bytes(members(
+        [record("response", url, page("Rivers", text).encode()) for url in urls])[0])
+    (folder / "lists").mkdir()
+    (folder / "lists" / "adult-domains.txt").write_text("blocked.example\n")
+    (folder / "lists" / "banned-words.txt").write_text("casino\n")
+    return folder
 
 
 def test_every_shell_block_of_the_tutorial_runs(tmp_path):

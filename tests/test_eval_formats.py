@@ -174,13 +174,47 @@ def test_template_and_delimiter_are_exactly_what_the_sft_run_trained_on(facts):
     task = load_task(facts["arc"])
     scorer = ModelScorer(m.model, m.tokenizer, prompt_ids=m.chat.prompt)
     item, ctx = task.items[0], contexts(task, Format(chat=True))[0]
+    prompt = scorer.context_ids(ctx)
+    header_end = m.tokenizer.encode("\n")  # the template's newline after <|assistant|>
+    assert scorer._split_trailing_space(prompt) == (prompt[:-1], header_end)
     for choice in item.choices:
-        prompt = scorer.context_ids(ctx)
         scored = m.tokenizer.encode(Format(chat=True).delimiter + choice)
         trained_ids, trained = m.chat.encode([{"role": "user", "content": item.user},
                                               {"role": "assistant", "content": choice}])
         assert prompt + scored + [m.tokenizer.eos_id] == trained_ids
         assert trained == [False] * len(prompt) + [True] * (len(scored) + 1)
+        # The log-likelihood is of those tokens: the reply, plus (as lm-eval moves a
+        # context's trailing whitespace into the continuation) the header's newline.
+        (ll, _), = scorer.loglikelihood([(ctx, choice)])
+        assert ll == pytest.approx(_logprob(m.model, trained_ids[:-1],
+                                            len(prompt) - 1), abs=1e-4)
+
+
+def test_batches_sorted_by_length_answer_in_request_order(facts):
+    """Requests of many lengths (3-shot contexts) scored longest first in batches of 5
+    give what one at a time gives, in the order asked."""
+    from llmtk.evaluate.scoring import ModelScorer
+    from llmtk.train import load_model
+
+    m = load_model(facts["run"])
+    task = load_task(facts["arc"], limit=12)
+    reqs = [(ctx, " " + c) for it, ctx in zip(task.items, contexts(
+        task, Format(num_fewshot=3)), strict=True) for c in it.choices]
+    assert len({len(c) for c, _ in reqs}) > 3, reqs
+    one = ModelScorer(m.model, m.tokenizer, batch_size=1).loglikelihood(reqs)
+    batched = ModelScorer(m.model, m.tokenizer, batch_size=5).loglikelihood(reqs)
+    assert [g for _, g in one] == [g for _, g in batched]
+    assert max(abs(a - b) for (a, _), (b, _) in zip(one, batched, strict=True)) < 1e-4
+
+
+def _logprob(model, ids, start):
+    """Summed log p(ids[i] | ids[:i]) for i >= start, by one plain forward pass."""
+    import torch
+
+    with torch.no_grad():
+        logits, _ = model(torch.tensor([ids[:-1]]))
+    lp = torch.log_softmax(logits[0].float(), dim=-1)
+    return sum(lp[i - 1, ids[i]].item() for i in range(start, len(ids)))
 
 
 def test_a_hugging_face_folder_is_evaluated_like_the_run_it_came_from(facts, tmp_path):
@@ -230,3 +264,25 @@ def test_a_baseline_comparison_finds_the_planted_regressions(facts):
     code, _, err = evaluate(facts["tuned"], "-t", facts["arc"], "--baseline", facts["run"],
                             "--fail-on-regression", "0.9")
     assert code == 0, err
+
+
+def test_the_lm_eval_recipe_in_the_docs_is_the_one_the_benchmark_runs():
+    """docs/eval.md's task YAML is benchmarks/eval_vs_lmeval.py's, which runs it against
+    lm-eval 0.4.13 (the benchmark is how the recipe is tested: lm-eval is no test
+    dependency)."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("eval_vs_lmeval",
+                                                  root / "benchmarks" / "eval_vs_lmeval.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    docs = (root / "docs" / "eval.md").read_text()
+    shown = docs.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert shown == bench.TASK_YAML.format(
+        task="my_arc", test="/abs/path/test.jsonl", train="/abs/path/train.jsonl",
+        fewshot_split="train", prompt=bench.PLAIN_PROMPT)
+    for needed in ("accelerate", "test_split", "HF_DATASETS_OFFLINE=1", "HF_HUB_OFFLINE=1",
+                   "--apply_chat_template"):
+        assert needed in docs

@@ -48,6 +48,19 @@ def examples(command) -> list[str]:
             if line.startswith("  ") and line.strip()]
 
 
+def unfinished_examples(command) -> list[tuple[str, str]]:
+    """Example lines followed by a more indented line (its continuation) that do not end
+    with a backslash: pasted into a shell, the command would stop there."""
+    text = command.help or ""
+    if "Examples" not in text:
+        return []
+    lines = text.split("Examples", 1)[1].splitlines()
+    indent = [len(x) - len(x.lstrip()) if x.strip() else 0 for x in lines]
+    return [(lines[i], lines[i + 1]) for i in range(len(lines) - 1)
+            if lines[i].strip() and lines[i + 1].strip() and indent[i + 1] > indent[i] > 0
+            and not lines[i].rstrip().endswith("\\")]
+
+
 @pytest.mark.parametrize("path,command", COMMANDS, ids=[p for p, _ in COMMANDS])
 def test_help_reads_at_80_columns(path, command, monkeypatch, capsys):
     out = render(path, monkeypatch, capsys)
@@ -57,6 +70,9 @@ def test_help_reads_at_80_columns(path, command, monkeypatch, capsys):
     assert not wide, wide[0]
     cut = [line for line in out.splitlines() if "…" in line]  # rich cut an option or a path
     assert not cut, cut[0]
+    assert "...." not in out  # a metavar with typer's "..." added twice (COMMAND......)
+    unfinished = unfinished_examples(command)
+    assert not unfinished, f"example continues without a backslash: {unfinished[0]}"
     flat = " ".join(out.split())
     for example in examples(command):
         assert len(example) <= 76, f"example longer than 76 columns: {example}"

@@ -68,3 +68,14 @@ def test_emit_config_refuses_what_train_cannot_run(tmp_path, flags, words):
               in_process=True)
     assert p.returncode == 2 and words in p.stderr.decode()
     assert not (tmp_path / "x.toml").exists()
+
+
+def test_one_process_plan_of_a_tied_preset_is_estimates():
+    """No layout flags: one process; the comparison is with the preset's own (tied) head,
+    not an untied shape of the same dimensions."""
+    p = llmtk("train", "--model", "llmtk-124m", "--dry-run", "--gpu", "A100-40",
+              in_process=True)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.decode()
+    assert "1 processes (1 x 1): one process; none" in out and "per A100-40" in out
+    assert "(+0.0% for the busiest rank here)" in out

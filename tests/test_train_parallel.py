@@ -89,6 +89,14 @@ def test_hsdp_2x2_matches_one(hsdp_run, single_ref):
     config = json.load(open(os.path.join(hsdp_run, "config.json")))
     assert config["parallel"] == "fsdp" and config["checkpoint_format"] == "dcp"
     assert config["layout"] == {"pp": 1, "dp_replicate": 2, "dp_shard": 2, "tp": 1}
+    import torch
+
+    from llmtk.train import full_state_dict
+
+    # Its DCP checkpoint (2-D DTensors) consolidates to the one-process run's weights.
+    hsdp, single = full_state_dict(hsdp_run), full_state_dict(single_ref)
+    assert hsdp.keys() == single.keys()
+    assert all(torch.allclose(hsdp[k], single[k], atol=1e-5) for k in single)
 
 
 @pytest.mark.integration

@@ -402,7 +402,8 @@ def _dry_run(cfg, launch) -> None:
            f"({d.vocab_from}); {world} processes ({launch.nnodes} x {per_node}): {lay}; "
            f"{d.parallel}; micro-batch {cfg.batch_size}, grad-accum {cfg.grad_accum}, "
            f"{'bf16' if bf16 else 'fp32'}, recompute {recompute}", sys.stdout)
-    est = same_layout_estimate(m, world=world, per_node=per_node, gpu_name=cfg.gpu,
+    est = same_layout_estimate(m, None if cfg.init_from else cfg.model, world=world,
+                               per_node=per_node, gpu_name=cfg.gpu,
                                tp=lay.tp, pp=lay.pp, dp=lay.dp, sharded=lay.dp_shard > 1,
                                micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
                                recompute=recompute, bf16=bf16, lora_rank=cfg.lora_rank)

@@ -61,17 +61,20 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, micro_batch: int,
     return {"gpu": gpu.name, "capacity": gpu.mem_bytes, "rows": rows}
 
 
-def same_layout_estimate(mcfg, *, world: int, per_node: int, gpu_name: str, tp: int, pp: int,
+def same_layout_estimate(mcfg, model: str | None, *, world: int, per_node: int, gpu_name: str,
+                         tp: int, pp: int,
                          dp: int, sharded: bool, micro_batch: int, grad_accum: int,
                          recompute: str, bf16: bool, lora_rank: int | None) -> dict:
-    """`llmtk estimate`'s memory table for the same model and layout (for comparison)."""
+    """`llmtk estimate`'s memory table for the same model and layout (for comparison).
+    `model`: the preset the shape came from (its tied or untied head), else None."""
     from llmtk.compute.models import Dims
     from llmtk.estimate.plan import Request, estimate
 
     dims = Dims(layers=mcfg.n_layer, d_model=mcfg.d_model, heads=mcfg.n_head,
                 kv_heads=mcfg.kv_heads, ffn=mcfg.hidden, vocab=mcfg.padded_vocab,
                 seq_len=mcfg.seq_len)
-    req = Request(dims=dims, tokens=1e9, gpus=f"{world}x{gpu_name}", gpus_per_node=per_node,
+    req = Request(model=model, dims=dims, tokens=1e9, gpus=f"{world}x{gpu_name}",
+                  gpus_per_node=per_node,
                   dp=dp, tp=tp, pp=pp, zero=3 if sharded else 0, sequence_parallel=tp > 1,
                   micro_batch=micro_batch, global_batch=micro_batch * dp * grad_accum,
                   recompute=recompute, precision="bf16-mixed" if bf16 else "fp32",

@@ -68,7 +68,10 @@ class Sampler:
             return []
         if exclude is None:
             return self.rnd.sample(self.pool, n)
-        return [x for x in self.rnd.sample(self.pool, n + 1) if x != exclude][:n]
+        res = [x for x in self.rnd.sample(self.pool, n + 1) if x != exclude][:n]
+        if len(res) < n:  # copies of the item in the pool: lm-eval draws again without them
+            res = self.rnd.sample([x for x in self.pool if x != exclude], n)
+        return res
 
 
 def contexts(task: Task, fmt: Format) -> list[Context]:

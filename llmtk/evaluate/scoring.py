@@ -3,7 +3,9 @@
 Any module with `model(idx) -> (logits, _)` and a `cfg.seq_len` works (the llmtk GPT,
 with or without LoRA adapters). Contexts and continuations are tokenized separately
 and concatenated (lm-eval's `_encode_pair`), so the continuation's tokens are the same
-for every context; an empty context is the EOS token (lm-eval's prefix token). A pair
+for every context, except that the context's trailing whitespace tokens are scored with
+the continuation, as lm-eval does; an empty context is the EOS token (lm-eval's prefix
+token). A pair
 longer than the model's window keeps its last seq_len + 1 tokens (lm-eval truncates
 from the left too).
 """
@@ -43,6 +45,16 @@ class ModelScorer:
             raise UsageError("a chat-format context needs the model's chat template")
         return list(self.prompt_ids(ctx))
 
+    def _split_trailing_space(self, ids: list[int]) -> tuple[list[int], list[int]]:
+        """(context, its trailing whitespace tokens): lm-eval's `_encode_pair` moves a
+        context's trailing whitespace into the continuation, so a chat template's newline
+        after the assistant header is scored with each choice (the same for every choice,
+        so acc is unchanged; acc_norm divides it by each choice's length)."""
+        k = len(ids)
+        while k > 1 and not self.tok.decode([ids[k - 1]]).strip():
+            k -= 1
+        return ids[:k], ids[k:]
+
     def _logprobs(self, rows: list[list[int]]):
         """Right-padded forward of token rows -> log-softmax (B, L, V) in fp32."""
         import torch
@@ -67,9 +79,10 @@ class ModelScorer:
         for ctx, cont in requests:
             key = ctx if isinstance(ctx, str) else repr(ctx)
             if key not in memo:
-                memo[key] = self.context_ids(ctx)
-            cont_ids = self.tok.encode(cont)
-            whole = (memo[key] + cont_ids)[-(self.seq_len + 1):]
+                memo[key] = self._split_trailing_space(self.context_ids(ctx))
+            ctx_ids, space = memo[key]
+            cont_ids = space + self.tok.encode(cont)
+            whole = (ctx_ids + cont_ids)[-(self.seq_len + 1):]
             n = min(len(cont_ids), len(whole) - 1)
             rows.append(whole[:-1])
             conts.append(whole[len(whole) - n:])

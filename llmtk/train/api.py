@@ -106,15 +106,6 @@ def load_model(path: str, device: str = "cpu", seq_len: int | None = None) -> Lo
     return loaded
 
 
-def load_run(path: str, device: str = "cpu") -> LoadedModel:
-    """load_model for a run or checkpoint directory only (what evaluation writes into)."""
-    loaded = load_model(path, device)
-    if loaded.kind != "llmtk":
-        raise UsageError(f"{path}: give an llmtk run or checkpoint directory (its eval/ "
-                         "folder and metrics log receive the results)")
-    return loaded
-
-
 def run_dir_of(checkpoint: str) -> str:
     """OUT for OUT/checkpoints/step-N, else the checkpoint's own parent."""
     parent = os.path.dirname(os.path.abspath(checkpoint))

@@ -99,7 +99,7 @@ class Checkpointer:
         model_sd, optim_sd = full_states(model, opt)
         rank0 = self.dist.rank == 0
         tmp = self._begin(step)
-        with self._cleanup_on_error(tmp):
+        with self._every_rank_writes(tmp, step):
             if rank0:
                 C.save_torch(model_sd, os.path.join(tmp, "model.pt"))
                 C.save_torch(optim_sd, os.path.join(tmp, "optim.pt"))
@@ -110,12 +110,12 @@ class Checkpointer:
         import torch.distributed.checkpoint as dcp
 
         tmp = self._begin(step)
-        with self._cleanup_on_error(tmp):
+        with self._every_rank_writes(tmp, step):
             C.write_rank_files(tmp, self.dist.rank, meta if self.dist.rank == 0 else None)
         sd, target = sharded_states(model, opt), os.path.join(tmp, "dcp")
         group = self.dist.groups.get("ckpt")
         if wait:
-            with self._cleanup_on_error(tmp):
+            with self._every_rank_writes(tmp, step):
                 try:
                     dcp.save(sd, checkpoint_id=target, process_group=group)
                 except C.CheckpointError:
@@ -135,30 +135,50 @@ class Checkpointer:
         return C.tmp_dir(self.root, step)
 
     @contextlib.contextmanager
-    def _cleanup_on_error(self, tmp: str):
-        """Nothing half-written stays behind a failed write (rank 0 owns the directory)."""
+    def _every_rank_writes(self, tmp: str, step: int):
+        """Each rank writes its part of checkpoint `step`; then all agree whether every part
+        was written, so a rank whose write failed (a full disk) never leaves the others
+        waiting for it at the commit. A failure anywhere removes the temporary directory
+        (rank 0 owns it): nothing half-written stays behind."""
+        error = None
         try:
             yield
-        except C.CheckpointError:
-            if self.dist.rank == 0:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        except C.CheckpointError as e:
+            error = e
+        self._agree(error, tmp, f"checkpoint step {step}: another rank could not write its "
+                    "part (its message is above)")
+
+    def _agree(self, error: C.CheckpointError | None, tmp: str, elsewhere: str) -> None:
+        """Raise on every rank if `error` happened on any (one host-side reduction)."""
+        (failed,) = self.dist.host_max([1.0 if error is not None else 0.0])
+        if not failed:
+            return
+        if self.dist.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif error is not None:  # rank 0 reports the run's error; this rank's cause is here
+            print(f"llmtk: rank {self.dist.rank}: {error}", file=sys.stderr, flush=True)
+        raise error if error is not None else C.CheckpointError(elsewhere)
 
     def _commit(self, step: int, t0: float, blocking_s: float, reason: str) -> None:
         """Every rank's files are on disk: rank 0 seals the checkpoint (manifest, COMPLETE,
-        rename, latest, prune) and reports it."""
+        rename, latest, prune) and reports it; every rank learns whether that worked."""
         self.dist.barrier()
+        error = path = None
         if self.dist.rank == 0:
-            with self._cleanup_on_error(C.tmp_dir(self.root, step)):
+            try:
                 path = C.commit(self.root, step, self.keep,
                                 before_complete=lambda: self.faults.before_commit(step))
+            except C.CheckpointError as e:
+                error = e
+        self._agree(error, C.tmp_dir(self.root, step),
+                    f"checkpoint step {step}: rank 0 could not seal it (its message is above)")
+        if self.dist.rank == 0:
             with open(os.path.join(path, C.MANIFEST)) as f:
                 nbytes = sum(v["size"] for v in json.load(f)["files"].values())
             if self.on_commit is not None:
                 fields = {"blocking_seconds": round(blocking_s, 3)} if blocking_s else {}
                 self.on_commit(step, path=path, seconds=round(time.time() - t0, 3),
                                bytes=nbytes, reason=reason, format=self.fmt, **fields)
-        self.dist.barrier()
 
     def poll(self) -> None:
         """Seal a background write once every rank's part is done (agreed by all)."""
