@@ -131,12 +131,14 @@ def test_every_shell_block_of_the_cluster_page_runs(tmp_path):
     assert sorted(_zstd_concat((work / "mix").glob("*.jsonl.zst")).splitlines()) == sorted(
         mix.stdout.splitlines())
     assert (work / "stats" / "clean.json").exists()
-    # Tokenize arrays and a trial on the blend of the two token datasets.
+    # Tokenize arrays (web on `llmtk run`, code as a Slurm array through the stand-in
+    # sbatch) and a trial on the blend of the two token datasets.
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "a.jsonl").write_bytes(b"".join(
         orjson.dumps({"id": f"c{i}", "text": f"def f{i}(x):\n    return x * {i} + {i % 7}\n"},
                      option=orjson.OPT_APPEND_NEWLINE) for i in range(300)))
     run(tokens)
+    assert " llmtk train tokenize code/ " in (tmp_path / ".sbatch.log").read_text()
     for source in ("web", "code"):
         assert sorted(p.name for p in (tmp_path / "tokens" / source).glob("*.done")) == [
             "part-00000-of-00002.done", "part-00001-of-00002.done"]

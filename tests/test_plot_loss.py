@@ -300,3 +300,28 @@ def test_terminal_legend_is_under_the_chart_not_over_the_curves(tmp_path):
     bottom = max(i for i, row in enumerate(rows) if "└" in row)
     assert not any("runA" in row or "runB-long" in row for row in rows[:bottom])
     assert rows[-1].split() == ["──", "runA", "──", "runB-long"]
+
+
+def test_a_blended_runs_sources_share_the_loss_and_a_tokens_panel(tmp_path):
+    from llmtk.curves.plot import figure
+
+    rows = []
+    for s in range(1, 41):
+        rows.append({"step": s, "loss": 5 - s / 20, "tokens": 64 * s, "tokens/web": 48 * s,
+                     "tokens/code": 16 * s})
+        if s % 10 == 0:
+            rows.append({"step": s, "val_loss": 5 - s / 25, "val/web/loss": 4.9 - s / 25,
+                         "val/code/loss": 5.1 - s / 25})
+    path = tmp_path / "blend" / "metrics.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # the default: loss, val_loss and each source's val loss in the loss panel, dashed
+    p = llmtk("plot-loss", path, in_process=True)
+    assert p.returncode == 0 and b"val/web/loss" in p.stdout and b"val/code/loss" in p.stdout
+    fig = figure(runs_of(path), ["loss", "val_loss", "val/web/loss", "val/code/loss",
+                                 "tokens/web", "tokens/code"])
+    loss, tokens = fig.axes
+    assert [ax.get_ylabel() for ax in fig.axes] == ["loss", "tokens per source"]
+    assert [line.get_marker() for line in loss.get_lines()] == ["None", "o", "o", "o"]
+    assert [list(line.get_ydata())[-1] for line in tokens.get_lines()] == [48 * 40, 16 * 40]
+    assert len({line.get_color() for line in tokens.get_lines()}) == 2  # a colour a source

@@ -223,6 +223,11 @@ def test_token_dataset_trains_as_the_cache_does(inputs, tmp_path):
     _train(tmp_path / "cache", *(x for f in files for x in ("--data", f)), "--steps", "4")
     _train(tmp_path / "tokens", "--data", str(tmp_path / "ds"), "--steps", "4")
     assert losses(tmp_path / "tokens") == losses(tmp_path / "cache")
+    # the cache keeps the same document boundaries and identities: the same batch listed
+    batch = [[{**json.loads(line), "source": None} for line in llmtk(
+        "train", "batch", tmp_path / run, "--step", "3", "--json", in_process=True
+    ).stdout.splitlines()] for run in ("cache", "tokens")]
+    assert batch[0] == batch[1] and {d["window"] for d in batch[0]} == {4, 5}
 
 
 def test_blended_run_resumes_bit_exactly(inputs, tmp_path):

@@ -9,7 +9,7 @@ import pytest
 
 from llmtk.errors import DataError, UsageError
 from llmtk.io.metrics import decode_row, encode_row, read_metrics, truncate_after
-from llmtk.text.tokenizer import ByteTokenizer, load_tokenizer, train_bpe
+from llmtk.text.tokenizer import ByteTokenizer, load_tokenizer, sample_texts, train_bpe
 from llmtk.train.config import TrainConfig, resolve_config, resolve_launch
 from llmtk.train.launch import torchrun_argv
 from llmtk.train.trainer import lr_at
@@ -77,6 +77,29 @@ def test_train_tokenizer_command(tmp_path):
     p = llmtk("train", "tokenizer", "--data", data, "--vocab-size", "100", "-o", str(out),
               in_process=True)
     assert p.returncode == 2 and b"--vocab-size" in p.stderr
+
+
+def test_train_tokenizer_on_a_bounded_sample(tmp_path):
+    import xxhash
+
+    texts = [f"{t} {i}" for i, t in enumerate(TEXTS * 30)]
+    size = lambda t: len(t.encode())  # noqa: E731
+    # the sample: the longest run of smallest-hash documents within the bound, in hash
+    # order, whatever the input order
+    by_hash = sorted(texts, key=lambda t: xxhash.xxh64_intdigest(t.encode()))
+    n = next(i for i in range(len(by_hash) + 1)
+             if i == len(by_hash) or sum(map(size, by_hash[:i + 1])) > 1000)
+    assert 0 < n < len(texts)
+    assert sample_texts(texts, 1000) == sample_texts(reversed(texts), 1000) == by_hash[:n]
+    data = write_jsonl(tmp_path / "d.jsonl", texts)
+    out = tmp_path / "tok.json"
+    p = llmtk("train", "tokenizer", "--data", data, "--vocab-size", "280", "-o", str(out),
+              "--sample-bytes", "1000", in_process=True)
+    assert p.returncode == 0, p.stderr
+    assert f"a sample of {n} of 90 documents".encode() in p.stderr
+    p = llmtk("train", "tokenizer", "--data", data, "--sample-bytes", "0", "-o", str(out),
+              in_process=True)
+    assert p.returncode == 2 and b"--sample-bytes" in p.stderr
 
 
 # ---------------------------------------------------------------- metrics

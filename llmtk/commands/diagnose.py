@@ -17,7 +17,9 @@ W&B exports), W&B history JSON and offline run files, nanoGPT, llm.c,
 Megatron-LM and torchtitan text logs, and any `step: N ... loss: X` or
 `step=N loss=X` lines; the format is told from the content. Several runs at
 once. A healthy run prints one "ok" line; each kind of problem is printed
-once, with the numbers behind it, likely causes and fixes. Spikes that
+once, with the numbers behind it, likely causes and fixes; on an llmtk run,
+each spike and non-finite step comes with the `llmtk train batch RUN --step N`
+command that prints the documents of its batch. Spikes that
 recover at once, and grad-norm spikes the loss did not notice, are info; a
 warning needs lasting harm. Differences at the resolution the values were
 logged with are never spikes or oscillation.
@@ -113,6 +115,8 @@ def _ok_line(r: dict) -> str:
 def _print(reports: list[dict], verbose: bool) -> None:
     import sys
 
+    from rich.markup import escape
+
     from llmtk.io.console import buffered_console
 
     console, emit = buffered_console(sys.stdout)
@@ -135,6 +139,8 @@ def _print(reports: list[dict], verbose: bool) -> None:
                 if verbose:
                     for detail in f.get("details", []):
                         console.print(f"           {detail}")
+                for line in f.get("commands", []):  # the documents behind the step
+                    console.print(f"           data:  {escape(line)}", soft_wrap=True)
             if verbose or any(f["severity"] != "info" for f in group):
                 for cause in group[0]["causes"]:
                     console.print(f"           cause? {cause}")

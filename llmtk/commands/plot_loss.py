@@ -28,6 +28,8 @@ Writes PNG, SVG or PDF (by the -o extension), or draws in the terminal.
   llmtk plot-loss runs/a --findings -o a.svg  # marks spikes, NaNs, plateaus
 """
 
+DEFAULT = ["loss", "val_loss", "val/*/loss"]  # val/NAME/loss: a blended run's sources
+
 EPILOG = "Exit status: 0 success, 1 unreadable log or plot error, 2 bad usage."
 
 
@@ -38,11 +40,13 @@ def command(
         "-o", "--output", help="Image file (.png, .svg, .pdf); without it, draw in the "
                                "terminal.")] = None,
     metric: Annotated[list[str] | None, typer.Option(
-        "--metric", "-m", help="Metric to draw, repeatable (default: loss and val_loss). "
-                               "val_loss shares the loss panel; a pattern such as "
-                               "'grad_norm/*' draws every per-layer norm in one panel.")] = None,
+        "--metric", "-m", help="Metric to draw, repeatable (default: loss, val_loss and a "
+                               "blend's val/NAME/loss, in one panel); a pattern such as "
+                               "'grad_norm/*' or 'tokens/*' draws every per-layer norm or "
+                               "per-source token count in one panel.")] = None,
     all_metrics: Annotated[bool, typer.Option(
-        "--all", help="Draw loss, val_loss, lr and grad_norm.")] = False,
+        "--all", help="Draw loss, val_loss, lr, grad_norm and a blend's tokens/NAME.")]
+    = False,
     x: Annotated[o.choice("XAxis", "step", "tokens", "time"), typer.Option(
         "--x", help="X axis: step, tokens or time.")] = "step",
     smooth: Annotated[float, typer.Option(
@@ -62,8 +66,7 @@ def command(
     from llmtk.io.atomic import atomic_file
     from llmtk.io.paths import check_paths, parents_made
 
-    metrics = ["loss", "val_loss", "lr", "grad_norm"] if all_metrics else (metric or
-                                                                            ["loss", "val_loss"])
+    metrics = [*DEFAULT, "lr", "grad_norm", "tokens/*"] if all_metrics else (metric or DEFAULT)
     if output and os.path.splitext(output)[1].lower() not in (".png", ".svg", ".pdf"):
         raise UsageError(f"--output: expected a .png, .svg or .pdf file, got {output!r}")
     if output:  # checked before the logs are read

@@ -424,9 +424,16 @@ UTF-8 text is covered and nothing is unknown; <|endoftext|> is the EOS token.
   llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 \\
     -o tokenizer.json
 
+  llmtk train tokenizer --data corpus/ --sample-bytes 2G -o tok.json
+
   zstdcat web.jsonl.zst | head -100000 | llmtk train tokenizer -o tok.json
 
   llmtk train --data train.jsonl.zst --tokenizer tok.json --out runs/b
+
+Memory: without --sample-bytes the library counts the words of every document (it \
+grows with the corpus's vocabulary of words); with it, at most N bytes of text are \
+held (the documents of smallest hash that fit, from all the inputs, the same ones for \
+any order of them) and the counts are those of the sample.
 """
 
 
@@ -443,18 +450,22 @@ def tokenizer_command(
         "--min-frequency", help="Merge only pairs seen at least this often.")] = 2,
     text_field: Annotated[str, typer.Option("--text-field",
                                             help="The field that holds the text.")] = "text",
+    sample_bytes: Annotated[str | None, typer.Option(
+        "--sample-bytes", metavar="SIZE", help="Train on a deterministic sample of at most "
+        "this much text (UTF-8 bytes: 2G, 500M, 1e9 or 2Gi), from all the inputs.")] = None,
     quiet: o.Quiet = False,
 ) -> None:
     import sys
 
     from llmtk.io import expand_inputs, read_docs
-    from llmtk.text.tokenizer import train_bpe
+    from llmtk.text.tokenizer import sample_texts, train_bpe
 
     paths = expand_inputs(list(data or []))
     if paths == ["-"] and sys.stdin.isatty():
         from llmtk.errors import UsageError
 
         raise UsageError("no input: pass --data FILE or pipe documents into stdin")
+    limit = None if sample_bytes is None else o.parse_bytes("--sample-bytes", sample_bytes)
     count = [0]
 
     def texts():
@@ -462,10 +473,13 @@ def tokenizer_command(
             count[0] += 1
             yield doc.text
 
-    size = train_bpe(texts(), vocab_size, output, min_frequency=min_frequency)
+    docs = texts() if limit is None else sample_texts(texts(), limit)
+    size = train_bpe(iter(docs), vocab_size, output, min_frequency=min_frequency)
     if not quiet:
-        print(f"trained a {size}-token BPE tokenizer on {count[0]} documents -> {output}",
-              file=sys.stderr)
+        on = f"{count[0]} documents" if limit is None else \
+            f"a sample of {len(docs)} of {count[0]} documents " \
+            f"({sum(len(t.encode('utf-8', 'surrogatepass')) for t in docs):,} bytes)"
+        print(f"trained a {size}-token BPE tokenizer on {on} -> {output}", file=sys.stderr)
 
 
 TOKENIZE_HELP = """\
@@ -519,14 +533,17 @@ def tokenize_command(
 
 
 BATCH_HELP = """\
-Print the documents behind one optimizer step's batch of a run on token datasets.
+Print the documents behind one optimizer step's batch, or behind the batches a \
+--on-spike rollback skipped.
 
 Computed from the run's config.json (data, batch shape, world size, seed) and its \
 rollback events: for each window of step N (every rank's, or --rank R's), the \
 documents its tokens came from, with the input file, the record number in it, the \
 `id` field, the span of the document's tokens in the window and the text read back \
-from the file. Runs trained on documents through the token cache keep no document \
-boundaries: train on a dataset of `llmtk train tokenize` to trace batches.
+from the file. Works for runs on token datasets (`llmtk train tokenize`) and on \
+documents through the token cache (a cache of version 2 or later: a run started \
+with an older llmtk is refused, with how to rebuild it). `llmtk diagnose` prints \
+this command for each loss spike and non-finite step of an llmtk run.
 
 [bold]Examples[/bold]
 
@@ -535,8 +552,10 @@ boundaries: train on a dataset of `llmtk train tokenize` to trace batches.
   llmtk train batch runs/a --step 1200 --rank 3 --json | llmtk contam-check \\
     --eval evals/
 
-Exit status: 0 printed, 1 a missing or corrupt input or dataset, 2 bad usage (not a \
-run on token datasets, no such step or rank).
+  llmtk train batch runs/a --skipped --json | jq -r .id
+
+Exit status: 0 printed, 1 a missing or corrupt input, cache or dataset, 2 bad usage \
+(no such step or rank, no rollback to list).
 """
 
 
@@ -544,35 +563,45 @@ run on token datasets, no such step or rank).
 @configs.keys_are_flags
 def batch_command(
     run: Annotated[str, typer.Argument(help="The run directory.", show_default=False)],
-    step: Annotated[int, typer.Option("--step", help="The optimizer step (1-based).",
-                                      show_default=False)] = ...,  # type: ignore[assignment]
+    step: Annotated[int | None, typer.Option(
+        "--step", help="The optimizer step (1-based).", show_default=False)] = None,
+    skipped: Annotated[bool, typer.Option(
+        "--skipped", help="The windows every --on-spike rollback skipped, instead of a "
+        "step's.")] = False,
     rank: Annotated[int | None, typer.Option(
         "--rank", help="Only this rank's share (default: the whole global batch).")] = None,
     full: Annotated[bool, typer.Option("--full", help="The whole text, not its head.")]
     = False,
     json_out: Annotated[bool, typer.Option(
-        "--json", help="One JSON document per line on stdout: step, rank, micro, window, "
-        "source, id, file, record, tokens, text.")] = False,
+        "--json", help="One JSON document per line on stdout: step, rank and micro (or "
+        "rollback), window, source, id, file, file_ordinal, record, tokens, text.")] = False,
 ) -> None:
+    from llmtk.errors import UsageError
     from llmtk.io import Sink
-    from llmtk.train.batch import batch_documents
+    from llmtk.train.batch import batch_documents, skipped_documents
 
+    if (step is None) == (not skipped):
+        raise UsageError("give --step N or --skipped (one of them)")
+    if skipped and rank is not None:
+        raise UsageError("--rank goes with --step (a rollback skips whole global batches)")
+    docs = skipped_documents(run) if skipped else batch_documents(run, step, rank)
     out = Sink(None)
     if json_out:
         import orjson
 
-        for doc in batch_documents(run, step, rank):
+        for doc in docs:
             out.write(orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE))
     else:
-        for doc in batch_documents(run, step, rank):
+        for doc in docs:
             text = doc["text"] or ""
             if not full:
                 text = text[:120].replace("\n", " ") + ("…" if len(text) > 120 else "")
             a, b = doc["tokens"]
             ident = "" if doc["id"] is None else f" id={doc['id']}"
-            out.write(f"rank {doc['rank']} micro {doc['micro']} window {doc['window']} "
-                      f"[{doc['source']}] {doc['file']}:record {doc['record']}{ident} "
-                      f"tokens {a}-{b}: {text}\n".encode())
+            where = (f"rollback {doc['rollback']} (spike at step {doc['step']})" if skipped
+                     else f"rank {doc['rank']} micro {doc['micro']}")
+            out.write(f"{where} window {doc['window']} [{doc['source']}] {doc['file']}:record "
+                      f"{doc['record']}{ident} tokens {a}-{b}: {text}\n".encode())
     out.commit()
 
 

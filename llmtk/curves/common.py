@@ -17,6 +17,9 @@ class Finding:
     fixes: list[str] = field(default_factory=list)
     end_step: float | None = None
     details: list[str] = field(default_factory=list)  # one line per event, for --verbose
+    steps: list[float] = field(default_factory=list)  # each event's step, when several
+    # llmtk runs: `llmtk train batch` for the steps' data (curves.detect.trace)
+    commands: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -524,16 +524,62 @@ def detect_eval_regression(run: Run) -> list[Finding]:
     return findings
 
 
+def detect_rollbacks(run: Run) -> list[Finding]:
+    """`llmtk train --on-spike rollback` events: the spike its rows no longer show (they were
+    redone), with the data it skipped. Info: the trainer handled it."""
+    found = [e for e in run.events if e.get("event") == "rollback"
+             and isinstance(e.get("from_step"), int | float)]
+    if not found:
+        return []
+    shown = ", ".join(f"{e['from_step']:.0f} (back to {e.get('to_step', 0):.0f})"
+                      for e in found[:8]) + (" ..." if len(found) > 8 else "")
+    return [Finding(
+        "rollback", "info", found[0]["from_step"],
+        f"{len(found)} loss spike(s) rolled back by --on-spike rollback, at step(s) {shown}; "
+        "their batches were skipped",
+        causes=["a bad batch (garbage, repeated or extreme documents) or a learning rate at "
+                "the edge of stability"],
+        fixes=["read the skipped documents; if they are garbage, filter the data (llmtk "
+               "clean) before the next run"],
+        steps=[e["from_step"] for e in found])]
+
+
 DETECTORS = (detect_nan, detect_spikes, detect_divergence_and_rebound, detect_constant,
              detect_plateau,
              detect_noise, detect_grad_explosions, detect_overfitting, detect_resume_jumps,
-             detect_eval_regression, detect_layer_grads)
+             detect_eval_regression, detect_layer_grads, detect_rollbacks)
 
 
 def diagnose(run: Run) -> list[Finding]:
     findings = [f for detector in DETECTORS for f in detector(run)]
     order = {"error": 0, "warning": 1, "info": 2}
+    trace(run, findings)
     return sorted(findings, key=lambda f: (order[f.severity], f.step))
+
+
+TRACED = ("spike", "spikes", "nan", "rollback")  # findings whose batch may be the cause
+TRACED_STEPS = 8  # commands per finding at most
+
+
+def trace(run: Run, findings: list[Finding]) -> None:
+    """For an llmtk run (metrics.jsonl beside its config.json), give each spike or NaN
+    finding the `llmtk train batch` command that prints the documents of its step(s)."""
+    import os
+
+    if run.format != Run.format or not os.path.isfile(run.path):
+        return
+    directory = os.path.dirname(run.path) or "."
+    if not os.path.exists(os.path.join(directory, "config.json")):
+        return
+    import shlex
+
+    for f in findings:
+        if f.kind == "rollback":  # its step was redone on later data: the skipped data
+            f.commands = [f"llmtk train batch {shlex.quote(directory)} --skipped"]
+        elif f.kind in TRACED:
+            steps = sorted({int(s) for s in (f.steps or [f.step])})[:TRACED_STEPS]
+            f.commands = [f"llmtk train batch {shlex.quote(directory)} --step {s}"
+                          for s in steps]
 
 
 def overview(run: Run) -> dict:

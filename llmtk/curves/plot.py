@@ -1,7 +1,9 @@
 """Drawing runs: matplotlib files (PNG/SVG/PDF) or a chart in the terminal (plotext).
 
 One panel per quantity: `loss` (with `val_loss` on the same axes), `lr`,
-`grad_norm`, or any other logged metric. Non-finite points are left out of
+`grad_norm`, or any other logged metric; a blended run's per-source series share a
+panel: `tokens/NAME` the "tokens per source" one, `val/NAME/loss` the loss panel
+(dashed with markers, as `val_loss`). Non-finite points are left out of
 the lines; NaN/skip events are marked as vermillion dashed lines and resumes as
 grey dotted lines, each named in the legend, so a spike or a restart is easy to
 place. Colours, smoothing and tick labels live in `llmtk.curves.style`.
@@ -30,9 +32,21 @@ LAYER_PANEL = "grad_norm per layer"  # every grad_norm/LAYER series of --grad-st
 LOG_PANELS = ("grad_norm", LAYER_PANEL)
 
 
+SOURCE_TOKENS_PANEL = "tokens per source"  # every tokens/NAME series of a blended run
+
+
+def is_val(metric: str) -> bool:
+    """val_loss, or a blended run's per-source val/NAME/loss."""
+    return metric == "val_loss" or (metric.startswith("val/") and metric.endswith("/loss"))
+
+
 def panel_of(metric: str) -> str:
     if metric.startswith("grad_norm/"):
         return LAYER_PANEL
+    if metric.startswith("tokens/"):
+        return SOURCE_TOKENS_PANEL
+    if is_val(metric):
+        return "loss"
     return PANEL_OF.get(metric, metric)
 X_LABEL = {"step": "step", "tokens": "tokens", "time": "hours"}
 MANY_RUNS = 3  # more runs than this: one legend for the figure, outside the panels
@@ -127,15 +141,20 @@ def _mark_findings(ax, run: Run, label: _Labels) -> None:
                 va="top", ha="right", fontsize=7, color=colour)
 
 
-def _draw_run(ax, i: int, run: Run, names: list[str], x: str, weight: float) -> bool:
+def _draw_run(ax, i: int, run: Run, names: list[str], x: str, weight: float,
+              alone: bool = False) -> bool:
+    """alone: the only run drawn, so several series of one panel (sources, layers) get a
+    colour each; with several runs, a colour is a run."""
     colour, train_style, val_style = run_style(i)
     series, every = _panel_series(run, names, x)
     drawn = False
-    for metric, (xs, ys) in series.items():
+    for j, (metric, (xs, ys)) in enumerate(series.items()):
         if not xs:
             continue
         drawn = True
-        val = metric == "val_loss"
+        val = is_val(metric)
+        if alone and len(series) > 1 and metric not in ("loss", "val_loss"):
+            colour = run_style(j)[0]
         style = val_style if val else train_style
         if weight > 0:  # the raw curve, faint, under the smoothed one
             ax.plot(xs, ys, color=colour, linestyle=style, linewidth=0.8, alpha=RAW_ALPHA,
@@ -160,7 +179,7 @@ def figure(runs: list[Run], metrics: list[str], x: str = "step", weight: float =
     for ax, (panel, names) in zip(axes, panels.items(), strict=True):
         label = _Labels()
         for i, run in enumerate(runs):
-            if _draw_run(ax, i, run, names, x, weight):
+            if _draw_run(ax, i, run, names, x, weight, alone=len(runs) == 1):
                 drawn.add(i)
             if x == "step":
                 for s in _event_steps(run, ("nan", "skip")):

@@ -185,10 +185,11 @@ def detect_spikes(run: Run) -> list[Finding]:
                                 summary + "; " + "; ".join(reasons) + f"; steps {shown}",
                                 ["recurring spikes point to a systematic cause (learning rate, "
                                  "data order, precision) rather than one bad batch",
-                                 *SPIKE_CAUSES[1:]], SPIKE_FIXES, details=details))
+                                 *SPIKE_CAUSES[1:]], SPIKE_FIXES, details=details,
+                                steps=[xs[s.start] for s in spikes]))
     elif len(benign) > len(harmed):
         findings.append(Finding("spikes", "info", xs[spikes[0].start],
                                 summary + f", all recovered at once (steps {shown})",
                                 SPIKE_CAUSES, SPIKE_FIXES,
-                                details=details))
+                                details=details, steps=[xs[s.start] for s in spikes]))
     return findings

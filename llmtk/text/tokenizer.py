@@ -97,6 +97,30 @@ def encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
     return [tok.encode(t) for t in texts]
 
 
+def sample_texts(texts: Iterable[str], max_bytes: int) -> list[str]:
+    """A bounded, deterministic sample of texts: the documents with the smallest xxh64 of
+    their UTF-8 text, as many as fit in max_bytes (the longest such run: a document that
+    does not fit ends it), in hash order. One pass, holding at most max_bytes of text plus
+    one document; the same documents whatever the input order or the files' split."""
+    import heapq
+
+    import xxhash
+
+    heap: list[tuple[int, str, int]] = []  # (-hash, text, bytes): the largest hash on top
+    total, cut = 0, 1 << 64  # cut: the smallest hash left out so far; nothing at or above it
+    for text in texts:
+        data = text.encode("utf-8", "surrogatepass")
+        h = xxhash.xxh64_intdigest(data)
+        if h >= cut:
+            continue
+        heapq.heappush(heap, (-h, text, len(data)))
+        total += len(data)
+        while total > max_bytes:
+            neg, _, size = heapq.heappop(heap)
+            total, cut = total - size, -neg
+    return [t for _, t, _ in sorted(heap, reverse=True)]
+
+
 def train_bpe(texts: Iterator[str], vocab_size: int, out_path: str, min_frequency: int = 2,
               eos_token: str = "<|endoftext|>") -> int:
     """Train a byte-level BPE tokenizer (GPT-2 style: any UTF-8 text, no unknown tokens)

@@ -5,10 +5,10 @@ seed, so the data position of step N is (N - 1) x windows per step, plus the win
 `--on-spike rollback` skipped before it (its `rollback` events in metrics.jsonl say how
 many). Micro-batch m of the step starts at that position + m x (batch-size x world), and
 rank r takes its batch-size windows after r x batch-size. Each window's tokens map back to
-the documents they came from through the token dataset's index (file, record, id and the
-span of the document's tokens used), and the documents' text is read back from their files.
-Runs on the in-process token cache keep no document boundaries: tokenize with `llmtk train
-tokenize` and train on the dataset to trace batches.
+the documents they came from through the token dataset's index, or the in-process cache's
+(version 2 on: file, record, id and the span of the document's tokens used), and the
+documents' text is read back from their files. `--skipped` lists the windows each rollback
+skipped instead ([position, position + skipped_windows) of its event).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import os
 from collections.abc import Iterator
 
 from llmtk.errors import DataError, UsageError
+
+SKIPPED_DOCS = 256  # documents a rollback's event names at most (train batch --skipped: all)
 
 
 def _run_config(run: str) -> dict:
@@ -42,31 +44,80 @@ def _skipped_before(run: str, step: int) -> int:
                if r.get("event") == "rollback" and step > r.get("to_step", step))
 
 
+class DocumentFinder:
+    """The documents of any training window of a run: `at(position)` for the window the job
+    reads at data position `position`, through the run's own sampler (so a 1-process and an
+    N-process view agree)."""
+
+    def __init__(self, cfg, cache: str, sampler, seq_len: int):
+        from llmtk.train.inputs import TOKENS_KEY, token_specs
+
+        self.sampler, self.T = sampler, seq_len
+        if cache.startswith(TOKENS_KEY):
+            from llmtk.train.tokens import TokenDataset
+
+            specs = token_specs("data", cfg.data) or []
+            sets = [TokenDataset.open(s.path) for s in specs]
+            self.names = [s.name or s.path for s in specs]
+            self.fields = [d.meta["text_field"] for d in sets]
+            self._find = [lambda w, d=d: d.documents(w * seq_len, w * seq_len + seq_len + 1)
+                          for d in sets]
+        else:  # the in-process cache: one source, its windows know their documents
+            self.names, self.fields = ["data"], [cfg.text_field]
+            self._find = [sampler.w.documents]
+
+    def at(self, position: int) -> list[dict]:
+        """source, id, file, file_ordinal, record, tokens (the [first, last) span of each
+        document's tokens in the window) and text_field, per document of the window."""
+        s, w = self.sampler.locate(position)
+        return [{"source": self.names[s], **doc, "text_field": self.fields[s]}
+                for doc in self._find[s](w)]
+
+    def span(self, start: int, stop: int, limit: int) -> list[dict]:
+        """The distinct documents of windows [start, stop), up to `limit`, without text:
+        id, file, record (for a rollback's event row)."""
+        seen: dict[tuple, dict] = {}
+        for position in range(start, stop):
+            for doc in self.at(position):
+                key = (doc["source"], doc["file"], doc["record"])
+                if key not in seen:
+                    seen[key] = {"id": doc["id"], "file": doc["file"], "record": doc["record"]}
+                if len(seen) >= limit:
+                    return list(seen.values())
+        return list(seen.values())
+
+
+def _open(run: str):
+    """(config, TrainConfig, DocumentFinder) of a run directory."""
+    from llmtk.train.config import TRAIN_FIELDS, TrainConfig
+    from llmtk.train.inputs import open_training_data
+
+    config = _run_config(run)
+    cache = config.get("cache")
+    cfg = TrainConfig(**{k: v for k, v in config["train"].items() if k in TRAIN_FIELDS})
+    if not cache or cfg.sft:
+        raise UsageError(f"{run}: an --sft run (its examples are not token windows)")
+    world, T = int(config["world_size"]), int(config["model"]["seq_len"])
+    try:
+        data = open_training_data(cfg, cache, T, world, 0)
+    except FileNotFoundError as e:
+        raise DataError(f"{run}: its data is gone ({e.filename}); train batch reads the "
+                        "run's token cache or datasets") from None
+    return config, cfg, DocumentFinder(cfg, cache, data.train, T)
+
+
 def batch_documents(run: str, step: int, rank: int | None = None,
                     with_text: bool = True) -> Iterator[dict]:
     """One dict per (window, document) of step `step` (1-based), rank `rank` or all ranks:
     step, rank, micro, window (its data position), source, id, file, record, tokens (the
     [first, last) span of the document's tokens in the window) and text."""
-    from llmtk.train.config import TRAIN_FIELDS, TrainConfig
-    from llmtk.train.inputs import TOKENS_KEY, open_training_data, token_specs
-    from llmtk.train.tokens import TokenDataset
-
-    config = _run_config(run)
-    if config.get("cache") is None or not str(config["cache"]).startswith(TOKENS_KEY):
-        raise UsageError(f"{run}: trained on documents through the token cache, which keeps no "
-                         "document boundaries; tokenize them with `llmtk train tokenize` and "
-                         "train on the dataset to trace batches")
-    cfg = TrainConfig(**{k: v for k, v in config["train"].items() if k in TRAIN_FIELDS})
-    world, T = int(config["world_size"]), int(config["model"]["seq_len"])
+    config, cfg, finder = _open(run)
+    world = int(config["world_size"])
     B, ga = cfg.batch_size, cfg.grad_accum
     if step < 1 or step > cfg.steps:
         raise UsageError(f"--step {step}: the run has steps 1 to {cfg.steps}")
     if rank is not None and not 0 <= rank < world:
         raise UsageError(f"--rank {rank}: the run had ranks 0 to {world - 1}")
-    data = open_training_data(cfg, config["cache"], T, world, 0)
-    specs = token_specs("data", cfg.data) or []
-    datasets = [TokenDataset.open(s.path) for s in specs]
-    names = [s.name or s.path for s in specs]
     start = (step - 1) * B * world * ga + _skipped_before(run, step)
     ranks = range(world) if rank is None else [rank]
     out = []
@@ -74,12 +125,34 @@ def batch_documents(run: str, step: int, rank: int | None = None,
         for r in ranks:
             for j in range(B):
                 position = start + m * B * world + r * B + j
-                s, w = data.train.locate(position)
-                lo, hi = w * T, w * T + T + 1
-                for doc in datasets[s].documents(lo, hi):
-                    out.append({"step": step, "rank": r, "micro": m, "window": position,
-                                "source": names[s], **doc,
-                                "text_field": datasets[s].meta["text_field"]})
+                out += [{"step": step, "rank": r, "micro": m, "window": position, **doc}
+                        for doc in finder.at(position)]
+    yield from _finish(out, with_text)
+
+
+def skipped_documents(run: str, with_text: bool = True) -> Iterator[dict]:
+    """One dict per (window, document) that a `--on-spike rollback` skipped: the spike's
+    step, rollback (its ordinal), window, source, id, file, record, tokens and text."""
+    from llmtk.io.metrics import read_metrics
+
+    _config, _cfg, finder = _open(run)
+    path = os.path.join(run, "metrics.jsonl")
+    events = [r for r in read_metrics(path) if r.get("event") == "rollback"] \
+        if os.path.exists(path) else []
+    if not events:
+        raise UsageError(f"{run}: no rollback events in its metrics.jsonl (nothing skipped)")
+    out = []
+    for n, e in enumerate(events):
+        if "position" not in e:
+            raise DataError(f"{path}: a rollback event without its data position (written by "
+                            "an older llmtk); list its steps with --step instead")
+        for position in range(e["position"], e["position"] + e["skipped_windows"]):
+            out += [{"step": e["from_step"], "rollback": n, "window": position, **doc}
+                    for doc in finder.at(position)]
+    yield from _finish(out, with_text)
+
+
+def _finish(out: list[dict], with_text: bool) -> Iterator[dict]:
     if with_text:
         _add_text(out)
     for doc in out:

@@ -2,7 +2,12 @@
 
 Documents are tokenized once into memory-mapped shards of raw token ids
 (uint16 when the vocabulary fits, else uint32), EOS after every document, so
-training never re-parses JSON. A cache directory is named by a hash of its
+training never re-parses JSON. Beside each shard, SHARD.docs holds its documents'
+boundaries and identities as (D, 2) uint64 rows: the token offset in the shard
+where each ends (EOS included) and file ordinal << 40 | record ordinal (the same
+rows as a token dataset's docs.bin), and SHARD.ids their `id` fields as JSON, one
+line each (empty: none), so `llmtk train batch` can name a window's documents.
+A cache directory is named by a hash of its
 inputs (paths, sizes, mtimes), the tokenizer's fingerprint, the text field and
 the validation split, so a changed input or tokenizer builds a new cache and
 an unchanged one is reused by every run and every rank.
@@ -19,6 +24,7 @@ global batches as a 1-process run with twice the batch size.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import json
@@ -28,16 +34,18 @@ import re
 import shutil
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+import orjson
 import xxhash
 
 from llmtk.errors import ConfigError, DataError
 from llmtk.io import expand_inputs, read_docs
 from llmtk.io.atomic import atomic_dir, pid_alive
+from llmtk.io.shard import RECORD_BITS, doc_key
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: document boundaries and identities beside each shard
 SHARD_TOKENS = 1 << 26  # 64M tokens per shard file (128 MiB as uint16)
 
 
@@ -66,14 +74,19 @@ class _ShardWriter:
         self.buf: list[np.ndarray] = []
         self.buf_tokens = 0
         self.docs = 0
+        self.index: list[tuple[int, int]] = []  # this shard's (end offset, doc key) rows
+        self.ids: list[bytes] = []
 
-    def add(self, ids: list[int], eos: int) -> None:
+    def add(self, ids: list[int], eos: int, key: int = 0, record_id=None) -> None:
         arr = np.empty(len(ids) + 1, dtype=self.dtype)
         arr[:-1] = ids
         arr[-1] = eos
         self.buf.append(arr)
         self.buf_tokens += len(arr)
         self.docs += 1
+        self.index.append((self.buf_tokens, key))
+        # as a token dataset's ids.bin writes them (orjson: also Parquet's dates)
+        self.ids.append(b"" if record_id is None else orjson.dumps(record_id))
         if self.buf_tokens >= SHARD_TOKENS:
             self.flush()
 
@@ -82,12 +95,15 @@ class _ShardWriter:
             return
         name = f"{self.split}-{len(self.shards):05d}.bin"
         data = np.concatenate(self.buf)
-        with open(os.path.join(self.directory, name), "wb") as f:
-            f.write(data.tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        self.shards.append({"file": name, "tokens": int(len(data))})
-        self.buf, self.buf_tokens = [], 0
+        index = np.array(self.index, dtype=np.uint64).reshape(-1, 2)
+        for path, payload in ((name, data.tobytes()), (name + ".docs", index.tobytes()),
+                              (name + ".ids", b"".join(i + b"\n" for i in self.ids))):
+            with open(os.path.join(self.directory, path), "wb") as f:
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+        self.shards.append({"file": name, "tokens": int(len(data)), "docs": len(self.index)})
+        self.buf, self.buf_tokens, self.index, self.ids = [], 0, [], []
 
     @property
     def tokens(self) -> int:
@@ -112,6 +128,16 @@ def sweep_stale(cache_root: str) -> list[str]:
             shutil.rmtree(os.path.join(cache_root, name), ignore_errors=True)
             removed.append(name)
     return removed
+
+
+def old_caches(cache_root: str) -> list[str]:
+    """The cache directories under cache_root written by an older CACHE_VERSION."""
+    old = []
+    for name in sorted(os.listdir(cache_root)):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            if read_meta(os.path.join(cache_root, name)).get("version") != CACHE_VERSION:
+                old.append(name)
+    return old
 
 
 def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str,
@@ -139,6 +165,10 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
         if os.path.exists(os.path.join(final, "meta.json")):
             return final  # built by the process that held the lock before us
         sweep_stale(cache_root)
+        if log and (old := old_caches(cache_root)):
+            log(f"note: {cache_root} holds {len(old)} cache(s) of an older version, without "
+                f"the document boundaries `llmtk train batch` needs; building a version "
+                f"{CACHE_VERSION} one (the same tokens); delete the old ones to free the space")
         # Without a cross-host lock, another node may finish the same cache first
         # (exist_ok: its copy is kept, ours dropped).
         tmp = os.path.join(cache_root, f".tmp-{key}-{socket.gethostname()}-{os.getpid()}")
@@ -164,28 +194,31 @@ def _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fra
     val = _ShardWriter(tmp, "val", dtype)
     from llmtk.text.tokenizer import encode_batch
 
-    def consume(paths, route_val: bool):
-        batch: list[str] = []
+    def consume(paths, is_val):
+        batch: list = []
+        starts: list[int] = []  # each file's first record index (read_docs fills it)
 
         def drain():
-            for text, ids in zip(batch, encode_batch(tokenizer, batch), strict=True):
-                target = val if (route_val and val_fraction > 0 and _is_val(text, val_fraction)) \
-                    else train
-                target.add(ids, tokenizer.eos_id)
+            texts = [d.text for d in batch]
+            for doc, ids in zip(batch, encode_batch(tokenizer, texts), strict=True):
+                target = val if is_val(doc.text) else train
+                ordinal = bisect.bisect_right(starts, doc.index) - 1
+                target.add(ids, tokenizer.eos_id, doc_key(ordinal, doc.index - starts[ordinal]),
+                           doc.id)
             batch.clear()
 
-        for doc in read_docs(paths, text_field=text_field):
-            batch.append(doc.text)
+        for doc in read_docs(paths, text_field=text_field, file_starts=starts):
+            batch.append(doc)
             if len(batch) >= 1024:
                 drain()
         drain()
 
     if log:
         log(f"tokenizing {len(train_paths)} file(s) into {final}")
-    consume(train_paths, route_val=not val_paths)
-    if val_paths:
-        for doc_text in (d.text for d in read_docs(val_paths, text_field=text_field)):
-            val.add(tokenizer.encode(doc_text), tokenizer.eos_id)
+    split = not val_paths and val_fraction > 0
+    consume(train_paths, lambda text: split and _is_val(text, val_fraction))
+    if val_paths:  # ordinals of the validation documents count in val_inputs
+        consume(val_paths, lambda text: True)
     train.flush()
     val.flush()
     if train.tokens == 0:
@@ -216,32 +249,77 @@ class Windows:
     shards: list[np.ndarray]
     per_shard: list[int]   # windows in each shard
     seq_len: int
+    paths: list[str] = field(default_factory=list)   # each shard's file
+    inputs: list[str] = field(default_factory=list)  # the files its documents came from
 
     @classmethod
     def open(cls, cache_dir: str, split: str, seq_len: int) -> Windows:
         meta = read_meta(cache_dir)
-        shards, per = [], []
+        shards, per, paths = [], [], []
         for s in meta[split]["shards"]:
-            arr = np.memmap(os.path.join(cache_dir, s["file"]), dtype=meta["dtype"], mode="r")
+            path = os.path.join(cache_dir, s["file"])
+            arr = np.memmap(path, dtype=meta["dtype"], mode="r")
             n = (len(arr) - 1) // seq_len  # windows overlap by one token (the last target)
             if n > 0:
                 shards.append(arr)
                 per.append(n)
-        return cls(shards, per, seq_len)
+                paths.append(path)
+        inputs = meta["val_inputs"] if split == "val" and meta["val_inputs"] else meta["inputs"]
+        return cls(shards, per, seq_len, paths, inputs)
 
     def __len__(self) -> int:
         return sum(self.per_shard)
 
     def __post_init__(self):
         self._starts = np.cumsum([0, *self.per_shard])  # first window of each shard
+        self._docs: dict[int, tuple] = {}  # shard -> its document rows and ids (documents)
 
     def get(self, i: int) -> np.ndarray:
         """Window i: (seq_len + 1,) token ids."""
         if not 0 <= i < len(self):
             raise IndexError(i)
-        k = int(np.searchsorted(self._starts, i, side="right")) - 1  # the shard holding i
-        start = (i - int(self._starts[k])) * self.seq_len
+        k, start = self._where(i)
         return self.shards[k][start:start + self.seq_len + 1]
+
+    def _where(self, i: int) -> tuple[int, int]:
+        """(shard, first token) of window i."""
+        k = int(np.searchsorted(self._starts, i, side="right")) - 1  # the shard holding i
+        return k, (i - int(self._starts[k])) * self.seq_len
+
+    def _index(self, k: int):
+        """Shard k's document rows (memory-mapped) and ids, read once (the cache is the
+        small-data path: its ids fit in memory)."""
+        if k not in self._docs:
+            path = self.paths[k]
+            if not os.path.exists(path + ".docs"):
+                raise DataError(f"{os.path.dirname(path)}: a token cache of version 1 keeps no "
+                                "document boundaries; train again with this llmtk (it builds "
+                                "a version 2 cache) or on a dataset of `llmtk train tokenize`")
+            with open(path + ".ids", "rb") as f:
+                ids = f.read().split(b"\n")
+            self._docs[k] = (np.memmap(path + ".docs", dtype=np.uint64, mode="r")
+                             .reshape(-1, 2), ids)
+        return self._docs[k]
+
+    def documents(self, i: int) -> list[dict]:
+        """The documents window i's tokens come from: id, file, file_ordinal, record and
+        tokens, the [first, last) span of the document's tokens in the window (EOS counted
+        as its last token)."""
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        k, lo = self._where(i)
+        index, ids = self._index(k)
+        hi, ends, out = lo + self.seq_len + 1, index[:, 0], []
+        d = int(np.searchsorted(ends, lo, side="right"))
+        while d < len(ends) and (start := int(ends[d - 1]) if d else 0) < hi:
+            key = int(index[d, 1])
+            ordinal = key >> RECORD_BITS
+            out.append({"id": orjson.loads(ids[d]) if ids[d] else None,
+                        "file": self.inputs[ordinal], "file_ordinal": ordinal,
+                        "record": key & ((1 << RECORD_BITS) - 1),
+                        "tokens": [max(lo, start) - start, min(hi, int(ends[d])) - start]})
+            d += 1
+        return out
 
 
 ORDER_IN_MEMORY = 1 << 24  # windows per epoch up to which the order is a permutation array

@@ -523,7 +523,9 @@ class Trainer:
             truncate_after(self.metrics.path, saved.step)
             self.metrics = MetricsWriter(self.metrics.path, mirror=self.metrics.mirror)
         self._event("rollback", step=step - 1, loss=loss, ema_loss=st.ema_loss, from_step=step,
-                    to_step=saved.step, skipped_windows=st.position - saved.position)
+                    to_step=saved.step, skipped_windows=st.position - saved.position,
+                    position=saved.position, documents=self._documents(saved.position,
+                                                                       st.position))
         self._say(f"step {step - 1}: loss spike {loss:.3f} (avg {st.ema_loss:.3f}); rolled "
                   f"back to step {saved.step} with half the learning rate")
         st.step, st.tokens, st.ema_loss = saved.step, saved.tokens, saved.ema_loss
@@ -533,6 +535,16 @@ class Trainer:
         if st.lr_scale < 1 / 16:
             raise CollectiveError(f"loss spikes persist after 4 rollbacks (now step {st.step}, "
                                   "lr x 1/32); lower --lr or check the data near this position")
+
+    def _documents(self, start: int, stop: int) -> list[dict] | None:
+        """The documents (id, file, record) of windows [start, stop), for a rollback's event;
+        `llmtk train batch RUN --skipped` lists them all, with their text."""
+        if self.metrics is None or self.cfg.sft:  # rank 0 writes the events
+            return None
+        from llmtk.train.batch import SKIPPED_DOCS, DocumentFinder
+
+        return DocumentFinder(self.cfg, self.cache, self.train_data,
+                              self.mcfg.seq_len).span(start, stop, SKIPPED_DOCS)
 
     # ---------------------------------------------------------------- start and finish
     def _start(self) -> TrainState | None:
