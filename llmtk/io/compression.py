@@ -11,6 +11,7 @@ them); a zstd stream may open with a skippable frame.
 """
 
 import os
+import stat
 import zlib
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -29,6 +30,21 @@ class TruncatedInput(Exception):
 
 class CorruptInput(Exception):
     """The compressed stream is damaged (not just cut short)."""
+
+
+def peek(path: str, n: int) -> bytes | None:
+    """The first n bytes of a regular file, else None. Only regular files are peeked: a
+    FIFO, /dev/stdin or <(...) can be read once, so those are always line streams; a file
+    that cannot be opened is left to the JSONL reader to report."""
+    if path == "-":
+        return None
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as f:
+            return f.read(n)
+    except OSError:
+        return None
 
 
 def detect(head: bytes) -> str:

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 import orjson
 
 from llmtk.errors import DataError, LlmtkError, UsageError
+from llmtk.io.compression import peek
 
 PARQUET_MAGIC = b"PAR1"
 ARROW_STREAM_MAGIC = b"\xff\xff\xff\xff"
@@ -41,18 +42,11 @@ BATCH_ROWS = 4096  # rows per record batch read (a row group is read a batch at 
 
 
 def columnar_kind(path: str) -> str | None:
-    """'parquet', 'arrow-stream' or 'arrow-file' from a file's first bytes, else None."""
-    if path == "-":
+    """'parquet', 'arrow-stream' or 'arrow-file' from a file's first bytes, else None
+    (Parquet needs seeking anyway, so only regular files can be one)."""
+    head = peek(path, 8)
+    if head is None:
         return None
-    try:
-        # Only regular files are peeked: a FIFO, /dev/stdin or <(...) can be read once,
-        # and Parquet needs seeking anyway, so those are always line streams.
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        with open(path, "rb") as f:
-            head = f.read(8)
-    except OSError:
-        return None  # the JSONL reader reports it
     if head.startswith(PARQUET_MAGIC):
         return "parquet"
     if head.startswith(ARROW_STREAM_MAGIC):

@@ -21,12 +21,11 @@ WHATWG label mapping (ISO-8859-1 is read as Windows-1252, GB2312/GBK as GB18030,
 from __future__ import annotations
 
 import codecs
-import os
 import re
-import stat
 import zlib
 from collections.abc import Iterator
 
+from llmtk.io.compression import peek
 from llmtk.io.record import Invalid, Parsed, Skipped
 
 CHUNK = 1 << 20
@@ -41,14 +40,8 @@ _ARC_LINE = re.compile(rb"(\S+) (\S+) (\d{14}) (\S*) (\d+)\n")
 
 def warc_kind(path: str) -> str | None:
     """'warc' or 'arc' from a regular file's first bytes (gzip or plain), else None."""
-    if path == "-":
-        return None
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        with open(path, "rb") as f:
-            head = f.read(512)
-    except OSError:
+    head = peek(path, 512)
+    if head is None:
         return None
     if head.startswith(b"\x1f\x8b"):
         try:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import xxhash
 
 from llmtk.errors import ConfigError, DataError
+from llmtk.train.data import Batches, window_order
 
 BLOCK = 1 << 16  # windows per pattern block: each source's share is exact to 1/BLOCK
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
@@ -75,7 +76,7 @@ def pattern(weights: list[float], length: int = BLOCK):
     return o[order]
 
 
-class BlendSampler:
+class BlendSampler(Batches):
     """Micro-batches for one rank from several sources' windows, by the global position.
 
     Same interface as llmtk.train.data.Sampler (rows, batch, split, global_batch), plus
@@ -110,8 +111,6 @@ class BlendSampler:
 
     def locate(self, position: int) -> tuple[int, int]:
         """(source, window index in that source's stream) of the window at `position`."""
-        from llmtk.train.data import window_order
-
         b, o = divmod(position, BLOCK)
         s = int(self.pattern[o])
         c = b * int(self.per_block[s]) + int(self.prefix[s, o])
@@ -140,17 +139,6 @@ class BlendSampler:
         import torch
 
         return torch.from_numpy(self.windows_at(position))
-
-    def batch(self, position: int):
-        return self.split(self.rows(position))
-
-    @staticmethod
-    def split(t):
-        return t[:, :-1], t[:, 1:]
-
-    @property
-    def global_batch(self) -> int:
-        return self.B * self.world
 
     def source_tokens(self, position: int) -> dict[str, int]:
         """`tokens/NAME`: the tokens each source gave to the windows before `position`."""

@@ -377,7 +377,27 @@ class FeistelOrder:
         return x
 
 
-class Sampler:
+class Batches:
+    """What a sampler derives from its rows(position) of shape (B, T + 1)."""
+
+    B: int
+    world: int
+
+    def batch(self, position: int):
+        """(x, y) int64 tensors of shape (B, T): inputs and the targets shifted by one."""
+        return self.split(self.rows(position))  # type: ignore[attr-defined]
+
+    @staticmethod
+    def split(t):
+        """rows (B, T + 1) -> the model's inputs (x, y); SFTSampler adds the example ids."""
+        return t[:, :-1], t[:, 1:]
+
+    @property
+    def global_batch(self) -> int:
+        return self.B * self.world
+
+
+class Sampler(Batches):
     """Micro-batches for one rank, addressed by the job's global window position."""
 
     def __init__(self, windows: Windows, micro_batch: int, world: int, rank: int, seed: int,
@@ -412,18 +432,6 @@ class Sampler:
         rows = np.stack([self.w.get(self._index(start + j)) for j in range(self.B)])
         return torch.from_numpy(rows.astype(np.int64))
 
-    def batch(self, position: int):
-        """(x, y) int64 tensors of shape (B, T): inputs and the targets shifted by one."""
-        return self.split(self.rows(position))
-
-    @staticmethod
-    def split(t):
-        """rows (B, T + 1) -> the model's inputs (x, y); SFTSampler adds the example ids."""
-        return t[:, :-1], t[:, 1:]
-
-    @property
-    def global_batch(self) -> int:
-        return self.B * self.world
 
 
 class Prefetcher:
