@@ -31,7 +31,8 @@ from torch import nn
 # the presets and exact parameter counts without importing torch.
 from llmtk.train.model_config import PRESETS, ModelConfig, count_params, preset
 
-__all__ = ["GPT", "PRESETS", "ModelConfig", "count_params", "preset"]
+__all__ = ["GPT", "PRESETS", "ModelConfig", "count_params", "group_qkv", "preset",
+           "ungroup_qkv"]
 
 
 def init_whole_(param: torch.Tensor, fill: Callable[[torch.Tensor], object]) -> None:
@@ -55,6 +56,37 @@ def init_whole_(param: torch.Tensor, fill: Callable[[torch.Tensor], object]) -> 
 
 def _normal_(param: torch.Tensor, std: float) -> None:
     init_whole_(param, lambda t: nn.init.normal_(t, mean=0.0, std=std))
+
+
+# ---------------------------------------------------------------- the fused q/k/v layout
+#
+# wqkv's output rows are grouped by key/value head: for each of the K kv heads, its
+# R = H/K query heads, then its k head, then its v head, (R + 2) * D rows a group. A
+# tensor-parallel rank's contiguous slice of rows (Shard(0)) is then whole groups: the
+# q heads together with the k/v they attend with. Checkpoints written before this layout
+# (qkv_layout absent: all q rows, then all k, then all v, Hugging Face's order) are
+# converted on load (llmtk.train.checkpoint).
+
+
+def group_qkv(t: torch.Tensor, cfg: ModelConfig, dim: int = 0) -> torch.Tensor:
+    """[all q; all k; all v] along `dim` -> grouped by kv head (the layout wqkv stores)."""
+    H, K, D = cfg.n_head, cfg.kv_heads, cfg.head_dim
+    t = t.movedim(dim, 0)  # ((H + 2K) * D, ...)
+    rest = t.shape[1:]
+    q, k, v = t.split([H * D, K * D, K * D])
+    g = torch.cat([q.reshape(K, (H // K) * D, *rest), k.reshape(K, D, *rest),
+                   v.reshape(K, D, *rest)], dim=1)  # (K, (R + 2) * D, ...)
+    return g.reshape(-1, *rest).movedim(0, dim)
+
+
+def ungroup_qkv(t: torch.Tensor, cfg: ModelConfig, dim: int = 0) -> torch.Tensor:
+    """The inverse of group_qkv: grouped by kv head -> [all q; all k; all v] along `dim`."""
+    H, K, D = cfg.n_head, cfg.kv_heads, cfg.head_dim
+    t = t.movedim(dim, 0)
+    rest = t.shape[1:]
+    q, k, v = t.reshape(K, (H // K + 2) * D, *rest).split([H // K * D, D, D], dim=1)
+    return torch.cat([q.reshape(-1, *rest), k.reshape(-1, *rest),
+                      v.reshape(-1, *rest)]).movedim(0, dim)
 
 
 class RMSNorm(nn.Module):
@@ -100,26 +132,29 @@ def example_positions(doc: torch.Tensor) -> torch.Tensor:
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.n_head, self.n_kv, self.hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
-        # q, k and v in one matmul: H*D + 2*K*D outputs.
-        self.wqkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv) * self.hd,
-                              bias=cfg.qkv_bias)
-        self.wo = nn.Linear(self.n_head * self.hd, cfg.d_model, bias=False)
+        self.n_rep, self.hd = cfg.n_head // cfg.kv_heads, cfg.head_dim
+        # q, k and v in one matmul: H*D + 2*K*D outputs, grouped by kv head (group_qkv).
+        # forward reads the number of heads from the output's width, so a tensor-parallel
+        # rank holding H/tp query and K/tp kv heads runs the same code.
+        H, K = cfg.n_head, cfg.kv_heads
+        self.wqkv = nn.Linear(cfg.d_model, (H + 2 * K) * self.hd, bias=cfg.qkv_bias)
+        self.wo = nn.Linear(H * self.hd, cfg.d_model, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
         B, T, _ = x.shape
-        q, k, v = self.wqkv(x).split(
-            [self.n_head * self.hd, self.n_kv * self.hd, self.n_kv * self.hd], dim=-1)
-        q = q.view(B, T, self.n_head, self.hd).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(B, T, self.n_kv, self.hd).transpose(1, 2)    # (B, K, T, D)
-        v = v.view(B, T, self.n_kv, self.hd).transpose(1, 2)    # (B, K, T, D)
+        R, D = self.n_rep, self.hd
+        qkv = self.wqkv(x).view(B, T, -1, R + 2, D)  # (B, T, K, R + 2, D)
+        # Query head g*R + r is row r of group g: the order Hugging Face's GQA expects.
+        q = qkv[:, :, :, :R].reshape(B, T, -1, D).transpose(1, 2)  # (B, H, T, D)
+        k = qkv[:, :, :, R].transpose(1, 2)                        # (B, K, T, D)
+        v = qkv[:, :, :, R + 1].transpose(1, 2)                    # (B, K, T, D)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         # GQA: each kv head serves H/K query heads; SDPA broadcasts them (no K/V copies).
         # mask (B, 1, T, T) bool, True = attend: causal within one packed example (SFT).
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
-                                           enable_gqa=self.n_kv != self.n_head)  # (B, H, T, D)
-        y = y.transpose(1, 2).reshape(B, T, self.n_head * self.hd)   # (B, T, C)
+                                           enable_gqa=R > 1)  # (B, H, T, D)
+        y = y.transpose(1, 2).reshape(B, T, -1)  # (B, T, H*D)
         return self.wo(y)
 
 
@@ -191,7 +226,13 @@ class GPT(nn.Module):
                 if module is self.lm_head and self.cfg.tie_embeddings:
                     continue  # shares tok_emb's weight, initialised below
                 std = residual_std if name.endswith(("attn.wo", "mlp.w2")) else 0.02
-                _normal_(module.weight, std)
+                if name.endswith("attn.wqkv"):
+                    # Drawn in the [q; k; v] order, then grouped: the same weights a run
+                    # initialised with this seed had before the grouped layout.
+                    init_whole_(module.weight, lambda t, std=std: t.copy_(group_qkv(
+                        nn.init.normal_(torch.empty_like(t), std=std), self.cfg)))
+                else:
+                    _normal_(module.weight, std)
                 if module.bias is not None:  # only q/k/v with qkv_bias
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):

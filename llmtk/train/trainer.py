@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from llmtk.errors import LlmtkError
 from llmtk.io.atomic import set_aside
 from llmtk.io.paths import missing_dirs, remove_made
+from llmtk.train.checkpoint import QKV_LAYOUT
 from llmtk.train.checkpointer import Checkpointer, check_resume, check_shape, set_full_model_state
 from llmtk.train.config import TrainConfig
 from llmtk.train.parallel import (
@@ -659,6 +660,7 @@ class Trainer:
             "model_config": self.mcfg.to_dict(), "train_config": self.cfg.to_dict(),
             "data_cache": os.path.basename(self.cache), "tokenizer": self.tok.fingerprint(),
             "format": self.ckpt_format, "parallel": self.parallel,
+            "qkv_layout": QKV_LAYOUT,  # wqkv grouped by kv head (model.group_qkv)
             # --sft: the template itself, which `llmtk eval` puts questions through
             "chat_template": self.chat.record() if self.chat is not None else None,
             # read by tools that predate TrainState
