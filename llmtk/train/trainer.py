@@ -229,10 +229,12 @@ class Trainer:
         self.batches = D.Prefetcher(self.train_data, self.train_data.global_batch, dist.device,
                                     threaded=dist.cuda)
         check_model(self.layout, self.mcfg)
-        check_trainable(self.layout)
+        check_trainable(self.layout, cfg)
         self.ckpt_format = cfg.checkpoint_format if cfg.checkpoint_format != "auto" else (
             "dcp" if self.parallel == "fsdp" else "full")
-        self.compiled = cfg.compile if cfg.compile is not None else dist.cuda
+        # Not under tensor parallelism: compiling its blocks is not tested yet.
+        self.compiled = cfg.compile if cfg.compile is not None else \
+            dist.cuda and self.layout.tp == 1
         self.threads, self.threads_from = set_threads(cfg.threads)  # before the model
         self._build_model()
         self.pending: list[StepResult] = []   # steps not yet settled by the host
@@ -343,7 +345,12 @@ class Trainer:
         # the sharded master weights and the optimizer stay fp32.
         mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
               if self._bf16() else MixedPrecisionPolicy())
-        mesh = dp_mesh(build_mesh(self.layout, self.dist.device), self.layout)
+        world_mesh = build_mesh(self.layout, self.dist.device)
+        if self.layout.tp > 1:  # tensor parallel first, then FSDP2 over the dp sub-mesh
+            from llmtk.train.tensor_parallel import apply_tp
+
+            apply_tp(model, world_mesh["tp"])
+        mesh = dp_mesh(world_mesh, self.layout)
         for block in model.layers:
             if self.compiled:
                 # Compile each block's forward: FSDP's all-gather/reshard hooks run around it
