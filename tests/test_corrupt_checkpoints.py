@@ -294,6 +294,14 @@ def test_a_checkpoint_in_the_older_qkv_order_is_converted_as_it_loads(template, 
     assert not torch.equal(torch.load(os.path.join(path, "model.pt"))[key], before[key])
     after = full_state_dict(path)
     assert all(torch.equal(after[k], before[k]) for k in before)
+    # An `export` file of that time (no qkv_layout in its header) reads the same way.
+    from llmtk.train.state_dict import EXPORT_FORMAT
+
+    old_export = str(four / "old.pt")
+    torch.save({"format": EXPORT_FORMAT, "model_config": state["model_config"],
+                "state_dict": model}, old_export)
+    exported = full_state_dict(old_export)
+    assert all(torch.equal(exported[k], before[k]) for k in before)
     run(template, four, 6)
     assert resumed_from(four) == ["checkpoints/step-0000002"]
     assert losses(four) == losses(template / "six")
