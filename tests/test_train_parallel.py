@@ -202,6 +202,19 @@ def test_tensor_parallel_under_fsdp2_matches_one(corpus, tmp_path, single_ref):
     assert json.load(open(os.path.join(out, "config.json")))["layout"]["dp_shard"] == 2
 
 
+@pytest.mark.integration
+@pytest.mark.slow  # inductor compiles the blocks in both processes
+def test_tensor_parallel_with_compiled_blocks_matches_one(corpus, tmp_path, single_ref,
+                                                          monkeypatch):
+    """--compile under --tp 2: each block's forward compiled with its DTensor hooks inside
+    (the loss stays eager), the same numbers as one process."""
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no worker pool on 2 cores
+    out = str(tmp_path / "tp_compiled")
+    run_train(corpus, out, *TP_ARGS[:8], "--compile")
+    _tp_matches(single_ref, out)
+    assert json.load(open(os.path.join(out, "config.json")))["compiled"] is True
+
+
 # ---------------------------------------------------------------- sharded (DCP) checkpoints
 
 DCP_ARGS = ["--steps", "6", "--batch-size", "2", "--nproc-per-node", "2", "--parallel", "fsdp",

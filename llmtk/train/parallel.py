@@ -114,7 +114,7 @@ def check_trainable(layout: Layout, cfg) -> None:
                           "--dp-replicate and --dp-shard")
     if layout.tp > 1:
         for key, on in (("lora_rank", cfg.lora_rank), ("sample_every", cfg.sample_every),
-                        ("eval_tasks", cfg.eval_tasks), ("compile", cfg.compile)):
+                        ("eval_tasks", cfg.eval_tasks)):
             if on:
                 raise ConfigError(key, f"is not supported with --tp {layout.tp} yet "
                                   "(tensor parallelism trains, evaluates the loss and "

@@ -58,6 +58,12 @@ def apply_tp(model, tp_mesh) -> None:
             "mlp.w3": ColwiseParallel(),
             "mlp.w2": RowwiseParallel(output_layouts=Shard(1)),
         })
+    # RowwiseParallel hands the embedding's reduce-scatter on as an AsyncCollectiveTensor;
+    # a compiled first block given that subclass as its input returns a gradient that
+    # DTensor's redistribute backward cannot take (torch 2.13). A copy is a plain tensor,
+    # still on the autograd graph (wait() would cut the embedding off it), of (B, T/tp, C).
+    model.tok_emb.register_forward_hook(
+        lambda module, args, out: out.clone() if hasattr(out, "wait") else out)
     if tied:  # parallelize_module gave tok_emb a new (DTensor) Parameter: tie the head again
         model.lm_head.weight = model.tok_emb.weight
     else:  # the head's forward is never split: only its weight, which the loss reads

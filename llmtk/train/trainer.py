@@ -232,9 +232,7 @@ class Trainer:
         check_trainable(self.layout, cfg)
         self.ckpt_format = cfg.checkpoint_format if cfg.checkpoint_format != "auto" else (
             "dcp" if self.parallel == "fsdp" else "full")
-        # Not under tensor parallelism: compiling its blocks is not tested yet.
-        self.compiled = cfg.compile if cfg.compile is not None else \
-            dist.cuda and self.layout.tp == 1
+        self.compiled = cfg.compile if cfg.compile is not None else dist.cuda
         self.threads, self.threads_from = set_threads(cfg.threads)  # before the model
         self._build_model()
         self.pending: list[StepResult] = []   # steps not yet settled by the host
@@ -357,7 +355,9 @@ class Trainer:
                 # (eagerly, in Module.__call__), never inside a graph, so nothing breaks it.
                 block.forward = torch.compile(block.forward)
             fully_shard(block, mesh=mesh, mp_policy=mp)
-        if self.compiled:
+        if self.compiled and self.layout.tp == 1:
+            # Under tensor parallelism the loss runs eagerly: its vocab-parallel chunks
+            # all-reduce inside an autograd.Function, which dynamo does not trace.
             model.head_loss = torch.compile(model.head_loss)
         fully_shard(model, mesh=mesh, mp_policy=mp)
         model.to_empty(device=self.dist.device)
