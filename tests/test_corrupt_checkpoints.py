@@ -265,3 +265,43 @@ def test_verify_names_what_is_wrong(tmp_path):
     with open(os.path.join(path, C.MANIFEST), "w") as f:
         f.write("{")
     assert ckpt.verify(path) == "MANIFEST.json is unreadable"
+
+
+def test_a_checkpoint_in_the_older_qkv_order_is_converted_as_it_loads(template, four):
+    """Written before wqkv was grouped by kv head (all q rows, then k, then v; no
+    qkv_layout in state.json): its weights and Adam moments are reordered as they load, so
+    export reads the same model and the resumed run continues the reference bit for bit."""
+    from llmtk.train import full_state_dict
+    from llmtk.train.model import ModelConfig, ungroup_qkv
+
+    shutil.rmtree(ckpt(four, 4))  # step 2 then resumes to the reference's (a 6-step run's)
+    C.set_latest(os.path.join(four, "checkpoints"), "step-0000002")
+    path = ckpt(four, 2)
+    before = full_state_dict(path)
+    state = json.load(open(os.path.join(path, "state.json")))
+    cfg = ModelConfig(**state["model_config"])
+    model = torch.load(os.path.join(path, "model.pt"), weights_only=True)
+    optim = torch.load(os.path.join(path, "optim.pt"), weights_only=True)
+    key = "layers.0.attn.wqkv.weight"
+    model[key] = ungroup_qkv(model[key], cfg)
+    for name in ("exp_avg", "exp_avg_sq"):
+        optim["state"][key][name] = ungroup_qkv(optim["state"][key][name], cfg)
+    del state["qkv_layout"]
+    torch.save(model, os.path.join(path, "model.pt"))
+    torch.save(optim, os.path.join(path, "optim.pt"))
+    C.write_text(os.path.join(path, "state.json"), json.dumps(state))
+    C.write_manifest(path)
+    assert not torch.equal(torch.load(os.path.join(path, "model.pt"))[key], before[key])
+    after = full_state_dict(path)
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    # An `export` file of that time (no qkv_layout in its header) reads the same way.
+    from llmtk.train.state_dict import EXPORT_FORMAT
+
+    old_export = str(four / "old.pt")
+    torch.save({"format": EXPORT_FORMAT, "model_config": state["model_config"],
+                "state_dict": model}, old_export)
+    exported = full_state_dict(old_export)
+    assert all(torch.equal(exported[k], before[k]) for k in before)
+    run(template, four, 6)
+    assert resumed_from(four) == ["checkpoints/step-0000002"]
+    assert losses(four) == losses(template / "six")

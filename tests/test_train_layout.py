@@ -60,3 +60,21 @@ def test_the_command_refuses_a_layout_before_starting_processes(tmp_path):
         "llmtk: error: --dp-replicate: --tp 1 x --pp 1 x --dp-replicate 3 = 3 does not "
         "divide the 4 processes (--nnodes x --nproc-per-node)")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("layout,flags,key", [
+    (Layout(pp=2), {}, "pp"),
+    (Layout(tp=2), {"lora_rank": 8}, "lora_rank"),
+    (Layout(tp=2), {"sample_every": 10}, "sample_every"),
+])
+def test_what_is_not_trained_yet_is_refused_naming_its_flag(layout, flags, key):
+    from types import SimpleNamespace
+
+    from llmtk.train.parallel import check_trainable
+
+    cfg = SimpleNamespace(**{"lora_rank": 0, "sample_every": 0, "eval_tasks": [], **flags})
+    with pytest.raises(ConfigError) as e:
+        check_trainable(layout, cfg)
+    assert e.value.key == key
+    check_trainable(Layout(tp=2, dp_shard=2), SimpleNamespace(
+        lora_rank=0, sample_every=0, eval_tasks=[]))

@@ -136,6 +136,85 @@ def test_two_nodes_c10d_rendezvous_match_one(corpus, tmp_path, single_ref):
     assert json.load(open(os.path.join(out, "config.json")))["world_size"] == 2
 
 
+# ---------------------------------------------------------------- tensor parallel (DTensor)
+
+TP_ARGS = ["--steps", "5", "--batch-size", "4", "--nproc-per-node", "2", "--tp", "2",
+           "--checkpoint-every", "3", "--no-async-checkpoint"]
+
+
+def _tp_matches(ref, out):
+    """Within 1e-5 (fp32): the vocab-parallel loss and the grad norm over both meshes."""
+    a, b = losses(ref), losses(out)
+    assert [x[0] for x in a] == [x[0] for x in b]
+    for (s, la, ga, lra, ta), (_, lb, gb, lrb, tb) in zip(a, b, strict=True):
+        assert lb == pytest.approx(la, rel=1e-5), s
+        assert gb == pytest.approx(ga, rel=1e-5), s
+        assert (lra, ta) == (lrb, tb)
+
+
+@pytest.fixture(scope="module")
+def tp_run(corpus, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("tp") / "run")
+    run_train(corpus, out, *TP_ARGS)
+    return out
+
+
+@pytest.mark.integration
+def test_tensor_parallel_two_processes_match_one(tp_run, single_ref):
+    """--tp 2: wqkv, w1, w3 split by rows, wo, w2 by columns, the norms sequence-parallel,
+    the (tied) embedding and head by vocabulary rows with the loss on vocab-sharded logits:
+    the same losses and grad norms as one process, and its DCP checkpoint consolidates to
+    the one-process run's weights."""
+    _tp_matches(single_ref, tp_run)
+    config = json.load(open(os.path.join(tp_run, "config.json")))
+    assert config["layout"] == {"pp": 1, "dp_replicate": 1, "dp_shard": 1, "tp": 2}
+    import torch
+
+    from llmtk.train import full_state_dict
+
+    tp, single = full_state_dict(tp_run), full_state_dict(single_ref)
+    assert tp.keys() == single.keys()
+    assert all(torch.allclose(tp[k], single[k], atol=1e-5) for k in single)
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # one more 2-process run
+def test_tensor_parallel_resumes_its_sharded_checkpoint_exactly(corpus, tmp_path, tp_run):
+    out = str(tmp_path / "stopped")
+    shutil.copytree(tp_run, out)
+    shutil.rmtree(os.path.join(out, "checkpoints", "step-0000005"))
+    with open(os.path.join(out, "checkpoints", "latest"), "w") as f:
+        f.write("step-0000003\n")
+    run_train(corpus, out, *TP_ARGS)
+    assert events(out, "resume")[0]["path"] == "checkpoints/step-0000003"
+    assert losses(out) == losses(tp_run)
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # a 4-process run
+def test_tensor_parallel_under_fsdp2_matches_one(corpus, tmp_path, single_ref):
+    """tp 2 x dp_shard 2: fully_shard over the dp sub-mesh after tensor parallelism (2-D
+    DTensors, a _StridedShard on dp: each shard counts once in the grad norm)."""
+    out = str(tmp_path / "tp_fsdp")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "4",
+              "--tp", "2", "--no-async-checkpoint")
+    _tp_matches(single_ref, out)
+    assert json.load(open(os.path.join(out, "config.json")))["layout"]["dp_shard"] == 2
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # inductor compiles the blocks in both processes
+def test_tensor_parallel_with_compiled_blocks_matches_one(corpus, tmp_path, single_ref,
+                                                          monkeypatch):
+    """--compile under --tp 2: each block's forward compiled with its DTensor hooks inside
+    (the loss stays eager), the same numbers as one process."""
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no worker pool on 2 cores
+    out = str(tmp_path / "tp_compiled")
+    run_train(corpus, out, *TP_ARGS[:8], "--compile")
+    _tp_matches(single_ref, out)
+    assert json.load(open(os.path.join(out, "config.json")))["compiled"] is True
+
+
 # ---------------------------------------------------------------- sharded (DCP) checkpoints
 
 DCP_ARGS = ["--steps", "6", "--batch-size", "2", "--nproc-per-node", "2", "--parallel", "fsdp",

@@ -357,7 +357,8 @@ def _train(flags: dict, config: str | None) -> None:
         # A layout that cannot fit starts nothing.
         check_trainable(plan_layout((launch.nproc_per_node or 1) * launch.nnodes,
                                     parallel=cfg.parallel, tp=cfg.tp, pp=cfg.pp,
-                                    dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)[1])
+                                    dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)[1],
+                        cfg)
         import os
 
         if cfg.threads is None and "OMP_NUM_THREADS" not in os.environ:

@@ -146,7 +146,8 @@ def export(path: str, output: str) -> str:
     blob = {"format": EXPORT_FORMAT, "model_config": meta["model_config"],
             "tokenizer": meta.get("tokenizer"),
             "tokenizer_path": meta.get("train_config", {}).get("tokenizer", "bytes"),
-            "step": meta["step"], "state_dict": full_state_dict(ckpt)}
+            "step": meta["step"], "qkv_layout": C.QKV_LAYOUT,
+            "state_dict": full_state_dict(ckpt)}
     directory = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(directory):
         raise UsageError(f"-o {output}: directory {directory} does not exist")

@@ -40,6 +40,10 @@ from llmtk.errors import LlmtkError
 from llmtk.io.atomic import publish_dir, set_aside
 
 STEP_DIR = re.compile(r"^step-(\d{7,})$")
+# The row order of every wqkv (llmtk.train.model.group_qkv), recorded in state.json and in
+# `export` files as "qkv_layout". Weights without it were written in the older order (all
+# q rows, then all k, then all v) and are converted as they are read (upgrade_qkv).
+QKV_LAYOUT = "kv-grouped"
 MANIFEST = "MANIFEST.json"
 COMPLETE = "COMPLETE"
 
@@ -337,9 +341,39 @@ def is_sharded(path: str) -> bool:
     return os.path.isdir(os.path.join(path, "dcp"))
 
 
+def needs_qkv_upgrade(meta: dict) -> bool:
+    """The weights of this state.json (or export header) hold wqkv in the older order."""
+    return meta.get("qkv_layout") != QKV_LAYOUT
+
+
+def upgrade_qkv(model_sd: dict, optim_sd: dict | None, model_config: dict) -> None:
+    """Reorder, in place, the rows of every wqkv weight and bias, and of their optimizer
+    moments, from the older [q; k; v] order to the grouped one (full state dicts)."""
+    from llmtk.train.model import ModelConfig, group_qkv
+
+    cfg = ModelConfig(**model_config)
+    qkv = lambda k: k.endswith(("attn.wqkv.weight", "attn.wqkv.bias"))  # noqa: E731
+    for k in [k for k in model_sd if qkv(k)]:
+        model_sd[k] = group_qkv(model_sd[k], cfg)
+    for k, moments in (optim_sd or {}).get("state", {}).items():
+        if qkv(k):  # exp_avg, exp_avg_sq: shaped as the parameter; step: a scalar
+            for name, t in moments.items():
+                if isinstance(t, torch.Tensor) and t.dim() > 0:
+                    moments[name] = group_qkv(t, cfg)
+
+
 def load_full_state(path: str, with_optim: bool = True) -> tuple[dict, dict | None]:
-    """(model state dict, optimizer state dict or None) as full CPU tensors, from either
-    format: model.pt/optim.pt, or the DCP shards consolidated in this process."""
+    """(model state dict, optimizer state dict or None) as full CPU tensors in the current
+    wqkv layout, from either format: model.pt/optim.pt, or the DCP shards consolidated in
+    this process."""
+    model_sd, optim_sd = _read_full_state(path, with_optim)
+    meta = load_state(path)
+    if needs_qkv_upgrade(meta):
+        upgrade_qkv(model_sd, optim_sd, meta["model_config"])
+    return model_sd, optim_sd
+
+
+def _read_full_state(path: str, with_optim: bool) -> tuple[dict, dict | None]:
     if not is_sharded(path):
         return (load_tensors(path, "model.pt"),
                 load_tensors(path, "optim.pt") if with_optim else None)

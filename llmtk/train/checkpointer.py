@@ -292,7 +292,9 @@ def load_states(path: str, model, opt, *, sharded: bool) -> None:
         set_optimizer_state_dict,
     )
 
-    if C.is_sharded(path) and sharded:
+    # An older checkpoint's wqkv rows are reordered on the full tensors (load_full_state):
+    # only a current one loads each rank's part directly.
+    if C.is_sharded(path) and sharded and not C.needs_qkv_upgrade(C.load_state(path)):
         import torch.distributed.checkpoint as dcp
 
         sd = sharded_states(model, opt)

@@ -10,7 +10,9 @@ against `transformers`' LlamaForCausalLM (tests/test_train_hf.py compares logits
 - SwiGLU: w1 = gate_proj, w3 = up_proj, w2 = down_proj;
 - GQA: kv head j serves query heads j*H/K .. (j+1)*H/K - 1 in both (repeat_interleave
   and transformers' repeat_kv agree); attention scale 1/sqrt(D) in both;
-- our fused wqkv = [q_proj; k_proj; v_proj] stacked by rows;
+- our fused wqkv holds q_proj, k_proj, v_proj's rows grouped by kv head (for each kv
+  head its query heads' rows, its k rows, its v rows: model.group_qkv), so that a
+  tensor-parallel slice holds whole groups;
 - tied embeddings = `tie_word_embeddings` (lm_head is then not stored).
 Qwen2 adds biases to q/k/v (`qkv_bias`); Mistral is Llama with an optional sliding
 window, accepted when the window covers the whole context. Anything else (other
@@ -154,6 +156,8 @@ def hf_config(cfg: ModelConfig, eos_id: int | None, bos_id: int | None = None) -
 def to_hf_state(sd: dict, cfg: ModelConfig) -> dict:
     """llmtk state_dict -> transformers names (tensors are contiguous copies: safetensors
     stores no views)."""
+    from llmtk.train.model import ungroup_qkv
+
     H, K, D, V = cfg.n_head, cfg.kv_heads, cfg.head_dim, cfg.vocab_size
     # llmtk pads the embedding and head rows to a multiple of 128; HF holds vocab_size rows
     out = {"model.embed_tokens.weight": sd["tok_emb.weight"][:V],
@@ -162,7 +166,8 @@ def to_hf_state(sd: dict, cfg: ModelConfig) -> dict:
         out["lm_head.weight"] = sd["lm_head.weight"][:V]
     for i in range(cfg.n_layer):
         src, dst = f"layers.{i}.", f"model.layers.{i}."
-        q, k, v = sd[src + "attn.wqkv.weight"].split([H * D, K * D, K * D], dim=0)
+        # wqkv is grouped by kv head (model.group_qkv); HF keeps q, k, v apart
+        q, k, v = ungroup_qkv(sd[src + "attn.wqkv.weight"], cfg).split([H * D, K * D, K * D])
         out.update({
             dst + "input_layernorm.weight": sd[src + "attn_norm.weight"],
             dst + "post_attention_layernorm.weight": sd[src + "mlp_norm.weight"],
@@ -174,7 +179,8 @@ def to_hf_state(sd: dict, cfg: ModelConfig) -> dict:
             dst + "mlp.down_proj.weight": sd[src + "mlp.w2.weight"],
         })
         if cfg.qkv_bias:
-            qb, kb, vb = sd[src + "attn.wqkv.bias"].split([H * D, K * D, K * D], dim=0)
+            qb, kb, vb = ungroup_qkv(sd[src + "attn.wqkv.bias"], cfg).split(
+                [H * D, K * D, K * D])
             out.update({dst + "self_attn.q_proj.bias": qb, dst + "self_attn.k_proj.bias": kb,
                         dst + "self_attn.v_proj.bias": vb})
     return {k: v.detach().to("cpu").contiguous().clone() for k, v in out.items()}
@@ -183,6 +189,8 @@ def to_hf_state(sd: dict, cfg: ModelConfig) -> dict:
 def from_hf_state(hf: dict, cfg: ModelConfig, where: str) -> dict:
     """transformers names -> llmtk state_dict; a missing or misshapen tensor is a DataError."""
     import torch
+
+    from llmtk.train.model import group_qkv
 
     def get(name: str):
         if name not in hf:
@@ -200,11 +208,12 @@ def from_hf_state(hf: dict, cfg: ModelConfig, where: str) -> dict:
     for i in range(cfg.n_layer):
         src, dst = f"model.layers.{i}.", f"layers.{i}."
         a = src + "self_attn."
-        sd[dst + "attn.wqkv.weight"] = torch.cat(
-            [get(a + "q_proj.weight"), get(a + "k_proj.weight"), get(a + "v_proj.weight")])
+        sd[dst + "attn.wqkv.weight"] = group_qkv(torch.cat(
+            [get(a + "q_proj.weight"), get(a + "k_proj.weight"), get(a + "v_proj.weight")]),
+            cfg)
         if cfg.qkv_bias:
-            sd[dst + "attn.wqkv.bias"] = torch.cat(
-                [get(a + "q_proj.bias"), get(a + "k_proj.bias"), get(a + "v_proj.bias")])
+            sd[dst + "attn.wqkv.bias"] = group_qkv(torch.cat(
+                [get(a + "q_proj.bias"), get(a + "k_proj.bias"), get(a + "v_proj.bias")]), cfg)
         sd.update({
             dst + "attn.wo.weight": get(a + "o_proj.weight"),
             dst + "attn_norm.weight": get(src + "input_layernorm.weight"),

@@ -4,7 +4,9 @@ Own small implementation rather than `peft`: the llmtk model fuses q, k and v in
 one `wqkv` matrix, and peft would adapt the fused matrix as a whole, so its
 adapter count would differ from the q/k/v-separate count `llmtk estimate
 --lora-rank` uses (and from what people mean by "q,v" targets). Here each of q,
-k, v gets its own A (r x in) and B (out_part x r) on its slice of `wqkv`.
+k, v gets its own A (r x in) and B (out_part x r) on its rows of `wqkv` (the q, k and
+v rows are interleaved by kv head there, model.group_qkv: the adapters' outputs are
+concatenated as [q; k; v] and grouped the same way).
 
 Targets: q, k, v (slices of attn.wqkv), o (attn.wo), gate (mlp.w1), up (mlp.w3),
 down (mlp.w2). Init as in the paper and peft: A ~ kaiming-uniform(a=sqrt(5)), B = 0,
@@ -24,7 +26,7 @@ import torch
 from torch import nn
 
 from llmtk.errors import ConfigError
-from llmtk.train.model import init_whole_
+from llmtk.train.model import ModelConfig, group_qkv, init_whole_
 
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 MODULE_OF = {"o": "attn.wo", "gate": "mlp.w1", "up": "mlp.w3", "down": "mlp.w2"}
@@ -43,12 +45,13 @@ class LoRALinear(nn.Linear):
     """A bias-free Linear whose output parts (named, with their widths) may carry adapters."""
 
     def __init__(self, base: nn.Linear, parts: list[tuple[str, int]], adapted: list[str],
-                 rank: int, alpha: float, dropout: float):
+                 rank: int, alpha: float, dropout: float, qkv: ModelConfig | None = None):
         # Built on the meta device (no memory, no init), then given the base's own weight.
         super().__init__(base.in_features, base.out_features, bias=False, device="meta")
         self.weight = base.weight
         self.weight.requires_grad_(False)
         self.parts, self.scale = parts, alpha / rank
+        self.qkv = qkv  # wqkv: the model's config, to group the [q; k; v] parts by kv head
         self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.lora_A = nn.ParameterDict()
         self.lora_B = nn.ParameterDict()
@@ -68,7 +71,11 @@ class LoRALinear(nn.Linear):
                 rows.append(self.lora_B[name] @ self.lora_A[name])
             else:
                 rows.append(self.weight.new_zeros(width, self.in_features))
-        return torch.cat(rows, dim=0) * self.scale
+        return self._arrange(torch.cat(rows, dim=0), 0) * self.scale  # (out, in)
+
+    def _arrange(self, t: torch.Tensor, dim: int) -> torch.Tensor:
+        """The parts concatenated along `dim` in the base weight's row order."""
+        return t if self.qkv is None else group_qkv(t, self.qkv, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = super().forward(x)  # (..., out)
@@ -79,7 +86,7 @@ class LoRALinear(nn.Linear):
                 outs.append((h @ self.lora_A[name].t()) @ self.lora_B[name].t())  # (..., width)
             else:
                 outs.append(y.new_zeros(*y.shape[:-1], width))
-        return y + torch.cat(outs, dim=-1) * self.scale
+        return y + self._arrange(torch.cat(outs, dim=-1), -1) * self.scale
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):
@@ -127,7 +134,8 @@ def add_lora(model, rank: int, alpha: float | None = None, targets: str = ",".jo
             parent_path, _, leaf = path.rpartition(".")
             parent = _get(block, parent_path)
             setattr(parent, leaf, LoRALinear(getattr(parent, leaf), parts, adapted, rank,
-                                             alpha, dropout))
+                                             alpha, dropout,
+                                             model.cfg if path == "attn.wqkv" else None))
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
@@ -139,17 +147,21 @@ def merged_state_dict(state: dict, model_config: dict, alpha: float) -> dict:
 
     cfg = ModelConfig(**model_config)
     q, kv = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-    offset = {"q": 0, "k": q, "v": q + kv}
+    offset = {"q": 0, "k": q, "v": q + kv}  # rows of [q; k; v], before group_qkv
     out = {k: v.clone() for k, v in state.items() if ".lora_" not in k}
+    deltas: dict = {}  # weight key -> the adapters' delta in the parts' row order (fp32)
     for key, a in state.items():
         if ".lora_A." not in key:
             continue
         prefix, part = key.split(".lora_A.")
         b = state[f"{prefix}.lora_B.{part}"]
-        scale = alpha / a.shape[0]
         w = out[f"{prefix}.weight"]
+        d = deltas.setdefault(f"{prefix}.weight", torch.zeros(w.shape, dtype=torch.float32))
         start = offset.get(part, 0)
-        w[start:start + b.shape[0]] += (scale * (b.float() @ a.float())).to(w.dtype)
+        d[start:start + b.shape[0]] += (alpha / a.shape[0]) * (b.float() @ a.float())
+    for key, d in deltas.items():
+        w = out[key]
+        w += (group_qkv(d, cfg) if key.endswith("attn.wqkv.weight") else d).to(w.dtype)
     return out
 
 

@@ -31,7 +31,8 @@ from torch import nn
 # the presets and exact parameter counts without importing torch.
 from llmtk.train.model_config import PRESETS, ModelConfig, count_params, preset
 
-__all__ = ["GPT", "PRESETS", "ModelConfig", "count_params", "preset"]
+__all__ = ["GPT", "PRESETS", "ModelConfig", "count_params", "group_qkv", "preset",
+           "ungroup_qkv"]
 
 
 def init_whole_(param: torch.Tensor, fill: Callable[[torch.Tensor], object]) -> None:
@@ -55,6 +56,37 @@ def init_whole_(param: torch.Tensor, fill: Callable[[torch.Tensor], object]) -> 
 
 def _normal_(param: torch.Tensor, std: float) -> None:
     init_whole_(param, lambda t: nn.init.normal_(t, mean=0.0, std=std))
+
+
+# ---------------------------------------------------------------- the fused q/k/v layout
+#
+# wqkv's output rows are grouped by key/value head: for each of the K kv heads, its
+# R = H/K query heads, then its k head, then its v head, (R + 2) * D rows a group. A
+# tensor-parallel rank's contiguous slice of rows (Shard(0)) is then whole groups: the
+# q heads together with the k/v they attend with. Checkpoints written before this layout
+# (qkv_layout absent: all q rows, then all k, then all v, Hugging Face's order) are
+# converted on load (llmtk.train.checkpoint).
+
+
+def group_qkv(t: torch.Tensor, cfg: ModelConfig, dim: int = 0) -> torch.Tensor:
+    """[all q; all k; all v] along `dim` -> grouped by kv head (the layout wqkv stores)."""
+    H, K, D = cfg.n_head, cfg.kv_heads, cfg.head_dim
+    t = t.movedim(dim, 0)  # ((H + 2K) * D, ...)
+    rest = t.shape[1:]
+    q, k, v = t.split([H * D, K * D, K * D])
+    g = torch.cat([q.reshape(K, (H // K) * D, *rest), k.reshape(K, D, *rest),
+                   v.reshape(K, D, *rest)], dim=1)  # (K, (R + 2) * D, ...)
+    return g.reshape(-1, *rest).movedim(0, dim)
+
+
+def ungroup_qkv(t: torch.Tensor, cfg: ModelConfig, dim: int = 0) -> torch.Tensor:
+    """The inverse of group_qkv: grouped by kv head -> [all q; all k; all v] along `dim`."""
+    H, K, D = cfg.n_head, cfg.kv_heads, cfg.head_dim
+    t = t.movedim(dim, 0)
+    rest = t.shape[1:]
+    q, k, v = t.reshape(K, (H // K + 2) * D, *rest).split([H // K * D, D, D], dim=1)
+    return torch.cat([q.reshape(-1, *rest), k.reshape(-1, *rest),
+                      v.reshape(-1, *rest)]).movedim(0, dim)
 
 
 class RMSNorm(nn.Module):
@@ -100,26 +132,29 @@ def example_positions(doc: torch.Tensor) -> torch.Tensor:
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.n_head, self.n_kv, self.hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
-        # q, k and v in one matmul: H*D + 2*K*D outputs.
-        self.wqkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv) * self.hd,
-                              bias=cfg.qkv_bias)
-        self.wo = nn.Linear(self.n_head * self.hd, cfg.d_model, bias=False)
+        self.n_rep, self.hd = cfg.n_head // cfg.kv_heads, cfg.head_dim
+        # q, k and v in one matmul: H*D + 2*K*D outputs, grouped by kv head (group_qkv).
+        # forward reads the number of heads from the output's width, so a tensor-parallel
+        # rank holding H/tp query and K/tp kv heads runs the same code.
+        H, K = cfg.n_head, cfg.kv_heads
+        self.wqkv = nn.Linear(cfg.d_model, (H + 2 * K) * self.hd, bias=cfg.qkv_bias)
+        self.wo = nn.Linear(H * self.hd, cfg.d_model, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
         B, T, _ = x.shape
-        q, k, v = self.wqkv(x).split(
-            [self.n_head * self.hd, self.n_kv * self.hd, self.n_kv * self.hd], dim=-1)
-        q = q.view(B, T, self.n_head, self.hd).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(B, T, self.n_kv, self.hd).transpose(1, 2)    # (B, K, T, D)
-        v = v.view(B, T, self.n_kv, self.hd).transpose(1, 2)    # (B, K, T, D)
+        R, D = self.n_rep, self.hd
+        qkv = self.wqkv(x).view(B, T, -1, R + 2, D)  # (B, T, K, R + 2, D)
+        # Query head g*R + r is row r of group g: the order Hugging Face's GQA expects.
+        q = qkv[:, :, :, :R].reshape(B, T, -1, D).transpose(1, 2)  # (B, H, T, D)
+        k = qkv[:, :, :, R].transpose(1, 2)                        # (B, K, T, D)
+        v = qkv[:, :, :, R + 1].transpose(1, 2)                    # (B, K, T, D)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         # GQA: each kv head serves H/K query heads; SDPA broadcasts them (no K/V copies).
         # mask (B, 1, T, T) bool, True = attend: causal within one packed example (SFT).
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
-                                           enable_gqa=self.n_kv != self.n_head)  # (B, H, T, D)
-        y = y.transpose(1, 2).reshape(B, T, self.n_head * self.hd)   # (B, T, C)
+                                           enable_gqa=R > 1)  # (B, H, T, D)
+        y = y.transpose(1, 2).reshape(B, T, -1)  # (B, T, H*D)
         return self.wo(y)
 
 
@@ -191,7 +226,13 @@ class GPT(nn.Module):
                 if module is self.lm_head and self.cfg.tie_embeddings:
                     continue  # shares tok_emb's weight, initialised below
                 std = residual_std if name.endswith(("attn.wo", "mlp.w2")) else 0.02
-                _normal_(module.weight, std)
+                if name.endswith("attn.wqkv"):
+                    # Drawn in the [q; k; v] order, then grouped: the same weights a run
+                    # initialised with this seed had before the grouped layout.
+                    init_whole_(module.weight, lambda t, std=std: t.copy_(group_qkv(
+                        nn.init.normal_(torch.empty_like(t), std=std), self.cfg)))
+                else:
+                    _normal_(module.weight, std)
                 if module.bias is not None:  # only q/k/v with qkv_bias
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
@@ -239,6 +280,8 @@ class GPT(nn.Module):
     def head_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy of lm_head(x) against targets (B, T); a method so that it can be
         compiled on its own (FSDP2 compiles per block)."""
+        if hasattr(x, "full_tensor"):  # tensor parallel: (B, T/tp, C) shards -> (B, T, C)
+            x = x.full_tensor()
         return chunked_cross_entropy(x.reshape(-1, x.size(-1)), self.lm_head.weight,
                                      targets.reshape(-1), self.cfg.vocab_size)
 
@@ -273,6 +316,15 @@ def _chunk_rows(vocab: int) -> int:
     return max(128, (256 << 20) // (4 * vocab))
 
 
+def _all_reduce(t: torch.Tensor, group, op: str = "sum") -> torch.Tensor:
+    """t summed (or maxed) over the tp group, in place; returns t."""
+    import torch.distributed as tdist
+
+    tdist.all_reduce(t, op=tdist.ReduceOp.MAX if op == "max" else tdist.ReduceOp.SUM,
+                     group=group)
+    return t
+
+
 class _ChunkedCrossEntropy(torch.autograd.Function):
     """Cross-entropy of h @ W.T without the (N, V) fp32 logits: each chunk of rows computes
     its logits, loss and both gradients in forward (the fused linear-cross-entropy idea of
@@ -281,8 +333,10 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     padded columns (>= vocab) are -inf: they never win and never count."""
 
     @staticmethod
-    def forward(ctx, h, weight, targets, vocab: int, chunk: int, need_grad: bool):
-        # h: (N, C) in the compute dtype; weight: (Vp, C); targets: (N,) int64, -1 = ignore
+    def forward(ctx, h, weight, targets, vocab: int, chunk: int, need_grad: bool,
+                group=None, start: int = 0):
+        # h: (N, C) in the compute dtype; weight: (Vp, C), or with a tp `group` this rank's
+        # rows start .. start + Vp/tp of the head; targets: (N,) int64, -1 = ignore
         n = (targets != -1).sum().clamp(min=1)
         # A frozen head (LoRA: the tied embedding is frozen) needs no d/dW: skipping it saves
         # a (Vp, C) fp32 buffer and a third of the head's matmuls.
@@ -293,23 +347,37 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
                   if need_w else None)
         total = torch.zeros((), dtype=torch.float64, device=h.device)  # exact-ish sum
         w = weight.to(h.dtype)
-        for start in range(0, h.size(0), chunk):
-            hc, tc = h[start:start + chunk], targets[start:start + chunk]
-            logits = (hc @ w.t()).float()  # (n, Vp): one chunk only
-            logits[:, vocab:] = float("-inf")
-            lse = torch.logsumexp(logits, dim=-1)  # (n,)
+        for begin in range(0, h.size(0), chunk):
+            hc, tc = h[begin:begin + chunk], targets[begin:begin + chunk]
+            logits = (hc @ w.t()).float()  # (n, Vp): one chunk only (tp: (n, Vp/tp))
+            logits[:, max(0, vocab - start):] = float("-inf")
             ok = tc != -1
-            safe = tc.clamp(min=0).unsqueeze(1)
-            total += ((lse - logits.gather(1, safe).squeeze(1)) * ok).sum(dtype=torch.float64)
+            if group is None:
+                lse = torch.logsumexp(logits, dim=-1)  # (n,)
+                safe = tc.clamp(min=0).unsqueeze(1)
+                target = logits.gather(1, safe).squeeze(1)  # (n,)
+                mine = ok
+            else:  # the log-sum-exp and the target's logit over every rank's columns
+                top = _all_reduce(logits.max(dim=-1).values, group, "max")  # (n,)
+                lse = top + _all_reduce(torch.exp(logits - top.unsqueeze(1)).sum(-1),
+                                        group).log()
+                local = tc - start
+                mine = ok & (local >= 0) & (local < w.size(0))  # the target is my column
+                safe = torch.where(mine, local, 0).unsqueeze(1)
+                target = _all_reduce(torch.where(mine, logits.gather(1, safe).squeeze(1), 0.0),
+                                     group)
+            total += ((lse - target) * ok).sum(dtype=torch.float64)
             if not need_grad:
                 continue
             # d(loss_sum)/d(logits) = softmax - onehot(target), zero on ignored rows
             probs = torch.exp(logits - lse.unsqueeze(1))
-            probs.scatter_add_(1, safe, -ok.to(probs.dtype).unsqueeze(1))
+            probs.scatter_add_(1, safe, -mine.to(probs.dtype).unsqueeze(1))
             probs *= ok.unsqueeze(1)
-            grad_h[start:start + chunk] = (probs.to(h.dtype) @ w).to(h.dtype)
+            grad_h[begin:begin + chunk] = (probs.to(h.dtype) @ w).to(h.dtype)
             if need_w:
                 grad_w += probs.t().to(h.dtype).matmul(hc).float()
+        if need_grad and group is not None:
+            _all_reduce(grad_h, group)  # every rank's columns contribute to every row's
         if need_grad:
             ctx.save_for_backward(grad_h, grad_w, n)  # grad_w None: saved as None
             ctx.weight_dtype = weight.dtype
@@ -321,16 +389,28 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         scale = grad_out / n
         return (grad_h * scale.to(grad_h.dtype),
                 None if grad_w is None else (grad_w * scale).to(ctx.weight_dtype),
-                None, None, None, None)
+                None, None, None, None, None, None)
 
 
 def chunked_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                           vocab: int, chunk: int | None = None) -> torch.Tensor:
     """Mean cross-entropy of the logits h @ weight.T (only the first `vocab` columns are
-    real) against targets; equals F.cross_entropy on the full fp32 logits (tested to 1e-6)."""
+    real) against targets; equals F.cross_entropy on the full fp32 logits (tested to 1e-6).
+
+    A vocabulary-sharded weight (a tensor-parallel DTensor, Shard(0) over the tp group):
+    each rank computes the logits of its rows only, chunk by chunk as above (so no rank
+    holds more than a chunk of (N, Vp/tp) logits); the loss and h's gradient are combined
+    over the group, the weight's gradient is this rank's shard of it."""
     if torch.is_autocast_enabled(h.device.type):
         h = h.to(torch.get_autocast_dtype(h.device.type))
     need_grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    group, start = None, 0
+    if hasattr(weight, "device_mesh"):  # (Vp, C) over the tp group -> this rank's rows
+        mesh = weight.device_mesh
+        group, rank = mesh.get_group(), mesh.get_local_rank()
+        weight = weight.to_local()  # (Vp/tp, C); its gradient flows back as the shard's
+        start = rank * weight.size(0)
     with torch.autocast(h.device.type, enabled=False):
         return _ChunkedCrossEntropy.apply(h, weight, targets, vocab,
-                                          chunk or _chunk_rows(weight.size(0)), need_grad)
+                                          chunk or _chunk_rows(weight.size(0)), need_grad,
+                                          group, start)

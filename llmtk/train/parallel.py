@@ -104,22 +104,30 @@ def plan_layout(world: int, *, parallel: str = "auto", tp: int = 1, pp: int = 1,
     return "fsdp", layout
 
 
-def check_trainable(layout: Layout) -> None:
-    """What `llmtk train` runs today: data parallelism (DDP, FSDP2, HSDP). Tensor and
-    pipeline layouts are planned and checked, not trained yet."""
-    for key in ("tp", "pp"):
-        if getattr(layout, key) > 1:
-            raise ConfigError(key, "tensor and pipeline parallelism are planned and checked "
-                              "(llmtk estimate, --dry-run) but not trained yet; use "
-                              "--dp-replicate and --dp-shard")
+def check_trainable(layout: Layout, cfg) -> None:
+    """What `llmtk train` runs today: data parallelism (DDP, FSDP2, HSDP) and tensor
+    parallelism under it. Pipeline layouts are planned and checked, not trained yet; a
+    tensor-parallel run does not combine yet with what was not tested under it."""
+    if layout.pp > 1:
+        raise ConfigError("pp", "pipeline parallelism is planned and checked (llmtk "
+                          "estimate, --dry-run) but not trained yet; use --tp, "
+                          "--dp-replicate and --dp-shard")
+    if layout.tp > 1:
+        for key, on in (("lora_rank", cfg.lora_rank), ("sample_every", cfg.sample_every),
+                        ("eval_tasks", cfg.eval_tasks)):
+            if on:
+                raise ConfigError(key, f"is not supported with --tp {layout.tp} yet "
+                                  "(tensor parallelism trains, evaluates the loss and "
+                                  "checkpoints; see docs/train.md)")
 
 
 def check_model(layout: Layout, mcfg) -> None:
-    """The model splits evenly: tp divides the heads, kv heads, FFN width and the padded
-    vocabulary; pp leaves each stage at least one layer."""
+    """The model splits evenly: tp divides the heads, kv heads, FFN width, the padded
+    vocabulary and the sequence length; pp leaves each stage at least one layer."""
     tp = layout.tp
     for what, n in (("attention heads", mcfg.n_head), ("key/value heads", mcfg.kv_heads),
-                    ("FFN width", mcfg.hidden), ("padded vocabulary", mcfg.padded_vocab)):
+                    ("FFN width", mcfg.hidden), ("padded vocabulary", mcfg.padded_vocab),
+                    ("sequence length", mcfg.seq_len)):  # sequence-parallel norms
         if n % tp:
             raise ConfigError("tp", f"{tp} does not divide the model's {n} {what}")
     if layout.pp > mcfg.n_layer:
@@ -147,6 +155,8 @@ def replicas(param, world: int) -> int:
     placements = getattr(param, "placements", None)
     if placements is None:
         return world
+    # Not Replicate = sharded: FSDP2 over a tensor-parallel Shard(0) places a
+    # _StridedShard on the dp dimension, for which is_shard() is False.
     shards = math.prod(param.device_mesh.size(i) for i, p in enumerate(placements)
-                       if p.is_shard())
+                       if not p.is_replicate())
     return world // shards

@@ -35,7 +35,11 @@ def full_state_dict(path: str) -> dict:
     from llmtk.train import checkpoint as C
 
     if os.path.isfile(path):
-        return _clean_keys(read_export(path)["state_dict"])
+        blob = read_export(path)
+        sd = _clean_keys(blob["state_dict"])
+        if C.needs_qkv_upgrade(blob):  # written before the grouped wqkv layout
+            C.upgrade_qkv(sd, None, blob["model_config"])
+        return sd
     ckpt = find_checkpoint(path)
     model_sd, _ = C.load_full_state(ckpt, with_optim=False)
     sd = _clean_keys({k: v.detach().to("cpu") if isinstance(v, torch.Tensor) else v

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from llmtk.errors import LlmtkError
 from llmtk.io.atomic import set_aside
 from llmtk.io.paths import missing_dirs, remove_made
+from llmtk.train.checkpoint import QKV_LAYOUT
 from llmtk.train.checkpointer import Checkpointer, check_resume, check_shape, set_full_model_state
 from llmtk.train.config import TrainConfig
 from llmtk.train.parallel import (
@@ -228,7 +229,7 @@ class Trainer:
         self.batches = D.Prefetcher(self.train_data, self.train_data.global_batch, dist.device,
                                     threaded=dist.cuda)
         check_model(self.layout, self.mcfg)
-        check_trainable(self.layout)
+        check_trainable(self.layout, cfg)
         self.ckpt_format = cfg.checkpoint_format if cfg.checkpoint_format != "auto" else (
             "dcp" if self.parallel == "fsdp" else "full")
         self.compiled = cfg.compile if cfg.compile is not None else dist.cuda
@@ -342,14 +343,21 @@ class Trainer:
         # the sharded master weights and the optimizer stay fp32.
         mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
               if self._bf16() else MixedPrecisionPolicy())
-        mesh = dp_mesh(build_mesh(self.layout, self.dist.device), self.layout)
+        world_mesh = build_mesh(self.layout, self.dist.device)
+        if self.layout.tp > 1:  # tensor parallel first, then FSDP2 over the dp sub-mesh
+            from llmtk.train.tensor_parallel import apply_tp
+
+            apply_tp(model, world_mesh["tp"])
+        mesh = dp_mesh(world_mesh, self.layout)
         for block in model.layers:
             if self.compiled:
                 # Compile each block's forward: FSDP's all-gather/reshard hooks run around it
                 # (eagerly, in Module.__call__), never inside a graph, so nothing breaks it.
                 block.forward = torch.compile(block.forward)
             fully_shard(block, mesh=mesh, mp_policy=mp)
-        if self.compiled:
+        if self.compiled and self.layout.tp == 1:
+            # Under tensor parallelism the loss runs eagerly: its vocab-parallel chunks
+            # all-reduce inside an autograd.Function, which dynamo does not trace.
             model.head_loss = torch.compile(model.head_loss)
         fully_shard(model, mesh=mesh, mp_policy=mp)
         model.to_empty(device=self.dist.device)
@@ -671,6 +679,7 @@ class Trainer:
             "model_config": self.mcfg.to_dict(), "train_config": self.cfg.to_dict(),
             "data_cache": os.path.basename(self.cache), "tokenizer": self.tok.fingerprint(),
             "format": self.ckpt_format, "parallel": self.parallel,
+            "qkv_layout": QKV_LAYOUT,  # wqkv grouped by kv head (model.group_qkv)
             # --sft: the template itself, which `llmtk eval` puts questions through
             "chat_template": self.chat.record() if self.chat is not None else None,
             # read by tools that predate TrainState

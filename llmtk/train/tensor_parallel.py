@@ -1,0 +1,71 @@
+"""Tensor parallelism: Megatron-LM's split of every block, with DTensor's parallelize_module.
+
+On the tp sub-mesh (torchtitan's plan for Llama, written for this model):
+
+    tok_emb        vocabulary rows split (Shard(0)); each rank looks up the ids of its rows,
+                   the partial embeddings are reduce-scattered along the sequence
+    attn_norm,     sequence parallel: each rank normalises T/tp positions, so the
+    mlp_norm, norm residual stream between blocks is (B, T/tp, C) on every rank
+    attn, mlp      their input all-gathered to the whole sequence first
+    attn.wqkv,     column-wise (output rows split): a rank computes H/tp query heads and
+    mlp.w1, w3     K/tp kv heads (wqkv is grouped by kv head, so its rows are whole
+                   groups), and FFN/tp hidden units
+    attn.wo,       row-wise (input columns split): the partial outputs are
+    mlp.w2         reduce-scattered back to the sequence-sharded residual stream
+    lm_head        vocabulary rows split (Shard(0)), the same matrix as tok_emb when tied;
+                   the loss reads it through model.chunked_cross_entropy's vocab-parallel
+                   path: each rank's logits of its vocabulary rows, chunk by chunk, with the
+                   log-sum-exp and the target logit combined over the tp group
+
+Every rank of a tp group reads the same batch (Layout.dp_rank). A replicated parameter's
+gradient (the norms') is the same on every rank of the group: DTensor all-reduces the
+partial gradients of the sequence shards.
+"""
+
+from __future__ import annotations
+
+
+def apply_tp(model, tp_mesh) -> None:
+    """Split `model` (a llmtk GPT, on any device, before fully_shard) over `tp_mesh`."""
+    from torch import nn
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    tied = model.lm_head.weight is model.tok_emb.weight
+    parallelize_module(model, tp_mesh, {
+        # ids (B, T) on every rank -> (B, T/tp, C), a plain tensor: the residual stream
+        "tok_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "norm": SequenceParallel(),  # -> a (B, T, C) DTensor sharded along T: head_loss
+    })
+    for block in model.layers:
+        parallelize_module(block, tp_mesh, {
+            "attn_norm": SequenceParallel(),
+            # (x, cos, sin, mask): x gathered to (B, T, C); the rest are plain tensors
+            "attn": PrepareModuleInput(input_layouts=(Shard(1), None, None, None),
+                                       desired_input_layouts=(Replicate(), None, None, None)),
+            "attn.wqkv": ColwiseParallel(),  # -> (B, T, (H + 2K) * D / tp), plain
+            "attn.wo": RowwiseParallel(output_layouts=Shard(1)),  # -> (B, T/tp, C), plain
+            "mlp_norm": SequenceParallel(),
+            "mlp": PrepareModuleInput(input_layouts=(Shard(1),),
+                                      desired_input_layouts=(Replicate(),)),
+            "mlp.w1": ColwiseParallel(),
+            "mlp.w3": ColwiseParallel(),
+            "mlp.w2": RowwiseParallel(output_layouts=Shard(1)),
+        })
+    # RowwiseParallel hands the embedding's reduce-scatter on as an AsyncCollectiveTensor;
+    # a compiled first block given that subclass as its input returns a gradient that
+    # DTensor's redistribute backward cannot take (torch 2.13). A copy is a plain tensor,
+    # still on the autograd graph (wait() would cut the embedding off it), of (B, T/tp, C).
+    model.tok_emb.register_forward_hook(
+        lambda module, args, out: out.clone() if hasattr(out, "wait") else out)
+    if tied:  # parallelize_module gave tok_emb a new (DTensor) Parameter: tie the head again
+        model.lm_head.weight = model.tok_emb.weight
+    else:  # the head's forward is never split: only its weight, which the loss reads
+        model.lm_head.weight = nn.Parameter(
+            distribute_tensor(model.lm_head.weight, tp_mesh, [Shard(0)]))
