@@ -4,6 +4,8 @@ real processes (tests/train_runs.py), few steps of the tiny model."""
 
 import json
 import os
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ from llmtk.text.tokenizer import encode_batch, load_tokenizer
 from llmtk.train.blend import BLOCK, BlendSampler, parse_spec, pattern
 from llmtk.train.tokens import TokenDataset
 from tests.train_runs import TINY, events, losses, rows
-from tests.util import env, invoke, llmtk, run_module
+from tests.util import env, invoke, llmtk, popen_module, run_module
 
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi "
          "rho sigma tau upsilon phi chi psi omega Ünïcode 漢字 кириллица").split()
@@ -230,7 +232,8 @@ def test_token_dataset_trains_as_the_cache_does(inputs, tmp_path):
     assert batch[0] == batch[1] and {d["window"] for d in batch[0]} == {4, 5}
 
 
-def test_blended_run_resumes_bit_exactly(inputs, tmp_path):
+@pytest.mark.integration
+def test_blended_run_resumes_bit_exactly_after_sigkill(inputs, tmp_path):
     # (tokenize arrays on `llmtk run`: docs/cluster.md, run by tests/test_doc_commands.py)
     for k in range(2):
         tokenize(inputs, tmp_path / "a", "--shard", f"{k}/2")
@@ -240,10 +243,22 @@ def test_blended_run_resumes_bit_exactly(inputs, tmp_path):
             "--steps", "6", "--checkpoint-every", "2", "--max-epochs", "0.001"]
     ref = _train(tmp_path / "ref", *args, quiet=False)
     assert "warning: code is read 0.00" in ref.stderr.decode()  # --max-epochs
-    # A run killed after step 3 resumes from its step-2 checkpoint: the same steps after it.
-    _train(tmp_path / "run", *args, "--resume", str(tmp_path / "ref/checkpoints/step-0000002"))
-    assert events(tmp_path / "run", "resume")
-    assert losses(tmp_path / "run") == losses(tmp_path / "ref")[2:]
+    # The same run SIGKILLed after step 3, then the same command again: it resumes from a
+    # checkpoint and every step, before and after the kill, equals the uninterrupted run.
+    out = tmp_path / "run"
+    argv = ["train", "--out", str(out), *TINY, "--seq-len", "32", "--batch-size", "2", *args]
+    proc = popen_module("tests.train_driver", argv, env(LLMTK_TEST_FAULTS='{"step_delay": 0.3}'))
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if (out / "metrics.jsonl").exists() and any(r.get("step", 0) >= 3 for r in rows(out)):
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    assert max(r["step"] for r in rows(out)) < 6  # really interrupted
+    _train(out, *args)
+    assert events(out, "resume")
+    assert losses(out) == losses(tmp_path / "ref")
     train_rows = [r for r in rows(tmp_path / "ref") if "loss" in r]
     assert [r["tokens/web"] + r["tokens/code"] for r in train_rows] == \
         [r["tokens"] for r in train_rows]
