@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import typing
 
 import pytest
 
@@ -130,12 +131,33 @@ def test_toml_error_through_the_command_is_one_line_exit_2(tmp_path):
     assert p.stderr.decode() == f"llmtk: error: {toml}: steps: must be an integer, got 2.7\n"
 
 
-def test_every_cli_option_has_a_toml_key_of_the_same_name():
-    params = [n for n in inspect.signature(train_command.command).parameters
-              if n not in ("ctx", "config")]
-    assert params and all(n in FIELDS for n in params), [n for n in params if n not in FIELDS]
-    # ...and the reverse: no TOML key without a flag.
-    assert set(FIELDS) == set(params)
+def test_the_options_are_built_from_the_fields_and_a_field_without_words_fails(monkeypatch):
+    """The typer parameters are generated from TrainConfig/LaunchConfig (name, type, default
+    None) and train_command.OPTIONS (the words): a field without an OPTIONS entry, or an
+    entry without a field, stops the command from being built at all."""
+    from llmtk.train.config import RULES
+
+    assert set(train_command.OPTIONS) == set(FIELDS) | {"config"}
+    assert set(RULES) <= set(FIELDS)
+    params = inspect.signature(train_command.command).parameters
+    assert list(params) == list(train_command.OPTIONS)
+    # a choice-valued rule is a click choice of exactly its values
+    hints = typing.get_type_hints(train_command.command, include_extras=True)
+    schedule = typing.get_args(hints["schedule"])[0]
+    enum_type = next(a for a in typing.get_args(schedule) if a is not type(None))
+    assert [e.value for e in enum_type] == list(RULES["schedule"].choices)
+    for name in ("device", "dtype", "parallel", "pp_schedule", "grad_stats", "template",
+                 "checkpoint_format", "on_nan", "on_spike", "rdzv_backend"):
+        assert hasattr(RULES[name], "choices"), name
+    missing = {k: v for k, v in train_command.OPTIONS.items() if k != "warmup"}
+    monkeypatch.setattr(train_command, "OPTIONS", missing)
+    with pytest.raises(TypeError, match="warmup"):
+        train_command._parameters()
+    monkeypatch.setattr(train_command, "OPTIONS", {
+        **train_command.OPTIONS, "warmup": train_command.Opt("x", "y"),
+        "no_such_field": train_command.Opt("x", "y")})
+    with pytest.raises(TypeError, match="no_such_field"):
+        train_command._parameters()
 
 
 def test_launch_options_come_from_toml_too(tmp_path):

@@ -7,6 +7,9 @@ the real defaults live in llmtk.train.config (TrainConfig, LaunchConfig), and th
 
 from __future__ import annotations
 
+import enum
+import inspect
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
@@ -63,6 +66,160 @@ FT = "Fine-tuning (SFT, LoRA) and task evaluation"
 PAR = "Parallel layout (device mesh: pp x dp-replicate x dp-shard x tp = processes)"
 
 
+@dataclass(frozen=True)
+class Opt:
+    """How `llmtk train` shows one TrainConfig/LaunchConfig field as an option. The flag's
+    name, type and default and the value's range and choices are the field's own (its
+    annotation, its default, its RULES entry): only the words are written here.
+    `default` words a default the field leaves None because it is derived at run time."""
+
+    panel: str
+    help: str
+    default: str | None = None
+    metavar: str | None = None
+    flags: tuple[str, ...] = ()  # default: the field's name, dashed
+
+
+# One entry per TrainConfig and LaunchConfig field (and --config), in the order of the
+# help; a field without one, or an entry without a field, fails at import.
+OPTIONS: dict[str, Opt] = {
+    "data": Opt(DATA,
+        "Training documents (JSONL(.zst/.gz) files, directories or globs), or a token "
+        "dataset DIR of `llmtk train tokenize`, or NAME=DIR:WEIGHT to blend several "
+        "(tokens/NAME in metrics); repeat for several."),
+    "val_data": Opt(DATA,
+        "Held-out documents for val_loss, or token datasets (NAME=DIR: val/NAME/loss "
+        "each); repeatable."),
+    "val_fraction": Opt(DATA,
+        "Hold out this fraction of --data documents (by a stable hash of the text) when"
+        " there is no --val-data."),
+    "max_epochs": Opt(DATA, "Warn when the run would read a source more often than this."),
+    "text_field": Opt(DATA, "The field that holds the text."),
+    "tokenizer": Opt(DATA, "bytes (UTF-8 bytes + EOS) or a tokenizer.json file."),
+    "cache_dir": Opt(DATA, "Where token caches live (shared by runs).", default="OUT/cache",
+        metavar="DIR"),
+    "out": Opt(DATA, "The run directory: metrics.jsonl, config.json, checkpoints/.", metavar="DIR"),
+    "model": Opt(MODEL,
+        "A Llama-style preset of `llmtk estimate --list`: tiny, llmtk-124m, 350m, 1b, "
+        "7b, llama2-7b, llama3-8b, mistral-7b, ...", metavar="NAME"),
+    "layers": Opt(MODEL, "Override the number of layers.", default="the preset's"),
+    "d_model": Opt(MODEL, "Override the model width.", default="the preset's"),
+    "heads": Opt(MODEL, "Override the attention heads.", default="the preset's"),
+    "kv_heads": Opt(MODEL, "Key/value heads (< --heads: grouped-query attention).",
+        default="the preset's"),
+    "ffn_hidden": Opt(MODEL, "SwiGLU hidden width.", default="8/3 d-model rounded up to 64"),
+    "untied": Opt(MODEL, "Separate input and output embeddings."),
+    "steps": Opt(OPTIM, "Optimizer steps."),
+    "seq_len": Opt(OPTIM, "Tokens per sequence.", default="the preset's"),
+    "batch_size": Opt(OPTIM,
+        "Sequences per process per micro-step; the global batch is batch-size x "
+        "processes x grad-accum."),
+    "grad_accum": Opt(OPTIM, "Micro-steps per optimizer step."),
+    "lr": Opt(OPTIM, "Peak learning rate."),
+    "min_lr": Opt(OPTIM, "Final learning rate.", default="lr/10"),
+    "warmup": Opt(OPTIM, "Linear warmup steps."),
+    "schedule": Opt(OPTIM, "cosine, wsd (warmup-stable-decay) or constant."),
+    "decay_fraction": Opt(OPTIM, "wsd: the final fraction of steps that decays."),
+    "weight_decay": Opt(OPTIM, "AdamW decoupled weight decay on matrices."),
+    "beta1": Opt(OPTIM, "AdamW beta1."),
+    "beta2": Opt(OPTIM, "AdamW beta2."),
+    "grad_clip": Opt(OPTIM, "Clip the global gradient norm (0: off)."),
+    "seed": Opt(OPTIM, "Seed for init and data order."),
+    "device": Opt(RUN, "auto, cpu or cuda."),
+    "dtype": Opt(RUN, "auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16."),
+    "parallel": Opt(RUN, "auto (DDP when several processes), none, ddp or fsdp (FSDP2)."),
+    "tp": Opt(PAR, "Tensor-parallel degree: split every matrix over N ranks of a node."),
+    "pp": Opt(PAR, "Pipeline-parallel degree: split the layers into N stages."),
+    "dp_replicate": Opt(PAR,
+        "HSDP: N replicas of the model, each sharded with FSDP2 over --dp-shard ranks."),
+    "dp_shard": Opt(PAR, "FSDP2 degree (ranks sharding one replica).",
+        default="the world size / (tp x pp x dp-replicate)"),
+    "pp_schedule": Opt(PAR, "Pipeline schedule: 1f1b or interleaved-1f1b.", metavar="NAME"),
+    "dry_run": Opt(PAR,
+        "Plan the layout for --nnodes x --nproc-per-node processes: build the model on "
+        "the meta device and print each kind of rank's memory (no GPU, no data, nothing"
+        " started)."),
+    "gpu": Opt(PAR, "--dry-run: the GPU whose memory every rank must fit (as `llmtk estimate "
+        "--gpus`).", metavar="NAME"),
+    "compile": Opt(RUN, "torch.compile the model.", default="on with CUDA, off on CPU",
+        flags=("--compile/--no-compile",)),
+    "activation_checkpointing": Opt(MODEL,
+        "Recompute block activations in backward (less memory, about a third more compute)."),
+    "nccl_timeout": Opt(RUN,
+        "Seconds a collective may wait for the slowest rank (a 7B checkpoint write included)."),
+    "threads": Opt(RUN,
+        "torch CPU threads per process; on a machine busy with other jobs 1 is often fastest.",
+        default="OMP_NUM_THREADS, else the process's share of the cores, at most 8"),
+    "log_every": Opt(LOG, "Steps per metrics row."),
+    "eval_every": Opt(LOG, "Steps between val_loss evaluations (0: at the end)."),
+    "eval_batches": Opt(LOG, "Global batches per evaluation."),
+    "sample_every": Opt(LOG, "Steps between samples written to the log (0: never)."),
+    "prompt": Opt(LOG, "Prompt for --sample-every.", default="a newline"),
+    "sample_tokens": Opt(LOG, "Tokens per sample."),
+    "log_to": Opt(LOG,
+        "Also log every metrics row and event to tensorboard (OUT/tensorboard) and/or "
+        "wandb (OUT/wandb, offline unless WANDB_MODE is set), comma-separated. "
+        "metrics.jsonl is always written.", metavar="NAMES"),
+    "grad_stats": Opt(LOG,
+        "none or per-layer: write each layer's gradient norm (grad_norm/LAYER) to "
+        "metrics.jsonl on non-finite and spike steps.", metavar="MODE"),
+    "grad_stats_every": Opt(LOG, "With --grad-stats per-layer: also every N steps (0: never)."),
+    "checkpoint_every": Opt(CKPT,
+        "Steps between checkpoints (0: only at the end and on SIGTERM/SIGUSR1)."),
+    "keep_checkpoints": Opt(CKPT, "Keep the newest K checkpoints (0: all)."),
+    "checkpoint_format": Opt(CKPT,
+        "auto (dcp under FSDP, full otherwise), full (one file per state) or dcp "
+        "(torch's distributed checkpoint: each rank writes its own shard)."),
+    "async_checkpoint": Opt(CKPT,
+        "dcp: write checkpoints in the background while training continues.",
+        flags=("--async-checkpoint/--no-async-checkpoint",)),
+    "resume": Opt(CKPT, "auto (the newest complete checkpoint in OUT), never, or a checkpoint/run "
+        "directory."),
+    "init_from": Opt(CKPT,
+        "Start from another run's weights, or from a Hugging Face Llama/Qwen2/Mistral "
+        "folder with hf:PATH (its shape and tokenizer too), with a fresh optimizer and "
+        "schedule."),
+    "on_nan": Opt(CKPT, "Non-finite loss or gradients: skip the step or stop."),
+    "max_bad_steps": Opt(CKPT, "Stop (exit 1) after K consecutive skipped steps."),
+    "on_spike": Opt(CKPT,
+        "none or rollback: on a loss spike go back to the last checkpoint, halve the lr"
+        " and skip the batches that caused it."),
+    "spike_factor": Opt(CKPT, "A spike is a loss above this times its running mean."),
+    "sft": Opt(FT, "Instruction fine-tuning: --data holds messages, prompt/response or "
+        "instruction/input/output records; loss on assistant tokens only."),
+    "template": Opt(FT, "SFT record layout: auto (detected), chat, prompt or alpaca."),
+    "chat_template": Opt(FT,
+        "auto (the tokenizer's Hugging Face chat template if it has one, else llmtk's "
+        "role markers), llmtk, or a .jinja file."),
+    "packing": Opt(FT,
+        "Pack several examples per sequence (attention stays within an example) or pad "
+        "one per sequence.",
+        flags=("--packing/--no-packing",)),
+    "lora_rank": Opt(FT, "Train LoRA adapters of this rank; the base stays frozen."),
+    "lora_alpha": Opt(FT, "LoRA scale numerator (scale = alpha / rank).", default="the rank"),
+    "lora_targets": Opt(FT, "Adapted matrices, a comma list of q,k,v,o,gate,up,down."),
+    "lora_dropout": Opt(FT, "Dropout on the adapters' input."),
+    "eval_tasks": Opt(FT,
+        "Task files scored at every --eval-every step and at the end, as `llmtk eval` "
+        "does (repeatable)."),
+    "eval_bad_cases": Opt(FT, "Bad cases per kind and task to write."),
+    "eval_max_new_tokens": Opt(FT, "Generation tasks: the longest answer."),
+    "config": Opt(DATA, "A TOML file with any of these options (flags win)."),
+    "quiet": Opt(LOG, o.QUIET_HELP, flags=o.QUIET_FLAGS),
+    "nproc_per_node": Opt(LAUNCH, "Start torchrun with this many processes per node."),
+    "nnodes": Opt(LAUNCH, "Number of nodes."),
+    "node_rank": Opt(LAUNCH, "This node's rank (static rendezvous only; c10d assigns it)."),
+    "rdzv_endpoint": Opt(LAUNCH, "HOST:PORT of the rendezvous (required with --nnodes > 1)."),
+    "rdzv_id": Opt(LAUNCH, "A job id shared by all nodes."),
+    "rdzv_backend": Opt(LAUNCH, "c10d or static."),
+    "max_restarts": Opt(LAUNCH,
+        "torchrun restarts the workers this often on failure (they resume from the last"
+        " checkpoint)."),
+    "rdzv_timeout": Opt(LAUNCH, "Seconds the nodes wait for each other to join the rendezvous.",
+        default="torchrun's, 600"),
+}
+
+
 def _default_words(key: str) -> str | None:
     """How help shows the default of TrainConfig/LaunchConfig field `key`, read from the
     dataclass itself so that the default is written in one place (None: show none)."""
@@ -82,265 +239,53 @@ def _default_words(key: str) -> str | None:
     return str(value)
 
 
-def _opt(*names: str, help: str, panel: str, default: str | None = None, **kw):
-    """An option of the TrainConfig/LaunchConfig field of the same name. Its help ends with
-    `[default: …]` from the field's default; `default` words it where the field's value is
-    None because the real default is derived at run time (`lr/10`, `the preset's`)."""
-    flag = next(n for n in names if n.startswith("--")).split("/")[0]
-    shown = default or _default_words(flag[2:].replace("-", "_"))
-    if shown:  # in the text, not typer's show_default: a string there prints as "(X)"
-        help = f"{help} [dim]\\[default: {shown}][/dim]"
-    return typer.Option(*names, help=help, rich_help_panel=panel, show_default=False, **kw)
+def _parameters() -> list[inspect.Parameter]:
+    """The command's parameters, each `Annotated[FIELD'S TYPE | None, typer.Option(...)]`
+    defaulting to None (a TOML file may set what no flag does); a field whose RULES entry
+    is a fixed set of values is an `o.choice` of them. The help ends with `[default: …]`
+    from the field's default (in the text, not typer's show_default: a string there prints
+    as "(X)")."""
+    from llmtk.train.config import FIELDS, RULES, TYPES
+
+    unmatched = set(FIELDS) ^ (set(OPTIONS) - {"config"})
+    if unmatched:
+        raise TypeError(f"llmtk train: fields and options differ: {sorted(unmatched)}")
+    params = []
+    for name, opt in OPTIONS.items():
+        kind = str if name == "config" else TYPES[name]
+        choices = getattr(RULES.get(name), "choices", None)
+        if choices:
+            kind = o.choice(name.title().replace("_", ""), *choices)
+        shown = opt.default or _default_words(name)
+        help = f"{opt.help} [dim]\\[default: {shown}][/dim]" if shown else opt.help
+        # the help words the choices: listed as the metavar they would widen every panel
+        option = typer.Option(*(opt.flags or (configs.dashed(name),)), help=help,
+                              rich_help_panel=opt.panel, show_default=False,
+                              metavar=opt.metavar or ("TEXT" if choices else None))
+        params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                        default=None, annotation=Annotated[kind | None, option]))
+    return params
 
 
 app = groups.group(help=HELP, short_help=SUMMARY)
 
 
-@groups.main(app, help=HELP, no_args_is_help=True)
-def command(
-    data: Annotated[list[str] | None, _opt(
-        "--data", help="Training documents (JSONL(.zst/.gz) files, directories or globs), or "
-        "a token dataset DIR of `llmtk train tokenize`, or NAME=DIR:WEIGHT to blend several "
-        "(tokens/NAME in metrics); repeat for several.", panel=DATA)] = None,
-    val_data: Annotated[list[str] | None, _opt(
-        "--val-data", help="Held-out documents for val_loss, or token datasets (NAME=DIR: "
-        "val/NAME/loss each); repeatable.", panel=DATA)] = None,
-    val_fraction: Annotated[float | None, _opt(
-        "--val-fraction", help="Hold out this fraction of --data documents (by a stable "
-        "hash of the text) when there is no --val-data.", panel=DATA)] = None,
-    max_epochs: Annotated[float | None, _opt(
-        "--max-epochs", help="Warn when the run would read a source more often than this.",
-        panel=DATA)] = None,
-    text_field: Annotated[str | None, _opt(
-        "--text-field", help="The field that holds the text.", panel=DATA)] = None,
-    tokenizer: Annotated[str | None, _opt(
-        "--tokenizer", help="bytes (UTF-8 bytes + EOS) or a tokenizer.json file.",
-        panel=DATA)] = None,
-    cache_dir: Annotated[str | None, _opt(
-        "--cache-dir", help="Where token caches live (shared by runs).",
-        panel=DATA, default="OUT/cache", metavar="DIR")] = None,
-    out: Annotated[str | None, _opt(
-        "--out", help="The run directory: metrics.jsonl, config.json, checkpoints/.",
-        panel=DATA, metavar="DIR")] = None,
-    model: Annotated[str | None, _opt(
-        "--model", help="A Llama-style preset of `llmtk estimate --list`: tiny, llmtk-124m, "
-        "350m, 1b, 7b, llama2-7b, llama3-8b, mistral-7b, ...",
-        panel=MODEL, metavar="NAME")] = None,
-    layers: Annotated[int | None, _opt("--layers", help="Override the number of layers.",
-                                       panel=MODEL, default="the preset's")] = None,
-    d_model: Annotated[int | None, _opt("--d-model", help="Override the model width.",
-                                        panel=MODEL, default="the preset's")] = None,
-    heads: Annotated[int | None, _opt("--heads", help="Override the attention heads.",
-                                      panel=MODEL, default="the preset's")] = None,
-    kv_heads: Annotated[int | None, _opt(
-        "--kv-heads", help="Key/value heads (< --heads: grouped-query attention).",
-        panel=MODEL, default="the preset's")] = None,
-    ffn_hidden: Annotated[int | None, _opt(
-        "--ffn-hidden", help="SwiGLU hidden width.",
-        panel=MODEL, default="8/3 d-model rounded up to 64")] = None,
-    untied: Annotated[bool | None, _opt(
-        "--untied", help="Separate input and output embeddings.", panel=MODEL)] = None,
-    steps: Annotated[int | None, _opt("--steps", help="Optimizer steps.",
-                                      panel=OPTIM)] = None,
-    seq_len: Annotated[int | None, _opt(
-        "--seq-len", help="Tokens per sequence.", panel=OPTIM,
-        default="the preset's")] = None,
-    batch_size: Annotated[int | None, _opt(
-        "--batch-size", help="Sequences per process per micro-step; the global batch is "
-        "batch-size x processes x grad-accum.", panel=OPTIM)] = None,
-    grad_accum: Annotated[int | None, _opt(
-        "--grad-accum", help="Micro-steps per optimizer step.", panel=OPTIM)] = None,
-    lr: Annotated[float | None, _opt("--lr", help="Peak learning rate.",
-                                     panel=OPTIM)] = None,
-    min_lr: Annotated[float | None, _opt(
-        "--min-lr", help="Final learning rate.", panel=OPTIM, default="lr/10")] = None,
-    warmup: Annotated[int | None, _opt("--warmup", help="Linear warmup steps.",
-                                       panel=OPTIM)] = None,
-    schedule: Annotated[str | None, _opt(
-        "--schedule", help="cosine, wsd (warmup-stable-decay) or constant.",
-        panel=OPTIM)] = None,
-    decay_fraction: Annotated[float | None, _opt(
-        "--decay-fraction", help="wsd: the final fraction of steps that decays.",
-        panel=OPTIM)] = None,
-    weight_decay: Annotated[float | None, _opt(
-        "--weight-decay", help="AdamW decoupled weight decay on matrices.",
-        panel=OPTIM)] = None,
-    beta1: Annotated[float | None, _opt("--beta1", help="AdamW beta1.",
-                                        panel=OPTIM)] = None,
-    beta2: Annotated[float | None, _opt("--beta2", help="AdamW beta2.",
-                                        panel=OPTIM)] = None,
-    grad_clip: Annotated[float | None, _opt(
-        "--grad-clip", help="Clip the global gradient norm (0: off).",
-        panel=OPTIM)] = None,
-    seed: Annotated[int | None, _opt("--seed", help="Seed for init and data order.",
-                                     panel=OPTIM)] = None,
-    device: Annotated[str | None, _opt("--device", help="auto, cpu or cuda.",
-                                       panel=RUN)] = None,
-    dtype: Annotated[str | None, _opt(
-        "--dtype", help="auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16.",
-        panel=RUN)] = None,
-    parallel: Annotated[str | None, _opt(
-        "--parallel", help="auto (DDP when several processes), none, ddp or fsdp (FSDP2).",
-        panel=RUN)] = None,
-    tp: Annotated[int | None, _opt(
-        "--tp", help="Tensor-parallel degree: split every matrix over N ranks of a node.",
-        panel=PAR)] = None,
-    pp: Annotated[int | None, _opt(
-        "--pp", help="Pipeline-parallel degree: split the layers into N stages.",
-        panel=PAR)] = None,
-    dp_replicate: Annotated[int | None, _opt(
-        "--dp-replicate", help="HSDP: N replicas of the model, each sharded with FSDP2 over "
-        "--dp-shard ranks.", panel=PAR)] = None,
-    dp_shard: Annotated[int | None, _opt(
-        "--dp-shard", help="FSDP2 degree (ranks sharding one replica).", panel=PAR,
-        default="the world size / (tp x pp x dp-replicate)")] = None,
-    pp_schedule: Annotated[str | None, _opt(
-        "--pp-schedule", help="Pipeline schedule: 1f1b or interleaved-1f1b.",
-        panel=PAR, metavar="NAME")] = None,
-    dry_run: Annotated[bool | None, _opt(
-        "--dry-run", help="Plan the layout for --nnodes x --nproc-per-node processes: build "
-        "the model on the meta device and print each kind of rank's memory (no GPU, no "
-        "data, nothing started).", panel=PAR)] = None,
-    gpu: Annotated[str | None, _opt(
-        "--gpu", help="--dry-run: the GPU whose memory every rank must fit (as `llmtk "
-        "estimate --gpus`).", panel=PAR, metavar="NAME")] = None,
-    compile: Annotated[bool | None, _opt(
-        "--compile/--no-compile", help="torch.compile the model.", panel=RUN,
-        default="on with CUDA, off on CPU")] = None,
-    activation_checkpointing: Annotated[bool | None, _opt(
-        "--activation-checkpointing", help="Recompute block activations in backward "
-        "(less memory, about a third more compute).", panel=MODEL)] = None,
-    nccl_timeout: Annotated[int | None, _opt(
-        "--nccl-timeout", help="Seconds a collective may wait for the slowest rank (a 7B "
-        "checkpoint write included).", panel=RUN)] = None,
-    threads: Annotated[int | None, _opt(
-        "--threads", help="torch CPU threads per process; on a machine busy with other jobs "
-        "1 is often fastest.", panel=RUN,
-        default="OMP_NUM_THREADS, else the process's share of the cores, at most 8")] = None,
-    log_every: Annotated[int | None, _opt("--log-every", help="Steps per metrics row.",
-                                          panel=LOG)] = None,
-    eval_every: Annotated[int | None, _opt(
-        "--eval-every", help="Steps between val_loss evaluations (0: at the end).",
-        panel=LOG)] = None,
-    eval_batches: Annotated[int | None, _opt(
-        "--eval-batches", help="Global batches per evaluation.", panel=LOG)] = None,
-    sample_every: Annotated[int | None, _opt(
-        "--sample-every", help="Steps between samples written to the log (0: never).",
-        panel=LOG)] = None,
-    prompt: Annotated[str | None, _opt("--prompt", help="Prompt for --sample-every.",
-                                       panel=LOG, default="a newline")] = None,
-    sample_tokens: Annotated[int | None, _opt(
-        "--sample-tokens", help="Tokens per sample.", panel=LOG)] = None,
-    log_to: Annotated[str | None, _opt(
-        "--log-to", help="Also log every metrics row and event to tensorboard (OUT/tensorboard) "
-        "and/or wandb (OUT/wandb, offline unless WANDB_MODE is set), comma-separated. "
-        "metrics.jsonl is always written.", panel=LOG,
-        metavar="NAMES")] = None,
-    grad_stats: Annotated[str | None, _opt(
-        "--grad-stats", help="none or per-layer: write each layer's gradient norm "
-        "(grad_norm/LAYER) to metrics.jsonl on non-finite and spike steps.", panel=LOG,
-        metavar="MODE")] = None,
-    grad_stats_every: Annotated[int | None, _opt(
-        "--grad-stats-every", help="With --grad-stats per-layer: also every N steps "
-        "(0: never).", panel=LOG)] = None,
-    checkpoint_every: Annotated[int | None, _opt(
-        "--checkpoint-every", help="Steps between checkpoints (0: only at the end and on "
-        "SIGTERM/SIGUSR1).", panel=CKPT)] = None,
-    keep_checkpoints: Annotated[int | None, _opt(
-        "--keep-checkpoints", help="Keep the newest K checkpoints (0: all).",
-        panel=CKPT)] = None,
-    checkpoint_format: Annotated[str | None, _opt(
-        "--checkpoint-format", help="auto (dcp under FSDP, full otherwise), full (one file "
-        "per state) or dcp (torch's distributed checkpoint: each rank writes its own "
-        "shard).",
-        panel=CKPT)] = None,
-    async_checkpoint: Annotated[bool | None, _opt(
-        "--async-checkpoint/--no-async-checkpoint", help="dcp: write checkpoints in the "
-        "background while training continues.", panel=CKPT)] = None,
-    resume: Annotated[str | None, _opt(
-        "--resume", help="auto (the newest complete checkpoint in OUT), never, or "
-        "a checkpoint/run directory.", panel=CKPT)] = None,
-    init_from: Annotated[str | None, _opt(
-        "--init-from", help="Start from another run's weights, or from a Hugging Face "
-        "Llama/Qwen2/Mistral folder with hf:PATH (its shape and tokenizer too), with a fresh "
-        "optimizer and schedule.", panel=CKPT)] = None,
-    on_nan: Annotated[str | None, _opt(
-        "--on-nan", help="Non-finite loss or gradients: skip the step or stop.",
-        panel=CKPT)] = None,
-    max_bad_steps: Annotated[int | None, _opt(
-        "--max-bad-steps", help="Stop (exit 1) after K consecutive skipped steps.",
-        panel=CKPT)] = None,
-    on_spike: Annotated[str | None, _opt(
-        "--on-spike", help="none or rollback: on a loss spike go back to the last "
-        "checkpoint, halve the lr and skip the batches that caused it.", panel=CKPT)] = None,
-    spike_factor: Annotated[float | None, _opt(
-        "--spike-factor", help="A spike is a loss above this times its running mean.",
-        panel=CKPT)] = None,
-    sft: Annotated[bool | None, _opt(
-        "--sft", help="Instruction fine-tuning: --data holds messages, prompt/response or "
-        "instruction/input/output records; loss on assistant tokens only.", panel=FT)] = None,
-    template: Annotated[str | None, _opt(
-        "--template", help="SFT record layout: auto (detected), chat, prompt "
-        "or alpaca.", panel=FT)] = None,
-    chat_template: Annotated[str | None, _opt(
-        "--chat-template", help="auto (the tokenizer's Hugging Face chat template if it has "
-        "one, else llmtk's role markers), llmtk, or a .jinja file.", panel=FT)] = None,
-    packing: Annotated[bool | None, _opt(
-        "--packing/--no-packing", help="Pack several examples per sequence (attention stays "
-        "within an example) or pad one per sequence.", panel=FT)] = None,
-    lora_rank: Annotated[int | None, _opt(
-        "--lora-rank", help="Train LoRA adapters of this rank; the base stays frozen.",
-        panel=FT)] = None,
-    lora_alpha: Annotated[float | None, _opt(
-        "--lora-alpha", help="LoRA scale numerator (scale = alpha / rank).",
-        panel=FT, default="the rank")] = None,
-    lora_targets: Annotated[str | None, _opt(
-        "--lora-targets", help="Adapted matrices, a comma list of q,k,v,o,gate,up,down.",
-        panel=FT)] = None,
-    lora_dropout: Annotated[float | None, _opt(
-        "--lora-dropout", help="Dropout on the adapters' input.", panel=FT)] = None,
-    eval_tasks: Annotated[list[str] | None, _opt(
-        "--eval-tasks", help="Task files scored at every --eval-every step and at the end, "
-        "as `llmtk eval` does (repeatable).", panel=FT)] = None,
-    eval_bad_cases: Annotated[int | None, _opt(
-        "--eval-bad-cases", help="Bad cases per kind and task to write.",
-        panel=FT)] = None,
-    eval_max_new_tokens: Annotated[int | None, _opt(
-        "--eval-max-new-tokens", help="Generation tasks: the longest answer.",
-        panel=FT)] = None,
-    config: Annotated[str | None, _opt(
-        "--config", help="A TOML file with any of these options (flags win).",
-        panel=DATA)] = None,
-    quiet: Annotated[bool | None, _opt(*o.QUIET_FLAGS, help=o.QUIET_HELP, panel=LOG)] = None,
-    nproc_per_node: Annotated[int | None, _opt(
-        "--nproc-per-node", help="Start torchrun with this many processes per node.",
-        panel=LAUNCH)] = None,
-    nnodes: Annotated[int | None, _opt("--nnodes", help="Number of nodes.",
-                                       panel=LAUNCH)] = None,
-    node_rank: Annotated[int | None, _opt(
-        "--node-rank", help="This node's rank (static rendezvous only; c10d assigns it).",
-        panel=LAUNCH)] = None,
-    rdzv_endpoint: Annotated[str | None, _opt(
-        "--rdzv-endpoint", help="HOST:PORT of the rendezvous (required with --nnodes > 1).",
-        panel=LAUNCH)] = None,
-    rdzv_id: Annotated[str | None, _opt(
-        "--rdzv-id", help="A job id shared by all nodes.", panel=LAUNCH)] = None,
-    rdzv_backend: Annotated[str | None, _opt(
-        "--rdzv-backend", help="c10d or static.", panel=LAUNCH)] = None,
-    max_restarts: Annotated[int | None, _opt(
-        "--max-restarts", help="torchrun restarts the workers this often on failure (they "
-        "resume from the last checkpoint).", panel=LAUNCH)] = None,
-    rdzv_timeout: Annotated[int | None, _opt(
-        "--rdzv-timeout", help="Seconds the nodes wait for each other to join the "
-        "rendezvous.", panel=LAUNCH, default="torchrun's, 600")] = None,
-) -> None:
+def command(**flags) -> None:
     # Every parameter but --config is a TrainConfig or LaunchConfig field of the same name.
-    flags = {k: v for k, v in locals().items() if k != "config"}
+    config = flags.pop("config")
+    flags = {k: v.value if isinstance(v, enum.Enum) else v for k, v in flags.items()}
     from llmtk.train.config import given
 
     # A ConfigError names a field; it reaches the user as the flag (or `FILE: key`).
     with configs.flags_for(configs.dashed, given(flags).keys(), config):
         _train(flags, config)
+
+
+# typer reads the parameters from the signature and their types from the annotations.
+command.__signature__ = inspect.Signature(_parameters(), return_annotation=None)
+command.__annotations__ = {p.name: p.annotation
+                           for p in command.__signature__.parameters.values()}
+command = groups.main(app, help=HELP, no_args_is_help=True)(command)
 
 
 def _train(flags: dict, config: str | None) -> None:

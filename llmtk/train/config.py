@@ -138,9 +138,6 @@ class TrainConfig:
         self._check_finetune()
 
     def _check_finetune(self) -> None:
-        if self.template not in ("auto", "chat", "prompt", "alpaca"):
-            raise ConfigError("template", "must be one of auto, chat, prompt, alpaca, got "
-                              f"{self.template!r}")
         if self.lora_rank is not None:
             from llmtk.train.lora import parse_targets
 
@@ -195,9 +192,18 @@ def _between(low, high, *, low_open=False, high_open=False):
     return rule
 
 
-def _one_of(*allowed):
-    return lambda v: None if v in allowed else \
-        f"must be one of {', '.join(allowed)}, got {v!r}"
+class _OneOf:
+    """A rule admitting a fixed set of values; the command line offers them as choices."""
+
+    def __init__(self, *choices: str):
+        self.choices = choices
+
+    def __call__(self, v):
+        return None if v in self.choices else \
+            f"must be one of {', '.join(self.choices)}, got {v!r}"
+
+
+_one_of = _OneOf
 
 
 RULES = {
@@ -222,6 +228,7 @@ RULES = {
     "on_nan": _one_of("skip", "stop"), "on_spike": _one_of("none", "rollback"),
     "grad_stats": _one_of("none", "per-layer"), "grad_stats_every": _at_least(0),
     "checkpoint_format": _one_of("auto", "full", "dcp"),
+    "template": _one_of("auto", "chat", "prompt", "alpaca"),
     "nproc_per_node": _at_least(1), "nnodes": _at_least(1), "node_rank": _at_least(0),
     "max_restarts": _at_least(0), "rdzv_backend": _one_of("c10d", "static"),
     "rdzv_timeout": _at_least(1),
@@ -232,12 +239,13 @@ RULES = {
 TRAIN_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 LAUNCH_FIELDS = {f.name: f for f in dataclasses.fields(LaunchConfig)}
 FIELDS = {**TRAIN_FIELDS, **LAUNCH_FIELDS}
-_TYPES = {**typing.get_type_hints(TrainConfig), **typing.get_type_hints(LaunchConfig)}
+assert set(RULES) <= set(FIELDS), set(RULES) - set(FIELDS)  # a rule names its field
+TYPES = {**typing.get_type_hints(TrainConfig), **typing.get_type_hints(LaunchConfig)}
 
 
 def _type_problem(name: str, value) -> str | None:
     """Why `value` is not of field `name`'s declared type (None: it is)."""
-    hint = _TYPES[name]
+    hint = TYPES[name]
     optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
     if value is None:
         return None if optional else "must be given a value"
@@ -273,7 +281,7 @@ def check_value(name: str, value) -> object:
         problem = RULES[name](value)
     if problem:
         raise ConfigError(name, problem)
-    if _TYPES[name] in (float, float | None) and isinstance(value, int):
+    if TYPES[name] in (float, float | None) and isinstance(value, int):
         value = float(value)
     return value
 
