@@ -297,13 +297,10 @@ def _train(flags: dict, config: str | None) -> None:
     if cfg.dry_run:
         return _dry_run(cfg, launch)
     if (launch.nproc_per_node or launch.nnodes > 1) and not is_worker():
-        from llmtk.train.parallel import check_trainable, plan_layout
+        from llmtk.train.parallel import check_trainable, run_layout
 
         # A layout that cannot fit starts nothing.
-        check_trainable(plan_layout((launch.nproc_per_node or 1) * launch.nnodes,
-                                    parallel=cfg.parallel, tp=cfg.tp, pp=cfg.pp,
-                                    dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)[1],
-                        cfg)
+        check_trainable(run_layout(cfg, (launch.nproc_per_node or 1) * launch.nnodes)[1], cfg)
         import os
 
         if cfg.threads is None and "OMP_NUM_THREADS" not in os.environ:

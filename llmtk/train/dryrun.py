@@ -114,7 +114,7 @@ def dry_run(cfg, world: int) -> DryRun:
     """Plan `cfg` on `world` processes: the model shape, the layout (checked: a layout
     that cannot run is the same one-line error as at launch) and each kind of rank."""
     from llmtk.train.model_config import PRESETS
-    from llmtk.train.parallel import check_model, plan_layout
+    from llmtk.train.parallel import check_model, run_layout
     from llmtk.train.run_shape import model_config
 
     if cfg.tokenizer != "bytes" or cfg.model not in PRESETS:
@@ -124,7 +124,6 @@ def dry_run(cfg, world: int) -> DryRun:
     else:  # a planned run names no tokenizer yet: the preset's own vocabulary
         vocab, vocab_from = PRESETS[cfg.model].vocab_size, f"the {cfg.model} preset's"
     mcfg = model_config(cfg, vocab)
-    parallel, layout = plan_layout(world, parallel=cfg.parallel, tp=cfg.tp, pp=cfg.pp,
-                                   dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)
+    parallel, layout = run_layout(cfg, world)
     check_model(layout, mcfg)
     return DryRun(mcfg, vocab_from, parallel, layout, plan_ranks(cfg, mcfg, layout))

@@ -66,10 +66,6 @@ class Layout:
             or "one process"
 
 
-def _flag(key: str) -> str:
-    return "--" + key.replace("_", "-")
-
-
 def plan_layout(world: int, *, parallel: str = "auto", tp: int = 1, pp: int = 1,
                 dp_replicate: int = 1, dp_shard: int | None = None) -> tuple[str, Layout]:
     """(the data-parallel method, the layout) for `world` processes, or a ConfigError naming
@@ -102,6 +98,12 @@ def plan_layout(world: int, *, parallel: str = "auto", tp: int = 1, pp: int = 1,
     if parallel == "ddp" or (parallel == "auto" and not mesh_asked):
         return "ddp", Layout(dp_replicate=world)
     return "fsdp", layout
+
+
+def run_layout(cfg, world: int) -> tuple[str, Layout]:
+    """plan_layout for a TrainConfig's --parallel/--tp/--pp/--dp-replicate/--dp-shard."""
+    return plan_layout(world, parallel=cfg.parallel, tp=cfg.tp, pp=cfg.pp,
+                       dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)
 
 
 def check_trainable(layout: Layout, cfg) -> None:

@@ -38,8 +38,8 @@ from llmtk.train.parallel import (
     check_model,
     check_trainable,
     dp_mesh,
-    plan_layout,
     replicas,
+    run_layout,
 )
 from llmtk.train.run_shape import model_config
 from llmtk.train.runtime import (
@@ -199,9 +199,7 @@ class Trainer:
         self.cfg, self.dist, self.tok, self.cache, self.faults = cfg, dist, tok, cache, faults
         self.out = cfg.out
         self.chat = None  # --sft: the chat template (train/chat.py)
-        self.parallel, self.layout = plan_layout(
-            dist.world, parallel=cfg.parallel, tp=cfg.tp, pp=cfg.pp,
-            dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)
+        self.parallel, self.layout = run_layout(cfg, dist.world)
         # Each data-parallel rank reads its own part of the global batch (a tp group the same).
         dp, dp_rank = self.layout.dp, self.layout.dp_rank(dist.rank)
         self.val_sets: dict = {}  # --val-data NAME=DIR: name -> Sampler
