@@ -28,6 +28,7 @@ from llmtk.curves.spikes import (
     find_spikes,
     spike_score,
 )
+from llmtk.evaluate.compare import LOWER_IS_BETTER
 
 __all__ = ["Finding", "diagnose", "ema", "find_spikes", "overview", "spike_score"]
 
@@ -488,7 +489,6 @@ def detect_layer_grads(run: Run) -> list[Finding]:
 
 
 EVAL_DROP = 0.02  # an accuracy 2 points below its best (perplexity: 2% above)
-LOWER_IS_BETTER = ("perplexity", "bits_per_byte")
 
 
 def detect_eval_regression(run: Run) -> list[Finding]:
