@@ -599,10 +599,11 @@ def overview(run: Run) -> dict:
         tail = ys[-min(FINAL_ROWS, len(ys)):]
         # final_loss is the median of the last rows (one noisy batch does not decide it);
         # last_loss is the last logged value, shown beside it
+        res = resolution(ys)
         out.update(first_step=xs[0], last_step=xs[-1], first_loss=ys[0], last_loss=ys[-1],
                    final_loss=median(tail), final_rows=len(tail), best_loss=min(ys),
-                   spike_score=round(spike_score(ys, resolution(ys)), 6))
-        if res := resolution(ys):
+                   spike_score=round(spike_score(ys, res), 6))
+        if res:
             out["resolution"] = res
     vx, vy = _finite(*run.series("val_loss"))
     if vy:
