@@ -388,3 +388,16 @@ def test_diagnose_names_the_layer_whose_norm_jumped(tmp_path):
     r = cli("plot-loss", path, "--metric", "grad_norm/*")  # one panel, a line per layer
     assert r.returncode == 0 and r.stdout.count("grad_norm per layer") == 1
     assert "grad_norm/layers.1.attn" in r.stdout and "grad_norm/tok_emb" in r.stdout
+
+
+def test_losses_that_repeat_exactly_a_later_epoch_are_no_learning(tmp_path):
+    """A frozen model fed the same batches each epoch logs the same full-precision losses
+    again: no_learning. The same steps written twice (a replayed log) are not that."""
+    from llmtk.curves.detect import detect_constant
+
+    epoch = [3.0 + 0.1234567 * ((7 * i) % 11) for i in range(11)]
+    rows = [{"step": s, "loss": epoch[s % 11]} for s in range(33)]
+    (f,) = detect_constant(load_run(str(write(tmp_path / "frozen.jsonl", rows))))
+    assert f.kind == "no_learning" and f.step == 0 and "repeat exactly at steps 11-14" in f.summary
+    replay = rows[:11] + rows[:11]  # steps 0-10 twice: a log written twice, not a repeat
+    assert detect_constant(load_run(str(write(tmp_path / "replay.jsonl", replay)))) == []

@@ -359,3 +359,22 @@ def test_llmtk_eval_logs_each_step_task_and_metric_once(tmp_path, capfd, monkeyp
     assert r.exit_code == 0 and r.output == ""
     assert {r["task"] for r in _eval_rows(log)} == {"arc", "held", "arc1"}
     assert len(_eval_rows(log)) == 6
+
+
+def test_mcnemar_exact_p_values_by_hand():
+    """Two-sided exact McNemar: 2 * P(Binomial(b + c, 1/2) <= min(b, c)), capped at 1."""
+    from llmtk.evaluate.compare import mcnemar_p
+
+    assert mcnemar_p(0, 5) == 2 / 32
+    assert mcnemar_p(9, 1) == 2 * (1 + 10) / 1024
+    assert mcnemar_p(3, 3) == 1.0 and mcnemar_p(0, 0) == 1.0
+
+
+def test_task_spec_name_is_split_off_unless_the_path_exists(tmp_path):
+    from llmtk.evaluate.tasks import split_spec
+
+    odd = tmp_path / "a=b.jsonl"
+    odd.write_text("")
+    assert split_spec("arc=data/arc.jsonl") == ("arc", "data/arc.jsonl")
+    assert split_spec("data/arc.jsonl") == (None, "data/arc.jsonl")
+    assert split_spec(str(odd)) == (None, str(odd))

@@ -181,11 +181,11 @@ def _fewshot_pools(specs: list[str], names: list[str]) -> dict:
     """{task name: the few-shot pool Task} from [TASK=]FILE specs (no TASK: every task)."""
     from llmtk.errors import UsageError
     from llmtk.evaluate import load_task
+    from llmtk.evaluate.tasks import split_spec
 
     pools = {}
     for spec in specs:
-        name, path = (spec.split("=", 1) if "=" in spec and not os.path.exists(spec)
-                      else (None, spec))
+        name, path = split_spec(spec)
         if name is not None and name not in names:
             raise UsageError(f"--fewshot-from: no task named {name!r} ({', '.join(names)})")
         pool = load_task(path)

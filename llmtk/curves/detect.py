@@ -28,6 +28,7 @@ from llmtk.curves.spikes import (
     find_spikes,
     spike_score,
 )
+from llmtk.evaluate.compare import LOWER_IS_BETTER
 
 __all__ = ["Finding", "diagnose", "ema", "find_spikes", "overview", "spike_score"]
 
@@ -150,6 +151,16 @@ def detect_divergence_and_rebound(run: Run) -> list[Finding]:
     return []
 
 
+# a constant loss and a repeated sequence of losses say the same: the weights do not change
+NOT_UPDATED_CAUSES = ["learning rate zero (warmup or schedule misconfigured)",
+                      "no parameter receives gradients (all frozen, or the loss is detached)",
+                      "the optimizer step never runs, or is skipped every time "
+                      "(fp16 loss scale overflow)"]
+NOT_UPDATED_FIXES = ["print lr and the grad norm at the first steps",
+                     "check requires_grad on the trainable parameters (LoRA adapters "
+                     "attached?) and that optimizer.step() is called"]
+
+
 def detect_constant(run: Run) -> list[Finding]:
     """The same loss at every logged step: nothing is learned (a frozen model, a detached
     loss, an lr of zero). Judged from MIN_ROWS rows on, wherever the log starts: even a
@@ -164,11 +175,7 @@ def detect_constant(run: Run) -> list[Finding]:
         "no_learning", "error", xs[0],
         f"the loss is {_fmt(ys[0])} at every one of the {len(ys)} logged steps "
         f"({xs[0]:.0f}-{xs[-1]:.0f}): the model is not being updated",
-        causes=["learning rate zero (warmup or schedule misconfigured)",
-                "no parameter receives gradients (all frozen, or the loss is detached)",
-                "the optimizer step is skipped every time (fp16 loss scale overflow)"],
-        fixes=["print lr and the grad norm at the first steps",
-               "check requires_grad on the trainable parameters (LoRA adapters attached?)"],
+        causes=NOT_UPDATED_CAUSES, fixes=NOT_UPDATED_FIXES,
     )]
 
 
@@ -210,12 +217,7 @@ def _repeated(xs: list[float], ys: list[float]) -> list[Finding]:
                 f"({', '.join(_fmt(y) for y in key)}) repeat exactly at steps "
                 f"{xs[i]:.0f}-{xs[i + REPEAT_ROWS - 1]:.0f}: the same batches gave the same "
                 "losses, so the weights did not change in between",
-                causes=["no parameter receives gradients (all frozen, or the loss is "
-                        "detached), or the optimizer step never runs",
-                        "learning rate zero (warmup or schedule misconfigured)"],
-                fixes=["check requires_grad on the trainable parameters (LoRA adapters "
-                       "attached?) and that optimizer.step() is called",
-                       "print lr and the grad norm at the first steps"],
+                causes=NOT_UPDATED_CAUSES, fixes=NOT_UPDATED_FIXES,
             )]
     return []
 
@@ -487,7 +489,6 @@ def detect_layer_grads(run: Run) -> list[Finding]:
 
 
 EVAL_DROP = 0.02  # an accuracy 2 points below its best (perplexity: 2% above)
-LOWER_IS_BETTER = ("perplexity", "bits_per_byte")
 
 
 def detect_eval_regression(run: Run) -> list[Finding]:
@@ -598,10 +599,11 @@ def overview(run: Run) -> dict:
         tail = ys[-min(FINAL_ROWS, len(ys)):]
         # final_loss is the median of the last rows (one noisy batch does not decide it);
         # last_loss is the last logged value, shown beside it
+        res = resolution(ys)
         out.update(first_step=xs[0], last_step=xs[-1], first_loss=ys[0], last_loss=ys[-1],
                    final_loss=median(tail), final_rows=len(tail), best_loss=min(ys),
-                   spike_score=round(spike_score(ys, resolution(ys)), 6))
-        if res := resolution(ys):
+                   spike_score=round(spike_score(ys, res), 6))
+        if res:
             out["resolution"] = res
     vx, vy = _finite(*run.series("val_loss"))
     if vy:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import median
 
 from llmtk.curves.common import Finding, resolution, rolling_stats
@@ -76,7 +77,15 @@ def find_spikes(ys: list[float], res: float = 0.0) -> list[Spike]:
 def spike_score(ys: list[float], res: float = 0.0) -> float:
     """OLMo 2's spike score: the share of steps at least 7 standard deviations above the
     rolling average of the previous (up to) 1000 steps. Robust statistics (median, MAD)
-    stand in for mean and standard deviation, so one spike does not hide the next."""
+    stand in for mean and standard deviation, so one spike does not hide the next.
+
+    detect_spikes and overview both ask it of the same loss: the answer is kept for the
+    last few series (its 1000-row rolling medians take seconds on a 100k-row log)."""
+    return _spike_score(tuple(ys), res)
+
+
+@lru_cache(maxsize=4)
+def _spike_score(ys: tuple[float, ...], res: float) -> float:
     w = min(1000, max(20, len(ys) // 10))
     if len(ys) <= w:
         return 0.0

@@ -70,27 +70,24 @@ def compare(result: TaskResult, baseline: TaskResult) -> dict:
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     idx = rng.integers(0, len(ids), size=(BOOTSTRAP_SAMPLES, len(ids)))
     lo_q, hi_q = (1 - CONFIDENCE) / 2, 1 - (1 - CONFIDENCE) / 2
-    metrics = {}
+    metrics, flips = {}, {}
     for m in result.metrics:
         deltas = _metric(mine, m, idx) - _metric(theirs, m, idx)
         entry = {"value": result.metrics[m], "baseline": baseline.metrics[m],
                  "delta": result.metrics[m] - baseline.metrics[m],
                  "ci": [float(np.quantile(deltas, lo_q)), float(np.quantile(deltas, hi_q))]}
         if m in PER_ITEM:
-            lost = int(((theirs[m] == 1) & (mine[m] == 0)).sum())
-            gained = int(((theirs[m] == 0) & (mine[m] == 1)).sum())
-            entry.update(lost=lost, gained=gained, mcnemar_p=mcnemar_p(lost, gained))
+            lost = (theirs[m] == 1) & (mine[m] == 0)
+            gained = (theirs[m] == 0) & (mine[m] == 1)
+            entry.update(lost=int(lost.sum()), gained=int(gained.sum()),
+                         mcnemar_p=mcnemar_p(int(lost.sum()), int(gained.sum())))
+            flips[PER_ITEM[m]] = lost, gained
         metrics[m] = entry
-    lost_ids, gained_ids = [], []
-    if result.kind != PERPLEXITY:
-        before = {str(r["id"]): bool(r["correct"]) for r in baseline.items}
-        for r in result.items:
-            was = before[str(r["id"])]
-            if was and not r["correct"]:
-                lost_ids.append(str(r["id"]))
-            elif r["correct"] and not was:
-                gained_ids.append(str(r["id"]))
-    return {"metrics": metrics, "lost": lost_ids, "gained": gained_ids}
+    # the items flipped on `correct` (acc, exact_match): the ones the bad-case files list
+    none = np.zeros(len(ids), dtype=bool)  # perplexity: nothing is right or wrong
+    lost, gained = flips.get("correct", (none, none))
+    return {"metrics": metrics, "lost": [i for i, f in zip(ids, lost, strict=True) if f],
+            "gained": [i for i, f in zip(ids, gained, strict=True) if f]}
 
 
 def worse_by(metric: str, entry: dict) -> float:

@@ -98,8 +98,9 @@ def contexts(task: Task, fmt: Format) -> list[Context]:
 
 def _context(item: Item, kind: str, shots: list[tuple[str, str]], fmt: Format) -> Context:
     q = question(item, kind, fmt.chat)
+    prefix = "".join(f"{sq}{TARGET_DELIMITER}{sa}{FEWSHOT_DELIMITER}" for sq, sa in shots)
     if not fmt.chat:
-        return "".join(f"{sq}{TARGET_DELIMITER}{sa}{FEWSHOT_DELIMITER}" for sq, sa in shots) + q
+        return prefix + q
     # A chat-layout item brings its own conversation; the others are one user question.
     asked = item.messages if (kind != MULTIPLE_CHOICE and item.messages) else [
         {"role": "user", "content": q}]
@@ -111,7 +112,6 @@ def _context(item: Item, kind: str, shots: list[tuple[str, str]], fmt: Format) -
         for sq, sa in shots:
             turns += [{"role": "user", "content": sq}, {"role": "assistant", "content": sa}]
         return head + turns + rest
-    prefix = "".join(f"{sq}{TARGET_DELIMITER}{sa}{FEWSHOT_DELIMITER}" for sq, sa in shots)
     for m in rest:  # the examples go before the first question, in the same turn
         if m["role"] == "user":
             m["content"] = prefix + m["content"]

@@ -174,13 +174,21 @@ def task_name(path: str) -> str:
     return base.removesuffix(".jsonl").removesuffix(".json")
 
 
+def split_spec(spec: str) -> tuple[str | None, str]:
+    """`[NAME=]FILE` -> (NAME or None, FILE); a path that exists with a `=` in it is a FILE."""
+    if "=" in spec and not os.path.exists(spec):
+        name, path = spec.split("=", 1)
+        return name, path
+    return None, spec
+
+
 def load_task(spec: str, limit: int | None = None, seed: int = LIMIT_SEED) -> Task:
     """Read `[NAME=]FILE` into a Task; the layout comes from the first record. limit: score
     N items drawn at random with `seed` (kept in file order), the same N for the same seed
     and file; the whole file stays the few-shot pool."""
     from llmtk.io import read_docs
 
-    name, path = spec.split("=", 1) if "=" in spec and not os.path.exists(spec) else (None, spec)
+    name, path = split_spec(spec)
     if not os.path.isfile(path):
         raise ConfigError("tasks", "no such file", value=path)
     name = name or task_name(path)
