@@ -463,9 +463,10 @@ def _payload(meta: dict, block: bytes, number: int, *, http: bool, content_type:
 
 
 def _split_http(block: bytes) -> tuple[int | None, dict[str, str], bytes]:
-    end = block.find(b"\r\n\r\n")
+    # both searches stop at MAX_HEADER: unbounded, a miss scans the whole payload
+    end = block.find(b"\r\n\r\n", 0, MAX_HEADER + 4)
     sep = 4
-    alt = block.find(b"\n\n")
+    alt = block.find(b"\n\n", 0, (MAX_HEADER if end < 0 else end) + 2)
     if end < 0 or 0 <= alt < end:
         end, sep = alt, 2
     if end < 0 or end > MAX_HEADER:
