@@ -264,3 +264,16 @@ def test_wet_and_arc_archives(cli, tmp_path):
                       "content_type": "text/plain", "charset": "utf-8"}
     assert out[1]["url"] == "http://arc.org/" and out[1]["date"] == "2001-02-03T04:05:06Z"
     assert "A page from an ARC file." in out[1]["text"] and len(out) == 2
+
+
+def test_split_http_finds_the_header_end_by_crlf_or_bare_lf():
+    from llmtk.io.warc import MAX_HEADER, _split_http
+
+    body = b"<html>\n\nbody\r\n\r\nmore</html>"
+    status, headers, got = _split_http(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n" + body)
+    assert (status, headers, got) == (200, {"content-type": "text/html"}, body)
+    status, headers, got = _split_http(b"HTTP/1.0 404 No\nX-A: b\n\n" + body)  # bare LF
+    assert (status, headers, got) == (404, {"x-a": "b"}, body)
+    assert _split_http(b"HTTP/1.1 200 OK\r\nX: y\r\n" + body.replace(b"\n", b" "))[0] is None
+    long = b"HTTP/1.1 200 OK\r\nX: " + b"y" * MAX_HEADER + b"\r\n\r\n" + body
+    assert _split_http(long)[0] is None  # a header block longer than MAX_HEADER is not one
