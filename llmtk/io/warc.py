@@ -266,10 +266,10 @@ def _header_end(s: _Stream, pos: int) -> int | None:
     """Logical position just after the blank line that ends a header block at pos."""
     start = pos
     while True:
-        i = s.buf.find(b"\r\n\r\n", start - s.base)
+        # search no further than MAX_HEADER: a header without its end would scan the window
+        i = s.buf.find(b"\r\n\r\n", start - s.base, pos - s.base + MAX_HEADER)
         if i >= 0:
-            end = i + s.base + 4
-            return end if end - pos <= MAX_HEADER else None
+            return i + s.base + 4
         if s.end - pos > MAX_HEADER:
             return None
         start = max(pos, s.end - 3)
