@@ -30,8 +30,10 @@ from llmtk.io.record import Invalid, Parsed, Skipped
 
 CHUNK = 1 << 20
 MAX_HEADER = 64 << 10  # a WARC or HTTP header block longer than this is not one
-_HEADER = re.compile(rb"(?:^|\n)(WARC/1\.[01]\r?\n)")  # a record header line (resync)
-_ARC_HEADER = re.compile(rb"(?:^|\n)(\S+ \S+ \d{14} \S* \d+\n)")
+# A record header line, for resync: _Stream.find takes a match only at a line's start.
+# The WARC one opens with a literal, so the regex engine skips ahead by a fast search.
+_HEADER = re.compile(rb"WARC/1\.[01]\r?\n")
+_ARC_HEADER = re.compile(rb"(?m)^\S+ \S+ \d{14} \S* \d+\n")
 _ARC_LINE = re.compile(rb"(\S+) (\S+) (\d{14}) (\S*) (\d+)\n")
 
 
@@ -171,13 +173,14 @@ class _Stream:
         return None
 
     def find(self, pattern: re.Pattern, start: int) -> int | None:
-        """Logical position of the first match of pattern's group 1 at or after `start`."""
+        """Logical position of the first match of pattern at or after `start` that begins a
+        line (or the window)."""
         while True:
-            m = pattern.search(self.buf, max(start - self.base - 1, 0))
-            while m is not None and m.start(1) + self.base < start:  # `^` at the window's start
-                m = pattern.search(self.buf, m.start(1) + 1)
+            m = pattern.search(self.buf, max(start - self.base, 0))
+            while m is not None and m.start() > 0 and self.buf[m.start() - 1] != 0x0A:
+                m = pattern.search(self.buf, m.start() + 1)
             if m is not None:
-                return m.start(1) + self.base
+                return m.start() + self.base
             start = max(start, self.end - 32)  # a header cut by the window's end is kept
             if len(self.buf) > 4 * CHUNK:  # scanning a long stretch: hold a bounded window
                 self.drop_before(start - 1)
