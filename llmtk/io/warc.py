@@ -66,8 +66,8 @@ class _Stream:
 
     Positions are logical (offsets into the decompressed stream). `members` maps the
     logical start of each gzip member to its offset in the file (what Common Crawl's index
-    calls a record's offset); `breaks` holds (logical position, message) where bytes were
-    lost: a corrupt member, or the end of the file inside one.
+    calls a record's offset); `breaks` holds (logical position, message, member's offset in
+    the file) where bytes were lost: a corrupt member, or the end of the file inside one.
     """
 
     def __init__(self, f) -> None:
@@ -76,7 +76,7 @@ class _Stream:
         self.eof = False
         self.gzip = f.peek(2)[:2] == b"\x1f\x8b"
         self.members: dict[int, int] = {}
-        self.breaks: list[tuple[int, str]] = []
+        self.breaks: list[tuple[int, str, int]] = []
         self.bytes_read = 0  # decompressed bytes so far
         self._pending = 0  # logical bytes the piece generator has produced
         self._pieces = self._gzip_pieces(f) if self.gzip else self._plain_pieces(f)
@@ -112,7 +112,7 @@ class _Stream:
                 out = d.decompress(chunk)
             except zlib.error as e:
                 self.breaks.append((self._pending, f"corrupt gzip member at byte offset "
-                                    f"{start} ({e})"))
+                                    f"{start} ({e})", start))
                 # go on at the next gzip member header after the damaged member's start
                 skip = 1 if offset == start else 0
                 chunk, offset = _next_member(f, chunk, offset, skip)
@@ -131,7 +131,7 @@ class _Stream:
                 chunk = b""
         if d is not None:
             self.breaks.append((self._pending, f"truncated gzip member at byte offset "
-                                f"{start} (the file ends inside it)"))
+                                f"{start} (the file ends inside it)", start))
 
     def fill(self) -> bool:
         """Read one more piece; False at the end of the file."""
@@ -167,7 +167,7 @@ class _Stream:
             del self.members[k]
 
     def break_in(self, start: int, end: int) -> tuple[int, str] | None:
-        for where, message in self.breaks:
+        for where, message, _ in self.breaks:
             if start < where <= end:
                 return where, message
         return None
@@ -221,11 +221,20 @@ def read_warc(path: str, kind: str, max_record: int, text_field: str = "text") -
         pos = 0
         number = 0
         reported = 0
+        charged = 0  # s.breaks[:charged] are accounted for
         while True:
             if s.bytes_read > reported:
                 yield s.bytes_read - reported
                 reported = s.bytes_read
             pos = _skip_blank(s, pos)
+            # A gzip member lost whole (it gave no bytes) lies between two records, where no
+            # record's check sees it: it is one bad record of its own.
+            while charged < len(s.breaks) and s.breaks[charged][0] <= (
+                    s.end if pos is None else pos):
+                _, message, offset = s.breaks[charged]
+                charged += 1
+                number += 1
+                yield Invalid(number, _break_reason(message), message, offset=offset)
             if pos is None:
                 break
             number += 1
@@ -243,6 +252,8 @@ def read_warc(path: str, kind: str, max_record: int, text_field: str = "text") -
                     yield event
                     break
                 resume = nxt
+                while charged < len(s.breaks) and s.breaks[charged][0] <= resume:
+                    charged += 1  # a break inside the bad record's span is that record's
             elif isinstance(event, Parsed) and text_field != "text":
                 event.data[text_field] = event.data.pop("text")
             yield event
