@@ -264,3 +264,34 @@ def test_wet_and_arc_archives(cli, tmp_path):
                       "content_type": "text/plain", "charset": "utf-8"}
     assert out[1]["url"] == "http://arc.org/" and out[1]["date"] == "2001-02-03T04:05:06Z"
     assert "A page from an ARC file." in out[1]["text"] and len(out) == 2
+
+
+def test_split_http_finds_the_header_end_by_crlf_or_bare_lf():
+    from llmtk.io.warc import MAX_HEADER, _split_http
+
+    body = b"<html>\n\nbody\r\n\r\nmore</html>"
+    status, headers, got = _split_http(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n" + body)
+    assert (status, headers, got) == (200, {"content-type": "text/html"}, body)
+    status, headers, got = _split_http(b"HTTP/1.0 404 No\nX-A: b\n\n" + body)  # bare LF
+    assert (status, headers, got) == (404, {"x-a": "b"}, body)
+    assert _split_http(b"HTTP/1.1 200 OK\r\nX: y\r\n" + body.replace(b"\n", b" "))[0] is None
+    long = b"HTTP/1.1 200 OK\r\nX: " + b"y" * MAX_HEADER + b"\r\n\r\n" + body
+    assert _split_http(long)[0] is None  # a header block longer than MAX_HEADER is not one
+
+
+def test_a_gzip_member_lost_whole_between_records_is_one_bad_record(cli, tmp_path):
+    recs = [record("response", f"http://m.org/{i}", page(f"Page {i}", "<p>Text.</p>").encode())
+            for i in range(3)]
+    data, offsets = members(recs)
+    broken = bytearray(data)
+    broken[offsets[1] + 12:offsets[1] + 20] = b"\xff" * 8  # the 2nd member: no byte comes out
+    f = tmp_path / "lost.warc.gz"
+    f.write_bytes(bytes(broken))
+    r = cli("cat", f, "--on-error", "skip", "--stats", tmp_path / "s.json", "-q")
+    assert r.exit_code == 0, r.output
+    assert [x["url"] for x in records(r.stdout)] == ["http://m.org/0", "http://m.org/2"]
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["records_in"] == 3 and s["errors"] == {"io.corrupt": 1}
+    r = cli("cat", f)
+    assert r.exit_code == 1
+    assert f"{f}: record 2 at byte offset {offsets[1]}: corrupt gzip member" in r.output

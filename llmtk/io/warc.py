@@ -30,8 +30,10 @@ from llmtk.io.record import Invalid, Parsed, Skipped
 
 CHUNK = 1 << 20
 MAX_HEADER = 64 << 10  # a WARC or HTTP header block longer than this is not one
-_HEADER = re.compile(rb"(?:^|\n)(WARC/1\.[01]\r?\n)")  # a record header line (resync)
-_ARC_HEADER = re.compile(rb"(?:^|\n)(\S+ \S+ \d{14} \S* \d+\n)")
+# A record header line, for resync: _Stream.find takes a match only at a line's start.
+# The WARC one opens with a literal, so the regex engine skips ahead by a fast search.
+_HEADER = re.compile(rb"WARC/1\.[01]\r?\n")
+_ARC_HEADER = re.compile(rb"(?m)^\S+ \S+ \d{14} \S* \d+\n")
 _ARC_LINE = re.compile(rb"(\S+) (\S+) (\d{14}) (\S*) (\d+)\n")
 
 
@@ -64,8 +66,8 @@ class _Stream:
 
     Positions are logical (offsets into the decompressed stream). `members` maps the
     logical start of each gzip member to its offset in the file (what Common Crawl's index
-    calls a record's offset); `breaks` holds (logical position, message) where bytes were
-    lost: a corrupt member, or the end of the file inside one.
+    calls a record's offset); `breaks` holds (logical position, message, member's offset in
+    the file) where bytes were lost: a corrupt member, or the end of the file inside one.
     """
 
     def __init__(self, f) -> None:
@@ -74,7 +76,7 @@ class _Stream:
         self.eof = False
         self.gzip = f.peek(2)[:2] == b"\x1f\x8b"
         self.members: dict[int, int] = {}
-        self.breaks: list[tuple[int, str]] = []
+        self.breaks: list[tuple[int, str, int]] = []
         self.bytes_read = 0  # decompressed bytes so far
         self._pending = 0  # logical bytes the piece generator has produced
         self._pieces = self._gzip_pieces(f) if self.gzip else self._plain_pieces(f)
@@ -110,7 +112,7 @@ class _Stream:
                 out = d.decompress(chunk)
             except zlib.error as e:
                 self.breaks.append((self._pending, f"corrupt gzip member at byte offset "
-                                    f"{start} ({e})"))
+                                    f"{start} ({e})", start))
                 # go on at the next gzip member header after the damaged member's start
                 skip = 1 if offset == start else 0
                 chunk, offset = _next_member(f, chunk, offset, skip)
@@ -129,7 +131,7 @@ class _Stream:
                 chunk = b""
         if d is not None:
             self.breaks.append((self._pending, f"truncated gzip member at byte offset "
-                                f"{start} (the file ends inside it)"))
+                                f"{start} (the file ends inside it)", start))
 
     def fill(self) -> bool:
         """Read one more piece; False at the end of the file."""
@@ -165,19 +167,20 @@ class _Stream:
             del self.members[k]
 
     def break_in(self, start: int, end: int) -> tuple[int, str] | None:
-        for where, message in self.breaks:
+        for where, message, _ in self.breaks:
             if start < where <= end:
                 return where, message
         return None
 
     def find(self, pattern: re.Pattern, start: int) -> int | None:
-        """Logical position of the first match of pattern's group 1 at or after `start`."""
+        """Logical position of the first match of pattern at or after `start` that begins a
+        line (or the window)."""
         while True:
-            m = pattern.search(self.buf, max(start - self.base - 1, 0))
-            while m is not None and m.start(1) + self.base < start:  # `^` at the window's start
-                m = pattern.search(self.buf, m.start(1) + 1)
+            m = pattern.search(self.buf, max(start - self.base, 0))
+            while m is not None and m.start() > 0 and self.buf[m.start() - 1] != 0x0A:
+                m = pattern.search(self.buf, m.start() + 1)
             if m is not None:
-                return m.start(1) + self.base
+                return m.start() + self.base
             start = max(start, self.end - 32)  # a header cut by the window's end is kept
             if len(self.buf) > 4 * CHUNK:  # scanning a long stretch: hold a bounded window
                 self.drop_before(start - 1)
@@ -218,11 +221,20 @@ def read_warc(path: str, kind: str, max_record: int, text_field: str = "text") -
         pos = 0
         number = 0
         reported = 0
+        charged = 0  # s.breaks[:charged] are accounted for
         while True:
             if s.bytes_read > reported:
                 yield s.bytes_read - reported
                 reported = s.bytes_read
             pos = _skip_blank(s, pos)
+            # A gzip member lost whole (it gave no bytes) lies between two records, where no
+            # record's check sees it: it is one bad record of its own.
+            while charged < len(s.breaks) and s.breaks[charged][0] <= (
+                    s.end if pos is None else pos):
+                _, message, offset = s.breaks[charged]
+                charged += 1
+                number += 1
+                yield Invalid(number, _break_reason(message), message, offset=offset)
             if pos is None:
                 break
             number += 1
@@ -240,6 +252,8 @@ def read_warc(path: str, kind: str, max_record: int, text_field: str = "text") -
                     yield event
                     break
                 resume = nxt
+                while charged < len(s.breaks) and s.breaks[charged][0] <= resume:
+                    charged += 1  # a break inside the bad record's span is that record's
             elif isinstance(event, Parsed) and text_field != "text":
                 event.data[text_field] = event.data.pop("text")
             yield event
@@ -266,10 +280,10 @@ def _header_end(s: _Stream, pos: int) -> int | None:
     """Logical position just after the blank line that ends a header block at pos."""
     start = pos
     while True:
-        i = s.buf.find(b"\r\n\r\n", start - s.base)
+        # search no further than MAX_HEADER: a header without its end would scan the window
+        i = s.buf.find(b"\r\n\r\n", start - s.base, pos - s.base + MAX_HEADER)
         if i >= 0:
-            end = i + s.base + 4
-            return end if end - pos <= MAX_HEADER else None
+            return i + s.base + 4
         if s.end - pos > MAX_HEADER:
             return None
         start = max(pos, s.end - 3)
@@ -463,9 +477,10 @@ def _payload(meta: dict, block: bytes, number: int, *, http: bool, content_type:
 
 
 def _split_http(block: bytes) -> tuple[int | None, dict[str, str], bytes]:
-    end = block.find(b"\r\n\r\n")
+    # both searches stop at MAX_HEADER: unbounded, a miss scans the whole payload
+    end = block.find(b"\r\n\r\n", 0, MAX_HEADER + 4)
     sep = 4
-    alt = block.find(b"\n\n")
+    alt = block.find(b"\n\n", 0, (MAX_HEADER if end < 0 else end) + 2)
     if end < 0 or 0 <= alt < end:
         end, sep = alt, 2
     if end < 0 or end > MAX_HEADER:
