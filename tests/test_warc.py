@@ -264,3 +264,14 @@ def test_wet_and_arc_archives(cli, tmp_path):
                       "content_type": "text/plain", "charset": "utf-8"}
     assert out[1]["url"] == "http://arc.org/" and out[1]["date"] == "2001-02-03T04:05:06Z"
     assert "A page from an ARC file." in out[1]["text"] and len(out) == 2
+
+
+def test_url_blocklist_prefixes_match_without_scheme_or_case(tmp_path):
+    from llmtk.clean.urls import UrlFilter, UrlRules
+
+    (tmp_path / "block.txt").write_text("bad.example\nhttp://ok.org/private/\n")
+    rules = UrlRules(UrlFilter(blocklist=str(tmp_path / "block.txt")))
+    assert rules.check("https://OK.org/private/page") == "url.blocked_domain"
+    assert rules.check("ftp://sub.bad.example/x") == "url.blocked_domain"
+    assert rules.check("https://ok.org/public/private/") is None
+    assert rules.check("not a url") is None  # no host: nothing to look up
