@@ -155,6 +155,13 @@ def test_each_secret_kind_is_replaced_by_its_placeholder(kind, line, secret):
     assert text.startswith("import os\n") and text.endswith("\nprint(os.name)\n")
 
 
+def test_only_the_kinds_asked_for_are_scrubbed():
+    both = SECRETS[0][1] + "\n" + SECRETS[3][1] + "\n"  # an AWS key, a GitHub token
+    text, counts = scrub_secrets(both, frozenset({"AWS_KEY"}))
+    assert counts == {"AWS_KEY": 1}
+    assert SECRETS[0][2] not in text and SECRETS[3][2] in text
+
+
 @pytest.mark.parametrize("newline", ["\n", "\\n"], ids=["lines", "escaped"])
 def test_a_private_key_goes_as_a_whole_block(newline):
     block, body = _key_block(newline)

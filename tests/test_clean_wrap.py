@@ -50,3 +50,14 @@ def test_web_text_and_lists_are_not_hard_wrapped():
     assert width(items.split("\n")) is None  # short lines, all of them ending a unit
     code = "\n".join(f"    x{i} = compute(x{i - 1}, {i})" for i in range(1, 30))
     assert width(code.split("\n")) is None
+
+
+def test_c4_removes_citations_from_the_lines_of_a_wrapped_paragraph():
+    paras = [p for p in ENGLISH.split("\n") if p.strip()]
+    paras[0] = paras[0].replace(". ", ". [12] ", 1)
+    text = wrap("\n".join(paras))
+    assert "[12]" in text
+    reason, doc = clean(text)
+    assert reason is None
+    assert "[12]" not in doc.text
+    assert doc.text.count("\n") == text.count("\n")  # the physical lines are kept

@@ -295,3 +295,14 @@ def test_a_gzip_member_lost_whole_between_records_is_one_bad_record(cli, tmp_pat
     r = cli("cat", f)
     assert r.exit_code == 1
     assert f"{f}: record 2 at byte offset {offsets[1]}: corrupt gzip member" in r.output
+
+
+def test_url_blocklist_prefixes_match_without_scheme_or_case(tmp_path):
+    from llmtk.clean.urls import UrlFilter, UrlRules
+
+    (tmp_path / "block.txt").write_text("bad.example\nhttp://ok.org/private/\n")
+    rules = UrlRules(UrlFilter(blocklist=str(tmp_path / "block.txt")))
+    assert rules.check("https://OK.org/private/page") == "url.blocked_domain"
+    assert rules.check("ftp://sub.bad.example/x") == "url.blocked_domain"
+    assert rules.check("https://ok.org/public/private/") is None
+    assert rules.check("not a url") is None  # no host: nothing to look up

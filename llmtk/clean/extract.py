@@ -36,6 +36,7 @@ BOILERPLATE = (
     ".navbar", ".navbox", ".pagination", ".menu", "#menu", ".footer", "#footer", ".skip-link",
     ".skiplink", ".cookie-banner", "#cookie-banner", ".share", ".social",
 )
+_BOILERPLATE = ", ".join(BOILERPLATE)  # one selector, joined once (not per page)
 # Rendered copies of math next to its source: KaTeX's HTML, MathJax's previews and output
 # (they hold glyphs, not the formula's text); the MathML or script beside them is kept.
 _RENDERED = (".katex-html, .MathJax_Preview, .MathJax, .MathJax_Display, .MathJax_SVG, "
@@ -90,7 +91,7 @@ def _prepare(page: str):
     body = tree.body
     if body is None:
         return tree
-    for node in body.query_selector_all(", ".join(BOILERPLATE)):
+    for node in body.query_selector_all(_BOILERPLATE):
         if node.parent is not None:
             node.parent.remove_child(node)
     has_math = "<math" in page or "katex" in page or "MathJax" in page or "mjx-" in page

@@ -546,7 +546,7 @@ class C4:
             gap = False
             if block is not None:
                 line = "\n".join(_CITATION.sub("", b.strip()) if self.remove_citations
-                                 else b.strip() for b in block)
+                                 and "[" in b else b.strip() for b in block)
             kept.append(line)
             n_kept += 1
         if vals is not None:

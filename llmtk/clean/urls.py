@@ -33,13 +33,14 @@ class UrlRules:
 
     def __init__(self, cfg: UrlFilter) -> None:
         self.domains: set[str] = set()
-        self.prefixes: list[str] = []
+        prefixes: list[str] = []
         for entry in _lines(cfg.blocklist, "url.blocklist"):
             entry = entry.lower()
             if "/" in entry:  # a URL (UT1's `urls` files): a prefix, scheme left out
-                self.prefixes.append(entry.split("://", 1)[-1])
+                prefixes.append(entry.split("://", 1)[-1])
             else:
                 self.domains.add(entry.lstrip("."))
+        self.prefixes = tuple(prefixes)  # str.startswith takes a tuple: one C call a URL
         substrings, regexes = [], []
         for entry in _lines(cfg.patterns, "url.patterns"):
             if entry.startswith("re:"):
@@ -56,18 +57,13 @@ class UrlRules:
         self.words = frozenset(w.lower() for w in _lines(cfg.banned_words, "url.banned_words"))
 
     def check(self, url: str) -> str | None:
-        try:
-            host = (urlsplit(url).hostname or "").rstrip(".")
-        except ValueError:
-            host = ""
-        if self.domains and host:
+        # the URL is parsed only when there are domains to look up
+        if self.domains and (host := _host(url)):
             labels = host.split(".")
             if any(".".join(labels[i:]) in self.domains for i in range(len(labels))):
                 return "url.blocked_domain"
-        if self.prefixes:
-            bare = url.lower().split("://", 1)[-1]
-            if any(bare.startswith(p) for p in self.prefixes):
-                return "url.blocked_domain"
+        if self.prefixes and url.lower().split("://", 1)[-1].startswith(self.prefixes):
+            return "url.blocked_domain"
         if self.pattern is not None and self.pattern.search(url):
             return "url.blocked_pattern"
         if self.words and not self.words.isdisjoint(_WORDS.split(url.lower())):
@@ -75,11 +71,15 @@ class UrlRules:
         return None
 
 
-def host_of(url: str) -> str:
+def _host(url: str) -> str:
     try:
-        return (urlsplit(url).hostname or "").rstrip(".") or "unknown"
+        return (urlsplit(url).hostname or "").rstrip(".")
     except ValueError:
-        return "unknown"
+        return ""
+
+
+def host_of(url: str) -> str:
+    return _host(url) or "unknown"
 
 
 def _lines(path: str, key: str) -> list[str]:

@@ -50,15 +50,16 @@ def width(lines: list[str]) -> int | None:
     w = sorted(sized)[int(0.9 * (len(sized) - 1))]
     if not MIN_WIDTH <= w <= MAX_WIDTH:
         return None
-    pairs = [(a, b) for a, b in zip(lines, lines[1:], strict=False) if a.strip() and b.strip()]
+    # (a line without its trailing blanks, the next line) for two non-blank lines in a row
+    pairs = [(a, b) for a, b in zip(map(str.rstrip, lines), lines[1:], strict=False)
+             if a.strip() and b.strip()]
     if len(pairs) < MIN_LINES // 2:
         return None
     # Filled: the next line's first word would not have fitted (greedy wrapping), give or
     # take SLACK columns (two spaces after a full stop, justified text). Verse is not.
-    full = sum(1 for a, b in pairs if len(a.rstrip()) + 1 + _first_word(b) > w - SLACK)
-    open_ = sum(1 for a, _ in pairs if not a.rstrip().endswith(_ENDS))
-    inner = pairs
-    if full < FULL_SHARE * len(inner) or open_ < OPEN_SHARE * len(inner):
+    full = sum(1 for a, b in pairs if len(a) + 1 + _first_word(b) > w - SLACK)
+    open_ = sum(1 for a, _ in pairs if not a.endswith(_ENDS))
+    if full < FULL_SHARE * len(pairs) or open_ < OPEN_SHARE * len(pairs):
         return None
     return w
 
@@ -83,7 +84,8 @@ def paragraphs(lines: list[str], w: int) -> list[tuple[str, list[str]]]:
         if filled and not new_para and not _ITEM.match(raw):
             text, block = out[-1]
             glue = "" if _CJK_END.search(text) and _CJK_START.match(line) else " "
-            out[-1] = (text + glue + line, [*block, raw])
+            block.append(raw)  # in place: copying it each line is quadratic in a paragraph
+            out[-1] = (text + glue + line, block)
         else:
             out.append((line, [raw]))
         prev, indent = len(raw.rstrip()), this

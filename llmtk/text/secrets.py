@@ -55,17 +55,22 @@ def _line_of(text: str, start: int, end: int) -> str:
     return text[text.rfind("\n", 0, start) + 1 : (text.find("\n", end) + 1 or len(text) + 1) - 1]
 
 
+@cache
+def _selected(only: frozenset[str] | None) -> tuple[tuple[Rule, bool], ...]:
+    """The rules of the kinds in `only` (every rule for None), each with whether its pattern
+    names the `secret` group: decided once, not per record and match."""
+    return tuple((r, "secret" in r.pattern.groupindex) for r in rules()
+                 if only is None or r.kind in only)
+
+
 def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, dict[str, int]]:
     """(text with secrets replaced by <KIND>, {kind: count}); `only` limits the kinds."""
     counts: dict[str, int] = {}
-    for rule in rules():
-        if only is not None and rule.kind not in only:
-            continue
+    for rule, named in _selected(only):
         if not any(k in text for k in rule.keywords):
             continue
 
-        def put(m: re.Match, rule: Rule = rule, text: str = text) -> str:
-            named = "secret" in rule.pattern.groupindex
+        def put(m: re.Match, rule: Rule = rule, named: bool = named, text: str = text) -> str:
             value = m.group("secret") if named else m.group()
             if rule.skip is not None and rule.skip.fullmatch(value):
                 return m.group()
