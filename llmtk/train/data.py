@@ -43,7 +43,7 @@ import xxhash
 from llmtk.errors import ConfigError, DataError
 from llmtk.io import expand_inputs, read_docs
 from llmtk.io.atomic import atomic_dir, pid_alive
-from llmtk.io.shard import RECORD_BITS, doc_key
+from llmtk.io.shard import RECORD_BITS, RECORD_MASK, doc_key
 
 CACHE_VERSION = 2  # 2: document boundaries and identities beside each shard
 SHARD_TOKENS = 1 << 26  # 64M tokens per shard file (128 MiB as uint16)
@@ -309,17 +309,25 @@ class Windows:
             raise IndexError(i)
         k, lo = self._where(i)
         index, ids = self._index(k)
-        hi, ends, out = lo + self.seq_len + 1, index[:, 0], []
-        d = int(np.searchsorted(ends, lo, side="right"))
-        while d < len(ends) and (start := int(ends[d - 1]) if d else 0) < hi:
-            key = int(index[d, 1])
-            ordinal = key >> RECORD_BITS
-            out.append({"id": orjson.loads(ids[d]) if ids[d] else None,
-                        "file": self.inputs[ordinal], "file_ordinal": ordinal,
-                        "record": key & ((1 << RECORD_BITS) - 1),
-                        "tokens": [max(lo, start) - start, min(hi, int(ends[d])) - start]})
-            d += 1
-        return out
+        return documents_in(index, lo, lo + self.seq_len + 1,
+                            lambda d: orjson.loads(ids[d]) if ids[d] else None, self.inputs)
+
+
+def documents_in(index, lo: int, hi: int, record_id, files) -> list[dict]:
+    """The documents whose tokens overlap tokens [lo, hi) of a stream, from its (D, 2)
+    document rows (end offset, doc key): id (record_id(d)), file (files[file ordinal]),
+    file_ordinal, record and tokens, the [first, last) span of the document's tokens taken
+    (EOS counted as its last token). Shared by the cache's shards and a dataset's parts."""
+    ends, out = index[:, 0], []
+    d = int(np.searchsorted(ends, lo, side="right"))
+    while d < len(ends) and (start := int(ends[d - 1]) if d else 0) < hi:
+        key = int(index[d, 1])
+        ordinal = key >> RECORD_BITS
+        out.append({"id": record_id(d), "file": files[ordinal], "file_ordinal": ordinal,
+                    "record": key & RECORD_MASK,
+                    "tokens": [max(lo, start) - start, min(hi, int(ends[d])) - start]})
+        d += 1
+    return out
 
 
 ORDER_IN_MEMORY = 1 << 24  # windows per epoch up to which the order is a permutation array

@@ -43,7 +43,6 @@ import xxhash
 from llmtk.errors import AlreadyDone, DataError, UsageError
 from llmtk.io import write_json_atomically
 from llmtk.io.atomic import atomic_dir, pid_alive
-from llmtk.io.shard import RECORD_BITS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,7 +54,6 @@ VERSION = 1
 EOS_POLICY = "after-each-document"
 BATCH_BYTES = 1 << 20  # text per encode batch: what bounds a task's memory (with its tokens)
 BATCH_DOCS = 1024
-RECORD_MASK = (1 << RECORD_BITS) - 1
 
 
 def part_name(k: int, n: int) -> str:
@@ -330,28 +328,15 @@ class TokenDataset:
         """The documents that tokens [start, stop) of the dataset's stream come from: each
         with its file, record, id and the span of its tokens taken ([first, last) offsets
         within the document, EOS counted as its last token)."""
-        import numpy as np
+        from llmtk.train.data import documents_in
 
         out, base = [], 0
         for part in self.parts:
             n = int(part.manifest["tokens"])
-            lo, hi = max(start, base), min(stop, base + n)
-            if lo < hi:
-                index = part.index()
-                ends = index[:, 0]
-                d = int(np.searchsorted(ends, lo - base, side="right"))
-                while d < len(ends):
-                    doc_start = int(ends[d - 1]) if d else 0
-                    if doc_start + base >= hi:
-                        break
-                    key = int(index[d, 1])
-                    ordinal = key >> RECORD_BITS
-                    files = {f["ordinal"]: f["path"] for f in part.manifest["files"]}
-                    out.append({"id": part.record_id(d), "file": files[ordinal],
-                                "file_ordinal": ordinal, "record": key & RECORD_MASK,
-                                "tokens": [max(lo - base, doc_start) - doc_start,
-                                           min(hi - base, int(ends[d])) - doc_start]})
-                    d += 1
+            if max(start, base) < min(stop, base + n):
+                files = {f["ordinal"]: f["path"] for f in part.manifest["files"]}
+                out += documents_in(part.index(), max(start, base) - base,
+                                    min(stop, base + n) - base, part.record_id, files)
             base += n
         return out
 
