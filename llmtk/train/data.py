@@ -268,10 +268,11 @@ class Windows:
         return cls(shards, per, seq_len, paths, inputs)
 
     def __len__(self) -> int:
-        return sum(self.per_shard)
+        return self._n
 
     def __post_init__(self):
         self._starts = np.cumsum([0, *self.per_shard])  # first window of each shard
+        self._n = int(self._starts[-1])  # len(): asked twice per window read
         self._docs: dict[int, tuple] = {}  # shard -> its document rows and ids (documents)
 
     def get(self, i: int) -> np.ndarray:
