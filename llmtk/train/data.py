@@ -397,6 +397,15 @@ class Batches:
         return self.split(self.rows(position))  # type: ignore[attr-defined]
 
     @staticmethod
+    def stack(windows: list) -> np.ndarray:
+        """(B, T + 1) int64 rows from B windows of uint16/uint32 tokens, in one copy (not
+        np.stack's, then astype's)."""
+        out = np.empty((len(windows), len(windows[0])), dtype=np.int64)
+        for j, w in enumerate(windows):
+            out[j] = w
+        return out
+
+    @staticmethod
     def split(t):
         """rows (B, T + 1) -> the model's inputs (x, y); SFTSampler adds the example ids."""
         return t[:, :-1], t[:, 1:]
@@ -438,8 +447,8 @@ class Sampler(Batches):
         import torch
 
         start = position + self.rank * self.B
-        rows = np.stack([self.w.get(self._index(start + j)) for j in range(self.B)])
-        return torch.from_numpy(rows.astype(np.int64))
+        return torch.from_numpy(self.stack([self.w.get(self._index(start + j))
+                                            for j in range(self.B)]))
 
 
 
