@@ -139,22 +139,11 @@ class _PartWriter:
             f.close()
 
 
-def _encoder(tok):
-    """texts -> token id lists, through the tokenizer's own batch encoder (the `tokenizers`
-    library runs a batch on its thread pool: --workers threads)."""
-    from llmtk.text.tokenizer import encode_batch
-
-    if getattr(tok, "name", "") == "bytes":  # one bytes object per document, no int lists
-        import numpy as np
-
-        return lambda texts: [np.frombuffer(t.encode("utf-8", "surrogatepass"), np.uint8)
-                              for t in texts]
-    return lambda texts: encode_batch(tok, texts)
-
-
 def tokenize_task(run: StreamRun, tok, out_dir: str) -> dict:
     """Task K of N (run.opts.shard): tokenize its own files into OUT/part-K-of-N/."""
     import numpy as np
+
+    from llmtk.text.tokenizer import encode_batch
 
     if "-" in run.all_paths:
         raise UsageError("train tokenize: give files, directories or globs, not stdin (a "
@@ -173,13 +162,13 @@ def tokenize_task(run: StreamRun, tok, out_dir: str) -> dict:
     # rename wrote, before its marker); removed on any failure.
     with atomic_dir(final, tmp, replace=True):
         writer = _PartWriter(tmp, meta["dtype"])
-        encode = _encoder(tok)
         batch: list = []
         size = 0
 
         def flush() -> None:
             keys = run.doc_keys(np.fromiter((d.index for d in batch), np.int64, len(batch)))
-            writer.add(encode([d.text for d in batch]), keys, [d.id for d in batch], tok.eos_id)
+            writer.add(encode_batch(tok, [d.text for d in batch]), keys, [d.id for d in batch],
+                       tok.eos_id)
             run.summary.records_out += len(batch)
             batch.clear()
 
