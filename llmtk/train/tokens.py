@@ -317,17 +317,28 @@ class TokenDataset:
         """The documents that tokens [start, stop) of the dataset's stream come from: each
         with its file, record, id and the span of its tokens taken ([first, last) offsets
         within the document, EOS counted as its last token)."""
+        import numpy as np
+
         from llmtk.train.data import documents_in
 
-        out, base = [], 0
-        for part in self.parts:
-            n = int(part.manifest["tokens"])
-            if max(start, base) < min(stop, base + n):
+        bases = self._bases()
+        out, k = [], max(0, int(np.searchsorted(bases, start, side="right")) - 1)
+        while k < len(self.parts) and bases[k] < stop:  # the parts [start, stop) overlaps
+            part, base, end = self.parts[k], int(bases[k]), int(bases[k + 1])
+            if max(start, base) < min(stop, end):
                 files = {f["ordinal"]: f["path"] for f in part.manifest["files"]}
                 out += documents_in(part.index(), max(start, base) - base,
-                                    min(stop, base + n) - base, part.record_id, files)
-            base += n
+                                    min(stop, end) - base, part.record_id, files)
+            k += 1
         return out
+
+    def _bases(self):
+        """(parts + 1,) the stream offset where each part starts, and the total."""
+        import numpy as np
+
+        if getattr(self, "_starts", None) is None:
+            self._starts = np.cumsum([0, *(int(p.manifest["tokens"]) for p in self.parts)])
+        return self._starts
 
 
 class StreamWindows:
