@@ -102,7 +102,11 @@ def test_a_window_maps_back_to_its_documents(inputs, tmp_path):
     tok = load_tokenizer("bytes")
     for ds in (one, TokenDataset.open(str(tmp_path / "ds3"))):
         windows = ds.windows(64)
-        for i in (0, 5, len(windows) // 2, len(windows) - 1):
+        # and the windows that straddle a part boundary (the 3-task dataset's)
+        bounds = np.cumsum([p.manifest["tokens"] for p in ds.parts])[:-1]
+        straddle = [i for i in {int(b) // 64 for b in bounds} if i < len(windows)]
+        assert len(straddle) == len(ds.parts) - 1
+        for i in (0, 5, len(windows) // 2, len(windows) - 1, *straddle):
             lo, hi = windows.token_range(i)
             got = []
             for doc in ds.documents(lo, hi):  # read the record back from its file

@@ -24,6 +24,7 @@ from typing import Any
 import xxhash
 
 RECORD_BITS = 40  # doc_key: file ordinal in the high 24 bits, record ordinal in the low 40
+RECORD_MASK = (1 << RECORD_BITS) - 1  # a doc_key's record ordinal
 
 
 def shard_key(record_id: Any, index: int) -> bytes:

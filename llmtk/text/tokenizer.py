@@ -31,6 +31,12 @@ class ByteTokenizer:
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8", "surrogatepass"))
 
+    def encode_batch(self, texts: list[str]) -> list:
+        """encode's ids as one uint8 array per text (its UTF-8 bytes), no int lists."""
+        import numpy as np
+
+        return [np.frombuffer(t.encode("utf-8", "surrogatepass"), np.uint8) for t in texts]
+
     def decode(self, ids: Iterable[int]) -> str:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", "replace")
 
@@ -90,9 +96,10 @@ def load_tokenizer(spec: str | None) -> Tokenizer:
     return HFTokenizer(spec)
 
 
-def encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
-    """Encode many texts at once (the `tokenizers` library parallelises batches)."""
-    if isinstance(tok, HFTokenizer):
+def encode_batch(tok: Tokenizer, texts: list[str]) -> list:
+    """Encode many texts at once (the `tokenizers` library parallelises batches; the byte
+    tokenizer gives arrays): a sequence of ids per text."""
+    if isinstance(tok, HFTokenizer | ByteTokenizer):
         return tok.encode_batch(texts)
     return [tok.encode(t) for t in texts]
 

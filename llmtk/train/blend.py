@@ -129,10 +129,8 @@ class BlendSampler(Batches):
     def windows_at(self, position: int):
         """(B, T + 1) int64 array: this rank's windows of the job-wide micro-batch that
         starts at window `position` (rank r takes its B windows after r * B)."""
-        import numpy as np
-
         start = position + self.rank * self.B
-        return np.stack([self.window(start + j) for j in range(self.B)]).astype(np.int64)
+        return self.stack([self.window(start + j) for j in range(self.B)])
 
     def rows(self, position: int):
         """windows_at as a tensor."""

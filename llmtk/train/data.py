@@ -43,7 +43,7 @@ import xxhash
 from llmtk.errors import ConfigError, DataError
 from llmtk.io import expand_inputs, read_docs
 from llmtk.io.atomic import atomic_dir, pid_alive
-from llmtk.io.shard import RECORD_BITS, doc_key
+from llmtk.io.shard import RECORD_BITS, RECORD_MASK, doc_key
 
 CACHE_VERSION = 2  # 2: document boundaries and identities beside each shard
 SHARD_TOKENS = 1 << 26  # 64M tokens per shard file (128 MiB as uint16)
@@ -268,10 +268,11 @@ class Windows:
         return cls(shards, per, seq_len, paths, inputs)
 
     def __len__(self) -> int:
-        return sum(self.per_shard)
+        return self._n
 
     def __post_init__(self):
         self._starts = np.cumsum([0, *self.per_shard])  # first window of each shard
+        self._n = int(self._starts[-1])  # len(): asked twice per window read
         self._docs: dict[int, tuple] = {}  # shard -> its document rows and ids (documents)
 
     def get(self, i: int) -> np.ndarray:
@@ -309,17 +310,25 @@ class Windows:
             raise IndexError(i)
         k, lo = self._where(i)
         index, ids = self._index(k)
-        hi, ends, out = lo + self.seq_len + 1, index[:, 0], []
-        d = int(np.searchsorted(ends, lo, side="right"))
-        while d < len(ends) and (start := int(ends[d - 1]) if d else 0) < hi:
-            key = int(index[d, 1])
-            ordinal = key >> RECORD_BITS
-            out.append({"id": orjson.loads(ids[d]) if ids[d] else None,
-                        "file": self.inputs[ordinal], "file_ordinal": ordinal,
-                        "record": key & ((1 << RECORD_BITS) - 1),
-                        "tokens": [max(lo, start) - start, min(hi, int(ends[d])) - start]})
-            d += 1
-        return out
+        return documents_in(index, lo, lo + self.seq_len + 1,
+                            lambda d: orjson.loads(ids[d]) if ids[d] else None, self.inputs)
+
+
+def documents_in(index, lo: int, hi: int, record_id, files) -> list[dict]:
+    """The documents whose tokens overlap tokens [lo, hi) of a stream, from its (D, 2)
+    document rows (end offset, doc key): id (record_id(d)), file (files[file ordinal]),
+    file_ordinal, record and tokens, the [first, last) span of the document's tokens taken
+    (EOS counted as its last token). Shared by the cache's shards and a dataset's parts."""
+    ends, out = index[:, 0], []
+    d = int(np.searchsorted(ends, lo, side="right"))
+    while d < len(ends) and (start := int(ends[d - 1]) if d else 0) < hi:
+        key = int(index[d, 1])
+        ordinal = key >> RECORD_BITS
+        out.append({"id": record_id(d), "file": files[ordinal], "file_ordinal": ordinal,
+                    "record": key & RECORD_MASK,
+                    "tokens": [max(lo, start) - start, min(hi, int(ends[d])) - start]})
+        d += 1
+    return out
 
 
 ORDER_IN_MEMORY = 1 << 24  # windows per epoch up to which the order is a permutation array
@@ -388,6 +397,15 @@ class Batches:
         return self.split(self.rows(position))  # type: ignore[attr-defined]
 
     @staticmethod
+    def stack(windows: list) -> np.ndarray:
+        """(B, T + 1) int64 rows from B windows of uint16/uint32 tokens, in one copy (not
+        np.stack's, then astype's)."""
+        out = np.empty((len(windows), len(windows[0])), dtype=np.int64)
+        for j, w in enumerate(windows):
+            out[j] = w
+        return out
+
+    @staticmethod
     def split(t):
         """rows (B, T + 1) -> the model's inputs (x, y); SFTSampler adds the example ids."""
         return t[:, :-1], t[:, 1:]
@@ -429,8 +447,8 @@ class Sampler(Batches):
         import torch
 
         start = position + self.rank * self.B
-        rows = np.stack([self.w.get(self._index(start + j)) for j in range(self.B)])
-        return torch.from_numpy(rows.astype(np.int64))
+        return torch.from_numpy(self.stack([self.w.get(self._index(start + j))
+                                            for j in range(self.B)]))
 
 
 

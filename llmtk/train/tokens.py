@@ -43,7 +43,6 @@ import xxhash
 from llmtk.errors import AlreadyDone, DataError, UsageError
 from llmtk.io import write_json_atomically
 from llmtk.io.atomic import atomic_dir, pid_alive
-from llmtk.io.shard import RECORD_BITS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,7 +54,6 @@ VERSION = 1
 EOS_POLICY = "after-each-document"
 BATCH_BYTES = 1 << 20  # text per encode batch: what bounds a task's memory (with its tokens)
 BATCH_DOCS = 1024
-RECORD_MASK = (1 << RECORD_BITS) - 1
 
 
 def part_name(k: int, n: int) -> str:
@@ -141,22 +139,11 @@ class _PartWriter:
             f.close()
 
 
-def _encoder(tok):
-    """texts -> token id lists, through the tokenizer's own batch encoder (the `tokenizers`
-    library runs a batch on its thread pool: --workers threads)."""
-    from llmtk.text.tokenizer import encode_batch
-
-    if getattr(tok, "name", "") == "bytes":  # one bytes object per document, no int lists
-        import numpy as np
-
-        return lambda texts: [np.frombuffer(t.encode("utf-8", "surrogatepass"), np.uint8)
-                              for t in texts]
-    return lambda texts: encode_batch(tok, texts)
-
-
 def tokenize_task(run: StreamRun, tok, out_dir: str) -> dict:
     """Task K of N (run.opts.shard): tokenize its own files into OUT/part-K-of-N/."""
     import numpy as np
+
+    from llmtk.text.tokenizer import encode_batch
 
     if "-" in run.all_paths:
         raise UsageError("train tokenize: give files, directories or globs, not stdin (a "
@@ -175,13 +162,13 @@ def tokenize_task(run: StreamRun, tok, out_dir: str) -> dict:
     # rename wrote, before its marker); removed on any failure.
     with atomic_dir(final, tmp, replace=True):
         writer = _PartWriter(tmp, meta["dtype"])
-        encode = _encoder(tok)
         batch: list = []
         size = 0
 
         def flush() -> None:
             keys = run.doc_keys(np.fromiter((d.index for d in batch), np.int64, len(batch)))
-            writer.add(encode([d.text for d in batch]), keys, [d.id for d in batch], tok.eos_id)
+            writer.add(encode_batch(tok, [d.text for d in batch]), keys, [d.id for d in batch],
+                       tok.eos_id)
             run.summary.records_out += len(batch)
             batch.clear()
 
@@ -332,28 +319,26 @@ class TokenDataset:
         within the document, EOS counted as its last token)."""
         import numpy as np
 
-        out, base = [], 0
-        for part in self.parts:
-            n = int(part.manifest["tokens"])
-            lo, hi = max(start, base), min(stop, base + n)
-            if lo < hi:
-                index = part.index()
-                ends = index[:, 0]
-                d = int(np.searchsorted(ends, lo - base, side="right"))
-                while d < len(ends):
-                    doc_start = int(ends[d - 1]) if d else 0
-                    if doc_start + base >= hi:
-                        break
-                    key = int(index[d, 1])
-                    ordinal = key >> RECORD_BITS
-                    files = {f["ordinal"]: f["path"] for f in part.manifest["files"]}
-                    out.append({"id": part.record_id(d), "file": files[ordinal],
-                                "file_ordinal": ordinal, "record": key & RECORD_MASK,
-                                "tokens": [max(lo - base, doc_start) - doc_start,
-                                           min(hi - base, int(ends[d])) - doc_start]})
-                    d += 1
-            base += n
+        from llmtk.train.data import documents_in
+
+        bases = self._bases()
+        out, k = [], max(0, int(np.searchsorted(bases, start, side="right")) - 1)
+        while k < len(self.parts) and bases[k] < stop:  # the parts [start, stop) overlaps
+            part, base, end = self.parts[k], int(bases[k]), int(bases[k + 1])
+            if max(start, base) < min(stop, end):
+                files = {f["ordinal"]: f["path"] for f in part.manifest["files"]}
+                out += documents_in(part.index(), max(start, base) - base,
+                                    min(stop, end) - base, part.record_id, files)
+            k += 1
         return out
+
+    def _bases(self):
+        """(parts + 1,) the stream offset where each part starts, and the total."""
+        import numpy as np
+
+        if getattr(self, "_starts", None) is None:
+            self._starts = np.cumsum([0, *(int(p.manifest["tokens"]) for p in self.parts)])
+        return self._starts
 
 
 class StreamWindows:
