@@ -47,7 +47,7 @@ from llmtk.dedup.stream import ClusterLog, settle_duplicate, signature_batches
 from llmtk.errors import AlreadyDone, ConfigError, DataError, UsageError
 from llmtk.io import StreamRun, write_json_atomically
 from llmtk.io.atomic import atomic_dir, atomic_file, write_file_atomically
-from llmtk.io.shard import RECORD_BITS
+from llmtk.io.shard import RECORD_BITS, RECORD_MASK
 
 if TYPE_CHECKING:
     import numpy as np
@@ -59,7 +59,6 @@ VERSION = 2
 RUN_DOCS = 1 << 20  # documents per sorted run of a signature task (16 B per key and band)
 WINDOW = 1 << 22  # (key, document) pairs per merge window of a bucket unit (~100 MB)
 VERIFY_EDGES = 1 << 19  # --verify: edges checked at a time (~150 MB of low bytes)
-RECORD_MASK = (1 << RECORD_BITS) - 1
 
 
 def _part(k: int, n: int) -> str:

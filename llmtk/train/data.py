@@ -398,9 +398,9 @@ class Batches:
 
     @staticmethod
     def stack(windows: list) -> np.ndarray:
-        """(B, T + 1) int64 rows from B windows of uint16/uint32 tokens, in one copy (not
-        np.stack's, then astype's)."""
-        out = np.empty((len(windows), len(windows[0])), dtype=np.int64)
+        """(B, ...) int64 rows from B windows of uint16/uint32 tokens (each (T + 1,), or
+        (3, T + 1) for SFT's packed rows), in one copy (not np.stack's, then astype's)."""
+        out = np.empty((len(windows), *np.shape(windows[0])), dtype=np.int64)
         for j, w in enumerate(windows):
             out[j] = w
         return out

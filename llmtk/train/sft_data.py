@@ -159,15 +159,8 @@ def build_rows(convs: list[tuple[str, list[dict]]], chat, seq_len: int, pad_id: 
 
 
 class SFTSampler(Sampler):
-    """The pre-training `Sampler` over packed rows; batches are (x, y, doc)."""
-
-    def rows(self, position: int):
-        """(B, 3, T + 1) int64: tokens, trained flags and example ids of this rank's rows."""
-        import torch
-
-        start = position + self.rank * self.B
-        rows = np.stack([self.w.get(self._index(start + j)) for j in range(self.B)])
-        return torch.from_numpy(rows.astype(np.int64))
+    """The pre-training `Sampler` over packed rows: its rows are (B, 3, T + 1) int64
+    (tokens, trained flags, example ids); batches are (x, y, doc)."""
 
     @staticmethod
     def split(t):
