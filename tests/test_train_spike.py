@@ -135,6 +135,37 @@ def test_an_old_cache_beside_a_new_one_is_noticed_in_one_line(tmp_path):
     assert json.loads(open(os.path.join(built, "meta.json")).read())["version"] == CACHE_VERSION
 
 
+def test_resuming_a_run_begun_on_an_older_cache_of_the_same_data_gives_no_warning(tmp_path):
+    """The cache of the same inputs is rebuilt under a new CACHE_VERSION with a new name;
+    a checkpoint naming the old one resumes on the same data, silently."""
+    from llmtk.text.tokenizer import ByteTokenizer
+    from llmtk.train.checkpointer import check_shape
+    from llmtk.train.data import build_cache, cache_key
+    from llmtk.train.model_config import ModelConfig
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"text": f"document {i} " * 5}) + "\n"
+                            for i in range(20)))
+    tok = ByteTokenizer()
+    built = build_cache([str(data)], [], tok, str(tmp_path / "cache"))
+    mcfg = ModelConfig(vocab_size=tok.vocab_size, seq_len=16, n_layer=1, n_head=2, d_model=16)
+
+    def warnings(saved_cache: str) -> list[str]:
+        said: list[str] = []
+        state = {"model_config": mcfg.to_dict(), "seq_len": 16, "windows_per_step": 4,
+                 "world_size": 1, "data_cache": saved_cache}
+        check_shape(state, "ckpt", mcfg, say=said.append, for_init=False,
+                    windows_per_step=4, world=1, cache=built)
+        return said
+
+    v1 = cache_key([str(data)], [], tok.fingerprint(), "text", 0.0, version=1)
+    assert v1 != os.path.basename(built)
+    assert warnings(v1) == [] and warnings(os.path.basename(built)) == []
+    other = cache_key([str(data)], [], tok.fingerprint(), "content", 0.0, version=1)
+    assert warnings(other) == ["warning: resuming ckpt on different data (the data position "
+                               "is kept)"]
+
+
 def test_nan_findings_name_their_step_and_only_for_an_llmtk_run(tmp_path):
     rows = [{"step": s, "loss": "NaN" if s == 7 else 4 - s / 10, "grad_norm": 1.0}
             for s in range(1, 13)]

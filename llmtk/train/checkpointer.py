@@ -349,7 +349,9 @@ def check_shape(state: dict, path: str, mcfg, *, say: Callable[[str], None], for
             f"{windows_per_step} x {mcfg.seq_len} (world size {world}). "
             "Keep batch-size x processes x grad-accum unchanged, or use --resume never",
             exit_code=2)
-    if state["data_cache"] != os.path.basename(cache):
+    from llmtk.train.data import cache_names
+
+    if state["data_cache"] not in cache_names(cache):
         say(f"warning: resuming {path} on different data (the data position is kept)")
 
 

@@ -58,9 +58,9 @@ def _input_identity(paths: list[str]) -> list:
 
 
 def cache_key(train_paths: list[str], val_paths: list[str], tokenizer_fp: str, text_field: str,
-              val_fraction: float) -> str:
+              val_fraction: float, version: int = CACHE_VERSION) -> str:
     spec = {
-        "version": CACHE_VERSION, "train": _input_identity(train_paths),
+        "version": version, "train": _input_identity(train_paths),
         "val": _input_identity(val_paths), "tokenizer": tokenizer_fp, "text_field": text_field,
         "val_fraction": val_fraction,
     }
@@ -235,6 +235,17 @@ def _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fra
         json.dump(meta, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
+
+
+def cache_names(cache: str) -> set[str]:
+    """The names the same data had: this cache's, and those the same inputs had under every
+    earlier CACHE_VERSION (a run resumed after the cache was rebuilt has the same data)."""
+    names = {os.path.basename(cache)}
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        m = read_meta(cache)
+        names |= {cache_key(m["inputs"], m["val_inputs"], m["tokenizer"], m["text_field"],
+                            m["val_fraction"], version=v) for v in range(1, CACHE_VERSION)}
+    return names
 
 
 def read_meta(cache_dir: str) -> dict:
