@@ -279,6 +279,29 @@ def test_split_http_finds_the_header_end_by_crlf_or_bare_lf():
     assert _split_http(long)[0] is None  # a header block longer than MAX_HEADER is not one
 
 
+def test_records_written_with_bare_lf_line_ends_are_read(cli, tmp_path):
+    """Some writers (and hand-made archives) end lines with LF alone: the WARC header, its
+    blank line and the record separator. Every record comes out, none is counted bad."""
+    def bare_lf(url: str, title: str) -> bytes:
+        block = (b"HTTP/1.1 200 OK\nContent-Type: text/html; charset=utf-8\n\n"
+                 + page(title, f"<p>{title} is the body of this page.</p>").encode())
+        head = (f"WARC/1.0\nWARC-Type: response\nWARC-Target-URI: {url}\n"
+                f"WARC-Date: 2024-01-01T00:00:00Z\nWARC-Record-ID: <urn:uuid:{title}>\n"
+                f"Content-Type: application/http; msgtype=response\n"
+                f"Content-Length: {len(block)}\n\n").encode()
+        return head + block + b"\n\n"
+
+    f = tmp_path / "lf.warc"
+    f.write_bytes(bare_lf("http://a.org/", "First") + bare_lf("http://b.org/", "Second"))
+    r = cli("cat", f, "--stats", tmp_path / "s.json", "-q")
+    assert r.exit_code == 0, r.output
+    out = records(r.stdout)
+    assert [o["url"] for o in out] == ["http://a.org/", "http://b.org/"]
+    assert "Second is the body" in out[1]["text"]
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["errors"] == {} and s["records_in"] == s["records_out"] == 2
+
+
 def test_a_gzip_member_lost_whole_between_records_is_one_bad_record(cli, tmp_path):
     recs = [record("response", f"http://m.org/{i}", page(f"Page {i}", "<p>Text.</p>").encode())
             for i in range(3)]

@@ -277,11 +277,16 @@ def _skip_blank(s: _Stream, pos: int) -> int | None:
 
 
 def _header_end(s: _Stream, pos: int) -> int | None:
-    """Logical position just after the blank line that ends a header block at pos."""
+    """Logical position just after the blank line that ends a header block at pos: CRLF
+    CRLF as the standard says, or LF LF as some writers (and hand-made archives) have it."""
     start = pos
     while True:
         # search no further than MAX_HEADER: a header without its end would scan the window
-        i = s.buf.find(b"\r\n\r\n", start - s.base, pos - s.base + MAX_HEADER)
+        stop = pos - s.base + MAX_HEADER
+        i = s.buf.find(b"\r\n\r\n", start - s.base, stop)
+        j = s.buf.find(b"\n\n", start - s.base, stop if i < 0 else i)
+        if j >= 0:
+            return j + s.base + 2
         if i >= 0:
             return i + s.base + 4
         if s.end - pos > MAX_HEADER:
