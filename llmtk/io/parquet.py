@@ -31,7 +31,6 @@ from collections.abc import Iterator
 import orjson
 
 from llmtk.errors import DataError, LlmtkError, UsageError
-from llmtk.io.compression import peek
 
 PARQUET_MAGIC = b"PAR1"
 ARROW_STREAM_MAGIC = b"\xff\xff\xff\xff"
@@ -41,12 +40,9 @@ ROW_GROUP_BYTES = 64 << 20
 BATCH_ROWS = 4096  # rows per record batch read (a row group is read a batch at a time)
 
 
-def columnar_kind(path: str) -> str | None:
-    """'parquet', 'arrow-stream' or 'arrow-file' from a file's first bytes, else None
-    (Parquet needs seeking anyway, so only regular files can be one)."""
-    head = peek(path, 8)
-    if head is None:
-        return None
+def columnar_kind(head: bytes) -> str | None:
+    """'parquet', 'arrow-stream' or 'arrow-file' from a regular file's first bytes (see
+    compression.peek: Parquet needs seeking anyway, so only regular files can be one)."""
     if head.startswith(PARQUET_MAGIC):
         return "parquet"
     if head.startswith(ARROW_STREAM_MAGIC):

@@ -20,7 +20,14 @@ from collections.abc import Callable, Iterator
 import orjson
 
 from llmtk.errors import DataError, UsageError
-from llmtk.io.compression import CHUNK, CorruptInput, TruncatedInput, iter_decompressed, open_binary
+from llmtk.io.compression import (
+    CHUNK,
+    CorruptInput,
+    TruncatedInput,
+    iter_decompressed,
+    open_binary,
+    peek,
+)
 from llmtk.io.parquet import columnar_kind, columnar_records, hf_dataset_files
 from llmtk.io.record import BadRecord, Doc, Invalid, Parsed, Skipped
 from llmtk.io.shard import in_shard
@@ -316,12 +323,15 @@ def read_docs(
 
 def _record_source(path: str, text_field: str, max_record: int) -> Iterator | None:
     """The events of a file that is not JSON Lines (by content), or None."""
-    kind = columnar_kind(path)
+    head = peek(path, 512)  # one read of the first bytes decides the format
+    if head is None:
+        return None
+    kind = columnar_kind(head)
     if kind is not None:
         return columnar_records(path, kind)
     from llmtk.io.warc import read_warc, warc_kind
 
-    kind = warc_kind(path)
+    kind = warc_kind(head)
     if kind is not None:
         return read_warc(path, kind, max_record, text_field)
     return None

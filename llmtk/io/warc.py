@@ -25,7 +25,6 @@ import re
 import zlib
 from collections.abc import Iterator
 
-from llmtk.io.compression import peek
 from llmtk.io.record import Invalid, Parsed, Skipped
 
 CHUNK = 1 << 20
@@ -40,11 +39,8 @@ _ARC_LINE = re.compile(rb"(\S+) (\S+) (\d{14}) (\S*) (\d+)\n")
 # ------------------------------------------------------------------ detection
 
 
-def warc_kind(path: str) -> str | None:
+def warc_kind(head: bytes) -> str | None:
     """'warc' or 'arc' from a regular file's first bytes (gzip or plain), else None."""
-    head = peek(path, 512)
-    if head is None:
-        return None
     if head.startswith(b"\x1f\x8b"):
         try:
             head = zlib.decompressobj(wbits=31).decompress(head, 64)
