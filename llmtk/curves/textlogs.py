@@ -81,6 +81,9 @@ PATTERNS: list[tuple[str, re.Pattern, dict[str, str]]] = [
      {"loss": r"\bloss\s*[:=]?", "lr": r"\b(?:lr|learning rate)\s*[:=]?",
       "grad_norm": r"\bgrad[_ ]?norm\s*[:=]?"}),
 ]
+# The last pattern is the generic one: a line no named trainer's format matches is tried
+# as `key: value` pairs first (they name their keys), then as free text.
+NAMED, (GENERIC,) = PATTERNS[:-1], PATTERNS[-1:]
 
 
 # the dict HF Trainer prints at each logging step; newer versions quote the numbers
@@ -168,6 +171,14 @@ def _kv_row(line: str) -> tuple[dict, str, dict[str, str]] | None:
     return row, step_key, losses
 
 
+def _first_match(line: str, patterns) -> tuple[str, re.Match, dict[str, str]] | None:
+    """(format, step match, field patterns) of the first pattern whose step regex matches."""
+    for fmt, step_re, names in patterns:
+        if m := step_re.search(line):
+            return fmt, m, names
+    return None
+
+
 def text_rows(text: str) -> tuple[list[dict], str | None, list[str]]:
     """(rows, name of the format that matched most lines, notes on how it was read)."""
     rows: list[dict] = []
@@ -185,21 +196,22 @@ def text_rows(text: str) -> tuple[list[dict], str | None, list[str]]:
             rows.append({"step": hf_step, **d})
             counts["HF Trainer stdout"] = counts.get("HF Trainer stdout", 0) + 1
             continue
-        for fmt, step_re, names in PATTERNS:
-            if fmt == "text" and (kv := _kv_row(line)) is not None:
-                row, step_key, losses = kv
+        hit = _first_match(line, NAMED)
+        if hit is None and (kv := _kv_row(line)) is not None:
+            row, step_key, losses = kv
+            rows.append(row)
+            kv_rows.append(row)
+            sig = (step_key, tuple(sorted(losses.items())))
+            kv_keys[sig] = kv_keys.get(sig, 0) + 1
+            counts["key: value"] = counts.get("key: value", 0) + 1
+            continue
+        hit = hit or _first_match(line, [GENERIC])
+        if hit is not None:
+            fmt, m, names = hit
+            row = {"step": int(m.group(1)), **_fields(line, names)}
+            if len(row) > 1:
                 rows.append(row)
-                kv_rows.append(row)
-                sig = (step_key, tuple(sorted(losses.items())))
-                kv_keys[sig] = kv_keys.get(sig, 0) + 1
-                counts["key: value"] = counts.get("key: value", 0) + 1
-                break
-            if m := step_re.search(line):
-                row = {"step": int(m.group(1)), **_fields(line, names)}
-                if len(row) > 1:
-                    rows.append(row)
-                    counts[fmt] = counts.get(fmt, 0) + 1
-                break
+                counts[fmt] = counts.get(fmt, 0) + 1
     fmt = max(counts, key=counts.__getitem__) if counts else None
     notes = _kv_notes(kv_rows, kv_keys) if kv_rows else []
     return rows, fmt, notes
