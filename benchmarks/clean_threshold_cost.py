@@ -1,4 +1,4 @@
-"""What a more lenient alpha-word threshold lets through: documents kept at NEW, dropped at OLD.
+"""What another alpha-word threshold changes: documents kept at one of OLD, NEW and not the other.
 
 Reproduce (after `make setup`; see monolingual_corpus.py for the input):
 
@@ -9,7 +9,7 @@ Every record runs through the default `llmtk clean` pipeline twice, with
 `[lang.LANG.gopher_quality] min_alpha_words_ratio` set to OLD and to NEW (nothing else
 changes, so only documents that language ID puts in LANG can change verdict). Per `source`
 field: records, how many language ID puts in LANG, kept at OLD, kept at NEW. The documents
-kept only at NEW are written, with their alpha-word share, to
+kept at only one of them are written, with their alpha-word share, to
 benchmarks/out/cost-LANG.jsonl and a sample of them printed, to be read: are they text a
 training set wants, or junk?
 """
@@ -24,14 +24,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from clean_parallel import detected  # noqa: E402
-from clean_parallel import verdicts as pipeline_verdicts  # noqa: E402
+from clean_parallel import cleaner, run  # noqa: E402
 
 
-def verdicts(docs: list[dict], lang: str, alpha: float) -> list[str]:
-    """The default pipeline's verdicts with LANG's min_alpha_words_ratio set to ALPHA."""
-    return pipeline_verdicts(docs, True, {lang: {"gopher_quality": {
-        "min_alpha_words_ratio": alpha}}})
+def verdicts(docs: list[dict], lang: str, alpha: float) -> tuple[list[str], list[str | None]]:
+    """The default pipeline's verdicts with LANG's min_alpha_words_ratio set to ALPHA, and
+    the languages language ID names."""
+    found = run(docs, cleaner({lang: {"gopher_quality": {"min_alpha_words_ratio": alpha}}}))
+    return [r for r, _, _ in found], [x for _, x, _ in found]
 
 
 def alpha_words(text: str, lang: str) -> float:
@@ -52,20 +52,20 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     docs = [json.loads(line) for line in open(args.corpus, encoding="utf-8")]
-    old = verdicts(docs, args.lang, args.old)
-    new = verdicts(docs, args.lang, args.new)
+    old, detected = verdicts(docs, args.lang, args.old)
+    new, _ = verdicts(docs, args.lang, args.new)
     rows: dict[str, Counter] = {}
     gained = []
-    for d, o, n, det in zip(docs, old, new, detected(docs), strict=True):
+    for d, o, n, det in zip(docs, old, new, detected, strict=True):
         c = rows.setdefault(d.get("source", "-"), Counter())
         c["records"] += 1
         c["detected"] += det == args.lang
         c["old"] += o == "keep"
         c["new"] += n == "keep"
         c["alpha_dropped_old"] += o == "gopher.alpha_words"
-        if n == "keep" and o != "keep":
+        if (n == "keep") != (o == "keep"):
             gained.append({**d, "alpha_words": round(alpha_words(d["text"], args.lang), 4),
-                           "reason_at_old": o})
+                           "reason_at_old": o, "reason_at_new": n})
     print(f"corpus: {args.corpus}; lang {args.lang}: min_alpha_words_ratio {args.old} -> "
           f"{args.new}")
     print(f"\nsource      records  lang-ID {args.lang}  dropped as alpha_words at old  "
@@ -84,10 +84,11 @@ def main() -> None:
     with open(out, "w", encoding="utf-8") as f:
         for g in gained:
             f.write(json.dumps(g, ensure_ascii=False) + "\n")
-    print(f"\n{len(gained)} documents kept only at {args.new}: {out}")
+    print(f"\n{len(gained)} documents kept at only one of {args.old}, {args.new}: {out}")
     for g in random.Random(args.seed).sample(gained, min(args.sample, len(gained))):
         head = " | ".join(x for x in g["text"].splitlines() if x.strip())[:300]
-        print(f"\n[{g['id']}] alpha {g['alpha_words']:.3f}, {len(g['text']):,} chars\n  {head}")
+        print(f"\n[{g['id']}] alpha {g['alpha_words']:.3f}, {len(g['text']):,} chars, "
+              f"{g['reason_at_old']} -> {g['reason_at_new']}\n  {head}")
 
 
 if __name__ == "__main__":

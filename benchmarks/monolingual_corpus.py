@@ -3,7 +3,7 @@
 Reproduce (Debian/Ubuntu with apt-get and dpkg-deb; nothing is installed):
 
     python3 benchmarks/manpages_corpus.py                   # the man pages, and the .debs
-    python3 benchmarks/monolingual_corpus.py --lang es      # -> benchmarks/out/mono-es.jsonl
+    .venv/bin/python benchmarks/monolingual_corpus.py --lang es   # -> out/mono-es.jsonl
     .venv/bin/python benchmarks/clean_threshold_cost.py benchmarks/out/mono-es.jsonl \\
         --lang es --old 0.825 --new 0.803
 

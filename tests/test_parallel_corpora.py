@@ -10,6 +10,8 @@ import json
 import sys
 from collections import Counter
 
+import pytest
+
 from tests.util import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -108,5 +110,47 @@ def test_table_counts_both_directions():
                 "c4.too_few_sentences", "keep",  # c: translation of a dropped page kept
                 "gopher.short_doc", "gopher.short_doc"]  # d: both dropped
     row = clean_parallel.table(docs, verdicts)["es"]
-    assert row == clean_parallel.Row(2, 1, Counter({"gopher.alpha_words": 1}), 2, 1)
+    assert row == clean_parallel.Row(2, 1, Counter({"gopher.alpha_words": 1}), 2, 1,
+                                     Counter({"c4.too_few_sentences": 1}))
     assert (row.share, row.share_dropped, row.agreement) == (0.5, 0.5, 0.5)
+    assert not row.meets("es")  # the goal: agreement >= 0.9, kept when EN drops <= 0.15
+
+
+def test_only_parallel_translations_are_compared():
+    en = "NAME\nls - list directory contents\nList information about the FILEs.\n" \
+         "Sort entries alphabetically if none of -cftuvSUX is specified.\n--all\n"
+    de = "BEZEICHNUNG\nls - Verzeichnisinhalte auflisten\nInformationen über die DATEIen " \
+         "auflisten.\nEinträge alphabetisch sortieren, wenn keine Option angegeben ist.\n--all\n"
+    half_english = de.replace(de.splitlines()[3], en.splitlines()[3])
+    docs = [{"page": "ls.1", "lang": "en", "text": en},
+            {"page": "ls.1", "lang": "de", "text": de},
+            {"page": "ls.1", "lang": "fr", "text": de + "x" * 400},  # another version
+            {"page": "ls.1", "lang": "pl", "text": half_english},
+            {"page": "cp.1", "lang": "en", "text": en},
+            {"page": "cp.1", "lang": "fr", "text": de},
+            {"page": "mv.1", "lang": "en", "text": en},
+            {"page": "mv.1", "lang": "fr", "text": de}]
+    # one of the Polish page's two prose lines is a line of the English page
+    assert clean_parallel.untranslated_share(half_english, en) == 0.5
+    assert clean_parallel.untranslated_share(de, en) == 0.0
+    kept, left_out = clean_parallel.select(docs)
+    assert [(d["page"], d["lang"]) for d in kept] == [
+        ("ls.1", "en"), ("ls.1", "de"), ("cp.1", "en"), ("cp.1", "fr"), ("mv.1", "en"),
+        ("mv.1", "fr")]
+    assert left_out["pl"]["untranslated"] == 1 and left_out["fr"]["other_version"] == 1
+
+
+def test_calibration_fits_the_threshold_that_gives_englishs_verdict():
+    Fact = clean_parallel.Fact
+    facts = []
+    # English keeps pages with a share >= 0.8; the translation's share is 1.1 times English's
+    for i, a in enumerate(x / 100 for x in range(60, 100)):
+        page = f"p{i}"
+        facts += [Fact(page, "en", "en", True, a), Fact(page, "ja", "ja", True, 1.1 * a)]
+    pp = clean_parallel.pairs(facts, "ja", (0, 1))
+    assert clean_parallel.fit([pp], "ja", {}) == pytest.approx(0.8 * 1.1, abs=0.011)
+    th = {"ja": clean_parallel.fit([pp], "ja", {})}
+    assert all(clean_parallel.verdict_at(e, th) == clean_parallel.verdict_at(x, th)
+               for e, x in pp)
+    # a translation another rule drops is dropped at any threshold
+    assert not clean_parallel.verdict_at(Fact("q", "ja", "ja", False, 0.99), th)
