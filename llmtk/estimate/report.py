@@ -190,29 +190,33 @@ def render(r: dict, file) -> None:
 def _layout_rows(t, solve: dict, run: dict) -> None:
     """`--solve layout`: the chosen layout, its step time by part, and the runners-up."""
     c = solve["chosen"]
-    t.add_row("  layout", f"[bold]dp {c['dp']} · tp {c['tp']} · pp {c['pp']}[/bold]",
+    t.add_row("  layout (dp x tp x pp)", f"[bold]{c['dp']} x {c['tp']} x {c['pp']}[/bold]",
               f"{c['text']}: the fastest of the {solve['fit']:,} layouts that fit "
               f"({solve['searched']:,} searched); global batch {solve['global_batch']:,} "
               f"sequences ({solve['global_batch_from']})")
-    t.add_row("  step time", f"{c['step_s']:,.2f} s", _parts(c))
+    t.add_row("  step time", _s(c["step_s"]), _parts(c))
     t.add_row("  throughput", f"{c['tokens_per_s_per_gpu']:,.0f}",
               f"tokens/s per GPU: effective MFU {solve['mfu_effective']:.1%} "
               f"(--mfu {run['mfu']:g} for the matmuls)")
     t.add_row("  memory", gb(c["memory_bytes"]), "per GPU (the table below)")
     for a in solve["alternatives"]:
-        t.add_row("  alternative", f"{a['step_s']:,.2f} s",
+        t.add_row("  alternative", _s(a["step_s"]),
                   f"{a['text']}: {a['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
                   f"{gb(a['memory_bytes'])}")
 
 
+def _s(seconds: float) -> str:
+    return f"{seconds:,.2f} s" if seconds >= 1 else f"{seconds * 1e3:,.2f} ms"
+
+
 def _parts(c: dict) -> str:
-    parts = [f"compute {c['compute_s']:.2f}"]
+    parts = [f"compute {_s(c['compute_s'])}"]
     if c["tp_s"]:
-        parts.append(f"tp {c['tp_s']:.2f}")
+        parts.append(f"tp {_s(c['tp_s'])}")
     if c["bubble_s"]:
-        parts.append(f"bubble {c['bubble_s']:.2f} ({c['bubble']:.0%})")
+        parts.append(f"bubble {_s(c['bubble_s'])} ({c['bubble']:.0%})")
     if c["pp_s"]:
-        parts.append(f"pp send {c['pp_s']:.2f}")
-    parts.append(f"data-parallel exposed {c['dp_exposed_s']:.2f} s (of "
-                 f"{c['dp_comm_s']:.2f} overlapped)")
+        parts.append(f"pp send {_s(c['pp_s'])}")
+    parts.append(f"data-parallel exposed {_s(c['dp_exposed_s'])} (of "
+                 f"{_s(c['dp_comm_s'])} overlapped)")
     return " + ".join(parts)
