@@ -69,7 +69,7 @@ def test_layout_flags_are_what_the_solver_chooses(flag, value):
 
 def test_solved_layout_round_trips_through_train_dry_run(tmp_path):
     """The TOML of the solved layout (here one that needs tp: a 70B on 16 GPUs) is read
-    by train, whose per-rank plan shows the same layout and agrees with the estimate."""
+    by train, whose per-rank plan shows the same layout and the memory the solver saw."""
     toml = tmp_path / "run.toml"
     p = llmtk("estimate", "--model", "llama3-70b", "--gpus", "16xH100", "--solve", "layout",
               "--global-batch", "64", "--emit-config", str(toml), "--json", in_process=True)
@@ -86,9 +86,9 @@ def test_solved_layout_round_trips_through_train_dry_run(tmp_path):
     assert p.returncode == 0, p.stderr
     out = p.stdout.decode()
     assert f"tp {c['tp']}" in out.splitlines()[0]
-    diff = re.search(r"same layout: ([\d.]+) GB per GPU \(([+-]\d+\.\d)%", out)
-    assert float(diff[1]) * 1e9 == pytest.approx(r["memory"]["total"], rel=0.01)
-    assert abs(float(diff[2])) <= 5.0
+    # the solver priced memory as the dry-run does (the llmtk model's own activations)
+    row = next(line for line in out.splitlines() if line.startswith("all layers (0)"))
+    assert float(row.split()[-3]) * 1e9 == pytest.approx(c["memory_bytes"], rel=0.005)
 
 
 # --- the cost model ------------------------------------------------------------------
@@ -131,3 +131,13 @@ def test_candidates_respect_the_node_and_the_model():
     assert max(c.pp for c in cs) == 32
     assert all(64 % c.dp == 0 and (c.zero == 0 or c.dp > 1) for c in cs)
     assert all(c.dp * c.tp * c.pp == 64 for c in cs)
+
+
+def test_70b_on_256_h100_is_torchtitans_layout():
+    """torchtitan's published llama3-70b layout (docs/performance.md, Table 4: 256 H100s,
+    global batch 512, FSDP 32 x TP 8) is what the solver picks: under tp 4 the llmtk
+    model's activations (94 GB without recompute) do not fit, and full recompute costs a
+    third more compute than tp 8's extra NVLink traffic."""
+    c = solve("--model", "llama3-70b", "--gpus", "256xH100", "--global-batch", "512")
+    assert (c["solve"]["chosen"]["dp"], c["solve"]["chosen"]["tp"],
+            c["solve"]["chosen"]["pp"], c["solve"]["chosen"]["zero"]) == (32, 8, 1, 3)

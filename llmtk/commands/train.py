@@ -353,7 +353,8 @@ def _dry_run(cfg, launch) -> None:
                                recompute=recompute, bf16=bf16, lora_rank=cfg.lora_rank)
     busiest = max(r["total"] for r in result["rows"])
     print(f"llmtk estimate, same layout: {est['total'] / 1e9:.2f} GB per GPU "
-          f"({(busiest - est['total']) / est['total']:+.1%} for the busiest rank here)",
+          f"({(busiest - est['total']) / est['total']:+.1%} for the busiest rank here; "
+          "its activations are Korthikanti's GPT-3 block, these the llmtk model's own)",
           file=sys.stdout)
 
 

@@ -98,6 +98,39 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
             "once": inputs + head, "total": layers + inputs + head}
 
 
+def stage_bytes(a: dict, n_layer: int, layers: int, *, embedding: bool, head: bool,
+                pp: int, n_micro: int) -> float:
+    """One pipeline stage's share of `a` (llmtk_saved_bytes of the whole model): its
+    layers, the token ids on the first stage (with LoRA's lighter first layer), the head
+    on the last; under 1F1B the first stage holds min(pp, micro-batches) in flight."""
+    act = layers * a["per_layer"]
+    if embedding:
+        act += a["inputs"] + (a["layers"] - n_layer * a["per_layer"])
+        if pp > 1:
+            act *= min(pp, n_micro)
+    if head:
+        act += a["head"]
+    return act
+
+
+def llmtk_busiest_bytes(m: ModelSpec, micro_batch: int, *, tp: int, pp: int, n_micro: int,
+                        recompute: str, bf16: bool, fsdp: bool) -> float:
+    """The llmtk model's activations on its busiest rank for a layout, as `llmtk train
+    --dry-run` counts them: `--solve layout` prices layouts for llmtk train with this.
+    fsdp: the run's weights are FSDP2's (bf16 gathers), not one copy under autocast."""
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(d_model=m.d_model, hidden=m.ffn, vocab_size=m.vocab_size,
+                          n_head=m.n_head, kv_heads=m.kv_heads, head_dim=m.hd,
+                          n_layer=m.n_layer)
+    a = llmtk_saved_bytes(cfg, micro_batch, m.seq_len, elem=2 if bf16 else 4,
+                          recompute=recompute, tp=tp, weight_copies=bf16 and not fsdp,
+                          residual=2 if bf16 and fsdp else 4)
+    per_stage = [m.n_layer // pp + (1 if s < m.n_layer % pp else 0) for s in range(pp)]
+    return max(stage_bytes(a, m.n_layer, layers, embedding=s == 0, head=s == pp - 1, pp=pp,
+                           n_micro=n_micro) for s, layers in enumerate(per_stage))
+
+
 def korthikanti_style_bytes(cfg, batch: int, seq: int, elem: int = 4,
                             recompute: str = "selective") -> float:
     """The big-model formula (memory.activation_bytes) applied to this shape, for contrast."""

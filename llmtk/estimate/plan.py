@@ -254,7 +254,8 @@ def estimate(req: Request) -> dict:
             "cost": gpu_hours * req.price_per_gpu_hour if req.price_per_gpu_hour else None,
             "tokens_per_second_per_gpu": tokens / seconds / n_gpus,
         },
-        "memory": _memory(spec, counts, total, trainable, req, par, accum, gpu),
+        "memory": _memory(spec, counts, total, trainable, req, par, accum, gpu,
+                          llmtk_model=req.solve == "layout"),
         "inference": {
             "weights": {k: total * b for k, b in INFERENCE_BYTES.items()},
             "kv_cache_per_token_bf16": (2 * spec.n_layer * spec.kv_heads * spec.hd * 2
@@ -283,7 +284,7 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
                     recompute=c.recompute, global_batch=gb, sequence_parallel=c.tp > 1)
         par = memory.Parallel(dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, sp=c.tp > 1)
         mem = _memory(spec, counts, total, trainable, r, par, gb // (c.micro_batch * c.dp),
-                      gpu)
+                      gpu, llmtk_model=True)
         if smallest is None or mem["total"] < smallest[1]:
             smallest = (c, mem["total"])
         if not mem["fits"]:
@@ -350,7 +351,10 @@ def _shape(spec: ModelSpec | None) -> dict | None:
             "text": spec.shape_text()}
 
 
-def _memory(spec, counts, total, trainable, req, par, accum, gpu) -> dict:
+def _memory(spec, counts, total, trainable, req, par, accum, gpu,
+            llmtk_model: bool = False) -> dict:
+    """Per-GPU memory. llmtk_model: activations as the llmtk model saves them (what
+    `llmtk train --dry-run` counts, for `--solve layout`), else Korthikanti's block."""
     ada = None
     if req.optimizer == "adafactor":
         if spec is None:
@@ -384,10 +388,19 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu) -> dict:
                    note="activations not counted: give the shape (--model or "
                         "--layers/--d-model/--heads)")
         return out
-    act = memory.activation_bytes(spec, req.micro_batch, par=par, recompute=req.recompute,
-                                  elem=elem, n_micro=accum)
-    act1 = memory.activation_bytes(spec, 1, par=par, recompute=req.recompute, elem=elem,
-                                   n_micro=accum)
+    if llmtk_model:
+        from llmtk.estimate.activations import llmtk_busiest_bytes
+
+        def activations(b: int) -> float:
+            return llmtk_busiest_bytes(spec, b, tp=par.tp, pp=par.pp, n_micro=accum,
+                                       recompute=req.recompute, bf16=elem == 2,
+                                       fsdp=par.zero == 3 or par.tp * par.pp > 1)
+    else:
+        def activations(b: int) -> float:
+            return memory.activation_bytes(spec, b, par=par, recompute=req.recompute,
+                                           elem=elem, n_micro=accum)
+    act, act1 = activations(req.micro_batch), activations(1)
+    out["activations_from"] = "llmtk" if llmtk_model else "korthikanti"
     overhead, total_bytes = memory.with_overhead(fixed + act)
     out.update(activations=act, activations_per_sample=act1, overhead=overhead,
                total=total_bytes, capacity=capacity, fits=total_bytes <= capacity,

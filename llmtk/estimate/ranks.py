@@ -25,23 +25,17 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, micro_batch: int,
     what its eager forward saves, measured exact on CPU in fp32 and bf16 autocast, one
     process, FSDP2 and tp 2: tests/test_train_memory.py), not Korthikanti's GPT-3 block,
     which `llmtk estimate` uses for any model."""
-    from llmtk.estimate.activations import llmtk_saved_bytes
+    from llmtk.estimate.activations import llmtk_saved_bytes, stage_bytes
 
     gpu = hardware.gpu(gpu_name)
     a = llmtk_saved_bytes(mcfg, micro_batch, mcfg.seq_len, elem=2 if bf16 else 4,
                           recompute=recompute, lora_rank=lora_rank, lora_parts=lora_parts,
                           tp=tp, weight_copies=bf16 and not fsdp,
                           residual=2 if bf16 and fsdp else 4)
-    first_layer = a["layers"] - mcfg.n_layer * a["per_layer"]  # LoRA's first layer saves less
     rows = []
     for plan in plans:
-        act = plan.layers * a["per_layer"]
-        if plan.embedding:
-            act += a["inputs"] + first_layer
-            if pp > 1:  # 1F1B: the first stage holds min(pp, microbatches) in flight
-                act *= min(pp, grad_accum)
-        if plan.head:
-            act += a["head"]
+        act = stage_bytes(a, mcfg.n_layer, plan.layers, embedding=plan.embedding,
+                          head=plan.head, pp=pp, n_micro=grad_accum)
         # FSDP2 gathers a block's parameters (current + prefetched) and holds one block's
         # unsharded gradients before the reduce-scatter: estimate's formula.
         buffers = memory.fsdp_buffer_bytes(plan.block_params * tp, tp=tp,

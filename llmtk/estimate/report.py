@@ -127,7 +127,10 @@ def render(r: dict, file) -> None:
     if mem["activations"] is None:
         t.add_row("  activations", "?", mem["note"])
     else:
-        t.add_row("  activations", gb(mem["activations"]), _RECOMPUTE_NOTE[run["recompute"]])
+        t.add_row("  activations", gb(mem["activations"]),
+                  "the llmtk model's own, as llmtk train --dry-run counts them (--solve "
+                  f"layout), recompute {run['recompute']}"
+                  if mem.get("activations_from") == "llmtk" else _RECOMPUTE_NOTE[run["recompute"]])
     t.add_row("  overhead", gb(mem["overhead"]),
               f"{OVERHEAD_FIXED / 2**30:g} GiB context/workspaces + "
               f"{OVERHEAD_FRACTION:.0%} fragmentation")
