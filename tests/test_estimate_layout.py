@@ -141,3 +141,17 @@ def test_70b_on_256_h100_is_torchtitans_layout():
     c = solve("--model", "llama3-70b", "--gpus", "256xH100", "--global-batch", "512")
     assert (c["solve"]["chosen"]["dp"], c["solve"]["chosen"]["tp"],
             c["solve"]["chosen"]["pp"], c["solve"]["chosen"]["zero"]) == (32, 8, 1, 3)
+
+
+def test_lora_layouts_keep_tensor_parallelism_off():
+    """llmtk train refuses --tp with --lora-rank, so the solver never proposes it."""
+    r = solve("--model", "llama3-70b", "--lora-rank", "16", "--gpus", "16xH100")
+    assert {a["tp"] for a in [r["solve"]["chosen"], *r["solve"]["alternatives"]]} == {1}
+
+
+def test_a_size_without_a_shape_cannot_be_laid_out():
+    p = llmtk("estimate", "--params", "7e9", "--gpus", "8xH100", "--solve", "layout",
+              in_process=True)
+    assert p.returncode == 2
+    assert p.stderr.decode() == ("llmtk: error: --solve: layout needs the model's shape "
+                                 "(--model or --layers/--d-model/--heads), not only --params\n")

@@ -114,10 +114,12 @@ def stage_bytes(a: dict, n_layer: int, layers: int, *, embedding: bool, head: bo
 
 
 def llmtk_busiest_bytes(m: ModelSpec, micro_batch: int, *, tp: int, pp: int, n_micro: int,
-                        recompute: str, bf16: bool, fsdp: bool) -> float:
+                        recompute: str, bf16: bool, fsdp: bool,
+                        lora_rank: int | None = None) -> float:
     """The llmtk model's activations on its busiest rank for a layout, as `llmtk train
     --dry-run` counts them: `--solve layout` prices layouts for llmtk train with this.
-    fsdp: the run's weights are FSDP2's (bf16 gathers), not one copy under autocast."""
+    fsdp: the run's weights are FSDP2's (bf16 gathers), not one copy under autocast.
+    lora_rank: adapters on all seven projections (llmtk train's default targets)."""
     from types import SimpleNamespace
 
     cfg = SimpleNamespace(d_model=m.d_model, hidden=m.ffn, vocab_size=m.vocab_size,
@@ -125,7 +127,7 @@ def llmtk_busiest_bytes(m: ModelSpec, micro_batch: int, *, tp: int, pp: int, n_m
                           n_layer=m.n_layer)
     a = llmtk_saved_bytes(cfg, micro_batch, m.seq_len, elem=2 if bf16 else 4,
                           recompute=recompute, tp=tp, weight_copies=bf16 and not fsdp,
-                          residual=2 if bf16 and fsdp else 4)
+                          residual=2 if bf16 and fsdp else 4, lora_rank=lora_rank)
     per_stage = [m.n_layer // pp + (1 if s < m.n_layer % pp else 0) for s in range(pp)]
     return max(stage_bytes(a, m.n_layer, layers, embedding=s == 0, head=s == pp - 1, pp=pp,
                            n_micro=n_micro) for s, layers in enumerate(per_stage))

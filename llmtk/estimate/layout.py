@@ -73,9 +73,13 @@ def tp_sizes(spec: ModelSpec, n_gpus: int, per_node: int) -> list[int]:
             and all(x % t == 0 for x in (spec.n_head, spec.kv_heads, spec.ffn, spec.seq_len))]
 
 
-def candidates(spec: ModelSpec, n_gpus: int, per_node: int, global_batch: int):
-    """Every layout `llmtk train` can run on n_gpus for a global batch of sequences."""
+def candidates(spec: ModelSpec, n_gpus: int, per_node: int, global_batch: int,
+               max_tp: int | None = None):
+    """Every layout `llmtk train` can run on n_gpus for a global batch of sequences
+    (tensor parallelism up to max_tp, default a node)."""
     for tp in tp_sizes(spec, n_gpus, per_node):
+        if max_tp is not None and tp > max_tp:
+            continue
         for pp in _divisors(n_gpus // tp):
             if pp > spec.n_layer:
                 continue
@@ -101,9 +105,10 @@ def _collective(ranks: int, nbytes: float, bandwidth: float, latency: float) -> 
 
 def step_time(spec: ModelSpec, c: Candidate, *, global_batch: int, flops_per_token: float,
               params: float, peak: float, mfu: float, gpu, per_node: int,
-              elem: int = 2) -> dict[str, float]:
+              elem: int = 2, trainable: float | None = None) -> dict[str, float]:
     """Seconds of one optimizer step of layout `c` and its parts (see the module doc).
-    params: all parameters; flops_per_token: model FLOPs (6N + attention)."""
+    params: all parameters; trainable: those with gradients (LoRA: the adapters; default
+    all); flops_per_token: model FLOPs (6N + attention)."""
     n = c.dp * c.tp * c.pp
     nvlink = hardware.intra_node_bandwidth(gpu)
     m = global_batch // (c.dp * c.micro_batch)  # micro-batches per step per pipeline
@@ -129,12 +134,13 @@ def step_time(spec: ModelSpec, c: Candidate, *, global_batch: int, flops_per_tok
     link, lat = (hardware.INTER_NODE, LATENCY_INTER) if dp_spans_nodes else \
         (nvlink, LATENCY_INTRA)
     shard = params / (c.tp * c.pp)  # the parameters one data-parallel group shares
+    grads = (params if trainable is None else trainable) / (c.tp * c.pp)
     if c.zero == 3:
         gathers = 2 * m * _collective(c.dp, elem * shard, link, lat)  # bf16 (fp32) weights
-        reduce = _collective(c.dp, 4 * shard, link, lat)  # fp32 gradients, once
+        reduce = _collective(c.dp, 4 * grads, link, lat)  # fp32 gradients, once
         data = gathers + reduce
     else:
-        data = 2 * _collective(c.dp, 4 * shard, link, lat)  # all-reduce = RS + AG
+        data = 2 * _collective(c.dp, 4 * grads, link, lat)  # all-reduce = RS + AG
     exposed = max(0.0, data - compute)
     step = compute + tp + bubble_s + pp + exposed
     return {"step_s": step, "compute_s": compute, "tp_s": tp, "bubble": bubble,

@@ -279,7 +279,9 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
                           "only {4}", also=("model", "layers", "d_model", "heads", "params"))
     gb = req.global_batch if req.global_batch is not None else n_gpus
     rows, smallest = [], None
-    for c in layout.candidates(spec, n_gpus, req.gpus_per_node, gb):
+    # llmtk train refuses --tp with --lora-rank (the adapters are not split yet)
+    max_tp = 1 if req.lora_rank else req.gpus_per_node
+    for c in layout.candidates(spec, n_gpus, req.gpus_per_node, gb, max_tp=max_tp):
         r = replace(req, dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, micro_batch=c.micro_batch,
                     recompute=c.recompute, global_batch=gb, sequence_parallel=c.tp > 1)
         par = memory.Parallel(dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, sp=c.tp > 1)
@@ -292,7 +294,8 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
         t = layout.step_time(spec, c, global_batch=gb, flops_per_token=per_token,
                              params=total, peak=peak, mfu=req.mfu, gpu=gpu,
                              per_node=req.gpus_per_node,
-                             elem=memory.ACTIVATION_BYTES[req.precision])
+                             elem=memory.ACTIVATION_BYTES[req.precision],
+                             trainable=trainable)
         rows.append((c, t, mem["total"]))
     if not rows:
         if smallest is None:
@@ -320,7 +323,7 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
               "global_batch_from": "--global-batch" if req.global_batch is not None
               else "one sequence per GPU (default)",
               "searched": sum(1 for _ in layout.candidates(spec, n_gpus, req.gpus_per_node,
-                                                           gb)),
+                                                           gb, max_tp=max_tp)),
               "fit": len(rows), "chosen": row(*rows[0]),
               "alternatives": [row(*x) for x in _distinct(rows)[1:6]]}
     chosen = replace(req, dp=best.dp, tp=best.tp, pp=best.pp, zero=best.zero,
@@ -394,7 +397,8 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
         def activations(b: int) -> float:
             return llmtk_busiest_bytes(spec, b, tp=par.tp, pp=par.pp, n_micro=accum,
                                        recompute=req.recompute, bf16=elem == 2,
-                                       fsdp=par.zero == 3 or par.tp * par.pp > 1)
+                                       fsdp=par.zero == 3 or par.tp * par.pp > 1,
+                                       lora_rank=req.lora_rank)
     else:
         def activations(b: int) -> float:
             return memory.activation_bytes(spec, b, par=par, recompute=req.recompute,
