@@ -278,12 +278,13 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
         raise ConfigError("solve", "layout needs the model's shape ({0} or {1}/{2}/{3}), not "
                           "only {4}", also=("model", "layers", "d_model", "heads", "params"))
     gb = req.global_batch if req.global_batch is not None else n_gpus
-    rows, smallest = [], None
+    rows, smallest, searched = [], None, 0
     # llmtk train refuses --tp with --lora-rank (the adapters are not split yet)
     max_tp = 1 if req.lora_rank else req.gpus_per_node
     for c in layout.candidates(spec, n_gpus, req.gpus_per_node, gb, max_tp=max_tp):
         r = replace(req, dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, micro_batch=c.micro_batch,
                     recompute=c.recompute, global_batch=gb, sequence_parallel=c.tp > 1)
+        searched += 1
         par = memory.Parallel(dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, sp=c.tp > 1)
         mem = _memory(spec, counts, total, trainable, r, par, gb // (c.micro_batch * c.dp),
                       gpu, llmtk_model=True)
@@ -322,8 +323,7 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
     answer = {"for": "layout", "value": str(best), "global_batch": gb,
               "global_batch_from": "--global-batch" if req.global_batch is not None
               else "one sequence per GPU (default)",
-              "searched": sum(1 for _ in layout.candidates(spec, n_gpus, req.gpus_per_node,
-                                                           gb, max_tp=max_tp)),
+              "searched": searched,
               "fit": len(rows), "chosen": row(*rows[0]),
               "alternatives": [row(*x) for x in _distinct(rows)[1:6]]}
     chosen = replace(req, dp=best.dp, tp=best.tp, pp=best.pp, zero=best.zero,
