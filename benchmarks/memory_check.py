@@ -1,7 +1,8 @@
 """`llmtk train --dry-run`'s per-rank memory against a real CPU training run's, per rank.
 
-Runs `llmtk train`'s own Trainer on CPU in fp32 (one process, or under torchrun with
-gloo: FSDP2, tensor parallel), takes one optimizer step (AdamW's states now exist), then
+Runs `llmtk train`'s own Trainer on CPU, in fp32 or under bf16 autocast as a GPU run
+trains (--dtype bf16), in one process or under torchrun with gloo (FSDP2, tensor
+parallel), takes one optimizer step (AdamW's states now exist), then
 one more micro-step measured: the bytes autograd saves for backward during its forward
 (llmtk.train.measure.saved_for_backward: each storage once, DTensors by their local
 shard, parameters and their gathered copies excluded), and after its backward the
@@ -15,7 +16,8 @@ Reproduce:
     .venv/bin/python -m torch.distributed.run --nproc-per-node 2 \
         benchmarks/memory_check.py --parallel fsdp
     .venv/bin/python -m torch.distributed.run --nproc-per-node 2 \
-        benchmarks/memory_check.py --tp 2
+        benchmarks/memory_check.py --tp 2 --dtype bf16 --activation-checkpointing
+The numbers: docs/train.md, "Measured against a real run".
 """
 
 from __future__ import annotations
