@@ -220,6 +220,7 @@ def _parts(c: dict) -> str:
         parts.append(f"bubble {_s(c['bubble_s'])} ({c['bubble']:.0%})")
     if c["pp_s"]:
         parts.append(f"pp send {_s(c['pp_s'])}")
-    parts.append(f"data-parallel exposed {_s(c['dp_exposed_s'])} (of "
-                 f"{_s(c['dp_comm_s'])} overlapped)")
+    if c["dp_comm_s"]:
+        parts.append(f"data-parallel exposed {_s(c['dp_exposed_s'])} (of "
+                     f"{_s(c['dp_comm_s'])} overlapped)")
     return " + ".join(parts)
