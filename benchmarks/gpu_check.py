@@ -12,9 +12,18 @@ logging, no NaN checks, no checkpoints) as the ceiling, with llmtk's ratio to it
 Tokens are random ids of a 50,257-token vocabulary (GPT-2's size, padded to 50,304),
 written straight into a token cache, so no tokenizer or corpus is needed.
 
+With --layout (tp2, pp2, tp2xpp2, fsdp8, fsdp4xtp2, ...) it checks a parallel layout on
+this node instead: `llmtk train` itself, launched through torchrun with the layout's
+flags (--nproc-per-node = the product, --tp, --pp, --dp-shard), on random text with
+the byte tokenizer (nothing to load on a bare node), logs tokens/s and MFU; they are
+printed beside `llmtk estimate`'s prediction for the same layout (the step-time model of
+--solve layout, llmtk.estimate.layout, at --mfu for the matmuls). Without enough GPUs
+it says so in one line and records nothing (exit 1).
+
 Reproduce:
     python benchmarks/gpu_check.py                   # one H100/H200: under 8 minutes
     python benchmarks/gpu_check.py --models 350m --steps 30
+    python benchmarks/gpu_check.py --layout tp2 --models 1b --modes eager
     .venv/bin/python benchmarks/gpu_check.py --cpu-smoke   # tiny model on CPU (tests run it)
 """
 
@@ -227,7 +236,17 @@ def main() -> None:
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="a tiny model for a few steps on CPU: checks that the script runs")
+    ap.add_argument("--layout", help="a parallel layout on this node, e.g. tp2, pp2, "
+                    "tp2xpp2, fsdp8: llmtk train through torchrun, against llmtk estimate")
+    ap.add_argument("--mfu", type=float, default=0.4,
+                    help="--layout: the matmul efficiency llmtk estimate assumes")
     args = ap.parse_args()
+    if args.layout:
+        try:
+            layout = parse_layout(args.layout)
+        except ValueError as e:
+            ap.error(f"--layout: {e}")
+        return check_layout(args, layout)
     if args.cpu_smoke:
         args.models, args.seq_len, args.batch_size, args.device = "tiny", 64, 2, "cpu"
         args.steps, args.warmup, args.profile_steps = 3, 1, 2
@@ -262,6 +281,137 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump({"device": device_name, "torch": torch.__version__, "args": vars(args),
                        "flash_attention": flash, "results": results}, f, indent=1)
+
+
+def parse_layout(text: str) -> dict[str, int]:
+    """'fsdp4xtp2' -> {"tp": 2, "pp": 1, "dp_shard": 4}: parts joined by x, each tpN, ppN
+    or fsdpN (FSDP2 over N ranks); the processes are their product."""
+    import re
+
+    sizes = {"tp": 1, "pp": 1, "dp_shard": 1}
+    for part in text.lower().split("x"):
+        m = re.fullmatch(r"(tp|pp|fsdp)([1-9]\d*)", part)
+        if not m:
+            raise ValueError(f"expected parts like tp2, pp2, fsdp8 joined by x, got {text!r}")
+        key = "dp_shard" if m[1] == "fsdp" else m[1]
+        sizes[key] = int(m[2])
+    return sizes
+
+
+def random_corpus(path: str, n_bytes: int) -> None:
+    """Documents of random lowercase words (byte tokenizer: one token per byte)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz     ", dtype=np.uint8)
+    with open(path, "w") as f:
+        written = 0
+        while written < n_bytes:
+            text = letters[rng.integers(0, len(letters), 65536)].tobytes().decode()
+            f.write(json.dumps({"text": text}) + "\n")
+            written += len(text)
+
+
+def predict_layout(args, model: str, layout: dict, device_name: str, per_node: int) -> dict:
+    """llmtk estimate's step time for this model, layout and batch (no accumulation)."""
+    from llmtk.compute import hardware
+    from llmtk.compute.flops import flops_per_token_for_config, model_flops_per_token
+    from llmtk.compute.models import count_params, spec_from_config
+    from llmtk.estimate.layout import Candidate, step_time
+    from llmtk.train.config import TrainConfig
+    from llmtk.train.run_shape import model_config
+
+    mcfg = model_config(TrainConfig(model=model, seq_len=args.seq_len), 257)
+    spec = spec_from_config(mcfg)
+    counts = count_params(spec)
+    gpu = hardware.match_device_name(device_name)
+    if gpu is None:
+        return {}
+    precision = "fp32" if args.dtype == "fp32" else "bf16-mixed"
+    peak = hardware.peak_flops(gpu, precision)
+    dp = layout["dp_shard"]
+    c = Candidate(dp, layout["tp"], layout["pp"], 3 if dp > 1 else 0, args.batch_size,
+                  "selective")
+    t = step_time(spec, c, global_batch=args.batch_size * dp,
+                  flops_per_token=model_flops_per_token(counts.matmul, spec.n_layer,
+                                                        spec.n_head, spec.hd, spec.seq_len),
+                  params=counts.total, peak=peak, mfu=args.mfu, gpu=gpu, per_node=per_node,
+                  elem=4 if precision == "fp32" else 2)
+    n = dp * layout["tp"] * layout["pp"]
+    tps = args.batch_size * dp * spec.seq_len / t["step_s"] / n
+    # MFU as llmtk train reports it (causal attention), so the two columns compare
+    return {"tokens_per_s_per_gpu": tps, "step_s": t["step_s"],
+            "mfu": flops_per_token_for_config(mcfg, causal=True) * tps / peak}
+
+
+def check_layout(args, layout: dict) -> None:
+    import subprocess
+
+    import torch
+
+    n = layout["tp"] * layout["pp"] * layout["dp_shard"]
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have < n:
+        sys.exit(f"gpu_check --layout {args.layout}: needs {n} CUDA GPU"
+                 f"{'s' if n > 1 else ''} on this node, found {have}; nothing measured, "
+                 "nothing recorded")
+    device_name = torch.cuda.get_device_name(0)
+    work = tempfile.mkdtemp(prefix="llmtk-gpu-check-layout-")
+    corpus = os.path.join(work, "random.jsonl")
+    steps = 2 * args.steps  # the first logged window compiles and warms up; the second counts
+    random_corpus(corpus, int(1.2 * steps * args.batch_size * layout["dp_shard"]
+                              * (args.seq_len + 1)) + 1_000_000)
+    print(f"llmtk gpu_check --layout {args.layout}: {n} x {device_name}, torch "
+          f"{torch.__version__}, seq {args.seq_len}, micro-batch {args.batch_size}, "
+          f"{args.steps} timed steps", file=sys.stderr)
+    results = []
+    for model in args.models.split(","):
+        for mode in args.modes.split(","):
+            out = os.path.join(work, f"run-{model}-{mode}")
+            cmd = [sys.executable, "-m", "llmtk", "train", "--data", corpus, "--out", out,
+                   "--model", model, "--seq-len", str(args.seq_len),
+                   "--batch-size", str(args.batch_size), "--steps", str(steps),
+                   "--warmup", str(args.warmup), "--log-every", str(args.steps),
+                   "--tokenizer", "bytes", "--val-fraction", "0", "--quiet",
+                   "--dtype", "bf16" if args.dtype == "auto" else args.dtype,
+                   "--compile" if mode == "compile" else "--no-compile",
+                   "--nproc-per-node", str(n), "--parallel", "fsdp" if n > 1 else "none",
+                   "--tp", str(layout["tp"]), "--pp", str(layout["pp"]),
+                   "--dp-shard", str(layout["dp_shard"])]
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            r = {"model": model, "layout": args.layout, "compile": mode == "compile",
+                 "gpus": n, "device": device_name}
+            if p.returncode != 0:
+                lines = [x for x in p.stderr.splitlines() if x.strip()]
+                r["error"] = lines[-1] if lines else f"exit {p.returncode}"
+                print(f"{model:>5} {mode:>7} {args.layout}: failed: {r['error']}", flush=True)
+                results.append(r)
+                continue
+            with open(os.path.join(out, "metrics.jsonl")) as f:
+                rows = [json.loads(x) for x in f if '"loss"' in x]
+            last = rows[-1]  # steps args.steps+1 .. 2*args.steps, after the warm-up window
+            r.update(tokens_per_s_per_gpu=last["tokens_per_s"] / n, mfu=last["mfu"],
+                     mem_gb=last["mem_gb"], step_s=last["step_s"],
+                     predicted=predict_layout(args, model, layout, device_name,
+                                              torch.cuda.device_count()))
+            results.append(r)
+            print(_layout_line(r), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": device_name, "torch": torch.__version__, "args": vars(args),
+                       "results": results}, f, indent=1)
+
+
+def _layout_line(r: dict) -> str:
+    pred = r["predicted"]
+    mfu = "n/a" if r["mfu"] is None else f"{r['mfu']:.1%}"
+    line = (f"{r['model']:>5} {'compile' if r['compile'] else 'eager':>7} {r['layout']}: "
+            f"{r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU  MFU {mfu}  mem {r['mem_gb']:.1f} GB")
+    if pred:
+        line += (f"  | llmtk estimate: {pred['tokens_per_s_per_gpu']:,.0f} tok/s/GPU  MFU "
+                 f"{pred['mfu']:.1%}  (measured/predicted "
+                 f"{r['tokens_per_s_per_gpu'] / pred['tokens_per_s_per_gpu']:.2f})")
+    return line
 
 
 def _line(r: dict) -> str:

@@ -72,10 +72,27 @@ def test_emit_config_refuses_what_train_cannot_run(tmp_path, flags, words):
 
 def test_one_process_plan_of_a_tied_preset_is_estimates():
     """No layout flags: one process; the comparison is with the preset's own (tied) head,
-    not an untied shape of the same dimensions."""
+    not an untied shape of the same dimensions: the model states are estimate's to the
+    byte, and the printed difference is the activations' (the llmtk model's own
+    accounting against estimate's Korthikanti block), with its overhead."""
     p = llmtk("train", "--model", "llmtk-124m", "--dry-run", "--gpu", "A100-40",
               in_process=True)
     assert p.returncode == 0, p.stderr
     out = p.stdout.decode()
     assert "1 processes (1 x 1): one process; none" in out and "per A100-40" in out
-    assert "(+0.0% for the busiest rank here)" in out
+    from llmtk.estimate.memory import OVERHEAD_FRACTION
+    from llmtk.estimate.ranks import rank_rows, same_layout_estimate
+    from llmtk.train.dryrun import dry_run
+
+    cfg = TrainConfig(model="llmtk-124m")
+    d = dry_run(cfg, 1)
+    row = rank_rows(d.mcfg, d.plans, tp=1, pp=1, fsdp=False, micro_batch=cfg.batch_size,
+                    grad_accum=1, recompute="selective", bf16=True, gpu_name="A100-40"
+                    )["rows"][0]
+    est = same_layout_estimate(d.mcfg, "llmtk-124m", world=1, per_node=1, gpu_name="A100-40",
+                               tp=1, pp=1, dp=1, sharded=False, micro_batch=cfg.batch_size,
+                               grad_accum=1, recompute="selective", bf16=True, lora_rank=None)
+    assert row["weights"] + row["gradients"] + row["optimizer"] == est["model_states"]
+    assert row["total"] - est["total"] == pytest.approx(
+        (row["activations"] - est["activations"]) * (1 + OVERHEAD_FRACTION))
+    assert f"({(row['total'] - est['total']) / est['total']:+.1%} for the busiest" in out

@@ -22,7 +22,8 @@ Give a model by preset (--model), by size (--params) or by shape (--layers,
 --d-model, --heads, ...), the tokens and the GPUs. Prints a table (or --json):
 6ND and PaLM FLOPs, time and cost at --mfu, per-GPU memory with ZeRO/TP/PP and a
 fits / does-not-fit verdict with the largest micro-batch, inference weight sizes,
-and the Chinchilla-optimal budget. --measure checks the memory model against the
+and the Chinchilla-optimal budget. --solve layout picks the fastest data, tensor and
+pipeline layout that fits the GPUs. --measure checks the memory model against the
 real llmtk model built on CPU.
 
 [bold]Examples[/bold]
@@ -34,6 +35,9 @@ real llmtk model built on CPU.
 
   llmtk estimate --model llama3-70b --tokens 2T --gpus H100 \\
     --solve gpus --days 30
+
+  llmtk estimate --model llama3-70b --gpus 256xH100 --global-batch 512 \\
+    --solve layout --emit-config run.toml
 
   llmtk estimate --params 535e9 --gpus 8xH200 --json | jq .inference.weights
 
@@ -93,8 +97,9 @@ def command(
                                    "adafactor.", RUN)] = "adamw",
     lora_rank: Annotated[Text, _opt("--lora-rank", "R", "Fine-tune LoRA adapters of this "
                                     "rank; the base is frozen.", RUN)] = None,
-    solve: Annotated[Text, _opt("--solve", "WHAT", "gpus, days or tokens: answer 'how many "
-                                "GPUs for --days 30?'.", RUN)] = None,
+    solve: Annotated[Text, _opt("--solve", "WHAT", "gpus, days, tokens or layout: answer 'how "
+                                "many GPUs for --days 30?' or 'which dp x tp x pp is fastest "
+                                "on --gpus?'.", RUN)] = None,
     days: Annotated[Text, _opt("--days", "DAYS", "Target wall-clock days for --solve "
                                "gpus|tokens.", RUN)] = None,
     scaling_fit: Annotated[str, _opt("--scaling-fit", "NAME", "Chinchilla loss fit: "

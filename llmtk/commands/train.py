@@ -329,6 +329,7 @@ def _dry_run(cfg, launch) -> None:
 
     from llmtk.estimate.ranks import rank_rows, render, same_layout_estimate
     from llmtk.train.dryrun import dry_run
+    from llmtk.train.lora import parse_targets
 
     per_node = launch.nproc_per_node or 1
     world = per_node * launch.nnodes
@@ -339,7 +340,7 @@ def _dry_run(cfg, launch) -> None:
     result = rank_rows(d.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=d.parallel == "fsdp",
                        micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
                        recompute=recompute, bf16=bf16, gpu_name=cfg.gpu,
-                       lora=bool(cfg.lora_rank))
+                       lora_rank=cfg.lora_rank, lora_parts=len(parse_targets(cfg.lora_targets)))
     m = d.mcfg
     render(result, f"{cfg.model}: {m.n_layer} layers x {m.d_model}, vocab {m.vocab_size} "
            f"({d.vocab_from}); {world} processes ({launch.nnodes} x {per_node}): {lay}; "
@@ -352,7 +353,8 @@ def _dry_run(cfg, launch) -> None:
                                recompute=recompute, bf16=bf16, lora_rank=cfg.lora_rank)
     busiest = max(r["total"] for r in result["rows"])
     print(f"llmtk estimate, same layout: {est['total'] / 1e9:.2f} GB per GPU "
-          f"({(busiest - est['total']) / est['total']:+.1%} for the busiest rank here)",
+          f"({(busiest - est['total']) / est['total']:+.1%} for the busiest rank here; "
+          "its activations are Korthikanti's GPT-3 block, these the llmtk model's own)",
           file=sys.stdout)
 
 

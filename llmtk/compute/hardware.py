@@ -123,3 +123,22 @@ def device_peak_flops(device_name: str, precision: str = "bf16-mixed") -> float 
         return None
     kind = PRECISION_PEAK.get(precision, "bf16")
     return getattr(g, kind) or g.fp16
+
+
+# Links for the layout cost model (`llmtk estimate --solve layout`, docs/estimate.md).
+# Per GPU, per direction, to the other GPUs of its node, bytes/s: the datasheet's
+# bidirectional NVLink figure halved (H100/H200 SXM: 18 NVLink 4 links, 900 GB/s both
+# ways), AMD Infinity Fabric's 7 peer links x 64 GB/s, and PCIe 4/5 x16 for the parts
+# without a GPU fabric. A GPU not listed is taken as PCIe 4.
+INTRA_NODE = {"V100": 150e9, "A100-40": 300e9, "A100-80": 300e9, "H100": 450e9,
+              "H800": 200e9, "H200": 450e9, "B200": 900e9, "MI300X": 448e9,
+              "H100-PCIe": 64e9}
+PCIE4 = 32e9
+# Between nodes: 400 Gb/s of RDMA (InfiniBand or RoCE) per GPU, what DGX H100 and Meta's
+# Grand Teton hosts (torchtitan's benchmarks) have.
+INTER_NODE = 50e9
+
+
+def intra_node_bandwidth(g: GPU) -> float:
+    """Bytes/s one GPU sends to its node's other GPUs (one direction)."""
+    return INTRA_NODE.get(g.name, PCIE4)

@@ -18,53 +18,119 @@ from llmtk.estimate import memory
 
 def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
                       recompute: str = "selective", lora_rank: int | None = None,
-                      lora_parts: int = 7) -> dict[str, float]:
-    """Bytes autograd keeps for backward in `llmtk.train.model.GPT` (eager, CPU, fp32).
+                      lora_parts: int = 7, tp: int = 1, weight_copies: bool = False,
+                      residual: int = 4) -> dict[str, float]:
+    """Bytes autograd keeps for backward in `llmtk.train.model.GPT` on one rank: eager,
+    fp32 (elem=4) or under bf16 autocast (elem=2), with tp-way tensor parallelism as
+    `llmtk train --tp` runs it (sequence-parallel norms).
 
     Per layer and token, in elements of C = d_model, f = MLP width, H/K heads/kv heads:
-    - each RMSNorm (F.rms_norm decomposes): its input, x·rstd and its output: 3C, + rstd;
+    - each RMSNorm (F.rms_norm on x.float(), decomposed): its fp32 input and x·rstd (2C,
+      + rstd); under tp these are the rank's 1/tp of the sequence. Its output (C) is kept
+      whole (gathered over the sequence for the matmuls); under autocast as the bf16 cast
+      the matmul saves, one per matmul that reads it: 1 for the fused qkv, 2 for the MLP
+      (w1 and w3 each cast it);
     - attention: q and k after rotary (new tensors: C and K·D), the SDPA output and the
       w_o input (a copy made by reshape): 3C + K·D; v is a view into the fused qkv output,
       which stays alive whole (C + 2·K·D) — SDPA's enable_gqa broadcasts K/V without
-      copies; + SDPA's fp32 log-sum-exp, H per token;
-    - SwiGLU: w1 x, w3 x, silu(w1 x) and the product: 4f.
-    Once per model: the token ids (int64), the final norm's input and x·rstd (2C + rstd:
-    its output is not kept), and the chunked cross-entropy's gradients computed in
-    forward: d/dh (C per token) and d/dW of the padded head (fp32, Vp·C) plus its token
-    count. With recompute="full" (the model's activation checkpointing) a layer keeps only
-    its input, C per token. SDPA never stores the attention scores, so "none" = "selective".
+      copies; + SDPA's fp32 log-sum-exp, H per token; all split over tp by heads;
+    - SwiGLU: w1 x, w3 x, silu(w1 x) and the product: 4f, split over tp.
+    Once per model: the token ids (int64), the final norm's fp32 input and x·rstd (2C +
+    rstd, split over tp; its output is not kept), and the chunked cross-entropy's
+    gradients computed in forward: d/dh (C per token, whole) and d/dW of the padded head
+    (fp32, Vp·C, a 1/tp row shard) plus its token count. With recompute="full" (the
+    model's activation checkpointing) a layer keeps only its fp32 input, C per token (the
+    rank's 1/tp of the sequence). SDPA never stores the attention scores, so "none" =
+    "selective". weight_copies: bf16 autocast over fp32 weights (one process, DDP) saves
+    the bf16 cast of every matmul weight it uses, 2 bytes per block matmul parameter
+    (FSDP2 gathers bf16 weights instead: nothing to cast); not under full recompute,
+    where the casts happen again in backward. residual: bytes of the residual stream, 4
+    (fp32 weights, fp32 embedding output), or 2 under FSDP2 in bf16, whose embedding is
+    gathered in bf16: then the norms' outputs are bf16 already (one per norm), a
+    checkpointed layer's input is bf16, and each layer keeps two per-layer constants:
+    its norms' weight.float() copies (2C fp32) and the rotary tables cast to bf16.
 
     With lora_rank r (llmtk train's LoRA, base frozen, `lora_parts` adapted projections
-    per layer, 7 = q,k,v,o,gate,up,down; no dropout): each adapter keeps A·x, r per token;
-    a norm with a frozen weight does not keep x·rstd (-C per norm); the first layer's
-    attention norm needs no gradient at all (its input, the frozen embedding's output,
-    has none: -C - rstd); no token ids (the embedding gets no gradient), and the frozen
-    head gets no d/dW. Measured exact on CPU (tests/test_sft.py, docs/estimate.md).
+    per layer, 7 = q,k,v,o,gate,up,down; no dropout; fp32, tp 1): each adapter keeps A·x,
+    r per token; a norm with a frozen weight does not keep x·rstd (-C per norm); the
+    first layer's attention norm needs no gradient at all (its input, the frozen
+    embedding's output, has none: -C - rstd); no token ids (the embedding gets no
+    gradient), and the frozen head gets no d/dW. Measured exact on CPU (tests/test_sft.py,
+    tests/test_estimate_measure.py, tests/test_train_memory.py, docs/estimate.md).
     """
     C, f = cfg.d_model, cfg.hidden
     Vp = getattr(cfg, "padded_vocab", cfg.vocab_size)
     H, K, D = cfg.n_head, cfg.kv_heads, cfg.head_dim
+    t = tp
     n = batch * seq
-    norms = 2 * (3 * C * elem + 4)
-    attn = (4 * C + 3 * K * D) * elem
-    attn += 4 * H  # log-sum-exp, fp32
-    mlp = 4 * f * elem
+    # The MLP norm's output: one tensor both MLP matmuls read, unless autocast casts an
+    # fp32 one to bf16 for each of them.
+    casts = 2 if elem < residual else 1
+    norm_split = 2 * C * 4 + 4  # fp32 input and x·rstd, rstd
+    norms = 2 * norm_split / t + (1 + casts) * C * elem
+    attn = ((4 * C + 3 * K * D) * elem + 4 * H) / t  # + the fp32 log-sum-exp
+    mlp = 4 * f * elem / t
     first = 0  # the first layer's difference from the others
     if lora_rank:
-        norms -= 2 * C * elem  # frozen norm weights: x·rstd is not kept
+        norms -= 2 * C * 4  # frozen norm weights: x·rstd is not kept
         per_layer_lora = lora_parts * lora_rank * elem  # A·x of every adapter
         per_layer = n * (norms + attn + mlp + per_layer_lora)
-        first = -n * (C * elem + 4)
+        first = -n * (C * 4 + 4)
     else:
         per_layer = n * (norms + attn + mlp)
+    copies = 0.0
+    if weight_copies and recompute != "full":
+        copies = 2.0 * (C * (H * D + 2 * K * D) + H * D * C + 3 * C * f) / t
+    per_layer += copies
+    if residual < 4:  # bf16 weights (FSDP2): each norm's weight.float(), the rotary tables
+        per_layer += 2 * C * 4 + 2 * seq * (D // 2) * residual  # cast to bf16 (per layer)
     if recompute == "full":
-        per_layer, first = n * C * elem, 0
+        per_layer, first = n * C * residual / t, 0
+    inputs = 0 if lora_rank else n * 8 + 0.0  # token ids (int64): the embedding's gradient
     if lora_rank:  # the final norm's input and rstd, d/dh, the token count
-        head = n * (C * elem + 4 + C * elem) + 8
+        head = n * (C * 4 + 4 + C * elem) + 8
     else:
-        head = n * (8 + 2 * C * elem + 4 + C * elem) + Vp * C * 4 + 8  # + the token count
+        head = n * (norm_split / t + C * elem) + Vp * C * 4 / t + 8  # + the token count
+    if residual < 4:
+        head += C * 4  # the final norm's weight.float()
     layers = cfg.n_layer * per_layer + first
-    return {"per_layer": per_layer, "layers": layers, "once": head, "total": layers + head}
+    return {"per_layer": per_layer, "layers": layers, "inputs": inputs, "head": head,
+            "once": inputs + head, "total": layers + inputs + head}
+
+
+def stage_bytes(a: dict, n_layer: int, layers: int, *, embedding: bool, head: bool,
+                pp: int, n_micro: int) -> float:
+    """One pipeline stage's share of `a` (llmtk_saved_bytes of the whole model): its
+    layers, the token ids on the first stage (with LoRA's lighter first layer), the head
+    on the last; under 1F1B the first stage holds min(pp, micro-batches) in flight."""
+    act = layers * a["per_layer"]
+    if embedding:
+        act += a["inputs"] + (a["layers"] - n_layer * a["per_layer"])
+        if pp > 1:
+            act *= min(pp, n_micro)
+    if head:
+        act += a["head"]
+    return act
+
+
+def llmtk_busiest_bytes(m: ModelSpec, micro_batch: int, *, tp: int, pp: int, n_micro: int,
+                        recompute: str, bf16: bool, fsdp: bool,
+                        lora_rank: int | None = None) -> float:
+    """The llmtk model's activations on its busiest rank for a layout, as `llmtk train
+    --dry-run` counts them: `--solve layout` prices layouts for llmtk train with this.
+    fsdp: the run's weights are FSDP2's (bf16 gathers), not one copy under autocast.
+    lora_rank: adapters on all seven projections (llmtk train's default targets)."""
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(d_model=m.d_model, hidden=m.ffn, vocab_size=m.vocab_size,
+                          n_head=m.n_head, kv_heads=m.kv_heads, head_dim=m.hd,
+                          n_layer=m.n_layer)
+    a = llmtk_saved_bytes(cfg, micro_batch, m.seq_len, elem=2 if bf16 else 4,
+                          recompute=recompute, tp=tp, weight_copies=bf16 and not fsdp,
+                          residual=2 if bf16 and fsdp else 4, lora_rank=lora_rank)
+    per_stage = [m.n_layer // pp + (1 if s < m.n_layer % pp else 0) for s in range(pp)]
+    return max(stage_bytes(a, m.n_layer, layers, embedding=s == 0, head=s == pp - 1, pp=pp,
+                           n_micro=n_micro) for s, layers in enumerate(per_stage))
 
 
 def korthikanti_style_bytes(cfg, batch: int, seq: int, elem: int = 4,

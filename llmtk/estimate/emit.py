@@ -38,7 +38,8 @@ def train_config(req, result: dict, spec) -> str:
         raise ConfigError("optimizer", "llmtk train uses AdamW; --emit-config needs adamw")
     if req.precision not in ("bf16-mixed", "fp32"):
         raise ConfigError("precision", "llmtk train runs bf16-mixed or fp32")
-    if req.zero not in (0, 3):
+    zero, recompute = run["zero"], run["recompute"]  # the solved ones under --solve layout
+    if zero not in (0, 3):
         raise ConfigError("zero", "llmtk train shards every state (3, FSDP2) or none (0)")
     if req.dims.vocab is not None or req.dims.head_dim is not None:
         raise ConfigError("vocab" if req.dims.vocab is not None else "head_dim",
@@ -65,10 +66,10 @@ def train_config(req, result: dict, spec) -> str:
         "batch-size": run["micro_batch"],
         "grad-accum": run["grad_accum_steps"],
         "dtype": "bf16" if req.precision == "bf16-mixed" else "fp32",
-        "activation-checkpointing": req.recompute == "full",
+        "activation-checkpointing": recompute == "full",
         "tp": tp, "pp": pp,
     })
-    if req.zero == 3:
+    if zero == 3:
         keys.update({"parallel": "fsdp", "dp-replicate": 1, "dp-shard": dp})
     elif tp * pp == 1:
         keys["parallel"] = "ddp"
@@ -84,7 +85,7 @@ def train_config(req, result: dict, spec) -> str:
     mem = result["memory"]
     head = [
         f"# llmtk estimate's layout for {spec.name}: {run['gpus']} x {run['gpu']}, dp {dp} x "
-        f"tp {tp} x pp {pp}, ZeRO {req.zero}; {mem['total'] / 1e9:.1f} GB per GPU estimated",
+        f"tp {tp} x pp {pp}, ZeRO {zero}; {mem['total'] / 1e9:.1f} GB per GPU estimated",
         "# check it per rank without a GPU:",
         f"#   llmtk train --config FILE --dry-run --nproc-per-node {per_node} --nnodes {nodes}",
         "# train it (on every node):",

@@ -13,9 +13,9 @@ from llmtk.compute import flops as F
 from llmtk.compute import hardware
 from llmtk.compute.models import Dims, ModelSpec, build_spec, count_params
 from llmtk.errors import ConfigError
-from llmtk.estimate import memory, scaling
+from llmtk.estimate import layout, memory, scaling
 
-SOLVE = ("gpus", "days", "tokens")
+SOLVE = ("gpus", "days", "tokens", "layout")
 INFERENCE_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "int4": 0.5}
 
 
@@ -82,6 +82,14 @@ def validate(req: Request) -> None:
         raise ConfigError("dp", f"must be >= 1, got {req.dp}")
     if req.lora_rank is not None and req.lora_rank < 1:
         raise ConfigError("lora_rank", f"must be >= 1, got {req.lora_rank}")
+    if req.solve == "layout":
+        searched = {"dp": req.dp is not None, "tp": req.tp != 1, "pp": req.pp != 1,
+                    "zero": req.zero != 0, "micro_batch": req.micro_batch != 1,
+                    "sequence_parallel": req.sequence_parallel}
+        for key, given in searched.items():
+            if given:
+                raise ConfigError(key, "is what {0} layout chooses: leave it out",
+                                  also=("solve",))
     if req.solve in ("gpus", "tokens") and req.days is None:
         raise ConfigError("days", f"{{0}} {req.solve} needs the target duration in days",
                           also=("solve",))
@@ -181,6 +189,9 @@ def estimate(req: Request) -> dict:
     if tokens <= 0:
         raise ConfigError("tokens", f"must be > 0, got {tokens:g}")
 
+    if req.solve == "layout":
+        solved, req = _solve_layout(req, spec, counts, total, trainable, n_gpus, gpu, peak,
+                                    per_token)
     dp, tp, pp = _layout(replace(req, dp=None) if req.solve == "gpus" else req, n_gpus)
     par = memory.Parallel(dp=dp, tp=tp, pp=pp, zero=req.zero,
                           sp=req.sequence_parallel and tp > 1)
@@ -195,6 +206,9 @@ def estimate(req: Request) -> dict:
 
     total_flops = tokens * per_token
     seconds = F.time_seconds(total_flops, n_gpus, peak, req.mfu)
+    if req.solve == "layout":  # the modelled step: compute + communication + bubble
+        seconds = tokens / (global_batch * seq) * solved["chosen"]["step_s"]
+        solved["mfu_effective"] = total_flops / (seconds * n_gpus * peak)
     if req.solve == "days":
         solved = {"for": "days", "value": seconds / 86400}
     gpu_hours = seconds * n_gpus / 3600
@@ -240,7 +254,8 @@ def estimate(req: Request) -> dict:
             "cost": gpu_hours * req.price_per_gpu_hour if req.price_per_gpu_hour else None,
             "tokens_per_second_per_gpu": tokens / seconds / n_gpus,
         },
-        "memory": _memory(spec, counts, total, trainable, req, par, accum, gpu),
+        "memory": _memory(spec, counts, total, trainable, req, par, accum, gpu,
+                          llmtk_model=req.solve == "layout"),
         "inference": {
             "weights": {k: total * b for k, b in INFERENCE_BYTES.items()},
             "kv_cache_per_token_bf16": (2 * spec.n_layer * spec.kv_heads * spec.hd * 2
@@ -254,6 +269,81 @@ def estimate(req: Request) -> dict:
     return result
 
 
+def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, peak,
+                  per_token) -> tuple[dict, Request]:
+    """`--solve layout`: the fastest layout (llmtk.estimate.layout's cost model) whose
+    memory, by this module's own formulas, fits the GPU. Returns (the answer, the request
+    of the chosen layout) or raises ConfigError when no layout fits."""
+    if spec is None:
+        raise ConfigError("solve", "layout needs the model's shape ({0} or {1}/{2}/{3}), not "
+                          "only {4}", also=("model", "layers", "d_model", "heads", "params"))
+    gb = req.global_batch if req.global_batch is not None else n_gpus
+    rows, smallest, searched = [], None, 0
+    # llmtk train refuses --tp with --lora-rank (the adapters are not split yet)
+    max_tp = 1 if req.lora_rank else req.gpus_per_node
+    for c in layout.candidates(spec, n_gpus, req.gpus_per_node, gb, max_tp=max_tp):
+        r = replace(req, dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, micro_batch=c.micro_batch,
+                    recompute=c.recompute, global_batch=gb, sequence_parallel=c.tp > 1)
+        searched += 1
+        par = memory.Parallel(dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, sp=c.tp > 1)
+        mem = _memory(spec, counts, total, trainable, r, par, gb // (c.micro_batch * c.dp),
+                      gpu, llmtk_model=True)
+        if smallest is None or mem["total"] < smallest[1]:
+            smallest = (c, mem["total"])
+        if not mem["fits"]:
+            continue
+        t = layout.step_time(spec, c, global_batch=gb, flops_per_token=per_token,
+                             params=total, peak=peak, mfu=req.mfu, gpu=gpu,
+                             per_node=req.gpus_per_node,
+                             elem=memory.ACTIVATION_BYTES[req.precision],
+                             trainable=trainable)
+        rows.append((c, t, mem["total"]))
+    if not rows:
+        if smallest is None:
+            raise ConfigError("global_batch", f"{gb} sequences split over no data-parallel "
+                              f"size of {n_gpus} GPUs (give a multiple of the GPU count)")
+        c, need = smallest
+        raise ConfigError("gpus", f"{spec.name} fits no layout of {n_gpus} x {gpu.name}: the "
+                          f"smallest ({c}) needs {need / 1e9:,.1f} GB per GPU of "
+                          f"{gpu.mem_bytes / 1e9:,.1f}; give more GPUs")
+    # Fastest first, times within 0.1% being equal (recomputation can only hide
+    # communication that is exposed anyway); then no recompute, fewer micro-steps (bigger
+    # matmuls run nearer the assumed MFU than the constant-MFU model can see), less memory.
+    rows.sort(key=lambda x: (round(math.log(x[1]["step_s"]) / math.log(1.001)),
+                             x[0].recompute == "full", x[1]["micro_batches"], x[2]))
+    tokens_step = gb * spec.seq_len
+
+    def row(c, t, mem_total) -> dict:
+        return {"dp": c.dp, "tp": c.tp, "pp": c.pp, "zero": c.zero,
+                "micro_batch": c.micro_batch, "recompute": c.recompute, "text": str(c),
+                "memory_bytes": mem_total, "tokens_per_s_per_gpu":
+                tokens_step / t["step_s"] / n_gpus, **t}
+
+    best = rows[0][0]
+    answer = {"for": "layout", "value": str(best), "global_batch": gb,
+              "global_batch_from": "--global-batch" if req.global_batch is not None
+              else "one sequence per GPU (default)",
+              "searched": searched,
+              "fit": len(rows), "chosen": row(*rows[0]),
+              "alternatives": [row(*x) for x in _distinct(rows)[1:6]]}
+    chosen = replace(req, dp=best.dp, tp=best.tp, pp=best.pp, zero=best.zero,
+                     micro_batch=best.micro_batch, recompute=best.recompute, global_batch=gb,
+                     sequence_parallel=best.tp > 1)
+    return answer, chosen
+
+
+def _distinct(rows: list) -> list:
+    """The best row of each (dp, tp, pp, ZeRO, recompute): alternatives that differ in
+    more than the micro-batch."""
+    seen, out = set(), []
+    for x in rows:
+        key = (x[0].dp, x[0].tp, x[0].pp, x[0].zero, x[0].recompute)
+        if key not in seen:
+            seen.add(key)
+            out.append(x)
+    return out
+
+
 def _shape(spec: ModelSpec | None) -> dict | None:
     if spec is None:
         return None
@@ -264,7 +354,10 @@ def _shape(spec: ModelSpec | None) -> dict | None:
             "text": spec.shape_text()}
 
 
-def _memory(spec, counts, total, trainable, req, par, accum, gpu) -> dict:
+def _memory(spec, counts, total, trainable, req, par, accum, gpu,
+            llmtk_model: bool = False) -> dict:
+    """Per-GPU memory. llmtk_model: activations as the llmtk model saves them (what
+    `llmtk train --dry-run` counts, for `--solve layout`), else Korthikanti's block."""
     ada = None
     if req.optimizer == "adafactor":
         if spec is None:
@@ -298,10 +391,20 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu) -> dict:
                    note="activations not counted: give the shape (--model or "
                         "--layers/--d-model/--heads)")
         return out
-    act = memory.activation_bytes(spec, req.micro_batch, par=par, recompute=req.recompute,
-                                  elem=elem, n_micro=accum)
-    act1 = memory.activation_bytes(spec, 1, par=par, recompute=req.recompute, elem=elem,
-                                   n_micro=accum)
+    if llmtk_model:
+        from llmtk.estimate.activations import llmtk_busiest_bytes
+
+        def activations(b: int) -> float:
+            return llmtk_busiest_bytes(spec, b, tp=par.tp, pp=par.pp, n_micro=accum,
+                                       recompute=req.recompute, bf16=elem == 2,
+                                       fsdp=par.zero == 3 or par.tp * par.pp > 1,
+                                       lora_rank=req.lora_rank)
+    else:
+        def activations(b: int) -> float:
+            return memory.activation_bytes(spec, b, par=par, recompute=req.recompute,
+                                           elem=elem, n_micro=accum)
+    act, act1 = activations(req.micro_batch), activations(1)
+    out["activations_from"] = "llmtk" if llmtk_model else "korthikanti"
     overhead, total_bytes = memory.with_overhead(fixed + act)
     out.update(activations=act, activations_per_sample=act1, overhead=overhead,
                total=total_bytes, capacity=capacity, fits=total_bytes <= capacity,

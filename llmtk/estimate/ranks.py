@@ -11,44 +11,35 @@ evenly by tp x pp x dp.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from llmtk.compute import hardware
-from llmtk.compute.models import ModelSpec
 from llmtk.estimate import memory
-
-
-def spec_of(mcfg) -> ModelSpec:
-    """estimate's view of a llmtk.train ModelConfig (duck-typed: no train import)."""
-    return ModelSpec("planned", mcfg.n_layer, mcfg.d_model, mcfg.n_head, mcfg.vocab_size,
-                     mcfg.seq_len, n_kv_head=mcfg.kv_heads, ffn_hidden=mcfg.hidden,
-                     tie_embeddings=mcfg.tie_embeddings)
 
 
 def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, micro_batch: int,
               grad_accum: int, recompute: str, bf16: bool, gpu_name: str,
-              lora: bool = False) -> dict:
+              lora_rank: int | None = None, lora_parts: int = 7) -> dict:
     """{"gpu", "capacity", "rows": [{kind, rank, layers, params, weights, gradients,
-    optimizer, fsdp_buffers, activations, overhead, total, fits}]} in bytes."""
+    optimizer, fsdp_buffers, activations, overhead, total, fits}]} in bytes.
+
+    Activations are the llmtk model's own (llmtk.estimate.activations.llmtk_saved_bytes:
+    what its eager forward saves, measured exact on CPU in fp32 and bf16 autocast, one
+    process, FSDP2 and tp 2: tests/test_train_memory.py), not Korthikanti's GPT-3 block,
+    which `llmtk estimate` uses for any model."""
+    from llmtk.estimate.activations import llmtk_saved_bytes, stage_bytes
+
     gpu = hardware.gpu(gpu_name)
-    spec = spec_of(mcfg)
-    elem = 2 if bf16 else 4
-    sp = tp > 1  # tensor parallelism with sequence parallel norms (torchtitan's plan)
+    a = llmtk_saved_bytes(mcfg, micro_batch, mcfg.seq_len, elem=2 if bf16 else 4,
+                          recompute=recompute, lora_rank=lora_rank, lora_parts=lora_parts,
+                          tp=tp, weight_copies=bf16 and not fsdp,
+                          residual=2 if bf16 and fsdp else 4)
     rows = []
     for plan in plans:
-        stage = replace(spec, n_layer=plan.layers)
-        per_layer = memory.layer_activation_bytes(stage, micro_batch, tp=tp, sp=sp,
-                                                  recompute=recompute, elem=elem)
-        act = plan.layers * per_layer
-        if plan.embedding:
-            act += memory.embedding_activation_bytes(stage, micro_batch, tp=tp, sp=sp)
-            if pp > 1:  # 1F1B: the first stage holds min(pp, microbatches) in flight
-                act *= min(pp, grad_accum)
-        if plan.head:
-            act += memory.output_activation_bytes(stage, micro_batch, tp=tp, sp=sp, elem=elem)
+        act = stage_bytes(a, mcfg.n_layer, plan.layers, embedding=plan.embedding,
+                          head=plan.head, pp=pp, n_micro=grad_accum)
         # FSDP2 gathers a block's parameters (current + prefetched) and holds one block's
         # unsharded gradients before the reduce-scatter: estimate's formula.
-        buffers = memory.fsdp_buffer_bytes(plan.block_params * tp, tp=tp, full_grads=not lora,
+        buffers = memory.fsdp_buffer_bytes(plan.block_params * tp, tp=tp,
+                                           full_grads=not lora_rank,
                                            precision="bf16-mixed" if bf16 else "fp32") \
             if fsdp else 0.0
         states = plan.weights + plan.gradients + plan.optimizer

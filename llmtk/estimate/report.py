@@ -46,6 +46,8 @@ def render(r: dict, file) -> None:
         elif solve["for"] == "tokens":
             t.add_row("  tokens", f"[bold]{si(solve['value'])}[/bold]",
                       f"trainable in {solve['days']:g} days on {run['gpus']:,} x {run['gpu']}")
+        elif solve["for"] == "layout":
+            _layout_rows(t, solve, run)
         else:
             t.add_row("  days", f"[bold]{solve['value']:,.1f}[/bold]",
                       f"on {run['gpus']:,} x {run['gpu']}")
@@ -80,9 +82,16 @@ def render(r: dict, file) -> None:
                   "+ one forward pass recomputed")
 
     section("Time and cost")
-    t.add_row("  wall clock", duration(tm["seconds"]),
-              f"{run['gpus']:,} GPUs at {run['mfu']:.0%} of {run['peak_flops_per_gpu'] / 1e12:,.0f}"
-              f" TFLOP/s ({run['precision']} dense peak)")
+    if solve and solve["for"] == "layout":
+        t.add_row("  wall clock", duration(tm["seconds"]),
+                  f"optimizer steps x the modelled step time: effective MFU "
+                  f"{solve['mfu_effective']:.1%} of {run['peak_flops_per_gpu'] / 1e12:,.0f} "
+                  f"TFLOP/s")
+    else:
+        t.add_row("  wall clock", duration(tm["seconds"]),
+                  f"{run['gpus']:,} GPUs at {run['mfu']:.0%} of "
+                  f"{run['peak_flops_per_gpu'] / 1e12:,.0f} TFLOP/s ({run['precision']} "
+                  "dense peak)")
     t.add_row("  GPU-hours", f"{tm['gpu_hours']:,.0f}", "")
     if tm["cost"] is not None:
         t.add_row("  cost", f"${tm['cost']:,.0f}", f"at ${tm['price_per_gpu_hour']:g} per GPU-hour")
@@ -118,7 +127,10 @@ def render(r: dict, file) -> None:
     if mem["activations"] is None:
         t.add_row("  activations", "?", mem["note"])
     else:
-        t.add_row("  activations", gb(mem["activations"]), _RECOMPUTE_NOTE[run["recompute"]])
+        t.add_row("  activations", gb(mem["activations"]),
+                  "the llmtk model's own, as llmtk train --dry-run counts them (--solve "
+                  f"layout), recompute {run['recompute']}"
+                  if mem.get("activations_from") == "llmtk" else _RECOMPUTE_NOTE[run["recompute"]])
     t.add_row("  overhead", gb(mem["overhead"]),
               f"{OVERHEAD_FIXED / 2**30:g} GiB context/workspaces + "
               f"{OVERHEAD_FRACTION:.0%} fragmentation")
@@ -176,3 +188,39 @@ def render(r: dict, file) -> None:
         console.print()
         console.print(table)
     emit()
+
+
+def _layout_rows(t, solve: dict, run: dict) -> None:
+    """`--solve layout`: the chosen layout, its step time by part, and the runners-up."""
+    c = solve["chosen"]
+    t.add_row("  layout (dp x tp x pp)", f"[bold]{c['dp']} x {c['tp']} x {c['pp']}[/bold]",
+              f"{c['text']}: the fastest of the {solve['fit']:,} layouts that fit "
+              f"({solve['searched']:,} searched); global batch {solve['global_batch']:,} "
+              f"sequences ({solve['global_batch_from']})")
+    t.add_row("  step time", _s(c["step_s"]), _parts(c))
+    t.add_row("  throughput", f"{c['tokens_per_s_per_gpu']:,.0f}",
+              f"tokens/s per GPU: effective MFU {solve['mfu_effective']:.1%} "
+              f"(--mfu {run['mfu']:g} for the matmuls)")
+    t.add_row("  memory", gb(c["memory_bytes"]), "per GPU (the table below)")
+    for a in solve["alternatives"]:
+        t.add_row("  alternative", _s(a["step_s"]),
+                  f"{a['text']}: {a['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, "
+                  f"{gb(a['memory_bytes'])}")
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:,.2f} s" if seconds >= 1 else f"{seconds * 1e3:,.2f} ms"
+
+
+def _parts(c: dict) -> str:
+    parts = [f"compute {_s(c['compute_s'])}"]
+    if c["tp_s"]:
+        parts.append(f"tp {_s(c['tp_s'])}")
+    if c["bubble_s"]:
+        parts.append(f"bubble {_s(c['bubble_s'])} ({c['bubble']:.0%})")
+    if c["pp_s"]:
+        parts.append(f"pp send {_s(c['pp_s'])}")
+    if c["dp_comm_s"]:
+        parts.append(f"data-parallel exposed {_s(c['dp_exposed_s'])} (of "
+                     f"{_s(c['dp_comm_s'])} overlapped)")
+    return " + ".join(parts)

@@ -8,6 +8,8 @@ storage counted once (views share it), parameters and buffers excluded.
 
 from __future__ import annotations
 
+import contextlib
+
 from llmtk.compute.models import Dims
 from llmtk.errors import UsageError
 from llmtk.train.model_config import PRESETS, ModelConfig, count_params, preset
@@ -41,6 +43,60 @@ def config_from(model: str | None, dims: Dims):
     return cfg
 
 
+def local(t):
+    """A tensor's bytes on this rank: a DTensor's local shard (FSDP2, tensor parallel)."""
+    return t._local_tensor if hasattr(t, "_local_tensor") else t
+
+
+def nbytes(t) -> int:
+    t = local(t)
+    return t.numel() * t.element_size()
+
+
+def state_bytes(params, opt) -> dict[str, int]:
+    """This rank's bytes of parameters (all of `params`), gradients (those that have one)
+    and the optimizer's per-parameter states. AdamW's scalar step counters (one 4-byte
+    tensor per parameter tensor) are not model-sized and not counted."""
+    import torch
+
+    return {
+        "weights": sum(nbytes(p) for p in params),
+        "gradients": sum(nbytes(p.grad) for p in params if p.grad is not None),
+        "optimizer": sum(nbytes(v) for st in opt.state.values() for k, v in st.items()
+                         if k != "step" and torch.is_tensor(v)),
+    }
+
+
+@contextlib.contextmanager
+def saved_for_backward(model):
+    """Count the bytes autograd saves for backward while the block runs: each storage once
+    (views share it), a DTensor by its local shard; parameters are not activations, be
+    they this rank's shards, FSDP2's gathered copies or a view of one (a weight's
+    transpose), nor are buffers (rotary tables). Yields a dict whose "bytes" is filled in
+    when the block ends."""
+    import torch
+
+    not_activations = {local(t).untyped_storage().data_ptr()
+                       for t in [*model.parameters(), *model.buffers()]}
+    saved: dict[int, int] = {}
+
+    def is_param(t) -> bool:
+        return isinstance(t, torch.nn.Parameter) or isinstance(t._base, torch.nn.Parameter)
+
+    def pack(t):
+        if not is_param(t):
+            storage = local(t).untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr not in not_activations:
+                saved[ptr] = max(saved.get(ptr, 0), storage.nbytes())
+        return t
+
+    out: dict = {}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield out
+    out["bytes"] = sum(saved.values())
+
+
 def measure(cfg, batch: int, seed: int = 0, recompute: str = "selective",
             lora_rank: int | None = None) -> dict:
     """Measure one training step of GPT(cfg) on CPU in fp32 (torch imported here); with
@@ -57,34 +113,15 @@ def measure(cfg, batch: int, seed: int = 0, recompute: str = "selective",
 
         n += add_lora(model, lora_rank)
     model.activation_checkpointing = recompute == "full"
-    everything = list(model.parameters())
-    params = [p for p in everything if p.requires_grad]
-    not_activations = {t.untyped_storage().data_ptr() for t in [*everything, *model.buffers()]}
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        ptr = storage.data_ptr()
-        if ptr not in not_activations:
-            saved[ptr] = max(saved.get(ptr, 0), storage.nbytes())
-        return t
-
+    params = [p for p in model.parameters() if p.requires_grad]
     g = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, cfg.vocab_size, (batch, cfg.seq_len), generator=g)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with saved_for_backward(model) as saved:
         _, loss = model(idx, idx)
-    activations = sum(saved.values())
     loss.backward()
     opt = torch.optim.AdamW(params, lr=1e-3)
     opt.step()
-    # AdamW's per-parameter states (exp_avg, exp_avg_sq); the scalar step counters
-    # (one 4-byte tensor per parameter tensor) are not model-sized and not counted.
-    opt_bytes = sum(v.numel() * v.element_size() for st in opt.state.values()
-                    for k, v in st.items() if k != "step" and torch.is_tensor(v))
-    return {
-        "params": n,
-        "weights": sum(p.numel() * p.element_size() for p in everything),
-        "gradients": sum(p.grad.numel() * p.grad.element_size() for p in params),
-        "optimizer": opt_bytes,
-        "activations": activations,
-    }
+    states = state_bytes(params, opt)
+    return {"params": n, "weights": sum(nbytes(p) for p in model.parameters()),
+            "gradients": states["gradients"], "optimizer": states["optimizer"],
+            "activations": saved["bytes"]}

@@ -1,0 +1,125 @@
+"""`llmtk train --dry-run`'s per-rank memory against a real CPU training run's, per rank.
+
+Runs `llmtk train`'s own Trainer on CPU, in fp32 or under bf16 autocast as a GPU run
+trains (--dtype bf16), in one process or under torchrun with gloo (FSDP2, tensor
+parallel), takes one optimizer step (AdamW's states now exist), then
+one more micro-step measured: the bytes autograd saves for backward during its forward
+(llmtk.train.measure.saved_for_backward: each storage once, DTensors by their local
+shard, parameters and their gathered copies excluded), and after its backward the
+rank's local parameter shards, gradients and optimizer states
+(llmtk.train.measure.state_bytes). The dry-run's numbers for the same configuration and
+world (llmtk.train.dryrun + llmtk.estimate.ranks, as `llmtk train --dry-run` prints
+them) are set beside them. Rank 0 prints one JSON object (and writes it with --json).
+
+Reproduce:
+    .venv/bin/python benchmarks/memory_check.py
+    .venv/bin/python -m torch.distributed.run --nproc-per-node 2 \
+        benchmarks/memory_check.py --parallel fsdp
+    .venv/bin/python -m torch.distributed.run --nproc-per-node 2 \
+        benchmarks/memory_check.py --tp 2 --dtype bf16 --activation-checkpointing
+The numbers: docs/train.md, "Measured against a real run".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.gpu_check import SyntheticTokenizer, synthetic_cache  # noqa: E402
+
+PARTS = ("weights", "gradients", "optimizer", "activations")
+
+
+def measure_rank(cfg, work: str) -> tuple[dict, object]:
+    """(this rank's measured bytes, the Dist) after one step and one measured micro-step."""
+    from llmtk.train.measure import saved_for_backward, state_bytes
+    from llmtk.train.model_config import PRESETS
+    from llmtk.train.runtime import Faults, setup_dist
+    from llmtk.train.trainer import Trainer
+
+    dist = setup_dist(cfg.device, cfg.nccl_timeout)
+    vocab = PRESETS[cfg.model].vocab_size  # the vocabulary the dry-run plans with
+    cache = synthetic_cache(os.path.join(work, f"rank-{dist.rank}"), vocab, 200_000)
+    trainer = Trainer(cfg, dist, SyntheticTokenizer(vocab), cache, Faults())
+    st = trainer._start()
+    trainer.pending.append(trainer._train_step(st))
+    trainer._settle(st)
+    x, y = trainer.batches.get(st.position)
+    with trainer.autocast(), saved_for_backward(trainer.raw) as saved:
+        _, loss = trainer.model(x, y)
+    loss.backward()
+    params = list(trainer.raw.parameters())
+    out = {**state_bytes(params, trainer.opt), "activations": saved["bytes"]}
+    trainer.batches.close()
+    return out, dist
+
+
+def predicted(cfg, world: int) -> dict:
+    """The dry-run's row for these ranks (pp = 1: one kind of rank)."""
+    from llmtk.estimate.ranks import rank_rows
+    from llmtk.train.dryrun import dry_run
+
+    d = dry_run(cfg, world)
+    lay = d.layout
+    rows = rank_rows(d.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=d.parallel == "fsdp",
+                     micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
+                     recompute="full" if cfg.activation_checkpointing else "selective",
+                     bf16=cfg.dtype == "bf16", gpu_name=cfg.gpu)["rows"]
+    return {"layout": str(lay), "parallel": d.parallel, **{k: rows[0][k] for k in PARTS}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--d-model", type=int, default=None)
+    ap.add_argument("--heads", type=int, default=None)
+    ap.add_argument("--kv-heads", type=int, default=None)
+    ap.add_argument("--seq-len", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=2)
+    ap.add_argument("--parallel", default="auto", choices=["auto", "fsdp", "ddp", "none"])
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: autocast on CPU, as a GPU run trains")
+    ap.add_argument("--activation-checkpointing", action="store_true")
+    ap.add_argument("--json", help="also write the report here (rank 0)")
+    args = ap.parse_args()
+
+    from llmtk.train.config import TrainConfig
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    work = tempfile.mkdtemp(prefix="llmtk-memory-check-")
+    dims = {k: v for k, v in (("layers", args.layers), ("d_model", args.d_model),
+                              ("heads", args.heads), ("kv_heads", args.kv_heads))
+            if v is not None}
+    cfg = TrainConfig(data=["synthetic"], out=os.path.join(work, "run"), model=args.model,
+                      seq_len=args.seq_len, batch_size=args.batch_size, steps=2, warmup=1,
+                      log_every=10**6, compile=False, device="cpu", dtype=args.dtype,
+                      quiet=True, resume="never", parallel=args.parallel, tp=args.tp,
+                      activation_checkpointing=args.activation_checkpointing, **dims)
+    mine, dist = measure_rank(cfg, work)
+    ranks = [mine]
+    if dist.distributed:
+        import torch.distributed as tdist
+
+        ranks = [None] * dist.world
+        tdist.all_gather_object(ranks, mine)
+    if dist.rank == 0:
+        pred = predicted(cfg, world)
+        report = {"world": world, "layout": pred["layout"], "parallel": pred["parallel"],
+                  "predicted": {k: pred[k] for k in PARTS}, "measured": ranks,
+                  "ratio": [{k: r[k] / pred[k] for k in PARTS} for r in ranks]}
+        text = json.dumps(report, indent=1, sort_keys=True)
+        print(text, flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    dist.close()
+
+
+if __name__ == "__main__":
+    main()

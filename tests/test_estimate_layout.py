@@ -1,0 +1,157 @@
+"""`llmtk estimate --solve layout`: the fastest layout that fits, its cost model, and the
+TOML it writes, which `llmtk train --config FILE --dry-run` plans."""
+
+import json
+import re
+
+import pytest
+
+from llmtk.compute import hardware
+from llmtk.compute.models import preset
+from llmtk.estimate.layout import Candidate, candidates, step_time
+from tests.util import llmtk
+
+SMALL = ["--layers", "12", "--d-model", "768", "--heads", "12", "--seq-len", "2048",
+         "--global-batch", "64"]  # GPT-2 small's shape
+
+
+def solve(*args: str) -> dict:
+    p = llmtk("estimate", *args, "--solve", "layout", "--json", in_process=True)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_small_model_is_data_parallel_only():
+    """Everything fits one GPU: splitting matrices (tp) or layers (pp) only adds
+    communication and a bubble, so every GPU holds the whole model's work."""
+    r = solve(*SMALL, "--gpus", "8xH100")
+    c = r["solve"]["chosen"]
+    assert (c["dp"], c["tp"], c["pp"]) == (8, 1, 1)
+    assert (r["run"]["dp"], r["run"]["tp"], r["run"]["pp"]) == (8, 1, 1)
+    assert c["tp_s"] == 0 and c["bubble"] == 0 and c["memory_bytes"] < 85.9e9
+    # the runners-up are slower and differ in more than the micro-batch
+    alts = r["solve"]["alternatives"]
+    assert alts and all(a["step_s"] >= c["step_s"] for a in alts)
+    assert len({(a["dp"], a["tp"], a["pp"], a["zero"], a["recompute"]) for a in alts}) \
+        == len(alts)
+
+
+def test_70b_on_two_nodes_of_80gb_needs_tensor_parallelism():
+    """llama3-70b on 16 H100s: with tp 1 no ZeRO/recompute/micro-batch fits 80 GiB (the
+    activations and one layer's gathers are whole on every GPU), so the solver splits
+    the matrices; its table agrees with a plain estimate of the same layout."""
+    r = solve("--model", "llama3-70b", "--gpus", "16xH100")
+    c = r["solve"]["chosen"]
+    assert c["tp"] > 1 and c["dp"] * c["tp"] * c["pp"] == 16
+    assert r["memory"]["fits"] and r["memory"]["total"] == pytest.approx(c["memory_bytes"])
+    tp1 = llmtk("estimate", "--model", "llama3-70b", "--gpus", "16xH100", "--zero", "3",
+                "--recompute", "full", "--json", in_process=True)
+    assert json.loads(tp1.stdout)["memory"]["fits"] is False
+
+
+def test_a_model_that_fits_no_layout_is_one_line_error():
+    p = llmtk("estimate", "--model", "llama3-405b", "--gpus", "8xH100", "--solve", "layout",
+              in_process=True)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith("llmtk: error: --gpus: llama3-405b fits no layout of 8 x H100")
+    assert "GB per GPU of 85.9; give more GPUs" in err
+
+
+@pytest.mark.parametrize("flag,value", [("--tp", "2"), ("--zero", "3"), ("--micro-batch", "2"),
+                                        ("--dp", "4")])
+def test_layout_flags_are_what_the_solver_chooses(flag, value):
+    p = llmtk("estimate", *SMALL, "--gpus", "8xH100", "--solve", "layout", flag, value,
+              in_process=True)
+    assert p.returncode == 2
+    assert f"{flag}: is what --solve layout chooses: leave it out" in p.stderr.decode()
+
+
+def test_solved_layout_round_trips_through_train_dry_run(tmp_path):
+    """The TOML of the solved layout (here one that needs tp: a 70B on 16 GPUs) is read
+    by train, whose per-rank plan shows the same layout and the memory the solver saw."""
+    toml = tmp_path / "run.toml"
+    p = llmtk("estimate", "--model", "llama3-70b", "--gpus", "16xH100", "--solve", "layout",
+              "--global-batch", "64", "--emit-config", str(toml), "--json", in_process=True)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    c = r["solve"]["chosen"]
+    text = toml.read_text()
+    assert f"tp = {c['tp']}" in text.splitlines() and f"pp = {c['pp']}" in text.splitlines()
+    assert f"batch-size = {c['micro_batch']}" in text.splitlines()
+    assert f"activation-checkpointing = {str(c['recompute'] == 'full').lower()}" in text
+    dry = re.search(r"--dry-run --nproc-per-node (\d+) --nnodes (\d+)", text)
+    p = llmtk("train", "--config", str(toml), "--dry-run", "--nproc-per-node", dry[1],
+              "--nnodes", dry[2], in_process=True)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.decode()
+    assert f"tp {c['tp']}" in out.splitlines()[0]
+    # the solver priced memory as the dry-run does (the llmtk model's own activations)
+    row = next(line for line in out.splitlines() if line.startswith("all layers (0)"))
+    assert float(row.split()[-3]) * 1e9 == pytest.approx(c["memory_bytes"], rel=0.005)
+
+
+# --- the cost model ------------------------------------------------------------------
+
+SPEC = preset("llama3-8b")
+COST = dict(global_batch=64, flops_per_token=6 * 8e9, params=8e9, peak=989.4e12, mfu=0.4,
+            gpu=hardware.gpu("H100"), per_node=8)
+
+
+def test_pipeline_bubble_is_1f1b():
+    """pp 4 with m = 64 / (dp 4 x micro-batch 2) = 8 micro-batches: (pp-1)/(m+pp-1)."""
+    t = step_time(SPEC, Candidate(4, 2, 4, 3, 2, "selective"), **COST)
+    assert t["micro_batches"] == 8 and t["bubble"] == pytest.approx(3 / 11)
+    assert t["bubble_s"] == pytest.approx((t["compute_s"] + t["tp_s"]) * 3 / 8)
+
+
+def test_data_parallel_across_nodes_runs_at_network_speed():
+    """The same FSDP traffic: inside one node over NVLink, across 2 nodes over the network
+    (9x slower per GPU on H100), so the same dp costs more once it spans nodes."""
+    inside = step_time(SPEC, Candidate(8, 1, 1, 3, 1, "selective"), **COST)
+    across = step_time(SPEC, Candidate(8, 2, 1, 3, 1, "selective"), **COST)
+    # tp 2 halves what one dp group gathers, but the network is 9x slower than NVLink
+    assert across["dp_comm_s"] > 4 * inside["dp_comm_s"]
+    assert inside["tp_s"] == 0 < across["tp_s"]
+
+
+def test_full_recompute_costs_a_forward_and_more_tensor_parallel_traffic():
+    sel = step_time(SPEC, Candidate(4, 2, 1, 3, 1, "selective"), **COST)
+    full = step_time(SPEC, Candidate(4, 2, 1, 3, 1, "full"), **COST)
+    assert full["compute_s"] == pytest.approx(sel["compute_s"] * 4 / 3)
+    assert full["tp_s"] == pytest.approx(sel["tp_s"] * 12 / 8)
+
+
+def test_candidates_respect_the_node_and_the_model():
+    """tp stays inside a node and divides the heads; pp leaves a layer per stage; dp
+    divides the global batch; ZeRO 3 only with dp > 1."""
+    spec = preset("llama3-8b")  # 32 heads, 8 kv heads, 32 layers
+    cs = list(candidates(spec, 64, 8, 64))
+    assert {c.tp for c in cs} == {1, 2, 4, 8}
+    assert max(c.pp for c in cs) == 32
+    assert all(64 % c.dp == 0 and (c.zero == 0 or c.dp > 1) for c in cs)
+    assert all(c.dp * c.tp * c.pp == 64 for c in cs)
+
+
+def test_70b_on_256_h100_is_torchtitans_layout():
+    """torchtitan's published llama3-70b layout (docs/performance.md, Table 4: 256 H100s,
+    global batch 512, FSDP 32 x TP 8) is what the solver picks: under tp 4 the llmtk
+    model's activations (94 GB without recompute) do not fit, and full recompute costs a
+    third more compute than tp 8's extra NVLink traffic."""
+    c = solve("--model", "llama3-70b", "--gpus", "256xH100", "--global-batch", "512")
+    assert (c["solve"]["chosen"]["dp"], c["solve"]["chosen"]["tp"],
+            c["solve"]["chosen"]["pp"], c["solve"]["chosen"]["zero"]) == (32, 8, 1, 3)
+
+
+def test_lora_layouts_keep_tensor_parallelism_off():
+    """llmtk train refuses --tp with --lora-rank, so the solver never proposes it."""
+    r = solve("--model", "llama3-70b", "--lora-rank", "16", "--gpus", "16xH100")
+    assert {a["tp"] for a in [r["solve"]["chosen"], *r["solve"]["alternatives"]]} == {1}
+
+
+def test_a_size_without_a_shape_cannot_be_laid_out():
+    p = llmtk("estimate", "--params", "7e9", "--gpus", "8xH100", "--solve", "layout",
+              in_process=True)
+    assert p.returncode == 2
+    assert p.stderr.decode() == ("llmtk: error: --solve: layout needs the model's shape "
+                                 "(--model or --layers/--d-model/--heads), not only --params\n")

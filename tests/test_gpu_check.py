@@ -1,0 +1,30 @@
+"""benchmarks/gpu_check.py --layout: the layout it launches, and on a machine without
+GPUs one line and nothing recorded (its GPU runs need a GPU node: docs/train.md)."""
+
+import pytest
+
+from benchmarks.gpu_check import parse_layout
+from tests.util import env, run_module
+
+
+def test_layout_names_are_the_train_flags():
+    assert parse_layout("tp2") == {"tp": 2, "pp": 1, "dp_shard": 1}
+    assert parse_layout("tp2xpp2") == {"tp": 2, "pp": 2, "dp_shard": 1}
+    assert parse_layout("FSDP4xTP2") == {"tp": 2, "pp": 1, "dp_shard": 4}
+    for bad in ("tp", "tp0", "dp2", "tp2x"):
+        with pytest.raises(ValueError, match="expected parts like tp2"):
+            parse_layout(bad)
+
+
+def test_without_gpus_it_says_so_and_records_nothing(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available() and torch.cuda.device_count() >= 8:
+        pytest.skip("this machine has the GPUs: the layout would run")
+    report = tmp_path / "layout.json"
+    p = run_module("benchmarks.gpu_check", ["--layout", "fsdp4xtp2", "--json", str(report)],
+                   environ=env())
+    err = p.stderr.decode().strip().splitlines()
+    assert p.returncode == 1 and len(err) == 1, p.stderr
+    assert err[0].startswith("gpu_check --layout fsdp4xtp2: needs 8 CUDA GPUs on this node")
+    assert err[0].endswith("nothing measured, nothing recorded")
+    assert not report.exists()
