@@ -7,7 +7,8 @@ import re
 import pytest
 
 from llmtk.train.config import TrainConfig
-from llmtk.train.dryrun import plan_ranks, stage_layers
+from llmtk.train.dryrun import plan_ranks
+from llmtk.train.parallel import stage_layers
 from llmtk.train.model_config import count_params, preset
 from llmtk.train.parallel import Layout
 from tests.util import llmtk

@@ -134,7 +134,13 @@ OPTIONS: dict[str, Opt] = {
         "HSDP: N replicas of the model, each sharded with FSDP2 over --dp-shard ranks."),
     "dp_shard": Opt(PAR, "FSDP2 degree (ranks sharding one replica).",
         default="the world size / (tp x pp x dp-replicate)"),
-    "pp_schedule": Opt(PAR, "Pipeline schedule: 1f1b or interleaved-1f1b.", metavar="NAME"),
+    "pp_schedule": Opt(PAR,
+        "Pipeline schedule: 1f1b or interleaved-1f1b (several stages per rank); the "
+        "microbatches are the --grad-accum micro-steps.", metavar="NAME"),
+    "pp_layers": Opt(PAR,
+        "Blocks per pipeline stage, e.g. 3,5 (interleaved-1f1b: a multiple of --pp "
+        "stages, stage s on rank s % pp).", default="even, 2 stages per rank when "
+        "interleaved", metavar="N,N,..."),
     "dry_run": Opt(PAR,
         "Plan the layout for --nnodes x --nproc-per-node processes: build the model on "
         "the meta device and print each kind of rank's memory (no GPU, no data, nothing"
