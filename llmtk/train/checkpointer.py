@@ -279,6 +279,8 @@ def set_full_model_state(model, model_sd: dict) -> None:
     """Load a consolidated (unsharded) model state dict, whatever the parallelism."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
+    if hasattr(model, "holds"):  # a pipeline rank's stages: the entries they hold
+        model_sd = {k: v for k, v in model_sd.items() if model.holds(k)}
     set_model_state_dict(model, model_sd, options=StateDictOptions(full_state_dict=True))
 
 

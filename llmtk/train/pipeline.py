@@ -54,6 +54,13 @@ class StagePart(nn.Module):
         self.recompute = model.activation_checkpointing
         self._rope: tuple | None = None  # derived, not state: made on the first forward
 
+    def holds(self, key: str) -> bool:
+        """Whether whole-model state-dict entry `key` belongs to this part."""
+        head, _, rest = key.partition(".")
+        if head == "layers":
+            return rest.partition(".")[0] in self.layers
+        return head in self._modules
+
     def forward(self, x: torch.Tensor, targets: torch.Tensor, doc: torch.Tensor | None = None,
                 scale: torch.Tensor | None = None) -> torch.Tensor:
         if self._rope is None:

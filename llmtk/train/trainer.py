@@ -634,11 +634,7 @@ class Trainer:
         if path is not None:
             st = self._load_checkpoint(path, resume=True)
         elif hf.is_hf_spec(self.cfg.init_from):
-            weights = hf.init_weights(self.cfg, self.mcfg)
-            if self.pipe is not None:  # this rank's stages take their part
-                mine = self.model.state_dict().keys()
-                weights = {k: v for k, v in weights.items() if k in mine}
-            set_full_model_state(self.model, weights)
+            set_full_model_state(self.model, hf.init_weights(self.cfg, self.mcfg))
             self._say(f"initialised weights from {self.cfg.init_from} (fresh optimizer and "
                       "schedule)")
         elif self.cfg.init_from:
