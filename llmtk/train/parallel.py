@@ -116,6 +116,10 @@ def check_trainable(layout: Layout, cfg) -> None:
                 raise ConfigError(key, f"is not supported with --pp {layout.pp} yet "
                                   "(pipeline parallelism trains, evaluates the loss and "
                                   "checkpoints; see docs/train.md)")
+        if cfg.checkpoint_format == "full":  # rank 0 holds only the first stage
+            raise ConfigError("checkpoint_format", f"full is not possible with --pp "
+                              f"{layout.pp}: no rank holds the whole model; use dcp (the "
+                              "default), and `llmtk train export` for one file")
         check_microbatches(layout.pp, cfg)
     if layout.tp > 1:
         for key, on in (("lora_rank", cfg.lora_rank), ("sample_every", cfg.sample_every),
