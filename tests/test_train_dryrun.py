@@ -8,9 +8,8 @@ import pytest
 
 from llmtk.train.config import TrainConfig
 from llmtk.train.dryrun import plan_ranks
-from llmtk.train.parallel import stage_layers
 from llmtk.train.model_config import count_params, preset
-from llmtk.train.parallel import Layout
+from llmtk.train.parallel import Layout, stage_layers
 from tests.util import llmtk
 
 
