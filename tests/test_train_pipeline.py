@@ -273,10 +273,52 @@ def test_pipeline_resumes_exactly_after_sigkill(corpus, tmp_path, pp2):
             *PP, "--pp", "2", "--checkpoint-every", "10"]
     p = run_module("torch.distributed.run", argv,
                    environ=env(LLMTK_TEST_FAULTS=json.dumps({"kill_after": 15})))
-    assert p.returncode != 0 and b"Signals.SIGKILL" in p.stderr, p.stderr[-2000:]
+    # (the workers are fork-server clients: torchrun sees them fail, not the signal)
+    assert p.returncode != 0
     assert 15 <= max(r["step"] for r in rows(out)) < 20  # really interrupted
     run_train(corpus, out, *PP, "--nproc-per-node", "2", "--pp", "2",
               "--checkpoint-every", "10")
     assert events(out, "resume")[0]["path"] == "checkpoints/step-0000010"
     assert losses(out) == losses(pp2)
     assert [r[0] for r in losses(out)] == list(range(1, 21))
+
+
+@pytest.mark.parametrize("flat", [True, False])
+def test_dcp_checkpoints_load_with_optimizer_groups_by_name_or_by_index(tmp_path, flat):
+    """DCP checkpoints key the optimizer's hyperparameters by parameter name (pipeline
+    stages hold different parameters in their group 0); those written before, by group
+    index, load too: each into a sharded model's own entries (load_states' DCP path) and
+    consolidated (export's path)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from llmtk.train import checkpoint as C
+    from llmtk.train.checkpointer import dcp_flat, load_states, sharded_states
+    from llmtk.train.model import GPT
+
+    def make():
+        torch.manual_seed(0)
+        model = GPT(_tiny())
+        return model, torch.optim.AdamW(
+            [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": 0.1},
+             {"params": [p for p in model.parameters() if p.dim() < 2],
+              "weight_decay": 0.0}], lr=1e-3, betas=(0.8, 0.9))
+
+    model, opt = make()
+    x = torch.randint(0, 256, (2, 16))
+    model(x, x)[1].backward()
+    opt.step()
+    path = tmp_path / "step"
+    dcp.save(sharded_states(model, opt, flat), checkpoint_id=str(path / "dcp"))
+    (path / "state.json").write_text(json.dumps({"step": 1, "qkv_layout": C.QKV_LAYOUT}))
+    assert dcp_flat(str(path / "dcp")) == flat
+    want = opt.state_dict()
+    for sharded in (True, False):
+        fresh, fresh_opt = make()
+        load_states(str(path), fresh, fresh_opt, sharded=sharded)
+        got = fresh_opt.state_dict()
+        assert [tuple(g["betas"]) for g in got["param_groups"]] == [(0.8, 0.9)] * 2
+        assert all(torch.equal(got["state"][i]["exp_avg"], want["state"][i]["exp_avg"])
+                   for i in want["state"])
+        assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameters(),
+                                                     strict=True))
