@@ -283,6 +283,7 @@ def test_pipeline_resumes_exactly_after_sigkill(corpus, tmp_path, pp2):
     assert [r[0] for r in losses(out)] == list(range(1, 21))
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 @pytest.mark.parametrize("flat", [True, False])
 def test_dcp_checkpoints_load_with_optimizer_groups_by_name_or_by_index(tmp_path, flat):
     """DCP checkpoints key the optimizer's hyperparameters by parameter name (pipeline
