@@ -323,3 +323,24 @@ def test_dcp_checkpoints_load_with_optimizer_groups_by_name_or_by_index(tmp_path
                    for i in want["state"])
         assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameters(),
                                                      strict=True))
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # one more 2-process run
+def test_a_non_finite_step_is_skipped_on_every_stage(corpus, tmp_path):
+    """A NaN loss on the last stage at step 3: the step's one all-reduce carries every
+    stage's squared norms, so both stages skip the update and the `nan` event names the
+    bad parameters of both; training goes on."""
+    out = str(tmp_path / "nan")
+    argv = ["--standalone", "--nproc-per-node=2", "-m", "tests.train_driver", "train",
+            "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out, *TINY,
+            "--layers", "4", "--steps", "5", "--batch-size", "2", "--grad-accum", "2",
+            "--pp", "2"]
+    p = run_module("torch.distributed.run", argv,
+                   environ=env(LLMTK_TEST_FAULTS=json.dumps({"nan_loss": 2})))
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    (nan,) = events(out, "nan")
+    assert nan["step"] == 3 and nan["action"] == "skip"
+    assert {"tok_emb.weight", "layers.0.attn.wqkv.weight", "layers.3.mlp.w2.weight",
+            "norm.weight"} <= set(nan["bad_params"])
+    assert [r[0] for r in losses(out)] == [1, 2, 4, 5]
