@@ -221,14 +221,18 @@ def dp_mesh(mesh, layout: Layout):
     return mesh["dp_shard"]
 
 
+def shards(param) -> int:
+    """Into how many distinct pieces `param` (a DTensor) is split; 1 for a plain tensor."""
+    placements = getattr(param, "placements", None)
+    if placements is None:
+        return 1
+    # Not Replicate = sharded: FSDP2 over a tensor-parallel Shard(0) places a
+    # _StridedShard on the dp dimension, for which is_shard() is False.
+    return math.prod(param.device_mesh.size(i) for i, p in enumerate(placements)
+                     if not p.is_replicate())
+
+
 def replicas(param, world: int) -> int:
     """How many ranks hold each element of `param`'s (gradient's) local values: the world
     over the number of distinct shards. A plain tensor (DDP, one process): every rank."""
-    placements = getattr(param, "placements", None)
-    if placements is None:
-        return world
-    # Not Replicate = sharded: FSDP2 over a tensor-parallel Shard(0) places a
-    # _StridedShard on the dp dimension, for which is_shard() is False.
-    shards = math.prod(param.device_mesh.size(i) for i, p in enumerate(placements)
-                       if not p.is_replicate())
-    return world // shards
+    return world // shards(param)

@@ -40,6 +40,7 @@ from llmtk.train.parallel import (
     dp_mesh,
     replicas,
     run_layout,
+    shards,
 )
 from llmtk.train.run_shape import model_config
 from llmtk.train.runtime import (
@@ -400,13 +401,13 @@ class Trainer:
         dev = self.dist.device
         self.slots = torch.tensor([index[n] for n in names], dtype=torch.long, device=dev)
         holders = torch.zeros(len(self.param_names), device=dev)
-        shards = torch.zeros(len(self.param_names), device=dev)
+        pieces = torch.zeros(len(self.param_names), device=dev)
         holders[self.slots] = 1.0
-        shards[self.slots] = torch.tensor([float(self.dist.world // replicas(p, self.dist.world))
-                                           for p in self.params], device=dev)
-        tdist.all_reduce(holders)
-        tdist.all_reduce(shards, op=tdist.ReduceOp.MAX)
-        self.replicas = holders / shards
+        pieces[self.slots] = torch.tensor([float(shards(p)) for p in self.params],
+                                          device=dev)
+        tdist.all_reduce(holders)  # ranks holding some piece of each parameter
+        tdist.all_reduce(pieces, op=tdist.ReduceOp.MAX)
+        self.replicas = holders / pieces
         self.loss_ranks = self.dist.world // self.layout.pp
 
     def _bf16(self) -> bool:
