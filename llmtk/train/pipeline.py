@@ -79,14 +79,15 @@ class StagePart(nn.Module):
 class Pipeline:
     """This rank's stages and the schedule that runs them; built by `build`."""
 
-    def __init__(self, parts, stage_ids, n_stages, schedule, group, pp, pp_rank, act_shape,
-                 act_dtype, tied_group, device):
+    def __init__(self, parts: list[StagePart], stage_ids: list[int], n_stages: int, group,
+                 act_shape: tuple, act_dtype, tied_group):
         self.parts, self.stage_ids, self.n_stages = parts, stage_ids, n_stages
-        self.schedule, self.group, self.pp, self.pp_rank = schedule, group, pp, pp_rank
-        self.act_shape, self.act_dtype = act_shape, act_dtype
-        self.tied_group, self.device = tied_group, device
+        self.group, self.pp = group, group.size()  # the pp dimension's process group
+        self.act_shape, self.act_dtype = act_shape, act_dtype  # the residual stream's
+        self.tied_group = tied_group  # first and last stage (tied embeddings), or None
         self.has_first, self.has_last = 0 in stage_ids, n_stages - 1 in stage_ids
-        self.loss_hook = lambda loss: loss
+        self.schedule = None  # set by build: it calls _loss
+        self.loss_hook = lambda loss: loss  # the trainer's Faults.loss (tests inject NaN)
 
     def _loss(self, out: torch.Tensor, _target) -> torch.Tensor:
         return self.loss_hook(out)  # the last stage's output is its loss already
@@ -225,8 +226,7 @@ def build(model: GPT, layout, world_mesh, cfg, device: str, mp_policy, compiled:
         stages.append(PipelineStage(part, s, n, dev, input_args=inp, output_args=out,
                                     group=pp_mesh.get_group()))
     tied = _tied_group(layout, n) if mcfg.tie_embeddings else None
-    pipe = Pipeline(parts, stage_ids, n, None, pp_mesh.get_group(), layout.pp, pp_rank,
-                    act_shape, act_dtype, tied, dev)
+    pipe = Pipeline(parts, stage_ids, n, pp_mesh.get_group(), act_shape, act_dtype, tied)
     if cfg.pp_schedule == "1f1b":
         pipe.schedule = Schedule1F1B(stages[0], cfg.grad_accum, loss_fn=pipe._loss)
     else:
