@@ -344,3 +344,20 @@ def test_a_non_finite_step_is_skipped_on_every_stage(corpus, tmp_path):
     assert {"tok_emb.weight", "layers.0.attn.wqkv.weight", "layers.3.mlp.w2.weight",
             "norm.weight"} <= set(nan["bad_params"])
     assert [r[0] for r in losses(out)] == [1, 2, 4, 5]
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # one 1-process and one 2-process run
+def test_lora_adapters_added_before_the_split_train_as_in_one_process(corpus, tmp_path):
+    """--lora-rank under pp 2: the adapters are added to the whole model before it is
+    split (and initialised in the whole model's order), the frozen tied embedding needs
+    no gradient sum; the adapters' losses and grad norms are the one-process ones."""
+    args = ["--layers", "4", "--steps", "4", "--batch-size", "2", "--grad-accum", "2",
+            "--lora-rank", "4"]
+    ref, out = str(tmp_path / "one"), str(tmp_path / "pp")
+    run_train(corpus, ref, *args)
+    run_train(corpus, out, *args, "--nproc-per-node", "2", "--pp", "2")
+    a, b = losses(ref), losses(out)
+    assert [x[0] for x in b] == [1, 2, 3, 4]
+    for x, y in zip(a, b, strict=True):
+        assert y[1] == pytest.approx(x[1], rel=1e-5) and y[2] == pytest.approx(x[2], rel=1e-5)
