@@ -414,10 +414,15 @@ def _losses(run):
     # slice of A must be the single process's, or every step after the first differs.
     pytest.param(["--lora-rank", "4"], ["--nproc-per-node", "2", "--parallel", "fsdp"],
                  marks=[pytest.mark.slow, pytest.mark.integration]),
+    # Two pipeline stages: the document ids travel to both (each builds its attention
+    # mask), and each microbatch's share of the step's tokens scales the last stage's loss.
+    pytest.param([], ["--grad-accum", "2", "--nproc-per-node", "2", "--pp", "2"],
+                 marks=[pytest.mark.slow, pytest.mark.integration], id="pp2"),
 ])
 def test_sft_steps_do_not_depend_on_how_the_batch_is_split(base, tmp_path, lora, extra):
     """The loss is the mean over every trained token of the step, whatever the split into
-    processes and micro-steps: 2 x 2 (DDP, FSDP2 with LoRA, grad accumulation) = 1 x 4."""
+    processes and micro-steps: 2 x 2 (DDP, FSDP2 with LoRA, grad accumulation, two pipeline
+    stages) = 1 x 4."""
     # Responses of 1-7 tokens: micro-batches hold different numbers of trained tokens, so a
     # mean of per-micro-batch means would differ from the step's token mean.
     data = write_jsonl(tmp_path / "sft.jsonl", [

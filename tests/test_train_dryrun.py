@@ -7,9 +7,9 @@ import re
 import pytest
 
 from llmtk.train.config import TrainConfig
-from llmtk.train.dryrun import plan_ranks, stage_layers
+from llmtk.train.dryrun import plan_ranks
 from llmtk.train.model_config import count_params, preset
-from llmtk.train.parallel import Layout
+from llmtk.train.parallel import Layout, stage_layers
 from tests.util import llmtk
 
 
@@ -61,6 +61,9 @@ def test_pipeline_stages_hold_their_layers_the_embedding_and_the_head():
     (["--zero", "2"], "--zero: llmtk train shards every state (3, FSDP2) or none (0)"),
     (["--optimizer", "sgd"], "--optimizer: llmtk train uses AdamW"),
     (["--model", "gpt3-175b"], "cannot be trained by llmtk train"),
+    (["--gpus", "8xH100", "--pp", "2"], "--global-batch: gives 1 micro-steps per step, but "
+     "llmtk train's 1f1b pipeline needs at least one per stage (--pp 2): raise "
+     "--global-batch to 8 or more"),
 ])
 def test_emit_config_refuses_what_train_cannot_run(tmp_path, flags, words):
     model = [] if "--model" in flags else ["--model", "llama3-8b"]

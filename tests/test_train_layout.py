@@ -63,7 +63,11 @@ def test_the_command_refuses_a_layout_before_starting_processes(tmp_path):
 
 
 @pytest.mark.parametrize("layout,flags,key", [
-    (Layout(pp=2), {}, "pp"),
+    (Layout(pp=2), {"sample_every": 10}, "sample_every"),
+    (Layout(pp=2), {"eval_tasks": ["t.jsonl"]}, "eval_tasks"),
+    (Layout(pp=2), {"checkpoint_format": "full"}, "checkpoint_format"),
+    (Layout(pp=2), {"grad_accum": 1}, "grad_accum"),  # 1f1b: a microbatch per stage
+    (Layout(pp=2), {"grad_accum": 5, "pp_schedule": "interleaved-1f1b"}, "grad_accum"),
     (Layout(tp=2), {"lora_rank": 8}, "lora_rank"),
     (Layout(tp=2), {"sample_every": 10}, "sample_every"),
 ])
@@ -72,9 +76,14 @@ def test_what_is_not_trained_yet_is_refused_naming_its_flag(layout, flags, key):
 
     from llmtk.train.parallel import check_trainable
 
-    cfg = SimpleNamespace(**{"lora_rank": 0, "sample_every": 0, "eval_tasks": [], **flags})
+    base = {"lora_rank": 0, "sample_every": 0, "eval_tasks": [], "checkpoint_format": "auto",
+            "grad_accum": 2, "pp_schedule": "1f1b"}
     with pytest.raises(ConfigError) as e:
-        check_trainable(layout, cfg)
+        check_trainable(layout, SimpleNamespace(**{**base, **flags}))
     assert e.value.key == key
-    check_trainable(Layout(tp=2, dp_shard=2), SimpleNamespace(
-        lora_rank=0, sample_every=0, eval_tasks=[]))
+    check_trainable(Layout(tp=2, dp_shard=2), SimpleNamespace(**base))
+    check_trainable(Layout(pp=2, tp=2), SimpleNamespace(**{**base, "lora_rank": 0}))
+    # interleaved-1f1b runs the microbatches in rounds of pp: 3 is one round, 6 three
+    for ga in (3, 6):
+        check_trainable(Layout(pp=2), SimpleNamespace(
+            **{**base, "grad_accum": ga, "pp_schedule": "interleaved-1f1b"}))

@@ -139,8 +139,8 @@ def test_init_rule():
     torch.manual_seed(0)
     cfg = small(n_layer=8, d_model=256, n_head=4, vocab_size=1000)
     model = GPT(cfg)
-    assert abs(model.layers[0].attn.wqkv.weight.std().item() - 0.02) < 0.002
-    assert abs(model.layers[0].mlp.w2.weight.std().item() - 0.02 / math.sqrt(16)) < 0.001
+    assert abs(model.layers["0"].attn.wqkv.weight.std().item() - 0.02) < 0.002
+    assert abs(model.layers["0"].mlp.w2.weight.std().item() - 0.02 / math.sqrt(16)) < 0.001
     assert torch.equal(model.norm.weight, torch.ones(256))
     assert all("bias" not in n for n, _ in model.named_parameters())
 

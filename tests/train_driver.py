@@ -5,6 +5,7 @@ The faults come from LLMTK_TEST_FAULTS, a JSON object (every key optional):
   spike_loss: S         the loss of 0-based step S is 10x (once; not again on the redo)
   crash_in_checkpoint: S  SIGKILL after checkpoint S is written, before it is COMPLETE
   die_once: [FILE, S]   exit 17 after step S unless FILE exists (then create it first)
+  kill_after: S         SIGKILL this process after step S (every rank of a torchrun job)
   step_delay: SECONDS   sleep after every step (time for a test to send a signal)
   hold: FILE            after step 1, wait (up to 300 s) until FILE exists
 They reach the loop through the `faults` object `llmtk.train.trainer.train` takes; the
@@ -39,6 +40,8 @@ class TestFaults(Faults):
             os.kill(os.getpid(), signal.SIGKILL)
 
     def after_step(self, step):
+        if self.spec.get("kill_after") == step:
+            os.kill(os.getpid(), signal.SIGKILL)
         die = self.spec.get("die_once")
         if die and step == die[1] and not os.path.exists(die[0]):
             open(die[0], "w").close()

@@ -134,7 +134,13 @@ OPTIONS: dict[str, Opt] = {
         "HSDP: N replicas of the model, each sharded with FSDP2 over --dp-shard ranks."),
     "dp_shard": Opt(PAR, "FSDP2 degree (ranks sharding one replica).",
         default="the world size / (tp x pp x dp-replicate)"),
-    "pp_schedule": Opt(PAR, "Pipeline schedule: 1f1b or interleaved-1f1b.", metavar="NAME"),
+    "pp_schedule": Opt(PAR,
+        "Pipeline schedule: 1f1b or interleaved-1f1b (several stages per rank); the "
+        "microbatches are the --grad-accum micro-steps.", metavar="NAME"),
+    "pp_layers": Opt(PAR,
+        "Blocks per pipeline stage, e.g. 3,5 (interleaved-1f1b: a multiple of --pp "
+        "stages, stage s on rank s % pp).", default="even, 2 stages per rank when "
+        "interleaved", metavar="N,N,..."),
     "dry_run": Opt(PAR,
         "Plan the layout for --nnodes x --nproc-per-node processes: build the model on "
         "the meta device and print each kind of rank's memory (no GPU, no data, nothing"
@@ -300,7 +306,13 @@ def _train(flags: dict, config: str | None) -> None:
         from llmtk.train.parallel import check_trainable, run_layout
 
         # A layout that cannot fit starts nothing.
-        check_trainable(run_layout(cfg, (launch.nproc_per_node or 1) * launch.nnodes)[1], cfg)
+        layout = run_layout(cfg, (launch.nproc_per_node or 1) * launch.nnodes)[1]
+        check_trainable(layout, cfg)
+        if layout.pp > 1:  # the split needs only the layer count (the vocabulary: later)
+            from llmtk.train.parallel import pipeline_split
+            from llmtk.train.run_shape import model_config
+
+            pipeline_split(layout, model_config(cfg, 256).n_layer, cfg)
         import os
 
         if cfg.threads is None and "OMP_NUM_THREADS" not in os.environ:

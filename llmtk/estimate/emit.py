@@ -77,6 +77,11 @@ def train_config(req, result: dict, spec) -> str:
         keys.update({"parallel": "fsdp", "dp-replicate": dp, "dp-shard": 1})
     if pp > 1:
         keys["pp-schedule"] = "1f1b"
+        if run["grad_accum_steps"] < pp:  # train's pipeline: a microbatch per stage at least
+            raise ConfigError("global_batch", f"gives {run['grad_accum_steps']} micro-steps "
+                              f"per step, but llmtk train's 1f1b pipeline needs at least one "
+                              f"per stage (--pp {pp}): raise --global-batch to "
+                              f"{pp * run['micro_batch'] * dp} or more")
     if req.lora_rank is not None:
         keys["lora-rank"] = req.lora_rank
     keys["gpu"] = run["gpu"]

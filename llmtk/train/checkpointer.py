@@ -262,23 +262,41 @@ def full_states(model, opt) -> tuple[dict, dict]:
             get_optimizer_state_dict(model, opt, options=opts) if opt is not None else {})
 
 
-def sharded_states(model, opt=None) -> dict:
-    """{"model": ..., "optim": ...}: this rank's shards, as DCP saves and loads them."""
+def sharded_states(model, opt=None, flat: bool = True) -> dict:
+    """{"model": ..., "optim": ...}: this rank's shards, as DCP saves and loads them.
+
+    flat: the optimizer's hyperparameters keyed by parameter name (param_groups.FQN.lr),
+    as torchtitan saves them, not by group index: pipeline stages hold different
+    parameters in their group 0, and DCP would keep one stage's list for all. Checkpoints
+    written before (flat=False) still load (dcp_flat tells them apart)."""
     from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
         get_model_state_dict,
         get_optimizer_state_dict,
     )
 
     sd = {"model": get_model_state_dict(model)}
     if opt is not None:
-        sd["optim"] = get_optimizer_state_dict(model, opt)
+        sd["optim"] = get_optimizer_state_dict(
+            model, opt, options=StateDictOptions(flatten_optimizer_state_dict=flat))
     return sd
+
+
+def dcp_flat(dcp_dir: str) -> bool:
+    """Whether the DCP checkpoint in `dcp_dir` keys its optimizer groups by name."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    keys = FileSystemReader(dcp_dir).read_metadata().state_dict_metadata
+    return not any(k.startswith("optim.param_groups.") and k.split(".")[2].isdigit()
+                   for k in keys)
 
 
 def set_full_model_state(model, model_sd: dict) -> None:
     """Load a consolidated (unsharded) model state dict, whatever the parallelism."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
+    if hasattr(model, "holds"):  # a pipeline rank's stages: the entries they hold
+        model_sd = {k: v for k, v in model_sd.items() if model.holds(k)}
     set_model_state_dict(model, model_sd, options=StateDictOptions(full_state_dict=True))
 
 
@@ -297,21 +315,27 @@ def load_states(path: str, model, opt, *, sharded: bool) -> None:
     if C.is_sharded(path) and sharded and not C.needs_qkv_upgrade(C.load_state(path)):
         import torch.distributed.checkpoint as dcp
 
-        sd = sharded_states(model, opt)
         try:
+            flat = dcp_flat(os.path.join(path, "dcp"))
+            sd = sharded_states(model, opt, flat)
             dcp.load(sd, checkpoint_id=os.path.join(path, "dcp"))
         except Exception as e:  # DCP wraps every rank's failure in CheckpointException
             raise C.CheckpointError(f"{path}/dcp: cannot load ({C._first_line(e)})") \
                 from None
         set_model_state_dict(model, sd["model"])
         if opt is not None:
-            set_optimizer_state_dict(model, opt, sd["optim"])
+            set_optimizer_state_dict(model, opt, sd["optim"],
+                                     options=StateDictOptions(flatten_optimizer_state_dict=flat))
         return
     model_sd, optim_sd = C.load_full_state(path, opt is not None)
     set_full_model_state(model, model_sd)
     if opt is not None:
-        set_optimizer_state_dict(model, opt, optim_sd,
-                                 options=StateDictOptions(full_state_dict=True))
+        # A DCP checkpoint's groups keyed by name (sharded_states) come back flat. Only a
+        # model of plain tensors (one process, DDP) reads one here, and its local state
+        # is the full one (torch 2.13 fails to load a flat dict with full_state_dict).
+        flat = "param_groups" not in optim_sd
+        set_optimizer_state_dict(model, opt, optim_sd, options=StateDictOptions(
+            full_state_dict=not flat, flatten_optimizer_state_dict=flat))
 
 
 # ---------------------------------------------------------------- what may be resumed

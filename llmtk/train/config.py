@@ -73,6 +73,7 @@ class TrainConfig:
     dp_replicate: int = 1                 # HSDP: replicas, each sharded over dp_shard ranks
     dp_shard: int | None = None           # FSDP degree; None: the rest of the world
     pp_schedule: str = "1f1b"             # 1f1b | interleaved-1f1b
+    pp_layers: str | None = None          # blocks per pipeline stage, "3,5"; None: even
     dry_run: bool = False                 # plan the layout per rank on the meta device, no run
     gpu: str = "H100"                     # --dry-run: the GPU whose memory each rank must fit
     compile: bool | None = None           # None: on for CUDA, off on CPU

@@ -1,13 +1,14 @@
 """`llmtk train --dry-run`: what each kind of rank of a layout would hold, without a GPU.
 
 The model is built on the meta device (no memory, no init cost, any size), and every
-parameter is assigned as a real run places it: the layers of a pipeline stage (split
-evenly, the first stages taking one more when uneven), the embedding on the first stage
-and the final norm and head on the last (under pp > 1 a tied head is a separate copy on
-the last stage), matrices split over tp (norm weights replicated), and everything
-sharded over dp_shard by FSDP2. The byte counts are the trainer's own: fp32 master
-weights, fp32 gradients and AdamW's two fp32 moments per trainable parameter (16 bytes;
-LoRA's frozen base: 4), bf16 or fp32 activations.
+parameter is assigned as a real run places it: the layers of a pipeline rank's stages
+(parallel.pipeline_split: --pp-layers, or even with the first stages taking one more),
+the embedding on the first stage and the final norm and head on the last (under pp > 1
+a tied head is a copy of the embedding on the last stage, its gradient summed with the
+first stage's before each step, as Megatron-LM does), matrices split over tp (norm
+weights replicated), and everything sharded over dp_shard by FSDP2. The byte counts are
+the trainer's own: fp32 master weights, fp32 gradients and AdamW's two fp32 moments per
+trainable parameter (16 bytes; LoRA's frozen base: 4), bf16 or fp32 activations.
 
 One rank of each kind is described: the first, a middle and the last pipeline stage
 (one tp shard each; tp shards of a stage hold the same amounts).
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmtk.train.parallel import Layout
+from llmtk.train.parallel import Layout, pipeline_split
 
 
 @dataclass(frozen=True)
@@ -33,11 +34,6 @@ class RankPlan:
     optimizer: float
     embedding: bool          # holds the token embedding
     head: bool               # holds the final norm and the output head
-
-
-def stage_layers(n_layer: int, pp: int) -> list[int]:
-    """Blocks per pipeline stage: even, the first n_layer % pp stages one more."""
-    return [n_layer // pp + (1 if s < n_layer % pp else 0) for s in range(pp)]
 
 
 def _split(name: str, numel: int, tp: int) -> float:
@@ -59,7 +55,7 @@ def plan_ranks(cfg, mcfg, layout: Layout) -> list[RankPlan]:
             add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.lora_dropout)
     tp, pp, shard = layout.tp, layout.pp, layout.dp_shard
     per_block: dict[str, tuple[float, float]] = {}  # one block: (all, trainable) per tp shard
-    for name, p in model.layers[0].named_parameters():
+    for name, p in model.layers["0"].named_parameters():
         per_block[name] = (_split(name, p.numel(), tp), _split(name, p.numel(), tp)
                            if p.requires_grad else 0.0)
     block_all = sum(a for a, _ in per_block.values())
@@ -78,7 +74,9 @@ def plan_ranks(cfg, mcfg, layout: Layout) -> list[RankPlan]:
             float(model.lm_head.weight.numel()) / tp if model.lm_head.weight.requires_grad
             else 0.0)
     tied = mcfg.tie_embeddings
-    layers = stage_layers(mcfg.n_layer, pp)
+    # blocks per pp rank: its stages' (interleaved-1f1b: stage s is on rank s % pp)
+    split = pipeline_split(layout, mcfg.n_layer, cfg)
+    layers = [sum(split[s::pp]) for s in range(pp)]
     kinds = [(0, "all layers")] if pp == 1 else \
         [(0, "first stage"), *([(pp // 2, "middle stage")] if pp > 2 else []),
          (pp - 1, "last stage")]
@@ -125,5 +123,5 @@ def dry_run(cfg, world: int) -> DryRun:
         vocab, vocab_from = PRESETS[cfg.model].vocab_size, f"the {cfg.model} preset's"
     mcfg = model_config(cfg, vocab)
     parallel, layout = run_layout(cfg, world)
-    check_model(layout, mcfg)
+    check_model(layout, mcfg, cfg)
     return DryRun(mcfg, vocab_from, parallel, layout, plan_ranks(cfg, mcfg, layout))

@@ -126,7 +126,7 @@ def add_lora(model, rank: int, alpha: float | None = None, targets: str = ",".jo
     alpha = float(rank if alpha is None else alpha)
     for p in model.parameters():
         p.requires_grad_(False)
-    for block in model.layers:
+    for block in model.layers.values():
         for path, parts in _parts(model, block).items():
             adapted = [n for n, _ in parts if n in names]
             if not adapted:

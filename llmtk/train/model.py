@@ -40,6 +40,11 @@ def init_whole_(param: torch.Tensor, fill: Callable[[torch.Tensor], object]) -> 
     parameter gets its slice of the full tensor, drawn whole, so a model initialised after
     sharding holds exactly the weights of one initialised whole with the same seed (a
     DTensor's own in-place init would draw from DTensor's RNG instead)."""
+    if param.is_meta:
+        # Not materialised here (another pipeline stage's layer): draw and discard, so the
+        # generator reaches this rank's layers in the state a whole-model init leaves it.
+        fill(torch.empty(param.shape, dtype=param.dtype))
+        return
     if not hasattr(param, "device_mesh"):
         fill(param)
         return
@@ -194,7 +199,10 @@ class GPT(nn.Module):
         # Embedding and head have padded_vocab rows (a multiple of 128); ids >= vocab_size
         # never occur and their logits are masked out of the loss and of sampling.
         self.tok_emb = nn.Embedding(cfg.padded_vocab, cfg.d_model)
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        # Keyed "0".."n-1" (not a ModuleList): a pipeline stage keeps only its blocks and
+        # their whole-model names (layers.5.attn.wqkv.weight), so checkpoints reshard
+        # between pipeline layouts. Iterate with .values().
+        self.layers = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layer)})
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.padded_vocab, bias=False)
         if cfg.tie_embeddings:
@@ -256,22 +264,10 @@ class GPT(nn.Module):
         B, T = idx.shape
         if T > self.cfg.seq_len:
             raise ValueError(f"sequence length {T} exceeds the model's seq_len {self.cfg.seq_len}")
-        mask = None
-        if doc is None:
-            cos, sin = self.rope_cos[:T], self.rope_sin[:T]  # (T, D/2)
-        else:
-            pos = example_positions(doc)  # (B, T)
-            cos, sin = self.rope_cos[pos][:, None], self.rope_sin[pos][:, None]  # (B, 1, T, D/2)
-            causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
-            mask = (doc[:, None, :, None] == doc[:, None, None, :]) & causal  # (B, 1, T, T)
+        cos, sin, mask = positions(self.rope_cos, self.rope_sin, T, doc)
         x = self.tok_emb(idx)  # (B, T, C)
-        for layer in self.layers:
-            if self.activation_checkpointing and self.training:
-                # Recompute the block's activations in backward instead of storing them.
-                x = torch.utils.checkpoint.checkpoint(layer, x, cos, sin, mask,
-                                                      use_reentrant=False)
-            else:
-                x = layer(x, cos, sin, mask)
+        x = run_blocks(self.layers.values(), x, cos, sin, mask,
+                       self.activation_checkpointing and self.training)
         x = self.norm(x)  # (B, T, C)
         if targets is None:
             return self.lm_head(x)[..., :self.cfg.vocab_size], None  # (B, T, V)
@@ -280,10 +276,7 @@ class GPT(nn.Module):
     def head_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy of lm_head(x) against targets (B, T); a method so that it can be
         compiled on its own (FSDP2 compiles per block)."""
-        if hasattr(x, "full_tensor"):  # tensor parallel: (B, T/tp, C) shards -> (B, T, C)
-            x = x.full_tensor()
-        return chunked_cross_entropy(x.reshape(-1, x.size(-1)), self.lm_head.weight,
-                                     targets.reshape(-1), self.cfg.vocab_size)
+        return head_loss(x, self.lm_head.weight, targets, self.cfg.vocab_size)
 
     @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
@@ -307,7 +300,41 @@ class GPT(nn.Module):
         return idx
 
 
+def positions(rope_cos: torch.Tensor, rope_sin: torch.Tensor, T: int,
+              doc: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(cos, sin, mask) for a sequence of T tokens: the rotary tables' first T rows and no
+    mask (causal attention), or with doc (B, T) example ids (packed SFT sequences) each
+    token's position within its example and a mask that keeps attention inside it."""
+    if doc is None:
+        return rope_cos[:T], rope_sin[:T], None  # (T, D/2)
+    pos = example_positions(doc)  # (B, T)
+    causal = torch.ones(T, T, dtype=torch.bool, device=doc.device).tril()
+    mask = (doc[:, None, :, None] == doc[:, None, None, :]) & causal  # (B, 1, T, T)
+    return rope_cos[pos][:, None], rope_sin[pos][:, None], mask  # (B, 1, T, D/2)
+
+
+def run_blocks(blocks, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               mask: torch.Tensor | None, recompute: bool) -> torch.Tensor:
+    """x (B, T, C) through the blocks in order; `recompute`: activation checkpointing."""
+    for block in blocks:
+        if recompute:
+            # Recompute the block's activations in backward instead of storing them.
+            x = torch.utils.checkpoint.checkpoint(block, x, cos, sin, mask, use_reentrant=False)
+        else:
+            x = block(x, cos, sin, mask)
+    return x
+
+
 # ---------------------------------------------------------------- the loss
+
+
+def head_loss(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+              vocab: int) -> torch.Tensor:
+    """Mean cross-entropy of the head `weight` applied to x (B, T, C) against targets."""
+    if hasattr(x, "full_tensor"):  # tensor parallel: (B, T/tp, C) shards -> (B, T, C)
+        x = x.full_tensor()
+    return chunked_cross_entropy(x.reshape(-1, x.size(-1)), weight, targets.reshape(-1), vocab)
+
 
 
 def _chunk_rows(vocab: int) -> int:

@@ -107,13 +107,20 @@ def run_layout(cfg, world: int) -> tuple[str, Layout]:
 
 
 def check_trainable(layout: Layout, cfg) -> None:
-    """What `llmtk train` runs today: data parallelism (DDP, FSDP2, HSDP) and tensor
-    parallelism under it. Pipeline layouts are planned and checked, not trained yet; a
-    tensor-parallel run does not combine yet with what was not tested under it."""
+    """What `llmtk train` runs: data parallelism (DDP, FSDP2, HSDP), tensor and pipeline
+    parallelism under it; a model-parallel run does not combine yet with what was not
+    tested under it (sampling and task evaluation need the whole model on one rank)."""
     if layout.pp > 1:
-        raise ConfigError("pp", "pipeline parallelism is planned and checked (llmtk "
-                          "estimate, --dry-run) but not trained yet; use --tp, "
-                          "--dp-replicate and --dp-shard")
+        for key, on in (("sample_every", cfg.sample_every), ("eval_tasks", cfg.eval_tasks)):
+            if on:
+                raise ConfigError(key, f"is not supported with --pp {layout.pp} yet "
+                                  "(pipeline parallelism trains, evaluates the loss and "
+                                  "checkpoints; see docs/train.md)")
+        if cfg.checkpoint_format == "full":  # rank 0 holds only the first stage
+            raise ConfigError("checkpoint_format", f"full is not possible with --pp "
+                              f"{layout.pp}: no rank holds the whole model; use dcp (the "
+                              "default), and `llmtk train export` for one file")
+        check_microbatches(layout.pp, cfg)
     if layout.tp > 1:
         for key, on in (("lora_rank", cfg.lora_rank), ("sample_every", cfg.sample_every),
                         ("eval_tasks", cfg.eval_tasks)):
@@ -123,9 +130,10 @@ def check_trainable(layout: Layout, cfg) -> None:
                                   "checkpoints; see docs/train.md)")
 
 
-def check_model(layout: Layout, mcfg) -> None:
+def check_model(layout: Layout, mcfg, cfg=None) -> None:
     """The model splits evenly: tp divides the heads, kv heads, FFN width, the padded
-    vocabulary and the sequence length; pp leaves each stage at least one layer."""
+    vocabulary and the sequence length; pp leaves each stage at least one layer (with
+    `cfg`: its --pp-layers and --pp-schedule split, see pipeline_split)."""
     tp = layout.tp
     for what, n in (("attention heads", mcfg.n_head), ("key/value heads", mcfg.kv_heads),
                     ("FFN width", mcfg.hidden), ("padded vocabulary", mcfg.padded_vocab),
@@ -135,6 +143,68 @@ def check_model(layout: Layout, mcfg) -> None:
     if layout.pp > mcfg.n_layer:
         raise ConfigError("pp", f"{layout.pp} stages for {mcfg.n_layer} layers: each stage "
                           "needs at least one")
+    if cfg is not None:
+        pipeline_split(layout, mcfg.n_layer, cfg)
+
+
+def stage_layers(n_layer: int, stages: int) -> list[int]:
+    """Blocks per pipeline stage, the default split: even, the first n_layer % stages
+    stages one more."""
+    return [n_layer // stages + (1 if s < n_layer % stages else 0) for s in range(stages)]
+
+
+def pipeline_split(layout: Layout, n_layer: int, cfg) -> list[int]:
+    """Blocks per pipeline stage, in stage order. 1f1b: one stage per pp rank;
+    interleaved-1f1b: several (virtual) stages per rank, stage s on rank s % pp (2 per
+    rank unless --pp-layers gives another multiple of pp). --pp-layers "3,5" sets the
+    blocks of each stage; the embedding is on the first stage, the final norm and the
+    head on the last."""
+    pp, spec = layout.pp, getattr(cfg, "pp_layers", None)
+    interleaved = getattr(cfg, "pp_schedule", "1f1b") == "interleaved-1f1b"
+    if pp == 1:
+        if spec:
+            raise ConfigError("pp_layers", "needs --pp > 1 (it splits the layers between "
+                              "pipeline stages)")
+        return [n_layer]
+    if not spec:
+        stages = 2 * pp if interleaved else pp
+        if n_layer < stages:
+            raise ConfigError("pp", f"{stages} stages ({'2 per rank, ' if interleaved else ''}"
+                              f"--pp {pp}) for {n_layer} layers: each stage needs at least one")
+        return stage_layers(n_layer, stages)
+    try:
+        split = [int(v) for v in spec.split(",")]
+    except ValueError:
+        raise ConfigError("pp_layers", f"must be comma-separated layer counts such as "
+                          f"\"3,5\", got {spec!r}") from None
+    if interleaved and (len(split) % pp or len(split) < 2 * pp):
+        raise ConfigError("pp_layers", f"gives {len(split)} stages; interleaved-1f1b needs a "
+                          f"multiple of --pp {pp}, at least {2 * pp} (several stages per rank)")
+    if not interleaved and len(split) != pp:
+        raise ConfigError("pp_layers", f"gives {len(split)} stages, but --pp is {pp} "
+                          "(1f1b: one stage per rank)")
+    if min(split) < 1:
+        raise ConfigError("pp_layers", f"stage {split.index(min(split))} has {min(split)} "
+                          "layers: each stage needs at least one")
+    if sum(split) != n_layer:
+        raise ConfigError("pp_layers", f"adds up to {sum(split)} layers, but the model has "
+                          f"{n_layer}")
+    return split
+
+
+def check_microbatches(pp: int, cfg) -> None:
+    """The pipeline's microbatches are the step's --grad-accum micro-steps: refuse a count
+    the schedule cannot run."""
+    n = cfg.grad_accum
+    if cfg.pp_schedule == "1f1b" and n < pp:
+        raise ConfigError("grad_accum", f"{n} microbatches for --pp {pp}: 1f1b needs at "
+                          f"least one per stage (--grad-accum >= {pp}; the bubble is "
+                          f"(pp-1)/(grad-accum+pp-1), so several times pp keeps it small)")
+    rounds = max(1, n // pp)
+    if cfg.pp_schedule == "interleaved-1f1b" and n % rounds:
+        raise ConfigError("grad_accum", f"{n} microbatches for --pp {pp}: interleaved-1f1b "
+                          f"runs them in {rounds} equal rounds (grad-accum // pp), which "
+                          f"{n} does not divide; use a multiple of {pp}")
 
 
 def build_mesh(layout: Layout, device: str):
@@ -151,14 +221,18 @@ def dp_mesh(mesh, layout: Layout):
     return mesh["dp_shard"]
 
 
+def shards(param) -> int:
+    """Into how many distinct pieces `param` (a DTensor) is split; 1 for a plain tensor."""
+    placements = getattr(param, "placements", None)
+    if placements is None:
+        return 1
+    # Not Replicate = sharded: FSDP2 over a tensor-parallel Shard(0) places a
+    # _StridedShard on the dp dimension, for which is_shard() is False.
+    return math.prod(param.device_mesh.size(i) for i, p in enumerate(placements)
+                     if not p.is_replicate())
+
+
 def replicas(param, world: int) -> int:
     """How many ranks hold each element of `param`'s (gradient's) local values: the world
     over the number of distinct shards. A plain tensor (DDP, one process): every rank."""
-    placements = getattr(param, "placements", None)
-    if placements is None:
-        return world
-    # Not Replicate = sharded: FSDP2 over a tensor-parallel Shard(0) places a
-    # _StridedShard on the dp dimension, for which is_shard() is False.
-    shards = math.prod(param.device_mesh.size(i) for i, p in enumerate(placements)
-                       if not p.is_replicate())
-    return world // shards
+    return world // shards(param)

@@ -43,7 +43,7 @@ def apply_tp(model, tp_mesh) -> None:
         "tok_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
         "norm": SequenceParallel(),  # -> a (B, T, C) DTensor sharded along T: head_loss
     })
-    for block in model.layers:
+    for block in model.layers.values():
         parallelize_module(block, tp_mesh, {
             "attn_norm": SequenceParallel(),
             # (x, cos, sin, mask): x gathered to (B, T, C); the rest are plain tensors

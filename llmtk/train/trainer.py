@@ -40,6 +40,7 @@ from llmtk.train.parallel import (
     dp_mesh,
     replicas,
     run_layout,
+    shards,
 )
 from llmtk.train.run_shape import model_config
 from llmtk.train.runtime import (
@@ -226,7 +227,7 @@ class Trainer:
                 self._say(line)
         self.batches = D.Prefetcher(self.train_data, self.train_data.global_batch, dist.device,
                                     threaded=dist.cuda)
-        check_model(self.layout, self.mcfg)
+        check_model(self.layout, self.mcfg, cfg)
         check_trainable(self.layout, cfg)
         self.ckpt_format = cfg.checkpoint_format if cfg.checkpoint_format != "auto" else (
             "dcp" if self.parallel == "fsdp" else "full")
@@ -258,6 +259,7 @@ class Trainer:
         if dist.device == "cpu":
             # Exact resume is tested on CPU; on GPU the fast (non-deterministic) kernels win.
             torch.use_deterministic_algorithms(True, warn_only=True)
+        self.pipe = None  # --pp > 1: this rank's stages and their schedule (train/pipeline.py)
         if self.parallel == "fsdp":
             model = self._build_fsdp()
         else:
@@ -286,11 +288,21 @@ class Trainer:
             self.model.compile()
         # Only what trains (LoRA freezes the base): clipped, updated, checked for NaN.
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.param_names = [n for n, p in model.named_parameters() if p.requires_grad]
+        names = [n for n, p in model.named_parameters() if p.requires_grad]
+        # The squared-norm vector the step all-reduces spans the whole model's trainable
+        # parameters (param_names), so one reduction serves every layout: a pipeline
+        # stage puts its own at their `slots` and leaves zeros for the other stages'.
+        self.param_names, self.slots = names, None
         # How many ranks hold each gradient element: the all-reduced squares are divided by
-        # it, so a replicated shard (HSDP, DDP) counts once in the global norm.
+        # it, so a replicated shard (HSDP, DDP; a tied embedding's two pipeline copies)
+        # counts once in the global norm.
         self.replicas = torch.tensor([float(replicas(p, dist.world)) for p in self.params],
                                      device=dist.device)
+        self.loss_ranks = dist.world  # ranks whose losses are averaged: the last stage's
+        if self.pipe is not None:
+            self._pipeline_norms(names)
+        self.n_params = self.whole[0] if self.pipe is not None else \
+            sum(p.numel() for p in model.parameters())
 
         # AdamW, decoupled weight decay on matrices only (not norms), nanoGPT's grouping.
         # Fused: one kernel for all parameters, and it honours `found_inf` (the device-side
@@ -346,8 +358,18 @@ class Trainer:
             from llmtk.train.tensor_parallel import apply_tp
 
             apply_tp(model, world_mesh["tp"])
+        if self.layout.pp > 1:  # then the pipeline split: each stage sharded by FSDP2
+            from llmtk.train import pipeline
+
+            # the whole model's size and trainable names, before the split
+            self.whole = (sum(p.numel() for p in model.parameters()),
+                          [n for n, p in model.named_parameters() if p.requires_grad])
+            self.pipe, holder = pipeline.build(model, self.layout, world_mesh, self.cfg,
+                                               self.dist.device, mp, self.compiled,
+                                               self._bf16())
+            return holder
         mesh = dp_mesh(world_mesh, self.layout)
-        for block in model.layers:
+        for block in model.layers.values():
             if self.compiled:
                 # Compile each block's forward: FSDP's all-gather/reshard hooks run around it
                 # (eagerly, in Module.__call__), never inside a graph, so nothing breaks it.
@@ -366,6 +388,27 @@ class Trainer:
 
             init_lora(model)  # to_empty left the adapters uninitialised
         return model
+
+    def _pipeline_norms(self, names: list[str]) -> None:
+        """Under pp: param_names become the whole model's, slots where this rank's go, and
+        replicas count the holders of each element over all stages (one all-reduce each
+        of the holders and of the shards, once)."""
+        import torch
+        import torch.distributed as tdist
+
+        self.param_names = self.whole[1]
+        index = {n: i for i, n in enumerate(self.param_names)}
+        dev = self.dist.device
+        self.slots = torch.tensor([index[n] for n in names], dtype=torch.long, device=dev)
+        holders = torch.zeros(len(self.param_names), device=dev)
+        pieces = torch.zeros(len(self.param_names), device=dev)
+        holders[self.slots] = 1.0
+        pieces[self.slots] = torch.tensor([float(shards(p)) for p in self.params],
+                                          device=dev)
+        tdist.all_reduce(holders)  # ranks holding some piece of each parameter
+        tdist.all_reduce(pieces, op=tdist.ReduceOp.MAX)
+        self.replicas = holders / pieces
+        self.loss_ranks = self.dist.world // self.layout.pp
 
     def _bf16(self) -> bool:
         """bf16 autocast: on GPU by default, on request anywhere."""
@@ -415,6 +458,8 @@ class Trainer:
     def _micro_steps(self, st: TrainState):
         import torch
 
+        if self.pipe is not None:
+            return self._pipeline_step(st)
         ga = self.cfg.grad_accum
         loss_sum = torch.zeros((), device=self.dist.device)
         scaled = hasattr(self.train_data, "loss_scale")
@@ -437,6 +482,21 @@ class Trainer:
             loss_sum += loss.detach().float()
         return loss_sum
 
+    def _pipeline_step(self, st: TrainState):
+        """The step's micro-batches as the pipeline's microbatches (one schedule run);
+        the sum of their losses on a last-stage rank, 0 elsewhere."""
+        ga, gb = self.cfg.grad_accum, self.train_data.global_batch
+        t0 = time.perf_counter()
+        batches = [self.batches.get(st.position + m * gb) for m in range(ga)]
+        self.meter.data_s += time.perf_counter() - t0
+        scales = ([self.train_data.loss_scale(st.position, m, ga) for m in range(ga)]
+                  if hasattr(self.train_data, "loss_scale") else None)
+        self.pipe.loss_hook = lambda loss: self.faults.loss(st.step, loss)
+        with self.autocast():
+            loss_sum = self.pipe.step(batches, scales)
+        self.pipe.sync_tied()
+        return loss_sum
+
     def _reduce_clip_update(self, loss_sum):
         """The step's one collective, then clip and step on the device. Returns the step's
         [loss, grad_norm, not_finite] and the per-parameter squared norms (device)."""
@@ -445,6 +505,9 @@ class Trainer:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         local = [g.to_local() if hasattr(g, "to_local") else g for g in grads]
         sq = torch.stack(torch._foreach_norm(local)).float() ** 2  # (P,)
+        if self.slots is not None:  # pp: this stage's among the whole model's (P_all,)
+            sq = torch.zeros(len(self.param_names), device=sq.device).index_copy_(
+                0, self.slots, sq)
         vec = torch.cat([(loss_sum / self.cfg.grad_accum).view(1), sq])
         if self.dist.distributed:
             import torch.distributed as tdist
@@ -454,7 +517,7 @@ class Trainer:
             # FSDP: each rank holds a shard of every gradient, so the squares add up; HSDP:
             # each shard is held by dp_replicate ranks; DDP: every rank holds the same full
             # gradients, the local norms are the global ones (kept as they are: exact).
-            vec = torch.cat([reduced[:1] / self.dist.world,
+            vec = torch.cat([reduced[:1] / self.loss_ranks,
                              reduced[1:] / self.replicas if self.parallel == "fsdp" else sq])
         loss, sq = vec[0], vec[1:]
         norm = sq.sum().sqrt()
@@ -639,7 +702,7 @@ class Trainer:
 
     def _write_config(self) -> dict:
         resolved = {"train": self.cfg.to_dict(), "model": self.mcfg.to_dict(),
-                    "params": sum(p.numel() for p in self.raw.parameters()),
+                    "params": self.n_params,
                     "world_size": self.dist.world, "parallel": self.parallel,
                     "layout": self.layout.to_dict(),
                     "compiled": self.compiled, "checkpoint_format": self.ckpt_format,
@@ -780,14 +843,18 @@ class Trainer:
                 batch = [t.to(self.dist.device)  # (x, y), or (x, y, doc) for SFT
                          for t in sampler.batch(g * sampler.global_batch)]
                 with self.autocast():
-                    _, loss = self.model(*batch)
-                total += loss.double()
+                    if self.pipe is not None:  # through every stage; the last has the loss
+                        loss = self.pipe.forward_only(*batch)
+                    else:
+                        _, loss = self.model(*batch)
+                if loss is not None:
+                    total += loss.double()
         self.model.train()
         if self.dist.distributed:
             import torch.distributed as tdist
 
             tdist.all_reduce(total)
-        return total.item() / (self.cfg.eval_batches * self.dist.world)
+        return total.item() / (self.cfg.eval_batches * self.loss_ranks)
 
     def _sample(self, st: TrainState) -> None:
         import torch
