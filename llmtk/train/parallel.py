@@ -108,19 +108,12 @@ def run_layout(cfg, world: int) -> tuple[str, Layout]:
 
 def check_trainable(layout: Layout, cfg) -> None:
     """What `llmtk train` runs today: data parallelism (DDP, FSDP2, HSDP) and tensor
-    parallelism under it. Pipeline layouts are planned and checked, not trained yet; a
-    tensor-parallel run does not combine yet with what was not tested under it."""
+    parallelism under it, with everything else (LoRA, sampling, task evaluation). Pipeline
+    layouts are planned and checked, not trained yet."""
     if layout.pp > 1:
         raise ConfigError("pp", "pipeline parallelism is planned and checked (llmtk "
                           "estimate, --dry-run) but not trained yet; use --tp, "
                           "--dp-replicate and --dp-shard")
-    if layout.tp > 1:
-        for key, on in (("lora_rank", cfg.lora_rank), ("sample_every", cfg.sample_every),
-                        ("eval_tasks", cfg.eval_tasks)):
-            if on:
-                raise ConfigError(key, f"is not supported with --tp {layout.tp} yet "
-                                  "(tensor parallelism trains, evaluates the loss and "
-                                  "checkpoints; see docs/train.md)")
 
 
 def check_model(layout: Layout, mcfg) -> None:
