@@ -242,8 +242,10 @@ def test_tensor_parallel_checkpoint_resumes_resharded_under_fsdp2(corpus, tmp_pa
     _continues(resumed, tp_dp_run)
 
 
-# LoRA on every linear, sampling and task evaluation, all at once (one run pair)
-EVERYTHING_ELSE = ["--steps", "4", "--batch-size", "4", "--lora-rank", "4",
+# LoRA on every linear (with dropout), sampling and task evaluation, all at once (one run
+# pair)
+EVERYTHING_ELSE = ["--steps", "4", "--batch-size", "4", "--lora-rank", "4", "--lora-dropout",
+                   "0.1",
                    "--sample-every", "2", "--sample-tokens", "16", "--prompt", "def",
                    "--eval-every", "2", "--eval-max-new-tokens", "4"]
 
@@ -261,8 +263,9 @@ def _task_files(d) -> list[str]:
 @pytest.mark.integration
 def test_lora_sampling_and_task_eval_under_tensor_parallel_match_one(corpus, tmp_path):
     """--tp 2 with --lora-rank (adapters split with their base: B by rows on column-wise
-    linears, A by columns on row-wise ones), --sample-every and --eval-tasks (rank 0 runs
-    a whole copy gathered from the shards): the one-process losses and grad norms within
+    linears, A by columns on row-wise ones; each rank's part of one process's dropout
+    mask), --sample-every and --eval-tasks (rank 0 runs a whole copy gathered from the
+    shards): the one-process losses and grad norms within
     1e-5 (fp32), the same sampled text, the same task scores, and `train export` (the
     adapters merged) writes the one-process run's weights."""
     import torch

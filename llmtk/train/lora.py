@@ -94,7 +94,7 @@ class LoRALinear(nn.Linear):
         # a row-split one a partial sum (A's columns split), and DTensor's matmuls give the
         # adapters' output the same placement, so one addition serves every layout.
         y = super().forward(x)  # (..., out)
-        h = self.drop(x)
+        h = self._dropout(x)
         outs = {name: (h @ self.lora_A[name].t()) @ self.lora_B[name].t()  # (..., width)
                 for name in self.lora_A}
         if len(self.parts) == 1:
@@ -112,6 +112,26 @@ class LoRALinear(nn.Linear):
 
             d = DTensor.from_local(d, y.device_mesh, y.placements, run_check=False)
         return y + d * self.scale
+
+    def _dropout(self, x: torch.Tensor) -> torch.Tensor:
+        """The adapters' input dropout. A DTensor input (tensor parallel: whole, or split by
+        columns for a row-wise base) gets this rank's part of the mask one process would
+        draw, drawn whole from the torch generator (every rank of a tp group holds it in
+        the same state: seeded alike, saved per rank in checkpoints), rather than from
+        DTensor's own generator: the run then equals one process and resumes exactly."""
+        if not hasattr(x, "to_local") or not self.training or isinstance(self.drop,
+                                                                         nn.Identity):
+            return self.drop(x)
+        from torch.distributed.tensor import DTensor
+        # A private torch API (as in model.init_whole_): this rank's slice of the whole.
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        local = x.to_local()
+        mask = self.drop(torch.ones(x.shape, dtype=local.dtype, device=local.device))
+        shape, offset = compute_local_shape_and_global_offset(x.shape, x.device_mesh,
+                                                              x.placements)
+        mask = mask[tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))]
+        return DTensor.from_local(local * mask, x.device_mesh, x.placements, run_check=False)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):
