@@ -75,3 +75,21 @@ def test_pipeline_layouts_are_refused_naming_the_flag():
     # (tests/test_train_parallel.py trains them under --tp 2).
     for flags in ({"lora_rank": 8}, {"sample_every": 10}, {"eval_tasks": ["t.jsonl"]}):
         check_trainable(Layout(tp=2, dp_shard=2), SimpleNamespace(**{**none, **flags}))
+
+
+def test_lora_under_tensor_parallel_is_not_compiled():
+    """Compiled, the adapters' DTensor gradients came out wrong (docs/train.md): --compile is
+    refused with --lora-rank under --tp, and its GPU default is off there."""
+    from types import SimpleNamespace
+
+    from llmtk.train.parallel import check_trainable, compiles_by_default
+
+    cfg = SimpleNamespace(lora_rank=4, sample_every=0, eval_tasks=[], compile=True)
+    with pytest.raises(ConfigError) as e:
+        check_trainable(Layout(tp=2), cfg)
+    assert e.value.key == "compile" and "--tp 2 and --lora-rank" in str(e.value)
+    check_trainable(Layout(dp_shard=2), cfg)  # FSDP2 alone compiles LoRA
+    assert not compiles_by_default(Layout(tp=2), cfg, cuda=True)
+    assert compiles_by_default(Layout(dp_shard=2), cfg, cuda=True)
+    assert compiles_by_default(Layout(tp=2), SimpleNamespace(lora_rank=None), cuda=True)
+    assert not compiles_by_default(Layout(), SimpleNamespace(lora_rank=None), cuda=False)

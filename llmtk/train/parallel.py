@@ -114,6 +114,15 @@ def check_trainable(layout: Layout, cfg) -> None:
         raise ConfigError("pp", "pipeline parallelism is planned and checked (llmtk "
                           "estimate, --dry-run) but not trained yet; use --tp, "
                           "--dp-replicate and --dp-shard")
+    if layout.tp > 1 and cfg.lora_rank and getattr(cfg, "compile", None):
+        raise ConfigError("compile", f"is not supported with --tp {layout.tp} and "
+                          "--lora-rank: compiled, the adapters' DTensor gradients came out "
+                          "wrong (torch 2.13); leave --compile off (the default there)")
+
+
+def compiles_by_default(layout: Layout, cfg, cuda: bool) -> bool:
+    """--compile's default: on GPU, except for LoRA under tensor parallelism (above)."""
+    return cuda and not (layout.tp > 1 and cfg.lora_rank)
 
 
 def check_model(layout: Layout, mcfg) -> None:

@@ -38,6 +38,7 @@ from llmtk.train.parallel import (
     build_mesh,
     check_model,
     check_trainable,
+    compiles_by_default,
     dp_mesh,
     replicas,
     run_layout,
@@ -231,7 +232,8 @@ class Trainer:
         check_trainable(self.layout, cfg)
         self.ckpt_format = cfg.checkpoint_format if cfg.checkpoint_format != "auto" else (
             "dcp" if self.parallel == "fsdp" else "full")
-        self.compiled = cfg.compile if cfg.compile is not None else dist.cuda
+        self.compiled = cfg.compile if cfg.compile is not None else \
+            compiles_by_default(self.layout, cfg, dist.cuda)
         self.threads, self.threads_from = set_threads(cfg.threads)  # before the model
         self._build_model()
         self.pending: list[StepResult] = []   # steps not yet settled by the host
