@@ -123,6 +123,7 @@ class LoRALinear(nn.Linear):
                                                                          nn.Identity):
             return self.drop(x)
         from torch.distributed.tensor import DTensor
+
         # A private torch API (as in model.init_whole_): this rank's slice of the whole.
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
