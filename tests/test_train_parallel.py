@@ -261,6 +261,7 @@ def _task_files(d) -> list[str]:
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # a 1-process and a 2-process run with sampling and task evaluation
 def test_lora_sampling_and_task_eval_under_tensor_parallel_match_one(corpus, tmp_path):
     """--tp 2 with --lora-rank (adapters split with their base: B by rows on column-wise
     linears, A by columns on row-wise ones; each rank's part of one process's dropout

@@ -63,6 +63,7 @@ def test_the_whole_copy_computes_what_the_model_computes(lora):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # torchrun and two fresh workers, for a path pipelines will use
 def test_pipeline_stages_are_gathered_to_rank_0(tmp_path):
     """Two processes, each holding one pipeline stage's parameters under the whole model's
     names (tests/stage_gather_driver.py): rank 0 receives both, merges them and builds a
