@@ -26,9 +26,10 @@ W x + s·B·A x with the base's own collectives and nothing more:
     row-wise base      A (r, in) split by columns like W, B (out, r) replicated: A x is a
                        partial sum over the tp ranks, reduced with W x's
 
-A replicated adapter's gradient is summed over the tp group by DTensor (its output's
-gradient is sharded); both are initialised whole and sliced (lora.init_lora), so a tp run
-starts from one process's adapters.
+A replicated adapter's gradient leaves the backward as a partial sum over the tp group
+(Partial); FSDP2, always applied on top, redistributes it to the parameter's Replicate
+placement before its reduce-scatter. Adapters are initialised whole and sliced
+(lora.init_lora), so a tp run starts from one process's adapters.
 
 Every rank of a tp group reads the same batch (Layout.dp_rank). A replicated parameter's
 gradient (the norms') is the same on every rank of the group: DTensor all-reduces the
