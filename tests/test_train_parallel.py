@@ -179,16 +179,119 @@ def test_tensor_parallel_resumes_its_sharded_checkpoint_exactly(corpus, tmp_path
     assert losses(out) == losses(tp_run)
 
 
+def _resume_from(run, out, step=3):
+    """A new run directory holding only `run`'s checkpoint at `step`."""
+    name = f"step-{step:07d}"
+    os.makedirs(os.path.join(out, "checkpoints"))
+    shutil.copytree(os.path.join(run, "checkpoints", name),
+                    os.path.join(out, "checkpoints", name))
+
+
+def _continues(resumed, ref, steps=(4, 5)):
+    """The resumed run logged `steps`, with the losses and grad norms of the run it was
+    resumed from (the reference: the same trained weights, Adam moments and data position,
+    so only the layout's rounding differs)."""
+    after, want = losses(resumed), [r for r in losses(ref) if r[0] in steps]
+    assert [x[0] for x in after] == list(steps)
+    for x, y in zip(after, want, strict=True):
+        assert x[1] == pytest.approx(y[1], rel=1e-5) and x[2] == pytest.approx(y[2], rel=1e-5)
+        assert (x[3], x[4]) == (y[3], y[4])  # lr and tokens
+
+
+@pytest.mark.integration
+def test_tensor_parallel_checkpoint_resumes_in_one_process(corpus, tmp_path, tp_run):
+    """tp 2's DCP checkpoint (wqkv split by kv groups, Adam moments as DTensors) resumes in
+    one process and continues the tp 2 run's loss curve."""
+    resumed = str(tmp_path / "one")
+    _resume_from(tp_run, resumed)
+    run_train(corpus, resumed, "--steps", "5", "--batch-size", "4")
+    assert events(resumed, "resume")[0]["path"] == "checkpoints/step-0000003"
+    _continues(resumed, tp_run)
+
+
+@pytest.fixture(scope="module")
+def tp_dp_run(corpus, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("tp_fsdp") / "run")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "4",
+              "--tp", "2", "--checkpoint-every", "3", "--no-async-checkpoint")
+    return out
+
+
 @pytest.mark.integration
 @pytest.mark.slow  # a 4-process run
-def test_tensor_parallel_under_fsdp2_matches_one(corpus, tmp_path, single_ref):
+def test_tensor_parallel_under_fsdp2_matches_one(tp_dp_run, single_ref):
     """tp 2 x dp_shard 2: fully_shard over the dp sub-mesh after tensor parallelism (2-D
     DTensors, a _StridedShard on dp: each shard counts once in the grad norm)."""
-    out = str(tmp_path / "tp_fsdp")
-    run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "4",
-              "--tp", "2", "--no-async-checkpoint")
-    _parallel_matches(single_ref, out, grad_rel=1e-5)
-    assert json.load(open(os.path.join(out, "config.json")))["layout"]["dp_shard"] == 2
+    _parallel_matches(single_ref, tp_dp_run, grad_rel=1e-5)
+    assert json.load(open(os.path.join(tp_dp_run, "config.json")))["layout"]["dp_shard"] == 2
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # two 4-process runs
+def test_tensor_parallel_checkpoint_resumes_resharded_under_fsdp2(corpus, tmp_path,
+                                                                   tp_dp_run):
+    """tp 2 x dp_shard 2's DCP checkpoint (2-D DTensors) resumes under FSDP2 alone over 4
+    processes (dp_shard 4, no tp) and continues the tp 2 x dp_shard 2 run's curve."""
+    resumed = str(tmp_path / "dp4")
+    _resume_from(tp_dp_run, resumed)
+    run_train(corpus, resumed, "--steps", "5", "--batch-size", "1", "--nproc-per-node", "4",
+              "--parallel", "fsdp")
+    assert json.load(open(os.path.join(resumed, "config.json")))["layout"] == {
+        "pp": 1, "dp_replicate": 1, "dp_shard": 4, "tp": 1}
+    assert events(resumed, "resume")[0]["path"] == "checkpoints/step-0000003"
+    _continues(resumed, tp_dp_run)
+
+
+# LoRA on every linear (with dropout), sampling and task evaluation, all at once (one run
+# pair)
+EVERYTHING_ELSE = ["--steps", "4", "--batch-size", "4", "--lora-rank", "4", "--lora-dropout",
+                   "0.1",
+                   "--sample-every", "2", "--sample-tokens", "16", "--prompt", "def",
+                   "--eval-every", "2", "--eval-max-new-tokens", "4"]
+
+
+def _task_files(d) -> list[str]:
+    held = d / "held.jsonl"
+    held.write_text(json.dumps({"text": "Return the number of items in the list."}) + "\n")
+    mc = d / "mc.jsonl"
+    mc.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"question": "2+2?", "choices": ["3", "4"], "answer": 1},
+        {"question": "Which module reads JSON?", "choices": ["json", "csv"], "answer": 0})))
+    return ["--eval-tasks", str(held), "--eval-tasks", str(mc)]
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # a 1-process and a 2-process run with sampling and task evaluation
+def test_lora_sampling_and_task_eval_under_tensor_parallel_match_one(corpus, tmp_path):
+    """--tp 2 with --lora-rank (adapters split with their base: B by rows on column-wise
+    linears, A by columns on row-wise ones; each rank's part of one process's dropout
+    mask), --sample-every and --eval-tasks (rank 0 runs a whole copy gathered from the
+    shards): the one-process losses and grad norms within
+    1e-5 (fp32), the same sampled text, the same task scores, and `train export` (the
+    adapters merged) writes the one-process run's weights."""
+    import torch
+
+    tasks = _task_files(tmp_path)
+    one, tp = str(tmp_path / "one"), str(tmp_path / "tp")
+    run_train(corpus, one, *EVERYTHING_ELSE, *tasks)
+    run_train(corpus, tp, *EVERYTHING_ELSE, *tasks, "--nproc-per-node", "2", "--tp", "2")
+    _parallel_matches(one, tp, grad_rel=1e-5)
+    samples = [[(e["step"], e["text"]) for e in events(r, "sample")] for r in (one, tp)]
+    assert [s for s, _ in samples[0]] == [2, 4] and samples[1] == samples[0]
+    scores = [{(e["step"], e["task"], e["metric"]): e["value"] for e in events(r, "eval")}
+              for r in (one, tp)]
+    assert len(scores[0]) == 8 and scores[1].keys() == scores[0].keys()
+    for key, value in scores[0].items():
+        assert scores[1][key] == pytest.approx(value, rel=1e-5), key
+    for run in (one, tp):
+        p = llmtk("train", "export", run, "-o", os.path.join(run, "model.pt"),
+                  in_process=True)
+        assert p.returncode == 0, p.stderr
+    want, got = (torch.load(os.path.join(r, "model.pt"), weights_only=True)["state_dict"]
+                 for r in (one, tp))
+    assert got.keys() == want.keys() and not any(".lora_" in k for k in got)
+    for k in want:
+        assert torch.allclose(got[k], want[k], rtol=0, atol=1e-5), k
 
 
 @pytest.mark.integration

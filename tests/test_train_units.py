@@ -288,6 +288,22 @@ def test_mfu_flops_per_token_palm_formula():
     assert device_peak_flops("Some Unknown GPU") is None
 
 
+def test_mfu_counts_each_token_once_whatever_splits_it():
+    """The metrics log's `mfu` (the trainer calls compute.flops.mfu with the global batch's
+    token rate and the world's GPUs): model FLOPs per GPU. Two tensor-parallel GPUs that
+    each do half of every token's work at twice one GPU's rate are as utilised as it is."""
+    from llmtk.compute.flops import flops_per_token_for_config, mfu
+    from llmtk.train.model_config import PRESETS
+
+    f = flops_per_token_for_config(PRESETS["llmtk-124m"], causal=True)
+    peak = 989e12
+    one = mfu(f, 400_000, 1, peak)
+    assert one == pytest.approx(f * 400_000 / peak, rel=1e-12)
+    assert 0.2 < one < 0.5  # 124M at 400k tokens/s on an H100: a plausible MFU
+    assert mfu(f, 800_000, 2, peak) == pytest.approx(one, rel=1e-12)  # tp 2, twice as fast
+    assert mfu(f, 400_000, 2, peak) == pytest.approx(one / 2, rel=1e-12)  # tp 2, no faster
+
+
 def test_cache_with_a_bpe_tokenizer(tmp_path):
     import numpy as np
 

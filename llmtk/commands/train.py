@@ -147,7 +147,8 @@ OPTIONS: dict[str, Opt] = {
         " started)."),
     "gpu": Opt(PAR, "--dry-run: the GPU whose memory every rank must fit (as `llmtk estimate "
         "--gpus`).", metavar="NAME"),
-    "compile": Opt(RUN, "torch.compile the model.", default="on with CUDA, off on CPU",
+    "compile": Opt(RUN, "torch.compile the model.",
+        default="on with CUDA (not for --lora-rank under --tp), off on CPU",
         flags=("--compile/--no-compile",)),
     "activation_checkpointing": Opt(MODEL,
         "Recompute block activations in backward (less memory, about a third more compute)."),

@@ -46,6 +46,14 @@ def time_seconds(total_flops: float, n_gpus: int, peak: float, mfu: float) -> fl
     return total_flops / (n_gpus * peak * mfu)
 
 
+def mfu(flops_per_token: float, tokens_per_s: float, n_gpus: int, peak: float) -> float:
+    """Model FLOPs utilisation, the inverse of time_seconds: the model FLOPs the run does per
+    second over what its GPUs could. tokens_per_s is the whole run's rate, each token of
+    the global batch counted once: the GPUs that split one token's work (a tensor-parallel
+    group, pipeline stages) share its FLOPs, they do not each do them."""
+    return flops_per_token * tokens_per_s / (n_gpus * peak)
+
+
 def flops_per_token_for_config(cfg, *, causal: bool = False) -> float:
     """`model_flops_per_token` for a `llmtk.train` ModelConfig (duck-typed: n_layer, d_model,
     n_head, kv_heads, head_dim, hidden, vocab_size, seq_len, tie_embeddings), for train's MFU."""

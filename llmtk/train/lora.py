@@ -21,6 +21,7 @@ checkpoint back into a plain one.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -74,19 +75,64 @@ class LoRALinear(nn.Linear):
         return self._arrange(torch.cat(rows, dim=0), 0) * self.scale  # (out, in)
 
     def _arrange(self, t: torch.Tensor, dim: int) -> torch.Tensor:
-        """The parts concatenated along `dim` in the base weight's row order."""
-        return t if self.qkv is None else group_qkv(t, self.qkv, dim)
+        """The parts concatenated along `dim` in the base weight's row order. Under tensor
+        parallelism t holds this rank's rows of each part (H/tp query heads, K/tp kv heads:
+        the rank's whole kv groups, see LoRA under TP in tensor_parallel.py), grouped the
+        same way with the rank's head counts."""
+        if self.qkv is None:
+            return t
+        tp = self.out_features // t.shape[dim]  # 1 unless the rows are split over tp ranks
+        c = self.qkv
+        # group_qkv reads only these three fields
+        heads = SimpleNamespace(n_head=c.n_head // tp, kv_heads=c.kv_heads // tp,
+                                head_dim=c.head_dim)
+        return group_qkv(t, heads, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Under tensor parallelism x, y and the adapters are DTensors (tensor_parallel.py):
+        # a column-split base gives y sharded on its last dim (B's rows split the same way),
+        # a row-split one a partial sum (A's columns split), and DTensor's matmuls give the
+        # adapters' output the same placement, so one addition serves every layout.
         y = super().forward(x)  # (..., out)
-        h = self.drop(x)
-        outs = []
-        for name, width in self.parts:
-            if name in self.lora_A:
-                outs.append((h @ self.lora_A[name].t()) @ self.lora_B[name].t())  # (..., width)
-            else:
-                outs.append(y.new_zeros(*y.shape[:-1], width))
-        return y + self._arrange(torch.cat(outs, dim=-1), -1) * self.scale
+        h = self._dropout(x)
+        outs = {name: (h @ self.lora_A[name].t()) @ self.lora_B[name].t()  # (..., width)
+                for name in self.lora_A}
+        if len(self.parts) == 1:
+            return y + next(iter(outs.values())) * self.scale
+        # wqkv: [q; k; v] concatenated and grouped by kv head, on this rank's columns
+        local = [(outs[name].to_local() if hasattr(outs[name], "to_local") else outs[name])
+                 if name in outs else None for name, _ in self.parts]
+        y_local = y.to_local() if hasattr(y, "to_local") else y
+        split = self.out_features // y_local.shape[-1]  # tp (1 without tensor parallelism)
+        d = self._arrange(torch.cat(
+            [t if t is not None else y_local.new_zeros(*y_local.shape[:-1], width // split)
+             for t, (_, width) in zip(local, self.parts, strict=True)], dim=-1), -1)
+        if hasattr(y, "to_local"):
+            from torch.distributed.tensor import DTensor
+
+            d = DTensor.from_local(d, y.device_mesh, y.placements, run_check=False)
+        return y + d * self.scale
+
+    def _dropout(self, x: torch.Tensor) -> torch.Tensor:
+        """The adapters' input dropout. A DTensor input (tensor parallel: whole, or split by
+        columns for a row-wise base) gets this rank's part of the mask one process would
+        draw, drawn whole from the torch generator (every rank of a tp group holds it in
+        the same state: seeded alike, saved per rank in checkpoints), rather than from
+        DTensor's own generator: the run then equals one process and resumes exactly."""
+        if not hasattr(x, "to_local") or not self.training or isinstance(self.drop,
+                                                                         nn.Identity):
+            return self.drop(x)
+        from torch.distributed.tensor import DTensor
+
+        # A private torch API (as in model.init_whole_): this rank's slice of the whole.
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        local = x.to_local()
+        mask = self.drop(torch.ones(x.shape, dtype=local.dtype, device=local.device))
+        shape, offset = compute_local_shape_and_global_offset(x.shape, x.device_mesh,
+                                                              x.placements)
+        mask = mask[tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))]
+        return DTensor.from_local(local * mask, x.device_mesh, x.placements, run_check=False)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):

@@ -108,8 +108,8 @@ def run_layout(cfg, world: int) -> tuple[str, Layout]:
 
 def check_trainable(layout: Layout, cfg) -> None:
     """What `llmtk train` runs: data parallelism (DDP, FSDP2, HSDP), tensor and pipeline
-    parallelism under it; a model-parallel run does not combine yet with what was not
-    tested under it (sampling and task evaluation need the whole model on one rank)."""
+    parallelism under it, with LoRA, sampling and task evaluation; what was not tested
+    under a layout is refused naming its flag."""
     if layout.pp > 1:
         for key, on in (("sample_every", cfg.sample_every), ("eval_tasks", cfg.eval_tasks)):
             if on:
@@ -121,13 +121,15 @@ def check_trainable(layout: Layout, cfg) -> None:
                               f"{layout.pp}: no rank holds the whole model; use dcp (the "
                               "default), and `llmtk train export` for one file")
         check_microbatches(layout.pp, cfg)
-    if layout.tp > 1:
-        for key, on in (("lora_rank", cfg.lora_rank), ("sample_every", cfg.sample_every),
-                        ("eval_tasks", cfg.eval_tasks)):
-            if on:
-                raise ConfigError(key, f"is not supported with --tp {layout.tp} yet "
-                                  "(tensor parallelism trains, evaluates the loss and "
-                                  "checkpoints; see docs/train.md)")
+    if layout.tp > 1 and cfg.lora_rank and getattr(cfg, "compile", None):
+        raise ConfigError("compile", f"is not supported with --tp {layout.tp} and "
+                          "--lora-rank: compiled, the adapters' DTensor gradients came out "
+                          "wrong (torch 2.13); leave --compile off (the default there)")
+
+
+def compiles_by_default(layout: Layout, cfg, cuda: bool) -> bool:
+    """--compile's default: on GPU, except for LoRA under tensor parallelism (above)."""
+    return cuda and not (layout.tp > 1 and cfg.lora_rank)
 
 
 def check_model(layout: Layout, mcfg, cfg=None) -> None:

@@ -17,6 +17,20 @@ On the tp sub-mesh (torchtitan's plan for Llama, written for this model):
                    path: each rank's logits of its vocabulary rows, chunk by chunk, with the
                    log-sum-exp and the target logit combined over the tp group
 
+LoRA adapters (train/lora.py) follow their base matrix, so each rank computes its part of
+W x + s·B·A x with the base's own collectives and nothing more:
+
+    column-wise base   A (r, in) replicated, B (out, r) split by rows like W: each rank's
+                       B rows produce exactly its output columns (for wqkv each of B_q,
+                       B_k, B_v by rows: the rank's query heads and kv heads, its kv groups)
+    row-wise base      A (r, in) split by columns like W, B (out, r) replicated: A x is a
+                       partial sum over the tp ranks, reduced with W x's
+
+A replicated adapter's gradient leaves the backward as a partial sum over the tp group
+(Partial); FSDP2, always applied on top, redistributes it to the parameter's Replicate
+placement before its reduce-scatter. Adapters are initialised whole and sliced
+(lora.init_lora), so a tp run starts from one process's adapters.
+
 Every rank of a tp group reads the same batch (Layout.dp_rank). A replicated parameter's
 gradient (the norms') is the same on every rank of the group: DTensor all-reduces the
 partial gradients of the sequence shards.
@@ -30,14 +44,17 @@ def apply_tp(model, tp_mesh) -> None:
     from torch import nn
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
         PrepareModuleInput,
-        RowwiseParallel,
         SequenceParallel,
         parallelize_module,
     )
 
+    ColwiseParallel, RowwiseParallel = _adapter_styles()
+
     tied = model.lm_head.weight is model.tok_emb.weight
+    # SequenceParallel (and the untied head below) make new Parameters that require
+    # gradients: a frozen base (LoRA) is frozen again at the end.
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
     parallelize_module(model, tp_mesh, {
         # ids (B, T) on every rank -> (B, T/tp, C), a plain tensor: the residual stream
         "tok_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
@@ -49,6 +66,7 @@ def apply_tp(model, tp_mesh) -> None:
             # (x, cos, sin, mask): x gathered to (B, T, C); the rest are plain tensors
             "attn": PrepareModuleInput(input_layouts=(Shard(1), None, None, None),
                                        desired_input_layouts=(Replicate(), None, None, None)),
+            # column- and row-wise: the adapters of a LoRALinear too (_adapter_styles)
             "attn.wqkv": ColwiseParallel(),  # -> (B, T, (H + 2K) * D / tp), plain
             "attn.wo": RowwiseParallel(output_layouts=Shard(1)),  # -> (B, T/tp, C), plain
             "mlp_norm": SequenceParallel(),
@@ -69,3 +87,46 @@ def apply_tp(model, tp_mesh) -> None:
     else:  # the head's forward is never split: only its weight, which the loss reads
         model.lm_head.weight = nn.Parameter(
             distribute_tensor(model.lm_head.weight, tp_mesh, [Shard(0)]))
+    for name, p in model.named_parameters():
+        if name in frozen:
+            p.requires_grad_(False)
+
+
+def _adapter_styles():
+    """torch's ColwiseParallel and RowwiseParallel, extended to a LoRALinear's adapters
+    (placed as the module docstring says). torch's own column-wise partition walks every
+    parameter of the module, adapters included, and registers them under dotted names,
+    which nn.Module refuses; a plain Linear is split exactly as torch splits it."""
+    from torch import nn
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    def adapters(module, mesh, a, b, src) -> None:
+        for params, place in ((getattr(module, "lora_A", {}), a),
+                              (getattr(module, "lora_B", {}), b)):
+            for name, p in list(params.items()):
+                params[name] = nn.Parameter(distribute_tensor(p, mesh, [place],
+                                                              src_data_rank=src),
+                                            requires_grad=p.requires_grad)
+
+    # distribute_module calls the partition once per submodule (name "" is the Linear; the
+    # adapters' ParameterDicts follow): the Linear's call places everything.
+    class Colwise(ColwiseParallel):
+        def _partition_linear_fn(self, name, module, device_mesh):
+            if name:
+                return
+            for n, p in list(module.named_parameters(recurse=False)):  # weight (and bias)
+                module.register_parameter(n, nn.Parameter(
+                    distribute_tensor(p, device_mesh, [Shard(0)],
+                                      src_data_rank=self.src_data_rank),
+                    requires_grad=p.requires_grad))
+            adapters(module, device_mesh, Replicate(), Shard(0), self.src_data_rank)
+
+    class Rowwise(RowwiseParallel):
+        def _partition_linear_fn(self, name, module, device_mesh):
+            if name:
+                return
+            super()._partition_linear_fn(name, module, device_mesh)  # weight, bias only
+            adapters(module, device_mesh, Shard(1), Replicate(), self.src_data_rank)
+
+    return Colwise, Rowwise

@@ -27,6 +27,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
+from llmtk.compute.flops import mfu as model_mfu
 from llmtk.errors import LlmtkError
 from llmtk.io.atomic import set_aside
 from llmtk.io.paths import missing_dirs, remove_made
@@ -37,6 +38,7 @@ from llmtk.train.parallel import (
     build_mesh,
     check_model,
     check_trainable,
+    compiles_by_default,
     dp_mesh,
     replicas,
     run_layout,
@@ -231,7 +233,8 @@ class Trainer:
         check_trainable(self.layout, cfg)
         self.ckpt_format = cfg.checkpoint_format if cfg.checkpoint_format != "auto" else (
             "dcp" if self.parallel == "fsdp" else "full")
-        self.compiled = cfg.compile if cfg.compile is not None else dist.cuda
+        self.compiled = cfg.compile if cfg.compile is not None else \
+            compiles_by_default(self.layout, cfg, dist.cuda)
         self.threads, self.threads_from = set_threads(cfg.threads)  # before the model
         self._build_model()
         self.pending: list[StepResult] = []   # steps not yet settled by the host
@@ -803,8 +806,9 @@ class Trainer:
         elapsed = self.meter.elapsed()
         (mem,) = self.dist.host_max([_mem_gb(self.dist.device)])
         tps = self.meter.tokens / elapsed
-        mfu = (self.flops_per_token * tps / (self.peak * self.dist.world)
-               if self.peak else None)
+        # tps: the global batch's tokens (each once, whatever tp/pp split them), per second
+        mfu = model_mfu(self.flops_per_token, tps, self.dist.world, self.peak) \
+            if self.peak else None
         meter, self.meter = self.meter, Meter()
         if self.metrics is None or not_finite or step != st.step:
             return  # a skipped step has its `nan` event instead of a row
@@ -859,18 +863,22 @@ class Trainer:
     def _sample(self, st: TrainState) -> None:
         import torch
 
-        ids = self.tok.encode(self.cfg.prompt) or [self.tok.eos_id]
-        gen = torch.Generator(device=self.dist.device).manual_seed(self.cfg.seed + st.step)
-        self.model.eval()
-        # Eager: prompts of growing length must not recompile (or evict) the training graphs.
-        with torch.compiler.set_stance("force_eager"), self.autocast():
-            out = self.raw.generate(torch.tensor([ids], device=self.dist.device),
-                                    self.cfg.sample_tokens, temperature=0.8, top_k=50,
-                                    generator=gen)
-        self.model.train()
-        text = self.tok.decode(out[0, len(ids):].tolist())
-        self._event("sample", step=st.step, prompt=self.cfg.prompt, text=text)
-        self._say(f"sample @ {st.step}: {self.cfg.prompt!r} -> {text!r}")
+        from llmtk.train.whole import whole_model
+
+        with whole_model(self) as model:  # rank 0: the whole model, any layout (whole.py)
+            if model is None:
+                return  # another rank: waits until rank 0 has sampled
+            ids = self.tok.encode(self.cfg.prompt) or [self.tok.eos_id]
+            gen = torch.Generator(device=self.dist.device).manual_seed(self.cfg.seed + st.step)
+            # Eager: prompts of growing length must not recompile (or evict) the training
+            # graphs.
+            with torch.compiler.set_stance("force_eager"), self.autocast():
+                out = model.generate(torch.tensor([ids], device=self.dist.device),
+                                     self.cfg.sample_tokens, temperature=0.8, top_k=50,
+                                     generator=gen)
+            text = self.tok.decode(out[0, len(ids):].tolist())
+            self._event("sample", step=st.step, prompt=self.cfg.prompt, text=text)
+            self._say(f"sample @ {st.step}: {self.cfg.prompt!r} -> {text!r}")
 
 
 __all__ = ["LlmtkError", "StepResult", "TrainState", "Trainer", "lr_at", "model_config",
