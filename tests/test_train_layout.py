@@ -63,8 +63,6 @@ def test_the_command_refuses_a_layout_before_starting_processes(tmp_path):
 
 
 @pytest.mark.parametrize("layout,flags,key", [
-    (Layout(pp=2), {"sample_every": 10}, "sample_every"),
-    (Layout(pp=2), {"eval_tasks": ["t.jsonl"]}, "eval_tasks"),
     (Layout(pp=2), {"checkpoint_format": "full"}, "checkpoint_format"),
     (Layout(pp=2), {"grad_accum": 1}, "grad_accum"),  # 1f1b: a microbatch per stage
     (Layout(pp=2), {"grad_accum": 5, "pp_schedule": "interleaved-1f1b"}, "grad_accum"),
@@ -79,10 +77,11 @@ def test_what_is_not_trained_yet_is_refused_naming_its_flag(layout, flags, key):
     with pytest.raises(ConfigError) as e:
         check_trainable(layout, SimpleNamespace(**{**base, **flags}))
     assert e.value.key == key
-    # Tensor parallelism takes LoRA, sampling and task evaluation like any other layout
-    # (tests/test_train_parallel.py trains them under --tp 2).
+    # Tensor and pipeline parallelism take LoRA, sampling and task evaluation like any
+    # other layout (tests/test_train_parallel.py and test_train_pipeline.py train them).
     for more in ({"lora_rank": 8}, {"sample_every": 10}, {"eval_tasks": ["t.jsonl"]}):
         check_trainable(Layout(tp=2, dp_shard=2), SimpleNamespace(**{**base, **more}))
+        check_trainable(Layout(pp=2), SimpleNamespace(**{**base, **more}))
     check_trainable(Layout(pp=2, tp=2), SimpleNamespace(**{**base, "lora_rank": 0}))
     # interleaved-1f1b runs the microbatches in rounds of pp: 3 is one round, 6 three
     for ga in (3, 6):

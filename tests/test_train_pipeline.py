@@ -158,6 +158,19 @@ def test_a_stage_materialised_alone_gets_the_whole_models_initial_weights(tied):
 # the step's 2 micro-steps are the pipeline's 2 microbatches.
 PP = ["--layers", "4", "--steps", "20", "--batch-size", "2", "--grad-accum", "2",
       "--val-fraction", "0.05", "--eval-every", "10", "--eval-batches", "2"]
+# sampling and task evaluation run on a whole copy gathered from the stages (whole.py)
+SAMPLE = ["--sample-every", "10", "--sample-tokens", "12", "--prompt", "def",
+          "--eval-max-new-tokens", "4"]
+
+
+def _tasks(d) -> list[str]:
+    held = d / "held.jsonl"
+    held.write_text(json.dumps({"text": "Return the number of items in the list."}) + "\n")
+    mc = d / "mc.jsonl"
+    mc.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"question": "2+2?", "choices": ["3", "4"], "answer": 1},
+        {"question": "Which module reads JSON?", "choices": ["json", "csv"], "answer": 0})))
+    return ["--eval-tasks", str(held), "--eval-tasks", str(mc)]
 
 
 def _matches(ref, out, rel=1e-5):
@@ -176,15 +189,18 @@ def _matches(ref, out, rel=1e-5):
 
 @pytest.fixture(scope="module")
 def one(corpus, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("one") / "run")
-    run_train(corpus, out, *PP, "--checkpoint-every", "10")
+    d = tmp_path_factory.mktemp("one")
+    out = str(d / "run")
+    run_train(corpus, out, *PP, *SAMPLE, *_tasks(d), "--checkpoint-every", "10")
     return out
 
 
 @pytest.fixture(scope="module")
 def pp2(corpus, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("pp2") / "run")
-    run_train(corpus, out, *PP, "--nproc-per-node", "2", "--pp", "2", "--checkpoint-every", "10")
+    d = tmp_path_factory.mktemp("pp2")
+    out = str(d / "run")
+    run_train(corpus, out, *PP, *SAMPLE, *_tasks(d), "--nproc-per-node", "2", "--pp", "2",
+              "--checkpoint-every", "10")
     return out
 
 
@@ -193,6 +209,15 @@ def test_two_stages_1f1b_match_one_process(pp2, one):
     """20 steps of --pp 2 (1f1b, tied embeddings: the head's copy on stage 1, gradients
     summed with stage 0's): the one-process losses, grad norms and val losses."""
     _matches(one, pp2)
+    # rank 0 samples and scores the whole model gathered from both stages: the same text
+    # and task scores as one process
+    samples = [[(e["step"], e["text"]) for e in events(r, "sample")] for r in (one, pp2)]
+    assert [s for s, _ in samples[0]] == [10, 20] and samples[1] == samples[0]
+    scores = [{(e["step"], e["task"], e["metric"]): e["value"] for e in events(r, "eval")}
+              for r in (one, pp2)]
+    assert len(scores[0]) == 8 and scores[1].keys() == scores[0].keys()
+    for key, value in scores[0].items():
+        assert scores[1][key] == pytest.approx(value, rel=1e-5), key
     config = json.load(open(os.path.join(pp2, "config.json")))
     assert config["layout"] == {"pp": 2, "dp_replicate": 1, "dp_shard": 1, "tp": 1}
     assert config["params"] == json.load(open(os.path.join(one, "config.json")))["params"]

@@ -111,11 +111,6 @@ def check_trainable(layout: Layout, cfg) -> None:
     parallelism under it, with LoRA, sampling and task evaluation; what was not tested
     under a layout is refused naming its flag."""
     if layout.pp > 1:
-        for key, on in (("sample_every", cfg.sample_every), ("eval_tasks", cfg.eval_tasks)):
-            if on:
-                raise ConfigError(key, f"is not supported with --pp {layout.pp} yet "
-                                  "(pipeline parallelism trains, evaluates the loss and "
-                                  "checkpoints; see docs/train.md)")
         if cfg.checkpoint_format == "full":  # rank 0 holds only the first stage
             raise ConfigError("checkpoint_format", f"full is not possible with --pp "
                               f"{layout.pp}: no rank holds the whole model; use dcp (the "
