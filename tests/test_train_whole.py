@@ -60,23 +60,3 @@ def test_the_whole_copy_computes_what_the_model_computes(lora):
     gens = [m.generate(x[:1, :3], 8, temperature=0.8, top_k=50,
                        generator=torch.Generator().manual_seed(7)) for m in (model, copy)]
     assert torch.equal(*gens)
-
-
-@pytest.mark.integration
-@pytest.mark.slow  # torchrun and two fresh workers, for a path pipelines will use
-def test_pipeline_stages_are_gathered_to_rank_0(tmp_path):
-    """Two processes, each holding one pipeline stage's parameters under the whole model's
-    names (tests/stage_gather_driver.py): rank 0 receives both, merges them and builds a
-    model computing exactly the unsplit model's logits."""
-    import json
-
-    from tests.stage_gather_driver import CFG as STAGED
-    from tests.util import run_module
-
-    out = tmp_path / "gathered.json"
-    p = run_module("torch.distributed.run", ["--standalone", "--nproc-per-node=2", "-m",
-                                             "tests.stage_gather_driver", str(out)])
-    assert p.returncode == 0, p.stderr.decode()[-3000:]
-    got = json.loads(out.read_text())
-    assert got["keys"] == sorted(GPT(STAGED).state_dict())
-    assert got["max_diff"] == 0.0
