@@ -275,36 +275,43 @@ def test_interleaved_1f1b_matches_one_process(corpus, tmp_path, one):
     _matches(one, out)
 
 
+TP_PP = ["--nproc-per-node", "4", "--pp", "2", "--tp", "2", "--checkpoint-every", "10"]
+
+
+@pytest.fixture(scope="module")
+def tp_pp(corpus, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("tp_pp") / "run")
+    run_train(corpus, out, *PP, *TP_PP)
+    return out
+
+
 @pytest.mark.integration
 @pytest.mark.slow  # a 4-process run
-def test_tensor_parallel_inside_two_stages_matches_one_process(corpus, tmp_path, one):
+def test_tensor_parallel_inside_two_stages_matches_one_process(tp_pp, one):
     """tp 2 x pp 2: each stage's matrices split over its tp pair (the residual stream
     passed between stages is sequence-sharded), the tied embedding's two copies
     vocabulary-sharded alike and their gradient shards summed pairwise."""
-    out = str(tmp_path / "tp_pp")
-    run_train(corpus, out, *PP, "--nproc-per-node", "4", "--pp", "2", "--tp", "2")
-    _matches(one, out)
+    _matches(one, tp_pp)
 
 
 @pytest.mark.integration
-@pytest.mark.slow  # two 2-process runs
-def test_pipeline_resumes_exactly_after_sigkill(corpus, tmp_path, pp2):
-    """Both stages SIGKILLed after step 15 (async DCP checkpoints every 10): the same
-    command resumes from step 10 and every step equals the uninterrupted run, bit for bit
-    (data position and RNG restored on each rank)."""
+@pytest.mark.slow  # two more 4-process runs
+def test_tp_pp_resumes_exactly_after_sigkill(corpus, tmp_path, tp_pp):
+    """tp 2 x pp 2, all four ranks SIGKILLed after step 15 (async DCP checkpoints every
+    10): the same command resumes from step 10 and every step equals the uninterrupted
+    run, bit for bit (data position and RNG restored on each rank)."""
     out = str(tmp_path / "killed")
-    argv = ["--standalone", "--nproc-per-node=2", "-m", "tests.train_driver", "train",
+    argv = ["--standalone", "--nproc-per-node=4", "-m", "tests.train_driver", "train",
             "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out, *TINY,
-            *PP, "--pp", "2", "--checkpoint-every", "10"]
+            *PP, *TP_PP[2:]]
     p = run_module("torch.distributed.run", argv,
                    environ=env(LLMTK_TEST_FAULTS=json.dumps({"kill_after": 15})))
     # (the workers are fork-server clients: torchrun sees them fail, not the signal)
     assert p.returncode != 0
     assert 15 <= max(r["step"] for r in rows(out)) < 20  # really interrupted
-    run_train(corpus, out, *PP, "--nproc-per-node", "2", "--pp", "2",
-              "--checkpoint-every", "10")
+    run_train(corpus, out, *PP, *TP_PP)
     assert events(out, "resume")[0]["path"] == "checkpoints/step-0000010"
-    assert losses(out) == losses(pp2)
+    assert losses(out) == losses(tp_pp)
     assert [r[0] for r in losses(out)] == list(range(1, 21))
 
 
