@@ -18,6 +18,8 @@ from tests.train_runs import (
     free_port,
     losses,
     run_train,
+    same_samples_and_scores,
+    task_files,
     train_corpus,  # noqa: F401 (the corpus fixture)
 )
 from tests.util import ROOT, env, llmtk, run_module
@@ -250,16 +252,6 @@ EVERYTHING_ELSE = ["--steps", "4", "--batch-size", "4", "--lora-rank", "4", "--l
                    "--eval-every", "2", "--eval-max-new-tokens", "4"]
 
 
-def _task_files(d) -> list[str]:
-    held = d / "held.jsonl"
-    held.write_text(json.dumps({"text": "Return the number of items in the list."}) + "\n")
-    mc = d / "mc.jsonl"
-    mc.write_text("".join(json.dumps(r) + "\n" for r in (
-        {"question": "2+2?", "choices": ["3", "4"], "answer": 1},
-        {"question": "Which module reads JSON?", "choices": ["json", "csv"], "answer": 0})))
-    return ["--eval-tasks", str(held), "--eval-tasks", str(mc)]
-
-
 @pytest.mark.integration
 @pytest.mark.slow  # a 1-process and a 2-process run with sampling and task evaluation
 def test_lora_sampling_and_task_eval_under_tensor_parallel_match_one(corpus, tmp_path):
@@ -271,18 +263,12 @@ def test_lora_sampling_and_task_eval_under_tensor_parallel_match_one(corpus, tmp
     adapters merged) writes the one-process run's weights."""
     import torch
 
-    tasks = _task_files(tmp_path)
+    tasks = task_files(tmp_path)
     one, tp = str(tmp_path / "one"), str(tmp_path / "tp")
     run_train(corpus, one, *EVERYTHING_ELSE, *tasks)
     run_train(corpus, tp, *EVERYTHING_ELSE, *tasks, "--nproc-per-node", "2", "--tp", "2")
     _parallel_matches(one, tp, grad_rel=1e-5)
-    samples = [[(e["step"], e["text"]) for e in events(r, "sample")] for r in (one, tp)]
-    assert [s for s, _ in samples[0]] == [2, 4] and samples[1] == samples[0]
-    scores = [{(e["step"], e["task"], e["metric"]): e["value"] for e in events(r, "eval")}
-              for r in (one, tp)]
-    assert len(scores[0]) == 8 and scores[1].keys() == scores[0].keys()
-    for key, value in scores[0].items():
-        assert scores[1][key] == pytest.approx(value, rel=1e-5), key
+    same_samples_and_scores(one, tp, [2, 4])
     for run in (one, tp):
         p = llmtk("train", "export", run, "-o", os.path.join(run, "model.pt"),
                   in_process=True)

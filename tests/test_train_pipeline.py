@@ -18,6 +18,8 @@ from tests.train_runs import (
     losses,
     rows,
     run_train,
+    same_samples_and_scores,
+    task_files,
     train_corpus,  # noqa: F401 (the corpus fixture)
 )
 from tests.util import env, llmtk, run_module
@@ -163,16 +165,6 @@ SAMPLE = ["--sample-every", "10", "--sample-tokens", "12", "--prompt", "def",
           "--eval-max-new-tokens", "4"]
 
 
-def _tasks(d) -> list[str]:
-    held = d / "held.jsonl"
-    held.write_text(json.dumps({"text": "Return the number of items in the list."}) + "\n")
-    mc = d / "mc.jsonl"
-    mc.write_text("".join(json.dumps(r) + "\n" for r in (
-        {"question": "2+2?", "choices": ["3", "4"], "answer": 1},
-        {"question": "Which module reads JSON?", "choices": ["json", "csv"], "answer": 0})))
-    return ["--eval-tasks", str(held), "--eval-tasks", str(mc)]
-
-
 def _matches(ref, out, rel=1e-5):
     """The same steps, losses and grad norms within `rel` (fp32), lr and tokens exactly,
     and the same validation losses."""
@@ -191,7 +183,7 @@ def _matches(ref, out, rel=1e-5):
 def one(corpus, tmp_path_factory):
     d = tmp_path_factory.mktemp("one")
     out = str(d / "run")
-    run_train(corpus, out, *PP, *SAMPLE, *_tasks(d), "--checkpoint-every", "10")
+    run_train(corpus, out, *PP, *SAMPLE, *task_files(d), "--checkpoint-every", "10")
     return out
 
 
@@ -199,7 +191,7 @@ def one(corpus, tmp_path_factory):
 def pp2(corpus, tmp_path_factory):
     d = tmp_path_factory.mktemp("pp2")
     out = str(d / "run")
-    run_train(corpus, out, *PP, *SAMPLE, *_tasks(d), "--nproc-per-node", "2", "--pp", "2",
+    run_train(corpus, out, *PP, *SAMPLE, *task_files(d), "--nproc-per-node", "2", "--pp", "2",
               "--checkpoint-every", "10")
     return out
 
@@ -211,13 +203,7 @@ def test_two_stages_1f1b_match_one_process(pp2, one):
     _matches(one, pp2)
     # rank 0 samples and scores the whole model gathered from both stages: the same text
     # and task scores as one process
-    samples = [[(e["step"], e["text"]) for e in events(r, "sample")] for r in (one, pp2)]
-    assert [s for s, _ in samples[0]] == [10, 20] and samples[1] == samples[0]
-    scores = [{(e["step"], e["task"], e["metric"]): e["value"] for e in events(r, "eval")}
-              for r in (one, pp2)]
-    assert len(scores[0]) == 8 and scores[1].keys() == scores[0].keys()
-    for key, value in scores[0].items():
-        assert scores[1][key] == pytest.approx(value, rel=1e-5), key
+    same_samples_and_scores(one, pp2, [10, 20])
     config = json.load(open(os.path.join(pp2, "config.json")))
     assert config["layout"] == {"pp": 2, "dp_replicate": 1, "dp_shard": 1, "tp": 1}
     assert config["params"] == json.load(open(os.path.join(one, "config.json")))["params"]

@@ -67,3 +67,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def task_files(d) -> list[str]:
+    """--eval-tasks for a run: a held-out text task and a two-question choice task."""
+    held = d / "held.jsonl"
+    held.write_text(json.dumps({"text": "Return the number of items in the list."}) + "\n")
+    mc = d / "mc.jsonl"
+    mc.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"question": "2+2?", "choices": ["3", "4"], "answer": 1},
+        {"question": "Which module reads JSON?", "choices": ["json", "csv"], "answer": 0})))
+    return ["--eval-tasks", str(held), "--eval-tasks", str(mc)]
+
+
+def same_samples_and_scores(ref, out, sample_steps: list[int]) -> None:
+    """Run `out` sampled the same text as `ref` at sample_steps and scored its 8 task
+    metrics (2 tasks, 2 evaluations) within 1e-5."""
+    samples = [[(e["step"], e["text"]) for e in events(r, "sample")] for r in (ref, out)]
+    assert [s for s, _ in samples[0]] == sample_steps and samples[1] == samples[0]
+    scores = [{(e["step"], e["task"], e["metric"]): e["value"] for e in events(r, "eval")}
+              for r in (ref, out)]
+    assert len(scores[0]) == 8 and scores[1].keys() == scores[0].keys()
+    for key, value in scores[0].items():
+        assert scores[1][key] == pytest.approx(value, rel=1e-5), key
+
