@@ -73,13 +73,10 @@ def tp_sizes(spec: ModelSpec, n_gpus: int, per_node: int) -> list[int]:
             and all(x % t == 0 for x in (spec.n_head, spec.kv_heads, spec.ffn, spec.seq_len))]
 
 
-def candidates(spec: ModelSpec, n_gpus: int, per_node: int, global_batch: int,
-               max_tp: int | None = None):
+def candidates(spec: ModelSpec, n_gpus: int, per_node: int, global_batch: int):
     """Every layout `llmtk train` can run on n_gpus for a global batch of sequences
-    (tensor parallelism up to max_tp, default a node)."""
+    (tensor parallelism within a node)."""
     for tp in tp_sizes(spec, n_gpus, per_node):
-        if max_tp is not None and tp > max_tp:
-            continue
         for pp in _divisors(n_gpus // tp):
             if pp > spec.n_layer:
                 continue
