@@ -19,6 +19,8 @@ most of `llmtk clean`'s).
 
 import re
 
+from llmtk.clean import cjk_words
+from llmtk.clean.cjk_words import SEGMENTED_LANGS
 from llmtk.text.segment import _CJK_CLASS
 
 # A word character that is not CJK.
@@ -154,6 +156,8 @@ def _pattern(url: bool, email: bool, nt: bool, elision: bool, hyphen_words: bool
 
 def tokens(text: str, lang: str | None = None) -> list[str]:
     """Word and punctuation tokens (see the module docstring)."""
+    if lang in SEGMENTED_LANGS:
+        return cjk_words.words(text, lang)
     url = "://" in text or "www." in text
     elision = lang in ELISION_LANGS and ("'" in text or "’" in text)
     nt = not elision and ("n't" in text or "n’t" in text)
