@@ -32,8 +32,8 @@ _JIEBA_SKIP = re.compile(r"([a-zA-Z0-9]+(?:\.\d+)?%?)")
 _JIEBA_DICT_MARKED = frozenset({"AT&T", "c#", "C#", "c++", "C++"})
 _HAN = re.compile("[\u4e00-\u9fd5]")  # jieba's Han range
 
-# Sudachi refuses an input over 49,149 bytes; datatrove cuts at 40,000 bytes. We cut at a
-# line break (no word spans one) so that a token never depends on where the cut falls.
+# Sudachi refuses an input over 49,149 bytes; datatrove cuts at 40,000 bytes. We segment a
+# line at a time (`words`), and cut only a line longer than this.
 _SUDACHI_CHUNK = 12_000  # characters: at most 48,000 bytes of 4-byte characters
 
 
@@ -67,8 +67,8 @@ def chinese(text: str) -> list[str]:
 
 
 def _chunks(text: str) -> list[str]:
-    """The text cut after a line break into pieces of at most _SUDACHI_CHUNK characters
-    (a line longer than that is cut inside)."""
+    """The text cut into pieces of at most _SUDACHI_CHUNK characters, after a line break
+    where there is one."""
     out, i, n = [], 0, len(text)
     while n - i > _SUDACHI_CHUNK:
         j = text.rfind("\n", i, i + _SUDACHI_CHUNK) + 1
@@ -92,6 +92,26 @@ def japanese(text: str) -> list[str]:
     return out
 
 
-def words(text: str, lang: str) -> list[str]:
-    """The words of a text in one of SEGMENTED_LANGS."""
-    return chinese(text) if lang == "zh" else japanese(text)
+def words(text: str, lang: str, cache: dict[str, list[str]] | None = None) -> list[str]:
+    """The words of a text in one of SEGMENTED_LANGS, segmented a line at a time.
+
+    Neither segmenter makes a word across a line break, so the words are the whole text's
+    (checked on the parallel corpora's 2,196 Chinese and Japanese pages). Line by line, a
+    text that keeps most of its lines (C4's rewrite) costs only its new lines again: `cache`
+    maps a stripped line to its words (Sudachi analyses ~1 MB/s, most of the rules' time).
+    """
+    out: list[str] = []
+    for line in text.split("\n"):
+        line = line.strip()
+        if not line:
+            continue
+        found = cache.get(line) if cache is not None else None
+        if found is None:
+            # Sudachi's words at a line's ends depend on what is beyond them (its lattice
+            # runs from the start of the input to its end): between two line breaks, as in
+            # the text, they are the words the whole text has (all 1,174 Japanese pages)
+            found = chinese(line) if lang == "zh" else japanese(f"\n{line}\n")
+            if cache is not None:
+                cache[line] = found
+        out.extend(found)
+    return out

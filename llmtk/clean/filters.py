@@ -56,12 +56,15 @@ def alpha_share(words: list[str]) -> float:
 class DocText:
     """One document's text with the pieces the filters share, computed at most once."""
 
-    __slots__ = ("text", "lang", "_words", "_lines", "_units", "line_breaks")
+    __slots__ = ("text", "lang", "_words", "_lines", "_units", "line_breaks", "_segmented")
 
     def __init__(self, text: str, lang: str | None = None) -> None:
         self.text = text
         self.lang = lang  # picks the word segmentation (French elision, ...)
         self._words: list[str] | None = None
+        # Chinese and Japanese lines already segmented: C4's rewrite keeps most lines, and
+        # the rules after it need the new text's words (Sudachi is most of the rules' time)
+        self._segmented: dict[str, list[str]] = {}
         self._lines: list[str] | None = None
         self._units: list | bool | None = None  # False: looked, not hard-wrapped
         # Line breaks as datatrove would count them after C4 joined the kept lines with one
@@ -71,7 +74,7 @@ class DocText:
     @property
     def words(self) -> list[str]:
         if self._words is None:
-            self._words = tokens(self.text, self.lang)
+            self._words = tokens(self.text, self.lang, self._segmented)
         return self._words
 
     @property
