@@ -218,6 +218,21 @@ def test_words_and_characters_on_a_technical_section():
         assert _alpha(text, lang) < figure < _alpha(text, "ko")
 
 
+def test_words_after_c4s_rewrite_are_the_new_texts():
+    # C4 keeps the lines that end a sentence; the rules after it see the words of the text it
+    # kept, from the lines segmented before (a cache), the same as segmenting it again
+    from llmtk.clean.filters import C4, Profile
+
+    texts = {(r["page"], r["lang"]): r["text"] for r in PARALLEL}
+    for lang in ("zh", "ja"):
+        text = texts["ch04/_managing_account_and_password_information", lang]
+        d = DocText(text + "\n見出し ls -l\n标题", lang)
+        before = list(d.words)
+        assert C4(min_num_sentences=1).check(d, Profile.for_lang(lang)) is None
+        assert d.text != text and d.words != before
+        assert d.words == tokens(d.text, lang)
+
+
 def test_long_japanese_is_cut_for_sudachi_at_line_breaks():
     # Sudachi refuses more than 49,149 bytes at once: the text goes in pieces cut after a
     # line break, so the words are those of the lines
