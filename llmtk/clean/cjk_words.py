@@ -21,13 +21,14 @@ import re
 # language) keeps a word per character.
 SEGMENTED_LANGS = frozenset({"zh", "ja"})
 
-# rjieba (jieba-rs) is jieba's algorithm and dictionary, ~25x faster than the Python
-# package, with one difference: jieba's HMM step splits a non-Han run that is not in the
-# dictionary into alphanumeric runs and the rest ("redhat.com" -> "redhat" "." "com",
-# "pg_dump" -> "pg" "_" "dump"), where jieba-rs keeps it whole. We split it as jieba does
-# (its finalseg.re_skip); the dictionary's own words with such marks stay whole. With this,
+# rjieba (jieba-rs) is jieba's algorithm and dictionary in Rust, 13x the Python package's
+# speed as used here (benchmarks/clean_cjk_speed.py), with one difference: jieba's HMM step
+# splits a non-Han run that is not in the dictionary into alphanumeric runs and the rest
+# ("redhat.com" -> "redhat" "." "com", "pg_dump" -> "pg" "_" "dump"), where jieba-rs keeps
+# it whole. We split it as jieba does (its finalseg.re_skip); the dictionary's own words with
+# such marks (jieba's blocks hold only + # & . _ % -) stay whole. With this,
 # the tokens are the Python package's on all 6,683 Chinese documents of the parallel corpora
-# and the shared corpus (checked against spaCy-zh with jieba, datatrove 0.10.1).
+# and the shared corpus, and spaCy-zh's with jieba (datatrove 0.10.1's) on the 135 compared.
 _JIEBA_SKIP = re.compile(r"([a-zA-Z0-9]+(?:\.\d+)?%?)")
 _JIEBA_DICT_MARKED = frozenset({"AT&T", "c#", "C#", "c++", "C++"})
 _HAN = re.compile("[\u4e00-\u9fd5]")  # jieba's Han range
@@ -96,7 +97,7 @@ def words(text: str, lang: str, cache: dict[str, list[str]] | None = None) -> li
     """The words of a text in one of SEGMENTED_LANGS, segmented a line at a time.
 
     Neither segmenter makes a word across a line break, so the words are the whole text's
-    (checked on the parallel corpora's 2,196 Chinese and Japanese pages). Line by line, a
+    (checked on the three corpora's 2,196 Chinese and Japanese pages). Line by line, a
     text that keeps most of its lines (C4's rewrite) costs only its new lines again: `cache`
     maps a stripped line to its words (Sudachi analyses ~1 MB/s, most of the rules' time).
     """
