@@ -190,7 +190,7 @@ def test_short_verse_is_short_in_words_as_fineweb2_counts_them():
 
 # The words of PARALLEL's Chinese and Japanese sections as datatrove 0.10.1's word tokenizers
 # (FineWeb-2's: spaCy 3.8 with jieba 0.42.1 for cmn_Hani, SudachiPy 0.7 with SudachiDict-core
-# for jpn_Jpan) make them: benchmarks/.venvs/datatrove, word_tokenize() of each text.
+# for jpn_Jpan) make them: `benchmarks/cjk_words_vs_datatrove.py --write-fixture`.
 CJK_WORDS = [json.loads(line) for line in
              (ROOT / "tests/data/clean/cjk_words.jsonl").read_text(encoding="utf-8").splitlines()]
 
