@@ -55,8 +55,10 @@ def read_corpus(path: str, limit: int = 0) -> list[dict]:
 DATATROVE_VENV = ROOT / "benchmarks" / ".venvs" / "datatrove"
 # spaCy: datatrove's English word tokenizer; xxhash<4: datatrove 0.10.1 hashes str, which
 # xxhash 4 refuses ("Strings must be encoded before hashing").
+# jieba, sudachipy, sudachidict-core: the word tokenizers datatrove gives Chinese (cmn_Hani)
+# and Japanese (jpn_Jpan), FineWeb-2's (cjk_words_vs_datatrove.py).
 DATATROVE_PACKAGES = ["datatrove==0.10.1", "spacy", "regex", "tokenizers", "xxhash<4", "orjson",
-                      "zstandard"]
+                      "zstandard", "jieba", "sudachipy", "sudachidict-core"]
 
 
 def datatrove_python() -> Path:
@@ -67,7 +69,8 @@ def datatrove_python() -> Path:
               file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(DATATROVE_VENV)], check=True)
     probe = subprocess.run(
-        [str(python), "-c", "import datatrove, spacy, regex, tokenizers, xxhash, orjson"],
+        [str(python), "-c", "import datatrove, spacy, regex, tokenizers, xxhash, orjson, jieba, "
+         "sudachipy, sudachidict_core"],
         capture_output=True)
     if probe.returncode != 0:
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", *DATATROVE_PACKAGES],

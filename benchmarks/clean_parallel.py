@@ -37,7 +37,9 @@ languages"): it measures every page once with the alpha-word rule off, fits each
 threshold on one half of the pages of all corpora (a stable hash of the page name), prints
 it with a bootstrap interval, and the two-way table of the other half at those thresholds.
 `--alpha es=0.825` sets a language's threshold (a [lang.es.gopher_quality] override) for
-every run; `--llmtk DIR` imports llmtk from another checkout (a "before" table).
+every run; `--llmtk DIR` imports llmtk from another checkout (a "before" table);
+`--cjk-ratios` prints, for Chinese and Japanese, the median ratio of a translation's
+alpha-word share to its English page's, counted in words and a word per character.
 """
 
 import argparse
@@ -356,6 +358,8 @@ def main() -> None:
     ap.add_argument("--calibrate", action="store_true",
                     help="fit the alpha-word thresholds on one half, report on the other")
     ap.add_argument("--llmtk", metavar="DIR", help="import llmtk from this checkout")
+    ap.add_argument("--cjk-ratios", action="store_true",
+                    help="zh, ja: alpha-word share ratios to English, in words and per character")
     args = ap.parse_args()
     if args.llmtk:
         sys.path.insert(0, str(Path(args.llmtk).resolve()))
@@ -383,6 +387,49 @@ def main() -> None:
         corpora[Path(path).stem] = (docs, results)
     if args.calibrate:
         calibrate(corpora, user)
+    if args.cjk_ratios:
+        cjk_ratios(corpora, c)
+
+
+def cjk_ratios(corpora: dict, c) -> None:
+    """Per corpus, for zh and ja: the median ratio of a translation's alpha-word share to its
+    English page's, the translation counted in its words (jieba, Sudachi) and a word per
+    character (Korean's segmentation, llmtk's for Chinese and Japanese before), with every
+    token and with the marks set aside (docs/clean.md, "One verdict across languages")."""
+    from statistics import median
+
+    from llmtk.clean.filters import _SYMBOL_TOKENS, alpha_share
+    from llmtk.clean.tokens import tokens
+
+    norm = c.cfg.normalize
+
+    def shares(text: str, lang: str) -> tuple[float, float]:
+        w = tokens(norm(text), lang)
+        return alpha_share(w), alpha_share([x for x in w if x not in _SYMBOL_TOKENS])
+
+    print("\nalpha-word share of a translation / its English page's, median over pages:")
+    print("corpus             lang  pages  in words  per character  | marks set aside: "
+          "in words  per character")
+    for name, (docs, _) in corpora.items():
+        by_page: dict[str, dict[str, str]] = defaultdict(dict)
+        for d in docs:
+            by_page[d["page"]][d["lang"]] = d["text"]
+        for lang in ("zh", "ja"):
+            r: dict[str, list[float]] = defaultdict(list)
+            for g in by_page.values():
+                if "en" not in g or lang not in g:
+                    continue
+                en, en_marks = shares(g["en"], "en")
+                if not en or not en_marks:
+                    continue
+                for label, seg in (("words", lang), ("chars", "ko")):
+                    a, a_marks = shares(g[lang], seg)
+                    r[label].append(a / en)
+                    r[label + "_marks"].append(a_marks / en_marks)
+            if r:
+                print(f"{name:18} {lang:4}  {len(r['words']):5}  {median(r['words']):8.3f}  "
+                      f"{median(r['chars']):13.3f}  | {median(r['words_marks']):25.3f}  "
+                      f"{median(r['chars_marks']):13.3f}")
 
 
 def calibrate(corpora: dict, user: dict) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from llmtk.clean import CleanConfig
 from llmtk.clean.filters import (
     C4,
     INT_NGRAMS_FROM,
@@ -32,13 +33,16 @@ GOOD = ARTICLES["en"]
 
 
 def check(rule, text: str, profile: Profile = EN) -> str | None:
-    return rule.check(DocText(text), profile)
+    # the words are the profile's language's, as in the pipeline
+    return rule.check(DocText(text, profile.lang), profile)
 
 
 def all_filters(text: str, profile: Profile) -> str | None:
-    d = DocText(text)
-    for rule in (GopherRepetition(), GopherQuality(), C4(), FineWeb()):
-        reason = rule.check(d, profile)
+    """The four rule sets with the language's thresholds (the built-in table's)."""
+    stages, _ = CleanConfig().for_lang(profile.lang)
+    d = DocText(text, profile.lang)
+    for name in ("gopher_repetition", "gopher_quality", "c4", "fineweb"):
+        reason = stages[name].check(d, profile)
         if reason:
             return reason
     return None
@@ -53,17 +57,23 @@ def test_normal_articles_pass_all_filters(lang):
 
 
 @pytest.mark.parametrize("lang", ["zh", "ja"])
-def test_cjk_words_are_characters_not_space_runs(lang):
+def test_cjk_words_are_words_not_space_runs(lang):
     text = ARTICLES[lang]
     assert len(text.split()) < 50  # split on spaces, this article would be "too short"
-    assert len(tokens(text)) > 150
-    assert check(GopherQuality(), text, Profile.for_lang(lang)) is None
+    words = DocText(text, lang).words  # jieba's, Sudachi's: fewer than its characters
+    assert 100 < len(words) < len(tokens(text, "ko"))
+    stages, _ = CleanConfig().for_lang(lang)
+    assert check(stages["gopher_quality"], text, Profile.for_lang(lang)) is None
 
 
 def test_cjk_rules_differ_from_latin_rules():
-    # Under English rules a Chinese article fails mean word length (every word is 1 char).
-    assert check(GopherQuality(), ARTICLES["zh"], EN) == "gopher.mean_word_length"
-    assert check(GopherQuality(), ARTICLES["zh"], Profile.for_lang("zh")) is None
+    # A Chinese word is 1-2 characters: English's mean word length (3-10) drops the article,
+    # Chinese's (FineWeb-2's 1-5) keeps it; in Korean, every character is a word and the rule
+    # is skipped.
+    zh = Profile.for_lang("zh")
+    assert check(GopherQuality(), ARTICLES["zh"], zh) == "gopher.mean_word_length"
+    assert check(CleanConfig().for_lang("zh")[0]["gopher_quality"], ARTICLES["zh"], zh) is None
+    assert check(GopherQuality(), ARTICLES["zh"], Profile.for_lang("ko")) is None
 
 
 def test_stop_words_are_per_language():

@@ -6,9 +6,10 @@ Every drop has a stable reason such as `gopher.short_doc` or `c4.lorem_ipsum`.
 
 Speed: a document is tokenized once (`DocText.words`) and the tokens, lines and n-gram hashes
 are shared by all filters; the n-gram rules work on integer hashes with numpy instead of
-joining strings. Language awareness: `Profile` says how to count words for a language (CJK
-characters are words), which stop words to look for, and which rules do not apply to a script
-(mean word length means nothing when every Chinese character is a word).
+joining strings. Language awareness: `Profile` says how to count words for a language (jieba
+and Sudachi words in Chinese and Japanese, characters in other CJK text), which stop words to
+look for, and which rules do not apply to a script (mean word length means nothing when every
+character is a word).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate, compress, filterfalse
 from operator import itemgetter, ne, sub
 
+from llmtk.clean.cjk_words import SEGMENTED_LANGS
 from llmtk.clean.tokens import tokens
 from llmtk.clean.wrap import MAX_WIDTH, MIN_LINES, paragraphs, width
 from llmtk.text.stopwords import stop_words
@@ -54,12 +56,15 @@ def alpha_share(words: list[str]) -> float:
 class DocText:
     """One document's text with the pieces the filters share, computed at most once."""
 
-    __slots__ = ("text", "lang", "_words", "_lines", "_units", "line_breaks")
+    __slots__ = ("text", "lang", "_words", "_lines", "_units", "line_breaks", "_segmented")
 
     def __init__(self, text: str, lang: str | None = None) -> None:
         self.text = text
         self.lang = lang  # picks the word segmentation (French elision, ...)
         self._words: list[str] | None = None
+        # Chinese and Japanese lines already segmented: C4's rewrite keeps most lines, and
+        # the rules after it need the new text's words (Sudachi is most of the rules' time)
+        self._segmented: dict[str, list[str]] = {}
         self._lines: list[str] | None = None
         self._units: list | bool | None = None  # False: looked, not hard-wrapped
         # Line breaks as datatrove would count them after C4 joined the kept lines with one
@@ -69,7 +74,7 @@ class DocText:
     @property
     def words(self) -> list[str]:
         if self._words is None:
-            self._words = tokens(self.text, self.lang)
+            self._words = tokens(self.text, self.lang, self._segmented)
         return self._words
 
     @property
@@ -108,6 +113,11 @@ class Profile:
     lang: str = "en"
     cjk: bool = False
     stop_words: frozenset[str] | None = None
+
+    @property
+    def char_words(self) -> bool:
+        """Every CJK character is a word (CJK text other than Chinese and Japanese)."""
+        return self.cjk and self.lang not in SEGMENTED_LANGS
 
     @classmethod
     def for_lang(cls, lang: str | None, cjk_text: bool = False,
@@ -149,8 +159,9 @@ class GopherQuality:
             return "gopher.short_doc"
         if self.max_doc_words and n_real > self.max_doc_words:
             return "gopher.long_doc"
-        # A CJK character is a word, so mean word length is ~1 by construction: skip the rule.
-        if not p.cjk and n_real:
+        # Where a CJK character is a word, mean word length is ~1 by construction: skip the
+        # rule (Chinese and Japanese are segmented into words, and FineWeb-2 sets it for them).
+        if not p.char_words and n_real:
             chars = sum(map(len, words)) - sum(map(len, symbols))
             mean = chars / n_real
             if vals is not None:

@@ -19,6 +19,8 @@ most of `llmtk clean`'s).
 
 import re
 
+from llmtk.clean import cjk_words
+from llmtk.clean.cjk_words import SEGMENTED_LANGS
 from llmtk.text.segment import _CJK_CLASS
 
 # A word character that is not CJK.
@@ -152,8 +154,11 @@ def _pattern(url: bool, email: bool, nt: bool, elision: bool, hyphen_words: bool
     return _VARIANTS[key]
 
 
-def tokens(text: str, lang: str | None = None) -> list[str]:
-    """Word and punctuation tokens (see the module docstring)."""
+def tokens(text: str, lang: str | None = None, cache: dict | None = None) -> list[str]:
+    """Word and punctuation tokens (see the module docstring). `cache`: the segmented lines
+    of Chinese and Japanese text, kept by the caller for the next text (`cjk_words.words`)."""
+    if lang in SEGMENTED_LANGS:
+        return cjk_words.words(text, lang, cache)
     url = "://" in text or "www." in text
     elision = lang in ELISION_LANGS and ("'" in text or "’" in text)
     nt = not elision and ("n't" in text or "n’t" in text)
