@@ -66,6 +66,7 @@ def predicted(cfg, world: int) -> dict:
     d = dry_run(cfg, world)
     lay = d.layout
     rows = rank_rows(d.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=d.parallel == "fsdp",
+                     dp_shard=lay.dp_shard,
                      micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
                      recompute="full" if cfg.activation_checkpointing else "selective",
                      bf16=cfg.dtype == "bf16", gpu_name=cfg.gpu)["rows"]
