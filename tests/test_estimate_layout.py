@@ -204,3 +204,32 @@ def test_a_size_without_a_shape_cannot_be_laid_out():
     assert p.returncode == 2
     assert p.stderr.decode() == ("llmtk: error: --solve: layout needs the model's shape "
                                  "(--model or --layers/--d-model/--heads), not only --params\n")
+
+
+def test_a_pipeline_whose_stages_share_a_node_still_sends_across_nodes():
+    """16 GPUs, pp 8 x tp 2: a stage is 2 GPUs, four stages per node, and the send from
+    stage 3 to stage 4 crosses from one node to the other; every micro-batch waits for
+    the slowest boundary, so the sends run at the network's speed."""
+    t = step_time(SPEC, Candidate(1, 2, 8, 0, 1, "selective"), **COST)
+    act = 1 * SPEC.seq_len * SPEC.d_model * 2 / 2  # the rank's 1/tp of a (b, s, h) tensor
+    m = t["micro_batches"]
+    assert t["pp_s"] == pytest.approx(2 * m * act / (hardware.INTER_NODE * 0.8)
+                                      + 2 * m * 20e-6)
+
+
+def test_a_steps_gradient_reduction_hides_only_behind_the_last_backward():
+    """llmtk train syncs gradients once per step, in the last micro-step's backward (DDP's
+    buckets, FSDP's reduce-scatter), so only that backward can hide it, not the whole
+    step's compute; under a pipeline torch reduces after the last micro-batch: exposed."""
+    # dp 16 across two nodes, 4 micro-steps: an 8B fp32 all-reduce over the network
+    t = step_time(SPEC, Candidate(16, 1, 1, 0, 1, "selective"), **COST)
+    last_backward = t["compute_s"] / t["micro_batches"] * 2 / 3
+    assert t["dp_comm_s"] < t["compute_s"]  # the old model hid all of it
+    assert t["dp_exposed_s"] == pytest.approx(t["dp_comm_s"] - last_backward)
+    # one link carries it all: the traffic the compute hides is at most the compute
+    big = step_time(SPEC, Candidate(16, 1, 1, 3, 4, "selective"), **{**COST, "params": 80e9})
+    assert big["dp_exposed_s"] == pytest.approx(big["dp_comm_s"] - big["compute_s"])
+    p = step_time(SPEC, Candidate(2, 1, 8, 3, 1, "selective"), **COST)
+    gathers = p["dp_comm_s"] - p["dp_reduce_s"]
+    assert p["dp_exposed_s"] == pytest.approx(p["dp_reduce_s"] + max(0.0, gathers
+                                                                      - p["compute_s"]))

@@ -230,5 +230,5 @@ def _parts(c: dict) -> str:
         parts.append(f"pp send {_s(c['pp_s'])}")
     if c["dp_comm_s"]:
         parts.append(f"data-parallel exposed {_s(c['dp_exposed_s'])} (of "
-                     f"{_s(c['dp_comm_s'])} overlapped)")
+                     f"{_s(c['dp_comm_s'])}; the rest overlaps compute)")
     return " + ".join(parts)
