@@ -233,3 +233,17 @@ def test_a_steps_gradient_reduction_hides_only_behind_the_last_backward():
     gathers = p["dp_comm_s"] - p["dp_reduce_s"]
     assert p["dp_exposed_s"] == pytest.approx(p["dp_reduce_s"] + max(0.0, gathers
                                                                       - p["compute_s"]))
+
+
+def test_a_given_recompute_is_honoured():
+    """--recompute full limits the search to full-recompute layouts; none is refused (in
+    llmtk train it is selective: SDPA never stores the attention scores)."""
+    r = solve("--model", "llama2-7b", "--gpus", "8xH100", "--global-batch", "64",
+              "--recompute", "full")
+    assert {a["recompute"] for a in [r["solve"]["chosen"], *r["solve"]["alternatives"]]} \
+        == {"full"}
+    p = llmtk("estimate", *SMALL, "--gpus", "8xH100", "--solve", "layout", "--recompute",
+              "none", in_process=True)
+    assert p.returncode == 2
+    assert p.stderr.decode().startswith("llmtk: error: --recompute: none is selective in "
+                                        "llmtk train")

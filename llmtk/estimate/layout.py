@@ -76,9 +76,9 @@ def tp_sizes(spec: ModelSpec, n_gpus: int, per_node: int) -> list[int]:
 
 
 def candidates(spec: ModelSpec, n_gpus: int, per_node: int, global_batch: int,
-               max_tp: int | None = None):
+               max_tp: int | None = None, recompute: tuple[str, ...] = RECOMPUTE):
     """Every layout `llmtk train` can run on n_gpus for a global batch of sequences
-    (tensor parallelism up to max_tp, default a node)."""
+    (tensor parallelism up to max_tp, default a node; the recompute modes given)."""
     for tp in tp_sizes(spec, n_gpus, per_node):
         if max_tp is not None and tp > max_tp:
             continue
@@ -90,7 +90,7 @@ def candidates(spec: ModelSpec, n_gpus: int, per_node: int, global_batch: int,
                 continue
             local = global_batch // dp
             for zero in ((0, 3) if dp > 1 else (0,)):
-                for rc in RECOMPUTE:
+                for rc in recompute:
                     mb = 1
                     while mb <= local:
                         if local % mb == 0:

@@ -90,6 +90,10 @@ def validate(req: Request) -> None:
             if given:
                 raise ConfigError(key, "is what {0} layout chooses: leave it out",
                                   also=("solve",))
+        if req.recompute == "none":  # full is honoured: only full-recompute layouts
+            raise ConfigError("recompute", "none is selective in llmtk train (its SDPA "
+                              "attention never stores the scores): leave it out, or give "
+                              "full to search only full-recompute layouts")
     if req.solve in ("gpus", "tokens") and req.days is None:
         raise ConfigError("days", f"{{0}} {req.solve} needs the target duration in days",
                           also=("solve",))
@@ -281,7 +285,11 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
     rows, smallest, searched = [], None, 0
     # llmtk train refuses --tp with --lora-rank (the adapters are not split yet)
     max_tp = 1 if req.lora_rank else req.gpus_per_node
-    for c in layout.candidates(spec, n_gpus, req.gpus_per_node, gb, max_tp=max_tp):
+    # --recompute full is the user's: search only it (selective is the default, searched
+    # with full)
+    modes = ("full",) if req.recompute == "full" else layout.RECOMPUTE
+    for c in layout.candidates(spec, n_gpus, req.gpus_per_node, gb, max_tp=max_tp,
+                               recompute=modes):
         r = replace(req, dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, micro_batch=c.micro_batch,
                     recompute=c.recompute, global_batch=gb, sequence_parallel=c.tp > 1)
         searched += 1
