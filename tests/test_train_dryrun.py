@@ -72,6 +72,9 @@ def test_pipeline_stages_hold_their_layers_the_embedding_and_the_head():
     (["--gpus", "8xH100", "--pp", "2"], "--global-batch: gives 1 micro-steps per step, but "
      "llmtk train's 1f1b pipeline needs at least one per stage (--pp 2): raise "
      "--global-batch to 8 or more"),
+    # torchrun starts as many processes on every node: 12 GPUs are not 8-GPU nodes
+    (["--gpus", "12xH100", "--zero", "3"], "--gpus: 12 GPUs are not whole 8-GPU nodes "
+     "(--gpus-per-node): torchrun starts the same number on every node"),
 ])
 def test_emit_config_refuses_what_train_cannot_run(tmp_path, flags, words):
     model = [] if "--model" in flags else ["--model", "llama3-8b"]

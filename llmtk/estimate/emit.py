@@ -85,8 +85,12 @@ def train_config(req, result: dict, spec) -> str:
     if req.lora_rank is not None:
         keys["lora-rank"] = req.lora_rank
     keys["gpu"] = run["gpu"]
-    nodes = max(1, run["gpus"] // req.gpus_per_node)
     per_node = min(run["gpus"], req.gpus_per_node)
+    if run["gpus"] % per_node:
+        raise ConfigError("gpus", f"{run['gpus']} GPUs are not whole {per_node}-GPU nodes "
+                          f"({{0}}): torchrun starts the same number on every node",
+                          also=("gpus_per_node",))
+    nodes = run["gpus"] // per_node
     mem = result["memory"]
     head = [
         f"# llmtk estimate's layout for {spec.name}: {run['gpus']} x {run['gpu']}, dp {dp} x "
