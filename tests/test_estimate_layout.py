@@ -247,3 +247,14 @@ def test_a_given_recompute_is_honoured():
     assert p.returncode == 2
     assert p.stderr.decode().startswith("llmtk: error: --recompute: none is selective in "
                                         "llmtk train")
+
+
+def test_the_table_says_the_solved_step_time_holds_the_bubble():
+    """Under --solve layout the time is the modelled step's, bubble included; the plain
+    estimate's note (the MFU given should include it) would say the opposite."""
+    p = llmtk("estimate", "--model", "llama3-70b", "--gpus", "256xH100", "--global-batch",
+              "512", "--solve", "layout", in_process=True)
+    out = " ".join(p.stdout.decode().split())
+    assert p.returncode == 0 and "pp 4" in out
+    assert "micro-batches (global batch 512 sequences); in the modelled step time" in out
+    assert "MFU should already include it" not in out

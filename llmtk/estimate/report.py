@@ -106,10 +106,12 @@ def render(r: dict, file) -> None:
     if run["pp"] > 1:
         told = ("" if run["global_batch_from"] == "--global-batch"
                 else "; default = micro-batch x dp, set --global-batch")
+        modelled = solve and solve["for"] == "layout"  # the step time above adds it
         t.add_row("  pipeline bubble", f"{run['pipeline_bubble']:.1%}",
                   f"(pp-1)/(m+pp-1), 1F1B, m = {run['grad_accum_steps']} micro-batches "
-                  f"(global batch {run['global_batch']:,} sequences{told}); MFU should "
-                  "already include it")
+                  f"(global batch {run['global_batch']:,} sequences{told}); "
+                  + ("in the modelled step time" if modelled
+                     else "MFU should already include it"))
 
     sp = " +sp" if run["sequence_parallel"] else ""
     section(f"Memory per GPU (dp {run['dp']} · tp {run['tp']}{sp} · pp {run['pp']} · "
