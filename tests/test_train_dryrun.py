@@ -110,3 +110,17 @@ def test_one_process_plan_of_a_tied_preset_is_estimates():
     assert row["total"] - est["total"] == pytest.approx(
         (row["activations"] - est["activations"]) * (1 + OVERHEAD_FRACTION))
     assert f"({(row['total'] - est['total']) / est['total']:+.1%} for the busiest" in out
+
+
+def test_dry_run_refuses_what_launch_refuses(tmp_path):
+    """--pp 2 with one micro-step: the launch refuses it (1F1B needs a microbatch per
+    stage), so the dry-run that plans it must too, with the same line."""
+    args = ["--data", "x.jsonl", "--out", str(tmp_path / "run"), "--model", "tiny",
+            "--tokenizer", "bytes", "--nproc-per-node", "2", "--parallel", "fsdp",
+            "--pp", "2"]
+    p = llmtk("train", *args, "--dry-run", in_process=True)
+    assert p.returncode == 2
+    assert p.stderr.decode().startswith("llmtk: error: --grad-accum: 1 microbatches for "
+                                        "--pp 2: 1f1b needs at least one per stage")
+    assert llmtk("train", *args, "--grad-accum", "2", "--dry-run",
+                 in_process=True).returncode == 0
