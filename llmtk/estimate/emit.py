@@ -105,8 +105,9 @@ def train_config(req, result: dict, spec) -> str:
                                precision=req.precision, dp_shard=dp,
                                grad_accum=run["grad_accum_steps"], pp=pp)
         if held:
+            what = "whole fp32 gradients" + (", the stage's gathered weights" if pp > 1 else "")
             head.append(f"# llmtk train's FSDP also holds ~{held / 1e9:.1f} GB per GPU through "
-                        "a step's micro-steps (whole fp32 gradients): --dry-run counts it")
+                        f"a step's micro-steps ({what}): --dry-run counts it")
     head += [
         "# check it per rank without a GPU:",
         f"#   llmtk train --config FILE --dry-run --nproc-per-node {per_node} --nnodes {nodes}",
