@@ -312,8 +312,31 @@ def random_corpus(path: str, n_bytes: int) -> None:
             written += len(text)
 
 
+def grad_accum_for(layout: dict) -> int:
+    """Micro-steps per step: one, or under a pipeline two per stage (1F1B needs one per
+    stage at least; with two the bubble is (pp-1)/(3pp-1), a fifth at pp 2)."""
+    return 2 * layout["pp"] if layout["pp"] > 1 else 1
+
+
+def train_command(args, layout: dict, model: str, mode: str, corpus: str, out: str) -> list:
+    """The `llmtk train` arguments (after the Python executable) of one layout run."""
+    n = layout["tp"] * layout["pp"] * layout["dp_shard"]
+    return ["-m", "llmtk", "train", "--data", corpus, "--out", out,
+            "--model", model, "--seq-len", str(args.seq_len),
+            "--batch-size", str(args.batch_size), "--grad-accum", str(grad_accum_for(layout)),
+            "--steps", str(2 * args.steps),  # the first logged window warms up
+            "--warmup", str(args.warmup), "--log-every", str(args.steps),
+            "--tokenizer", "bytes", "--val-fraction", "0", "--quiet",
+            "--dtype", "bf16" if args.dtype == "auto" else args.dtype,
+            "--compile" if mode == "compile" else "--no-compile",
+            "--nproc-per-node", str(n), "--parallel", "fsdp" if n > 1 else "none",
+            "--tp", str(layout["tp"]), "--pp", str(layout["pp"]),
+            "--dp-shard", str(layout["dp_shard"])]
+
+
 def predict_layout(args, model: str, layout: dict, device_name: str, per_node: int) -> dict:
-    """llmtk estimate's step time for this model, layout and batch (no accumulation)."""
+    """llmtk estimate's step time for this model, layout and batch (the same micro-steps
+    as the run: grad_accum_for)."""
     from llmtk.compute import hardware
     from llmtk.compute.flops import flops_per_token_for_config, model_flops_per_token
     from llmtk.compute.models import count_params, spec_from_config
@@ -332,13 +355,14 @@ def predict_layout(args, model: str, layout: dict, device_name: str, per_node: i
     dp = layout["dp_shard"]
     c = Candidate(dp, layout["tp"], layout["pp"], 3 if dp > 1 else 0, args.batch_size,
                   "selective")
-    t = step_time(spec, c, global_batch=args.batch_size * dp,
+    global_batch = args.batch_size * dp * grad_accum_for(layout)
+    t = step_time(spec, c, global_batch=global_batch,
                   flops_per_token=model_flops_per_token(counts.matmul, spec.n_layer,
                                                         spec.n_head, spec.hd, spec.seq_len),
                   params=counts.total, peak=peak, mfu=args.mfu, gpu=gpu, per_node=per_node,
                   elem=4 if precision == "fp32" else 2)
     n = dp * layout["tp"] * layout["pp"]
-    tps = args.batch_size * dp * spec.seq_len / t["step_s"] / n
+    tps = global_batch * spec.seq_len / t["step_s"] / n
     # MFU as llmtk train reports it (causal attention), so the two columns compare
     return {"tokens_per_s_per_gpu": tps, "step_s": t["step_s"],
             "mfu": flops_per_token_for_config(mcfg, causal=True) * tps / peak}
@@ -358,9 +382,9 @@ def check_layout(args, layout: dict) -> None:
     device_name = torch.cuda.get_device_name(0)
     work = tempfile.mkdtemp(prefix="llmtk-gpu-check-layout-")
     corpus = os.path.join(work, "random.jsonl")
-    steps = 2 * args.steps  # the first logged window compiles and warms up; the second counts
-    random_corpus(corpus, int(1.2 * steps * args.batch_size * layout["dp_shard"]
-                              * (args.seq_len + 1)) + 1_000_000)
+    # the first logged window compiles and warms up; the second counts
+    random_corpus(corpus, int(1.2 * 2 * args.steps * args.batch_size * layout["dp_shard"]
+                              * grad_accum_for(layout) * (args.seq_len + 1)) + 1_000_000)
     print(f"llmtk gpu_check --layout {args.layout}: {n} x {device_name}, torch "
           f"{torch.__version__}, seq {args.seq_len}, micro-batch {args.batch_size}, "
           f"{args.steps} timed steps", file=sys.stderr)
@@ -368,16 +392,7 @@ def check_layout(args, layout: dict) -> None:
     for model in args.models.split(","):
         for mode in args.modes.split(","):
             out = os.path.join(work, f"run-{model}-{mode}")
-            cmd = [sys.executable, "-m", "llmtk", "train", "--data", corpus, "--out", out,
-                   "--model", model, "--seq-len", str(args.seq_len),
-                   "--batch-size", str(args.batch_size), "--steps", str(steps),
-                   "--warmup", str(args.warmup), "--log-every", str(args.steps),
-                   "--tokenizer", "bytes", "--val-fraction", "0", "--quiet",
-                   "--dtype", "bf16" if args.dtype == "auto" else args.dtype,
-                   "--compile" if mode == "compile" else "--no-compile",
-                   "--nproc-per-node", str(n), "--parallel", "fsdp" if n > 1 else "none",
-                   "--tp", str(layout["tp"]), "--pp", str(layout["pp"]),
-                   "--dp-shard", str(layout["dp_shard"])]
+            cmd = [sys.executable, *train_command(args, layout, model, mode, corpus, out)]
             p = subprocess.run(cmd, capture_output=True, text=True)
             r = {"model": model, "layout": args.layout, "compile": mode == "compile",
                  "gpus": n, "device": device_name}

@@ -54,6 +54,17 @@ def measure_rank(cfg, work: str) -> tuple[dict, object]:
     loss.backward()
     params = list(trainer.raw.parameters())
     out = {**state_bytes(params, trainer.opt), "activations": saved["bytes"]}
+    if hasattr(trainer.model, "set_requires_gradient_sync"):
+        # FSDP2: a micro-step as the trainer runs each one before a step's last, gradient
+        # sync off; what it then holds is what the step's micro-steps hold
+        from llmtk.train.measure import fsdp_held_gradient_bytes
+
+        trainer.opt.zero_grad(set_to_none=True)
+        trainer.model.set_requires_gradient_sync(False)
+        with trainer.autocast():
+            _, loss = trainer.model(x, y)
+        loss.backward()
+        out["held_gradients"] = fsdp_held_gradient_bytes(trainer.raw)
     trainer.batches.close()
     return out, dist
 
@@ -66,10 +77,18 @@ def predicted(cfg, world: int) -> dict:
     d = dry_run(cfg, world)
     lay = d.layout
     rows = rank_rows(d.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=d.parallel == "fsdp",
+                     dp_shard=lay.dp_shard,
                      micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
                      recompute="full" if cfg.activation_checkpointing else "selective",
                      bf16=cfg.dtype == "bf16", gpu_name=cfg.gpu)["rows"]
-    return {"layout": str(lay), "parallel": d.parallel, **{k: rows[0][k] for k in PARTS}}
+    out = {"layout": str(lay), "parallel": d.parallel, **{k: rows[0][k] for k in PARTS}}
+    if d.parallel == "fsdp":  # the gradient bytes held through a step of micro-steps
+        acc = rank_rows(d.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=True,
+                        dp_shard=lay.dp_shard, micro_batch=cfg.batch_size, grad_accum=2,
+                        recompute="selective", bf16=cfg.dtype == "bf16",
+                        gpu_name=cfg.gpu)["rows"][0]
+        out["held_gradients"] = acc["fsdp_held"] + acc["gradients"]
+    return out
 
 
 def main() -> None:
@@ -110,9 +129,10 @@ def main() -> None:
         tdist.all_gather_object(ranks, mine)
     if dist.rank == 0:
         pred = predicted(cfg, world)
+        parts = [*PARTS, *(["held_gradients"] if "held_gradients" in pred else [])]
         report = {"world": world, "layout": pred["layout"], "parallel": pred["parallel"],
-                  "predicted": {k: pred[k] for k in PARTS}, "measured": ranks,
-                  "ratio": [{k: r[k] / pred[k] for k in PARTS} for r in ranks]}
+                  "predicted": {k: pred[k] for k in parts}, "measured": ranks,
+                  "ratio": [{k: r[k] / pred[k] for k in parts} for r in ranks]}
         text = json.dumps(report, indent=1, sort_keys=True)
         print(text, flush=True)
         if args.json:

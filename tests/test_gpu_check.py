@@ -28,3 +28,25 @@ def test_without_gpus_it_says_so_and_records_nothing(tmp_path):
     assert err[0].startswith("gpu_check --layout fsdp4xtp2: needs 8 CUDA GPUs on this node")
     assert err[0].endswith("nothing measured, nothing recorded")
     assert not report.exists()
+
+
+@pytest.mark.parametrize("name", ["pp2", "tp2xpp2", "fsdp4xtp2"])
+def test_the_launched_layout_is_one_train_accepts(tmp_path, name):
+    """The `llmtk train` command --layout launches, planned by --dry-run (which checks a
+    layout as a launch does): a pipeline needs a micro-step per stage at least (1F1B), so
+    pp layouts accumulate; the prediction prices the same global batch."""
+    import argparse
+
+    from benchmarks.gpu_check import grad_accum_for, train_command
+    from tests.util import llmtk
+
+    layout = parse_layout(name)
+    args = argparse.Namespace(seq_len=256, batch_size=2, steps=5, warmup=1, dtype="auto")
+    cmd = train_command(args, layout, "tiny", "eager", "corpus.jsonl", str(tmp_path / "run"))
+    assert cmd[:3] == ["-m", "llmtk", "train"]
+    accum = grad_accum_for(layout)
+    assert accum >= layout["pp"] and f"--grad-accum {accum}" in " ".join(cmd)
+    n = layout["tp"] * layout["pp"] * layout["dp_shard"]
+    p = llmtk(*cmd[2:], "--dry-run", in_process=True)
+    assert p.returncode == 0, p.stderr
+    assert f"{n} processes (1 x {n})" in p.stdout.decode()

@@ -23,6 +23,9 @@ def test_estimated_70b_layout_plans_per_rank_within_5_percent_of_estimate(tmp_pa
     assert p.returncode == 0, p.stderr
     estimated = json.loads(p.stdout)["memory"]["total"]
     text = toml.read_text()
+    # the estimate shards gradients (ZeRO 3); the file says what train holds besides
+    assert ("# llmtk train's FSDP also holds ~34.2 GB per GPU through a step's micro-steps "
+            "(whole fp32 gradients): --dry-run counts it") in text.splitlines()
     for line in ('model = "llama3-70b"', "tp = 8", "dp-shard = 32", 'parallel = "fsdp"',
                  "activation-checkpointing = true", "grad-accum = 16"):
         assert line in text.splitlines(), line
@@ -33,8 +36,16 @@ def test_estimated_70b_layout_plans_per_rank_within_5_percent_of_estimate(tmp_pa
     assert "dp_shard 32 x tp 8" in out and "total GB" in out and "total GiB" in out
     row = next(line for line in out.splitlines() if line.startswith("all layers (0)"))
     total_gb = float(row.split()[-3])
-    assert total_gb * 1e9 == pytest.approx(estimated, rel=0.05)
-    assert re.search(r"same layout: [\d.]+ GB per GPU \([+-]\d\.\d%", out)
+    # estimate's ZeRO 3 shards the gradients; llmtk train's FSDP holds them whole through
+    # the 16 micro-steps (fsdp_held, with its share of the overhead): the rest agrees
+    from llmtk.estimate.memory import OVERHEAD_FRACTION
+
+    held = float(row.split()[-6])
+    assert held == pytest.approx(4 * 70.6 / 8 * 31 / 32, rel=0.01)
+    assert (total_gb - held * (1 + OVERHEAD_FRACTION)) * 1e9 == pytest.approx(estimated,
+                                                                             rel=0.05)
+    assert "no gradients held whole through micro-steps" in out
+    assert re.search(r"same layout: [\d.]+ GB per GPU \([+-]\d+\.\d%", out)
 
 
 def test_pipeline_stages_hold_their_layers_the_embedding_and_the_head():
@@ -64,6 +75,9 @@ def test_pipeline_stages_hold_their_layers_the_embedding_and_the_head():
     (["--gpus", "8xH100", "--pp", "2"], "--global-batch: gives 1 micro-steps per step, but "
      "llmtk train's 1f1b pipeline needs at least one per stage (--pp 2): raise "
      "--global-batch to 8 or more"),
+    # torchrun starts as many processes on every node: 12 GPUs are not 8-GPU nodes
+    (["--gpus", "12xH100", "--zero", "3"], "--gpus: 12 GPUs are not whole 8-GPU nodes "
+     "(--gpus-per-node): torchrun starts the same number on every node"),
 ])
 def test_emit_config_refuses_what_train_cannot_run(tmp_path, flags, words):
     model = [] if "--model" in flags else ["--model", "llama3-8b"]
@@ -89,9 +103,9 @@ def test_one_process_plan_of_a_tied_preset_is_estimates():
 
     cfg = TrainConfig(model="llmtk-124m")
     d = dry_run(cfg, 1)
-    row = rank_rows(d.mcfg, d.plans, tp=1, pp=1, fsdp=False, micro_batch=cfg.batch_size,
-                    grad_accum=1, recompute="selective", bf16=True, gpu_name="A100-40"
-                    )["rows"][0]
+    row = rank_rows(d.mcfg, d.plans, tp=1, pp=1, fsdp=False, dp_shard=1,
+                    micro_batch=cfg.batch_size, grad_accum=1, recompute="selective",
+                    bf16=True, gpu_name="A100-40")["rows"][0]
     est = same_layout_estimate(d.mcfg, "llmtk-124m", world=1, per_node=1, gpu_name="A100-40",
                                tp=1, pp=1, dp=1, sharded=False, micro_batch=cfg.batch_size,
                                grad_accum=1, recompute="selective", bf16=True, lora_rank=None)
@@ -99,3 +113,17 @@ def test_one_process_plan_of_a_tied_preset_is_estimates():
     assert row["total"] - est["total"] == pytest.approx(
         (row["activations"] - est["activations"]) * (1 + OVERHEAD_FRACTION))
     assert f"({(row['total'] - est['total']) / est['total']:+.1%} for the busiest" in out
+
+
+def test_dry_run_refuses_what_launch_refuses(tmp_path):
+    """--pp 2 with one micro-step: the launch refuses it (1F1B needs a microbatch per
+    stage), so the dry-run that plans it must too, with the same line."""
+    args = ["--data", "x.jsonl", "--out", str(tmp_path / "run"), "--model", "tiny",
+            "--tokenizer", "bytes", "--nproc-per-node", "2", "--parallel", "fsdp",
+            "--pp", "2"]
+    p = llmtk("train", *args, "--dry-run", in_process=True)
+    assert p.returncode == 2
+    assert p.stderr.decode().startswith("llmtk: error: --grad-accum: 1 microbatches for "
+                                        "--pp 2: 1f1b needs at least one per stage")
+    assert llmtk("train", *args, "--grad-accum", "2", "--dry-run",
+                 in_process=True).returncode == 0

@@ -329,3 +329,33 @@ def test_url_blocklist_prefixes_match_without_scheme_or_case(tmp_path):
     assert rules.check("ftp://sub.bad.example/x") == "url.blocked_domain"
     assert rules.check("https://ok.org/public/private/") is None
     assert rules.check("not a url") is None  # no host: nothing to look up
+
+
+@pytest.mark.filterwarnings("ignore:line buffering")  # open(buffering=1) of a 1-byte CHUNK
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5])
+def test_header_ends_are_found_across_any_buffer_refill(tmp_path, monkeypatch, chunk):
+    """The reader takes the file a piece at a time; a header's blank line (CRLF CRLF, or
+    LF LF) may be cut anywhere by a refill, and a payload's own blank lines (an HTML page's
+    LF LF and CRLF CRLF) must not end a header early. CRLF records as warcio writes them
+    and bare-LF ones, read a few bytes at a time: the same records as in one piece."""
+    from llmtk.io import warc
+    from llmtk.io.record import Parsed
+
+    body = page("Gaps", "<p>one</p>\n\n<p>two</p>\r\n\r\n<p>three</p>").encode()
+    lf_block = b"HTTP/1.1 200 OK\nContent-Type: text/html\n\n" + body
+    lf = (f"WARC/1.0\nWARC-Type: response\nWARC-Target-URI: http://lf.org/\n"
+          f"WARC-Date: 2024-01-01T00:00:00Z\nContent-Type: application/http; "
+          f"msgtype=response\nContent-Length: {len(lf_block)}\n\n").encode() + lf_block + b"\n\n"
+    f = tmp_path / "mixed.warc"
+    f.write_bytes(record("response", "http://a.org/", body) + lf
+                  + record("response", "http://b.org/", body) + lf)
+
+    def urls() -> list:
+        events = [e for e in warc.read_warc(str(f), "warc", 1 << 20) if not isinstance(e, int)]
+        assert all(isinstance(e, Parsed) for e in events), events
+        return [e.data["url"] for e in events]
+
+    whole = urls()
+    assert whole == ["http://a.org/", "http://lf.org/", "http://b.org/", "http://lf.org/"]
+    monkeypatch.setattr(warc, "CHUNK", chunk)
+    assert urls() == whole

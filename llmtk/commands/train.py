@@ -351,6 +351,7 @@ def _dry_run(cfg, launch) -> None:
     recompute = "full" if cfg.activation_checkpointing else "selective"
     lay = d.layout
     result = rank_rows(d.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=d.parallel == "fsdp",
+                       dp_shard=lay.dp_shard,
                        micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
                        recompute=recompute, bf16=bf16, gpu_name=cfg.gpu,
                        lora_rank=cfg.lora_rank, lora_parts=len(parse_targets(cfg.lora_targets)))
@@ -365,9 +366,11 @@ def _dry_run(cfg, launch) -> None:
                                micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
                                recompute=recompute, bf16=bf16, lora_rank=cfg.lora_rank)
     busiest = max(r["total"] for r in result["rows"])
+    held = ("; and it counts no gradients held whole through micro-steps (fsdp_held)"
+            if any(r["fsdp_held"] for r in result["rows"]) else "")
     print(f"llmtk estimate, same layout: {est['total'] / 1e9:.2f} GB per GPU "
           f"({(busiest - est['total']) / est['total']:+.1%} for the busiest rank here; "
-          "its activations are Korthikanti's GPT-3 block, these the llmtk model's own)",
+          f"its activations are Korthikanti's GPT-3 block, these the llmtk model's own{held})",
           file=sys.stdout)
 
 

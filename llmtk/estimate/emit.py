@@ -85,12 +85,30 @@ def train_config(req, result: dict, spec) -> str:
     if req.lora_rank is not None:
         keys["lora-rank"] = req.lora_rank
     keys["gpu"] = run["gpu"]
-    nodes = max(1, run["gpus"] // req.gpus_per_node)
     per_node = min(run["gpus"], req.gpus_per_node)
+    if run["gpus"] % per_node:
+        raise ConfigError("gpus", f"{run['gpus']} GPUs are not whole {per_node}-GPU nodes "
+                          f"({{0}}): torchrun starts the same number on every node",
+                          also=("gpus_per_node",))
+    nodes = run["gpus"] // per_node
     mem = result["memory"]
     head = [
         f"# llmtk estimate's layout for {spec.name}: {run['gpus']} x {run['gpu']}, dp {dp} x "
         f"tp {tp} x pp {pp}, ZeRO {zero}; {mem['total'] / 1e9:.1f} GB per GPU estimated",
+    ]
+    if mem.get("activations_from") != "llmtk" and zero == 3:  # ZeRO paper sharding, not train
+        from llmtk.estimate.memory import fsdp_held_bytes
+
+        model = result["model"]
+        stored = model["params"] + (model["lora_params"] or 0)
+        held = fsdp_held_bytes(stored / (tp * pp), model["trainable_params"] / (tp * pp),
+                               precision=req.precision, dp_shard=dp,
+                               grad_accum=run["grad_accum_steps"], pp=pp)
+        if held:
+            what = "whole fp32 gradients" + (", the stage's gathered weights" if pp > 1 else "")
+            head.append(f"# llmtk train's FSDP also holds ~{held / 1e9:.1f} GB per GPU through "
+                        f"a step's micro-steps ({what}): --dry-run counts it")
+    head += [
         "# check it per rank without a GPU:",
         f"#   llmtk train --config FILE --dry-run --nproc-per-node {per_node} --nnodes {nodes}",
         "# train it (on every node):",

@@ -19,14 +19,16 @@ The step time (`step_time`), per optimizer step of `global_batch` sequences:
             overlapped (no async TP);
   bubble    1F1B: the pipeline's compute and tp time x (m + pp - 1)/m, m micro-batches;
   pp        each micro-batch's activations sent to the next stage and its gradient back
-            (the rank's 1/tp share), over the network when a stage spans nodes; exposed;
+            (the rank's 1/tp share), over the network when the run spans nodes (some
+            stage boundary then does); exposed;
   fsdp      ZeRO 3: every micro-step all-gathers the rank's (tp x pp)-th of the bf16
             weights twice (forward, then backward: FSDP2 reshards after forward) and the
             last one reduce-scatters the fp32 gradients (llmtk train syncs gradients once
-            per step); ZeRO 0: one fp32 gradient all-reduce per step. Over the network
-            when the data-parallel group spans nodes, NVLink otherwise. Overlapped with
-            compute (FSDP2 prefetches the next layer; DDP buckets the backward): only
-            the part longer than the compute shows.
+            per step), one collective per block; ZeRO 0: one fp32 gradient all-reduce
+            per step. Over the network when the data-parallel group spans nodes, NVLink
+            otherwise. The gathers overlap the step's compute (FSDP2 prefetches the next
+            block), the one reduction only the last micro-step's backward (DDP buckets
+            it), and under a pipeline nothing: only what they cannot hide shows.
 A collective over p ranks of B bytes takes (p-1)·latency + (p-1)/p·B / (bandwidth x
 LINK_EFFICIENCY) (ring algorithm; an all-reduce twice that).
 """
@@ -73,9 +75,10 @@ def tp_sizes(spec: ModelSpec, n_gpus: int, per_node: int) -> list[int]:
             and all(x % t == 0 for x in (spec.n_head, spec.kv_heads, spec.ffn, spec.seq_len))]
 
 
-def candidates(spec: ModelSpec, n_gpus: int, per_node: int, global_batch: int):
+def candidates(spec: ModelSpec, n_gpus: int, per_node: int, global_batch: int,
+               recompute: tuple[str, ...] = RECOMPUTE):
     """Every layout `llmtk train` can run on n_gpus for a global batch of sequences
-    (tensor parallelism within a node)."""
+    (tensor parallelism within a node; the recompute modes given)."""
     for tp in tp_sizes(spec, n_gpus, per_node):
         for pp in _divisors(n_gpus // tp):
             if pp > spec.n_layer:
@@ -85,7 +88,7 @@ def candidates(spec: ModelSpec, n_gpus: int, per_node: int, global_batch: int):
                 continue
             local = global_batch // dp
             for zero in ((0, 3) if dp > 1 else (0,)):
-                for rc in RECOMPUTE:
+                for rc in recompute:
                     mb = 1
                     while mb <= local:
                         if local % mb == 0:
@@ -93,11 +96,14 @@ def candidates(spec: ModelSpec, n_gpus: int, per_node: int, global_batch: int):
                         mb *= 2
 
 
-def _collective(ranks: int, nbytes: float, bandwidth: float, latency: float) -> float:
-    """Seconds of one ring all-gather or reduce-scatter of `nbytes` (the full tensor)."""
+def _collective(ranks: int, nbytes: float, bandwidth: float, latency: float,
+                count: int = 1) -> float:
+    """Seconds of `count` ring all-gathers or reduce-scatters that move `nbytes` (the full
+    tensors) between them: each pays the ring's latency, the bytes are shared."""
     if ranks <= 1:
         return 0.0
-    return (ranks - 1) * latency + (ranks - 1) / ranks * nbytes / (bandwidth * LINK_EFFICIENCY)
+    return (count * (ranks - 1) * latency
+            + (ranks - 1) / ranks * nbytes / (bandwidth * LINK_EFFICIENCY))
 
 
 def step_time(spec: ModelSpec, c: Candidate, *, global_batch: int, flops_per_token: float,
@@ -121,8 +127,9 @@ def step_time(spec: ModelSpec, c: Candidate, *, global_batch: int, flops_per_tok
     bubble = (c.pp - 1) / (m + c.pp - 1)
     bubble_s = (compute + tp) * (c.pp - 1) / m  # 1F1B: (pp - 1) idle micro-batch slots
 
-    stage_spans_nodes = n // c.pp >= per_node and n > per_node
-    link, lat = (hardware.INTER_NODE, LATENCY_INTER) if stage_spans_nodes else \
+    # Stages are contiguous blocks of ranks (pp outermost): on more than one node some
+    # boundary between stages crosses nodes, and every micro-batch waits for the slowest.
+    link, lat = (hardware.INTER_NODE, LATENCY_INTER) if n > per_node else \
         (nvlink, LATENCY_INTRA)
     pp = 2 * m * (act / c.tp) / (link * LINK_EFFICIENCY) + 2 * m * lat if c.pp > 1 else 0.0
 
@@ -133,13 +140,21 @@ def step_time(spec: ModelSpec, c: Candidate, *, global_batch: int, flops_per_tok
     shard = params / (c.tp * c.pp)  # the parameters one data-parallel group shares
     grads = (params if trainable is None else trainable) / (c.tp * c.pp)
     if c.zero == 3:
-        gathers = 2 * m * _collective(c.dp, elem * shard, link, lat)  # bf16 (fp32) weights
-        reduce = _collective(c.dp, 4 * grads, link, lat)  # fp32 gradients, once
-        data = gathers + reduce
+        units = layers + 1  # FSDP2 gathers and reduces block by block (and the root)
+        # bf16 (fp32) weights, twice a micro-step; fp32 gradients, once a step
+        gathers = 2 * m * _collective(c.dp, elem * shard, link, lat, count=units)
+        reduce = _collective(c.dp, 4 * grads, link, lat, count=units)
     else:
-        data = 2 * _collective(c.dp, 4 * grads, link, lat)  # all-reduce = RS + AG
-    exposed = max(0.0, data - compute)
+        gathers = 0.0
+        reduce = 2 * _collective(c.dp, 4 * grads, link, lat)  # all-reduce = RS + AG
+    # What hides it: the step's compute hides at most its own length of traffic (one
+    # link carries all of it; FSDP2 prefetches the next block's gather), and the step's
+    # one gradient reduction only the last micro-step's backward (2/3 of its compute, 3/4
+    # under full recompute), under a pipeline nothing (torch reduces after the last
+    # micro-batch).
+    backward = 0.0 if c.pp > 1 else compute / m * (0.75 if c.recompute == "full" else 2 / 3)
+    exposed = max(0.0, gathers + reduce - compute, reduce - backward)
     step = compute + tp + bubble_s + pp + exposed
     return {"step_s": step, "compute_s": compute, "tp_s": tp, "bubble": bubble,
-            "bubble_s": bubble_s, "pp_s": pp, "dp_comm_s": data,
-            "dp_exposed_s": exposed, "micro_batches": m}
+            "bubble_s": bubble_s, "pp_s": pp, "dp_comm_s": gathers + reduce,
+            "dp_reduce_s": reduce, "dp_exposed_s": exposed, "micro_batches": m}

@@ -175,6 +175,29 @@ def fsdp_buffer_bytes(per_layer_params: float, *, precision: str, tp: int,
     return (2 * w + (g if full_grads else 0)) * per_layer_params / tp
 
 
+def fsdp_held_bytes(stage_params: float, stage_trainable: float, *, precision: str,
+                    dp_shard: int, grad_accum: int, pp: int) -> float:
+    """What FSDP2 holds unsharded through a step of `llmtk train`, beyond the gather
+    buffers, on a rank whose stage has `stage_params` parameters (`stage_trainable` of
+    them trained) per tp shard, before the data-parallel sharding.
+
+    llmtk train turns gradient sync off for every micro-step but the last (one
+    reduce-scatter per step), and torch's pipeline stage does so for every micro-batch.
+    FSDP2 then keeps each block's whole gradient, in the fp32 reduce dtype, from the first
+    micro-step's backward to the step's reduce-scatter (FSDPParam.to_accumulated_grad_if_
+    needed): 4 bytes per trained parameter where the states count a 1/dp_shard share. A
+    pipeline stage also turns reshard-after-backward off (PipelineStage.backward_maybe_
+    with_nosync), so its gathered weights stay between one micro-batch's backward and the
+    next one's forward. The gather buffers count two layers of each again: a small
+    overcount, on the safe side."""
+    held = 0.0
+    if grad_accum > 1 or pp > 1:
+        held += 4.0 * stage_trainable * (1 - 1 / dp_shard)
+    if pp > 1:
+        held += PRECISION_BYTES[precision][0] * stage_params
+    return held
+
+
 def with_overhead(subtotal: float) -> tuple[float, float]:
     """(overhead, total) for a subtotal of states + activations + buffers."""
     overhead = OVERHEAD_FIXED + OVERHEAD_FRACTION * subtotal

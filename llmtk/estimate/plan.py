@@ -90,6 +90,10 @@ def validate(req: Request) -> None:
             if given:
                 raise ConfigError(key, "is what {0} layout chooses: leave it out",
                                   also=("solve",))
+        if req.recompute == "none":  # full is honoured: only full-recompute layouts
+            raise ConfigError("recompute", "none is selective in llmtk train (its SDPA "
+                              "attention never stores the scores): leave it out, or give "
+                              "full to search only full-recompute layouts")
     if req.solve in ("gpus", "tokens") and req.days is None:
         raise ConfigError("days", f"{{0}} {req.solve} needs the target duration in days",
                           also=("solve",))
@@ -279,7 +283,10 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
                           "only {4}", also=("model", "layers", "d_model", "heads", "params"))
     gb = req.global_batch if req.global_batch is not None else n_gpus
     rows, smallest, searched = [], None, 0
-    for c in layout.candidates(spec, n_gpus, req.gpus_per_node, gb):
+    # --recompute full is the user's: search only it (selective is the default, searched
+    # with full)
+    modes = ("full",) if req.recompute == "full" else layout.RECOMPUTE
+    for c in layout.candidates(spec, n_gpus, req.gpus_per_node, gb, recompute=modes):
         r = replace(req, dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, micro_batch=c.micro_batch,
                     recompute=c.recompute, global_batch=gb, sequence_parallel=c.tp > 1)
         searched += 1
@@ -354,8 +361,12 @@ def _shape(spec: ModelSpec | None) -> dict | None:
 
 def _memory(spec, counts, total, trainable, req, par, accum, gpu,
             llmtk_model: bool = False) -> dict:
-    """Per-GPU memory. llmtk_model: activations as the llmtk model saves them (what
-    `llmtk train --dry-run` counts, for `--solve layout`), else Korthikanti's block."""
+    """Per-GPU memory. llmtk_model: what `llmtk train --dry-run` counts, for `--solve
+    layout`: the trainer's own states (fp32 weights, frozen LoRA base included; fp32
+    gradients), FSDP's buffers wherever train runs fully_shard (ZeRO 3, or replicas on a
+    tp/pp mesh) and what it holds through a step (memory.fsdp_held_bytes), and the
+    activations as the llmtk model saves them; else the ZeRO paper's states and
+    Korthikanti's block."""
     ada = None
     if req.optimizer == "adafactor":
         if spec is None:
@@ -364,17 +375,35 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
             ada = trainable  # small adapters: count an unfactored second moment
         else:
             ada = memory.adafactor_state_elems(spec)
-    states = memory.model_state_bytes(
-        total + (trainable if req.lora_rank else 0), precision=req.precision,
-        optimizer=req.optimizer, par=par, trainable=trainable, adafactor_elems=ada)
-    buffers = 0.0
-    if req.zero == 3 and counts is not None:
+    stored = total + (trainable if req.lora_rank else 0)
+    mp = par.tp * par.pp
+    if llmtk_model:
+        # llmtk train keeps fp32 parameters and gradients under bf16 autocast (its masters
+        # are its weights): fp32's bytes, and a frozen base costs 4 bytes, not 2. The
+        # busiest rank's share, then ZeRO's sharding over dp.
+        stage, stage_trained = _stage_share(spec, counts, stored, trainable, par)
+        states = memory.model_state_bytes(
+            stage, precision="fp32", optimizer=req.optimizer,
+            par=replace(par, tp=1, pp=1), trainable=stage_trained,
+            adafactor_elems=None if ada is None else ada / mp)
+    else:
+        states = memory.model_state_bytes(
+            stored, precision=req.precision, optimizer=req.optimizer, par=par,
+            trainable=trainable, adafactor_elems=ada)
+    fully_shard = req.zero == 3 or (llmtk_model and mp > 1)
+    buffers = held = 0.0
+    if fully_shard and counts is not None:
         buffers = memory.fsdp_buffer_bytes(counts.per_layer, precision=req.precision,
                                            tp=par.tp, full_grads=req.lora_rank is None)
+    if fully_shard and llmtk_model:
+        held = memory.fsdp_held_bytes(stage, stage_trained, precision=req.precision,
+                                      dp_shard=par.dp if req.zero == 3 else 1,
+                                      grad_accum=accum, pp=par.pp)
     elem = memory.ACTIVATION_BYTES[req.precision]
-    fixed = sum(states.values()) + buffers
+    fixed = sum(states.values()) + buffers + held
     out = dict(states)
     out["fsdp_buffers"] = buffers
+    out["fsdp_held"] = held
     out["model_states"] = sum(states.values())
     capacity = gpu.mem_bytes
     out["states_fit"] = memory.with_overhead(fixed)[1] <= capacity
@@ -408,6 +437,23 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
                total=total_bytes, capacity=capacity, fits=total_bytes <= capacity,
                max_micro_batch=memory.max_micro_batch(fixed, act1, capacity), note="")
     return out
+
+
+def _stage_share(spec, counts, stored, trained, par) -> tuple[float, float]:
+    """(parameters, trained parameters) of the busiest rank per tp shard, before the
+    data-parallel sharding, as llmtk train places them (llmtk.train.dryrun): 1/tp of the
+    model, or under a pipeline the first or the last stage, whichever holds more: its
+    blocks (the first stages take one more when pp does not divide the layers) and the
+    embedding table, or the final norm and the head (a tied head is a copy there)."""
+    if par.pp == 1 or counts is None:
+        return stored / par.tp, trained / par.tp
+    lora = stored - counts.total  # the adapters, all in the blocks
+    block = counts.per_layer + lora / spec.n_layer
+    table = spec.vocab_size * spec.d_model
+    most, least = -(-spec.n_layer // par.pp), spec.n_layer // par.pp
+    stage = max(most * block + table, least * block + table + spec.d_model)
+    stage_trained = stage if not lora else most * lora / spec.n_layer
+    return stage / par.tp, stage_trained / par.tp
 
 
 def _scaling(fit_name: str, n: float, tokens: float) -> dict:

@@ -15,11 +15,11 @@ from llmtk.compute import hardware
 from llmtk.estimate import memory
 
 
-def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, micro_batch: int,
+def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro_batch: int,
               grad_accum: int, recompute: str, bf16: bool, gpu_name: str,
               lora_rank: int | None = None, lora_parts: int = 7) -> dict:
     """{"gpu", "capacity", "rows": [{kind, rank, layers, params, weights, gradients,
-    optimizer, fsdp_buffers, activations, overhead, total, fits}]} in bytes.
+    optimizer, fsdp_buffers, fsdp_held, activations, overhead, total, fits}]} in bytes.
 
     Activations are the llmtk model's own (llmtk.estimate.activations.llmtk_saved_bytes:
     what its eager forward saves, measured exact on CPU in fp32 and bf16 autocast, one
@@ -42,12 +42,18 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, micro_batch: int,
                                            full_grads=not lora_rank,
                                            precision="bf16-mixed" if bf16 else "fp32") \
             if fsdp else 0.0
+        # plan.params/trainable are after FSDP's sharding: x dp_shard is the stage's share
+        held = memory.fsdp_held_bytes(plan.params * dp_shard, plan.trainable * dp_shard,
+                                      precision="bf16-mixed" if bf16 else "fp32",
+                                      dp_shard=dp_shard, grad_accum=grad_accum, pp=pp) \
+            if fsdp else 0.0
         states = plan.weights + plan.gradients + plan.optimizer
-        overhead, total = memory.with_overhead(states + buffers + act)
+        overhead, total = memory.with_overhead(states + buffers + held + act)
         rows.append({"kind": plan.kind, "rank": plan.rank, "layers": plan.layers,
                      "params": plan.params, "weights": plan.weights,
                      "gradients": plan.gradients, "optimizer": plan.optimizer,
-                     "fsdp_buffers": buffers, "activations": act, "overhead": overhead,
+                     "fsdp_buffers": buffers, "fsdp_held": held, "activations": act,
+                     "overhead": overhead,
                      "total": total, "fits": total <= gpu.mem_bytes})
     return {"gpu": gpu.name, "capacity": gpu.mem_bytes, "rows": rows}
 
@@ -77,7 +83,8 @@ def render(result: dict, title: str, file) -> None:
     """The per-rank table: GB (10^9 bytes) and GiB of the total."""
     gb = 1e9
     print(title, file=file)
-    cols = ("weights", "gradients", "optimizer", "fsdp_buffers", "activations", "overhead")
+    cols = ("weights", "gradients", "optimizer", "fsdp_buffers", "fsdp_held", "activations",
+            "overhead")
     head = ["rank kind (rank)", "layers", "params", *cols, "total GB", "total GiB", "fits"]
     lines = [head]
     for r in result["rows"]:

@@ -106,24 +106,34 @@ def render(r: dict, file) -> None:
     if run["pp"] > 1:
         told = ("" if run["global_batch_from"] == "--global-batch"
                 else "; default = micro-batch x dp, set --global-batch")
+        modelled = solve and solve["for"] == "layout"  # the step time above adds it
         t.add_row("  pipeline bubble", f"{run['pipeline_bubble']:.1%}",
                   f"(pp-1)/(m+pp-1), 1F1B, m = {run['grad_accum_steps']} micro-batches "
-                  f"(global batch {run['global_batch']:,} sequences{told}); MFU should "
-                  "already include it")
+                  f"(global batch {run['global_batch']:,} sequences{told}); "
+                  + ("in the modelled step time" if modelled
+                     else "MFU should already include it"))
 
     sp = " +sp" if run["sequence_parallel"] else ""
     section(f"Memory per GPU (dp {run['dp']} · tp {run['tp']}{sp} · pp {run['pp']} · "
             f"ZeRO-{run['zero']} · micro-batch {run['micro_batch']})")
-    wb = "fp32" if run["precision"] == "fp32" else "bf16"
+    trainer = mem.get("activations_from") == "llmtk"  # --solve layout: llmtk train's bytes
+    wb = "fp32" if run["precision"] == "fp32" or trainer else "bf16"
     t.add_row("  weights", gb(mem["weights"]), wb + (" (frozen base + adapters)"
-                                                     if run["lora_rank"] else ""))
+                                                     if run["lora_rank"] else "")
+              + (", as llmtk train keeps them (bf16 only inside autocast)"
+                 if trainer and run["precision"] != "fp32" else ""))
     t.add_row("  gradients", gb(mem["gradients"]), wb)
     t.add_row("  fp32 master weights", gb(mem["master_weights"]),
-              "" if mem["master_weights"] else "none in fp32 training")
+              "" if mem["master_weights"] else "none: the fp32 weights are the masters"
+              if trainer else "none in fp32 training")
     t.add_row("  optimizer states", gb(mem["optimizer"]), _OPT_NOTE[run["optimizer"]])
     if mem["fsdp_buffers"]:
         t.add_row("  FSDP gather buffers", gb(mem["fsdp_buffers"]),
                   "2 layers' weights + 1 layer's grads unsharded")
+    if mem.get("fsdp_held"):
+        t.add_row("  FSDP held through a step", gb(mem["fsdp_held"]),
+                  "fp32 gradients whole until the step's one reduce-scatter"
+                  + ("; the stage's gathered weights (pipeline)" if run["pp"] > 1 else ""))
     if mem["activations"] is None:
         t.add_row("  activations", "?", mem["note"])
     else:
@@ -222,5 +232,5 @@ def _parts(c: dict) -> str:
         parts.append(f"pp send {_s(c['pp_s'])}")
     if c["dp_comm_s"]:
         parts.append(f"data-parallel exposed {_s(c['dp_exposed_s'])} (of "
-                     f"{_s(c['dp_comm_s'])} overlapped)")
+                     f"{_s(c['dp_comm_s'])}; the rest overlaps compute)")
     return " + ".join(parts)
