@@ -54,16 +54,16 @@ def measure_rank(cfg, work: str) -> tuple[dict, object]:
     loss.backward()
     params = list(trainer.raw.parameters())
     out = {**state_bytes(params, trainer.opt), "activations": saved["bytes"]}
-    if hasattr(trainer.model, "set_requires_gradient_sync"):
-        # FSDP2: a micro-step as the trainer runs each one before a step's last, gradient
-        # sync off; what it then holds is what the step's micro-steps hold
+    if trainer.parallel == "fsdp":
+        # FSDP2: a micro-step as the trainer runs each one before a step's last; the whole
+        # gradients it then holds are what the step's micro-steps hold
         from llmtk.train.measure import fsdp_held_gradient_bytes
 
         trainer.opt.zero_grad(set_to_none=True)
-        trainer.model.set_requires_gradient_sync(False)
-        with trainer.autocast():
-            _, loss = trainer.model(x, y)
-        loss.backward()
+        with trainer._gradient_sync(last=False):
+            with trainer.autocast():
+                _, loss = trainer.model(x, y)
+            loss.backward()
         out["held_gradients"] = fsdp_held_gradient_bytes(trainer.raw)
     trainer.batches.close()
     return out, dist
@@ -87,7 +87,7 @@ def predicted(cfg, world: int) -> dict:
                         dp_shard=lay.dp_shard, micro_batch=cfg.batch_size, grad_accum=2,
                         recompute="selective", bf16=cfg.dtype == "bf16",
                         gpu_name=cfg.gpu)["rows"][0]
-        out["held_gradients"] = acc["fsdp_held"] + acc["gradients"]
+        out["held_gradients"] = acc["fsdp_held"]
     return out
 
 
@@ -132,7 +132,7 @@ def main() -> None:
         parts = [*PARTS, *(["held_gradients"] if "held_gradients" in pred else [])]
         report = {"world": world, "layout": pred["layout"], "parallel": pred["parallel"],
                   "predicted": {k: pred[k] for k in parts}, "measured": ranks,
-                  "ratio": [{k: r[k] / pred[k] for k in parts} for r in ranks]}
+                  "ratio": [{k: r[k] / pred[k] for k in parts if pred[k]} for r in ranks]}
         text = json.dumps(report, indent=1, sort_keys=True)
         print(text, flush=True)
         if args.json:

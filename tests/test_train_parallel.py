@@ -71,9 +71,11 @@ def test_ddp_two_processes_match_one(corpus, tmp_path, single_ref):
 
 @pytest.mark.integration
 def test_fsdp2_two_processes_match_one(corpus, tmp_path, single_ref):
+    """FSDP2 over 2 processes, 2 micro-steps of 1 window each (each one's gradients
+    reduce-scattered) = one process, one micro-step of 4."""
     out = str(tmp_path / "fsdp")
-    run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "2",
-              "--parallel", "fsdp", "--checkpoint-every", "3")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "1", "--grad-accum", "2",
+              "--nproc-per-node", "2", "--parallel", "fsdp", "--checkpoint-every", "3")
     _parallel_matches(single_ref, out)
     # The FSDP checkpoint is a full state dict: a single process can resume it.
     resumed = str(tmp_path / "resumed")

@@ -102,8 +102,7 @@ def train_config(req, result: dict, spec) -> str:
         model = result["model"]
         stored = model["params"] + (model["lora_params"] or 0)
         held = fsdp_held_bytes(stored / (tp * pp), model["trainable_params"] / (tp * pp),
-                               precision=req.precision, dp_shard=dp,
-                               grad_accum=run["grad_accum_steps"], pp=pp)
+                               precision=req.precision, dp_shard=dp, pp=pp)
         if held:
             what = "whole fp32 gradients" + (", the stage's gathered weights" if pp > 1 else "")
             head.append(f"# llmtk train's FSDP also holds ~{held / 1e9:.1f} GB per GPU through "

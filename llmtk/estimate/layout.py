@@ -22,13 +22,15 @@ The step time (`step_time`), per optimizer step of `global_batch` sequences:
             (the rank's 1/tp share), over the network when the run spans nodes (some
             stage boundary then does); exposed;
   fsdp      ZeRO 3: every micro-step all-gathers the rank's (tp x pp)-th of the bf16
-            weights twice (forward, then backward: FSDP2 reshards after forward) and the
-            last one reduce-scatters the fp32 gradients (llmtk train syncs gradients once
-            per step), one collective per block; ZeRO 0: one fp32 gradient all-reduce
-            per step. Over the network when the data-parallel group spans nodes, NVLink
-            otherwise. The gathers overlap the step's compute (FSDP2 prefetches the next
-            block), the one reduction only the last micro-step's backward (DDP buckets
-            it), and under a pipeline nothing: only what they cannot hide shows.
+            weights twice (forward, then backward: FSDP2 reshards after forward) and
+            reduce-scatters its fp32 gradients (llmtk train syncs every micro-step, so
+            no rank holds whole gradients; a pipeline stage once a step, at the last
+            micro-batch), one collective per block; ZeRO 0: one fp32 gradient
+            all-reduce per step. Over the network when the data-parallel group spans
+            nodes, NVLink otherwise. The gathers overlap the step's compute (FSDP2
+            prefetches the next block), FSDP2's reductions each micro-step's backward,
+            DDP's one reduction the last micro-step's backward (it buckets it), and
+            under a pipeline nothing: only what they cannot hide shows.
 A collective over p ranks of B bytes takes (p-1)·latency + (p-1)/p·B / (bandwidth x
 LINK_EFFICIENCY) (ring algorithm; an all-reduce twice that).
 """
@@ -141,18 +143,21 @@ def step_time(spec: ModelSpec, c: Candidate, *, global_batch: int, flops_per_tok
     grads = (params if trainable is None else trainable) / (c.tp * c.pp)
     if c.zero == 3:
         units = layers + 1  # FSDP2 gathers and reduces block by block (and the root)
-        # bf16 (fp32) weights, twice a micro-step; fp32 gradients, once a step
+        # bf16 (fp32) weights, twice a micro-step; fp32 gradients, every micro-step
+        # (llmtk train), once a step under a pipeline (torch's stage defers them)
         gathers = 2 * m * _collective(c.dp, elem * shard, link, lat, count=units)
-        reduce = _collective(c.dp, 4 * grads, link, lat, count=units)
+        reduce = (m if c.pp == 1 else 1) * _collective(c.dp, 4 * grads, link, lat,
+                                                       count=units)
     else:
         gathers = 0.0
         reduce = 2 * _collective(c.dp, 4 * grads, link, lat)  # all-reduce = RS + AG
     # What hides it: the step's compute hides at most its own length of traffic (one
-    # link carries all of it; FSDP2 prefetches the next block's gather), and the step's
-    # one gradient reduction only the last micro-step's backward (2/3 of its compute, 3/4
-    # under full recompute), under a pipeline nothing (torch reduces after the last
-    # micro-batch).
-    backward = 0.0 if c.pp > 1 else compute / m * (0.75 if c.recompute == "full" else 2 / 3)
+    # link carries all of it; FSDP2 prefetches the next block's gather); the gradient
+    # reductions only backward (2/3 of the compute, 3/4 under full recompute): FSDP2's
+    # each micro-step's own, DDP's one all-reduce the last micro-step's; under a pipeline
+    # nothing (torch reduces after the last micro-batch).
+    frac = 0.75 if c.recompute == "full" else 2 / 3
+    backward = 0.0 if c.pp > 1 else compute * frac if c.zero == 3 else compute / m * frac
     exposed = max(0.0, gathers + reduce - compute, reduce - backward)
     step = compute + tp + bubble_s + pp + exposed
     return {"step_s": step, "compute_s": compute, "tp_s": tp, "bubble": bubble,

@@ -176,26 +176,23 @@ def fsdp_buffer_bytes(per_layer_params: float, *, precision: str, tp: int,
 
 
 def fsdp_held_bytes(stage_params: float, stage_trainable: float, *, precision: str,
-                    dp_shard: int, grad_accum: int, pp: int) -> float:
+                    dp_shard: int, pp: int) -> float:
     """What FSDP2 holds unsharded through a step of `llmtk train`, beyond the gather
     buffers, on a rank whose stage has `stage_params` parameters (`stage_trainable` of
     them trained) per tp shard, before the data-parallel sharding.
 
-    llmtk train turns gradient sync off for every micro-step but the last (one
-    reduce-scatter per step), and torch's pipeline stage does so for every micro-batch.
-    FSDP2 then keeps each block's whole gradient, in the fp32 reduce dtype, from the first
-    micro-step's backward to the step's reduce-scatter (FSDPParam.to_accumulated_grad_if_
-    needed): 4 bytes per trained parameter where the states count a 1/dp_shard share. A
-    pipeline stage also turns reshard-after-backward off (PipelineStage.backward_maybe_
-    with_nosync), so its gathered weights stay between one micro-batch's backward and the
-    next one's forward. The gather buffers count two layers of each again: a small
-    overcount, on the safe side."""
-    held = 0.0
-    if grad_accum > 1 or pp > 1:
-        held += 4.0 * stage_trainable * (1 - 1 / dp_shard)
-    if pp > 1:
-        held += PRECISION_BYTES[precision][0] * stage_params
-    return held
+    Without a pipeline, nothing: llmtk train reduce-scatters every micro-step's gradients.
+    torch's pipeline stage turns gradient sync off for every micro-batch but the last, so
+    FSDP2 keeps each block's whole gradient, in the fp32 reduce dtype, from the first
+    micro-batch's backward to the step's reduce-scatter (FSDPParam.to_accumulated_grad_if_
+    needed): 4 bytes per trained parameter where the states count a 1/dp_shard share; and
+    it turns reshard-after-backward off (PipelineStage.backward_maybe_with_nosync), so the
+    stage's gathered weights stay between one micro-batch's backward and the next one's
+    forward. The gather buffers count two layers of each again: a small overcount, on the
+    safe side."""
+    if pp == 1:
+        return 0.0
+    return 4.0 * stage_trainable * (1 - 1 / dp_shard) + PRECISION_BYTES[precision][0] * stage_params
 
 
 def with_overhead(subtotal: float) -> tuple[float, float]:

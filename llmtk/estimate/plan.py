@@ -397,8 +397,7 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
                                            tp=par.tp, full_grads=req.lora_rank is None)
     if fully_shard and llmtk_model:
         held = memory.fsdp_held_bytes(stage, stage_trained, precision=req.precision,
-                                      dp_shard=par.dp if req.zero == 3 else 1,
-                                      grad_accum=accum, pp=par.pp)
+                                      dp_shard=par.dp if req.zero == 3 else 1, pp=par.pp)
     elem = memory.ACTIVATION_BYTES[req.precision]
     fixed = sum(states.values()) + buffers + held
     out = dict(states)

@@ -45,7 +45,7 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro
         # plan.params/trainable are after FSDP's sharding: x dp_shard is the stage's share
         held = memory.fsdp_held_bytes(plan.params * dp_shard, plan.trainable * dp_shard,
                                       precision="bf16-mixed" if bf16 else "fp32",
-                                      dp_shard=dp_shard, grad_accum=grad_accum, pp=pp) \
+                                      dp_shard=dp_shard, pp=pp) \
             if fsdp else 0.0
         states = plan.weights + plan.gradients + plan.optimizer
         overhead, total = memory.with_overhead(states + buffers + held + act)
