@@ -46,11 +46,27 @@ def _same_weights(run, ref):
     assert all(torch.allclose(got[k], want[k], atol=1e-5) for k in want)
 
 
+# a sample and the task scores at the last step (they draw nothing from the run's RNG)
+SAMPLED = ["--sample-every", "5", "--sample-tokens", "8", "--prompt", "def",
+           "--eval-max-new-tokens", "4"]
+
+
 @pytest.fixture(scope="module")
 def single_ref(corpus, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("single") / "run")
-    run_train(corpus, out, "--steps", "5", "--batch-size", "4")
+    d = tmp_path_factory.mktemp("single")
+    out = str(d / "run")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "4", *SAMPLED, *_task_files(d))
     return out
+
+
+def _same_sample_and_scores(run, ref):
+    samples = [[(e["step"], e["text"]) for e in events(r, "sample")] for r in (ref, run)]
+    assert [s for s, _ in samples[0]] == [5] and samples[1] == samples[0]
+    scores = [{(e["step"], e["task"], e["metric"]): e["value"] for e in events(r, "eval")}
+              for r in (ref, run)]
+    assert len(scores[0]) == 4 and scores[1].keys() == scores[0].keys()
+    for key, value in scores[0].items():
+        assert scores[1][key] == pytest.approx(value, rel=1e-5), key
 
 
 def test_grad_accum_matches_a_bigger_batch(corpus, tmp_path, single_ref):
@@ -71,8 +87,11 @@ def test_ddp_two_processes_match_one(corpus, tmp_path, single_ref):
 def test_fsdp2_two_processes_match_one(corpus, tmp_path, single_ref):
     out = str(tmp_path / "fsdp")
     run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "2",
-              "--parallel", "fsdp", "--checkpoint-every", "3")
+              "--parallel", "fsdp", "--checkpoint-every", "3", *SAMPLED, *_task_files(tmp_path))
     _parallel_matches(single_ref, out)
+    # Sampling and --eval-tasks run the sharded model itself on both ranks (no whole copy
+    # on rank 0, train/whole.py): the one-process text and scores.
+    _same_sample_and_scores(out, single_ref)
     # The FSDP checkpoint is a full state dict: a single process can resume it.
     resumed = str(tmp_path / "resumed")
     os.makedirs(os.path.join(resumed, "checkpoints"))
