@@ -164,3 +164,17 @@ def test_interleaved_microbatches_in_flight_are_the_schedules(pp, stages):
                     held += 1 if forward else -1
                     peak = max(peak, held)
             assert in_flight(pp, rank, n, stages) == pytest.approx(peak / stages), (n, rank)
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--grad-accum", "1"], "--grad-accum: 1 microbatches for --pp 2: 1f1b needs at least "
+     "one per stage"),
+    (["--grad-accum", "2", "--checkpoint-format", "full"], "--checkpoint-format: full is "
+     "not possible with --pp 2"),
+])
+def test_dry_run_refuses_what_the_launch_refuses(flags, words):
+    """--dry-run said these pp layouts were fine; `llmtk train` refused them at launch."""
+    args = ["--model", "tiny", "--pp", "2", "--nproc-per-node", "2", *flags]
+    for extra in (["--dry-run"], []):
+        p = llmtk("train", "--data", "-", "--out", "o", *args, *extra, in_process=True)
+        assert p.returncode == 2 and words in p.stderr.decode(), (extra, p.stderr)

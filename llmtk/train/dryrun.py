@@ -119,7 +119,7 @@ def dry_run(cfg, world: int) -> DryRun:
     """Plan `cfg` on `world` processes: the model shape, the layout (checked: a layout
     that cannot run is the same one-line error as at launch) and each kind of rank."""
     from llmtk.train.model_config import PRESETS
-    from llmtk.train.parallel import check_model, run_layout
+    from llmtk.train.parallel import check_model, check_trainable, run_layout
     from llmtk.train.run_shape import model_config
 
     if cfg.tokenizer != "bytes" or cfg.model not in PRESETS:
@@ -131,4 +131,5 @@ def dry_run(cfg, world: int) -> DryRun:
     mcfg = model_config(cfg, vocab)
     parallel, layout = run_layout(cfg, world)
     check_model(layout, mcfg, cfg)
+    check_trainable(layout, cfg)  # what the launch refuses (microbatches, format, compile)
     return DryRun(mcfg, vocab_from, parallel, layout, plan_ranks(cfg, mcfg, layout))
