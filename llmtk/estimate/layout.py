@@ -6,7 +6,8 @@ key/value heads, MLP width and sequence length (tensor parallelism stays inside 
 with sequence-parallel norms: torchtitan's plan, what `llmtk train --tp` runs); pp a
 divisor of what is left, at most one stage per layer; dp the rest; ZeRO 3 (FSDP2) or 0
 (whole copies), the two `llmtk train` runs; micro-batches of a power of two dividing the
-rank's share of the global batch; recompute selective (llmtk's SDPA attention never
+rank's share of the global batch, at least pp of them per step under pp (train's 1F1B
+needs one per stage); recompute selective (llmtk's SDPA attention never
 stores the scores, so "none" costs the same time and more memory) or full (activation
 checkpointing). Memory is priced by the caller with `llmtk estimate`'s own formulas.
 
@@ -73,13 +74,9 @@ def tp_sizes(spec: ModelSpec, n_gpus: int, per_node: int) -> list[int]:
             and all(x % t == 0 for x in (spec.n_head, spec.kv_heads, spec.ffn, spec.seq_len))]
 
 
-def candidates(spec: ModelSpec, n_gpus: int, per_node: int, global_batch: int,
-               max_tp: int | None = None):
-    """Every layout `llmtk train` can run on n_gpus for a global batch of sequences
-    (tensor parallelism up to max_tp, default a node)."""
+def candidates(spec: ModelSpec, n_gpus: int, per_node: int, global_batch: int):
+    """Every layout `llmtk train` can run on n_gpus for a global batch of sequences."""
     for tp in tp_sizes(spec, n_gpus, per_node):
-        if max_tp is not None and tp > max_tp:
-            continue
         for pp in _divisors(n_gpus // tp):
             if pp > spec.n_layer:
                 continue
@@ -90,7 +87,8 @@ def candidates(spec: ModelSpec, n_gpus: int, per_node: int, global_batch: int,
             for zero in ((0, 3) if dp > 1 else (0,)):
                 for rc in RECOMPUTE:
                     mb = 1
-                    while mb <= local:
+                    # train's 1F1B pipeline needs a micro-batch per stage at least
+                    while local // mb >= pp:
                         if local % mb == 0:
                             yield Candidate(dp, tp, pp, zero, mb, rc)
                         mb *= 2

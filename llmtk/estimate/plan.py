@@ -279,9 +279,7 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
                           "only {4}", also=("model", "layers", "d_model", "heads", "params"))
     gb = req.global_batch if req.global_batch is not None else n_gpus
     rows, smallest, searched = [], None, 0
-    # llmtk train refuses --tp with --lora-rank (the adapters are not split yet)
-    max_tp = 1 if req.lora_rank else req.gpus_per_node
-    for c in layout.candidates(spec, n_gpus, req.gpus_per_node, gb, max_tp=max_tp):
+    for c in layout.candidates(spec, n_gpus, req.gpus_per_node, gb):
         r = replace(req, dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, micro_batch=c.micro_batch,
                     recompute=c.recompute, global_batch=gb, sequence_parallel=c.tp > 1)
         searched += 1
