@@ -47,6 +47,8 @@ def test_the_split_gives_each_stage_its_blocks(layout, flags, split):
     (Layout(pp=2), {"pp_layers": "2,2,4", "pp_schedule": "interleaved-1f1b"}, "pp_layers",
      "interleaved-1f1b needs a multiple of --pp 2, at least 4"),
     (Layout(), {"pp_layers": "8"}, "pp_layers", "needs --pp > 1"),
+    (Layout(tp=2), {"pp_schedule": "interleaved-1f1b"}, "pp_schedule", "interleaved-1f1b "
+                                                                       "needs --pp > 1"),
     (Layout(pp=5), {"pp_schedule": "interleaved-1f1b"}, "pp", "10 stages (2 per rank, --pp "
                                                               "5) for 8 layers"),
 ])
