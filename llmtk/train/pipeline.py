@@ -16,7 +16,8 @@ What stays as in one process:
     for the head, under the embedding's name; after the backward the first and the last
     stage's gradients are summed, so both copies take the same update and stay equal;
   - the init: every rank draws the whole model's initial weights in the same order
-    (model.init_weights skips nothing, a block of another stage is drawn and discarded).
+    (model.init_weights skips nothing, a block of another stage is drawn and discarded);
+    after it each pp rank draws (dropout) from a stream of its own (not from one process's).
 
 Each stage is fully_shard-ed (FSDP2) over the dp sub-mesh after tensor parallelism, as the
 whole model is without pp. The targets (and SFT's document ids) reach every stage as
