@@ -174,12 +174,30 @@ def test_70b_on_256_h100_in_torchtitans_layout_fits(tmp_path):
     assert float(cols["fsdp_held"]) == 0 and lines[2].split()[-1] == "yes"  # fits
 
 
-def test_lora_layouts_may_split_the_frozen_base():
-    """llmtk train runs LoRA under --tp (the adapters split with their base), so the
-    solver may propose it: a 70B base on two nodes of H100 picks a tensor-parallel
-    layout."""
+def test_lora_layouts_may_split_matrices(tmp_path):
+    """llmtk train runs --lora-rank under --tp, so the solver searches tp for LoRA too (it
+    kept tp 1 when train refused the pair): llama3-70b's LoRA on 16 H100s is fastest on
+    tp 4, and the config it writes is one `llmtk train` plans."""
     r = solve("--model", "llama3-70b", "--lora-rank", "16", "--gpus", "16xH100")
-    assert r["solve"]["chosen"]["tp"] > 1
+    assert (r["solve"]["chosen"]["dp"], r["solve"]["chosen"]["tp"],
+            r["solve"]["chosen"]["pp"]) == (4, 4, 1)
+    toml = tmp_path / "lora.toml"
+    p = llmtk("estimate", "--model", "llama3-70b", "--lora-rank", "16", "--gpus", "16xH100",
+              "--solve", "layout", "--emit-config", str(toml), in_process=True)
+    assert p.returncode == 0, p.stderr
+    assert {"tp = 4", "lora-rank = 16"} <= set(toml.read_text().splitlines())
+    p = llmtk("train", "--config", str(toml), "--dry-run", "--nproc-per-node", "8",
+              "--nnodes", "2", in_process=True)
+    assert p.returncode == 0, p.stderr
+
+
+def test_no_pipeline_layout_with_fewer_micro_batches_than_stages():
+    """train's 1F1B needs a micro-batch per stage: with 2 sequences per step on 16 GPUs
+    the solver offered pp 4 and pp 8 layouts of 1 or 2 micro-batches, which
+    --emit-config then refused and `llmtk train` would refuse."""
+    r = solve("--model", "llama3-70b", "--gpus", "16xH100", "--global-batch", "2")
+    rows = [r["solve"]["chosen"], *r["solve"]["alternatives"]]
+    assert all(x["micro_batches"] >= x["pp"] for x in rows)
 
 
 def test_a_size_without_a_shape_cannot_be_laid_out():

@@ -108,15 +108,80 @@ def test_one_process_plan_of_a_tied_preset_is_estimates():
     assert f"({(row['total'] - est['total']) / est['total']:+.1%} for the busiest" in out
 
 
-def test_dry_run_refuses_what_launch_refuses(tmp_path):
-    """--pp 2 with one micro-step: the launch refuses it (1F1B needs a microbatch per
-    stage), so the dry-run that plans it must too, with the same line."""
-    args = ["--data", "x.jsonl", "--out", str(tmp_path / "run"), "--model", "tiny",
-            "--tokenizer", "bytes", "--nproc-per-node", "2", "--parallel", "fsdp",
-            "--pp", "2"]
-    p = llmtk("train", *args, "--dry-run", in_process=True)
-    assert p.returncode == 2
-    assert p.stderr.decode().startswith("llmtk: error: --grad-accum: 1 microbatches for "
-                                        "--pp 2: 1f1b needs at least one per stage")
-    assert llmtk("train", *args, "--grad-accum", "2", "--dry-run",
-                 in_process=True).returncode == 0
+def test_the_busiest_pipeline_rank_is_shown_with_the_microbatches_it_holds():
+    """pp 4 with --pp-layers 1,9,1,1: rank 1 holds 9 of the 12 blocks. It is the middle
+    row (it was not shown: the middle row was rank pp // 2 = 2, one block), and every
+    stage's activations are its blocks' for the microbatches 1F1B keeps in flight there:
+    4, 3 and 1 of the 8 on ranks 0, 1 and 3."""
+    from llmtk.estimate.activations import llmtk_saved_bytes
+
+    flags = ["--model", "llmtk-124m", "--pp", "4", "--pp-layers", "1,9,1,1",
+             "--grad-accum", "8", "--batch-size", "16", "--dry-run", "--nproc-per-node", "4"]
+    p = llmtk("train", *flags, in_process=True)
+    assert p.returncode == 0, p.stderr
+    lines = [line.split() for line in p.stdout.decode().splitlines()]
+    rows = [(f"{w[0]} {w[1]} {w[2]}", w[3]) for w in lines if len(w) > 3 and w[1] == "stage"]
+    assert rows == [("first stage (0)", "1"), ("middle stage (1)", "9"),
+                    ("last stage (3)", "1")]
+    middle = next(w for w in lines if w[:3] == ["middle", "stage", "(1)"])
+    first = next(w for w in lines if w[:3] == ["first", "stage", "(0)"])
+    assert float(middle[-3]) > 4 * float(first[-3])  # the busiest rank, by far
+
+    from llmtk.estimate.ranks import rank_rows
+    from llmtk.train.dryrun import dry_run
+
+    cfg = TrainConfig(model="llmtk-124m", pp=4, pp_layers="1,9,1,1", grad_accum=8,
+                      batch_size=16)
+    d = dry_run(cfg, 4)
+    got = {r["rank"]: r["activations"] for r in rank_rows(
+        d.mcfg, d.plans, tp=1, pp=4, fsdp=True, dp_shard=1, micro_batch=16, grad_accum=8,
+        recompute="selective", bf16=True, gpu_name="H100")["rows"]}
+    a = llmtk_saved_bytes(d.mcfg, 16, d.mcfg.seq_len, elem=2, recompute="selective", tp=1,
+                          weight_copies=False, residual=2)
+    first_extra = a["inputs"] + a["layers"] - d.mcfg.n_layer * a["per_layer"]
+    assert got == {0: pytest.approx(4 * (a["per_layer"] + first_extra)),
+                   1: pytest.approx(3 * 9 * a["per_layer"]),
+                   3: pytest.approx(a["per_layer"] + a["head"])}
+
+
+@pytest.mark.parametrize("pp,stages", [(2, 2), (3, 2), (4, 2), (4, 3)])
+def test_interleaved_microbatches_in_flight_are_the_schedules(pp, stages):
+    """in_flight for interleaved-1f1b against torch's own op order for every rank (the
+    most forwards run and not yet run backward), for every microbatch count the
+    schedule accepts up to 4 rounds: a torch that schedules otherwise fails here. (A
+    private torch API: the schedule's op list, computed without processes.)"""
+    from types import SimpleNamespace
+
+    from torch.distributed.pipelining import schedules
+
+    from llmtk.estimate.activations import in_flight
+
+    for n in range(1, 4 * pp + 1):
+        rounds = max(1, n // pp)
+        if n % rounds:
+            continue  # the schedule refuses it (and so does check_microbatches)
+        sched = SimpleNamespace(pp_group_size=pp, n_local_stages=stages,
+                                microbatches_per_round=n // rounds, _n_microbatches=n)
+        for rank in range(pp):
+            held = peak = 0
+            for op in schedules.ScheduleInterleaved1F1B._calculate_single_rank_operations(
+                    sched, rank):
+                if op is not None:
+                    forward = op.computation_type == schedules._ComputationType.FORWARD
+                    held += 1 if forward else -1
+                    peak = max(peak, held)
+            assert in_flight(pp, rank, n, stages) == pytest.approx(peak / stages), (n, rank)
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--grad-accum", "1"], "--grad-accum: 1 microbatches for --pp 2: 1f1b needs at least "
+     "one per stage"),
+    (["--grad-accum", "2", "--checkpoint-format", "full"], "--checkpoint-format: full is "
+     "not possible with --pp 2"),
+])
+def test_dry_run_refuses_what_the_launch_refuses(flags, words):
+    """--dry-run said these pp layouts were fine; `llmtk train` refused them at launch."""
+    args = ["--model", "tiny", "--pp", "2", "--nproc-per-node", "2", *flags]
+    for extra in (["--dry-run"], []):
+        p = llmtk("train", "--data", "-", "--out", "o", *args, *extra, in_process=True)
+        assert p.returncode == 2 and words in p.stderr.decode(), (extra, p.stderr)

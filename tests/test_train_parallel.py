@@ -48,10 +48,16 @@ def _same_weights(run, ref):
     assert all(torch.allclose(got[k], want[k], atol=1e-5) for k in want)
 
 
+# a sample and the task scores at the last step (they draw nothing from the run's RNG)
+SAMPLED = ["--sample-every", "5", "--sample-tokens", "8", "--prompt", "def",
+           "--eval-max-new-tokens", "4"]
+
+
 @pytest.fixture(scope="module")
 def single_ref(corpus, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("single") / "run")
-    run_train(corpus, out, "--steps", "5", "--batch-size", "4")
+    d = tmp_path_factory.mktemp("single")
+    out = str(d / "run")
+    run_train(corpus, out, "--steps", "5", "--batch-size", "4", *SAMPLED, *task_files(d))
     return out
 
 
@@ -75,8 +81,12 @@ def test_fsdp2_two_processes_match_one(corpus, tmp_path, single_ref):
     reduce-scattered) = one process, one micro-step of 4."""
     out = str(tmp_path / "fsdp")
     run_train(corpus, out, "--steps", "5", "--batch-size", "1", "--grad-accum", "2",
-              "--nproc-per-node", "2", "--parallel", "fsdp", "--checkpoint-every", "3")
+              "--nproc-per-node", "2", "--parallel", "fsdp", "--checkpoint-every", "3",
+              *SAMPLED, *task_files(tmp_path))
     _parallel_matches(single_ref, out)
+    # Sampling and --eval-tasks run the sharded model itself on both ranks (no whole copy
+    # on rank 0, train/whole.py): the one-process text and scores.
+    same_samples_and_scores(single_ref, out, [5])
     # The FSDP checkpoint is a full state dict: a single process can resume it.
     resumed = str(tmp_path / "resumed")
     os.makedirs(os.path.join(resumed, "checkpoints"))

@@ -49,6 +49,8 @@ def test_the_split_gives_each_stage_its_blocks(layout, flags, split):
     (Layout(pp=2), {"pp_layers": "2,2,4", "pp_schedule": "interleaved-1f1b"}, "pp_layers",
      "interleaved-1f1b needs a multiple of --pp 2, at least 4"),
     (Layout(), {"pp_layers": "8"}, "pp_layers", "needs --pp > 1"),
+    (Layout(tp=2), {"pp_schedule": "interleaved-1f1b"}, "pp_schedule", "interleaved-1f1b "
+                                                                       "needs --pp > 1"),
     (Layout(pp=5), {"pp_schedule": "interleaved-1f1b"}, "pp", "10 stages (2 per rank, --pp "
                                                               "5) for 8 layers"),
 ])
@@ -209,6 +211,24 @@ def test_two_stages_1f1b_match_one_process(pp2, one):
     assert config["params"] == json.load(open(os.path.join(one, "config.json")))["params"]
 
 
+def _torch_rng(run, step, rank):
+    import torch
+
+    path = os.path.join(run, "checkpoints", f"step-{step:07d}", f"rng-{rank:05d}.pt")
+    return torch.load(path, weights_only=True)["torch"]
+
+
+@pytest.mark.integration
+def test_each_stage_draws_its_own_random_stream(pp2):
+    """Dropout (--lora-dropout) draws from each rank's torch generator; the init left it
+    in the same state on every rank, so stage 1 masked its layers exactly as stage 0
+    masked its own (all 29 masks of a step, measured by hand). The two stages' saved
+    generator states differ now (this run draws nothing after the init)."""
+    import torch
+
+    assert not torch.equal(_torch_rng(pp2, 10, 0), _torch_rng(pp2, 10, 1))
+
+
 @pytest.mark.integration
 def test_a_pipeline_checkpoint_resumes_in_one_process_and_exports(corpus, tmp_path, pp2, one):
     """The pp 2 DCP checkpoint of step 10 (each stage wrote its own blocks under their
@@ -276,8 +296,15 @@ def tp_pp(corpus, tmp_path_factory):
 def test_tensor_parallel_inside_two_stages_matches_one_process(tp_pp, one):
     """tp 2 x pp 2: each stage's matrices split over its tp pair (the residual stream
     passed between stages is sequence-sharded), the tied embedding's two copies
-    vocabulary-sharded alike and their gradient shards summed pairwise."""
+    vocabulary-sharded alike and their gradient shards summed pairwise. A stage's tp
+    pair shares one random stream (its dropout masks are slices of one draw), the
+    stages do not."""
+    import torch
+
     _matches(one, tp_pp)
+    rng = [_torch_rng(tp_pp, 10, r) for r in range(4)]
+    assert torch.equal(rng[0], rng[1]) and torch.equal(rng[2], rng[3])
+    assert not torch.equal(rng[0], rng[2])
 
 
 @pytest.mark.integration

@@ -60,3 +60,41 @@ def test_the_whole_copy_computes_what_the_model_computes(lora):
     gens = [m.generate(x[:1, :3], 8, temperature=0.8, top_k=50,
                        generator=torch.Generator().manual_seed(7)) for m in (model, copy)]
     assert torch.equal(*gens)
+
+
+class _Model:
+    def __init__(self):
+        self.training = True
+
+    def eval(self):
+        self.training = False
+
+    def train(self):
+        self.training = True
+
+
+@pytest.mark.parametrize("parallel,layout,rank,runs", [
+    ("none", Layout(), 0, "own"),
+    ("ddp", Layout(dp_replicate=2), 0, "own"),
+    ("ddp", Layout(dp_replicate=2), 1, None),
+    # FSDP2 alone: its forward is collective and the plain model's; every rank runs the
+    # sharded model itself, no whole fp32 copy on rank 0's device
+    ("fsdp", Layout(dp_shard=2), 0, "own"),
+    ("fsdp", Layout(dp_shard=2), 1, "own"),
+    ("fsdp", Layout(dp_replicate=2, dp_shard=2), 3, "own"),
+])
+def test_what_each_rank_samples_with_when_the_model_is_not_split_by_tp_or_pp(
+        parallel, layout, rank, runs):
+    from types import SimpleNamespace
+
+    from llmtk.train.runtime import Dist
+    from llmtk.train.whole import whole_model
+
+    model = _Model()
+    # world 1 as far as collectives go: the barrier is a no-op, and a gather would fail
+    t = SimpleNamespace(parallel=parallel, layout=layout, model=model, raw=model,
+                        dist=Dist(rank=rank))
+    with whole_model(t) as got:
+        assert got is (model if runs == "own" else None)
+        assert model.training is (runs is None)
+    assert model.training

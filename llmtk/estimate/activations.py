@@ -98,16 +98,32 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
             "once": inputs + head, "total": layers + inputs + head}
 
 
+def in_flight(pp: int, pp_rank: int, n_micro: int, local_stages: int = 1) -> float:
+    """How many microbatches' activations pipeline rank `pp_rank` holds at its peak, in
+    units of all its layers' activations for one microbatch. 1F1B: stage r runs pp-r-1
+    warm-up forwards before its first backward, so it holds min(pp - r, n_micro) (the
+    first stage the most, the last one). Interleaved 1F1B (`local_stages` per rank): the
+    schedule's own warm-up count (torch.distributed.pipelining: (v-1) microbatches per
+    round plus 2 per later rank) plus one, of chunks each about 1/v of the rank's layers."""
+    if pp == 1:
+        return 1.0
+    if local_stages == 1:
+        return float(min(pp - pp_rank, n_micro))
+    per_round = n_micro // max(1, n_micro // pp)
+    warmup = (local_stages - 1) * per_round + 2 * (pp - 1 - pp_rank)
+    return min(warmup + 1, n_micro * local_stages) / local_stages
+
+
 def stage_bytes(a: dict, n_layer: int, layers: int, *, embedding: bool, head: bool,
-                pp: int, n_micro: int) -> float:
-    """One pipeline stage's share of `a` (llmtk_saved_bytes of the whole model): its
-    layers, the token ids on the first stage (with LoRA's lighter first layer), the head
-    on the last; under 1F1B the first stage holds min(pp, micro-batches) in flight."""
+                pp: int, n_micro: int, pp_rank: int, local_stages: int = 1) -> float:
+    """Pipeline rank `pp_rank`'s share of `a` (llmtk_saved_bytes of the whole model): its
+    layers, the token ids on the first stage (with LoRA's lighter first layer), times the
+    microbatches it holds in flight (in_flight), and the head on the last stage (its loss's
+    backward runs as soon as its forward: one microbatch)."""
     act = layers * a["per_layer"]
     if embedding:
         act += a["inputs"] + (a["layers"] - n_layer * a["per_layer"])
-        if pp > 1:
-            act *= min(pp, n_micro)
+    act *= in_flight(pp, pp_rank, n_micro, local_stages)
     if head:
         act += a["head"]
     return act
@@ -130,7 +146,7 @@ def llmtk_busiest_bytes(m: ModelSpec, micro_batch: int, *, tp: int, pp: int, n_m
                           residual=2 if bf16 and fsdp else 4, lora_rank=lora_rank)
     per_stage = [m.n_layer // pp + (1 if s < m.n_layer % pp else 0) for s in range(pp)]
     return max(stage_bytes(a, m.n_layer, layers, embedding=s == 0, head=s == pp - 1, pp=pp,
-                           n_micro=n_micro) for s, layers in enumerate(per_stage))
+                           n_micro=n_micro, pp_rank=s) for s, layers in enumerate(per_stage))
 
 
 def korthikanti_style_bytes(cfg, batch: int, seq: int, elem: int = 4,

@@ -6,7 +6,8 @@ key/value heads, MLP width and sequence length (tensor parallelism stays inside 
 with sequence-parallel norms: torchtitan's plan, what `llmtk train --tp` runs); pp a
 divisor of what is left, at most one stage per layer; dp the rest; ZeRO 3 (FSDP2) or 0
 (whole copies), the two `llmtk train` runs; micro-batches of a power of two dividing the
-rank's share of the global batch; recompute selective (llmtk's SDPA attention never
+rank's share of the global batch, at least pp of them per step under pp (train's 1F1B
+needs one per stage); recompute selective (llmtk's SDPA attention never
 stores the scores, so "none" costs the same time and more memory) or full (activation
 checkpointing). Memory is priced by the caller with `llmtk estimate`'s own formulas.
 
@@ -92,7 +93,8 @@ def candidates(spec: ModelSpec, n_gpus: int, per_node: int, global_batch: int,
             for zero in ((0, 3) if dp > 1 else (0,)):
                 for rc in recompute:
                     mb = 1
-                    while mb <= local:
+                    # train's 1F1B pipeline needs a micro-batch per stage at least
+                    while local // mb >= pp:
                         if local % mb == 0:
                             yield Candidate(dp, tp, pp, zero, mb, rc)
                         mb *= 2

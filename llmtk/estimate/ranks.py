@@ -19,7 +19,8 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro
               grad_accum: int, recompute: str, bf16: bool, gpu_name: str,
               lora_rank: int | None = None, lora_parts: int = 7) -> dict:
     """{"gpu", "capacity", "rows": [{kind, rank, layers, params, weights, gradients,
-    optimizer, fsdp_buffers, fsdp_held, activations, overhead, total, fits}]} in bytes.
+    optimizer, fsdp_buffers, fsdp_held, activations, overhead, total, fits}]} in bytes: the
+    first and the last pipeline stage and the busiest middle one (`shown`).
 
     Activations are the llmtk model's own (llmtk.estimate.activations.llmtk_saved_bytes:
     what its eager forward saves, measured exact on CPU in fp32 and bf16 autocast, one
@@ -35,7 +36,8 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro
     rows = []
     for plan in plans:
         act = stage_bytes(a, mcfg.n_layer, plan.layers, embedding=plan.embedding,
-                          head=plan.head, pp=pp, n_micro=grad_accum)
+                          head=plan.head, pp=pp, n_micro=grad_accum, pp_rank=plan.pp_rank,
+                          local_stages=plan.stages)
         # FSDP2 gathers a block's parameters (current + prefetched) and holds one block's
         # unsharded gradients before the reduce-scatter: estimate's formula.
         buffers = memory.fsdp_buffer_bytes(plan.block_params * tp, tp=tp,
@@ -55,7 +57,16 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro
                      "fsdp_buffers": buffers, "fsdp_held": held, "activations": act,
                      "overhead": overhead,
                      "total": total, "fits": total <= gpu.mem_bytes})
-    return {"gpu": gpu.name, "capacity": gpu.mem_bytes, "rows": rows}
+    return {"gpu": gpu.name, "capacity": gpu.mem_bytes, "rows": shown(rows)}
+
+
+def shown(rows: list[dict]) -> list[dict]:
+    """The rows worth a line: every kind but "middle stage" as it is, and of the middle
+    stages the busiest (the first one of equals), so that the busiest rank of the layout
+    is always among them."""
+    middle = [r for r in rows if r["kind"] == "middle stage"]
+    busiest = max(middle, key=lambda r: r["total"], default=None)  # max: the first of equals
+    return [r for r in rows if r["kind"] != "middle stage" or r is busiest]
 
 
 def same_layout_estimate(mcfg, model: str | None, *, world: int, per_node: int, gpu_name: str,

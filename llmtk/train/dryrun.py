@@ -10,8 +10,9 @@ weights replicated), and everything sharded over dp_shard by FSDP2. The byte cou
 the trainer's own: fp32 master weights, fp32 gradients and AdamW's two fp32 moments per
 trainable parameter (16 bytes; LoRA's frozen base: 4), bf16 or fp32 activations.
 
-One rank of each kind is described: the first, a middle and the last pipeline stage
-(one tp shard each; tp shards of a stage hold the same amounts).
+Every pipeline rank is planned (one tp shard each; tp shards of a stage hold the same
+amounts); llmtk.estimate.ranks prices them and shows the first, the busiest middle one
+and the last.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from llmtk.train.parallel import Layout, pipeline_split
 class RankPlan:
     kind: str                # "all layers", "first stage", "middle stage", "last stage"
     rank: int                # one global rank of this kind (tp shard 0, dp rank 0)
+    pp_rank: int             # its coordinate on the pipeline dimension
+    stages: int              # pipeline stages it runs (interleaved-1f1b: several)
     layers: int              # transformer blocks on this rank
     params: float            # parameter elements this rank holds (after tp and FSDP)
     trainable: float         # of which trained (LoRA: only the adapters)
@@ -77,9 +80,12 @@ def plan_ranks(cfg, mcfg, layout: Layout) -> list[RankPlan]:
     # blocks per pp rank: its stages' (interleaved-1f1b: stage s is on rank s % pp)
     split = pipeline_split(layout, mcfg.n_layer, cfg)
     layers = [sum(split[s::pp]) for s in range(pp)]
+    # Every pipeline rank: a middle one may hold more than the first (--pp-layers), and
+    # which middle rank is busiest depends on the activations in flight, which
+    # llmtk.estimate.ranks prices; it shows the busiest of them.
     kinds = [(0, "all layers")] if pp == 1 else \
-        [(0, "first stage"), *([(pp // 2, "middle stage")] if pp > 2 else []),
-         (pp - 1, "last stage")]
+        [(r, "first stage" if r == 0 else "last stage" if r == pp - 1 else "middle stage")
+         for r in range(pp)]
     plans = []
     for stage, kind in kinds:
         first, last = stage == 0, stage == pp - 1
@@ -93,7 +99,8 @@ def plan_ranks(cfg, mcfg, layout: Layout) -> list[RankPlan]:
                 n, t = n + head[0], t + head[1]
         n, t = n / shard, t / shard
         plans.append(RankPlan(
-            kind=kind, rank=stage * layout.world // pp, layers=layers[stage], params=n,
+            kind=kind, rank=stage * layout.world // pp, pp_rank=stage,
+            stages=len(split) // pp, layers=layers[stage], params=n,
             trainable=t, block_params=block_all, weights=4.0 * n, gradients=4.0 * t,
             optimizer=8.0 * t, embedding=first, head=last))
     return plans

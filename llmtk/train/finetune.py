@@ -113,9 +113,10 @@ def setup_sft(cfg, dist, dp: int, dp_rank: int) -> SFTData:
 
 
 class TaskEvaluator:
-    """Scores --eval-tasks with the model being trained: rank 0 with the whole model, in any
-    layout (train/whole.py), the other ranks wait. Uses no random numbers, so exact resume
-    is unaffected."""
+    """Scores --eval-tasks with the model being trained: the ranks whole_model gives it to
+    (train/whole.py: rank 0, or every rank under FSDP2 alone), rank 0 writing and logging
+    the scores; the other ranks wait. Uses no random numbers, so exact resume is
+    unaffected."""
 
     def __init__(self, t):
         from llmtk.evaluate import load_task
@@ -137,19 +138,20 @@ class TaskEvaluator:
                     self._score(step, model)
 
     def _score(self, step: int, model) -> None:
-        """Rank 0: score every task, write OUT/eval/STEP/ and the `eval` rows."""
+        """Score every task; rank 0 writes OUT/eval/STEP/ and the `eval` rows."""
         from llmtk.evaluate.prompts import Format
         from llmtk.evaluate.report import evaluate_tasks, summary_line
         from llmtk.evaluate.scoring import ModelScorer
 
         t = self.t
+        rank0 = t.dist.rank == 0
         scorer = ModelScorer(model, t.tok, prompt_ids=self.prompt_ids, autocast=t.autocast)
         # An --sft model is asked in its chat format, as `llmtk eval` asks it by default.
         formats = {task.name: Format(chat=self.prompt_ids is not None) for task in self.tasks}
         summaries = evaluate_tasks(
             self.tasks, scorer, run_dir=t.out, step=step, n_bad=t.cfg.eval_bad_cases,
             max_new_tokens=t.cfg.eval_max_new_tokens, formats=formats,
-            log=t.metrics.write if t.metrics is not None else None, write=True)
-        if not t.cfg.quiet:
+            log=t.metrics.write if t.metrics is not None else None, write=rank0)
+        if rank0 and not t.cfg.quiet:
             for s in summaries:
                 print(summary_line(s), file=sys.stderr, flush=True)

@@ -64,16 +64,6 @@ class LoRALinear(nn.Linear):
                 self.lora_B[name] = nn.Parameter(torch.zeros(width, rank,
                                                              device=self.weight.device))
 
-    def delta(self) -> torch.Tensor:
-        """scale · B·A for every part (zeros where a part has no adapter): (out, in)."""
-        rows = []
-        for name, width in self.parts:
-            if name in self.lora_A:
-                rows.append(self.lora_B[name] @ self.lora_A[name])
-            else:
-                rows.append(self.weight.new_zeros(width, self.in_features))
-        return self._arrange(torch.cat(rows, dim=0), 0) * self.scale  # (out, in)
-
     def _arrange(self, t: torch.Tensor, dim: int) -> torch.Tensor:
         """The parts concatenated along `dim` in the base weight's row order. Under tensor
         parallelism t holds this rank's rows of each part (H/tp query heads, K/tp kv heads:

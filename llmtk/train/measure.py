@@ -139,7 +139,6 @@ def measure(cfg, batch: int, seed: int = 0, recompute: str = "selective",
     loss.backward()
     opt = torch.optim.AdamW(params, lr=1e-3)
     opt.step()
-    states = state_bytes(params, opt)
-    return {"params": n, "weights": sum(nbytes(p) for p in model.parameters()),
-            "gradients": states["gradients"], "optimizer": states["optimizer"],
+    # weights: all of them (LoRA's frozen base too); gradients and AdamW: the trained ones
+    return {"params": n, **state_bytes(list(model.parameters()), opt),
             "activations": saved["bytes"]}

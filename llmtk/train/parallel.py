@@ -162,6 +162,9 @@ def pipeline_split(layout: Layout, n_layer: int, cfg) -> list[int]:
         if spec:
             raise ConfigError("pp_layers", "needs --pp > 1 (it splits the layers between "
                               "pipeline stages)")
+        if interleaved:  # else asked for and silently not run
+            raise ConfigError("pp_schedule", "interleaved-1f1b needs --pp > 1 (it schedules "
+                              "pipeline stages)")
         return [n_layer]
     if not spec:
         stages = 2 * pp if interleaved else pp

@@ -874,7 +874,9 @@ class Trainer:
 
         from llmtk.train.whole import whole_model
 
-        with whole_model(self) as model:  # rank 0: the whole model, any layout (whole.py)
+        # rank 0 (every rank under FSDP2 alone): the whole model, any layout (whole.py);
+        # only rank 0 logs (_event, _say)
+        with whole_model(self) as model:
             if model is None:
                 return  # another rank: waits until rank 0 has sampled
             ids = self.tok.encode(self.cfg.prompt) or [self.tok.eos_id]

@@ -16,9 +16,13 @@ activations between stages). Instead, one way for every layout:
      is broadcast: what is logged, rank 0 logs.
 
 A layout whose model is not split (one process, DDP) uses rank 0's own model, without a
-copy. Sampling the same weights with the same seed therefore gives the same text in every
-layout. The cost is one gather of the weights and, on rank 0, a second copy of them (fp32)
-while it samples or evaluates.
+copy. Nor does FSDP2 alone (no tp, no pp): its forward is the plain model's, each block's
+weights gathered as it runs and freed after, so every rank runs it in step (the same
+tokens on every rank: the same logits, generators seeded alike) and rank 0 logs; a copy
+there would put the whole fp32 model on rank 0's device, which is what FSDP2 is used to
+avoid. Sampling the same weights with the same seed therefore gives the same text in every
+layout. The cost under tp or pp is one gather of the weights and, on rank 0, a second copy
+of them (fp32) while it samples or evaluates.
 """
 
 from __future__ import annotations
@@ -93,15 +97,23 @@ def build_whole(mcfg, state: dict, device, lora: dict | None = None):
     return model.eval()
 
 
+def copied(t) -> bool:
+    """Whether trainer `t` samples and evaluates on a gathered copy (tensor or pipeline
+    parallel: its forward is not the plain model's), not on its own model."""
+    return t.parallel == "fsdp" and (t.layout.tp > 1 or t.layout.pp > 1)
+
+
 @contextlib.contextmanager
 def whole_model(t):
-    """For the trainer `t`: yields the whole model on rank 0 (in eval mode) and None on
-    the other ranks, which wait at the end until rank 0 is done with it."""
+    """For the trainer `t`: yields the whole model (in eval mode) to the ranks that run
+    it, None to the others, which wait at the end until rank 0 is done with it. Rank 0
+    always runs it; under FSDP2 alone every rank does (its forward is collective), and
+    only rank 0 may log or write what it computes."""
     rank0 = t.dist.rank == 0
-    split = t.parallel == "fsdp"  # FSDP2, tensor or pipeline parallel: DTensor shards
+    copy = copied(t)
     model = None
     try:
-        if split:
+        if copy:
             state = gather_state(t.model, t.layout, t.dist.rank, t.dist.groups.get("host"))
             if rank0:
                 cfg = t.cfg
@@ -110,15 +122,15 @@ def whole_model(t):
                     if cfg.lora_rank else None
                 model = build_whole(t.mcfg, state, t.dist.device, lora)
             del state
-        elif rank0:
+        elif rank0 or t.parallel == "fsdp":
             model = t.raw
             t.model.eval()
         yield model
     finally:
-        if not split:
+        if not copy:
             t.model.train()
         del model
-        if split and rank0 and t.dist.cuda:
+        if copy and rank0 and t.dist.cuda:
             import torch
 
             torch.cuda.empty_cache()  # the copy's memory back to the training steps
