@@ -14,7 +14,8 @@ import pytest
 from llmtk.compute import flops, hardware
 from llmtk.compute.models import PRESETS, count_params, spec_from_config
 from llmtk.estimate import memory, scaling
-from llmtk.estimate.plan import Request, estimate, lora_params
+from llmtk.estimate.memory import lora_params
+from llmtk.estimate.plan import Request, estimate
 from tests.util import ROOT, env, llmtk
 
 

@@ -267,7 +267,7 @@ def test_lora_size_and_memory_match_llmtk_estimate():
     prediction for weights, gradients, AdamW states and activations alike."""
     from llmtk.commands.measure import compare
     from llmtk.estimate.activations import spec_of
-    from llmtk.estimate.plan import lora_params
+    from llmtk.estimate.memory import lora_params
     from tests.util import llmtk
 
     cfg = ModelConfig(vocab_size=257, seq_len=64, n_layer=4, d_model=128, n_head=4)

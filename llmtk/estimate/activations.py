@@ -170,10 +170,8 @@ def predict(cfg, params: int, batch: int, recompute: str = "selective",
     """What `llmtk estimate` predicts for the same step (with --lora-rank: the adapters'
     parameters, gradients and AdamW states on top of the frozen weights). params: the
     model's exact parameter count (llmtk.train.model_config.count_params)."""
-    from llmtk.estimate.plan import lora_params
-
     n = params
-    trainable = lora_params(spec_of(cfg), lora_rank) if lora_rank else None
+    trainable = memory.lora_params(spec_of(cfg), lora_rank) if lora_rank else None
     states = memory.model_state_bytes(n + (trainable or 0), precision="fp32", optimizer="adamw",
                                       par=memory.Parallel(), trainable=trainable)
     return {"params": n, "weights": states["weights"], "gradients": states["gradients"],

@@ -208,3 +208,12 @@ def max_micro_batch(fixed: float, act_per_sample: float, capacity: float) -> int
     if room <= 0 or act_per_sample <= 0:
         return 0
     return int(room // act_per_sample)
+
+
+def lora_params(m: ModelSpec, rank: int) -> float:
+    """LoRA adapters (A: r x in, B: out x r) on every linear layer of every block:
+    wq, wk, wv, wo and the two or three MLP matrices."""
+    d, H, K, hd, f = m.d_model, m.n_head, m.kv_heads, m.hd, m.ffn
+    shapes = [(d, H * hd), (d, K * hd), (d, K * hd), (H * hd, d)]
+    shapes += [(d, f), (d, f), (f, d)] if m.glu else [(d, f), (f, d)]
+    return float(m.n_layer * sum(rank * (i + o) for i, o in shapes))

@@ -54,15 +54,6 @@ def _choice(key: str, value: str, choices) -> str:
     return value
 
 
-def lora_params(m: ModelSpec, rank: int) -> float:
-    """LoRA adapters (A: r x in, B: out x r) on every linear layer of every block:
-    wq, wk, wv, wo and the two or three MLP matrices."""
-    d, H, K, hd, f = m.d_model, m.n_head, m.kv_heads, m.hd, m.ffn
-    shapes = [(d, H * hd), (d, K * hd), (d, K * hd), (H * hd, d)]
-    shapes += [(d, f), (d, f), (f, d)] if m.glu else [(d, f), (f, d)]
-    return float(m.n_layer * sum(rank * (i + o) for i, o in shapes))
-
-
 def validate(req: Request) -> None:
     """Raise ConfigError for the first field that cannot be estimated as given."""
     _choice("recompute", req.recompute, memory.RECOMPUTE)
@@ -151,7 +142,7 @@ def estimate(req: Request) -> dict:
         if spec is None:
             raise ConfigError("lora_rank", "needs the model's shape ({0} or {1}/{2}/{3}), not "
                               "only {4}", also=("model", "layers", "d_model", "heads", "params"))
-        lora = lora_params(spec, req.lora_rank)
+        lora = memory.lora_params(spec, req.lora_rank)
         trainable = lora
 
     if spec is not None:
