@@ -416,3 +416,25 @@ def test_non_logging_steps_never_read_the_device(tmp_path, monkeypatch):
     assert reads == []
     assert trainer._settle(st) and reads == ["tolist"]
     assert st.step == 3 and st.bad_streak == 0 and st.ema_loss > 0
+
+
+def test_a_finished_worker_exits_0_after_its_atexit_handlers_and_buffered_output(tmp_path):
+    """exit_worker skips the interpreter's module teardown (where gloo's threads could
+    abort a finished worker) but keeps what a normal exit does: a thread is joined, atexit
+    handlers run, buffered output reaches the pipe, and the status is 0."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "atexit.txt"
+    code = (
+        "import atexit, sys, threading, time\n"
+        f"atexit.register(lambda: open({str(marker)!r}, 'w').write('ran'))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\n"
+        "sys.stdout.write('no newline yet')\n"
+        "from llmtk.train.runtime import exit_worker\n"
+        "exit_worker()\n"
+        "print('never')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.decode() == "no newline yetthread done\n"
+    assert marker.read_text() == "ran"

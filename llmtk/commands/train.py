@@ -333,6 +333,10 @@ def _train(flags: dict, config: str | None) -> None:
     from llmtk.train.trainer import train
 
     train(cfg)
+    if is_worker():
+        from llmtk.train.runtime import exit_worker
+
+        exit_worker()
 
 
 def _dry_run(cfg, launch) -> None:

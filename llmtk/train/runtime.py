@@ -92,6 +92,24 @@ class Dist:
                 tdist.destroy_process_group()
 
 
+def exit_worker() -> None:
+    """End a torchrun worker whose run succeeded as the interpreter ends, but without its
+    module teardown: threads joined, atexit handlers run, the streams flushed, then
+    os._exit(0). The teardown aborted finished workers now and then (SIGABRT, "terminate
+    called without an active exception": gloo's threads still hold tensors when the
+    interpreter finalizes), and torchrun then reported a run that had finished as failed."""
+    import atexit
+    import sys
+    import threading
+
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    os._exit(0)
+
+
 def ranks() -> tuple[int, int, int]:
     """(rank, world size, local rank) from torchrun's environment (0, 1, 0 without it)."""
     return (int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
