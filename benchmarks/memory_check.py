@@ -139,6 +139,10 @@ def main() -> None:
             with open(args.json, "w") as f:
                 f.write(text + "\n")
     dist.close()
+    if dist.distributed:  # a torchrun worker: ends as llmtk train's do (runtime.exit_worker)
+        from llmtk.train.runtime import exit_worker
+
+        exit_worker()
 
 
 if __name__ == "__main__":
