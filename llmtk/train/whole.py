@@ -1,10 +1,10 @@
-"""The whole model, on rank 0: what sampling (--sample-every) and task evaluation
-(--eval-tasks) run, whatever the parallel layout.
+"""The model that sampling (--sample-every) and task evaluation (--eval-tasks) run, whatever
+the parallel layout: under tensor or pipeline parallelism a whole copy on rank 0.
 
 Generating text is sequential, one token at a time over growing prompts: it gains nothing
-from splitting the model, and run through a split model it would need every layout's own
-collective path (a tensor-parallel forward gathering its logits, a pipeline passing
-activations between stages). Instead, one way for every layout:
+from splitting the model's matrices or layers, and run through them it would need each
+layout's own collective path (a tensor-parallel forward gathering its logits, a pipeline
+passing activations between stages). Instead, one way for both:
 
   1. every rank takes part in gathering the model's full state: each parameter's
      DTensor (FSDP2 shards, tensor-parallel splits, both) is gathered whole and only the
