@@ -1,4 +1,4 @@
-"""Real, mixed-quality text in one language (es, fr, de), to see what a threshold lets through.
+"""Real, mixed-quality text in one language, to see what a threshold lets through.
 
 Reproduce (Debian/Ubuntu with apt-get and dpkg-deb; nothing is installed):
 
@@ -7,12 +7,13 @@ Reproduce (Debian/Ubuntu with apt-get and dpkg-deb; nothing is installed):
     .venv/bin/python benchmarks/clean_threshold_cost.py benchmarks/out/mono-es.jsonl \\
         --lang es --old 0.825 --new 0.803
 
-The shared corpus holds no Spanish or French (its German is fortune cookies), and these
-packages are what the registries offer in those languages. The sources, each record's `source`:
+Languages: es, fr, de, pl, ja. The shared corpus holds no Spanish, French, Polish or
+Japanese (its German is fortune cookies), and these packages are what the registries offer
+in those languages. The sources, each record's `source`:
 
-- `fortunes`: the `fortunes-es` and `fortunes-es-off` cookies (`fortunes-de`; Debian has no
-  French ones), one cookie per record: quotations, jokes, verse, lists, some ASCII art;
-  most are too short for the rules;
+- `fortunes`: the `fortunes-es` and `fortunes-es-off` cookies (`fortunes-de`, `fortunes-pl`;
+  Debian has no French or Japanese ones), one cookie per record: quotations, jokes, verse,
+  lists, some ASCII art; most are too short for the rules;
 - `manual`: the HTML manuals of `aptitude-doc-LANG`, `maint-guide-LANG` and
   `debian-edu-doc-LANG`, one record per file (the Debian Edu manual cut at its <h2>
   headings), converted with clean's main-content extractor (`--extract resiliparse`);
@@ -36,11 +37,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import debian_packages  # noqa: E402
 
-# What Debian has per language (no French fortunes, no German aptitude manual).
+# What Debian has per language (no French fortunes, no German aptitude manual, no Polish
+# manual but the legacy Debian Edu one, no Japanese fortunes).
 PACKAGES = {"es": ["fortunes-es", "fortunes-es-off", "aptitude-doc-es", "maint-guide-es",
                    "debian-edu-doc-es"],
             "fr": ["aptitude-doc-fr", "maint-guide-fr", "debian-edu-doc-fr"],
-            "de": ["fortunes-de", "maint-guide-de", "debian-edu-doc-de"]}
+            "de": ["fortunes-de", "maint-guide-de", "debian-edu-doc-de"],
+            "pl": ["fortunes-pl"],
+            "ja": ["aptitude-doc-ja", "maint-guide-ja", "debian-edu-doc-ja"]}
 
 
 def fortunes(debs: Path, lang: str):

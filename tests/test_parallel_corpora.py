@@ -154,3 +154,25 @@ def test_calibration_fits_the_threshold_that_gives_englishs_verdict():
                for e, x in pp)
     # a translation another rule drops is dropped at any threshold
     assert not clean_parallel.verdict_at(Fact("q", "ja", "ja", False, 0.99), th)
+
+
+def test_the_goal_band_and_the_threshold_moved_into_it():
+    Fact = clean_parallel.Fact
+    facts = []
+    # English keeps shares >= 0.8; the translation's share is English's plus a page's noise
+    # of +-0.02, alternating: near the border the verdicts differ whatever the threshold
+    for i, a in enumerate(x / 200 for x in range(120, 200)):
+        page = f"p{i}"
+        noise = 0.02 if i % 2 else -0.02
+        facts += [Fact(page, "en", "en", True, a), Fact(page, "pl", "pl", True, a + noise)]
+    pp = clean_parallel.pairs(facts, "pl", (0, 1))
+    band = clean_parallel.goal_band([pp], "pl", {})
+    # the goal (agreement >= 0.9, kept when English drops <= 0.15) holds around 0.8 only
+    assert band and min(band) <= 0.8 <= max(band)
+    assert 0.75 not in band and 0.85 not in band
+    assert clean_parallel.spans([0.789, 0.790, 0.791, 0.809]) == "0.789-0.791, 0.809-0.809"
+    # a threshold in the band stays; one outside moves to the band's nearest edge
+    assert clean_parallel.nearest(0.8, band) == 0.8
+    assert clean_parallel.nearest(0.75, band) == min(band)
+    assert clean_parallel.nearest(0.9, band) == max(band)
+    assert clean_parallel.nearest(0.75, []) == 0.75
