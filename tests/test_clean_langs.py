@@ -484,3 +484,29 @@ def test_marks_that_are_no_affix_stay_on_their_word_as_in_spacy():
         "a", "||", "b", ",", "see", "ls(1", "):", "x.", "[:", "alpha", ":]"]
     assert tokens("run id and im") == ["run", "i", "d", "and", "i", "m"]  # English only
     assert tokens("run id", "de") == ["run", "id"]
+
+
+def test_english_web_text_is_tokenized_as_spacy_does():
+    # What spaCy 3.8's English tokenizer (datatrove's) gives, found on real web pages where
+    # the verdicts differed. A run of CJK characters in English text is one word, up to a
+    # mark that ends it ("。" is a suffix, "、" and "（" are not)
+    assert tokens("English 日本語のテキスト、です。 more", "en") == [
+        "English", "日本語のテキスト、です", "。", "more"]
+    assert tokens("痴漢（ちかん）です。 「東京」 Tokyo東京", "en") == [
+        "痴漢（ちかん）です", "。", "「", "東京", "」", "Tokyo東京"]
+    # ... while Korean, and CJK text of no known language, count a word per character
+    assert tokens("東京 Tokyo", "ko") == ["東", "京", "Tokyo"]
+    assert tokens("東京都の天気") == [*"東京都の天気"]
+    # underscores before an inner mark stay inside the word; at its edges they split off
+    assert tokens("see __init__.py and x_y.py, __main__", "en") == [
+        "see", "_", "_", "init__.py", "and", "x_y.py", ",", "_", "_", "main", "_", "_"]
+    # "etc." is no exception; units after a number and an hour's am/pm split off
+    assert tokens("pears, etc. The end etc.", "en") == [
+        "pears", ",", "etc", ".", "The", "end", "etc", "."]
+    assert tokens("at 10MB per 5kg, 2GB. 10am 7pm 13pm 5ms 3rd mp3 10px x86", "en") == [
+        "at", "10", "MB", "per", "5", "kg", ",", "2", "GB", ".", "10", "am", "7", "pm",
+        "13pm", "5ms", "3rd", "mp3", "10px", "x86"]
+    assert tokens("10MB", "de") == ["10MB"]  # the unit rule is English's (checked there)
+    # zero-width spaces and BOMs (which the default pipeline's normalisation removes) do
+    # not split a word
+    assert tokens("\u200bNot here\ufeff word\u200b", "en") == ["Not", "here", "word"]

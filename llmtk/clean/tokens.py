@@ -5,9 +5,12 @@ punctuation marks are tokens of their own ("Hello," -> "Hello", ","), contractio
 ("don't" -> "do", "n't") and URLs, e-mail addresses, numbers like 3.14 and abbreviations like
 "e.g." stay whole. The thresholds (alpha-word share, hashes per word, n-gram character shares)
 were tuned on those counts, so we reproduce them with one regular expression, which is also
-~20x faster than running spaCy. For CJK text every ideograph, kana or hangul syllable is a
-token (`llmtk.text.segment` does the same), so a Chinese article has as many "words" as
-characters and is never "too short".
+~20x faster than running spaCy. In Korean text (and CJK text of no known language) every
+ideograph, kana or hangul syllable is a token (`llmtk.text.segment` does the same), so an
+article has as many "words" as characters and is never "too short"; Chinese and Japanese are
+segmented into words (`llmtk.clean.cjk_words`). In the text of any other language a run of
+CJK characters is a word like any other, as spaCy keeps it ("日本語のテキスト、です" is one
+token there, and the "。" after it another).
 
 Other languages are segmented as the tokenizer their FineWeb-2 thresholds were computed
 with (datatrove's per-language spaCy tokenizers): hyphenated compounds stay whole in German,
@@ -21,7 +24,7 @@ import re
 
 from llmtk.clean import cjk_words
 from llmtk.clean.cjk_words import SEGMENTED_LANGS
-from llmtk.text.segment import _CJK_CLASS
+from llmtk.text.segment import _CJK_CLASS, CJK_CHAR, is_cjk
 
 # A word character that is not CJK.
 _W = f"[^\\W{_CJK_CLASS}]"
@@ -44,8 +47,9 @@ def _join(hyphen_words: bool, hyphen_numbers: bool) -> str:
     hyphen = "(?:--|[–—~])[-–—~]*" if hyphen_words else "[-–—~]+"
     digits = "[+*^]" if hyphen_numbers else "[-+*^]"
     return (
+        # underscores before the mark stay inside ("__init__.py" -> "_", "_", "init__.py");
         # a mark must follow (a cheap test) before the costlier exclusions are tried
-        "(?=[^\\s\\w])(?!"
+        "_*(?=[^\\s\\w])(?!"
         f"(?<=[^\\W_]){hyphen}(?={_L})|(?<={_L}),(?={_L})"
         f"|(?<=[^\\W_])[:<>=/](?={_L})"
         "|(?<=[a-z])\\.(?=[A-Z])"
@@ -56,18 +60,24 @@ def _join(hyphen_words: bool, hyphen_numbers: bool) -> str:
     )
 
 
-# Word characters that may start or end a token: not "_", not CJK.
-_WE = f"[^\\W_{_CJK_CLASS}]"
-# (written so that the engine never backtracks: runs without "_", joined by runs of "_")
-_CORE = f"{_WE}+(?:_+{_WE}+)*"
+# Word characters that may start or end a token: not "_", and not CJK in Korean text (where a
+# CJK character is a token of its own).
+_WE = "[^\\W_]"
+_WE_NOT_CJK = f"[^\\W_{_CJK_CLASS}]"
+
+
+def _core(we: str) -> str:
+    # (written so that the engine never backtracks: runs without "_", joined by runs of "_")
+    return f"{we}+(?:_+{we}+)*"
+
 _REST = [
     # (each alternative starts with what fails fastest, a literal before a lookbehind: the
     # engine tries them in order at every token)
     r"C(?<![\w+]C)\+\+(?![\w+])",  # spaCy's exceptions
     r"[aA](?<![\w/][aA])(?i:nd/or)(?![\w/])",
     r"[cC](?<!\w[cC])(?i:an)(?=(?i:not)\b)",  # "cannot" -> "can", "not"
-    r"(?=[ILCevMDJS])(?<![\w.])(?:Inc|Ltd|Corp|Co|etc|vs|Mr|Mrs|Dr|Jr|St)\.",  # abbreviations
-    f"[{_CJK_CLASS}]",  # one CJK character
+    # abbreviations (not "etc.", which spaCy splits as "etc", ".")
+    r"(?=[ILCvMDJS])(?<![\w.])(?:Inc|Ltd|Corp|Co|vs|Mr|Mrs|Dr|Jr|St)\.",
     # abbreviations "e.g.", "U.S.", and one letter with a period, "x.", "C." (spaCy's
     # exceptions; not inside "a.b" or after a word or period)
     r"[^\W\d_]\.(?:(?:[^\W\d_]\.)+|(?<![\w.][^\W\d_]\.)(?![\w.]))",
@@ -148,10 +158,40 @@ def _pattern(url: bool, email: bool, nt: bool, elision: bool, hyphen_words: bool
         parts += ([_URL] if url else []) + ([_EMAIL] if email else [])
         parts += ([_ELISION] if elision else []) + ([_CONTRACTION] if nt else [])
         parts += ([_FR_HYPHEN] if french else []) + ([_EN_I] if english else [])
-        word = _WORD.format(core=_CORE, join=_join(hyphen_words, hyphen_numbers))
+        word = _WORD.format(core=_core(_WE_NOT_CJK if cjk else _WE),
+                            join=_join(hyphen_words, hyphen_numbers))
         parts += [word if p == "{WORD}" else p for p in _REST]
         _VARIANTS[key] = re.compile("|".join(parts))
     return _VARIANTS[key]
+
+
+# English units after a number are split off ("10MB" -> "10", "MB"), as spaCy's suffix rule
+# does with its list of units (spacy/lang/char_classes.py, spaCy 3.8), and so are "am" and
+# "pm" after an hour ("10am"), its English exceptions: a space goes between them before the
+# text is tokenized. A digit before a letter a unit (or am, pm) starts with is the cheap
+# test; most texts have none.
+_UNITS = (
+    "km|km²|km³|m|m²|m³|dm|dm²|dm³|cm|cm²|cm³|mm|mm²|mm³|ha|µm|nm|yd|in|ft|kg|g|mg|µg|t|lb"
+    "|oz|m/s|km/h|kmh|mph|hPa|Pa|mbar|mb|MB|kb|KB|gb|GB|tb|TB|T|G|M|K"
+    "|км|км²|км³|м|м²|м³|дм|дм²|дм³|см|см²|см³|мм|мм²|мм³|нм|кг|г|мг|м/с|км/ч|кПа|Па|мбар"
+    "|Кб|КБ|кб|Мб|МБ|мб|Гб|ГБ|гб|Тб|ТБ|тб"
+)
+_MAYBE_UNIT = re.compile("\\d[kmdchµnyiftloPMGKTbgapкмдсгнКМГТ]")
+_NUMBER_UNIT = re.compile(f"(\\d)({_UNITS}|am|pm)(?![\\w/])")
+_HOURS = frozenset(str(h) for h in range(1, 13))
+# Zero-width space, word joiner and BOM: the default pipeline's normalisation removes them
+# (llmtk.clean.normalize); without it, a word they touch stays one word, as in spaCy.
+_INVISIBLE = str.maketrans("", "", "\u200b\u2060\ufeff")
+
+
+def _space_units(m: re.Match) -> str:
+    if m[2] in ("am", "pm"):  # only after an hour that is a token of its own
+        text, end = m.string, m.end(1)
+        start = end - 2 if end >= 2 and text[end - 2].isdigit() else end - 1
+        before = text[start - 1] if start else " "
+        if text[start:end] not in _HOURS or before.isalnum() or before in "._":
+            return m[0]
+    return f"{m[1]} {m[2]}"
 
 
 def tokens(text: str, lang: str | None = None, cache: dict | None = None) -> list[str]:
@@ -159,10 +199,18 @@ def tokens(text: str, lang: str | None = None, cache: dict | None = None) -> lis
     of Chinese and Japanese text, kept by the caller for the next text (`cjk_words.words`)."""
     if lang in SEGMENTED_LANGS:
         return cjk_words.words(text, lang, cache)
+    if "\u200b" in text or "\u2060" in text or "\ufeff" in text:
+        text = text.translate(_INVISIBLE)
+    # CJK characters are tokens of their own in Korean, and in CJK text of no known language
+    # (the filters then judge it by their CJK figures); elsewhere they make words like letters
+    cjk = lang in CJK_TOKEN_LANGS or (lang is None and CJK_CHAR.search(text) is not None
+                                      and is_cjk(text))
     url = "://" in text or "www." in text
     elision = lang in ELISION_LANGS and ("'" in text or "’" in text)
     nt = not elision and ("n't" in text or "n’t" in text)
     french = lang in FRENCH_HYPHEN_LANGS and "-" in text
+    english = lang in (None, "en")
+    if english and _MAYBE_UNIT.search(text):
+        text = _NUMBER_UNIT.sub(_space_units, text)
     return _pattern(url, "@" in text, nt, elision, lang in HYPHEN_WORD_LANGS,
-                    lang in HYPHEN_NUMBER_LANGS, french, lang in (None, "en"),
-                    lang in CJK_TOKEN_LANGS).findall(text)
+                    lang in HYPHEN_NUMBER_LANGS, french, english, cjk).findall(text)
