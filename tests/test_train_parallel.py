@@ -20,6 +20,7 @@ from tests.train_runs import (
     run_train,
     same_samples_and_scores,
     task_files,
+    torch_rng,
     train_corpus,  # noqa: F401 (the corpus fixture)
 )
 from tests.util import ROOT, env, llmtk, run_module
@@ -256,6 +257,19 @@ def tp_dp_run(corpus, tmp_path_factory):
     run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--nproc-per-node", "4",
               "--tp", "2", "--checkpoint-every", "3", "--no-async-checkpoint")
     return out
+
+
+@pytest.mark.integration
+def test_each_data_parallel_rank_draws_its_own_random_stream(tp_dp_run):
+    """Dropout (--lora-dropout) draws from each rank's torch generator, which the init
+    leaves in the same state on every rank: every data-parallel rank masked its windows
+    with the same masks. Each dp rank has its own stream now, shared by its tp group (whose
+    ranks slice one draw): ranks 0, 1 (dp rank 0) and 2, 3 (dp rank 1) of tp 2 x dp 2."""
+    import torch
+
+    rng = [torch_rng(tp_dp_run, 3, r) for r in range(4)]
+    assert torch.equal(rng[0], rng[1]) and torch.equal(rng[2], rng[3])
+    assert not torch.equal(rng[0], rng[2])
 
 
 @pytest.mark.integration

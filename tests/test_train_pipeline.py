@@ -20,6 +20,7 @@ from tests.train_runs import (
     run_train,
     same_samples_and_scores,
     task_files,
+    torch_rng,
     train_corpus,  # noqa: F401 (the corpus fixture)
 )
 from tests.util import env, llmtk, run_module
@@ -211,13 +212,6 @@ def test_two_stages_1f1b_match_one_process(pp2, one):
     assert config["params"] == json.load(open(os.path.join(one, "config.json")))["params"]
 
 
-def _torch_rng(run, step, rank):
-    import torch
-
-    path = os.path.join(run, "checkpoints", f"step-{step:07d}", f"rng-{rank:05d}.pt")
-    return torch.load(path, weights_only=True)["torch"]
-
-
 @pytest.mark.integration
 def test_each_stage_draws_its_own_random_stream(pp2):
     """Dropout (--lora-dropout) draws from each rank's torch generator; the init left it
@@ -226,7 +220,7 @@ def test_each_stage_draws_its_own_random_stream(pp2):
     generator states differ now (this run draws nothing after the init)."""
     import torch
 
-    assert not torch.equal(_torch_rng(pp2, 10, 0), _torch_rng(pp2, 10, 1))
+    assert not torch.equal(torch_rng(pp2, 10, 0), torch_rng(pp2, 10, 1))
 
 
 @pytest.mark.integration
@@ -302,7 +296,7 @@ def test_tensor_parallel_inside_two_stages_matches_one_process(tp_pp, one):
     import torch
 
     _matches(one, tp_pp)
-    rng = [_torch_rng(tp_pp, 10, r) for r in range(4)]
+    rng = [torch_rng(tp_pp, 10, r) for r in range(4)]
     assert torch.equal(rng[0], rng[1]) and torch.equal(rng[2], rng[3])
     assert not torch.equal(rng[0], rng[2])
 

@@ -63,6 +63,14 @@ def events(out, name):
     return [r for r in rows(out) if r.get("event") == name]
 
 
+def torch_rng(run, step, rank):
+    """Rank `rank`'s torch generator state as the checkpoint of `step` saved it."""
+    import torch
+
+    path = os.path.join(run, "checkpoints", f"step-{step:07d}", f"rng-{rank:05d}.pt")
+    return torch.load(path, weights_only=True)["torch"]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -205,17 +205,6 @@ def build(model: GPT, layout, world_mesh, cfg, device: str, mp_policy, compiled:
         from llmtk.train.lora import init_lora
 
         init_lora(model)
-    if pp_rank:
-        # Dropout (--lora-dropout) draws from the torch generator, which the init above
-        # leaves in the same state on every rank: each stage would mask its layers exactly
-        # as the first stage masks its own (measured: all of stage 1's masks in a step
-        # equal stage 0's). One stream per pp rank instead, shared by its tp group, whose
-        # ranks slice one draw (lora.LoRALinear._dropout); the first stage keeps the
-        # stream a one-process run has.
-        import hashlib
-
-        torch.manual_seed(int.from_bytes(hashlib.blake2b(
-            f"{cfg.seed}/pp/{pp_rank}".encode(), digest_size=8).digest(), "little") >> 1)
     holder = parts[0] if len(parts) == 1 else StagePart(
         model, [i for s in stage_ids for i in range(starts[s], starts[s + 1])],
         0 in stage_ids, n - 1 in stage_ids)

@@ -289,6 +289,7 @@ class Trainer:
             # Compiling the DDP wrapper (not the inner model) lets dynamo split the graph at
             # DDP's bucket boundaries, so gradient all-reduces overlap the backward.
             self.model.compile()
+        self._seed_rank_stream()
         # Only what trains (LoRA freezes the base): clipped, updated, checked for NaN.
         self.params = [p for p in model.parameters() if p.requires_grad]
         names = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -391,6 +392,27 @@ class Trainer:
 
             init_lora(model)  # to_empty left the adapters uninitialised
         return model
+
+    def _seed_rank_stream(self) -> None:
+        """Give this rank its own stream of the torch generator for what the steps draw
+        (--lora-dropout's masks). The init leaves the generator in the same state on every
+        rank, so every data-parallel rank would mask its own windows with the same masks,
+        and every pipeline stage its layers with the first stage's (measured: all of stage
+        1's masks in a step equal stage 0's). A tp group shares one stream (its ranks slice
+        one draw, lora.LoRALinear._dropout); the first stage's first data-parallel rank
+        keeps the stream a one-process run has. The streams are in the per-rank RNG state
+        a checkpoint saves, so a resume continues them."""
+        import hashlib
+
+        import torch
+
+        coords = self.layout.coords(self.dist.rank)
+        pp_rank, dp_rank = coords["pp"], self.layout.dp_rank(self.dist.rank)
+        if pp_rank == 0 and dp_rank == 0:
+            return
+        key = f"{self.cfg.seed}/pp/{pp_rank}" + (f"/dp/{dp_rank}" if dp_rank else "")
+        torch.manual_seed(int.from_bytes(hashlib.blake2b(
+            key.encode(), digest_size=8).digest(), "little") >> 1)
 
     def _pipeline_norms(self, names: list[str]) -> None:
         """Under pp: param_names become the whole model's, slots where this rank's go, and
