@@ -185,3 +185,25 @@ def test_dry_run_refuses_what_the_launch_refuses(flags, words):
     for extra in (["--dry-run"], []):
         p = llmtk("train", "--data", "-", "--out", "o", *args, *extra, in_process=True)
         assert p.returncode == 2 and words in p.stderr.decode(), (extra, p.stderr)
+
+
+def test_sampling_under_tp_says_whether_rank_0s_whole_copy_fits():
+    """Under tp or pp, --sample-every and --eval-tasks run a whole fp32 copy on rank 0
+    (train/whole.py): the plan says whether it fits beside rank 0's own share."""
+    def plan(*flags):
+        p = llmtk("train", "--dry-run", "--gpu", "H100", *flags, in_process=True)
+        assert p.returncode == 0, p.stderr
+        return p.stdout.decode().splitlines()[-1]
+
+    big = plan("--model", "llama3-70b", "--nproc-per-node", "8", "--nnodes", "32", "--tp",
+               "8", "--parallel", "fsdp", "--activation-checkpointing", "--sample-every", "100")
+    copy = 4 * count_params(preset("llama3-70b"))
+    assert big.startswith(f"--sample-every: rank 0 samples and scores a whole fp32 copy of "
+                          f"the model: {copy / 1e9:.2f} GB")
+    assert big.endswith("does not fit in 85.9 GB: leave --sample-every off for this layout")
+    small = plan("--model", "llmtk-124m", "--nproc-per-node", "2", "--tp", "2",
+                 "--eval-tasks", "tasks.jsonl")
+    assert small.startswith("--eval-tasks: ") and small.endswith(": fits")
+    # without a split model (DDP, FSDP2 alone) sampling needs no copy: nothing is said
+    assert "whole fp32 copy" not in plan("--model", "llmtk-124m", "--nproc-per-node", "2",
+                                         "--sample-every", "100")

@@ -376,6 +376,25 @@ def _dry_run(cfg, launch) -> None:
           f"({(busiest - est['total']) / est['total']:+.1%} for the busiest rank here; "
           f"its activations are Korthikanti's GPT-3 block, these the llmtk model's own{held})",
           file=sys.stdout)
+    if (lay.tp > 1 or lay.pp > 1) and (cfg.sample_every or cfg.eval_tasks):
+        _whole_copy_line(cfg, d.mcfg, result)
+
+
+def _whole_copy_line(cfg, mcfg, result: dict) -> None:
+    """Under tp or pp, sampling and task evaluation run a whole fp32 copy of the model on
+    rank 0 (train/whole.py), beside what rank 0 holds for training: say whether it fits
+    before a run finds out at its first sampling step."""
+    from llmtk.train.model_config import count_params
+
+    flag = "--sample-every" if cfg.sample_every else "--eval-tasks"
+    copy = 4 * count_params(mcfg)
+    own = result["rows"][0]["total"]  # the first stage's rank: rank 0
+    fits = own + copy <= result["capacity"]
+    print(f"{flag}: rank 0 samples and scores a whole fp32 copy of the model: "
+          f"{copy / 1e9:.2f} GB on its GPU beside its {own / 1e9:.2f} GB (and as much host "
+          f"memory while it is gathered): " + (
+              "fits" if fits else f"does not fit in {result['capacity'] / 1e9:.1f} GB: "
+              f"leave {flag} off for this layout"))
 
 
 TOKENIZER_HELP = """\
