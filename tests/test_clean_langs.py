@@ -506,6 +506,7 @@ def test_english_web_text_is_tokenized_as_spacy_does():
     assert tokens("at 10MB per 5kg, 2GB. 10am 7pm 13pm 5ms 3rd mp3 10px x86", "en") == [
         "at", "10", "MB", "per", "5", "kg", ",", "2", "GB", ".", "10", "am", "7", "pm",
         "13pm", "5ms", "3rd", "mp3", "10px", "x86"]
+    assert tokens("5Па 3тб 2µm", "en") == ["5", "Па", "3", "тб", "2", "µm"]  # spaCy's list
     assert tokens("10MB", "de") == ["10MB"]  # the unit rule is English's (checked there)
     # zero-width spaces and BOMs (which the default pipeline's normalisation removes) do
     # not split a word

@@ -176,7 +176,7 @@ _UNITS = (
     "|км|км²|км³|м|м²|м³|дм|дм²|дм³|см|см²|см³|мм|мм²|мм³|нм|кг|г|мг|м/с|км/ч|кПа|Па|мбар"
     "|Кб|КБ|кб|Мб|МБ|мб|Гб|ГБ|гб|Тб|ТБ|тб"
 )
-_MAYBE_UNIT = re.compile("\\d[kmdchµnyiftloPMGKTbgapкмдсгнКМГТ]")
+_MAYBE_UNIT = re.compile("\\d[kmdchµnyiftloPMGKTbgapкмдсгнтКМГТП]")
 _NUMBER_UNIT = re.compile(f"(\\d)({_UNITS}|am|pm)(?![\\w/])")
 _HOURS = frozenset(str(h) for h in range(1, 13))
 # Zero-width space, word joiner and BOM: the default pipeline's normalisation removes them
