@@ -6,7 +6,8 @@ Reproduce (from the repository root, after `make setup`):
     nice .venv/bin/python benchmarks/clean_vs_datatrove.py benchmarks/out/manpages-sample.jsonl \
         benchmarks/out/manpages-en.jsonl [MORE.jsonl.zst ...] --no-cli
 
-Each corpus is measured and reported on its own.
+Each corpus is measured and reported on its own. English web pages: see
+benchmarks/web_pages_corpus.py (trafilatura's evaluation pages as JSONL).
 
 The first run creates datatrove's own virtualenv under benchmarks/.venvs/datatrove
 (git-ignored): datatrove 0.10.1 plus spaCy (its English word tokenizer), regex, orjson and
