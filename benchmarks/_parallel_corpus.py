@@ -51,15 +51,22 @@ def untranslated(paras: list[Para], english: list[Para]) -> tuple[int, int]:
 
 
 def corpus_args(description: str, out_dir: str, name: str, unit: str) -> argparse.Namespace:
-    """The builders' command line: --debs, -o (default OUT_DIR/NAME.jsonl), --min-chars
-    and --max-untranslated (see write_corpus; UNIT: what a record is, in the help)."""
+    """The builders' command line: --debs, -o (default OUT_DIR/NAME.jsonl), --min-chars,
+    --max-untranslated (see write_corpus; UNIT: what a record is, in the help) and
+    --more-languages (each builder's MORE_LANGS instead of its LANGS, English always)."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--debs", default=os.path.join(out_dir, "debs"))
     ap.add_argument("-o", "--output", default=os.path.join(out_dir, f"{name}.jsonl"))
     ap.add_argument("--min-chars", type=int, default=500, help=f"skip shorter {unit}")
     ap.add_argument("--max-untranslated", type=float, default=0.1,
                     help="largest share of prose paragraphs left in English in a translation")
-    return ap.parse_args()
+    ap.add_argument("--more-languages", action="store_true",
+                    help=f"the other languages Debian has translations in, instead of the "
+                    f"issue's seven (default output: {name}-more.jsonl)")
+    args = ap.parse_args()
+    if args.more_languages and args.output == os.path.join(out_dir, f"{name}.jsonl"):
+        args.output = os.path.join(out_dir, f"{name}-more.jsonl")
+    return args
 
 
 def write_corpus(output: str, records: list[tuple[str, str, str, list[Para]]],

@@ -493,7 +493,7 @@ def calibrate(corpora: dict, user: dict) -> None:
         sim = [verdict_at(f, in_force) for f in facts[name]]
         real = [r == "keep" for r, _, _ in results]
         assert sim == real, f"{name}: simulated verdicts differ from the pipeline's"
-    langs = [x for x in ORDER if any(f.lang == x for fs in facts.values() for f in fs)]
+    langs = languages([{"lang": f.lang} for fs in facts.values() for f in fs])
     fitted, proposed = dict(in_force), dict(in_force)
     print("\nalpha-word thresholds on the calibration half of all corpora: fitted (balanced "
           "accuracy; bootstrap 90 % interval); in force; the band where the goal is met on "

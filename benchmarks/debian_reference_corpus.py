@@ -36,6 +36,7 @@ from _parallel_corpus import inline as shared_inline  # noqa: E402
 
 # package suffix (and file name infix) -> our language code; English first
 LANGS = {"en": "en", "de": "de", "fr": "fr", "es": "es", "ja": "ja", "zh-cn": "zh"}
+MORE_LANGS = {"en": "en", "it": "it", "pt": "pt", "id": "id"}  # --more-languages
 H = "{http://www.w3.org/1999/xhtml}"
 LEAF = {H + t for t in ("h1", "h2", "h3", "h4", "h5", "h6", "p", "li", "dt", "dd", "td", "th",
                         "pre", "caption")}
@@ -85,17 +86,18 @@ def units(path: Path):
             yield section_id(sec), out
 
 
-def fetch(debs: Path) -> Path:
-    debian_packages(debs, [f"debian-reference-{x}" for x in LANGS])
+def fetch(debs: Path, langs: dict) -> Path:
+    debian_packages(debs, [f"debian-reference-{x}" for x in langs])
     return debs
 
 
 def main() -> None:
     args = corpus_args(__doc__.splitlines()[0], str(ROOT / "benchmarks" / "out"),
                        "debian-reference", "sections")
-    debs = fetch(Path(args.debs))
+    langs = MORE_LANGS if args.more_languages else LANGS
+    debs = fetch(Path(args.debs), langs)
     records = []
-    for suffix, lang in LANGS.items():
+    for suffix, lang in langs.items():
         pkg = f"debian-reference-{suffix}"
         base = debs / f"x_{pkg}" / "usr" / "share" / "debian-reference"
         for path in sorted(base.glob(f"ch*.{suffix}.html")):

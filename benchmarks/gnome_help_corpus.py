@@ -40,6 +40,11 @@ GUIDES = ("gnome-help", "system-admin-guide")
 # usr/share/help/<dir> -> our language code (C is the English original)
 LANGS = {"C": "en", "de": "de", "fr": "fr", "es": "es", "ru": "ru", "zh_CN": "zh", "ja": "ja",
          "pl": "pl"}
+# --more-languages: the other translations with a FineWeb-2 entry in llmtk's thresholds
+MORE_LANGS = {"C": "en", "it": "it", "nl": "nl", "pt_BR": "pt", "cs": "cs", "uk": "uk",
+              "hu": "hu", "sv": "sv", "da": "da", "fi": "fi", "ro": "ro", "el": "el",
+              "id": "id", "vi": "vi", "tr": "tr", "ko": "ko", "ca": "ca", "sl": "sl",
+              "lt": "lt", "hr": "hr", "he": "he", "hi": "hi"}
 MAL = "{http://projectmallard.org/1.0/}"
 IF = "{http://projectmallard.org/if/1.0/}"
 # Subtrees that are not running text of the page (see the docstring).
@@ -96,7 +101,8 @@ def main() -> None:
                        "gnome-help", "pages")
     help_dir = fetch(Path(args.debs))
     records = []
-    for sub, lang in LANGS.items():  # C first: the English pages are the reference
+    langs = MORE_LANGS if args.more_languages else LANGS
+    for sub, lang in langs.items():  # C first: the English pages are the reference
         for guide in GUIDES:
             for path in sorted((help_dir / sub / guide).glob("*.page")):
                 records.append((f"{guide}/{path.stem}", lang, PACKAGE, page_text(path)))

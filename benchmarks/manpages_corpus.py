@@ -38,13 +38,20 @@ TRANSLATED = {"manpages-de": ("de", "de"), "manpages-fr": ("fr", "fr"),
               "manpages-es": ("es", "es"), "manpages-ru": ("ru", "ru"),
               "manpages-pl": ("pl", "pl"), "manpages-ja": ("ja", "ja"),
               "manpages-zh": ("zh_CN", "zh")}
+# --more-languages: the other translations (manpages-l10n) with a FineWeb-2 entry in llmtk
+MORE = {"manpages-it": ("it", "it"), "manpages-nl": ("nl", "nl"),
+        "manpages-pt-br": ("pt_BR", "pt"), "manpages-cs": ("cs", "cs"),
+        "manpages-uk": ("uk", "uk"), "manpages-hu": ("hu", "hu"), "manpages-sv": ("sv", "sv"),
+        "manpages-da": ("da", "da"), "manpages-fi": ("fi", "fi"), "manpages-ro": ("ro", "ro"),
+        "manpages-el": ("el", "el"), "manpages-id": ("id", "id"), "manpages-vi": ("vi", "vi"),
+        "manpages-tr": ("tr", "tr")}
 _HEADER = re.compile(r"^\S.*\(\d\w*\)\s*$")
 
 
-def fetch(debs: Path) -> None:
+def fetch(debs: Path, translated: dict) -> None:
     debs.mkdir(parents=True, exist_ok=True)
     have = {p.name.split("_")[0] for p in debs.glob("*.deb")}
-    missing = [p for p in [*ENGLISH, *TRANSLATED] if p not in have]
+    missing = [p for p in [*ENGLISH, *translated] if p not in have]
     if missing:
         subprocess.run(["apt-get", "download", *missing], cwd=debs, check=True)
     for deb in debs.glob("*.deb"):
@@ -72,13 +79,13 @@ def render(path: Path) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
-def pages(debs: Path):
+def pages(debs: Path, translated: dict):
     """(page, lang, package, path) for every page of every package."""
     for pkg in ENGLISH:
         base = debs / f"x_{pkg}" / "usr" / "share" / "man"
         for path in sorted(base.glob("man*/*.gz")):
             yield path.name.removesuffix(".gz"), "en", pkg, path
-    for pkg, (subdir, lang) in TRANSLATED.items():
+    for pkg, (subdir, lang) in translated.items():
         base = debs / f"x_{pkg}" / "usr" / "share" / "man" / subdir
         for path in sorted(base.glob("man*/*.gz")):
             yield path.name.removesuffix(".gz"), lang, pkg, path
@@ -89,10 +96,17 @@ def main() -> None:
     ap.add_argument("--debs", default=str(ROOT / "benchmarks" / "out" / "debs"))
     ap.add_argument("-o", "--output", default=str(ROOT / "benchmarks" / "out" / "manpages.jsonl"))
     ap.add_argument("--min-chars", type=int, default=500, help="skip shorter pages")
+    ap.add_argument("--more-languages", action="store_true",
+                    help="the other translated packages (MORE) instead of the issue's seven "
+                    "(default output: manpages-more.jsonl)")
     args = ap.parse_args()
+    translated = MORE if args.more_languages else TRANSLATED
+    if args.more_languages and args.output.endswith("out/manpages.jsonl"):
+        args.output = args.output.removesuffix(".jsonl") + "-more.jsonl"
     debs = Path(args.debs)
-    fetch(debs)
-    todo = list({(p, lang): (p, lang, pkg, path) for p, lang, pkg, path in pages(debs)}.values())
+    fetch(debs, translated)
+    todo = list({(p, lang): (p, lang, pkg, path)
+                 for p, lang, pkg, path in pages(debs, translated)}.values())
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         texts = list(pool.map(lambda t: render(t[3]), todo))
     n = 0

@@ -511,3 +511,23 @@ def test_english_web_text_is_tokenized_as_spacy_does():
     # zero-width spaces and BOMs (which the default pipeline's normalisation removes) do
     # not split a word
     assert tokens("\u200bNot here\ufeff word\u200b", "en") == ["Not", "here", "word"]
+
+
+def test_more_languages_judge_a_repeated_line_as_english_does(tmp_path):
+    # GNOME help's "Make pages print in a different order" (gnome-user-docs 43.0), English
+    # and four of its translations: English drops it for the characters in its repeated
+    # lines (English's 0.01), and so do the translations now; FineWeb-2's 0.1 kept them
+    pages = [json.loads(line) for line in (ROOT / "tests/data/clean/parallel-more.jsonl")
+             .read_text(encoding="utf-8").splitlines()]
+    assert {p["lang"] for p in pages} == {"en", "uk", "cs", "pt", "el"}
+    path = tmp_path / "fineweb2.toml"
+    path.write_text("".join(f"[lang.{lang}.fineweb]\nchar_duplicates_ratio = 0.1\n"
+                            for lang in ("uk", "cs", "pt", "el")))
+    for cfg, want in ((CleanConfig(), "fineweb.char_dup_ratio"),
+                      (CleanConfig.from_toml(str(path)), "keep")):
+        clean = Cleaner(cfg.with_values({"pii.enabled": False}), annotate=True)
+        for i, p in enumerate(pages):
+            doc = Doc({"text": p["text"]}, None, "t", i + 1, i)
+            reason = clean(doc) or "keep"
+            assert doc.data["llmtk"]["lang"] == p["lang"]
+            assert reason == ("fineweb.char_dup_ratio" if p["lang"] == "en" else want), p["lang"]
