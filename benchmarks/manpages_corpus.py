@@ -17,7 +17,9 @@ header and footer removed. One record per page and language:
 
 The same `page` in several languages is a translation of the same text (the translators
 work from the English page of roughly the same version), which is what
-benchmarks/clean_parallel.py needs.
+benchmarks/clean_parallel.py needs. `--more-languages` takes manpages-l10n's other
+translations instead (it, nl, pt-br, cs, uk, hu, sv, da, fi, ro, el, id, vi, tr) and writes
+benchmarks/out/manpages-more.jsonl.
 """
 
 import argparse
