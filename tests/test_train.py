@@ -25,9 +25,10 @@ from tests.train_runs import (
     losses,
     rows,
     run_train,
+    torchrun_with_faults,
     train_corpus,  # noqa: F401 (the corpus fixture)
 )
-from tests.util import env, llmtk, popen_module, run_module
+from tests.util import env, llmtk, popen_module
 
 # ---------------------------------------------------------------- learning
 
@@ -181,12 +182,8 @@ def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, res
 def test_torchrun_restarts_a_crashed_worker_which_resumes(corpus, tmp_path, resume_ref):
     out = str(tmp_path / "restarted")
     marker = str(tmp_path / "died")
-    # torchrun itself, with the fault-injecting driver as its worker.
-    argv = ["--standalone", "--nproc-per-node=1", "--max-restarts=1", "-m",
-            "tests.train_driver", "train", "--data", corpus["data"], "--cache-dir",
-            corpus["cache"], "--out", out, *TINY, *RESUME_ARGS]
-    p = run_module("torch.distributed.run", argv,
-                   environ=env(LLMTK_TEST_FAULTS=json.dumps({"die_once": [marker, 6]})))
+    p = torchrun_with_faults(corpus, out, 1, {"die_once": [marker, 6]}, *RESUME_ARGS,
+                             restarts=1)
     assert p.returncode == 0, p.stderr.decode()[-3000:]
     assert os.path.exists(marker)  # the worker really died (exit 17) after step 6
     assert events(out, "resume")[0]["path"] == "checkpoints/step-0000004"

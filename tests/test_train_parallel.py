@@ -21,9 +21,10 @@ from tests.train_runs import (
     same_samples_and_scores,
     task_files,
     torch_rng,
+    torchrun_with_faults,
     train_corpus,  # noqa: F401 (the corpus fixture)
 )
-from tests.util import ROOT, env, llmtk, run_module
+from tests.util import ROOT, env, llmtk
 
 # ---------------------------------------------------------------- parallel (gloo)
 
@@ -411,11 +412,8 @@ def test_export_consolidates_a_sharded_checkpoint(fsdp_ref, tmp_path):
 def test_async_sharded_checkpoint_killed_mid_write_keeps_the_previous(corpus, tmp_path,
                                                                       fsdp_ref):
     out = str(tmp_path / "killed")
-    argv = ["--standalone", "--nproc-per-node=2", "-m", "tests.train_driver", "train",
-            "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out, *TINY,
-            *DCP_ARGS[:4], *DCP_ARGS[6:]]
-    p = run_module("torch.distributed.run", argv,
-                   environ=env(LLMTK_TEST_FAULTS=json.dumps({"crash_in_checkpoint": 4})))
+    p = torchrun_with_faults(corpus, out, 2, {"crash_in_checkpoint": 4}, *DCP_ARGS[:4],
+                             *DCP_ARGS[6:])
     assert p.returncode != 0
     ckpts = os.path.join(out, "checkpoints")
     assert open(os.path.join(ckpts, "latest")).read().strip() == "step-0000002"

@@ -13,7 +13,6 @@ from llmtk.errors import ConfigError
 from llmtk.train.config import TrainConfig
 from llmtk.train.parallel import Layout, pipeline_split
 from tests.train_runs import (
-    TINY,
     events,
     losses,
     rows,
@@ -21,9 +20,10 @@ from tests.train_runs import (
     same_samples_and_scores,
     task_files,
     torch_rng,
+    torchrun_with_faults,
     train_corpus,  # noqa: F401 (the corpus fixture)
 )
-from tests.util import env, llmtk, run_module
+from tests.util import llmtk
 
 # ---------------------------------------------------------------- the split
 
@@ -308,11 +308,7 @@ def test_tp_pp_resumes_exactly_after_sigkill(corpus, tmp_path, tp_pp):
     10): the same command resumes from step 10 and every step equals the uninterrupted
     run, bit for bit (data position and RNG restored on each rank)."""
     out = str(tmp_path / "killed")
-    argv = ["--standalone", "--nproc-per-node=4", "-m", "tests.train_driver", "train",
-            "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out, *TINY,
-            *PP, *TP_PP[2:]]
-    p = run_module("torch.distributed.run", argv,
-                   environ=env(LLMTK_TEST_FAULTS=json.dumps({"kill_after": 15})))
+    p = torchrun_with_faults(corpus, out, 4, {"kill_after": 15}, *PP, *TP_PP[2:])
     # (the workers are fork-server clients: torchrun sees them fail, not the signal)
     assert p.returncode != 0
     assert 15 <= max(r["step"] for r in rows(out)) < 20  # really interrupted
@@ -371,12 +367,8 @@ def test_a_non_finite_step_is_skipped_on_every_stage(corpus, tmp_path):
     stage's squared norms, so both stages skip the update and the `nan` event names the
     bad parameters of both; training goes on."""
     out = str(tmp_path / "nan")
-    argv = ["--standalone", "--nproc-per-node=2", "-m", "tests.train_driver", "train",
-            "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out, *TINY,
-            "--layers", "4", "--steps", "5", "--batch-size", "2", "--grad-accum", "2",
-            "--pp", "2"]
-    p = run_module("torch.distributed.run", argv,
-                   environ=env(LLMTK_TEST_FAULTS=json.dumps({"nan_loss": 2})))
+    p = torchrun_with_faults(corpus, out, 2, {"nan_loss": 2}, "--layers", "4", "--steps",
+                             "5", "--batch-size", "2", "--grad-accum", "2", "--pp", "2")
     assert p.returncode == 0, p.stderr.decode()[-3000:]
     (nan,) = events(out, "nan")
     assert nan["step"] == 3 and nan["action"] == "skip"

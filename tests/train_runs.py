@@ -49,6 +49,18 @@ def run_train(corpus, out, *args, check=True, faults=None):
     return p
 
 
+def torchrun_with_faults(corpus, out, nproc, faults, *args, restarts=0):
+    """`llmtk train` under torchrun itself, each worker the fault-injecting driver
+    (tests/train_driver.py): for faults that must fire inside the workers, which `llmtk
+    train --nproc-per-node` would start as plain llmtk processes."""
+    argv = ["--standalone", f"--nproc-per-node={nproc}",
+            *([f"--max-restarts={restarts}"] if restarts else []),
+            "-m", "tests.train_driver", "train", "--data", corpus["data"],
+            "--cache-dir", corpus["cache"], "--out", out, *TINY, *args]
+    return run_module("torch.distributed.run", argv,
+                      environ=env(LLMTK_TEST_FAULTS=json.dumps(faults)))
+
+
 def rows(out):
     with open(os.path.join(out, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f]
