@@ -497,6 +497,10 @@ def test_english_web_text_is_tokenized_as_spacy_does():
     # ... while Korean, and CJK text of no known language, count a word per character
     assert tokens("東京 Tokyo", "ko") == ["東", "京", "Tokyo"]
     assert tokens("東京都の天気") == [*"東京都の天気"]
+    # the caller's decision for the document holds for each of its lines (C4's words per
+    # line in a CJK document), a line mostly in Latin letters too
+    line = "使用 pip install llmtk-toolkit-package 安装。"
+    assert tokens(line, cjk=True)[:2] == ["使", "用"] and tokens(line)[:2] == ["使用", "pip"]
     # underscores before an inner mark stay inside the word; at its edges they split off
     assert tokens("see __init__.py and x_y.py, __main__", "en") == [
         "see", "_", "_", "init__.py", "and", "x_y.py", ",", "_", "_", "main", "_", "_"]
@@ -531,3 +535,4 @@ def test_more_languages_judge_a_repeated_line_as_english_does(tmp_path):
             reason = clean(doc) or "keep"
             assert doc.data["llmtk"]["lang"] == p["lang"]
             assert reason == ("fineweb.char_dup_ratio" if p["lang"] == "en" else want), p["lang"]
+

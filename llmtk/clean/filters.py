@@ -56,11 +56,13 @@ def alpha_share(words: list[str]) -> float:
 class DocText:
     """One document's text with the pieces the filters share, computed at most once."""
 
-    __slots__ = ("text", "lang", "_words", "_lines", "_units", "line_breaks", "_segmented")
+    __slots__ = ("text", "lang", "cjk", "_words", "_lines", "_units", "line_breaks",
+                 "_segmented")
 
-    def __init__(self, text: str, lang: str | None = None) -> None:
+    def __init__(self, text: str, lang: str | None = None, cjk: bool | None = None) -> None:
         self.text = text
         self.lang = lang  # picks the word segmentation (French elision, ...)
+        self.cjk = cjk  # a CJK character is a word (Profile.char_words; None: tokens decides)
         self._words: list[str] | None = None
         # Chinese and Japanese lines already segmented: C4's rewrite keeps most lines, and
         # the rules after it need the new text's words (Sudachi is most of the rules' time)
@@ -74,7 +76,7 @@ class DocText:
     @property
     def words(self) -> list[str]:
         if self._words is None:
-            self._words = tokens(self.text, self.lang, self._segmented)
+            self._words = tokens(self.text, self.lang, self._segmented, self.cjk)
         return self._words
 
     @property
@@ -493,7 +495,7 @@ _POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "u
 
 def _sentences(line: str) -> int:
     """Sentences in a line: tokens that end one (. ! ? 。) followed by a token that does not."""
-    toks = tokens(line)
+    toks = tokens(line, cjk=True)  # a CJK sentence mark ends one wherever it stands
     n = 0
     for i, t in enumerate(toks):
         if t in _SENT_END and (i + 1 == len(toks) or toks[i + 1] not in _SENT_END):
@@ -530,7 +532,7 @@ class C4:
                 gap = True
                 continue
             # Words per line: whitespace-separated, or tokens for CJK (no spaces there).
-            words = tokens(line) if p.cjk else line.split()
+            words = tokens(line, cjk=True) if p.cjk else line.split()
             if _on(self.max_word_length) and any(len(w) > self.max_word_length for w in words):
                 continue
             if self.remove_citations and "[" in line:

@@ -145,7 +145,7 @@ class Cleaner:
         filters, words = self.plan(lang)
         profile = Profile.for_lang(lang, cjk_text=lang is None and is_cjk(text), words=words)
 
-        d = DocText(text, lang)
+        d = DocText(text, lang, profile.char_words)
         for name, stage in filters:
             vals: dict | None = {} if notes is not None else None
             reason = stage.check(d, profile, vals)

@@ -194,17 +194,21 @@ def _space_units(m: re.Match) -> str:
     return f"{m[1]} {m[2]}"
 
 
-def tokens(text: str, lang: str | None = None, cache: dict | None = None) -> list[str]:
+def tokens(text: str, lang: str | None = None, cache: dict | None = None,
+           cjk: bool | None = None) -> list[str]:
     """Word and punctuation tokens (see the module docstring). `cache`: the segmented lines
-    of Chinese and Japanese text, kept by the caller for the next text (`cjk_words.words`)."""
+    of Chinese and Japanese text, kept by the caller for the next text (`cjk_words.words`).
+    `cjk`: whether a CJK character is a token of its own, as the caller decided it for the
+    document (filters.Profile.char_words); None: Korean, or CJK text of no known language."""
     if lang in SEGMENTED_LANGS:
         return cjk_words.words(text, lang, cache)
     if "\u200b" in text or "\u2060" in text or "\ufeff" in text:
         text = text.translate(_INVISIBLE)
     # CJK characters are tokens of their own in Korean, and in CJK text of no known language
     # (the filters then judge it by their CJK figures); elsewhere they make words like letters
-    cjk = lang in CJK_TOKEN_LANGS or (lang is None and CJK_CHAR.search(text) is not None
-                                      and is_cjk(text))
+    if cjk is None:
+        cjk = lang in CJK_TOKEN_LANGS or (lang is None and CJK_CHAR.search(text) is not None
+                                          and is_cjk(text))
     url = "://" in text or "www." in text
     elision = lang in ELISION_LANGS and ("'" in text or "’" in text)
     nt = not elision and ("n't" in text or "n’t" in text)
