@@ -536,3 +536,16 @@ def test_more_languages_judge_a_repeated_line_as_english_does(tmp_path):
             assert doc.data["llmtk"]["lang"] == p["lang"]
             assert reason == ("fineweb.char_dup_ratio" if p["lang"] == "en" else want), p["lang"]
 
+
+def test_a_language_judged_as_english_follows_a_changed_english_figure():
+    # The languages judged as English is leave English's content figures to the global
+    # sections: a --config that changes English's changes theirs; the others keep their own
+    cfg = CleanConfig.from_dict({"fineweb": {"char_duplicates_ratio": 0.05},
+                                 "gopher_repetition": {"top_n_grams": [[2, 0.3]]}})
+    for lang in ("en", "de", "uk"):
+        stages, _ = cfg.for_lang(lang)
+        assert stages["fineweb"].char_duplicates_ratio == 0.05, lang
+        assert stages["gopher_repetition"].top_n_grams == [[2, 0.3]], lang
+    stages, _ = cfg.for_lang("ko")  # FineWeb-2's figures: no parallel text judged it
+    assert stages["fineweb"].char_duplicates_ratio == 0.1
+    assert CleanConfig().for_lang("de")[0]["fineweb"].char_duplicates_ratio == 0.01
