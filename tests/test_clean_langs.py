@@ -233,9 +233,9 @@ def test_words_after_c4s_rewrite_are_the_new_texts():
         assert d.words == tokens(d.text, lang)
 
 
-def test_long_japanese_is_cut_for_sudachi_at_line_breaks():
-    # Sudachi refuses more than 49,149 bytes at once: the text goes in pieces cut after a
-    # line break, so the words are those of the lines
+def test_long_japanese_is_cut_for_sudachi():
+    # Sudachi refuses more than 49,149 bytes at once: the text goes a line at a time, and a
+    # longer line in pieces
     line = "このコマンドはファイルの一覧を表示します。"
     words = tokens(line, "ja")
     assert tokens("\n".join([line] * 3000), "ja") == words * 3000

@@ -68,17 +68,9 @@ def chinese(text: str) -> list[str]:
 
 
 def _chunks(text: str) -> list[str]:
-    """The text cut into pieces of at most _SUDACHI_CHUNK characters, after a line break
-    where there is one."""
-    out, i, n = [], 0, len(text)
-    while n - i > _SUDACHI_CHUNK:
-        j = text.rfind("\n", i, i + _SUDACHI_CHUNK) + 1
-        if j <= i:
-            j = i + _SUDACHI_CHUNK
-        out.append(text[i:j])
-        i = j
-    out.append(text[i:])
-    return out
+    """The text cut into pieces of at most _SUDACHI_CHUNK characters (Sudachi's input limit;
+    `words` gives it one line at a time, so only a line that long is cut)."""
+    return [text[i:i + _SUDACHI_CHUNK] for i in range(0, len(text), _SUDACHI_CHUNK)]
 
 
 def japanese(text: str) -> list[str]:

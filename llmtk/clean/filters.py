@@ -6,10 +6,11 @@ Every drop has a stable reason such as `gopher.short_doc` or `c4.lorem_ipsum`.
 
 Speed: a document is tokenized once (`DocText.words`) and the tokens, lines and n-gram hashes
 are shared by all filters; the n-gram rules work on integer hashes with numpy instead of
-joining strings. Language awareness: `Profile` says how to count words for a language (jieba
-and Sudachi words in Chinese and Japanese, characters in other CJK text), which stop words to
-look for, and which rules do not apply to a script (mean word length means nothing when every
-character is a word).
+joining strings. Language awareness: `DocText` segments by the document's language (jieba
+and Sudachi words in Chinese and Japanese, llmtk.clean.tokens elsewhere) and `Profile` says
+whether a CJK character is a word (other CJK text), which stop words to look for, and which
+rules do not apply to a script (mean word length means nothing when every character is a
+word).
 """
 
 from __future__ import annotations

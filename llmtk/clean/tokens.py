@@ -134,7 +134,8 @@ _FR_HYPHEN = (
     "|ci|là|t)(?![\\w])"
 )
 FRENCH_HYPHEN_LANGS = frozenset({"fr"})
-CJK_TOKEN_LANGS = frozenset({"zh", "ja", "ko", "yue", "wuu"})  # = filters.CJK_LANGS
+# CJK languages counted a token per character (Chinese and Japanese are segmented first)
+CJK_TOKEN_LANGS = frozenset({"ko", "yue", "wuu"})
 # English without the apostrophe: spaCy splits "id", "im", "ive" as "i'd", "i'm", "i've".
 _EN_I = r"[iI](?<![\w'’][iI])(?=(?:d|m|ve)\b)"
 # Languages whose FineWeb-2 thresholds were computed with a spaCy tokenizer that keeps
@@ -153,7 +154,8 @@ def _pattern(url: bool, email: bool, nt: bool, elision: bool, hyphen_words: bool
              cjk: bool = False) -> re.Pattern:
     key = (url, email, nt, elision, hyphen_words, hyphen_numbers, french, english, cjk)
     if key not in _VARIANTS:
-        # In Chinese, Japanese, Korean text most tokens are one CJK character: try it first.
+        # Where a CJK character is a token (Korean, CJK text of no known language), most
+        # tokens are one: try it first.
         parts = [f"[{_CJK_CLASS}]"] if cjk else []
         parts += ([_URL] if url else []) + ([_EMAIL] if email else [])
         parts += ([_ELISION] if elision else []) + ([_CONTRACTION] if nt else [])

@@ -3,8 +3,9 @@
 Chinese and Japanese are not written with spaces, so "split on whitespace"
 counts a whole paragraph as one word. Here a CJK ideograph, kana or hangul
 syllable is its own unit and everything else splits into runs of word
-characters. That is the unit both `clean` (word counts, n-grams) and `dedup`
-(shingles) agree on.
+characters. That is `dedup`'s unit (shingles); `clean` counts words so in Korean
+and in CJK text of no known language (it segments Chinese and Japanese into
+words, llmtk.clean.cjk_words).
 """
 
 import re
