@@ -118,6 +118,11 @@ class LoRALinear(nn.Linear):
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
         local = x.to_local()
+        if all(p.is_replicate() for p in x.placements):
+            # this rank holds the whole input (a column-wise base's): the same draw, without
+            # a separate mask of ones
+            return DTensor.from_local(self.drop(local), x.device_mesh, x.placements,
+                                      run_check=False)
         mask = self.drop(torch.ones(x.shape, dtype=local.dtype, device=local.device))
         shape, offset = compute_local_shape_and_global_offset(x.shape, x.device_mesh,
                                                               x.placements)

@@ -17,12 +17,14 @@ What stays as in one process:
     stage's gradients are summed, so both copies take the same update and stay equal;
   - the init: every rank draws the whole model's initial weights in the same order
     (model.init_weights skips nothing, a block of another stage is drawn and discarded);
-    after it each pp rank draws (dropout) from a stream of its own (not from one process's).
+    after it each pp rank but the first draws (dropout) from a stream of its own
+    (Trainer._seed_rank_stream).
 
 Each stage is fully_shard-ed (FSDP2) over the dp sub-mesh after tensor parallelism, as the
 whole model is without pp. The targets (and SFT's document ids) reach every stage as
-keyword arguments; only the last stage reads the targets, every stage the document ids
-(its attention mask). The shapes between stages are given up front (static metadata), so
+keyword arguments; the last stage computes the loss from the targets, every stage takes
+the sequence length and device from them (rotary tables) and builds its attention mask
+from the document ids. The shapes between stages are given up front (static metadata), so
 no stage runs a trial forward.
 """
 
@@ -103,8 +105,9 @@ class Pipeline:
         if len(batches[0]) > 2:                  # SFT: document ids, for every stage's mask
             kwargs["doc"] = torch.cat([b[2] for b in batches])
         if scales is not None:                   # one value per window, split like the rest
-            kwargs["scale"] = torch.tensor(scales, device=x.device).repeat_interleave(
-                batches[0][0].shape[0])
+            # (on the CPU: a list copied to the GPU would wait for it, a host sync per step;
+            # a 0-dim CPU tensor multiplies a GPU loss as a plain number)
+            kwargs["scale"] = torch.tensor(scales).repeat_interleave(batches[0][0].shape[0])
         losses: list = []
         self.schedule.step(*((x,) if self.has_first else ()),
                            target=y if self.has_last else None, losses=losses,

@@ -509,7 +509,10 @@ class Trainer:
         FSDP2 reduce-scatters every micro-step: its shards are all a rank keeps (with sync
         off until the last, each block's whole fp32 gradient would be held through the
         step: a 1/dp_shard share become a whole one, 35 GB per GPU for a 70B model at
-        tp 8). HSDP all-reduces the shards across its replicas once, at the last."""
+        tp 8). HSDP all-reduces the shards across its replicas once, at the last. Under --pp
+        this is not used: torch's pipeline stage turns sync off itself until the last
+        microbatch, so a stage does hold its whole gradients through the step (--dry-run
+        counts them as fsdp_held)."""
         if self.parallel == "ddp" and not last:
             return self.model.no_sync()
         if self.parallel == "fsdp" and self.layout.dp_replicate > 1:
