@@ -170,15 +170,14 @@ def _pattern(url: bool, email: bool, nt: bool, elision: bool, hyphen_words: bool
 # English units after a number are split off ("10MB" -> "10", "MB"), as spaCy's suffix rule
 # does with its list of units (spacy/lang/char_classes.py, spaCy 3.8), and so are "am" and
 # "pm" after an hour ("10am"), its English exceptions: a space goes between them before the
-# text is tokenized. A digit before a letter a unit (or am, pm) starts with is the cheap
-# test; most texts have none.
+# text is tokenized (one scan of the text, 6% of the tokenizer's time on English text; a
+# cheaper test first saved nothing measurable).
 _UNITS = (
     "km|km²|km³|m|m²|m³|dm|dm²|dm³|cm|cm²|cm³|mm|mm²|mm³|ha|µm|nm|yd|in|ft|kg|g|mg|µg|t|lb"
     "|oz|m/s|km/h|kmh|mph|hPa|Pa|mbar|mb|MB|kb|KB|gb|GB|tb|TB|T|G|M|K"
     "|км|км²|км³|м|м²|м³|дм|дм²|дм³|см|см²|см³|мм|мм²|мм³|нм|кг|г|мг|м/с|км/ч|кПа|Па|мбар"
     "|Кб|КБ|кб|Мб|МБ|мб|Гб|ГБ|гб|Тб|ТБ|тб"
 )
-_MAYBE_UNIT = re.compile("\\d[kmdchµnyiftloPMGKTbgapкмдсгнтКМГТП]")
 _NUMBER_UNIT = re.compile(f"(\\d)({_UNITS}|am|pm)(?![\\w/])")
 _HOURS = frozenset(str(h) for h in range(1, 13))
 # Zero-width space, word joiner and BOM: the default pipeline's normalisation removes them
@@ -216,7 +215,7 @@ def tokens(text: str, lang: str | None = None, cache: dict | None = None,
     nt = not elision and ("n't" in text or "n’t" in text)
     french = lang in FRENCH_HYPHEN_LANGS and "-" in text
     english = lang in (None, "en")
-    if english and _MAYBE_UNIT.search(text):
+    if english:
         text = _NUMBER_UNIT.sub(_space_units, text)
     return _pattern(url, "@" in text, nt, elision, lang in HYPHEN_WORD_LANGS,
                     lang in HYPHEN_NUMBER_LANGS, french, english, cjk).findall(text)
