@@ -70,24 +70,15 @@ def measure_rank(cfg, work: str) -> tuple[dict, object]:
 
 
 def predicted(cfg, world: int) -> dict:
-    """The dry-run's row for these ranks (pp = 1: one kind of rank)."""
-    from llmtk.estimate.ranks import rank_rows
-    from llmtk.train.dryrun import dry_run
+    """The dry-run's row for these ranks (pp = 1: one kind of rank), priced as `llmtk train
+    --dry-run` prices it (commands.train.plan_rows)."""
+    from llmtk.commands.train import plan_rows
 
-    d = dry_run(cfg, world)
-    lay = d.layout
-    rows = rank_rows(d.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=d.parallel == "fsdp",
-                     dp_shard=lay.dp_shard,
-                     micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
-                     recompute="full" if cfg.activation_checkpointing else "selective",
-                     bf16=cfg.dtype == "bf16", gpu_name=cfg.gpu)["rows"]
-    out = {"layout": str(lay), "parallel": d.parallel, **{k: rows[0][k] for k in PARTS}}
+    d, result = plan_rows(cfg, world)
+    row = result["rows"][0]
+    out = {"layout": str(d.layout), "parallel": d.parallel, **{k: row[k] for k in PARTS}}
     if d.parallel == "fsdp":  # the gradient bytes held through a step of micro-steps
-        acc = rank_rows(d.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=True,
-                        dp_shard=lay.dp_shard, micro_batch=cfg.batch_size, grad_accum=2,
-                        recompute="selective", bf16=cfg.dtype == "bf16",
-                        gpu_name=cfg.gpu)["rows"][0]
-        out["held_gradients"] = acc["fsdp_held"]
+        out["held_gradients"] = plan_rows(cfg, world, grad_accum=2)[1]["rows"][0]["fsdp_held"]
     return out
 
 
@@ -105,6 +96,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
                     help="bf16: autocast on CPU, as a GPU run trains")
     ap.add_argument("--activation-checkpointing", action="store_true")
+    ap.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters on every linear")
     ap.add_argument("--json", help="also write the report here (rank 0)")
     args = ap.parse_args()
 
@@ -119,7 +111,8 @@ def main() -> None:
                       seq_len=args.seq_len, batch_size=args.batch_size, steps=2, warmup=1,
                       log_every=10**6, compile=False, device="cpu", dtype=args.dtype,
                       quiet=True, resume="never", parallel=args.parallel, tp=args.tp,
-                      activation_checkpointing=args.activation_checkpointing, **dims)
+                      activation_checkpointing=args.activation_checkpointing,
+                      lora_rank=args.lora_rank, **dims)
     mine, dist = measure_rank(cfg, work)
     ranks = [mine]
     if dist.distributed:

@@ -66,8 +66,10 @@ def test_dry_run_memory_is_the_measured_per_rank_memory(tmp_path, nproc, args, l
     (2, ["--tp", "2", "--dtype", "bf16"]),
     (2, ["--tp", "2", "--d-model", "96", "--heads", "6", "--kv-heads", "2", "--batch-size",
          "3", "--seq-len", "32"]),
+    (2, ["--tp", "2", "--lora-rank", "4"]),
 ])
-def test_dry_run_memory_under_bf16_recompute_and_gqa(tmp_path, nproc, args):
+def test_dry_run_memory_under_bf16_recompute_gqa_and_lora(tmp_path, nproc, args):
     """bf16 autocast on CPU (as a GPU run trains: autocast's weight copies on one process,
-    bf16 gathers under FSDP2), activation checkpointing, and a grouped-query shape."""
+    bf16 gathers under FSDP2), activation checkpointing, a grouped-query shape, and LoRA
+    under tp (each adapter's half its base does not split is whole on every rank)."""
     assert_within(memory_check(tmp_path, nproc, *args))

@@ -339,26 +339,39 @@ def _train(flags: dict, config: str | None) -> None:
         exit_worker()
 
 
+def plan_rows(cfg, world: int, grad_accum: int | None = None):
+    """`cfg` planned on `world` processes (train.dryrun: what each kind of rank holds, on
+    the meta device) and priced with estimate's formulas: (the DryRun, rank_rows' result).
+    What `llmtk train --dry-run` prints, and benchmarks/memory_check.py's prediction."""
+    from llmtk.estimate.ranks import rank_rows
+    from llmtk.train.dryrun import dry_run
+    from llmtk.train.lora import parse_targets
+
+    d = dry_run(cfg, world)
+    lay = d.layout
+    return d, rank_rows(
+        d.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=d.parallel == "fsdp",
+        dp_shard=lay.dp_shard, micro_batch=cfg.batch_size,
+        grad_accum=grad_accum or cfg.grad_accum,
+        recompute="full" if cfg.activation_checkpointing else "selective",
+        bf16=cfg.dtype != "fp32",  # a GPU run: bf16 autocast unless fp32 is asked for
+        gpu_name=cfg.gpu, lora_rank=cfg.lora_rank,
+        lora_parts=len(parse_targets(cfg.lora_targets)))
+
+
 def _dry_run(cfg, launch) -> None:
     """The layout per kind of rank (train counts what each holds on the meta device) priced
     with estimate's formulas, and estimate's own table for the same layout beside it."""
     import sys
 
-    from llmtk.estimate.ranks import rank_rows, render, same_layout_estimate
-    from llmtk.train.dryrun import dry_run
-    from llmtk.train.lora import parse_targets
+    from llmtk.estimate.ranks import render, same_layout_estimate
 
     per_node = launch.nproc_per_node or 1
     world = per_node * launch.nnodes
-    d = dry_run(cfg, world)
-    bf16 = cfg.dtype != "fp32"  # a GPU run: bf16 autocast unless fp32 is asked for
+    d, result = plan_rows(cfg, world)
+    bf16 = cfg.dtype != "fp32"
     recompute = "full" if cfg.activation_checkpointing else "selective"
     lay = d.layout
-    result = rank_rows(d.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=d.parallel == "fsdp",
-                       dp_shard=lay.dp_shard,
-                       micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
-                       recompute=recompute, bf16=bf16, gpu_name=cfg.gpu,
-                       lora_rank=cfg.lora_rank, lora_parts=len(parse_targets(cfg.lora_targets)))
     m = d.mcfg
     render(result, f"{cfg.model}: {m.n_layer} layers x {m.d_model}, vocab {m.vocab_size} "
            f"({d.vocab_from}); {world} processes ({launch.nnodes} x {per_node}): {lay}; "

@@ -51,7 +51,7 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
     its norms' weight.float() copies (2C fp32) and the rotary tables cast to bf16.
 
     With lora_rank r (llmtk train's LoRA, base frozen, `lora_parts` adapted projections
-    per layer, 7 = q,k,v,o,gate,up,down; no dropout; fp32, tp 1): each adapter keeps A·x,
+    per layer, 7 = q,k,v,o,gate,up,down; no dropout; fp32): each adapter keeps A·x,
     r per token; a norm with a frozen weight does not keep x·rstd (-C per norm); the
     first layer's attention norm needs no gradient at all (its input, the frozen
     embedding's output, has none: -C - rstd); no token ids (the embedding gets no
@@ -72,10 +72,10 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
     mlp = 4 * f * elem / t
     first = 0  # the first layer's difference from the others
     if lora_rank:
-        norms -= 2 * C * 4  # frozen norm weights: x·rstd is not kept
+        norms -= 2 * C * 4 / t  # frozen norm weights: x·rstd is not kept
         per_layer_lora = lora_parts * lora_rank * elem  # A·x of every adapter
         per_layer = n * (norms + attn + mlp + per_layer_lora)
-        first = -n * (C * 4 + 4)
+        first = -n * (C * 4 + 4) / t
     else:
         per_layer = n * (norms + attn + mlp)
     copies = 0.0
@@ -88,7 +88,7 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
         per_layer, first = n * C * residual / t, 0
     inputs = 0 if lora_rank else n * 8 + 0.0  # token ids (int64): the embedding's gradient
     if lora_rank:  # the final norm's input and rstd, d/dh, the token count
-        head = n * (C * 4 + 4 + C * elem) + 8
+        head = n * ((C * 4 + 4) / t + C * elem) + 8
     else:
         head = n * (norm_split / t + C * elem) + Vp * C * 4 / t + 8  # + the token count
     if residual < 4:

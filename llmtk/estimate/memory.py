@@ -210,10 +210,13 @@ def max_micro_batch(fixed: float, act_per_sample: float, capacity: float) -> int
     return int(room // act_per_sample)
 
 
-def lora_params(m: ModelSpec, rank: int) -> float:
+def lora_params(m: ModelSpec, rank: int, tp: int = 1) -> float:
     """LoRA adapters (A: r x in, B: out x r) on every linear layer of every block:
-    wq, wk, wv, wo and the two or three MLP matrices."""
+    wq, wk, wv, wo and the two or three MLP matrices; with `tp`, one tensor-parallel rank's
+    share as llmtk train splits them with their base: on a column-wise base B split and A
+    whole, on a row-wise one (wo, the MLP's out-projection) A split and B whole."""
     d, H, K, hd, f = m.d_model, m.n_head, m.kv_heads, m.hd, m.ffn
-    shapes = [(d, H * hd), (d, K * hd), (d, K * hd), (H * hd, d)]
-    shapes += [(d, f), (d, f), (f, d)] if m.glu else [(d, f), (f, d)]
-    return float(m.n_layer * sum(rank * (i + o) for i, o in shapes))
+    columns = [(d, H * hd), (d, K * hd), (d, K * hd)] + ([(d, f)] * (2 if m.glu else 1))
+    rows = [(H * hd, d), (f, d)]
+    return float(m.n_layer * rank * (sum(i + o / tp for i, o in columns)
+                                     + sum(i / tp + o for i, o in rows)))

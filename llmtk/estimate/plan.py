@@ -372,7 +372,9 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
         # llmtk train keeps fp32 parameters and gradients under bf16 autocast (its masters
         # are its weights): fp32's bytes, and a frozen base costs 4 bytes, not 2. The
         # busiest rank's share, then ZeRO's sharding over dp.
-        stage, stage_trained = _stage_share(spec, counts, stored, trainable, par)
+        lora_shard = (memory.lora_params(spec, req.lora_rank, tp=par.tp)
+                      if req.lora_rank is not None and spec is not None else None)
+        stage, stage_trained = _stage_share(spec, counts, stored, trainable, par, lora_shard)
         states = memory.model_state_bytes(
             stage, precision="fp32", optimizer=req.optimizer,
             par=replace(par, tp=1, pp=1), trainable=stage_trained,
@@ -429,21 +431,27 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
     return out
 
 
-def _stage_share(spec, counts, stored, trained, par) -> tuple[float, float]:
+def _stage_share(spec, counts, stored, trained, par, lora_shard=None) -> tuple[float, float]:
     """(parameters, trained parameters) of the busiest rank per tp shard, before the
     data-parallel sharding, as llmtk train places them (llmtk.train.dryrun): 1/tp of the
     model, or under a pipeline the first or the last stage, whichever holds more: its
     blocks (the first stages take one more when pp does not divide the layers) and the
-    embedding table, or the final norm and the head (a tied head is a copy there)."""
-    if par.pp == 1 or counts is None:
-        return stored / par.tp, trained / par.tp
-    lora = stored - counts.total  # the adapters, all in the blocks
-    block = counts.per_layer + lora / spec.n_layer
-    table = spec.vocab_size * spec.d_model
+    embedding table, or the final norm and the head (a tied head is a copy there).
+    `lora_shard`: a tp rank's LoRA adapters (memory.lora_params with tp), all in the
+    blocks; part of each is whole on every tp rank."""
+    t = par.tp
+    if counts is None:
+        return stored / t, trained / t
+    if lora_shard is None:
+        lora_shard = (stored - counts.total) / t  # no adapters: 0
+    if par.pp == 1:
+        return counts.total / t + lora_shard, (lora_shard if lora_shard else stored / t)
+    lora = lora_shard / spec.n_layer  # one block's, on one tp rank
+    block = counts.per_layer / t + lora
+    table = spec.vocab_size * spec.d_model / t
     most, least = -(-spec.n_layer // par.pp), spec.n_layer // par.pp
-    stage = max(most * block + table, least * block + table + spec.d_model)
-    stage_trained = stage if not lora else most * lora / spec.n_layer
-    return stage / par.tp, stage_trained / par.tp
+    stage = max(most * block + table, least * block + table + spec.d_model / t)
+    return stage, (most * lora if lora else stage)
 
 
 def _scaling(fit_name: str, n: float, tokens: float) -> dict:

@@ -40,8 +40,15 @@ class RankPlan:
 
 
 def _split(name: str, numel: int, tp: int) -> float:
-    """Elements of one tp shard: matrices (and the embedding/head) split, vectors kept."""
-    return numel / tp if not name.endswith("norm.weight") else float(numel)
+    """Elements of one tp shard: matrices (and the embedding/head) split, vectors kept, and
+    of a LoRA adapter the half its base splits (lora.py: on a column-wise base B split by
+    rows and A whole; on a row-wise one, wo and w2, A split by columns and B whole)."""
+    if name.endswith("norm.weight"):
+        return float(numel)
+    if ".lora_" in name:
+        row_wise = ".wo.lora_" in name or ".w2.lora_" in name
+        return numel / tp if (".lora_A." in name) == row_wise else float(numel)
+    return numel / tp
 
 
 def plan_ranks(cfg, mcfg, layout: Layout) -> list[RankPlan]:
