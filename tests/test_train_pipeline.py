@@ -74,6 +74,10 @@ def test_the_command_refuses_a_bad_split_before_starting_processes(tmp_path):
     p = llmtk("train", "--data", str(data), "--out", str(tmp_path / "o"), "--layers", "4",
               "--nproc-per-node", "2", "--pp", "2", in_process=True)  # --grad-accum 1
     assert p.returncode == 2 and "--grad-accum: 1 microbatches for --pp 2" in p.stderr.decode()
+    p = llmtk("train", "--data", str(data), "--out", str(tmp_path / "o"), "--layers", "4",
+              "--nproc-per-node", "2", "--pp-layers", "2,2", in_process=True)  # no --pp
+    assert p.returncode == 2 and "--pp-layers: needs --pp > 1" in p.stderr.decode()
+    assert not (tmp_path / "o").exists()
 
 
 def test_dry_run_plans_a_ranks_stages():

@@ -309,11 +309,12 @@ def _train(flags: dict, config: str | None) -> None:
         # A layout that cannot fit starts nothing.
         layout = run_layout(cfg, (launch.nproc_per_node or 1) * launch.nnodes)[1]
         check_trainable(layout, cfg)
-        if layout.pp > 1:  # the split needs only the layer count (the vocabulary: later)
-            from llmtk.train.parallel import pipeline_split
-            from llmtk.train.run_shape import model_config
+        # the split needs only the layer count (the vocabulary: later); without --pp it
+        # refuses --pp-layers and an interleaved schedule
+        from llmtk.train.parallel import pipeline_split
+        from llmtk.train.run_shape import model_config
 
-            pipeline_split(layout, model_config(cfg, 256).n_layer, cfg)
+        pipeline_split(layout, model_config(cfg, 256).n_layer, cfg)
         import os
 
         if cfg.threads is None and "OMP_NUM_THREADS" not in os.environ:
