@@ -251,3 +251,13 @@ def test_a_given_recompute_is_honoured():
     assert p.returncode == 2
     assert p.stderr.decode().startswith("llmtk: error: --recompute: none is selective in "
                                         "llmtk train")
+
+
+def test_the_run_says_where_the_solved_global_batch_is_from():
+    # the solver fills the request's global batch in; the run's table must not read it as
+    # given (its pipeline-bubble line asks for --global-batch when it was not)
+    r = solve("--model", "llama3-8b", "--gpus", "16xH100")
+    assert r["run"]["global_batch_from"] == r["solve"]["global_batch_from"] == (
+        "one sequence per GPU (default)")
+    r = solve("--model", "llama3-8b", "--gpus", "16xH100", "--global-batch", "64")
+    assert r["run"]["global_batch_from"] == "--global-batch"

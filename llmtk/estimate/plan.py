@@ -227,7 +227,9 @@ def estimate(req: Request) -> dict:
             "precision": req.precision, "peak_flops_per_gpu": peak, "mfu": req.mfu,
             "dp": dp, "tp": tp, "pp": pp, "zero": req.zero, "sequence_parallel": par.sp,
             "micro_batch": req.micro_batch, "global_batch": global_batch,
-            "global_batch_from": "--global-batch" if req.global_batch is not None
+            # (--solve layout fills in req's global batch: the solver says where it is from)
+            "global_batch_from": solved["global_batch_from"] if req.solve == "layout"
+                                 else "--global-batch" if req.global_batch is not None
                                  else "micro-batch x dp",
             "grad_accum_steps": accum, "seq_len": seq,
             "tokens_per_step": global_batch * seq if seq else None,

@@ -105,7 +105,7 @@ def render(r: dict, file) -> None:
                   f"{run['grad_accum_steps']}")
     if run["pp"] > 1:
         told = ("" if run["global_batch_from"] == "--global-batch"
-                else "; default = micro-batch x dp, set --global-batch")
+                else f"; default: {run['global_batch_from']}, set --global-batch")
         modelled = solve and solve["for"] == "layout"  # the step time above adds it
         t.add_row("  pipeline bubble", f"{run['pipeline_bubble']:.1%}",
                   f"(pp-1)/(m+pp-1), 1F1B, m = {run['grad_accum_steps']} micro-batches "
