@@ -384,7 +384,7 @@ def _dry_run(cfg, launch) -> None:
                                micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
                                recompute=recompute, bf16=bf16, lora_rank=cfg.lora_rank)
     busiest = max(r["total"] for r in result["rows"])
-    held = ("; and it counts no gradients held whole through micro-steps (fsdp_held)"
+    held = ("; and it counts nothing FSDP holds through micro-steps (fsdp_held)"
             if any(r["fsdp_held"] for r in result["rows"]) else "")
     print(f"llmtk estimate, same layout: {est['total'] / 1e9:.2f} GB per GPU "
           f"({(busiest - est['total']) / est['total']:+.1%} for the busiest rank here; "

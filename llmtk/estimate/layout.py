@@ -8,8 +8,8 @@ divisor of what is left, at most one stage per layer; dp the rest; ZeRO 3 (FSDP2
 (whole copies), the two `llmtk train` runs; micro-batches of a power of two dividing the
 rank's share of the global batch, at least pp of them per step under pp (train's 1F1B
 needs one per stage); recompute selective (llmtk's SDPA attention never
-stores the scores, so "none" costs the same time and more memory) or full (activation
-checkpointing). Memory is priced by the caller with `llmtk estimate`'s own formulas.
+stores the scores, so "none" is "selective") or full (activation checkpointing). Memory is
+priced by the caller as `llmtk train --dry-run` counts it (plan._memory, llmtk_model).
 
 The step time (`step_time`), per optimizer step of `global_batch` sequences:
   compute   model FLOPs (6N + attention) of the step's tokens, + one forward (1/3) under
@@ -18,7 +18,8 @@ The step time (`step_time`), per optimizer step of `global_batch` sequences:
             reduce-scatters of the (b, s, h) activations: 4 in forward, 4 in backward,
             4 more under full recompute, each moving (tp-1)/tp of it over NVLink; not
             overlapped (no async TP);
-  bubble    1F1B: the pipeline's compute and tp time x (m + pp - 1)/m, m micro-batches;
+  bubble    1F1B: the pipeline's compute and tp time x (pp - 1)/m, m micro-batches (a
+            bubble fraction (pp - 1)/(m + pp - 1) of the step);
   pp        each micro-batch's activations sent to the next stage and its gradient back
             (the rank's 1/tp share), over the network when the run spans nodes (some
             stage boundary then does); exposed;

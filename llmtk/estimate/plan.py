@@ -304,7 +304,7 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
         raise ConfigError("gpus", f"{spec.name} fits no layout of {n_gpus} x {gpu.name}: the "
                           f"smallest ({c}) needs {need / 1e9:,.1f} GB per GPU of "
                           f"{gpu.mem_bytes / 1e9:,.1f}; give more GPUs")
-    # Fastest first, times within 0.1% being equal (recomputation can only hide
+    # Fastest first, times rounded to steps of 0.1% (recomputation can only hide
     # communication that is exposed anyway); then no recompute, fewer micro-steps (bigger
     # matmuls run nearer the assumed MFU than the constant-MFU model can see), less memory.
     rows.sort(key=lambda x: (round(math.log(x[1]["step_s"]) / math.log(1.001)),

@@ -132,8 +132,8 @@ def render(r: dict, file) -> None:
                   "2 layers' weights + 1 layer's grads unsharded")
     if mem.get("fsdp_held"):
         t.add_row("  FSDP held through a step", gb(mem["fsdp_held"]),
-                  "fp32 gradients whole until the step's one reduce-scatter"
-                  + ("; the stage's gathered weights (pipeline)" if run["pp"] > 1 else ""))
+                  "a pipeline stage's gathered weights, and its fp32 gradients whole "
+                  "(ZeRO 3) until the step's one reduce-scatter")
     if mem["activations"] is None:
         t.add_row("  activations", "?", mem["note"])
     else:
