@@ -272,19 +272,24 @@ def _skip_blank(s: _Stream, pos: int) -> int | None:
         pos = i + s.base
 
 
+def _blank_line(buf, start: int, stop: int) -> tuple[int, int]:
+    """(index, length) of the first blank line in buf[start:stop] that ends a header: CRLF
+    CRLF as the standard says, or LF LF as some writers (and hand-made archives) have it;
+    (-1, 0) when there is none."""
+    i = buf.find(b"\r\n\r\n", start, stop)
+    j = buf.find(b"\n\n", start, stop if i < 0 else i)
+    return (j, 2) if j >= 0 else (i, 4) if i >= 0 else (-1, 0)
+
+
 def _header_end(s: _Stream, pos: int) -> int | None:
     """Logical position just after the blank line that ends a header block at pos: CRLF
     CRLF as the standard says, or LF LF as some writers (and hand-made archives) have it."""
     start = pos
     while True:
         # search no further than MAX_HEADER: a header without its end would scan the window
-        stop = pos - s.base + MAX_HEADER
-        i = s.buf.find(b"\r\n\r\n", start - s.base, stop)
-        j = s.buf.find(b"\n\n", start - s.base, stop if i < 0 else i)
-        if j >= 0:
-            return j + s.base + 2
-        if i >= 0:
-            return i + s.base + 4
+        at, length = _blank_line(s.buf, start - s.base, pos - s.base + MAX_HEADER)
+        if at >= 0:
+            return at + s.base + length
         if s.end - pos > MAX_HEADER:
             return None
         start = max(pos, s.end - 3)
@@ -478,12 +483,8 @@ def _payload(meta: dict, block: bytes, number: int, *, http: bool, content_type:
 
 
 def _split_http(block: bytes) -> tuple[int | None, dict[str, str], bytes]:
-    # both searches stop at MAX_HEADER: unbounded, a miss scans the whole payload
-    end = block.find(b"\r\n\r\n", 0, MAX_HEADER + 4)
-    sep = 4
-    alt = block.find(b"\n\n", 0, (MAX_HEADER if end < 0 else end) + 2)
-    if end < 0 or 0 <= alt < end:
-        end, sep = alt, 2
+    # the search stops at MAX_HEADER: unbounded, a miss scans the whole payload
+    end, sep = _blank_line(block, 0, MAX_HEADER + 4)
     if end < 0 or end > MAX_HEADER:
         return None, {}, b""
     lines = block[:end].split(b"\n")
