@@ -172,13 +172,27 @@ TWENTY_STEPS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def twenty_step_ref(corpus, tmp_path_factory):
+    """The one-process 20-step run with these flags, run once for the module."""
+    runs: dict[tuple, str] = {}
+
+    def ref(flags: list[str]) -> str:
+        if tuple(flags) not in runs:
+            out = str(tmp_path_factory.mktemp("one20") / "run")
+            run_train(corpus, out, "--steps", "20", "--batch-size", "4", *flags)
+            runs[tuple(flags)] = out
+        return runs[tuple(flags)]
+    return ref
+
+
 @pytest.mark.integration
-@pytest.mark.slow  # a 1-process and a 2- or 4-process run of 20 steps each
+@pytest.mark.slow  # a 2- or 4-process run of 20 steps (and its one-process reference)
 @pytest.mark.parametrize("single,layout,grad_rel", [x[1:] for x in TWENTY_STEPS],
                          ids=[x[0] for x in TWENTY_STEPS])
-def test_twenty_steps_match_one_process(corpus, tmp_path, single, layout, grad_rel):
-    ref, out = str(tmp_path / "one"), str(tmp_path / "layout")
-    run_train(corpus, ref, "--steps", "20", "--batch-size", "4", *single)
+def test_twenty_steps_match_one_process(corpus, tmp_path, twenty_step_ref, single, layout,
+                                        grad_rel):
+    ref, out = twenty_step_ref(single), str(tmp_path / "layout")
     run_train(corpus, out, "--steps", "20", *layout)
     assert [x[0] for x in losses(out)] == list(range(1, 21))
     _parallel_matches(ref, out, grad_rel=grad_rel)
