@@ -150,24 +150,38 @@ def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(corpus, tmp_pat
                                          "step-0000012"]
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("sig", [
-    signal.SIGTERM, pytest.param(signal.SIGUSR1, marks=pytest.mark.slow)], ids=["TERM", "USR1"])
-def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, resume_ref, sig):
-    args, ref = RESUME_ARGS, resume_ref
-    out = str(tmp_path / "pre")
+def _train_until_a_row(corpus, out, args, **faults):
+    """`llmtk train` as a real process, each step slowed down, once it has logged a row
+    (not quiet: the test reads what it says)."""
     argv = ["train", "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out,
-            *TINY, *args]
-    proc = popen_module("tests.train_driver", argv,
-                        env(LLMTK_TEST_FAULTS='{"step_delay": 0.25}'), stderr_pipe=True)
+            *[a for a in TINY if a != "-q"], *args]
+    spec = json.dumps({"step_delay": 0.25, **faults})
+    proc = popen_module("tests.train_driver", argv, env(LLMTK_TEST_FAULTS=spec),
+                        stderr_pipe=True)
     deadline = time.time() + 120
     while time.time() < deadline:
         if os.path.exists(os.path.join(out, "metrics.jsonl")) and rows(out):
             break
         time.sleep(0.02)
+    return proc
+
+
+# Preemption (SIGTERM, SIGUSR1) is a clean stop, exit 0; Ctrl-C (SIGINT) checkpoints the
+# same way but the run was interrupted, not done: 130, as for any interrupted command.
+@pytest.mark.integration
+@pytest.mark.parametrize("sig,status", [
+    (signal.SIGTERM, 0), pytest.param(signal.SIGUSR1, 0, marks=pytest.mark.slow),
+    (signal.SIGINT, 130)], ids=["TERM", "USR1", "INT"])
+def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, resume_ref, sig,
+                                                           status):
+    args, ref = RESUME_ARGS, resume_ref
+    out = str(tmp_path / "pre")
+    proc = _train_until_a_row(corpus, out, args)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err.decode()
+    assert proc.returncode == status, err.decode()
+    assert f"{sig.name}: checkpoint written at step".encode() in err
+    assert b"the same command resumes from it" in err and b"Traceback" not in err
     pre = events(out, "preempt")
     assert pre and pre[0]["signal"] == sig.name
     step = pre[0]["step"]
@@ -175,6 +189,26 @@ def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, res
     assert os.path.exists(os.path.join(out, "checkpoints", f"step-{step:07d}", "COMPLETE"))
     run_train(corpus, out, *args)
     assert losses(out) == losses(ref)
+
+
+@pytest.mark.integration
+def test_a_second_ctrl_c_stops_at_once(corpus, tmp_path):
+    """The first Ctrl-C writes a checkpoint at the step; a second one while it is being
+    written stops at once: exit 130, that checkpoint left unfinished (a resume takes the
+    one before), no traceback."""
+    out, writing = str(tmp_path / "twice"), str(tmp_path / "writing")
+    proc = _train_until_a_row(corpus, out, ["--steps", "12", "--batch-size", "4"],
+                              hold_in_checkpoint=writing)
+    proc.send_signal(signal.SIGINT)
+    deadline = time.time() + 60
+    while not os.path.exists(writing) and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err.decode()
+    assert b"SIGINT: writing a checkpoint" in err and b"checkpoint written" not in err
+    assert not events(out, "preempt") and b"Traceback" not in err
+    assert not os.path.exists(os.path.join(out, "checkpoints", "latest"))
 
 
 @pytest.mark.integration

@@ -222,3 +222,70 @@ def test_prefetcher_gives_the_samplers_batches_in_order(tmp_path, threaded):
             assert (x == rx).all() and (y == ry).all()
     finally:
         pre.close()
+
+
+# ---------------------------------------------------------------- web pages are not text
+
+
+def _pages(tmp_path, n_html: int, n_text: int):
+    """JSON Lines of crawled pages (HTML as fetched) mixed with plain-text documents."""
+    from tests.warc_fixtures import page
+
+    path = tmp_path / "crawl.jsonl"
+    with open(path, "w") as f:
+        for i in range(n_text):
+            f.write(json.dumps({"text": f"plain text number {i} " * 20}) + "\n")
+        for i in range(n_html):
+            f.write(json.dumps({"text": page(f"Page {i}", "words " * 30)}) + "\n")
+    return str(path)
+
+
+def test_train_refuses_web_pages_before_step_1(tmp_path):
+    data, out = _pages(tmp_path, n_html=30, n_text=10), tmp_path / "run"
+    r = llmtk("train", "--data", data, "--out", out, "--steps", "1", "-q", in_process=True)
+    assert r.returncode == 1
+    assert r.stderr.decode() == (
+        f"llmtk: error: {data}:11: these are web pages (30 of the first 40 documents are "
+        f"HTML): run `llmtk clean` first to extract their text, or pass --allow-html to "
+        f"train on the markup\n")
+    assert not out.exists()  # no run directory, no cache, no lock left behind
+
+
+def test_train_allow_html_trains_on_the_markup(tmp_path):
+    data, out = _pages(tmp_path, n_html=30, n_text=10), tmp_path / "run"
+    r = llmtk("train", "--data", data, "--out", out, "--steps", "1", "-q", "--allow-html",
+              "--batch-size", "1", "--seq-len", "32", "--threads", "1", in_process=True)
+    assert r.returncode == 0, r.stderr
+    assert os.path.exists(out / "checkpoints" / "step-0000001" / "COMPLETE")
+
+
+def test_train_takes_a_corpus_with_a_few_html_files(tmp_path):
+    """A code corpus holds some HTML files: fewer than half of the documents is no crawl."""
+    data, out = _pages(tmp_path, n_html=5, n_text=40), tmp_path / "run"
+    r = llmtk("train", "--data", data, "--out", out, "--steps", "1", "-q",
+              "--batch-size", "1", "--seq-len", "32", "--threads", "1", in_process=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_train_tokenize_refuses_a_web_archive(tmp_path):
+    from tests.warc_fixtures import members, page, record
+
+    warc = tmp_path / "crawl.warc.gz"
+    warc.write_bytes(members([record("response", f"https://example.org/{i}",
+                                     page(f"Page {i}", "words " * 30).encode())
+                              for i in range(3)])[0])
+    r = llmtk("train", "tokenize", warc, "-o", tmp_path / "tokens", "-q", in_process=True)
+    assert r.returncode == 1
+    err = r.stderr.decode()
+    assert err.startswith(f"llmtk: error: {warc}:") and "these are web pages (3 of the " \
+        "first 3 documents are HTML): run `llmtk clean` first" in err
+    assert not (tmp_path / "tokens" / "part-00000-of-00001").exists()
+
+
+def test_eval_every_without_validation_data_warns_at_start(tmp_path):
+    r = llmtk("train", "--data", write_data(tmp_path), "--out", tmp_path / "run", "--steps",
+              "2", "--eval-every", "1", "--warmup", "0", "--batch-size", "1", "--seq-len",
+              "32", "--threads", "1", in_process=True)
+    assert r.returncode == 0, r.stderr
+    assert "warning: --eval-every 1 evaluates nothing: there is no validation data" \
+        in r.stderr.decode()

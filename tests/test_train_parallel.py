@@ -6,8 +6,10 @@ The launcher runs in this process (torchrun's own code), its workers are real.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -17,6 +19,7 @@ from tests.train_runs import (
     events,
     free_port,
     losses,
+    rows,
     run_train,
     same_samples_and_scores,
     task_files,
@@ -24,7 +27,7 @@ from tests.train_runs import (
     torchrun_with_faults,
     train_corpus,  # noqa: F401 (the corpus fixture)
 )
-from tests.util import ROOT, env, llmtk
+from tests.util import ROOT, env, llmtk, popen_module
 
 # ---------------------------------------------------------------- parallel (gloo)
 
@@ -454,3 +457,28 @@ def test_gpu_check_cpu_smoke(tmp_path):
     for r in results:
         assert r["tokens_per_s"] > 0 and r["plain_tokens_per_s"] > 0
         assert r["checkpoint_bytes"] > 0 and r["checkpoint_s"] >= 0
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # a 2-process run
+def test_ctrl_c_at_the_launcher_checkpoints_every_worker_and_exits_130(corpus, tmp_path):
+    """Ctrl-C reaches the launcher alone (torchrun starts its workers in sessions of their
+    own); it passes SIGINT on, the workers checkpoint at one step, the launcher exits 130
+    without an error line."""
+    out = str(tmp_path / "run")
+    argv = ["train", "--data", corpus["data"], "--cache-dir", corpus["cache"], "--out", out,
+            *TINY, "--steps", "100000", "--batch-size", "2", "--nproc-per-node", "2",
+            "--threads", "1"]
+    proc = popen_module("llmtk", argv, env(), stderr_pipe=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (
+            os.path.exists(os.path.join(out, "metrics.jsonl")) and rows(out)):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # as the terminal sends it
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err.decode()[-2000:]
+    assert b"llmtk: error" not in err and b"Traceback" not in err
+    (pre,) = events(out, "preempt")
+    assert pre["signal"] == "SIGINT"
+    step = os.path.join(out, "checkpoints", f"step-{pre['step']:07d}")
+    assert os.path.exists(os.path.join(step, "COMPLETE"))

@@ -4,6 +4,8 @@ The faults come from LLMTK_TEST_FAULTS, a JSON object (every key optional):
   nan_loss: S           the loss of 0-based step S is NaN
   spike_loss: S         the loss of 0-based step S is 10x (once; not again on the redo)
   crash_in_checkpoint: S  SIGKILL after checkpoint S is written, before it is COMPLETE
+  hold_in_checkpoint: FILE  create FILE once a checkpoint is written, before it is
+                        COMPLETE, then wait there (up to 60 s)
   die_once: [FILE, S]   exit 17 after step S unless FILE exists (then create it first)
   kill_after: S         SIGKILL this process after step S (every rank of a torchrun job)
   step_delay: SECONDS   sleep after every step (time for a test to send a signal)
@@ -38,6 +40,11 @@ class TestFaults(Faults):
     def before_commit(self, step):
         if self.spec.get("crash_in_checkpoint") == step:
             os.kill(os.getpid(), signal.SIGKILL)
+        if "hold_in_checkpoint" in self.spec:
+            open(self.spec["hold_in_checkpoint"], "w").close()
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                time.sleep(0.05)
 
     def after_step(self, step):
         if self.spec.get("kill_after") == step:

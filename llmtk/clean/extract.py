@@ -19,9 +19,9 @@ import html as htmllib
 import re
 from dataclasses import dataclass
 
+from llmtk.text.html import looks_like_html_page
+
 METHODS = ("resiliparse", "trafilatura", "none")
-_LOOKS_HTML = re.compile(r"\s*(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*"
-                         r"<(?:!doctype\s+html|html|head|body)\b", re.I | re.S)
 _MATH_SCRIPT = re.compile(r"<script[^>]*type\s*=\s*[\"']math/tex(;\s*mode=display)?[\"'][^>]*>"
                           r"(.*?)</script>", re.I | re.S)
 # Page furniture, by the markup sites use for it (HTML5 elements, ARIA roles, the class names
@@ -53,7 +53,7 @@ class Extract:
         ctype = data.get("content_type")
         if isinstance(ctype, str) and ctype:
             return "html" in ctype.lower()
-        return text[:1] in "<\ufeff \t\r\n" and _LOOKS_HTML.match(text[:4096]) is not None
+        return looks_like_html_page(text)
 
     def __call__(self, page: str) -> str:
         return extract(page, self.method)

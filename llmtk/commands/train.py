@@ -95,6 +95,8 @@ OPTIONS: dict[str, Opt] = {
         " there is no --val-data."),
     "max_epochs": Opt(DATA, "Warn when the run would read a source more often than this."),
     "text_field": Opt(DATA, "The field that holds the text."),
+    "allow_html": Opt(DATA, "Train on documents that are HTML pages as they are (refused "
+        "otherwise: run `llmtk clean` to extract their text)."),
     "tokenizer": Opt(DATA, "bytes (UTF-8 bytes + EOS) or a tokenizer.json file."),
     "cache_dir": Opt(DATA, "Where token caches live (shared by runs).", default="OUT/cache",
         metavar="DIR"),
@@ -514,6 +516,9 @@ def tokenize_command(
                                          show_default=False)] = ...,  # type: ignore[assignment]
     tokenizer: Annotated[str, typer.Option(
         "--tokenizer", help="bytes (UTF-8 bytes + EOS) or a tokenizer.json file.")] = "bytes",
+    allow_html: Annotated[bool, typer.Option(
+        "--allow-html", help="Tokenize documents that are HTML pages as they are (refused "
+        "otherwise: run `llmtk clean` to extract their text).")] = False,
     *,
     stream: StreamOptions,
 ) -> None:
@@ -527,7 +532,7 @@ def tokenize_command(
     os.environ.setdefault("RAYON_NUM_THREADS", str(stream.workers))
     tok = load_tokenizer(tokenizer)
     with StreamRun("train tokenize", stream, output_dirs=[("-o", out_dir)]) as run:
-        tokenize_task(run, tok, out_dir)
+        tokenize_task(run, tok, out_dir, allow_html=allow_html)
 
 
 BATCH_HELP = """\

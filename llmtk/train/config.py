@@ -37,6 +37,7 @@ class TrainConfig:
     val_fraction: float = 0.0
     max_epochs: float = 4.0               # warn when a source is read more often than this
     text_field: str = "text"
+    allow_html: bool = False              # train on documents that are web pages (markup)
     tokenizer: str = "bytes"
     cache_dir: str | None = None          # default OUT/cache
     out: str | None = None

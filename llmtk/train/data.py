@@ -44,6 +44,7 @@ from llmtk.errors import ConfigError, DataError
 from llmtk.io import expand_inputs, read_docs
 from llmtk.io.atomic import atomic_dir, pid_alive
 from llmtk.io.shard import RECORD_BITS, RECORD_MASK, doc_key
+from llmtk.train.webpages import WebPageCheck
 
 CACHE_VERSION = 2  # 2: document boundaries and identities beside each shard
 SHARD_TOKENS = 1 << 26  # 64M tokens per shard file (128 MiB as uint16)
@@ -141,13 +142,15 @@ def old_caches(cache_root: str) -> list[str]:
 
 
 def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str,
-                text_field: str = "text", val_fraction: float = 0.0, log=None) -> str:
+                text_field: str = "text", val_fraction: float = 0.0, log=None,
+                allow_html: bool = False) -> str:
     """Tokenize the inputs into cache_root/<key>/ unless it is there; return that directory.
 
     One process tokenizes, under a lock per cache key; the others wait on the lock and then
     reuse the result (on a shared filesystem whose flock works across hosts, once per job;
     otherwise once per node, and the first rename wins). The lock is a file lock, not a
     collective, so the wait is not bounded by the process group's NCCL timeout.
+    Inputs that are web pages are refused (llmtk.train.webpages) unless allow_html.
     """
     from llmtk.train.lock import DirLock
 
@@ -175,7 +178,7 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
         try:
             with atomic_dir(final, tmp, exist_ok=True):
                 _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field,
-                          val_fraction, log)
+                          val_fraction, log, WebPageCheck(allow_html))
         except BaseException:
             # A bad line, empty data or Ctrl-C leaves nothing: atomic_dir removed the partial
             # shards; no lock file either, and no cache folder if this call made it.
@@ -188,7 +191,7 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
 
 
 def _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fraction,
-              log) -> None:
+              log, pages: WebPageCheck) -> None:
     dtype = np.uint16 if tokenizer.vocab_size <= 65536 else np.uint32
     train = _ShardWriter(tmp, "train", dtype)
     val = _ShardWriter(tmp, "val", dtype)
@@ -208,6 +211,7 @@ def _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fra
             batch.clear()
 
         for doc in read_docs(paths, text_field=text_field, file_starts=starts):
+            pages.see(doc)
             batch.append(doc)
             if len(batch) >= 1024:
                 drain()
@@ -219,6 +223,7 @@ def _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fra
     consume(train_paths, lambda text: split and _is_val(text, val_fraction))
     if val_paths:  # ordinals of the validation documents count in val_inputs
         consume(val_paths, lambda text: True)
+    pages.finish()
     train.flush()
     val.flush()
     if train.tokens == 0:

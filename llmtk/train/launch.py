@@ -40,6 +40,7 @@ def torchrun_argv(*, nproc_per_node: int, nnodes: int, node_rank: int | None,
 
 def run_torchrun(argv: list[str]) -> int:
     """Run torchrun's launcher here; return the exit status of the job."""
+    from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
@@ -48,6 +49,16 @@ def run_torchrun(argv: list[str]) -> int:
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     try:
         torchrun_main(argv)
+    except SignalException as e:
+        # torchrun passed the signal on to the workers (Ctrl-C reaches only the launcher:
+        # they run in sessions of their own) and waited for them: they checkpointed and
+        # said so. Ctrl-C exits 130 as a single process does; another signal 128 + its number.
+        if e.sigval == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        err = LlmtkError(f"stopped by {signal.Signals(e.sigval).name} (the workers "
+                         "checkpointed where they could; the same command resumes)")
+        err.exit_code = 128 + int(e.sigval)
+        raise err from None
     except ChildFailedError as e:
         codes = [f.exitcode for f in e.failures.values()]
         code = next((c for c in codes if c and c > 0), 1)

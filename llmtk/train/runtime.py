@@ -223,15 +223,18 @@ def setup_dist(device: str, nccl_timeout: int) -> Dist:
 
 
 class Stopper:
-    """SIGTERM / SIGUSR1 (Slurm preemption) ask for a checkpoint and a clean exit; the
-    ranks agree on it over the host group, so a signal seen by one rank stops them all at
-    the same step."""
+    """SIGTERM / SIGUSR1 (Slurm preemption) and SIGINT (Ctrl-C) ask for a checkpoint at the
+    step and an exit; the ranks agree on it over the host group, so a signal seen by one
+    rank stops them all at the same step. A second Ctrl-C stops at once (KeyboardInterrupt:
+    a checkpoint being written is left unfinished, and resume takes the one before)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
     def __init__(self, dist: Dist):
         self.dist, self.signum, self.previous = dist, 0, {}
 
     def __enter__(self) -> Stopper:
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
+        for sig in self.SIGNALS:
             self.previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -240,7 +243,9 @@ class Stopper:
             signal.signal(sig, handler)
 
     def _handle(self, signum, frame):
-        self.signum = signum
+        if signum == signal.SIGINT == self.signum:
+            raise KeyboardInterrupt
+        self.signum = self.signum or signum  # the first signal names the stop
 
     def agreed(self) -> int:
         """The signal number some rank received (0: none), the same on every rank."""

@@ -43,6 +43,7 @@ import xxhash
 from llmtk.errors import AlreadyDone, DataError, UsageError
 from llmtk.io import write_json_atomically
 from llmtk.io.atomic import atomic_dir, pid_alive
+from llmtk.train.webpages import WebPageCheck
 
 if TYPE_CHECKING:
     import numpy as np
@@ -139,8 +140,9 @@ class _PartWriter:
             f.close()
 
 
-def tokenize_task(run: StreamRun, tok, out_dir: str) -> dict:
-    """Task K of N (run.opts.shard): tokenize its own files into OUT/part-K-of-N/."""
+def tokenize_task(run: StreamRun, tok, out_dir: str, allow_html: bool = False) -> dict:
+    """Task K of N (run.opts.shard): tokenize its own files into OUT/part-K-of-N/. Files
+    that are web pages are refused (llmtk.train.webpages) unless allow_html."""
     import numpy as np
 
     from llmtk.text.tokenizer import encode_batch
@@ -172,12 +174,15 @@ def tokenize_task(run: StreamRun, tok, out_dir: str) -> dict:
             run.summary.records_out += len(batch)
             batch.clear()
 
+        pages = WebPageCheck(allow_html)
         for doc in run.docs():
+            pages.see(doc)
             batch.append(doc)
             size += len(doc.text)
             if size >= BATCH_BYTES or len(batch) >= BATCH_DOCS:
                 flush()
                 size = 0
+        pages.finish()
         if batch:
             flush()
         writer.close()

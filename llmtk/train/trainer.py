@@ -165,7 +165,7 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
 
             cache = data_key(cfg, tok) or D.build_cache(  # token datasets need no cache
                 cfg.data, cfg.val_data, tok, cfg.cache_dir or os.path.join(cfg.out, "cache"),
-                cfg.text_field, cfg.val_fraction, log=say)
+                cfg.text_field, cfg.val_fraction, log=say, allow_html=cfg.allow_html)
         data_ready = True
         import torch  # only now: a run refused by the lock or the data never waits for it
 
@@ -690,6 +690,11 @@ class Trainer:
             resolved = self._write_config()
             if self.cfg.warmup >= self.cfg.steps:
                 self._say(warmup_warning(self.cfg))
+            if self.cfg.eval_every and self.val_data is None and not self.val_sets \
+                    and not self.cfg.eval_tasks:
+                self._say(f"warning: --eval-every {self.cfg.eval_every} evaluates nothing: "
+                          f"there is no validation data (give --val-data, or hold some of "
+                          f"--data out with --val-fraction) and no --eval-tasks")
             note = busy_note(self.threads, self.threads_from, self.dist.device)
             if note:
                 self._say(note)
@@ -730,12 +735,12 @@ class Trainer:
         """The model's parameters are DTensor shards (DCP checkpoints load per rank)."""
         return self.parallel == "fsdp"
 
-    def _finish(self, st: TrainState) -> None:
+    def _finish(self, st: TrainState, how: str = "done") -> None:
         self.ckpt.wait()
         self.batches.close()
         if self.metrics is not None:
             self.metrics.close()
-        self._say(f"done: {st.step} steps, {st.tokens} tokens -> {self.out}")
+        self._say(f"{how}: {st.step} steps, {st.tokens} tokens -> {self.out}")
 
     def _write_config(self) -> dict:
         resolved = {"train": self.cfg.to_dict(), "model": self.mcfg.to_dict(),
@@ -793,12 +798,17 @@ class Trainer:
 
     def _preempt(self, st: TrainState, signum: int) -> None:
         name = signal.Signals(signum).name
-        self._say(f"{name}: writing a checkpoint at step {st.step} (until it is complete, the "
-                  f"last one, step {self.ckpt.last_step}, is the one to resume from)")
+        again = " (Ctrl-C again: stop now)" if signum == signal.SIGINT else ""
+        before = f"step {self.ckpt.last_step}'s" if self.ckpt.last_step else "no checkpoint"
+        self._say(f"{name}: writing a checkpoint at step {st.step}{again}; until it is "
+                  f"complete, a resume starts from {before}")
         self._checkpoint(st, reason=name, wait=True)
         self._event("preempt", step=st.step, signal=name)
-        self._say(f"{name}: checkpoint written at step {st.step}; exiting")
-        self._finish(st)
+        self._say(f"{name}: checkpoint written at step {st.step}; the same command resumes "
+                  f"from it; exiting")
+        self._finish(st, "stopped")
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt  # interrupted, not done: exit status 130
 
     # ---------------------------------------------------------------- logging
     def _say(self, msg: str) -> None:
