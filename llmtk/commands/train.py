@@ -128,7 +128,8 @@ OPTIONS: dict[str, Opt] = {
     "grad_clip": Opt(OPTIM, "Clip the global gradient norm (0: off)."),
     "seed": Opt(OPTIM, "Seed for init and data order."),
     "device": Opt(RUN, "auto, cpu or cuda."),
-    "dtype": Opt(RUN, "auto (bf16 autocast on GPU, fp32 on CPU), fp32 or bf16."),
+    "dtype": Opt(RUN, "auto (bf16 autocast on GPU, fp32 on CPU), fp32, bf16, or fp64 "
+        "(every weight and sum in float64: for checking a layout against one process)."),
     "parallel": Opt(RUN, "auto (DDP when several processes), none, ddp or fsdp (FSDP2)."),
     "tp": Opt(PAR, "Tensor-parallel degree: split every matrix over N ranks of a node."),
     "pp": Opt(PAR, "Pipeline-parallel degree: split the layers into N stages."),

@@ -66,7 +66,7 @@ class TrainConfig:
     seed: int = 0
     # runtime
     device: str = "auto"                  # auto | cpu | cuda
-    dtype: str = "auto"                   # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16
+    dtype: str = "auto"                   # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16 | fp64
     parallel: str = "auto"                # auto (ddp when world > 1) | none | ddp | fsdp
     # the device mesh (llmtk.train.parallel): pp x dp_replicate x dp_shard x tp = world
     tp: int = 1                           # tensor-parallel degree (inside a node)
@@ -226,7 +226,8 @@ RULES = {
     "dp_replicate": _at_least(1), "dp_shard": _at_least(1),
     "pp_schedule": _one_of("1f1b", "interleaved-1f1b"),
     "schedule": _one_of("cosine", "wsd", "constant"), "device": _one_of("auto", "cpu", "cuda"),
-    "dtype": _one_of("auto", "fp32", "bf16"), "parallel": _one_of("auto", "none", "ddp", "fsdp"),
+    "dtype": _one_of("auto", "fp32", "bf16", "fp64"),
+    "parallel": _one_of("auto", "none", "ddp", "fsdp"),
     "on_nan": _one_of("skip", "stop"), "on_spike": _one_of("none", "rollback"),
     "grad_stats": _one_of("none", "per-layer"), "grad_stats_every": _at_least(0),
     "checkpoint_format": _one_of("auto", "full", "dcp"),

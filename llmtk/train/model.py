@@ -94,6 +94,16 @@ def ungroup_qkv(t: torch.Tensor, cfg: ModelConfig, dim: int = 0) -> torch.Tensor
                       v.reshape(-1, *rest)]).movedim(0, dim)
 
 
+def wide_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype that sums and normalisations run in: fp32, or fp64 for fp64 tensors (an
+    --dtype fp64 run narrows nothing)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def wide(x: torch.Tensor) -> torch.Tensor:
+    return x.to(wide_dtype(x.dtype))
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -102,14 +112,16 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Normalise in fp32 for stability under bf16 autocast, return the input dtype.
-        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).type_as(x)
+        return F.rms_norm(wide(x), (x.shape[-1],), wide(self.weight), self.eps).type_as(x)
 
 
 def rotary_tables(cfg: ModelConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape (seq_len, D/2), fp32."""
+    """cos, sin of shape (seq_len, D/2), fp32 (fp64 in an --dtype fp64 run)."""
     hd = cfg.head_dim
-    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, device=device).float() / hd))
-    t = torch.arange(cfg.seq_len, device=device).float()
+    dtype = torch.get_default_dtype()
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, device=device, dtype=dtype)
+                                         / hd))
+    t = torch.arange(cfg.seq_len, device=device, dtype=dtype)
     freqs = torch.outer(t, inv_freq)  # (T, D/2)
     return freqs.cos(), freqs.sin()
 
@@ -119,7 +131,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
     x: (B, H, T, D); cos, sin: (T, D/2), or (B, 1, T, D/2) for per-example positions.
     """
-    x1, x2 = x.float().chunk(2, dim=-1)  # (B, H, T, D/2) each
+    x1, x2 = wide(x).chunk(2, dim=-1)  # (B, H, T, D/2) each
     out = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
     return out.type_as(x)
 
@@ -370,13 +382,14 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         need_w = need_grad and weight.requires_grad
         if need_grad:
             grad_h = torch.empty_like(h)
-        grad_w = (torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        acc = wide_dtype(weight.dtype)  # fp32 accumulators (fp64 in an fp64 run)
+        grad_w = (torch.zeros(weight.shape, dtype=acc, device=weight.device)
                   if need_w else None)
         total = torch.zeros((), dtype=torch.float64, device=h.device)  # exact-ish sum
         w = weight.to(h.dtype)
         for begin in range(0, h.size(0), chunk):
             hc, tc = h[begin:begin + chunk], targets[begin:begin + chunk]
-            logits = (hc @ w.t()).float()  # (n, Vp): one chunk only (tp: (n, Vp/tp))
+            logits = wide(hc @ w.t())  # (n, Vp): one chunk only (tp: (n, Vp/tp))
             logits[:, max(0, vocab - start):] = float("-inf")
             ok = tc != -1
             if group is None:
@@ -402,13 +415,13 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
             probs *= ok.unsqueeze(1)
             grad_h[begin:begin + chunk] = (probs.to(h.dtype) @ w).to(h.dtype)
             if need_w:
-                grad_w += probs.t().to(h.dtype).matmul(hc).float()
+                grad_w += wide(probs.t().to(h.dtype).matmul(hc))
         if need_grad and group is not None:
             _all_reduce(grad_h, group)  # every rank's columns contribute to every row's
         if need_grad:
             ctx.save_for_backward(grad_h, grad_w, n)  # grad_w None: saved as None
             ctx.weight_dtype = weight.dtype
-        return (total / n).float()
+        return (total / n).to(wide_dtype(h.dtype))
 
     @staticmethod
     def backward(ctx, grad_out):

@@ -33,7 +33,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from llmtk.train.model import GPT, head_loss, positions, rotary_tables, run_blocks
+from llmtk.train.model import (
+    GPT,
+    head_loss,
+    positions,
+    rotary_tables,
+    run_blocks,
+    wide,
+    wide_dtype,
+)
 
 
 class StagePart(nn.Module):
@@ -114,7 +122,7 @@ class Pipeline:
                            return_outputs=False, **kwargs)
         if not self.has_last:
             return torch.zeros((), device=x.device)
-        return torch.stack([loss.detach().float() for loss in losses]).sum()
+        return wide(torch.stack([loss.detach() for loss in losses])).sum()
 
     def sync_tied(self) -> None:
         """Tied embeddings: sum the first stage's gradient of the matrix with the last
@@ -217,7 +225,7 @@ def build(model: GPT, layout, world_mesh, cfg, device: str, mp_policy, compiled:
     # (and so passes on) the residual stream in bf16.
     B, T = cfg.batch_size, mcfg.seq_len
     act_shape, act_dtype = (B, T // layout.tp, mcfg.d_model), \
-        torch.bfloat16 if bf16 else torch.float32
+        torch.bfloat16 if bf16 else torch.get_default_dtype()  # fp32 (fp64: --dtype fp64)
     dev = torch.device(device)
     stages = []
     def act():  # the residual stream: its gradient flows back to the stage before
@@ -225,7 +233,7 @@ def build(model: GPT, layout, world_mesh, cfg, device: str, mp_policy, compiled:
 
     for s, part in zip(stage_ids, parts, strict=True):
         inp = torch.empty((B, T), dtype=torch.long, device="meta") if s == 0 else act()
-        out = torch.empty((), dtype=torch.float32, device="meta", requires_grad=True) \
+        out = torch.empty((), dtype=wide_dtype(act_dtype), device="meta", requires_grad=True) \
             if s == n - 1 else act()
         stages.append(PipelineStage(part, s, n, dev, input_args=inp, output_args=out,
                                     group=pp_mesh.get_group()))

@@ -170,6 +170,9 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
         import torch  # only now: a run refused by the lock or the data never waits for it
 
         threads = torch.get_num_threads()  # --threads changes them; callers get theirs back
+        default_dtype = torch.get_default_dtype()
+        if cfg.dtype == "fp64":  # every tensor the run makes (weights, buffers) in fp64
+            torch.set_default_dtype(torch.float64)
         dist = setup_dist(cfg.device, cfg.nccl_timeout)
         try:
             dist.barrier()  # rank 0 holds the lock: the others may touch OUT from here on
@@ -188,6 +191,7 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
         finally:
             dist.close()
             torch.set_num_threads(threads)
+            torch.set_default_dtype(default_dtype)
     finally:
         if lock is not None:
             lock.release(remove=not data_ready)
@@ -483,6 +487,8 @@ class Trainer:
     def _micro_steps(self, st: TrainState):
         import torch
 
+        from llmtk.train.model import wide
+
         if self.pipe is not None:
             return self._pipeline_step(st)
         ga = self.cfg.grad_accum
@@ -501,7 +507,7 @@ class Trainer:
                     loss = loss * self.train_data.loss_scale(st.position, m, ga)
                 loss = self.faults.loss(st.step, loss)
                 (loss / ga).backward()
-            loss_sum += loss.detach().float()
+            loss_sum += wide(loss.detach())
         return loss_sum
 
     def _gradient_sync(self, last: bool):
@@ -539,9 +545,11 @@ class Trainer:
         [loss, grad_norm, not_finite] and the per-parameter squared norms (device)."""
         import torch
 
+        from llmtk.train.model import wide
+
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         local = [g.to_local() if hasattr(g, "to_local") else g for g in grads]
-        sq = torch.stack(torch._foreach_norm(local)).float() ** 2  # (P,)
+        sq = wide(torch.stack(torch._foreach_norm(local))) ** 2  # (P,)
         if self.slots is not None:  # pp: this stage's among the whole model's (P_all,)
             sq = torch.zeros(len(self.param_names), device=sq.device).index_copy_(
                 0, self.slots, sq)
