@@ -132,10 +132,6 @@ def estimate(req: Request) -> dict:
     counts = count_params(spec) if spec is not None else None
     total = req.params if req.params is not None else counts.total
     active = total if req.params is not None else counts.active
-    if counts is None:
-        matmul = total
-    else:  # --params keeps the shape's non-matmul part (embedding lookup, position table)
-        matmul = active - (counts.active - counts.matmul)
     trainable = total
     lora = None
     if req.lora_rank is not None:
@@ -144,6 +140,7 @@ def estimate(req: Request) -> dict:
                               "only {4}", also=("model", "layers", "d_model", "heads", "params"))
         lora = memory.lora_params(spec, req.lora_rank)
         trainable = lora
+    n = n_flops(counts, active, lora)
 
     if spec is not None:
         if spec.n_head % req.tp:
@@ -155,14 +152,14 @@ def estimate(req: Request) -> dict:
 
     # --- FLOPs --------------------------------------------------------------------------
     if spec is not None:
-        frac = trainable / (matmul + (lora or 0)) if lora else 1.0
-        per_token = F.model_flops_per_token(matmul + (lora or 0), spec.n_layer, spec.n_head,
-                                            spec.hd, spec.seq_len, trainable_fraction=frac)
+        per_token = F.model_flops_per_token(n, spec.n_layer, spec.n_head, spec.hd,
+                                            spec.seq_len,
+                                            trainable_fraction=trainable / n if lora else 1.0)
         attn = F.attention_flops_per_token(spec.n_layer, spec.n_head, spec.hd, spec.seq_len)
     else:
-        per_token = (6.0 if lora is None else 4.0) * active
+        per_token = 6.0 * n
         attn = 0.0
-    per_token_6n = 6.0 * active
+    per_token_6n = 6.0 * n
 
     # --- what to solve for --------------------------------------------------------------
     tokens = req.tokens
@@ -217,7 +214,7 @@ def estimate(req: Request) -> dict:
             "shape": _shape(spec),
             "params": total,
             "active_params": active,
-            "matmul_params": matmul,
+            "matmul_params": n,  # the N of every FLOPs row
             "trainable_params": trainable,
             "lora_params": lora,
         },
@@ -241,7 +238,7 @@ def estimate(req: Request) -> dict:
             "per_token_6n": per_token_6n,
             "per_token": per_token,
             "attention_per_token": attn,
-            "total_6nd": F.flops_6nd(active, tokens),
+            "total_6nd": F.flops_6nd(n, tokens),
             "total": total_flops,
             "hardware_total": total_flops * recompute_factor,
         },
@@ -264,6 +261,18 @@ def estimate(req: Request) -> dict:
     result["suggestions"] = _suggestions(result, spec, counts, total, trainable, req, par,
                                          accum, gpu)
     return result
+
+
+def n_flops(counts, active: float, lora: float | None) -> float:
+    """The N of 6N, 6ND, PaLM's 6N + attention and llmtk train's MFU: the parameters one
+    token's training multiplies by (count_params' `matmul`: the output head counts, the
+    input-embedding lookup and a position table do not; MoE: the active experts'; LoRA:
+    the frozen base and its adapters). `active` is --params when given: the shape's
+    non-matmul part is taken from it. Chinchilla's law counts every parameter instead, so
+    the Scaling rows use the total."""
+    if counts is None:
+        return active
+    return active - (counts.active - counts.matmul) + (lora or 0.0)
 
 
 def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, peak,

@@ -56,8 +56,10 @@ def render(r: dict, file) -> None:
     t.add_row("  parameters", si(model["params"]), model["source"])
     if model["active_params"] != model["params"]:
         t.add_row("  active per token", si(model["active_params"]), "mixture of experts")
-    t.add_row("  in matmuls (N of 6N)", si(model["matmul_params"]),
-              "without input-embedding lookup and position table")
+    t.add_row("  N: in matmuls", si(model["matmul_params"]),
+              "the N of every FLOPs row (6N, 6·N·D, MFU): "
+              + ("base and adapters; " if model["lora_params"] else "")
+              + "no input-embedding lookup or position table")
     if model["lora_params"]:
         t.add_row("  trainable (LoRA)", si(model["lora_params"]),
                   f"rank {run['lora_rank']} on every linear layer; base frozen")
@@ -68,14 +70,16 @@ def render(r: dict, file) -> None:
 
     section("Compute")
     tf = run["tokens_from"]
-    tok_note = {"--tokens": "", "chinchilla": "no --tokens: Chinchilla 20 x N",
+    tok_note = {"--tokens": "", "chinchilla": "no --tokens: Chinchilla's 20 x parameters",
                 "solved": "solved"}[tf]
     t.add_row("  training tokens", si(run["tokens"]), tok_note)
-    t.add_row("  FLOPs 6·N·D", sci(fl["total_6nd"]), "Kaplan et al. 2020")
+    t.add_row("  FLOPs 6·N·D", sci(fl["total_6nd"]),
+              f"Kaplan et al. 2020: 6 x {si(model['matmul_params'])} x {si(run['tokens'])}")
     if fl["attention_per_token"]:
         share = fl["attention_per_token"] / fl["per_token"]
+        dense = "4N + 2 x adapters" if model["lora_params"] else "6N"  # frozen: no dW
         t.add_row("  FLOPs with attention", sci(fl["total"]),
-                  f"PaLM: (6N + 12·L·H·Q·T)·D; attention is {share:.1%} of it")
+                  f"PaLM: ({dense} + 12·L·H·Q·T)·D; attention is {share:.1%} of it")
     t.add_row("  model FLOPs per token", sci(fl["per_token"]), "what MFU is measured against")
     if fl["hardware_total"] != fl["total"]:
         t.add_row("  hardware FLOPs", sci(fl["hardware_total"]),
@@ -181,7 +185,8 @@ def render(r: dict, file) -> None:
     c = sc["constants"]
     section("Scaling (Chinchilla)")
     t.add_row("  compute-optimal tokens", si(sc["chinchilla_tokens"]),
-              f"20 x N; this run: {sc['tokens_per_param']:,.1f} tokens/param")
+              f"20 x parameters (Chinchilla counts all, not N); this run: "
+              f"{sc['tokens_per_param']:,.1f} tokens/param")
     t.add_row("  predicted loss", f"{sc['predicted_loss']:.3f}",
               f"{sc['source']}: E={c['E']:g} A={c['A']:g} B={c['B']:g} "
               f"α={c['alpha']:g} β={c['beta']:g}")
