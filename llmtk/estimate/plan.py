@@ -196,10 +196,13 @@ def estimate(req: Request) -> dict:
                           f"dp = {req.micro_batch} x {dp}")
     accum = global_batch // (req.micro_batch * dp)
 
+    # Whole optimizer steps, rounded up (the last one is not skipped): the table's, the
+    # JSON's and the emitted config's `steps`.
+    steps = math.ceil(tokens / (global_batch * seq)) if seq else None
     total_flops = tokens * per_token
     seconds = F.time_seconds(total_flops, n_gpus, peak, req.mfu)
     if req.solve == "layout":  # the modelled step: compute + communication + bubble
-        seconds = tokens / (global_batch * seq) * solved["chosen"]["step_s"]
+        seconds = steps * solved["chosen"]["step_s"]
         solved["mfu_effective"] = total_flops / (seconds * n_gpus * peak)
     if req.solve == "days":
         solved = {"for": "days", "value": seconds / 86400}
@@ -230,7 +233,7 @@ def estimate(req: Request) -> dict:
                                  else "micro-batch x dp",
             "grad_accum_steps": accum, "seq_len": seq,
             "tokens_per_step": global_batch * seq if seq else None,
-            "steps": tokens / (global_batch * seq) if seq else None,
+            "steps": steps,
             "recompute": req.recompute, "optimizer": req.optimizer, "lora_rank": req.lora_rank,
             "pipeline_bubble": (pp - 1) / (accum + pp - 1) if pp > 1 else 0.0,
         },
@@ -258,9 +261,26 @@ def estimate(req: Request) -> dict:
         "scaling": _scaling(req.fit, total, tokens),
         "solve": solved,
     }
+    result["memory"]["llmtk_train_total"] = (
+        result["memory"]["total"] if req.solve == "layout"
+        else _llmtk_train_total(result, spec, counts, total, trainable, req, par, accum, gpu))
     result["suggestions"] = _suggestions(result, spec, counts, total, trainable, req, par,
                                          accum, gpu)
     return result
+
+
+def _llmtk_train_total(result, spec, counts, total, trainable, req, par, accum,
+                       gpu) -> float | None:
+    """Per-GPU bytes of this layout as llmtk train runs it (its busiest rank): the memory
+    `--solve layout` prices, `--emit-config` writes in its header and `llmtk train
+    --dry-run` quotes, one computation for all three. None when train cannot run the
+    layout (llmtk.estimate.emit.refusal) or without a shape."""
+    from llmtk.estimate.emit import refusal
+
+    if spec is None or refusal(req, result["run"], spec) is not None:
+        return None
+    return _memory(spec, counts, total, trainable, req, par, accum, gpu,
+                   llmtk_model=True)["total"]
 
 
 def n_flops(counts, active: float, lora: float | None) -> float:

@@ -103,7 +103,7 @@ def render(r: dict, file) -> None:
         t.add_row("  cost", "-", "give --price-per-gpu-hour")
     t.add_row("  throughput", f"{tm['tokens_per_second_per_gpu']:,.0f}", "tokens/s per GPU")
     if run["steps"]:
-        t.add_row("  optimizer steps", f"{run['steps']:,.0f}",
+        t.add_row("  optimizer steps", f"{run['steps']:,}",
                   f"global batch {run['global_batch']:,} x {run['seq_len']:,} = "
                   f"{si(run['tokens_per_step'])} tokens; grad accumulation "
                   f"{run['grad_accum_steps']}")
@@ -159,6 +159,11 @@ def render(r: dict, file) -> None:
     else:
         verdict = f"[red]does not fit[/red] in {cap}: {used}"
     t.add_row("  [bold]verdict[/bold]", "", verdict)
+    if mem["llmtk_train_total"] is not None and not trainer:
+        t.add_row("  as llmtk train holds it", gb(mem["llmtk_train_total"]),
+                  "this layout in llmtk train (fp32 states, its model's own activations), "
+                  "its busiest rank: what --solve layout, --emit-config and train --dry-run "
+                  "print")
     if mem["max_micro_batch"] is not None:
         mb = mem["max_micro_batch"]
         per_seq = f"{gb(mem['activations_per_sample'])} activations per sequence"
