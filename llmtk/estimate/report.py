@@ -59,7 +59,8 @@ def render(r: dict, file) -> None:
     t.add_row("  N: in matmuls", si(model["matmul_params"]),
               "the N of every FLOPs row (6N, 6·N·D, MFU): "
               + ("base and adapters; " if model["lora_params"] else "")
-              + "no input-embedding lookup or position table")
+              + ("no input-embedding lookup or position table" if model["shape"]
+                 else "all parameters (no shape to find the embedding lookup in)"))
     if model["lora_params"]:
         t.add_row("  trainable (LoRA)", si(model["lora_params"]),
                   f"rank {run['lora_rank']} on every linear layer; base frozen")
