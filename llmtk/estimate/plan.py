@@ -14,6 +14,7 @@ from llmtk.compute import hardware
 from llmtk.compute.models import Dims, ModelSpec, build_spec, count_params
 from llmtk.errors import ConfigError
 from llmtk.estimate import layout, memory, scaling
+from llmtk.estimate.emit import refusal
 
 SOLVE = ("gpus", "days", "tokens", "layout")
 INFERENCE_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "int4": 0.5}
@@ -275,8 +276,6 @@ def _llmtk_train_total(result, spec, counts, total, trainable, req, par, accum,
     `--solve layout` prices, `--emit-config` writes in its header and `llmtk train
     --dry-run` quotes, one computation for all three. None when train cannot run the
     layout (llmtk.estimate.emit.refusal) or without a shape."""
-    from llmtk.estimate.emit import refusal
-
     if spec is None or refusal(req, result["run"], spec) is not None:
         return None
     return _memory(spec, counts, total, trainable, req, par, accum, gpu,

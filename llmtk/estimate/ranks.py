@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from llmtk.compute import hardware
 from llmtk.estimate import memory
-from llmtk.estimate.emit import gb2
+from llmtk.estimate.emit import CUSTOM_BASE, gb2
 
 
 def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro_batch: int,
@@ -99,7 +99,6 @@ def _request_model(mcfg, model: str | None):
     the head is tied as there, else a Llama-style preset tied as it is (emit.CUSTOM_BASE
     untied, tiny tied), with the dimensions that differ from the preset's."""
     from llmtk.compute.models import Dims, preset
-    from llmtk.estimate.emit import CUSTOM_BASE
 
     if model is None or preset(model).tie_embeddings != mcfg.tie_embeddings:
         model = "tiny" if mcfg.tie_embeddings else CUSTOM_BASE
