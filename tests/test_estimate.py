@@ -160,6 +160,31 @@ def test_model_flops_per_token_is_palm_formula():
     assert got == 6 * n + 12 * 12 * 12 * 64 * 1024
 
 
+def test_one_n_in_every_flops_row_the_json_and_train_mfu():
+    """The Model section's N (the parameters in matmuls) is the N of 6·N·D, of PaLM's
+    6N + attention and of llmtk train's MFU; the FLOPs row names the numbers it multiplies.
+    Llama 2 7B's untied input table is not in it: N = 6.61 B of 6.74 B parameters."""
+    from llmtk.train.model_config import PRESETS as TRAIN_PRESETS
+
+    r = run_json("--model", "llama2-7b")
+    n, d, fl = r["model"]["matmul_params"], r["run"]["tokens"], r["flops"]
+    assert n == count_params(PRESETS["llama2-7b"]).matmul < r["model"]["params"]
+    assert fl["per_token_6n"] == 6 * n and fl["total_6nd"] == 6 * n * d
+    assert fl["per_token"] == 6 * n + fl["attention_per_token"]
+    # train's MFU counts the same N for the same shape (its causal attention aside)
+    assert flops.flops_per_token_for_config(TRAIN_PRESETS["llama2-7b"]) == fl["per_token"]
+    code, out, _ = cli("--model", "llama2-7b")
+    assert code == 0
+    assert "N: in matmuls                          6.61 B" in out
+    assert "5.34e+21  Kaplan et al. 2020: 6 x 6.61 B x 135 B" in out  # 6 x 6.61e9 x 135e9
+    # --params keeps the shape's lookup out of N; LoRA's N is the base and its adapters
+    over = estimate(Request(model="llama2-7b", params=7e9, tokens=1e9))
+    assert over["flops"]["total_6nd"] == 6 * (7e9 - 32000 * 4096) * 1e9
+    lora = estimate(Request(model="llama2-7b", lora_rank=16, tokens=1e9))
+    assert lora["model"]["matmul_params"] == n + lora_params(PRESETS["llama2-7b"], 16)
+    assert lora["flops"]["total_6nd"] == 6 * lora["model"]["matmul_params"] * 1e9
+
+
 def test_lora_counts_adapters_and_skips_weight_gradients():
     m = PRESETS["llama2-7b"]
     r16 = lora_params(m, 16)

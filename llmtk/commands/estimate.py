@@ -83,7 +83,7 @@ def command(
     seq_len: Annotated[Text, _opt("--seq-len", "N", "Sequence length (default: the preset's, "
                                   "or 2048).", MODEL)] = None,
     tokens: Annotated[Text, _opt("--tokens", "N", "Training tokens, e.g. 15e12 or 15T "
-                                 "(default: Chinchilla 20 x N).", RUN)] = None,
+                                 "(default: Chinchilla's 20 x parameters).", RUN)] = None,
     gpus: Annotated[str, _opt("--gpus", "COUNTxGPU", "GPUs, e.g. 1024xH100 (see --list).",
                               RUN)] = "1xH100",
     gpus_per_node: Annotated[str, _opt("--gpus-per-node", "N", "GPUs per node: --solve gpus "

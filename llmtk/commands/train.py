@@ -368,7 +368,7 @@ def _dry_run(cfg, launch) -> None:
     with estimate's formulas, and estimate's own table for the same layout beside it."""
     import sys
 
-    from llmtk.estimate.ranks import render, same_layout_estimate
+    from llmtk.estimate.ranks import render, same_layout_estimate, same_layout_line
 
     per_node = launch.nproc_per_node or 1
     world = per_node * launch.nnodes
@@ -386,13 +386,7 @@ def _dry_run(cfg, launch) -> None:
                                tp=lay.tp, pp=lay.pp, dp=lay.dp, sharded=lay.dp_shard > 1,
                                micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
                                recompute=recompute, bf16=bf16, lora_rank=cfg.lora_rank)
-    busiest = max(r["total"] for r in result["rows"])
-    held = ("; and it counts nothing FSDP holds through micro-steps (fsdp_held)"
-            if any(r["fsdp_held"] for r in result["rows"]) else "")
-    print(f"llmtk estimate, same layout: {est['total'] / 1e9:.2f} GB per GPU "
-          f"({(busiest - est['total']) / est['total']:+.1%} for the busiest rank here; "
-          f"its activations are Korthikanti's GPT-3 block, these the llmtk model's own{held})",
-          file=sys.stdout)
+    print(same_layout_line(est, max(r["total"] for r in result["rows"])), file=sys.stdout)
     if (lay.tp > 1 or lay.pp > 1) and (cfg.sample_every or cfg.eval_tasks):
         _whole_copy_line(cfg, d.mcfg, result)
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 
 def flops_6nd(n_params: float, tokens: float) -> float:
-    """Kaplan et al. 2020's C = 6·N·D (what the GPT-3 and Llama 3 papers quote)."""
+    """Kaplan et al. 2020's C = 6·N·D, N the parameters in matmuls (ParamCounts.matmul),
+    the same N as model_flops_per_token's (the papers' all-parameter N differs from it by
+    the untied input table: 0.5% for Llama 3 405B)."""
     return 6.0 * n_params * tokens
 
 

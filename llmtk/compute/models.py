@@ -24,8 +24,9 @@ __all__ = ["PRESETS", "PRESET_LIST", "ModelSpec", "ParamCounts", "count_params",
 class ParamCounts:
     """Parameter counts. `total` is what is stored and trained; `active` what one token
     uses (< total only for mixture-of-experts); `matmul` the active parameters that take
-    part in a matrix multiply (no input-embedding lookup, no position table), the N of
-    PaLM's 6N; `per_layer` one transformer block; `embedding` the token table(s)."""
+    part in a matrix multiply (no input-embedding lookup, no position table), the one N
+    of every FLOPs formula (6N, 6ND, PaLM's 6N + attention, llmtk train's MFU);
+    `per_layer` one transformer block; `embedding` the token table(s)."""
 
     total: float
     active: float

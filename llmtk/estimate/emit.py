@@ -11,10 +11,16 @@ plans, `llmtk train --config FILE --dry-run`) the layout estimated.
 from __future__ import annotations
 
 import json
-import math
 
+from llmtk.compute.models import preset
 from llmtk.errors import ConfigError
 from llmtk.presets import trainable
+
+
+def gb2(nbytes: float) -> str:
+    """GB (10^9 bytes) to two decimals: how the emitted header and the dry-run quote print
+    the same estimate, so that they read the same."""
+    return f"{nbytes / 1e9:.2f} GB"
 
 
 def _toml(value) -> str:
@@ -25,44 +31,66 @@ def _toml(value) -> str:
     return json.dumps(value)  # a TOML basic string for these plain names
 
 
+# A custom shape (--layers/--d-model/--heads, no preset) is Llama-style with a 32000-token
+# untied vocabulary: the 7b preset's settings, so the file names it with the dimensions
+# that differ, and train plans the model estimated (a small preset's vocabulary would not).
+CUSTOM_BASE = "7b"
+
+
+def refusal(req, run: dict, spec) -> ConfigError | None:
+    """Why llmtk train cannot run the layout `run` of request `req` (model `spec`), as the
+    error --emit-config raises; None when it can. Also decides whether the estimate prices
+    the layout as llmtk train holds it (plan.py)."""
+    if spec is None:
+        return ConfigError("emit_config", "needs the model's shape ({0} or {1}/{2}/{3}), not "
+                           "only {4}", also=("model", "layers", "d_model", "heads", "params"))
+    why = trainable(spec)
+    if why is not None:
+        return ConfigError("emit_config", f"{spec.name} cannot be trained by llmtk train: {why}")
+    if req.optimizer != "adamw":
+        return ConfigError("optimizer", "llmtk train uses AdamW; --emit-config needs adamw")
+    if req.precision not in ("bf16-mixed", "fp32"):
+        return ConfigError("precision", "llmtk train runs bf16-mixed or fp32")
+    if run["zero"] not in (0, 3):  # the solved one under --solve layout
+        return ConfigError("zero", "llmtk train shards every state (3, FSDP2) or none (0)")
+    if req.dims.head_dim is not None:
+        return ConfigError("head_dim", "is not a train setting (the head dim is d_model / "
+                           "heads)")
+    pp = run["pp"]
+    if pp > 1 and run["grad_accum_steps"] < pp:  # train's pipeline: a microbatch per stage
+        return ConfigError("global_batch", f"gives {run['grad_accum_steps']} micro-steps per "
+                           f"step, but llmtk train's 1f1b pipeline needs at least one per "
+                           f"stage (--pp {pp}): raise --global-batch to "
+                           f"{pp * run['micro_batch'] * run['dp']} or more")
+    per_node = min(run["gpus"], req.gpus_per_node)
+    if run["gpus"] % per_node:
+        return ConfigError("gpus", f"{run['gpus']} GPUs are not whole {per_node}-GPU nodes "
+                           f"({{0}}): torchrun starts the same number on every node",
+                           also=("gpus_per_node",))
+    return None
+
+
 def train_config(req, result: dict, spec) -> str:
     """The TOML text for the estimate `result` of request `req` (model `spec`)."""
     run = result["run"]
-    if spec is None:
-        raise ConfigError("emit_config", "needs the model's shape ({0} or {1}/{2}/{3}), not "
-                          "only {4}", also=("model", "layers", "d_model", "heads", "params"))
-    why = trainable(spec)
-    if why is not None:
-        raise ConfigError("emit_config", f"{spec.name} cannot be trained by llmtk train: {why}")
-    if req.optimizer != "adamw":
-        raise ConfigError("optimizer", "llmtk train uses AdamW; --emit-config needs adamw")
-    if req.precision not in ("bf16-mixed", "fp32"):
-        raise ConfigError("precision", "llmtk train runs bf16-mixed or fp32")
+    error = refusal(req, run, spec)
+    if error is not None:
+        raise error
+    if req.dims.vocab is not None:  # train can run it (a tokenizer of that size), not write it
+        raise ConfigError("vocab", "is not a train setting (the vocabulary is the tokenizer's)")
     zero, recompute = run["zero"], run["recompute"]  # the solved ones under --solve layout
-    if zero not in (0, 3):
-        raise ConfigError("zero", "llmtk train shards every state (3, FSDP2) or none (0)")
-    if req.dims.vocab is not None or req.dims.head_dim is not None:
-        raise ConfigError("vocab" if req.dims.vocab is not None else "head_dim",
-                          "is not a train setting (the vocabulary is the tokenizer's, the head "
-                          "dim d_model / heads)")
     dp, tp, pp = run["dp"], run["tp"], run["pp"]
-    keys: dict = {}
-    if req.model is not None:
-        keys["model"] = spec.name
-    else:  # a custom shape on a small preset's other settings (rope, norm eps)
-        keys["model"] = "tiny"
-        keys["untied"] = not spec.tie_embeddings
-    keys.update({"layers": spec.n_layer, "d-model": spec.d_model, "heads": spec.n_head,
-                 "kv-heads": spec.kv_heads, "ffn-hidden": spec.ffn, "seq-len": spec.seq_len})
-    if req.model is not None:  # only the dimensions that differ from the preset
-        from llmtk.compute.models import preset
-
-        base = preset(req.model)
-        same = {"layers": base.n_layer, "d-model": base.d_model, "heads": base.n_head,
-                "kv-heads": base.kv_heads, "ffn-hidden": base.ffn, "seq-len": base.seq_len}
-        keys = {k: v for k, v in keys.items() if k not in same or same[k] != v}
+    base = preset(req.model if req.model is not None else CUSTOM_BASE)
+    keys: dict = {"model": base.name}
+    # only the dimensions that differ from the preset's
+    for key, value, preset_value in (
+            ("layers", spec.n_layer, base.n_layer), ("d-model", spec.d_model, base.d_model),
+            ("heads", spec.n_head, base.n_head), ("kv-heads", spec.kv_heads, base.kv_heads),
+            ("ffn-hidden", spec.ffn, base.ffn), ("seq-len", spec.seq_len, base.seq_len)):
+        if value != preset_value:
+            keys[key] = value
     keys.update({
-        "steps": math.ceil(run["steps"]),
+        "steps": run["steps"],
         "batch-size": run["micro_batch"],
         "grad-accum": run["grad_accum_steps"],
         "dtype": "bf16" if req.precision == "bf16-mixed" else "fp32",
@@ -77,36 +105,17 @@ def train_config(req, result: dict, spec) -> str:
         keys.update({"parallel": "fsdp", "dp-replicate": dp, "dp-shard": 1})
     if pp > 1:
         keys["pp-schedule"] = "1f1b"
-        if run["grad_accum_steps"] < pp:  # train's pipeline: a microbatch per stage at least
-            raise ConfigError("global_batch", f"gives {run['grad_accum_steps']} micro-steps "
-                              f"per step, but llmtk train's 1f1b pipeline needs at least one "
-                              f"per stage (--pp {pp}): raise --global-batch to "
-                              f"{pp * run['micro_batch'] * dp} or more")
     if req.lora_rank is not None:
         keys["lora-rank"] = req.lora_rank
     keys["gpu"] = run["gpu"]
     per_node = min(run["gpus"], req.gpus_per_node)
-    if run["gpus"] % per_node:
-        raise ConfigError("gpus", f"{run['gpus']} GPUs are not whole {per_node}-GPU nodes "
-                          f"({{0}}): torchrun starts the same number on every node",
-                          also=("gpus_per_node",))
     nodes = run["gpus"] // per_node
-    mem = result["memory"]
     head = [
         f"# llmtk estimate's layout for {spec.name}: {run['gpus']} x {run['gpu']}, dp {dp} x "
-        f"tp {tp} x pp {pp}, ZeRO {zero}; {mem['total'] / 1e9:.1f} GB per GPU estimated",
+        f"tp {tp} x pp {pp}, ZeRO {zero}; {run['steps']:,} steps",
+        f"# memory as llmtk train holds it: {gb2(result['memory']['llmtk_train_total'])} per "
+        "GPU (its busiest rank; what --dry-run quotes as llmtk estimate's)",
     ]
-    if mem.get("activations_from") != "llmtk" and zero == 3:  # ZeRO paper sharding, not train
-        from llmtk.estimate.memory import fsdp_held_bytes
-
-        model = result["model"]
-        stored = model["params"] + (model["lora_params"] or 0)
-        held = fsdp_held_bytes(stored / (tp * pp), model["trainable_params"] / (tp * pp),
-                               precision=req.precision, dp_shard=dp, pp=pp)
-        if held:
-            what = "whole fp32 gradients" + (", the stage's gathered weights" if pp > 1 else "")
-            head.append(f"# llmtk train's FSDP also holds ~{held / 1e9:.1f} GB per GPU through "
-                        f"a step's micro-steps ({what}): --dry-run counts it")
     head += [
         "# check it per rank without a GPU:",
         f"#   llmtk train --config FILE --dry-run --nproc-per-node {per_node} --nnodes {nodes}",

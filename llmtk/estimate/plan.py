@@ -14,6 +14,7 @@ from llmtk.compute import hardware
 from llmtk.compute.models import Dims, ModelSpec, build_spec, count_params
 from llmtk.errors import ConfigError
 from llmtk.estimate import layout, memory, scaling
+from llmtk.estimate.emit import refusal
 
 SOLVE = ("gpus", "days", "tokens", "layout")
 INFERENCE_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "int4": 0.5}
@@ -132,10 +133,6 @@ def estimate(req: Request) -> dict:
     counts = count_params(spec) if spec is not None else None
     total = req.params if req.params is not None else counts.total
     active = total if req.params is not None else counts.active
-    if counts is None:
-        matmul = total
-    else:  # --params keeps the shape's non-matmul part (embedding lookup, position table)
-        matmul = active - (counts.active - counts.matmul)
     trainable = total
     lora = None
     if req.lora_rank is not None:
@@ -144,6 +141,7 @@ def estimate(req: Request) -> dict:
                               "only {4}", also=("model", "layers", "d_model", "heads", "params"))
         lora = memory.lora_params(spec, req.lora_rank)
         trainable = lora
+    n = n_flops(counts, active, lora)
 
     if spec is not None:
         if spec.n_head % req.tp:
@@ -155,14 +153,14 @@ def estimate(req: Request) -> dict:
 
     # --- FLOPs --------------------------------------------------------------------------
     if spec is not None:
-        frac = trainable / (matmul + (lora or 0)) if lora else 1.0
-        per_token = F.model_flops_per_token(matmul + (lora or 0), spec.n_layer, spec.n_head,
-                                            spec.hd, spec.seq_len, trainable_fraction=frac)
+        per_token = F.model_flops_per_token(n, spec.n_layer, spec.n_head, spec.hd,
+                                            spec.seq_len,
+                                            trainable_fraction=trainable / n if lora else 1.0)
         attn = F.attention_flops_per_token(spec.n_layer, spec.n_head, spec.hd, spec.seq_len)
     else:
-        per_token = (6.0 if lora is None else 4.0) * active
+        per_token = 6.0 * n
         attn = 0.0
-    per_token_6n = 6.0 * active
+    per_token_6n = 6.0 * n
 
     # --- what to solve for --------------------------------------------------------------
     tokens = req.tokens
@@ -199,10 +197,13 @@ def estimate(req: Request) -> dict:
                           f"dp = {req.micro_batch} x {dp}")
     accum = global_batch // (req.micro_batch * dp)
 
+    # Whole optimizer steps, rounded up (the last one is not skipped): the table's, the
+    # JSON's and the emitted config's `steps`.
+    steps = math.ceil(tokens / (global_batch * seq)) if seq else None
     total_flops = tokens * per_token
     seconds = F.time_seconds(total_flops, n_gpus, peak, req.mfu)
     if req.solve == "layout":  # the modelled step: compute + communication + bubble
-        seconds = tokens / (global_batch * seq) * solved["chosen"]["step_s"]
+        seconds = steps * solved["chosen"]["step_s"]
         solved["mfu_effective"] = total_flops / (seconds * n_gpus * peak)
     if req.solve == "days":
         solved = {"for": "days", "value": seconds / 86400}
@@ -217,7 +218,7 @@ def estimate(req: Request) -> dict:
             "shape": _shape(spec),
             "params": total,
             "active_params": active,
-            "matmul_params": matmul,
+            "matmul_params": n,  # the N of every FLOPs row
             "trainable_params": trainable,
             "lora_params": lora,
         },
@@ -233,7 +234,7 @@ def estimate(req: Request) -> dict:
                                  else "micro-batch x dp",
             "grad_accum_steps": accum, "seq_len": seq,
             "tokens_per_step": global_batch * seq if seq else None,
-            "steps": tokens / (global_batch * seq) if seq else None,
+            "steps": steps,
             "recompute": req.recompute, "optimizer": req.optimizer, "lora_rank": req.lora_rank,
             "pipeline_bubble": (pp - 1) / (accum + pp - 1) if pp > 1 else 0.0,
         },
@@ -241,7 +242,7 @@ def estimate(req: Request) -> dict:
             "per_token_6n": per_token_6n,
             "per_token": per_token,
             "attention_per_token": attn,
-            "total_6nd": F.flops_6nd(active, tokens),
+            "total_6nd": F.flops_6nd(n, tokens),
             "total": total_flops,
             "hardware_total": total_flops * recompute_factor,
         },
@@ -261,9 +262,36 @@ def estimate(req: Request) -> dict:
         "scaling": _scaling(req.fit, total, tokens),
         "solve": solved,
     }
+    result["memory"]["llmtk_train_total"] = (
+        result["memory"]["total"] if req.solve == "layout"
+        else _llmtk_train_total(result, spec, counts, total, trainable, req, par, accum, gpu))
     result["suggestions"] = _suggestions(result, spec, counts, total, trainable, req, par,
                                          accum, gpu)
     return result
+
+
+def _llmtk_train_total(result, spec, counts, total, trainable, req, par, accum,
+                       gpu) -> float | None:
+    """Per-GPU bytes of this layout as llmtk train runs it (its busiest rank): the memory
+    `--solve layout` prices, `--emit-config` writes in its header and `llmtk train
+    --dry-run` quotes, one computation for all three. None when train cannot run the
+    layout (llmtk.estimate.emit.refusal) or without a shape."""
+    if spec is None or refusal(req, result["run"], spec) is not None:
+        return None
+    return _memory(spec, counts, total, trainable, req, par, accum, gpu,
+                   llmtk_model=True)["total"]
+
+
+def n_flops(counts, active: float, lora: float | None) -> float:
+    """The N of 6N, 6ND, PaLM's 6N + attention and llmtk train's MFU: the parameters one
+    token's training multiplies by (count_params' `matmul`: the output head counts, the
+    input-embedding lookup and a position table do not; MoE: the active experts'; LoRA:
+    the frozen base and its adapters). `active` is --params when given: the shape's
+    non-matmul part is taken from it. Chinchilla's law counts every parameter instead, so
+    the Scaling rows use the total."""
+    if counts is None:
+        return active
+    return active - (counts.active - counts.matmul) + (lora or 0.0)
 
 
 def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, peak,

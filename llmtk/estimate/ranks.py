@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from llmtk.compute import hardware
 from llmtk.estimate import memory
+from llmtk.estimate.emit import CUSTOM_BASE, gb2
 
 
 def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro_batch: int,
@@ -72,22 +73,49 @@ def shown(rows: list[dict]) -> list[dict]:
 def same_layout_estimate(mcfg, model: str | None, *, world: int, per_node: int, gpu_name: str,
                          tp: int, pp: int,
                          dp: int, sharded: bool, micro_batch: int, grad_accum: int,
-                         recompute: str, bf16: bool, lora_rank: int | None) -> dict:
-    """`llmtk estimate`'s memory table for the same model and layout (for comparison).
-    `model`: the preset the shape came from (its tied or untied head), else None."""
-    from llmtk.compute.models import Dims
+                         recompute: str, bf16: bool, lora_rank: int | None) -> float | None:
+    """`llmtk estimate`'s per-GPU bytes of this layout as llmtk train holds it: the number
+    `estimate --solve layout` and `--emit-config` print for it, computed by the same
+    function from the same request: the preset and only the dimensions that differ from
+    it, as the emitted file names them. `model`: the preset the shape came from, else None.
+    None when estimate cannot price the layout."""
+    from llmtk.errors import ConfigError
     from llmtk.estimate.plan import Request, estimate
 
-    dims = Dims(layers=mcfg.n_layer, d_model=mcfg.d_model, heads=mcfg.n_head,
-                kv_heads=mcfg.kv_heads, ffn=mcfg.hidden, vocab=mcfg.padded_vocab,
-                seq_len=mcfg.seq_len)
+    model, dims = _request_model(mcfg, model)
     req = Request(model=model, dims=dims, tokens=1e9, gpus=f"{world}x{gpu_name}",
-                  gpus_per_node=per_node,
-                  dp=dp, tp=tp, pp=pp, zero=3 if sharded else 0, sequence_parallel=tp > 1,
-                  micro_batch=micro_batch, global_batch=micro_batch * dp * grad_accum,
-                  recompute=recompute, precision="bf16-mixed" if bf16 else "fp32",
-                  lora_rank=lora_rank)
-    return estimate(req)["memory"]
+                  gpus_per_node=per_node, dp=dp, tp=tp, pp=pp, zero=3 if sharded else 0,
+                  sequence_parallel=tp > 1, micro_batch=micro_batch,
+                  global_batch=micro_batch * dp * grad_accum, recompute=recompute,
+                  precision="bf16-mixed" if bf16 else "fp32", lora_rank=lora_rank)
+    try:
+        return estimate(req)["memory"]["llmtk_train_total"]
+    except ConfigError:
+        return None
+
+
+def _request_model(mcfg, model: str | None):
+    """(preset, Dims) that make estimate's ModelSpec train's model `mcfg`: its preset if
+    the head is tied as there, else a Llama-style preset tied as it is (emit.CUSTOM_BASE
+    untied, tiny tied), with the dimensions that differ from the preset's."""
+    from llmtk.compute.models import Dims, preset
+
+    if model is None or preset(model).tie_embeddings != mcfg.tie_embeddings:
+        model = "tiny" if mcfg.tie_embeddings else CUSTOM_BASE
+    base = preset(model)
+    pairs = {"layers": (mcfg.n_layer, base.n_layer), "d_model": (mcfg.d_model, base.d_model),
+             "heads": (mcfg.n_head, base.n_head), "kv_heads": (mcfg.kv_heads, base.kv_heads),
+             "ffn": (mcfg.hidden, base.ffn), "vocab": (mcfg.vocab_size, base.vocab_size),
+             "seq_len": (mcfg.seq_len, base.seq_len)}
+    return model, Dims(**{k: mine for k, (mine, theirs) in pairs.items() if mine != theirs})
+
+
+def same_layout_line(estimated: float | None, busiest: float) -> str:
+    """The dry-run's line quoting `same_layout_estimate` beside its own busiest rank."""
+    if estimated is None:
+        return "llmtk estimate, same layout: not priced (it cannot describe this model)"
+    return (f"llmtk estimate, same layout: {gb2(estimated)} per GPU as llmtk train holds it "
+            f"({(busiest - estimated) / estimated:+.1%} for the busiest rank here)")
 
 
 def render(result: dict, title: str, file) -> None:

@@ -56,8 +56,11 @@ def render(r: dict, file) -> None:
     t.add_row("  parameters", si(model["params"]), model["source"])
     if model["active_params"] != model["params"]:
         t.add_row("  active per token", si(model["active_params"]), "mixture of experts")
-    t.add_row("  in matmuls (N of 6N)", si(model["matmul_params"]),
-              "without input-embedding lookup and position table")
+    t.add_row("  N: in matmuls", si(model["matmul_params"]),
+              "the N of every FLOPs row (6N, 6·N·D, MFU): "
+              + ("base and adapters; " if model["lora_params"] else "")
+              + ("no input-embedding lookup or position table" if model["shape"]
+                 else "all parameters (no shape to find the embedding lookup in)"))
     if model["lora_params"]:
         t.add_row("  trainable (LoRA)", si(model["lora_params"]),
                   f"rank {run['lora_rank']} on every linear layer; base frozen")
@@ -68,14 +71,16 @@ def render(r: dict, file) -> None:
 
     section("Compute")
     tf = run["tokens_from"]
-    tok_note = {"--tokens": "", "chinchilla": "no --tokens: Chinchilla 20 x N",
+    tok_note = {"--tokens": "", "chinchilla": "no --tokens: Chinchilla's 20 x parameters",
                 "solved": "solved"}[tf]
     t.add_row("  training tokens", si(run["tokens"]), tok_note)
-    t.add_row("  FLOPs 6·N·D", sci(fl["total_6nd"]), "Kaplan et al. 2020")
+    t.add_row("  FLOPs 6·N·D", sci(fl["total_6nd"]),
+              f"Kaplan et al. 2020: 6 x {si(model['matmul_params'])} x {si(run['tokens'])}")
     if fl["attention_per_token"]:
         share = fl["attention_per_token"] / fl["per_token"]
+        dense = "4N + 2 x adapters" if model["lora_params"] else "6N"  # frozen: no dW
         t.add_row("  FLOPs with attention", sci(fl["total"]),
-                  f"PaLM: (6N + 12·L·H·Q·T)·D; attention is {share:.1%} of it")
+                  f"PaLM: ({dense} + 12·L·H·Q·T)·D; attention is {share:.1%} of it")
     t.add_row("  model FLOPs per token", sci(fl["per_token"]), "what MFU is measured against")
     if fl["hardware_total"] != fl["total"]:
         t.add_row("  hardware FLOPs", sci(fl["hardware_total"]),
@@ -99,7 +104,7 @@ def render(r: dict, file) -> None:
         t.add_row("  cost", "-", "give --price-per-gpu-hour")
     t.add_row("  throughput", f"{tm['tokens_per_second_per_gpu']:,.0f}", "tokens/s per GPU")
     if run["steps"]:
-        t.add_row("  optimizer steps", f"{run['steps']:,.0f}",
+        t.add_row("  optimizer steps", f"{run['steps']:,}",
                   f"global batch {run['global_batch']:,} x {run['seq_len']:,} = "
                   f"{si(run['tokens_per_step'])} tokens; grad accumulation "
                   f"{run['grad_accum_steps']}")
@@ -155,6 +160,11 @@ def render(r: dict, file) -> None:
     else:
         verdict = f"[red]does not fit[/red] in {cap}: {used}"
     t.add_row("  [bold]verdict[/bold]", "", verdict)
+    if mem["llmtk_train_total"] is not None and not trainer:
+        t.add_row("  as llmtk train holds it", gb(mem["llmtk_train_total"]),
+                  "this layout in llmtk train (fp32 states, its model's own activations), "
+                  "its busiest rank: what --solve layout, --emit-config and train --dry-run "
+                  "print")
     if mem["max_micro_batch"] is not None:
         mb = mem["max_micro_batch"]
         per_seq = f"{gb(mem['activations_per_sample'])} activations per sequence"
@@ -181,7 +191,8 @@ def render(r: dict, file) -> None:
     c = sc["constants"]
     section("Scaling (Chinchilla)")
     t.add_row("  compute-optimal tokens", si(sc["chinchilla_tokens"]),
-              f"20 x N; this run: {sc['tokens_per_param']:,.1f} tokens/param")
+              f"20 x parameters (Chinchilla counts all, not N); this run: "
+              f"{sc['tokens_per_param']:,.1f} tokens/param")
     t.add_row("  predicted loss", f"{sc['predicted_loss']:.3f}",
               f"{sc['source']}: E={c['E']:g} A={c['A']:g} B={c['B']:g} "
               f"α={c['alpha']:g} β={c['beta']:g}")
