@@ -57,8 +57,10 @@ lint: setup
 	$(BIN)/lint-imports
 	$(BIN)/python tools/check_cycles.py
 
+# The demo, then the numbers docs/tutorial.md quotes checked against its run.
 demo: setup
 	bash bin/demo.sh
+	$(BIN)/python tools/tutorial_numbers.py demo-out
 
 bench: setup
 	$(BIN)/python benchmarks/startup.py
