@@ -216,14 +216,36 @@ def detect_constant(run: Run) -> list[Finding]:
     digits can sit within one unit of its last digit for a while on a healthy run."""
     xs, ys = _finite(*run.series(run.loss_key))
     if len(ys) < MIN_ROWS:
-        return []
+        return _constant_val(run)
     if max(ys) != min(ys):
-        return _repeated(xs, ys)
+        return _repeated(xs, ys) or _constant_val(run)
     return [Finding(
         "no_learning", "error", xs[0],
         f"the loss is {_fmt(ys[0])} at every one of the {len(ys)} logged steps "
         f"({xs[0]:.0f}-{xs[-1]:.0f}): the model is not being updated",
         causes=NOT_UPDATED_CAUSES, fixes=NOT_UPDATED_FIXES,
+    )]
+
+
+def _constant_val(run: Run) -> list[Finding]:
+    """The validation loss exactly the same at MIN_ROWS or more evaluations while the training
+    loss moves: the model's outputs on held-out data do not change (a collapsed output, such
+    as a triplet loss sitting at its margin, or a validation pass that never sees new weights)."""
+    if run.loss_key == "val_loss":
+        return []  # the curve itself: judged above
+    vx, vy = _finite(*run.series("val_loss"))
+    if len(vy) < MIN_ROWS or max(vy) != min(vy):
+        return []
+    return [Finding(
+        "no_learning", "error", vx[0],
+        f"the validation loss is {_fmt(vy[0])} at every one of the {len(vy)} evaluations "
+        f"({vx[0]:.0f}-{vx[-1]:.0f}) while the training loss moves: the model's outputs on "
+        "validation data do not change",
+        causes=["a collapsed output: the model predicts the same thing for every input (a "
+                "triplet or margin loss sitting at its margin, a classifier on one class)",
+                "validation runs on a copy of the model that never receives the new weights"],
+        fixes=["print a few validation predictions: are they all the same?",
+               "check that validation uses the trained model (and model.eval() only)"],
     )]
 
 
