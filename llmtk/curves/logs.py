@@ -365,6 +365,16 @@ def _index_key(k: str):
     return (0, int(k)) if str(k).lstrip("-").isdigit() else (1, str(k))
 
 
+_QUOTED_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _quoted_numbers(row: dict) -> dict:
+    """Numbers written as strings become numbers: fairseq's `--log-format json` writes
+    `"loss": "3.097"` (and `"clip": "100%"`, which stays text)."""
+    return {k: float(v) if isinstance(v, str) and k != "event" and _QUOTED_NUMBER.fullmatch(v)
+            else v for k, v in row.items()}
+
+
 def _jsonl_rows(path: str, text: str) -> list[dict]:
     rows = []
     lines = text.splitlines()
@@ -372,7 +382,7 @@ def _jsonl_rows(path: str, text: str) -> list[dict]:
         if not line.strip():
             continue
         try:
-            rows.append(_normalise(decode_row(line)))
+            rows.append(_normalise(_quoted_numbers(decode_row(line))))
         except ValueError as e:
             if lineno == len(lines) and not text.endswith("\n"):
                 break  # a torn last line: the run is still writing, or crashed mid-write

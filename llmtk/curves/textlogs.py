@@ -186,7 +186,8 @@ def _losses(pairs: dict, validation: bool) -> dict[str, str]:
         role = _loss_role(k)
         if role and validation:
             role = "val_loss"
-        if role and (role not in losses or k.lower() in ("loss", "val_loss", "train_loss")):
+        plain = re.sub(r"\s+", "_", k.lower()) in ("loss", "val_loss", "train_loss")
+        if role and (role not in losses or plain):
             losses[role] = k
     return losses
 
@@ -263,7 +264,7 @@ def _place(found: list[dict]) -> list[dict]:
     length = next((f["fraction"][1] for f in found if f["fraction"] and f["key"].lower()
                    in EPOCH_KEYS), None)
     rows: list[dict] = []
-    for f in found:
+    for f in _same_pass(found, length):
         value, epoch = f["value"], f["key"].lower() in EPOCH_KEYS
         if epoch and f["fraction"]:
             step = (value - 1) * f["fraction"][1] + f["fraction"][0]
@@ -284,6 +285,16 @@ def _place(found: list[dict]) -> list[dict]:
     for row in rows:
         row.pop("_counter", None)
     return rows
+
+
+def _same_pass(found: list[dict], length: int | None) -> list[dict]:
+    """Leave out progress lines under an epoch printed above them whose bar has another
+    length than the epochs' (Keras' `model.evaluate` after the last epoch: `313/313` after
+    `704/704`): they report another pass over other data, not the epoch's training."""
+    if length is None:
+        return found
+    return [f for f in found if not (f["carried"] and f["fraction"]
+                                     and f["fraction"][1] != length)]
 
 
 def _first_match(line: str, patterns) -> tuple[str, re.Match, dict[str, str]] | None:
@@ -361,6 +372,13 @@ def _kv_notes(rows: list[dict], found: list[dict]) -> list[str]:
     if any(f["fraction"] and f["key"].lower() in EPOCH_KEYS for f in found):
         notes.append("epochs counted in batches: (epoch - 1) x batches per epoch + the "
                      "position within it")
+    other = [f for f in found if f not in _same_pass(found, next(
+        (f["fraction"][1] for f in found if f["fraction"] and f["key"].lower() in EPOCH_KEYS),
+        None))]
+    if other:
+        notes.append(f"{len(other)} progress line(s) with another length than the epochs' "
+                     f"(first {other[0]['fraction'][0]}/{other[0]['fraction'][1]}: an "
+                     "evaluation pass) left out")
     if any(f["carried"] for f in found):
         notes.append(f"one row per '{step_key}': the last line under each (progress lines "
                      "are running means of the epoch)")
