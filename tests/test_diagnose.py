@@ -401,3 +401,50 @@ def test_losses_that_repeat_exactly_a_later_epoch_are_no_learning(tmp_path):
     assert f.kind == "no_learning" and f.step == 0 and "repeat exactly at steps 11-14" in f.summary
     replay = rows[:11] + rows[:11]  # steps 0-10 twice: a log written twice, not a repeat
     assert detect_constant(load_run(str(write(tmp_path / "replay.jsonl", replay)))) == []
+
+
+# -- short logs are judged for what their length allows; a spike whose batch deserves a look --
+
+
+def steps_log(path, losses):
+    """`Step N | loss:X lr:Y` lines, torchtune's shape."""
+    path.write_text("".join(f"Step {s} | loss:{v} lr:2e-05\n" for s, v in enumerate(losses, 1)))
+    return path
+
+
+def test_a_short_noisy_fine_tune_is_not_a_rebound(tmp_path):
+    """12 rows of a fine-tune whose rows move by +-15% end 9% above their best by chance; a
+    loss that climbs 12% over 19 rows that move by 2% has not. Below 30 rows a rise is judged
+    against the log's own row-to-row noise, and the report says how large a rise it can show."""
+    noisy = [2.09, 1.87, 1.17, 1.12, 0.97, 0.84, 0.95, 0.86, 0.68, 1.04, 1.04, 1.12]
+    assert found(steps_log(tmp_path / "tune.log", noisy)) == []
+    out = cli("diagnose", tmp_path / "tune.log").stdout
+    assert "a rising loss (divergence, rebound) only when the median of the last 4 rows" in out
+    rising = [0.176, 0.184, 0.182, 0.192, 0.193, 0.196, 0.195, 0.197, 0.190, 0.196, 0.192,
+              0.191, 0.210, 0.198, 0.198, 0.204, 0.202, 0.198, 0.195]
+    assert found(steps_log(tmp_path / "rise.log", rising)) == ["divergence"]
+
+
+def test_a_large_recovered_spike_is_a_warning_that_names_its_batch(tmp_path):
+    """A one-batch jump to 4.7x the running loss with a 40x grad-norm spike, gone within 20
+    steps: no lasting harm, but the batch deserves a look (--fail-on warning fails on it);
+    healthy runs' one-batch jumps (+5-60%) stay info."""
+    path = write(tmp_path / "metrics.jsonl", cc.large_recovered_spike())
+    r = cli("diagnose", path, "--json", "--fail-on", "warning")
+    assert r.returncode == 3
+    (spike,) = [f for f in json.loads(r.stdout)[0]["findings"] if f["kind"] == "spike"]
+    assert spike["severity"] == "warning" and spike["step"] == 1200
+    assert "the gradient norm 39x its median before" in spike["summary"]
+    assert "look at its batch (llmtk train batch RUN --step 1200)" in spike["summary"]
+    blips = write(tmp_path / "blips.jsonl", cc.healthy_noisy_with_blips())
+    assert cli("diagnose", blips, "--fail-on", "warning").returncode == 0
+
+
+def test_a_frozen_validation_loss_is_no_learning(tmp_path):
+    """The training loss falls while the validation loss is exactly the same at every
+    evaluation: the outputs on validation data do not change (a triplet loss at its margin)."""
+    rows = [{"step": s, "loss": 0.19 - 0.002 * s, **({"val_loss": 0.2} if s % 10 == 0 else {})}
+            for s in range(60)]
+    assert found(write(tmp_path / "m.jsonl", rows)) == ["no_learning"]
+    rows[50]["val_loss"] = 0.1999
+    assert found(write(tmp_path / "m.jsonl", rows)) == []
