@@ -31,10 +31,13 @@ error), e.g. lines pasted in an issue saved to a file by hand:
   overfitting).
 
 The calibration set of other trainers' logs (tests/data/curves/calibration/: Lightning
-CSVLogger, HF trainer_state.json and console output, minGPT, nanoGPT, torchtitan and a
-custom text log, healthy and sick, nanoGPT issue #215 among them; each file's source,
+CSVLogger, HF trainer_state.json and console output, minGPT, nanoGPT, torchtitan, torchtune,
+Keras, fairseq, build-nanogpt and custom text logs, healthy and sick; each file's source,
 licence, excerpt and the reading behind its label in labels.jsonl) is always run: a
-healthy one must raise nothing above info, a sick one every kind it is labelled with.
+healthy one must raise nothing above info, a sick one every kind it is labelled with. Each
+label names its half ("fit": the rules were written on it; "held-out": gathered after they
+were fixed, split by source), and the last lines give, per half, how many logs were read and
+how many judged right (docs/diagnose.md has the numbers).
 
 Synthetic cases come from tests/curve_cases.py (also used by tests/test_diagnose.py); the
 healthy noisy case is run with 20 seeds.

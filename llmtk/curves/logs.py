@@ -15,8 +15,10 @@ The format is told from the content, never from the file name alone:
 - W&B run files (`run-ID.wandb`, or an offline run directory holding one), read
   without the `wandb` package (see `wandblog.py`);
 - text printed by nanoGPT, llm.c, modded-nanogpt, Megatron-LM and torchtitan, HF
-  Trainer's console output (its Python dicts, even as the first line), and any
-  `key: value` / `key=value` lines with a step and a loss (see `textlogs.py`).
+  Trainer's console output (its Python dicts, even as the first line), Keras' `model.fit`
+  output, fairseq's, build-nanogpt's `STEP NAME VALUE` log.txt, and any `key: value` /
+  `key=value` lines with a step (or a counter line above them) and a loss (see
+  `textlogs.py`).
 
 Field names of other trainers map onto ours (`iter`/`global_step` -> `step`,
 `train/loss`/`lm loss` -> `loss`, `eval_loss` -> `val_loss`, `learning_rate`
@@ -40,8 +42,9 @@ from llmtk.io.metrics import decode_row, decode_value
 
 EXPECTED = ("expected llmtk metrics.jsonl, HF trainer_state.json, TensorBoard events, CSV with a "
             "header (step,loss / Wall time,Step,Value), W&B history CSV/JSON, or a nanoGPT, "
-            "llm.c, Megatron-LM or torchtitan text log, HF Trainer console output, or "
-            "`step: N, loss: X` / `step=N loss=X` lines")
+            "llm.c, Megatron-LM, torchtitan, Keras or fairseq text log, HF Trainer console output, "
+            "build-nanogpt's `STEP train LOSS` lines, or `step: N, loss: X` / `step=N loss=X` "
+            "lines")
 
 ALIASES = {
     **dict.fromkeys(("iter", "iteration", "global_step", "trainer/global_step", "_step",

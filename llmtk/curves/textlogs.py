@@ -1,7 +1,7 @@
-"""Rows from the plain-text logs that trainers print, one pattern per trainer.
+"""Rows from the plain-text logs that trainers print: a few named trainers' patterns, then
+lines read by their structure (a counter, named numbers, validation or not).
 
-Each pattern finds the step and the numbers of one kind of line; a line that no
-pattern knows is skipped (trainers print banners, configs and code around
+A line that nothing reads is skipped (trainers print banners, configs and code around
 their metrics). Colour codes (torchtitan colours its lines) are removed first.
 
 - nanoGPT:      `iter 100: loss 2.3456, time 12.34ms, mfu 30.12%`
@@ -19,6 +19,11 @@ their metrics). Colour codes (torchtitan colours its lines) are removed first.
                 5e-05, 'epoch': 0.1}` (also glued to a tqdm bar); they carry no step, so a
                 training dict counts as the next logged step and an eval dict belongs to the
                 step before it.
+- Keras:        `Epoch 3/15`, then `1875/1875 [====] - 5s 3ms/step - loss: 0.19 - val_loss: 0.20`
+                (the counter on the line above: one row per epoch)
+- fairseq:      `| epoch 001  1000 / 331737 loss=9.57 (10.94), ...`, `| epoch 001:  100 / 1975
+                loss=..., num_updates=100`, `| epoch 001 | valid on 'valid' subset | loss 9.1 |`
+- build-nanogpt: `0 val 10.9531`, `0 train 10.955020` (STEP NAME VALUE)
 - key: value:   any other line with a step-like and a loss-like key, `:` or `=` between key
                 and number (`ep: 0, batch: 10, lr: 1e-4, loss: 3.21`, `step=5 train_loss=2.3`,
                 `Epoch 1, Step 0, Loss: 0.97`); notes say which keys were taken, and a step
