@@ -375,8 +375,8 @@ def _kv_notes(rows: list[dict], found: list[dict]) -> list[str]:
              f"'{step_key}' on the line above" if carried else f"'{step_key}'")
     notes = [f"key: value lines: step from {where}, {taken}"]
     if any(f["fraction"] and f["key"].lower() in EPOCH_KEYS for f in found):
-        notes.append("epochs counted in batches: (epoch - 1) x batches per epoch + the "
-                     "position within it")
+        notes.append("epochs counted in the units of their progress bar (batches; samples in "
+                     "old Keras): (epoch - 1) x its length + the position within it")
     other = [f for f in found if f not in _same_pass(found, next(
         (f["fraction"][1] for f in found if f["fraction"] and f["key"].lower() in EPOCH_KEYS),
         None))]
