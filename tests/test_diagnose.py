@@ -238,12 +238,14 @@ def test_grad_norm_only_log_with_trainer_skips(tmp_path):
 
 CALIBRATION = DATA / "calibration"
 LABELS = [json.loads(line) for line in (CALIBRATION / "labels.jsonl").read_text().splitlines()]
+# the held-out half is measured by benchmarks/diagnose_calibration.py, not fitted to by tests
+FIT = [x for x in LABELS if x["half"] == "fit"]
 
 
-@pytest.mark.parametrize("label", LABELS, ids=[x["file"] for x in LABELS])
+@pytest.mark.parametrize("label", FIT, ids=[x["file"] for x in FIT])
 def test_calibration_set(label):
-    """Each real log raises what its numbers show: nothing above info on a healthy one, the
-    labelled kinds (at warning or error) on a sick one."""
+    """Each real log of the fit half raises what its numbers show: nothing above info on a
+    healthy one, the labelled kinds (at warning or error) on a sick one."""
     kinds = found(CALIBRATION / label["file"])
     if label["expect"] is None:
         assert kinds == []
