@@ -389,3 +389,15 @@ def test_build_nanogpt_step_name_value_columns(tmp_path):
     assert run.series("hella")[1] == [0.25, 0.244]
     assert run.notes == ["STEP NAME VALUE lines: step from the first column, val_loss from "
                          "'val', loss from 'train'"]
+
+
+def test_a_two_word_loss_name_keeps_its_suffixed_parts(tmp_path):
+    """`val loss_ce` belongs to the validation line it is on, and `train loss` (not its part
+    `train loss_ce`) is the training loss."""
+    log = tmp_path / "seg.log"
+    log.write_text("epoch : 4, iteration : 40, val loss : 0.271, val loss_ce: 0.160\n"
+                   "epoch : 5, iteration : 50, train loss : 0.150, train loss_ce: 0.090\n"
+                   "epoch : 5, iteration : 60, train loss : 0.119, train loss_ce: 0.052\n")
+    run = load_run(str(log))
+    assert run.series("loss") == ([50, 60], [0.15, 0.119])
+    assert run.series("val_loss") == ([40], [0.271])

@@ -427,6 +427,16 @@ def test_a_short_noisy_fine_tune_is_not_a_rebound(tmp_path):
     assert found(steps_log(tmp_path / "rise.log", rising)) == ["divergence"]
 
 
+def test_a_very_short_log_of_noisy_batches_is_not_divergence(tmp_path):
+    """5-9 rows: the second half at 1.5x the first half's lowest is not enough when single
+    batches move by +-40% (per-iteration segmentation losses); a LoRA run that jumps from
+    1.4 to 4.5 and stays there still is."""
+    batches = [0.150, 0.120, 0.107, 0.237, 0.187, 0.186, 0.231]
+    assert found(steps_log(tmp_path / "seg.log", batches)) == []
+    lora = [1.4, 6.4, 4.7, 4.5, 4.6, 4.8, 4.6, 4.5]
+    assert found(steps_log(tmp_path / "lora.log", lora)) == ["divergence"]
+
+
 def test_a_large_recovered_spike_is_a_warning_that_names_its_batch(tmp_path):
     """A one-batch jump to 4.7x the running loss with a 40x grad-norm spike, gone within 20
     steps: no lasting harm, but the batch deserves a look (--fail-on warning fails on it);
@@ -440,6 +450,14 @@ def test_a_large_recovered_spike_is_a_warning_that_names_its_batch(tmp_path):
     assert "look at its batch (llmtk train batch RUN --step 1200)" in spike["summary"]
     blips = write(tmp_path / "blips.jsonl", cc.healthy_noisy_with_blips())
     assert cli("diagnose", blips, "--fail-on", "warning").returncode == 0
+    run = tmp_path / "run"  # an llmtk run: the message names the run itself
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    (spike,) = [f for f in diagnose(load_run(str(write(run / "metrics.jsonl",
+                                                        cc.large_recovered_spike()))))
+                if f.kind == "spike"]
+    assert f"(llmtk train batch {run} --step 1200)" in spike.summary
+    assert spike.commands == [f"llmtk train batch {run} --step 1200"]
 
 
 def test_a_frozen_validation_loss_is_no_learning(tmp_path):

@@ -252,10 +252,15 @@ def _constant_val(run: Run) -> list[Finding]:
 def _short_divergence(xs: list[float], ys: list[float]) -> list[Finding]:
     """A log of MIN_ROWS to SHORT_ROWS rows has no trend to speak of, and one bad batch is a
     large share of it: divergence needs the median of its second half at least
-    SHORT_DIVERGE_RATIO times the lowest loss of its first half."""
+    SHORT_DIVERGE_RATIO times the lowest loss of its first half, and above it by more than
+    RISE_SIGMAS standard errors of the log's row-to-row noise."""
     half = len(ys) // 2
     best, late = min(ys[:half]), median(ys[half:])
     if best <= 0 or late < SHORT_DIVERGE_RATIO * best:
+        return []
+    # and above the log's own noise, as for longer short logs: one row at its best against
+    # the median of the second half (per-batch losses of +-40% double by chance)
+    if late - best <= RISE_SIGMAS * row_noise(ys) * math.sqrt(1 + 1 / (len(ys) - half)):
         return []
     i_best = ys.index(best)
     return [Finding(
@@ -648,6 +653,9 @@ def trace(run: Run, findings: list[Finding]) -> None:
         if f.kind == "rollback":  # its step was redone on later data: the skipped data
             f.commands = [f"llmtk train batch {shlex.quote(directory)} --skipped"]
         elif f.kind in TRACED:
+            # the message's placeholder (`llmtk train batch RUN --step N`) becomes this run
+            here = f"train batch {shlex.quote(directory)} "
+            f.summary = f.summary.replace("train batch RUN ", here)
             steps = sorted({int(s) for s in (f.steps or [f.step])})[:TRACED_STEPS]
             f.commands = [f"llmtk train batch {shlex.quote(directory)} --step {s}"
                           for s in steps]
@@ -663,7 +671,8 @@ def _short_note(ys: list[float]) -> str:
         return note + f"a rising loss from {MIN_ROWS}"
     if n < SHORT_ROWS:
         return note + (f"a rising loss only when the second half's median is "
-                       f"{SHORT_DIVERGE_RATIO}x the first half's lowest")
+                       f"{SHORT_DIVERGE_RATIO}x the first half's lowest and above it by "
+                       f"{RISE_SIGMAS:.0f} standard errors of this log's row-to-row noise")
     margin = short_rise_margin(n, row_noise(ys))
     level = abs(median(ys))
     return note + (f"a rising loss (divergence, rebound) only when the median of the last "

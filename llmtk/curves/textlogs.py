@@ -135,8 +135,8 @@ STEP_KEYS = ("global_step", "step", "steps", "iteration", "iter", "it", "num_upd
 EPOCH_KEYS = ("epoch", "ep")
 _VAL = re.compile(r"(^|[_/.\-])(val|valid|validation|eval|test|dev)([_/.\-]|$)|^(val|eval|test)",
                   re.I)
-# a loss named in two words: `Train Loss: 3.2, Val Loss: 3.4`
-_SPLIT_LOSS = re.compile(r"(?<![\w./-])((?:train(?:ing)?|val(?:id(?:ation)?)?|eval|test)\s+loss)"
+# a loss named in two words: `Train Loss: 3.2, Val Loss: 3.4`, `val loss_ce: 0.16`
+_SPLIT_LOSS = re.compile(r"(?<![\w./-])((?:train(?:ing)?|val(?:id(?:ation)?)?|eval|test)\s+loss\w*)"
                          r"\s*[:=]\s*" + _NUMBER + r"(?![\w.])", re.I)
 # a counter is often printed without a separator: `Epoch 1, Step 0, Loss: 0.97`
 _COUNTER = re.compile(r"(?<![\w./-])(" + "|".join(STEP_KEYS) + r")\s+(\d+)(?![\w.])", re.I)
