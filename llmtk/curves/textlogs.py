@@ -203,8 +203,9 @@ def _step_key(pairs: dict) -> str | None:
 
 
 def _kv_row(line: str, carried: tuple[str, int] | None) -> dict | None:
-    """A row for a line with a loss-like key: {'row', 'step_key', 'losses', 'epoch', 'fraction',
-    'carried'}; its step is set later (`_place`), once the log's epoch lengths are known.
+    """A row for a line with a loss-like key: {'row', 'key' and 'value' of its counter,
+    'fraction' (its position k/N in an epoch, or None), 'carried' (the counter is from a line
+    above), 'losses'}; its step is set later (`_place`), once the log's epoch lengths are known.
     The step comes from the line's own counter, else from `carried` (a counter line above it),
     else from a progress fraction alone (`3/110 [====]`)."""
     pairs = _pairs(line)
