@@ -108,6 +108,20 @@ def growing_spikes():
     return rows_of(losses)
 
 
+def large_recovered_spike():
+    """One batch takes the loss to 4.7x its running value with a 40x gradient-norm spike,
+    and the loss is back within 20 steps (the excess halves at each step): nothing lasting,
+    and too brief for the spike score, but that batch deserves a look."""
+    n = 2000
+    extra = {s: {"grad_norm": 1.0 + 0.01 * (s % 7)} for s in range(n)}
+    extra[1200] = {"grad_norm": 40.0}
+    losses = curve(n, tau=400.0)
+    jump = 3.7 * losses[1200]
+    for i in range(20):
+        losses[1200 + i] += jump * 0.5 ** i
+    return rows_of(losses, extra=extra)
+
+
 CASES = {
     "healthy": (healthy, None),
     "healthy, noisy with one-batch jumps": (healthy_noisy_with_blips, None),
@@ -121,4 +135,5 @@ CASES = {
     "overfitting": (overfitting, "overfitting"),
     "grad explosion": (grad_explosion, "grad_explosion"),
     "resume jump": (resume_jump, "resume_jump"),
+    "large spike that recovers": (large_recovered_spike, "spike"),
 }

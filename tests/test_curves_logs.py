@@ -303,3 +303,101 @@ def test_run_labels_drop_extensions_and_stay_unique(tmp_path):
     assert run_labels([f"{t}/exp1/a/metrics.jsonl", f"{t}/exp2/a/metrics.jsonl",
                        f"{t}/b.csv"]) == ["exp1/a", "exp2/a", "b"]
     assert run_labels([f"{t}/exp1/a", f"{t}/exp1/a"]) == ["a", "a#2"]  # the same run twice
+
+
+# -- logs read by their structure: a counter that may sit on an earlier line, loss-like keys
+# or columns, validation beside them (issue 34) -----------------------------------------------
+
+
+def test_keras_progress_output_is_one_row_per_epoch(tmp_path):
+    """Keras prints `Epoch N/M` on a line of its own and the epoch's numbers on the progress
+    bar below it (running means while it fills, the epoch's on the full bar); the bar of a
+    `model.evaluate` after the last epoch has another length and is not the epoch's."""
+    log = tmp_path / "fit.log"
+    log.write_text(
+        "Epoch 1/3\n"
+        "  1/100 [..............................] - ETA: 9s - loss: 2.9000\b\b\b\n"
+        " 50/100 [==============>...............] - ETA: 2s - loss: 2.6000\n"
+        "100/100 [==============================] - 5s 3ms/step - loss: 2.3000 - accuracy: "
+        "0.5100 - val_loss: 2.1000 - val_accuracy: 0.5500\n"
+        "Epoch 2/3\n"
+        "100/100 [==============================] - 5s 3ms/step - loss: 1.9000 - accuracy: "
+        "0.6000 - val_loss: 1.8000 - val_accuracy: 0.6100\n"
+        "Epoch 3/3\n"
+        "100/100 ━━━━━━━━━━━━━━━━━━━━ 5s 3ms/step - accuracy: 0.6500 - loss: 1.7000 - "
+        "val_accuracy: 0.6600 - val_loss: 1.6500\n"
+        " 20/20 [==============================] - 0s 2ms/step - loss: 9.9000 - accuracy: 0.1\n")
+    run = load_run(str(log))
+    assert run.series("loss") == ([100, 200, 300], [2.3, 1.9, 1.7])
+    assert run.series("val_loss") == ([100, 200, 300], [2.1, 1.8, 1.65])
+    assert run.notes[0] == ("key: value lines: step from 'Epoch' on the line above, loss from "
+                            "'loss', val_loss from 'val_loss'")
+    assert any("20/20: an evaluation pass) left out" in n for n in run.notes)
+    epochs_only = tmp_path / "keras1.log"  # Keras 1 prints no bar at all with verbose=2
+    epochs_only.write_text("".join(f"Epoch {e}/4\n{3000 + e}s - loss: {1 / e:.4f} - acc: 0.5 - "
+                                   f"val_loss: {1.1 / e:.4f}\n" for e in range(1, 5)))
+    assert load_run(str(epochs_only)).series("loss") == ([1, 2, 3, 4], [1.0, 0.5, 0.3333, 0.25])
+
+
+def test_fairseq_logs_are_read_old_and_new(tmp_path):
+    """Old fairseq counts batches within the epoch (`| epoch 001  1000 / 4000 loss=...`) and
+    prints epoch summaries as `| key value |` cells; a validation line's loss is the
+    validation loss; newer ones carry num_updates, the step."""
+    old = tmp_path / "old.log"
+    old.write_text(
+        "| epoch 001  1000 / 4000 loss=9.57 (10.94), wps=962, wpb=908, bsz=32, lr=0.001\n"
+        "| epoch 001  2000 / 4000 loss=9.20 (10.10), wps=962, wpb=908, bsz=32, lr=0.001\n"
+        "| epoch 001 | train loss 9.40 | train ppl 675.0 | words/s    961 | clip 100%\n"
+        "| epoch 001 | valid on 'valid' subset  100 / 300 loss=9.35\n"
+        "| epoch 001 | valid on 'valid' subset | valid loss 9.10 | valid ppl 548.0\n"
+        "| epoch 002  1000 / 4000 loss=8.90 (8.90), wps=962, wpb=908, bsz=32, lr=0.001\n")
+    run = load_run(str(old))
+    assert run.series("loss") == ([1000, 2000, 4000, 5000], [9.57, 9.2, 9.4, 8.9])
+    assert run.series("val_loss") == ([4000], [9.1])
+    new = tmp_path / "new.log"
+    new.write_text(
+        "2020-10-18 02:34:53 | INFO | train_inner | epoch 001:    100 / 1975 loss=12.834, "
+        "nll_loss=12.424, ppl=5496.24, num_updates=100, lr=1.009, gnorm=1.448, loss_scale=8\n"
+        "2020-10-18 02:35:39 | INFO | train_inner | epoch 001:    200 / 1975 loss=11.605, "
+        "nll_loss=11.024, ppl=2082.74, num_updates=200, lr=2.008, gnorm=1.406, loss_scale=8\n"
+        "2020-10-18 02:36:00 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 10.9 "
+        "| nll_loss 10.2 | ppl 1181.0 | num_updates 200 | best_loss 10.9\n")
+    run = load_run(str(new))
+    assert run.series("loss") == ([100, 200], [12.834, 11.605])
+    assert run.series("val_loss") == ([200], [10.9]) and run.has("gnorm")
+    assert run.notes[0].startswith("key: value lines: step from 'num_updates', loss from 'loss'")
+
+
+def test_fairseq_json_log_numbers_written_as_strings_are_numbers(tmp_path):
+    log = tmp_path / "train.jsonl"
+    log.write_text('{"epoch": 25, "loss": "3.097", "ppl": "2.51", "clip": "100%"}\n'
+                   '{"epoch": 25, "valid_loss": 3.1106}\n'
+                   '{"epoch": 26, "loss": "3.095", "ppl": "2.50", "clip": "100%"}\n')
+    run = load_run(str(log))
+    assert run.series("loss")[1] == [3.097, 3.095] and run.has("val_loss")
+
+
+def test_build_nanogpt_step_name_value_columns(tmp_path):
+    """build-nanogpt's log.txt: one number a line, `STEP NAME VALUE`; `train` and `val` are
+    the two losses, other names (HellaSwag accuracy) their own series."""
+    log = tmp_path / "log.txt"
+    log.write_text("0 val 10.9531\n0 hella 0.2500\n0 train 10.955020\n1 train 10.512345\n"
+                   "2 train 10.101010\n250 val 6.4300\n250 hella 0.2440\n250 train 6.387966\n")
+    run = load_run(str(log))
+    assert run.series("loss") == ([0, 1, 2, 250], [10.95502, 10.512345, 10.10101, 6.387966])
+    assert run.series("val_loss") == ([0, 250], [10.9531, 6.43])
+    assert run.series("hella")[1] == [0.25, 0.244]
+    assert run.notes == ["STEP NAME VALUE lines: step from the first column, val_loss from "
+                         "'val', loss from 'train'"]
+
+
+def test_a_two_word_loss_name_keeps_its_suffixed_parts(tmp_path):
+    """`val loss_ce` belongs to the validation line it is on, and `train loss` (not its part
+    `train loss_ce`) is the training loss."""
+    log = tmp_path / "seg.log"
+    log.write_text("epoch : 4, iteration : 40, val loss : 0.271, val loss_ce: 0.160\n"
+                   "epoch : 5, iteration : 50, train loss : 0.150, train loss_ce: 0.090\n"
+                   "epoch : 5, iteration : 60, train loss : 0.119, train loss_ce: 0.052\n")
+    run = load_run(str(log))
+    assert run.series("loss") == ([50, 60], [0.15, 0.119])
+    assert run.series("val_loss") == ([40], [0.271])

@@ -45,6 +45,7 @@ NOISE_UNITS = 10  # oscillation must also exceed 10 units of the logged resoluti
 MIN_ROWS = 5  # the fewest rows judged for divergence and a constant loss (NaN: any number)
 SHORT_ROWS = 10  # below this, divergence is judged by SHORT_DIVERGE_RATIO, not a trend
 SHORT_DIVERGE_RATIO = 1.5  # a short log's second half at 1.5x its first half's best
+RISE_SIGMAS = 3.0  # below TREND_ROWS, a rise must stand 3 standard errors above the noise
 REPEAT_ROWS = 4  # the same 4 losses in a row again later: the weights did not change
 TREND_ROWS = 30  # the fewest rows for the trend-based plateau, no-learning and noise rules
 FINAL_ROWS = 10  # the report's final loss: the median of the last 10 rows
@@ -121,6 +122,8 @@ def detect_divergence_and_rebound(run: Run) -> list[Finding]:
         return []
     if n < SHORT_ROWS:
         return _short_divergence(xs, ys)
+    if n < TREND_ROWS:
+        return _short_rise(xs, ys)
     trend = _trend(_median3(ys))
     i_min = min(range(n), key=trend.__getitem__)
     best, start, end = trend[i_min], trend[0], trend[-1]
@@ -130,25 +133,70 @@ def detect_divergence_and_rebound(run: Run) -> list[Finding]:
     rise = end - best
     tail = trend[int(n * 0.9):]
     sustained = all(t > best + rise / 2 for t in tail)
-    if rise >= DIVERGE_GIVEBACK * progress and rise > REBOUND_REL * abs(best):
-        return [Finding(
-            "divergence", "error", xs[i_min],
-            f"the loss diverges after step {xs[i_min]:.0f}: trend {_fmt(best)} -> {_fmt(end)}, "
-            f"giving back {rise / progress * 100:.0f}% of the progress made",
-            causes=DIVERGE_CAUSES, fixes=DIVERGE_FIXES,
-        )]
-    if rise > REBOUND_REL * abs(best) and sustained:
-        return [Finding(
-            "rebound", "warning", xs[i_min],
-            f"the loss rebounds after step {xs[i_min]:.0f}: trend {_fmt(best)} -> {_fmt(end)} "
-            f"(+{rise / abs(best) * 100:.1f}%) and stays up",
-            causes=["learning rate too high for this phase (e.g. after warmup or a restart)",
-                    "the data distribution changed (new source, repeated epoch)",
-                    "optimizer state lost on resume"],
-            fixes=["lower the learning rate or decay it sooner",
-                   "check the mix and data position at this step"],
-        )]
+    if rise > REBOUND_REL * abs(best) and (rise >= DIVERGE_GIVEBACK * progress or sustained):
+        return [_rise_finding(xs[i_min], best, rise, progress,
+                              f"trend {_fmt(best)} -> {_fmt(end)}")]
     return []
+
+
+REBOUND_CAUSES = ["learning rate too high for this phase (e.g. after warmup or a restart)",
+                  "the data distribution changed (new source, repeated epoch)",
+                  "optimizer state lost on resume"]
+REBOUND_FIXES = ["lower the learning rate or decay it sooner",
+                 "check the mix and data position at this step"]
+
+
+def _rise_finding(step: float, best: float, rise: float, progress: float,
+                  numbers: str) -> Finding:
+    """Divergence when the rise gives back DIVERGE_GIVEBACK of the progress made since the
+    start, else a rebound."""
+    if rise < DIVERGE_GIVEBACK * progress:
+        return Finding(
+            "rebound", "warning", step,
+            f"the loss rebounds after step {step:.0f}: {numbers} "
+            f"(+{rise / abs(best) * 100:.1f}%) and stays up",
+            causes=REBOUND_CAUSES, fixes=REBOUND_FIXES)
+    given = (f"giving back {rise / progress * 100:.0f}% of the progress made"
+             if progress > rise / 10 else "never better than at the start of the log")
+    return Finding(
+        "divergence", "error", step,
+        f"the loss diverges after step {step:.0f}: {numbers} "
+        f"(+{rise / abs(best) * 100:.1f}%), {given}",
+        causes=DIVERGE_CAUSES, fixes=DIVERGE_FIXES)
+
+
+def row_noise(ys: list[float]) -> float:
+    """The standard deviation of one row's loss around its neighbours: 1.4826 MAD of the
+    row-to-row differences over sqrt(2) (a slow trend moves the differences little)."""
+    diffs = [b - a for a, b in zip(ys, ys[1:], strict=False)]
+    return 1.4826 * median(abs(d) for d in diffs) / math.sqrt(2) if diffs else 0.0
+
+
+def short_rise_margin(n: int, sigma: float) -> float:
+    """The smallest rise a log of n (< TREND_ROWS) rows with row noise sigma can show: its
+    last third's median against the best running median of 3 before it, RISE_SIGMAS standard
+    errors of their difference."""
+    return RISE_SIGMAS * sigma * math.sqrt(1 / max(3, n // 3) + 1 / 3)
+
+
+def _short_rise(xs: list[float], ys: list[float]) -> list[Finding]:
+    """SHORT_ROWS to TREND_ROWS rows: too few for a trend (the EMA spans 5 rows, and 'stays up'
+    would rest on the last one or two), so a rise is judged against the noise the log itself
+    shows: the median of its last third must exceed the lowest running median of 3 before it
+    by short_rise_margin and by REBOUND_REL. A fine-tune whose rows move by +-15% ends 9%
+    above its best by chance; a loss that climbs 12% while its rows move by 2% does not."""
+    n = len(ys)
+    k = max(3, n // 3)
+    level = _median3(ys)[:n - k]
+    i_best = min(range(len(level)), key=level.__getitem__)
+    best, late = level[i_best], median(ys[-k:])
+    rise = late - best
+    if rise <= max(short_rise_margin(n, row_noise(ys)), REBOUND_REL * abs(best)):
+        return []
+    progress = max(level[0] - best, 0.0)
+    return [_rise_finding(xs[i_best], best, rise, progress,
+                          f"{_fmt(best)} (its lowest median of 3 rows) -> {_fmt(late)} "
+                          f"(the median of its last {k} rows)")]
 
 
 # a constant loss and a repeated sequence of losses say the same: the weights do not change
@@ -168,9 +216,9 @@ def detect_constant(run: Run) -> list[Finding]:
     digits can sit within one unit of its last digit for a while on a healthy run."""
     xs, ys = _finite(*run.series(run.loss_key))
     if len(ys) < MIN_ROWS:
-        return []
+        return _constant_val(run)
     if max(ys) != min(ys):
-        return _repeated(xs, ys)
+        return _repeated(xs, ys) or _constant_val(run)
     return [Finding(
         "no_learning", "error", xs[0],
         f"the loss is {_fmt(ys[0])} at every one of the {len(ys)} logged steps "
@@ -179,13 +227,40 @@ def detect_constant(run: Run) -> list[Finding]:
     )]
 
 
+def _constant_val(run: Run) -> list[Finding]:
+    """The validation loss exactly the same at MIN_ROWS or more evaluations while the training
+    loss moves: the model's outputs on held-out data do not change (a collapsed output, such
+    as a triplet loss sitting at its margin, or a validation pass that never sees new weights)."""
+    if run.loss_key == "val_loss":
+        return []  # the curve itself: judged above
+    vx, vy = _finite(*run.series("val_loss"))
+    if len(vy) < MIN_ROWS or max(vy) != min(vy):
+        return []
+    return [Finding(
+        "no_learning", "error", vx[0],
+        f"the validation loss is {_fmt(vy[0])} at every one of the {len(vy)} evaluations "
+        f"({vx[0]:.0f}-{vx[-1]:.0f}) while the training loss moves: the model's outputs on "
+        "validation data do not change",
+        causes=["a collapsed output: the model predicts the same thing for every input (a "
+                "triplet or margin loss sitting at its margin, a classifier on one class)",
+                "validation runs on a copy of the model that never receives the new weights"],
+        fixes=["print a few validation predictions: are they all the same?",
+               "check that validation uses the trained model (and model.eval() only)"],
+    )]
+
+
 def _short_divergence(xs: list[float], ys: list[float]) -> list[Finding]:
     """A log of MIN_ROWS to SHORT_ROWS rows has no trend to speak of, and one bad batch is a
     large share of it: divergence needs the median of its second half at least
-    SHORT_DIVERGE_RATIO times the lowest loss of its first half."""
+    SHORT_DIVERGE_RATIO times the lowest loss of its first half, and above it by more than
+    RISE_SIGMAS standard errors of the log's row-to-row noise."""
     half = len(ys) // 2
     best, late = min(ys[:half]), median(ys[half:])
     if best <= 0 or late < SHORT_DIVERGE_RATIO * best:
+        return []
+    # and above the log's own noise, as for longer short logs: one row at its best against
+    # the median of the second half (per-batch losses of +-40% double by chance)
+    if late - best <= RISE_SIGMAS * row_noise(ys) * math.sqrt(1 + 1 / (len(ys) - half)):
         return []
     i_best = ys.index(best)
     return [Finding(
@@ -578,9 +653,33 @@ def trace(run: Run, findings: list[Finding]) -> None:
         if f.kind == "rollback":  # its step was redone on later data: the skipped data
             f.commands = [f"llmtk train batch {shlex.quote(directory)} --skipped"]
         elif f.kind in TRACED:
+            # the message's placeholder (`llmtk train batch RUN --step N`) becomes this run
+            here = f"train batch {shlex.quote(directory)} "
+            f.summary = f.summary.replace("train batch RUN ", here)
             steps = sorted({int(s) for s in (f.steps or [f.step])})[:TRACED_STEPS]
             f.commands = [f"llmtk train batch {shlex.quote(directory)} --step {s}"
                           for s in steps]
+
+
+def _short_note(ys: list[float]) -> str:
+    """What a log of fewer than TREND_ROWS rows was judged for, and how large a rise it can
+    show at all (its own row noise decides)."""
+    n = len(ys)
+    note = (f"{n} rows: NaN judged at any length, a constant loss from {MIN_ROWS}, spikes "
+            f"from 8, plateau and oscillation from {TREND_ROWS}; ")
+    if n < MIN_ROWS:
+        return note + f"a rising loss from {MIN_ROWS}"
+    if n < SHORT_ROWS:
+        return note + (f"a rising loss only when the second half's median is "
+                       f"{SHORT_DIVERGE_RATIO}x the first half's lowest and above it by "
+                       f"{RISE_SIGMAS:.0f} standard errors of this log's row-to-row noise")
+    margin = short_rise_margin(n, row_noise(ys))
+    level = abs(median(ys))
+    return note + (f"a rising loss (divergence, rebound) only when the median of the last "
+                   f"{max(3, n // 3)} rows is above the lowest before by more than "
+                   f"{_fmt(margin)} ({margin / level * 100:.0f}% of the loss: "
+                   f"{RISE_SIGMAS:.0f} standard errors of this log's row-to-row noise)"
+                   if level > 0 else "")
 
 
 def overview(run: Run) -> dict:
@@ -590,9 +689,7 @@ def overview(run: Run) -> dict:
                  "curve": run.loss_key}
     notes = list(run.notes)
     if len(ys) < TREND_ROWS:  # say what a short log could and could not be judged for
-        notes.append(f"{len(ys)} rows: NaN judged at any length, a constant loss and "
-                     f"divergence from {MIN_ROWS}, spikes from 8, plateau and oscillation "
-                     f"from {TREND_ROWS}")
+        notes.append(_short_note(ys))
     if notes:
         out["notes"] = notes
     if ys:

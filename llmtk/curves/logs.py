@@ -15,8 +15,10 @@ The format is told from the content, never from the file name alone:
 - W&B run files (`run-ID.wandb`, or an offline run directory holding one), read
   without the `wandb` package (see `wandblog.py`);
 - text printed by nanoGPT, llm.c, modded-nanogpt, Megatron-LM and torchtitan, HF
-  Trainer's console output (its Python dicts, even as the first line), and any
-  `key: value` / `key=value` lines with a step and a loss (see `textlogs.py`).
+  Trainer's console output (its Python dicts, even as the first line), Keras' `model.fit`
+  output, fairseq's, build-nanogpt's `STEP NAME VALUE` log.txt, and any `key: value` /
+  `key=value` lines with a step (or a counter line above them) and a loss (see
+  `textlogs.py`).
 
 Field names of other trainers map onto ours (`iter`/`global_step` -> `step`,
 `train/loss`/`lm loss` -> `loss`, `eval_loss` -> `val_loss`, `learning_rate`
@@ -40,8 +42,9 @@ from llmtk.io.metrics import decode_row, decode_value
 
 EXPECTED = ("expected llmtk metrics.jsonl, HF trainer_state.json, TensorBoard events, CSV with a "
             "header (step,loss / Wall time,Step,Value), W&B history CSV/JSON, or a nanoGPT, "
-            "llm.c, Megatron-LM or torchtitan text log, HF Trainer console output, or "
-            "`step: N, loss: X` / `step=N loss=X` lines")
+            "llm.c, Megatron-LM, torchtitan, Keras or fairseq text log, HF Trainer console output, "
+            "build-nanogpt's `STEP train LOSS` lines, or `step: N, loss: X` / `step=N loss=X` "
+            "lines")
 
 ALIASES = {
     **dict.fromkeys(("iter", "iteration", "global_step", "trainer/global_step", "_step",
@@ -365,6 +368,16 @@ def _index_key(k: str):
     return (0, int(k)) if str(k).lstrip("-").isdigit() else (1, str(k))
 
 
+_QUOTED_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _quoted_numbers(row: dict) -> dict:
+    """Numbers written as strings become numbers: fairseq's `--log-format json` writes
+    `"loss": "3.097"` (and `"clip": "100%"`, which stays text)."""
+    return {k: float(v) if isinstance(v, str) and k != "event" and _QUOTED_NUMBER.fullmatch(v)
+            else v for k, v in row.items()}
+
+
 def _jsonl_rows(path: str, text: str) -> list[dict]:
     rows = []
     lines = text.splitlines()
@@ -372,7 +385,7 @@ def _jsonl_rows(path: str, text: str) -> list[dict]:
         if not line.strip():
             continue
         try:
-            rows.append(_normalise(decode_row(line)))
+            rows.append(_normalise(_quoted_numbers(decode_row(line))))
         except ValueError as e:
             if lineno == len(lines) and not text.endswith("\n"):
                 break  # a torn last line: the run is still writing, or crashed mid-write

@@ -20,6 +20,7 @@ SPIKE_HARM_REL = 0.02  # ... and 2% above the level just before the spike
 SPIKE_GROWTH_MIN = 4  # at least 4 spikes in the last third, 3x as many as in the middle
 SPIKE_SCORE_WARN = 0.01  # OLMo 2 spike score above 1% of steps
 SPIKE_GRAD_GROWTH = 2.0  # grad norm median doubles between the 2nd and the last quarter
+SPIKE_LOOK_RATIO = 2.5  # a recovered spike to 2.5x the running loss: look at its batch
 
 
 @dataclass
@@ -120,6 +121,34 @@ def _grad_growth(run: Run) -> float | None:
     return median(gs[-q:]) / early if early > 0 else None
 
 
+def _grad_jump(run: Run, step: float) -> str:
+    """', with the gradient norm 40x its median before' when a grad norm is logged at the
+    spike's step, else ''."""
+    gx, gs = _finite(*run.series("grad_norm"))
+    before = [g for x, g in zip(gx, gs, strict=True) if x < step][-50:]
+    at = [g for x, g in zip(gx, gs, strict=True) if x == step]
+    if not at or len(before) < 5 or median(before) <= 0:
+        return ""
+    return f", with the gradient norm {at[0] / median(before):.0f}x its median before"
+
+
+def _large_spike(run: Run, xs: list[float], ys: list[float], s: Spike) -> Finding:
+    """A spike that recovered but reached SPIKE_LOOK_RATIO times the running loss: one batch
+    made the model that much worse, so that batch deserves a look (real runs' one-batch jumps
+    are +5-60%; garbage, duplicated or mis-tokenised documents give several times the loss)."""
+    back = next((i for i in range(s.end + 1, len(ys))
+                 if ys[i] <= s.centre + 3 * s.sigma + 0.02 * abs(s.centre)), None)
+    within = f" within {xs[back] - xs[s.start]:.0f} steps" if back is not None else ""
+    step = xs[s.start]
+    return Finding(
+        "spike", "warning", step,
+        f"loss spike at step {step:.0f}: {_fmt(s.centre)} -> {_fmt(s.peak)} "
+        f"({s.peak / s.centre:.1f}x the running loss{_grad_jump(run, step)}); it recovered"
+        f"{within}, but a jump this large comes from the data of that step: look at its batch "
+        f"(llmtk train batch RUN --step {step:.0f})",
+        SPIKE_CAUSES, SPIKE_FIXES, end_step=xs[s.end])
+
+
 def detect_spikes(run: Run) -> list[Finding]:
     """Loss spikes, with a severity from what they did to the run.
 
@@ -127,6 +156,8 @@ def detect_spikes(run: Run) -> list[Finding]:
     warning: lasting harm: the level after the spike stays above the level before it,
              spikes that grow in frequency or size over the run, a high spike score,
              or spikes together with a growing gradient norm;
+             a spike that recovered but reached SPIKE_LOOK_RATIO times the running loss
+             (its batch deserves a look);
     info:    spikes that recover within a few steps and leave the trend where it was
              (noisy batches: every real run has some), reported once, aggregated.
     """
@@ -151,6 +182,10 @@ def detect_spikes(run: Run) -> list[Finding]:
     benign = [s for s in spikes if s.recovered]
     harmed = [s for s in benign
               if s.lasting > max(SPIKE_HARM_SIGMAS * s.sigma, SPIKE_HARM_REL * abs(s.centre))]
+    large = [s for s in benign if s not in harmed and s.centre > 0
+             and s.peak >= SPIKE_LOOK_RATIO * s.centre]
+    for s in large:
+        findings.append(_large_spike(run, xs, ys, s))
     for s in harmed:
         findings.append(Finding(
             "spike", "warning", xs[s.start],
@@ -196,7 +231,7 @@ def detect_spikes(run: Run) -> list[Finding]:
                                  "data order, precision) rather than one bad batch",
                                  *SPIKE_CAUSES[1:]], SPIKE_FIXES, details=details,
                                 steps=[xs[s.start] for s in spikes]))
-    elif len(benign) > len(harmed):
+    elif len(benign) > len(harmed) + len(large):
         findings.append(Finding("spikes", "info", xs[spikes[0].start],
                                 summary + f", all recovered at once (steps {shown})",
                                 SPIKE_CAUSES, SPIKE_FIXES,
