@@ -19,12 +19,15 @@ from llmtk.errors import UsageError
 from llmtk.io.run import StreamOptions
 
 IO_PANEL = "Input and output"
+# The main help's second list: commands beside the tools (job arrays, the I/O layer alone).
+PLUMBING_PANEL = "Plumbing"
 
 Inputs = Annotated[
     list[str] | None,
     typer.Argument(
-        help="Input files, directories or globs (.jsonl, .jsonl.zst, .jsonl.gz, .parquet, "
-        "Hugging Face save_to_disk folders); '-' or nothing reads stdin.",
+        help="Input files, directories or globs: JSON Lines (.jsonl, .ndjson; plain, .zst, "
+        ".gz, .xz, .bz2), Parquet, web archives (WARC/ARC/WET), Hugging Face save_to_disk "
+        "folders; '-' or nothing reads stdin.",
         metavar="FILES",
         show_default=False,
     ),
@@ -119,7 +122,8 @@ MaxRecordBytes = Annotated[
 ]
 Seed = Annotated[int, typer.Option("--seed", help="Random seed.")]
 QUIET_FLAGS = ("-q", "--quiet")
-QUIET_HELP = "No summary or progress on stderr; errors only."
+QUIET_HELP = ("No summary or progress on stderr; errors, and warnings about the input "
+              "(files skipped, no records), still show.")
 Quiet = Annotated[bool, typer.Option(*QUIET_FLAGS, help=QUIET_HELP)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of a table.")]
 
