@@ -94,7 +94,8 @@ def test_skipped_files_are_counted_once_across_the_shards_of_a_job_array(tmp_pat
     assert (single["files_in"], single["files_skipped"]) == (4, 2)
 
 
-@pytest.mark.parametrize("compress,kind", [(lzma.compress, "xz"), (bz2.compress, "bzip2")])
+@pytest.mark.parametrize("compress,kind", [(lzma.compress, "xz"), (bz2.compress, "bzip2")],
+                         ids=["xz", "bzip2"])
 def test_xz_and_bzip2_are_read_from_their_bytes_on_stdin_too(tmp_path, compress, kind):
     # two streams back to back (`cat a.xz b.xz`) are one input, as for `xz -dc`
     data = compress(lines("one", "two")) + compress(lines("three"))
@@ -121,9 +122,12 @@ def test_an_xz_or_bzip2_output_is_written_as_its_name_says(tmp_path, suffix, kin
     out = tmp_path / f"out.jsonl.{suffix}"
     assert llmtk("cat", src, "-q", "-o", out).returncode == 0
     assert kind.decompress(out.read_bytes()) == src.read_bytes()
+    piped = llmtk("cat", src, "-q", "--compress", suffix)  # stdout too, when asked
+    assert piped.returncode == 0 and kind.decompress(piped.stdout) == src.read_bytes()
 
 
-@pytest.mark.parametrize("data,name", [(LZ4_FRAME, "lz4"), (b"PK\x03\x04" + b"\0" * 40, "zip")])
+@pytest.mark.parametrize("data,name", [(LZ4_FRAME, "lz4"), (b"PK\x03\x04" + b"\0" * 40, "zip")],
+                         ids=["lz4", "zip"])
 def test_a_compression_llmtk_does_not_read_is_named_not_called_bad_utf8(tmp_path, data, name):
     f = tmp_path / "x.jsonl"
     f.write_bytes(data)
@@ -150,7 +154,7 @@ def test_a_web_archive_on_stdin_is_refused_in_words(tmp_path):
     assert llmtk("cat", f, "-q").returncode == 0  # the same bytes as a file are read
 
 
-@pytest.mark.parametrize("content", [b"", b"\n\n"])
+@pytest.mark.parametrize("content", [b"", b"\n\n"], ids=["empty", "blank-lines"])
 def test_an_input_without_records_says_so_and_exits_0(tmp_path, content):
     f = tmp_path / "empty.jsonl"
     f.write_bytes(content)

@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from llmtk.errors import UsageError
+from llmtk.io.compression import COMPRESS_NAMES
 from llmtk.io.run import StreamOptions
 
 IO_PANEL = "Input and output"
@@ -37,7 +38,7 @@ Output = Annotated[
     typer.Option(
         "-o",
         "--output",
-        help="Write here instead of stdout; .zst/.gz pick the compression, .parquet "
+        help="Write here instead of stdout; .zst/.gz/.xz/.bz2 pick the compression, .parquet "
         "writes Parquet. "
         "Written to a temporary file and renamed when complete.",
         rich_help_panel=IO_PANEL,
@@ -47,7 +48,7 @@ Compress = Annotated[
     str | None,
     typer.Option(
         "--compress",
-        help="Compression for the output: none, zstd or gzip (default: from the -o "
+        help="Compression for the output: none, zstd, gzip, xz or bz2 (default: from the -o "
         "extension; none on stdout).",
         rich_help_panel=IO_PANEL,
     ),
@@ -148,8 +149,8 @@ def stream_options(
     options, recorded with the shared ones that change the output (`settings`)."""
     if on_error == "reject" and not rejects:
         raise UsageError("--on-error reject needs --rejects FILE")
-    if compress not in (None, "none", "zstd", "zst", "gzip", "gz"):
-        raise UsageError(f"--compress: expected none, zstd or gzip, got {compress!r}")
+    if compress is not None and compress not in COMPRESS_NAMES:
+        raise UsageError(f"--compress: expected none, zstd, gzip, xz or bz2, got {compress!r}")
     return StreamOptions(
         inputs=list(inputs or []),
         output=output,
