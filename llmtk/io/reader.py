@@ -36,21 +36,24 @@ from llmtk.io.shard import in_shard
 from llmtk.io.summary import Summary
 
 # What a directory walk reads: JSON Lines (`.ndjson` is the same format), plain or
-# compressed, Parquet, Arrow and web archives. Plain `.json` is left out on purpose: in a
-# data folder it is metadata or a report (llmtk's own --stats), while `.json.gz`/`.json.zst`
-# are the names of JSON Lines dumps in the wild (C4's `c4-train.*.json.gz`). Every other
-# file of a folder is named on stderr and counted (`files_skipped`), never passed over
-# in silence.
+# compressed, Parquet and web archives. Arrow files are read as a save_to_disk folder (in
+# its state.json's order, one split at a time) or by name, never picked up by a walk: it
+# would read a DatasetDict's train and test splits as one. Plain `.json` is left out on
+# purpose: in a data folder it is metadata or a report (llmtk's own --stats), while
+# `.json.gz`/`.json.zst` are the names of JSON Lines dumps in the wild (C4's
+# `c4-train.*.json.gz`). Every other file of a folder is named on stderr and counted
+# (`files_skipped`), never passed over in silence.
 _COMPRESSED = (".zst", ".zstd", ".gz", ".xz", ".bz2")
 INPUT_SUFFIXES = (".jsonl", ".ndjson", *(b + c for b in (".jsonl", ".ndjson", ".json")
                                         for c in _COMPRESSED),
-                  ".parquet", ".arrow", ".warc", ".warc.gz", ".arc", ".arc.gz", ".wet",
+                  ".parquet", ".warc", ".warc.gz", ".arc", ".arc.gz", ".wet",
                   ".wet.gz")
 # Why a file of a folder was not read, by its name (the first that matches).
 _SKIP_REASONS = (
     ((".csv", ".tsv"), "CSV, not JSON Lines: convert it"),
     ((".json",), "JSON, not JSON Lines: name it to read it as JSON Lines"),
     ((".done",), "an llmtk completion marker"),
+    ((".arrow",), "Arrow: name its save_to_disk folder, or the file"),
 )
 # Compressions and archives llmtk does not read, by extension.
 _UNREAD = {".lz4": "lz4", ".zip": "zip", ".7z": "7z", ".rar": "rar", ".lz": "lzip",
