@@ -182,3 +182,11 @@ def test_completion_markers_beside_their_outputs_are_not_news(tmp_path):
     assert r.returncode == 0 and (out / "00000.jsonl.zst.done").exists()
     r = llmtk("cat", out, "-q")
     assert r.returncode == 0 and texts(r.stdout) == ["a", "b"] and r.stderr == b""
+
+
+def test_a_record_shard_that_keeps_nothing_is_not_an_empty_input():
+    one = lines("only one record")
+    said = [b"no records" in llmtk("cat", "--shard", f"{k}/4", "-q", input=one).stderr
+            for k in range(4)]
+    assert not any(said)
+    assert b"no records in <stdin>" in llmtk("cat", "--shard", "1/4", "-q", input=b"").stderr

@@ -100,7 +100,7 @@ def expand_inputs(inputs: list[str], skipped: list[str] | None = None) -> list[s
                 held = f"; it holds {describe_skipped(others, 'other file')}" if others \
                     else ""
                 raise UsageError(f"{item}: directory holds no data files (JSON Lines, "
-                                 f"Parquet, Arrow or WARC, see docs/io.md#input){held}")
+                                 f"Parquet or WARC, see docs/io.md#input){held}")
             paths.extend(found)
             passed_over.extend(others)
         elif os.path.exists(item):

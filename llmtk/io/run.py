@@ -131,7 +131,6 @@ class StreamRun:
         self._made_dirs: list[str] = []  # missing output folders this run created
         self._progress = None
         self._write_doc = None
-        self._reading = False  # docs() was asked for: this run reads its inputs through us
 
     # -- context -------------------------------------------------------------
 
@@ -196,9 +195,12 @@ class StreamRun:
     def _say_if_empty(self) -> None:
         """An input without a single record says so (exit status 0 all the same): an
         empty file is often an upstream stage that died or a glob that matched the wrong
-        files. A task of a job array with no files of its own has nothing to say, nor has a
-        command that reads its inputs another way (mix --count-only)."""
-        if self.summary.records_in or not self.paths or not self._reading:
+        files. Judged on the whole input read through docs() (file_starts ends with its
+        number of records, every shard's), so a record shard that kept none is not
+        empty; a task of a job array with no files of its own has nothing to say, nor has
+        a command that read its inputs another way (mix --count-only) or not to the end."""
+        starts = self.file_starts
+        if not self.paths or len(starts) != len(self.paths) + 1 or starts[-1] != 0:
             return
         names = ", ".join("<stdin>" if p == "-" else p for p in self.paths[:3])
         more = f" and {len(self.paths) - 3} more files" if len(self.paths) > 3 else ""
@@ -238,7 +240,6 @@ class StreamRun:
         on_bad = None if self.opts.on_error == "fail" else self.bad_record
         on_bytes = self._progress.update if self._progress is not None else None
         self.file_starts.clear()
-        self._reading = True
         return read_docs(self.paths, self.opts.text_field, on_bad, self.record_shard,
                          self.require_text, on_bytes, self.summary,
                          max_record=self.opts.max_record_bytes, file_starts=self.file_starts)
