@@ -198,7 +198,8 @@ def warn_skipped(paths: list[str], tool: str | None = None, say: bool = True,
         _warned.clear()
     new = [p for p in paths if p not in _warned]
     _warned.update(new)
-    if not new or not say:
+    # every process of a torchrun job expands the same --data: its rank 0 speaks for all
+    if not new or not say or os.environ.get("RANK", "0") != "0":
         return
     import sys
 
