@@ -55,7 +55,7 @@ def summary(command, limit: int = 50) -> str:
     """A subcommand's one-line summary: its short help, else the first sentence of its help
     (cut at a word, under `limit` characters, for the list at the end of the main help)."""
     text = command.short_help or (command.help or "").split("\n\n")[0]
-    text = " ".join(text.replace("\\\n", " ").split())
+    text = " ".join(text.split())
     first = text.split(". ")[0].rstrip(".")
     if len(first) <= limit:
         return first
