@@ -190,3 +190,12 @@ def test_a_record_shard_that_keeps_nothing_is_not_an_empty_input():
             for k in range(4)]
     assert not any(said)
     assert b"no records in <stdin>" in llmtk("cat", "--shard", "1/4", "-q", input=b"").stderr
+
+
+def test_brotli_has_no_magic_bytes_so_its_name_says_it(tmp_path):
+    f = tmp_path / "x.jsonl.br"
+    f.write_bytes(bytes([0x1B, 0x9C, 0xE8, 0x90, 0xFF, 0x10]) * 8)  # not text
+    r = llmtk("cat", f, "-q")
+    err = r.stderr.decode()
+    assert r.returncode == 1 and "brotli-compressed" in err and "brotli -dc" in err, err
+    assert "UTF-8" not in err

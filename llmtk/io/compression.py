@@ -36,6 +36,8 @@ UNSUPPORTED = (
     (b"\x1f\x9d", "compress (.Z)", "uncompress -c"),
     (b"\x5d\x00\x00", "lzma (legacy .lzma)", "xz -dc"),
 )
+# Compressions without magic bytes, known by the file's name only (when it is not text).
+UNSUPPORTED_BY_NAME = {".br": ("brotli", "brotli -dc")}
 PARQUET_MAGIC = b"PAR1"  # files are read by llmtk.io.parquet; only a pipe gets here
 CHUNK = 1 << 20
 

@@ -23,6 +23,7 @@ import orjson
 from llmtk.errors import DataError, UsageError
 from llmtk.io.compression import (
     CHUNK,
+    UNSUPPORTED_BY_NAME,
     CorruptInput,
     TruncatedInput,
     UnsupportedCompression,
@@ -305,8 +306,15 @@ def iter_line_batches(
 
 def _refuse_other_format(name: str, first_line: bytes, piped: bool) -> None:
     """A web archive or an Arrow stream that reached the line reader (a pipe, or a
-    compression the WARC reader does not take) is one clear error, not a bad line per line."""
+    compression the WARC reader does not take) is one clear error, not a bad line per line;
+    so is a file named as a compression without magic bytes (brotli) that is not text."""
     from llmtk.io.warc import warc_kind
+
+    for suffix, (kind, tool) in UNSUPPORTED_BY_NAME.items():
+        if name.endswith(suffix):
+            e = UnsupportedCompression(kind, tool)
+            e.line = 1  # type: ignore[attr-defined]
+            raise e
 
     head = first_line[:64]
     what = {"warc": "a web archive (WARC)", "arc": "a web archive (ARC)"}.get(
