@@ -34,8 +34,10 @@ from llmtk.errors import AlreadyDone, ConfigError, LlmtkError, PipeClosed
 HELP = """\
 Small Unix-style tools for the whole LLM pre-training workflow.
 
-They read and write JSON Lines (plain, .zst or .gz) on stdin/stdout, so they
-compose in shell pipelines, Makefiles and cluster job scripts.
+The data tools read JSON Lines (plain, .zst, .gz, .xz or .bz2), Parquet and web
+archives, and write JSON Lines on stdout, so they compose in shell pipelines,
+Makefiles and cluster job scripts. The plumbing commands run them as job arrays
+(run, stats merge) and show the I/O layer alone (cat).
 
 [bold]Examples[/bold]
 

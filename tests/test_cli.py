@@ -138,3 +138,19 @@ def test_make_install_puts_llmtk_on_path_of_a_new_shell(tmp_path):
     p = subprocess.run(["env", "-i", f"PATH={tmp_path}/bin:/usr/bin:/bin", "bash", "-c",
                         "cd / && llmtk --version"], capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.startswith("llmtk "), p.stderr
+
+
+def test_train_tokenizer_takes_its_documents_as_train_tokenize_does(tmp_path):
+    """Positional FILES, like every data tool; --data, the older spelling, still works and
+    trains the same tokenizer."""
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"text": f"the cat sat on mat number {i} " * 3}) + "\n"
+                            for i in range(60)))
+    made = []
+    for args in ([docs], ["--data", docs]):
+        out = tmp_path / f"tok{len(made)}.json"
+        r = llmtk("train", "tokenizer", *args, "--vocab-size", "300", "-q", "-o", out,
+                  in_process=True)
+        assert r.returncode == 0, r.stderr
+        made.append(out.read_bytes())
+    assert made[0] == made[1]

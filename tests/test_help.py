@@ -11,6 +11,7 @@ import re
 import pytest
 
 from llmtk.cli import build_command
+from tests.util import ROOT
 
 TYPE_NAMES = re.compile(r"<(bool|str|int|float|list\[|path|int range|float range)[^>]*>")
 
@@ -24,9 +25,6 @@ def all_commands(command=None, path=()):
 
 
 COMMANDS = [(" ".join(p) or "llmtk", c) for p, c in all_commands()]
-# The plumbing commands, hidden from `llmtk -h` but documented in docs/cluster.md.
-COMMANDS += [(" ".join(p), c) for name in ("run", "stats", "cat")
-             for p, c in all_commands(build_command().commands[name], (name,))]
 
 
 def render(path: str, monkeypatch, capsys) -> str:
@@ -104,3 +102,61 @@ def test_no_option_help_loses_its_brackets(path, command, monkeypatch, capsys):
                 continue
             assert part.lstrip("\\") in shown, (param.name, part)
     assert not re.search(r"\w \.(\s|$)| ;", shown), re.search(r".{30}\w \.(\s|$).{0,10}| ;", shown)
+
+
+# `llmtk X` where a command line starts (or after a pipe, `$`, `(` or `--`), in the
+# fenced blocks and inline code of README.md and docs/*.md: what a user is told to type.
+TYPED = re.compile(r"(?:^|[|;&(]\s*|\$\s*|--\s+)llmtk ([a-z][a-z-]*)(?: ([a-z][a-z-]*))?")
+
+
+def typed_commands() -> set[tuple[str, str | None]]:
+    found = set()
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        lines = [line.strip() for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+                 for line in block.splitlines()]
+        lines += re.findall(r"`(llmtk [^`\n]+)`", text)
+        for line in lines:
+            found.update(m.groups() for m in TYPED.finditer(line))
+    return found
+
+
+def test_every_command_the_docs_tell_users_to_type_is_listed_in_the_help(monkeypatch,
+                                                                         capsys):
+    """`llmtk -h` lists every command README and docs show (run, stats and cat too), and a
+    command's help lists its subcommands that the docs show (train tokenize, ...)."""
+    root = build_command()
+    typed = typed_commands()
+    names = {name for name, _ in typed}
+    assert {"clean", "train", "run", "stats", "cat"} <= names  # the scan finds them
+    assert names <= set(root.commands), names - set(root.commands)
+    listed = render("llmtk", monkeypatch, capsys)
+    for name in sorted(names):
+        assert f"│ {name} " in listed, f"llmtk -h does not list {name}"
+    for name, sub in sorted(typed, key=str):
+        group = root.commands[name]
+        if sub in getattr(group, "commands", {}):
+            out = render(name, monkeypatch, capsys)  # a Commands panel, or the "Also" list
+            assert f"│ {sub} " in out or f"llmtk {name} {sub}" in " ".join(out.split()), \
+                f"llmtk {name} -h does not list {sub}"
+
+
+def test_train_tokenizer_and_tokenize_are_told_apart_at_a_glance(monkeypatch, capsys):
+    out = render("train", monkeypatch, capsys)
+    rows = {line.split()[2]: line for line in out.splitlines()
+            if line.strip().startswith("llmtk train ")}
+    assert "BPE tokenizer" in rows["tokenizer"] and "token shards" in rows["tokenize"], rows
+    for name in ("tokenizer", "tokenize"):  # both take documents the same way
+        usage = next(line for line in render(f"train {name}", monkeypatch, capsys)
+                     .splitlines() if "Usage:" in line)
+        assert usage.split() == ["Usage:", "llmtk", "train", name, "[OPTIONS]",
+                                 "[FILES...]"], usage
+
+
+def test_a_placeholder_says_file_only_for_options_that_name_files(monkeypatch, capsys):
+    out = render("clean", monkeypatch, capsys)
+    profile = next(line for line in out.splitlines() if "--profile" in line)
+    assert "FILE" not in profile, profile
+    flat = " ".join(out.split())
+    for word in ("WARC", ".xz", ".bz2", ".ndjson", "Parquet"):  # what FILES may be
+        assert word in flat.split("FILES", 2)[2][:400], word

@@ -1,9 +1,10 @@
 """`llmtk cat`: pass records through the I/O layer: validate, shard, recompress.
 
-A plumbing command (hidden from the main help): it reads any mix of plain,
-zstd and gzip JSONL, Parquet and web archives (WARC/ARC/WET), checks every
-record, and writes the records unchanged. It is the I/O layer on its own, which
-makes it the reference for tests and for `benchmarks/io_throughput.py`.
+A plumbing command (listed under "Plumbing" in the main help): it reads any mix
+of JSON Lines (plain, zstd, gzip, xz, bzip2), Parquet and web archives
+(WARC/ARC/WET), checks every record, and writes the records unchanged. It is
+the I/O layer on its own, which makes it the reference for tests and for
+`benchmarks/io_throughput.py`.
 """
 
 import typer
@@ -46,4 +47,4 @@ EPILOG = "Exit status: 0 success, 1 bad input data (FILE:LINE), 2 bad usage."
 
 
 def register(app: typer.Typer) -> None:
-    app.command(name="cat", help=HELP, epilog=EPILOG, hidden=True)(command)
+    app.command(name="cat", help=HELP, epilog=EPILOG, rich_help_panel=o.PLUMBING_PANEL)(command)

@@ -13,6 +13,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 DEFAULT = "run"
+LINE = 78  # an 80-column terminal less the help's margins
 
 
 class DefaultGroup(TyperGroup):
@@ -32,18 +33,33 @@ class DefaultCommand(TyperCommand):
         formatter.write_usage(path, " ".join(self.collect_usage_pieces(ctx)))
 
     def format_help(self, ctx, formatter):
-        """The command's help, ending with the subcommands it also has."""
+        """The command's help, ending with the subcommands it also has, one line each
+        with its summary (so two with similar names are told apart at a glance)."""
         if ctx.parent is not None and not hasattr(self, "_own_epilog"):
             self._own_epilog = self.epilog or ""
             group = ctx.parent.command
-            names = [n for n in group.list_commands(ctx)
-                     if n != DEFAULT and not group.get_command(ctx, n).hidden]
-            if names:
+            subs = [(n, group.get_command(ctx, n)) for n in group.list_commands(ctx)
+                    if n != DEFAULT and not group.get_command(ctx, n).hidden]
+            if subs:
                 path = ctx.parent.command_path
-                listed = ", ".join(f"[bold]{path} {n}[/bold]" for n in names)
+                width = max(len(n) for n, _ in subs)
+                room = LINE - len(path) - width - 3  # each on one line of an 80-column help
+                lines = [f"[bold]{path} {n}[/bold]{' ' * (width - len(n))}  "
+                         f"{summary(sub, room)}" for n, sub in subs]
                 self.epilog = (self._own_epilog + "\n\n" if self._own_epilog else "") + \
-                    f"Also: {listed} (each with -h)."
+                    "Also (each with -h):\n" + "\n".join(lines)
         super().format_help(ctx, formatter)
+
+
+def summary(command, limit: int = 50) -> str:
+    """A subcommand's one-line summary: its short help, else the first sentence of its help
+    (cut at a word, under `limit` characters, for the list at the end of the main help)."""
+    text = command.short_help or (command.help or "").split("\n\n")[0]
+    text = " ".join(text.split())
+    first = text.split(". ")[0].rstrip(".")
+    if len(first) <= limit:
+        return first
+    return first[:limit - 4].rsplit(" ", 1)[0].rstrip(",;:") + " ..."
 
 
 def group(**kw) -> typer.Typer:

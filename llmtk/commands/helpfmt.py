@@ -11,8 +11,8 @@ from __future__ import annotations
 
 # The order a user meets the tools in (docs/index.md, the README's pipeline);
 # commands not listed follow in the order they were registered.
-PIPELINE_ORDER = ("clean", "dedup", "contam-check", "mix", "stats", "estimate", "train",
-                  "eval", "generate", "plot-loss", "diagnose", "cat")
+PIPELINE_ORDER = ("clean", "dedup", "contam-check", "mix", "estimate", "train",
+                  "eval", "generate", "plot-loss", "diagnose", "run", "stats", "cat")
 
 _FILE_WORDS = ("output", "rejects", "stats", "clusters", "report", "config", "index",
                "model", "tokenizer", "data", "file", "dir", "out", "eval", "log", "path")
@@ -33,13 +33,20 @@ def placeholder(param) -> str:
         word = "N"
     elif kind is float:
         word = "X"
-    elif desc.is_path or any(w in name for w in _FILE_WORDS):
+    elif desc.is_path or _names_a_file(name):
         word = "FILE"
     else:
         word = "TEXT"
     if param.param_type_name == "argument":
         return name.upper() if name else word  # typer adds "..." for several
     return word
+
+
+def _names_a_file(name: str) -> bool:
+    """A parameter whose name has a file word as one of its parts (`out_dir`, `eval_paths`,
+    `log_to`); a part, not a substring: `profile` names no file."""
+    parts = name.split("_")
+    return any(p in _FILE_WORDS or p.rstrip("s") in _FILE_WORDS for p in parts)
 
 
 def _usage_name(param) -> str:

@@ -16,15 +16,19 @@ from typing import Annotated
 import typer
 
 from llmtk.errors import UsageError
+from llmtk.io.compression import COMPRESS_NAMES
 from llmtk.io.run import StreamOptions
 
 IO_PANEL = "Input and output"
+# The main help's second list: commands beside the tools (job arrays, the I/O layer alone).
+PLUMBING_PANEL = "Plumbing"
 
 Inputs = Annotated[
     list[str] | None,
     typer.Argument(
-        help="Input files, directories or globs (.jsonl, .jsonl.zst, .jsonl.gz, .parquet, "
-        "Hugging Face save_to_disk folders); '-' or nothing reads stdin.",
+        help="Input files, directories or globs: JSON Lines (.jsonl, .ndjson; plain, .zst, "
+        ".gz, .xz, .bz2), Parquet, web archives (WARC/ARC/WET), Hugging Face save_to_disk "
+        "folders; '-' or nothing reads stdin.",
         metavar="FILES",
         show_default=False,
     ),
@@ -34,7 +38,7 @@ Output = Annotated[
     typer.Option(
         "-o",
         "--output",
-        help="Write here instead of stdout; .zst/.gz pick the compression, .parquet "
+        help="Write here instead of stdout; .zst/.gz/.xz/.bz2 pick the compression, .parquet "
         "writes Parquet. "
         "Written to a temporary file and renamed when complete.",
         rich_help_panel=IO_PANEL,
@@ -44,7 +48,7 @@ Compress = Annotated[
     str | None,
     typer.Option(
         "--compress",
-        help="Compression for the output: none, zstd or gzip (default: from the -o "
+        help="Compression for the output: none, zstd, gzip, xz or bz2 (default: from the -o "
         "extension; none on stdout).",
         rich_help_panel=IO_PANEL,
     ),
@@ -119,7 +123,8 @@ MaxRecordBytes = Annotated[
 ]
 Seed = Annotated[int, typer.Option("--seed", help="Random seed.")]
 QUIET_FLAGS = ("-q", "--quiet")
-QUIET_HELP = "No summary or progress on stderr; errors only."
+QUIET_HELP = ("No summary or progress on stderr; errors, and warnings about the input "
+              "(files skipped, no records), still show.")
 Quiet = Annotated[bool, typer.Option(*QUIET_FLAGS, help=QUIET_HELP)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of a table.")]
 
@@ -144,8 +149,8 @@ def stream_options(
     options, recorded with the shared ones that change the output (`settings`)."""
     if on_error == "reject" and not rejects:
         raise UsageError("--on-error reject needs --rejects FILE")
-    if compress not in (None, "none", "zstd", "zst", "gzip", "gz"):
-        raise UsageError(f"--compress: expected none, zstd or gzip, got {compress!r}")
+    if compress is not None and compress not in COMPRESS_NAMES:
+        raise UsageError(f"--compress: expected none, zstd, gzip, xz or bz2, got {compress!r}")
     return StreamOptions(
         inputs=list(inputs or []),
         output=output,

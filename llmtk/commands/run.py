@@ -71,6 +71,7 @@ def command(
 
 
 def register(app: typer.Typer) -> None:
-    # Plumbing beside the eight tools (like `cat`): documented in docs/cluster.md.
-    app.command(name="run", help=HELP, short_help=SUMMARY, epilog=EPILOG, hidden=True,
+    # Plumbing beside the tools (with `cat` and `stats`): documented in docs/cluster.md.
+    app.command(name="run", help=HELP, short_help=SUMMARY, epilog=EPILOG,
+                rich_help_panel=o.PLUMBING_PANEL,
                 context_settings={"allow_interspersed_args": False})(command)

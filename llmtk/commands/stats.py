@@ -68,5 +68,5 @@ def register(app: typer.Typer) -> None:
                         rich_markup_mode="rich",
                         context_settings={"help_option_names": ["-h", "--help"]})
     group.command("merge", help=MERGE_HELP, epilog=EPILOG)(merge_command)
-    # Plumbing beside the eight tools (like `cat`): documented in docs/cluster.md.
-    app.add_typer(group, name="stats", hidden=True)
+    # Plumbing beside the tools (with `cat` and `run`): documented in docs/cluster.md.
+    app.add_typer(group, name="stats", rich_help_panel=o.PLUMBING_PANEL)

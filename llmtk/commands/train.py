@@ -409,17 +409,21 @@ def _whole_copy_line(cfg, mcfg, result: dict) -> None:
 
 
 TOKENIZER_HELP = """\
-Train a byte-level BPE tokenizer (tokenizer.json) on a document stream.
+Train a BPE tokenizer (a tokenizer.json) on documents.
+
+Not `llmtk train tokenize`, which turns documents into token shards with a trained \
+tokenizer. Both take their documents the same way: FILES... (files, directories, \
+globs; '-' or none: stdin); --data FILE is the older spelling here, still accepted.
 
 Uses the Hugging Face `tokenizers` library: GPT-2-style byte-level BPE, so any \
 UTF-8 text is covered and nothing is unknown; <|endoftext|> is the EOS token.
 
 [bold]Examples[/bold]
 
-  llmtk train tokenizer --data train.jsonl.zst --vocab-size 32000 \\
+  llmtk train tokenizer train.jsonl.zst --vocab-size 32000 \\
     -o tokenizer.json
 
-  llmtk train tokenizer --data corpus/ --sample-bytes 2G -o tok.json
+  llmtk train tokenizer corpus/ --sample-bytes 2G -o tok.json
 
   zstdcat web.jsonl.zst | head -100000 | llmtk train tokenizer -o tok.json
 
@@ -435,8 +439,9 @@ any order of them) and the counts are those of the sample.
 @app.command("tokenizer", help=TOKENIZER_HELP)
 @configs.keys_are_flags
 def tokenizer_command(
+    inputs: o.Inputs = None,
     data: Annotated[list[str] | None, typer.Option(
-        "--data", help="Documents (files, directories, globs; '-' or none: stdin).")] = None,
+        "--data", help="Documents, as FILES (the older spelling, still accepted).")] = None,
     output: Annotated[str, typer.Option("-o", "--output", help="The tokenizer.json to write.")]
     = "tokenizer.json",
     vocab_size: Annotated[int, typer.Option("--vocab-size", help="Vocabulary size, "
@@ -455,11 +460,12 @@ def tokenizer_command(
     from llmtk.io import expand_inputs, read_docs
     from llmtk.text.tokenizer import sample_texts, train_bpe
 
-    paths = expand_inputs(list(data or []))
+    paths = expand_inputs([*(inputs or []), *(data or [])])
     if paths == ["-"] and sys.stdin.isatty():
         from llmtk.errors import UsageError
 
-        raise UsageError("no input: pass --data FILE or pipe documents into stdin")
+        raise UsageError("no input: name document files (llmtk train tokenizer FILES...) or "
+                         "pipe documents into stdin")
     limit = None if sample_bytes is None else o.parse_bytes("--sample-bytes", sample_bytes)
     count = [0]
 
@@ -478,8 +484,10 @@ def tokenizer_command(
 
 
 TOKENIZE_HELP = """\
-Tokenize documents into a token-shard dataset that `llmtk train --data DIR` reads.
+Turn documents into token shards for train --data DIR.
 
+The shards are a dataset that `llmtk train --data DIR` reads, tokenized with a \
+trained tokenizer (`llmtk train tokenizer` trains one, `--tokenizer` names it). \
 A task-array stage like the dedup stages: task K of N (--shard K/N) takes its own \
 whole input files and writes OUT/part-K-of-N/ (token ids with EOS after every \
 document, uint16 or uint32 by vocabulary; an index of document boundaries with \

@@ -14,6 +14,7 @@ than `max_record` bytes is dropped piece by piece, never held in full.
 
 import glob
 import os
+import re
 import stat
 from collections.abc import Callable, Iterator
 
@@ -22,8 +23,10 @@ import orjson
 from llmtk.errors import DataError, UsageError
 from llmtk.io.compression import (
     CHUNK,
+    UNSUPPORTED_BY_NAME,
     CorruptInput,
     TruncatedInput,
+    UnsupportedCompression,
     iter_decompressed,
     open_binary,
     peek,
@@ -33,11 +36,32 @@ from llmtk.io.record import BadRecord, Doc, Invalid, Parsed, Skipped
 from llmtk.io.shard import in_shard
 from llmtk.io.summary import Summary
 
-# What a directory walk reads. Plain `.json` is left out on purpose: in a data folder it is
-# metadata or a report (llmtk's own --stats), while `.json.gz`/`.json.zst` are the names of
-# JSON Lines dumps in the wild (C4's `c4-train.*.json.gz`).
-INPUT_SUFFIXES = (".jsonl", ".jsonl.zst", ".jsonl.gz", ".jsonl.zstd", ".json.zst", ".json.gz",
-                  ".parquet", ".warc", ".warc.gz", ".arc", ".arc.gz", ".wet", ".wet.gz")
+# What a directory walk reads: JSON Lines (`.ndjson` is the same format), plain or
+# compressed, Parquet and web archives. Arrow files are read as a save_to_disk folder (in
+# its state.json's order, one split at a time) or by name, never picked up by a walk: it
+# would read a DatasetDict's train and test splits as one. Plain `.json` is left out on
+# purpose: in a data folder it is metadata or a report (llmtk's own --stats), while
+# `.json.gz`/`.json.zst` are the names of JSON Lines dumps in the wild (C4's
+# `c4-train.*.json.gz`). Every other file of a folder is named on stderr and counted
+# (`files_skipped`), never passed over in silence.
+_COMPRESSED = (".zst", ".zstd", ".gz", ".xz", ".bz2")
+INPUT_SUFFIXES = (".jsonl", ".ndjson", *(b + c for b in (".jsonl", ".ndjson", ".json")
+                                        for c in _COMPRESSED),
+                  ".parquet", ".warc", ".warc.gz", ".arc", ".arc.gz", ".wet",
+                  ".wet.gz")
+# Why a file of a folder was not read, by its name (the first that matches).
+_SKIP_REASONS = (
+    ((".csv", ".tsv"), "CSV, not JSON Lines: convert it"),
+    ((".json",), "JSON, not JSON Lines: name it to read it as JSON Lines"),
+    ((".done",), "an llmtk completion marker"),
+    ((".arrow",), "Arrow: name its save_to_disk folder, or the file"),
+)
+# Compressions and archives llmtk does not read, by extension.
+_UNREAD = {".lz4": "lz4", ".zip": "zip", ".7z": "7z", ".rar": "rar", ".lz": "lzip",
+           ".lzma": "lzma", ".Z": "compress", ".br": "brotli", ".tar": "tar",
+           ".tgz": "tar", ".tar.gz": "tar", ".snappy": "snappy"}
+_TEMPORARY = re.compile(r"\.tmp-\d+$")  # llmtk.io.atomic's TARGET.tmp-PID
+SKIPPED_SHOWN = 5  # skipped files named in the warning; the rest are counted
 MAX_RECORD_BYTES = 64 << 20  # default --max-record-bytes
 
 
@@ -51,15 +75,18 @@ class _TooLong:
 TOO_LONG = _TooLong()
 
 
-def expand_inputs(inputs: list[str]) -> list[str]:
-    """Files, directories (their JSON Lines files, recursively) and globs, in sorted order.
+def expand_inputs(inputs: list[str], skipped: list[str] | None = None) -> list[str]:
+    """Files, directories (their data files, recursively) and globs, in sorted order.
 
     No inputs means stdin ('-'). A named path that is not a directory is read as
-    given, so FIFOs, /dev/stdin and process substitution (/dev/fd/N) work.
+    given, so FIFOs, /dev/stdin and process substitution (/dev/fd/N) work. The other
+    files of a directory (not data by their names) are appended to `skipped` when it is
+    given; otherwise they are named on stderr here (`warn_skipped`).
     """
     if not inputs:
         return ["-"]
     paths: list[str] = []
+    passed_over: list[str] = []
     for item in inputs:
         if item == "-":
             paths.append(item)
@@ -68,11 +95,15 @@ def expand_inputs(inputs: list[str]) -> list[str]:
             if arrow is not None:
                 paths.extend(arrow)
                 continue
-            found = walk(item)
+            others: list[str] = []
+            found = walk(item, skipped=others)
             if not found:
-                raise UsageError(f"{item}: directory holds no .jsonl, .jsonl.zst, .gz or "
-                                 ".parquet files")
+                held = f"; it holds {describe_skipped(others, 'other file')}" if others \
+                    else ""
+                raise UsageError(f"{item}: directory holds no data files (JSON Lines, "
+                                 f"Parquet or WARC, see docs/io.md#input){held}")
             paths.extend(found)
+            passed_over.extend(others)
         elif os.path.exists(item):
             paths.append(item)
         elif glob.has_magic(item):
@@ -83,19 +114,26 @@ def expand_inputs(inputs: list[str]) -> list[str]:
             paths.extend(matches)
         else:
             raise UsageError(f"{item}: no such file or directory")
+    if skipped is None:
+        warn_skipped(passed_over)
+    else:
+        skipped.extend(passed_over)
     return paths
 
 
-def walk(top: str, suffixes: tuple[str, ...] | None = INPUT_SUFFIXES) -> list[str]:
-    """The files under `top` (with one of `suffixes`; None: all), sorted.
+def walk(top: str, suffixes: tuple[str, ...] | None = INPUT_SUFFIXES,
+         skipped: list[str] | None = None) -> list[str]:
+    """The files under `top` (with one of `suffixes`; None: all), sorted; the other
+    files (and FIFOs) are appended to `skipped`, if given.
 
     The rule: each real directory is entered once, by (device, inode), so a
     symlink loop or two links to one folder cannot repeat files, and each real
     file is listed once (the first name in sorted order). Names starting with a
-    dot (files and directories) are skipped, as glob and most tools do.
+    dot (files and directories) are skipped without a word, as glob and most tools do.
     """
     seen_dirs: set[tuple[int, int]] = set()
     found: list[str] = []
+    others: list[str] = []
 
     def visit(directory: str) -> None:
         try:
@@ -113,12 +151,63 @@ def walk(top: str, suffixes: tuple[str, ...] | None = INPUT_SUFFIXES) -> list[st
                 continue
             if entry.is_dir():
                 visit(entry.path)
-            elif (entry.is_file() or _is_fifo(entry)) and (
-                    suffixes is None or entry.name.endswith(suffixes)):
-                found.append(entry.path)  # a FIFO named like data is data (a job's pipe)
+            elif entry.is_file() or _is_fifo(entry):  # a FIFO named like data is data
+                if suffixes is None or entry.name.endswith(suffixes):
+                    found.append(entry.path)
+                else:
+                    others.append(entry.path)
 
     visit(top)
+    if skipped is not None:
+        data = set(found)
+        # llmtk's own completion markers beside its outputs are no news: not named
+        skipped.extend(p for p in _once(sorted(others))
+                       if not (p.endswith(".done") and p[:-5] in data))
     return _once(sorted(found))
+
+
+def skip_reason(path: str) -> str:
+    """Why a file of a folder was not read, from its name."""
+    if _TEMPORARY.search(path):
+        return "the temporary file of an llmtk run that was killed"
+    for suffixes, reason in _SKIP_REASONS:
+        if path.endswith(suffixes):
+            return reason
+    for suffix, name in _UNREAD.items():
+        if path.endswith(suffix):
+            return f"{name}: decompress it first"
+    return "not named like data"
+
+
+def describe_skipped(paths: list[str], what: str = "file") -> str:
+    """`N files: a.csv (why), b.txt (why), and 3 more`."""
+    names = ", ".join(f"{p} ({skip_reason(p)})" for p in paths[:SKIPPED_SHOWN])
+    more = f", and {len(paths) - SKIPPED_SHOWN} more" if len(paths) > SKIPPED_SHOWN else ""
+    return f"{len(paths)} {what}{'s' if len(paths) != 1 else ''}: {names}{more}"
+
+
+_warned: set[str] = set()  # skipped files already named by this process
+
+
+def warn_skipped(paths: list[str], tool: str | None = None, say: bool = True,
+                 fresh: bool = False) -> None:
+    """Name the files of input folders that are not read, on stderr, each once (a
+    command that expands its inputs twice, as mix does, says it once). say=False only
+    marks them as named (another task of the job array names them); fresh=True forgets
+    what earlier runs in this process named (a StreamRun is a new run)."""
+    if fresh:
+        _warned.clear()
+    new = [p for p in paths if p not in _warned]
+    _warned.update(new)
+    # every process of a torchrun job expands the same --data: its rank 0 speaks for all
+    if not new or not say or os.environ.get("RANK", "0") != "0":
+        return
+    import sys
+
+    who = f"llmtk {tool}" if tool else "llmtk"
+    sys.stderr.write(f"{who}: warning: skipped {describe_skipped(new)}; a folder is read for "
+                     "its JSON Lines, Parquet and WARC files (docs/io.md#input)\n")
+    sys.stderr.flush()
 
 
 def _is_fifo(entry: os.DirEntry) -> bool:
@@ -202,7 +291,7 @@ def iter_line_batches(
                              for x in lines]
                 yield lineno, lines, size
                 lineno += len(lines)
-    except (TruncatedInput, CorruptInput) as e:
+    except (TruncatedInput, CorruptInput, UnsupportedCompression) as e:
         e.line = lineno + 1  # type: ignore[attr-defined]
         raise
     except FileNotFoundError:
@@ -213,6 +302,31 @@ def iter_line_batches(
         yield lineno, [TOO_LONG], 0
     elif parts:
         yield lineno, [b"".join(parts)], 0
+
+
+def _refuse_other_format(name: str, first_line: bytes, piped: bool) -> None:
+    """A web archive or an Arrow stream that reached the line reader (a pipe, or a
+    compression the WARC reader does not take) is one clear error, not a bad line per line;
+    so is a file named as a compression without magic bytes (brotli) that is not text."""
+    from llmtk.io.warc import warc_kind
+
+    for suffix, (kind, tool) in UNSUPPORTED_BY_NAME.items():
+        if name.endswith(suffix):
+            e = UnsupportedCompression(kind, tool)
+            e.line = 1  # type: ignore[attr-defined]
+            raise e
+
+    head = first_line[:64]
+    what = {"warc": "a web archive (WARC)", "arc": "a web archive (ARC)"}.get(
+        warc_kind(head) or "") or ("Arrow data" if columnar_kind(head) else None)
+    if what is None:
+        return
+    if piped:
+        raise DataError(f"{name}: {what} is read from a file, not from stdin or a pipe: "
+                        "pass the file name (as for Parquet)")
+    raise DataError(f"{name}: {what} compressed other than with gzip: llmtk reads web "
+                    "archives plain or gzip-compressed; recompress it (e.g. xz -dc F | gzip "
+                    "> F.warc.gz)")
 
 
 def _classify_json_error(message: str, line: bytes = b"") -> tuple[str, str]:
@@ -289,6 +403,8 @@ def read_docs(
                         elif not line.strip():
                             continue
                         else:
+                            if lineno == 1:  # a whole stream of another format?
+                                _refuse_other_format(name, line, disk is None)
                             index += 1
                             reason, msg = _classify_json_error(str(e), line)
                             bad = BadRecord(name, lineno, index, reason, msg, line)
@@ -310,11 +426,14 @@ def read_docs(
                     if on_bad is None:
                         raise DataError(f"{bad.where()}: {bad.message}")
                     on_bad(bad)
-        except (TruncatedInput, CorruptInput) as e:
+        except (TruncatedInput, CorruptInput, UnsupportedCompression) as e:
             index += 1
-            reason = "io.truncated" if isinstance(e, TruncatedInput) else "io.corrupt"
-            message = str(e) if reason == "io.truncated" else (
-                f"{e}; the rest of this file is unreadable")
+            if isinstance(e, UnsupportedCompression):
+                reason, message = "io.unsupported_compression", e.advice(name)
+            elif isinstance(e, TruncatedInput):
+                reason, message = "io.truncated", str(e)
+            else:
+                reason, message = "io.corrupt", f"{e}; the rest of this file is unreadable"
             _report(BadRecord(name, getattr(e, "line", 0), index, reason, message, b""),
                     shard, on_bad)
     if file_starts is not None:

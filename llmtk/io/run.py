@@ -36,7 +36,14 @@ from llmtk.io.atomic import json_bytes
 from llmtk.io.compression import normalise_kind
 from llmtk.io.parquet import is_parquet_name
 from llmtk.io.paths import check_paths, input_identities, make_parents, remove_made
-from llmtk.io.reader import MAX_RECORD_BYTES, BadRecord, expand_inputs, read_docs, regular_size
+from llmtk.io.reader import (
+    MAX_RECORD_BYTES,
+    BadRecord,
+    expand_inputs,
+    read_docs,
+    regular_size,
+    warn_skipped,
+)
 from llmtk.io.record import DUMP_OPTS, Doc
 from llmtk.io.shard import RECORD_BITS, assign_files
 from llmtk.io.summary import Summary
@@ -80,7 +87,8 @@ class StreamRun:
         self.opts = opts
         self.require_text = require_text
         self.summary = Summary(tool)
-        self.paths = expand_inputs(opts.inputs)
+        skipped: list[str] = []  # files of input folders that are not data
+        self.paths = expand_inputs(opts.inputs, skipped)
         if "-" in self.paths:
             _check_stdin(tool, alone=self.paths == ["-"])
         self._outputs = [("-o", opts.output), ("--rejects", opts.rejects),
@@ -107,6 +115,15 @@ class StreamRun:
             if marker.is_done(opts.output, self._marker, self._output_paths()):
                 raise AlreadyDone(f"{opts.output} is done ({marker.marker_path(opts.output)}); "
                                   "skipping this task")
+        # Every input file is accounted for: read (files_in) or named and counted as skipped
+        # (files_skipped). The skipped ones belong to no task's share, so task 0 of a job
+        # array names and counts them (once in the merged stats); so it does the files of
+        # a stream that every task reads (record shards).
+        first_task = opts.shard is None or opts.shard[0] == 0
+        warn_skipped(skipped, tool, say=first_task, fresh=True)
+        self.summary.files_skipped = len(skipped) if first_task else 0
+        self.summary.files_in = len(self.paths) if first_task or self.record_shard is None \
+            else 0
         self.output: Sink | None = None
         self.rejects: Sink | None = None
         self._stats: Sink | None = None
@@ -160,6 +177,7 @@ class StreamRun:
                     sink.finish()
             self.summary.bytes_out = self.output.bytes_written if self.output else 0
             self.summary.finish()
+            self._say_if_empty()
             if self._stats is not None:
                 self._stats.write(json_bytes(self.summary.as_dict()))
                 self._stats.finish()
@@ -173,6 +191,23 @@ class StreamRun:
                              self.summary.as_dict())
         if not self.opts.quiet:
             self.summary.print()
+
+    def _say_if_empty(self) -> None:
+        """An input without a single record says so (exit status 0 all the same): an
+        empty file is often an upstream stage that died or a glob that matched the wrong
+        files. Judged on the whole input read through docs() (file_starts ends with its
+        number of records, every shard's), so a record shard that kept none is not
+        empty; a task of a job array with no files of its own has nothing to say, nor has
+        a command that read its inputs another way (mix --count-only) or not to the end."""
+        starts = self.file_starts
+        if not self.paths or len(starts) != len(self.paths) + 1 or starts[-1] != 0:
+            return
+        names = ", ".join("<stdin>" if p == "-" else p for p in self.paths[:3])
+        more = f" and {len(self.paths) - 3} more files" if len(self.paths) > 3 else ""
+        import sys
+
+        sys.stderr.write(f"llmtk {self.tool}: warning: no records in {names}{more}\n")
+        sys.stderr.flush()
 
     def _open(self, path: str | None, compress: str | None = None) -> Sink:
         sink = Sink(path, compress)

@@ -22,6 +22,8 @@ class Summary:
         self.records_out = 0
         self.bytes_in = 0
         self.bytes_out = 0
+        self.files_in = 0  # input files read (stdin counts as one)
+        self.files_skipped = 0  # files of input folders that are not data (named on stderr)
         self.dropped: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()
@@ -39,6 +41,8 @@ class Summary:
             "dropped": dict(sorted(self.dropped.items())),
             "errors": dict(sorted(self.errors.items())),
             "counts": dict(sorted(self.counts.items())),
+            "files_in": self.files_in,
+            "files_skipped": self.files_skipped,
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "seconds": round(self.seconds, 3),
@@ -83,6 +87,8 @@ class Summary:
             table.add_row("counted in records", "")
         for key, n in self.count_rows():
             table.add_row(f"  {key}", f"{n:,}")
+        if self.files_skipped:
+            table.add_row("files read / skipped", f"{self.files_in:,} / {self.files_skipped:,}")
         table.add_row("bytes in / out", f"{self.bytes_in:,} / {self.bytes_out:,}")
         table.add_row("time", f"{self.seconds:.2f} s  ({self.mb_per_s():.1f} MB/s)")
         console = stderr_console()
