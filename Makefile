@@ -40,13 +40,16 @@ install: setup
 	ln -sf $(abspath $(BIN))/llmtk $(PREFIX)/bin/llmtk
 	@echo "llmtk -> $(PREFIX)/bin/llmtk (make sure $(PREFIX)/bin is on your PATH)"
 
+# Every test but the process-behaviour tier, which `make test-integration` runs (CI runs
+# both): each of those runs once, as the fresh processes it is about, not twice.
 test: setup
-	$(BIN)/python -m pytest -q -n auto --dist loadfile
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not integration"
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow"
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow and not integration"
 
-# The tests whose subject is process behaviour (marked `integration`), each command a fresh
+# The tests whose subject is process behaviour (marked `integration`: pipes, signals,
+# SIGKILL and resume, torchrun, the multi-process parity checks), each command a fresh
 # `python -m llmtk` instead of a child of the tests' fork server (tests/forkserver.py):
 # what only a fresh process shows (import-time state, signal setup, teardown) is caught.
 test-integration: setup
