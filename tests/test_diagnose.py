@@ -337,7 +337,8 @@ def test_short_logs_are_judged_for_divergence_and_a_constant_loss(tmp_path):
     assert found(write(tmp_path / "c.jsonl", flat)) == ["no_learning"]
     assert found(write(tmp_path / "four.jsonl", flat[:4])) == []  # MIN_ROWS = 5
     out = cli("diagnose", tmp_path / "four.jsonl").stdout  # and the report says so
-    assert "note: 4 rows: NaN judged at any length, a constant loss from 5" in out
+    assert ("note: a short log (4 rows) is judged for what its length shows: NaN at any "
+            "length, a constant loss from 5 rows") in " ".join(out.split())
 
 
 def test_a_spike_on_the_last_row_is_not_called_unrecovered(tmp_path):

@@ -94,13 +94,15 @@ def _head(r: dict) -> str:
 
 def _ok_line(r: dict) -> str:
     """The few numbers that matter for a run with nothing to worry about."""
+    from llmtk.curves.common import fmt
+
     parts = []
     if "final_loss" in r:
-        parts.append(f"final {r['curve']} {r['final_loss']:.4g} (median of the last "
-                     f"{r['final_rows']} rows; last logged {r['last_loss']:.4g}, best "
-                     f"{r['best_loss']:.4g})")
+        parts.append(f"final {r['curve']} {fmt(r['final_loss'])} (median of the last "
+                     f"{r['final_rows']} rows; last logged {fmt(r['last_loss'])}, best "
+                     f"{fmt(r['best_loss'])})")
     if "best_val_loss" in r and r["curve"] != "val_loss":
-        parts.append(f"best val {r['best_val_loss']:.4g}")
+        parts.append(f"best val {fmt(r['best_val_loss'])}")
     if "val_gap" in r:
         parts.append(f"val gap {r['val_gap']:+.3g}")
     if "spike_score" in r:

@@ -70,7 +70,10 @@ def window(n: int) -> int:
 
 
 def fmt(v: float) -> str:
-    return f"{v:.4g}"
+    """4 significant digits, or the value as logged when it has at most 6: a log that
+    prints 8.0002 and 8.0003 is not shown as 8 and 8."""
+    six = f"{v:.6g}"
+    return six if float(six) == v else f"{v:.4g}"
 
 
 
@@ -95,9 +98,11 @@ def resolution(ys: list[float]) -> float:
     open_ = np.ones(arr.size, dtype=bool)  # no decimal count found yet
     for d in range(MAX_DECIMALS + 1):
         scaled = arr * 10.0 ** d
-        # 1e-3 of a unit: far above the error of parsing a decimal (~1e-8 at 8 decimals),
-        # far below the distance of a full-precision float to the nearest multiple
-        hit = open_ & (np.abs(scaled - np.round(scaled)) < 1e-3)
+        # Within 1e-9 of the scaled value: far above the error of parsing a decimal (float64
+        # holds it to 1e-16 relative), far below the distance of a full-precision float to
+        # the nearest multiple, and below the digits a value shows: 8.0002 is 2e-4 from 8 at
+        # 0 decimals (2.5e-5 relative), so it is not taken as a whole number.
+        hit = open_ & (np.abs(scaled - np.round(scaled)) < 1e-9 * np.maximum(scaled, 1.0))
         quanta[hit] = 10.0 ** -d
         open_ &= ~hit
     return float(np.median(quanta))

@@ -665,8 +665,9 @@ def _short_note(ys: list[float]) -> str:
     """What a log of fewer than TREND_ROWS rows was judged for, and how large a rise it can
     show at all (its own row noise decides)."""
     n = len(ys)
-    note = (f"{n} rows: NaN judged at any length, a constant loss from {MIN_ROWS}, spikes "
-            f"from 8, plateau and oscillation from {TREND_ROWS}; ")
+    note = (f"a short log ({n} rows) is judged for what its length shows: NaN at any "
+            f"length, a constant loss from {MIN_ROWS} rows, spikes from 8, a plateau or "
+            f"oscillation from {TREND_ROWS}; ")
     if n < MIN_ROWS:
         return note + f"a rising loss from {MIN_ROWS}"
     if n < SHORT_ROWS:
