@@ -123,8 +123,8 @@ def test_pii_leaves_technical_text_and_code_alone_and_counts_each_kind(tmp_path,
 
     keep = [{"text": f"In the manual, {c} is what it means here."} for c in NEVER_PERSONAL]
     keep.append({"text": "namespace a { A::B x; } // see section 3.3.2.1., zlib 1.2.0.1"})
-    pii = ("Mail li.wei@qq.com or call +49 30 12345678 or +1 (415) 555-2671; card "
-           "4111 1111 1111 1111, ID 11010519491231002X, from 93.184.216.34 and "
+    pii = ("Mail li.wei@qq.com or call +49 30 12345678\nor +1 (415) 555-2671; card\n"
+           "4111 1111 1111 1111, ID 11010519491231002X,\nfrom 93.184.216.34 and\n"
            "2a00:1450:4001:811::200e.")
     stats = tmp_path / "s.json"
     r = llmtk("clean", "-", *path, "-q", "--stats", stats, input=jsonl([*keep, {"text": pii}]),
@@ -132,8 +132,8 @@ def test_pii_leaves_technical_text_and_code_alone_and_counts_each_kind(tmp_path,
     assert r.returncode == 0, r.stderr
     out = parse(r.stdout)
     assert [d["text"] for d in out[:-1]] == [d["text"] for d in keep]
-    assert out[-1]["text"] == ("Mail <EMAIL> or call <PHONE> or <PHONE>; card <CARD>, ID "
-                               "<ID_NUMBER>, from <IP> and <IP>.")
+    assert out[-1]["text"] == ("Mail <EMAIL> or call <PHONE>\nor <PHONE>; card\n<CARD>, ID "
+                               "<ID_NUMBER>,\nfrom <IP> and\n<IP>.")
     counts = json.loads(stats.read_text())["counts"]
     assert {k: v for k, v in counts.items() if k.startswith("pii.")} == {
         "pii.EMAIL": 1, "pii.PHONE": 2, "pii.CARD": 1, "pii.ID_NUMBER": 1, "pii.IP": 2}
