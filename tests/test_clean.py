@@ -99,7 +99,14 @@ def test_lang_filter_and_min_score(tmp_path):
     r = llmtk("clean", ARTICLES_FILE, "--lang", "en", "--min-lang-score", "1.0", "-q",
               "--rejects", rej)
     assert parse(r.stdout) == []
-    assert "lang.low_score" in {d["llmtk"]["reason"] for d in parse(rej.read_bytes())}
+    rejected = parse(rej.read_bytes())
+    assert "lang.low_score" in {d["llmtk"]["reason"] for d in rejected}
+    # without --annotate too, a reject says what language ID found (issue 34)
+    low = [d for d in rejected if d["llmtk"]["reason"] == "lang.low_score"]
+    assert all(d["llmtk"]["lang"] == "en" and 0 < d["llmtk"]["lang_score"] < 1.0 for d in low)
+    unwanted = [d for d in rejected if d["llmtk"]["reason"] == "lang.unwanted"]
+    assert all(d["llmtk"]["lang"] == d["lang"] != "en" for d in unwanted)
+    assert {d["lang"] for d in rejected} == {d["lang"] for d in ARTICLES}
 
 
 def test_pii_scrubbed_and_counted(tmp_path):
