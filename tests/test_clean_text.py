@@ -198,6 +198,8 @@ NEVER_PERSONAL = [
     "linux-2.6.35.5/include", "rfc4880:5.2.3.16", "4.6.0.152-fe9c", "2.39.90.1",
     "Standards-Version: 4.6.1.0", "1.0.0.127.in-addr.arpa", "+1.0000000", "+48.8566",
     "+20 000 000", "+1234567890", "15000000000", "-1.19099999999", "252.227-7013",
+    "fuzz.com/testcase/5390364397928448", "4044404959645932768", "+10000-12-31",
+    "101.102.103.104", "123.45.67.89",
 ]
 # Real-shaped personal data in several countries' formats, which must still go.
 REAL_SHAPED = [

@@ -12,12 +12,14 @@ nobody's personal data, so each candidate must also read as what it looks like:
     not read as a version or section number: not every part small (`1.2.0.1`, `21.3.5.7`),
     not after a word such as "version", "release" or "section", not glued to a name
     (`linux-2.6.35.5`), an epoch (`1:3.0.1.2`) or a suffix (`4.19.0.2-1`, `.in-addr`),
-    and not a network (`.0`);
+    and not a network (`10.1.0.0`, `2a00:1450::`);
   - a phone number after "+" must start with an assigned country code, have 8-15 digits
-    in all and a national part of at least 3 distinct digits, and not be a signed decimal
-    (`+3.140000`) or a dotted thousands group (`+12.345.678`); a North American number
-    separates its groups with one kind of separator; a Chinese mobile number is not the
-    tail of a decimal and not a round number (`15000000000`).
+    in all (10 when written without separators) and a national part of at least 3
+    distinct digits, and not be a signed decimal (`+3.140000`), a dotted thousands group
+    (`+12.345.678`) or a counting placeholder (`+1234567890`); a North American number
+    keeps one kind of separator (`252.227-7013` is a clause); a Chinese mobile number is
+    not the tail of a decimal and not a round number (`15000000000`).
+benchmarks/pii_precision.py measures both sides on real text and code (docs/clean.md).
 
 One regular expression with named groups finds candidates in a single pass; the order of the
 alternatives resolves overlaps (an 18-digit ID is tried before a phone number).
@@ -52,8 +54,8 @@ _TAIL = r"[3-9]\d(?:[ -]?\d{4}){2}(?!\w)"  # a Chinese mobile number after its l
 _DIGITS = re.compile(
     rf"""
     [\d+(](?:
-    (?P<id>(?<=\d)(?<![\w.]\d)\d{{16}}[\dXx](?!\w|\.\d))
-  | (?P<card>(?<=\d)(?<![\w.-]\d)(?:\d{{3}}(?:[ -]?\d{{4}}){{2}}(?:[ -]?\d{{1,7}})?
+    (?P<id>(?<=\d)(?<![\w./]\d)\d{{16}}[\dXx](?!\w|\.\d))
+  | (?P<card>(?<=\d)(?<![\w./-]\d)(?:\d{{3}}(?:[ -]?\d{{4}}){{2}}(?:[ -]?\d{{1,7}})?
         | \d{{3}}[ -]\d{{6}}[ -]\d{{4,5}})(?![\w-]|\.\d))  # 4-4-4-4 or Amex/Diners 4-6-5
   | (?P<ip4>(?<=\d)(?<![\w.]\d)\d{{0,2}}(?:\.\d{{1,3}}){{3}}(?![\w]|\.\w))
   | (?P<cnmobile>(?<=\+)86[ -]?1(?<![\w+]1){_TAIL}
@@ -121,6 +123,8 @@ def _issuer_ok(d: str) -> bool:
 
 def valid_card(s: str) -> bool:
     digits = s.replace(" ", "").replace("-", "")
+    if len(digits) > 16 and digits == s and not digits.startswith("62"):
+        return False  # 17-19 digits in one run: a 64-bit integer, unless UnionPay's
     return 13 <= len(digits) <= 19 and _issuer_ok(digits) and luhn_ok(digits)
 
 
@@ -154,8 +158,13 @@ def _phone_ok(s: str) -> bool:
         return False
     if digits in _COUNTING:  # "+1234567890": a placeholder, not a number anyone has
         return False
+    if s[1:].isdigit():  # written as one run ("+14155552671"), as E.164 numbers are
+        return len(digits) >= 10  # "+31557600" is a signed count
     groups = re.split(r"[ .()-]+", s[1:])
-    if set(re.findall(r"[ .()-]", s)) == {"."}:
+    seps = set(re.findall(r"[ .()-]", s))
+    if seps == {"-"} and len(groups) == 3 and len(groups[1]) == len(groups[2]) == 2:
+        return False  # an ISO 8601 date with a long year: "+10000-12-31"
+    if seps == {"."}:
         # "+3.140000" is a decimal, "+12.345.678" a number in thousands
         return len(groups) > 2 and any(len(g) != 3 for g in groups[1:])
     return True
@@ -166,8 +175,9 @@ _NUMBERING = frozenset(
     "version versions ver v vers release releases rel revision rev r build update patch "
     "firmware fw kernel linux section sections sect sec subsection subclause clause chapter "
     "chap ch paragraph para par item step figure fig table tab appendix annex rfc policy "
-    "standard standards oid part article art rule level no number tag milestone sp".split())
-_WORD_BEFORE = re.compile(r"([A-Za-z]+|§)[\s:=(#,.]*\Z")
+    "standard standards oid part article art rule level no number tag milestone sp "
+    "§".split())
+_WORD_BEFORE = re.compile(r"(?<!\w)([A-Za-z]+|§)[\s:=(#,.]*\Z")  # a word, not a name's end
 
 
 def _ip4_ok(text: str, start: int, end: int) -> bool:
@@ -176,12 +186,16 @@ def _ip4_ok(text: str, start: int, end: int) -> bool:
     # leading zeros ("01.02.2024") are dates or versions, not addresses
     if not all(p == "0" or (not p.startswith("0") and int(p) <= 255) for p in parts):
         return False
-    a, b, c, d = map(int, parts)
+    a, b, c, d = nums = [int(p) for p in parts]
     if d == 0:  # a network ("10.1.0.0"), not a host
         return False
-    # every part small: a version or section number ("1.2.0.1", "21.3.5.7", "2.39.90.1")
-    if max(a, b, c, d) <= 31 or (a <= 9 and max(b, c, d) <= 99):
+    # small parts: a version or section number ("1.2.0.1", "21.3.5.7", "2.39.90.1",
+    # "4.6.0.152"); random public addresses are this small 0.6% of the time
+    if max(a, b, c, d) <= 31 or (a <= 9 and max(b, c) <= 99):
         return False
+    if len({x - i for i, x in enumerate(nums)}) == 1 or len(set(nums)) == 1 or "".join(
+            parts) in _COUNTING:
+        return False  # a placeholder: "101.102.103.104", "123.123.123.123", "123.45.67.89"
     ip = ipaddress.IPv4Address(text[start:end])
     if not ip.is_global or ip.is_multicast:
         return False
@@ -200,6 +214,8 @@ def _ip4_ok(text: str, start: int, end: int) -> bool:
 
 
 def _ip6_ok(s: str) -> bool:
+    if s.endswith("::"):
+        return False  # a prefix ("2a00:1450::/32"), not a host
     try:
         ip = ipaddress.IPv6Address(s)
     except ValueError:
