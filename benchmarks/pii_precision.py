@@ -77,6 +77,23 @@ CPP_PACKAGES = ["libfmt-dev", "nlohmann-json3-dev", "libspdlog-dev", "libcli11-d
                 "libeigen3-dev"]
 CODE_EXT = {".py": "python", ".h": "c", ".c": "c", ".hpp": "cpp", ".hh": "cpp", ".cc": "cpp",
             ".cpp": "cpp", ".hxx": "cpp", ".ipp": "cpp", ".rs": "rust", ".tcc": "cpp"}
+# The third set, "fresh": Debian packages that are not installed here, read only once the
+# rules were final (after the held half had been read: see docs/clean.md).
+FRESH_PACKAGES = [
+    *(f"librust-{c}-dev" for c in (
+        "serde-derive futures reqwest tokio-util tower crossbeam-utils parking-lot ring sha2 "
+        "digest rand-core num-traits aho-corasick unicode-segmentation textwrap termcolor "
+        "signal-hook ipnetwork trust-dns-resolver httparse mime percent-encoding idna cookie "
+        "rustix libloading bindgen cc git2 notify csv flate2 zip tar").split()),
+    "libabsl-dev", "libprotobuf-dev", "libpoco-dev", "libwebsocketpp-dev", "libcpprest-dev",
+    "cppzmq-dev", "libjsoncpp-dev", "libtbb-dev", "libxsimd-dev", "libxtensor-dev",
+    "libmsgpack-cxx-dev", "libboost-regex1.81-dev", "libopencv-core-dev", "libsimdjson-dev",
+    "libcrypto++-dev", "libsfml-dev", "python3-django", "python3-twisted", "python3-sqlalchemy",
+    "python3-paramiko", "python3-dnspython", "python3-netaddr", "python3-ipython",
+    "python3-scrapy", "python3-tornado", "python3-flask", "python3-werkzeug", "python3-babel",
+    "python3-sphinx", "python3-docutils", "python3-ldap3", "python3-scapy", "python3-zmq",
+    "python3-aiohttp", "python3-pandas",
+]
 PER_PACKAGE = 12
 MAX_BYTES = 200_000
 
@@ -131,11 +148,9 @@ def man_pages(owner: dict[str, str]) -> list[dict]:
             if p.is_file() and not p.is_symlink() and str(p) in owner:
                 by_pkg[owner[str(p)]].append(p)
     out = []
-    env = {**os.environ, "MANWIDTH": "90", "LC_ALL": "C.UTF-8", "MAN_KEEP_FORMATTING": ""}
     for pkg in sorted(by_pkg):
         for p in sample(by_pkg[pkg], 6, pkg):
-            r = subprocess.run(["man", "-l", str(p)], capture_output=True, env=env)
-            text = re.sub(r".\x08", "", r.stdout.decode("utf-8", errors="replace"))
+            text = render_man(p)
             if 200 <= len(text) <= MAX_BYTES:
                 out.append({"source": f"deb:{pkg}", "kind": "text", "lang": "man",
                             "path": str(p), "text": text})
@@ -216,6 +231,41 @@ def unpacked_groups(debs: Path, pkgs: list[str], exts: tuple[str, ...]) -> dict[
     return groups
 
 
+def render_man(p: Path) -> str:
+    env = {**os.environ, "MANWIDTH": "90", "LC_ALL": "C.UTF-8", "MAN_KEEP_FORMATTING": ""}
+    r = subprocess.run(["man", "-l", str(p)], capture_output=True, env=env)
+    return re.sub(r".\x08", "", r.stdout.decode("utf-8", errors="replace"))
+
+
+def build_fresh(data: Path, skip: set[str]) -> list[dict]:
+    """Records of FRESH_PACKAGES (downloaded, unpacked, never installed): their code, their
+    /usr/share/doc files and their man pages, per package as the other sets are."""
+    pkgs = [p for p in FRESH_PACKAGES if f"deb:{p}" not in skip]
+    debs = data / "debs"
+    debian_packages(debs, pkgs)
+    records = code_files(unpacked_groups(debs, pkgs, tuple(CODE_EXT)))
+    keep = re.compile(r"(readme|news|changelog|copyright|changes|authors)|\.(txt|md|rst)"
+                      r"(\.gz)?$", re.I)
+    for pkg in pkgs:
+        root = debs / f"x_{pkg}" / "usr" / "share"
+        docs = [p for p in (root / "doc").rglob("*") if p.is_file() and not p.is_symlink()
+                and keep.search(p.name)]
+        for p in sample(docs, 4, pkg):
+            text = read_text(p, 100_000)
+            if text and len(text) >= 200:
+                records.append({"source": f"deb:{pkg}", "kind": "text", "lang": "doc",
+                                "path": str(p.relative_to(debs)), "text": text})
+        pages = [p for p in (root / "man").glob("man[1-8]/*") if p.is_file()]
+        for p in sample(pages, 6, pkg):
+            text = render_man(p)
+            if 200 <= len(text) <= MAX_BYTES:
+                records.append({"source": f"deb:{pkg}", "kind": "text", "lang": "man",
+                                "path": str(p.relative_to(debs)), "text": text})
+    for r in records:
+        r["half"] = "fresh"
+    return records
+
+
 def build(data: Path) -> None:
     debs = data / "debs"
     rust = [f"librust-{c}-dev" for c in RUST_CRATES]
@@ -264,10 +314,26 @@ NEVER_HELD = [
     "table 4.3.2.1", "bed::face::cafe::dead",
 ]
 
+# Written for the fresh set after the rules were final, and not run before it.
+NEVER_FRESH = [
+    "looks like this::", "in Python::", "For example::", "Ab::Cd z;", "Bead::Face",
+    "beef::dead()", "ad::be", "abc::def::ghi", "cafe::", "Ace::Bad::Fed", "section 4.2.3.1",
+    "paragraph 3.1.4.1", "gcc 4.9.2.1", "release 5.10.0.8", "version 7.1.3.4",
+    "openssl 1.0.1.7", "Clause 6.5.2.3", "2.4.48.5", "+6.022140", "+00000000777",
+    "+2.50000000", "+12.000000", "+0.000001234", "+12.345.678", "+1.234.567.890",
+    "127.0.0.53", "10.255.255.254", "172.31.255.1", "192.168.0.100", "192.0.2.55",
+    "198.51.100.200", "203.0.113.250", "169.254.169.254", "224.0.0.1", "255.255.255.255",
+    "fe80::a00:27ff:fe4e:66a1", "2001:db8:1234::abcd", "fd12:3456:789a::1", "ff02::fb",
+    "::ffff:192.168.1.1", "14000000000", "+44 0000 000000", "+1 000-000-0000",
+    "2001:0db8:0000:0000:0000:ff00:0042:8329",
+]
+NEVER = {"dev": NEVER_DEV, "held": NEVER_HELD, "fresh": NEVER_FRESH}
+
 
 def held_ok() -> None:
-    assert len(NEVER_DEV) >= 40 and len(NEVER_HELD) >= 40
-    assert not set(NEVER_DEV) & set(NEVER_HELD)
+    lists = list(NEVER.values())
+    assert all(len(x) >= 40 for x in lists)
+    assert not any(set(a) & set(b) for i, a in enumerate(lists) for b in lists[i + 1:])
 
 
 def sentences(docs: list[dict], n: int, seed: int) -> list[str]:
@@ -403,8 +469,12 @@ POSITIVE = {"EMAIL": email, "IP4": public_ip4, "IP6": public_ip6, "PHONE": phone
 
 
 def load_before(rev: str):
-    src = subprocess.run(["git", "show", f"{rev}:llmtk/text/pii.py"], cwd=ROOT,
-                         capture_output=True, check=True).stdout
+    """llmtk/text/pii.py as of git revision `rev`, or the file `rev`, as a module."""
+    if Path(rev).is_file():
+        src = Path(rev).read_bytes()
+    else:
+        src = subprocess.run(["git", "show", f"{rev}:llmtk/text/pii.py"], cwd=ROOT,
+                             capture_output=True, check=True).stdout
     spec = importlib.util.spec_from_loader("pii_before", loader=None)
     mod = importlib.util.module_from_spec(spec)
     exec(compile(src, f"{rev}:llmtk/text/pii.py", "exec"), mod.__dict__)
@@ -436,26 +506,31 @@ def replaced_spans(scrub, text: str) -> list[tuple[str, str, str]]:
 
 
 def precision(docs: list[dict], scrubs: dict, show: int) -> None:
+    """Documents and files altered, all kinds and all but e-mail (the addresses in
+    copyright headers and changelogs are real people's), then each non-e-mail span now."""
+    total = Counter(doc["kind"] for doc in docs)
     for label, scrub in scrubs.items():
-        hit, kinds = Counter(), Counter()
+        hit, other, kinds = Counter(), Counter(), Counter()
         for doc in docs:
             _, counts = scrub(doc["text"])
             if counts:
                 hit[doc["kind"]] += 1
                 kinds.update(counts)
-        total = Counter(doc["kind"] for doc in docs)
-        print(f"  {label:<8} text: {hit['text']}/{total['text']} documents altered, "
-              f"code: {hit['code']}/{total['code']} files altered; by kind {dict(kinds)}")
-    now = scrubs["now"]
-    shown = 0
-    for doc in docs:
-        spans = replaced_spans(now, doc["text"])
-        for kind, span, ctx in spans:
-            if shown < show:
-                print(f"    {doc['source']:<28} {kind:<6} {span!r:<28} …{ctx}…")
-            shown += 1
-    if shown > show:
-        print(f"    ({shown - show} more spans not shown; --show N)")
+            if set(counts) - {"EMAIL"}:
+                other[doc["kind"]] += 1
+        print(f"  {label:<8} altered: text {hit['text']}/{total['text']}, code "
+              f"{hit['code']}/{total['code']}; by anything but e-mail: text "
+              f"{other['text']}/{total['text']}, code {other['code']}/{total['code']}; "
+              f"replacements {dict(sorted(kinds.items()))}")
+    spans = [(doc, kind, span, ctx) for doc in docs
+             for kind, span, ctx in replaced_spans(scrubs["now"], doc["text"])
+             if kind != "EMAIL"]
+    print(f"  now, every replacement but e-mail ({len(spans)}; read them: a real person's "
+          "number in a changelog is right):")
+    for doc, kind, span, ctx in spans[:show]:
+        print(f"    {doc['kind']:<5}{doc['source']:<28} {kind:<6} {span!r:<30} …{ctx.strip()}…")
+    if len(spans) > show:
+        print(f"    ({len(spans) - show} more; --show N)")
 
 
 def never(docs: list[dict], constructs: list[str], scrubs: dict, seed: int) -> None:
@@ -494,34 +569,43 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="corpus directory")
     ap.add_argument("--rebuild", action="store_true")
-    ap.add_argument("--before", default=BEFORE, help="git revision to compare with")
+    ap.add_argument("--before", default=BEFORE,
+                    help="git revision (or a pii.py file) to compare with")
     ap.add_argument("--show", type=int, default=60, help="spans to list per half")
     ap.add_argument("--per-kind", type=int, default=200, help="recall cases per kind")
-    ap.add_argument("--half", choices=["dev", "held", "both"], default="both")
+    ap.add_argument("--half", choices=["dev", "held", "fresh", "all"], default="all")
     args = ap.parse_args()
     held_ok()
     corpus = args.data / "corpus.jsonl"
     if args.rebuild or not corpus.exists():
         build(args.data)
+    fresh = args.data / "fresh.jsonl"
+    if args.rebuild or not fresh.exists():
+        sources = {json.loads(line)["source"] for line in corpus.open()}
+        with open(fresh, "w") as f:
+            for r in build_fresh(args.data, sources):
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
     docs, seen = [], set()
-    for line in corpus.open():  # a file shipped by several packages counts once
+    lines = [*corpus.open(), *fresh.open()]
+    for line in lines:  # a file shipped by several packages counts once
         doc = json.loads(line)
         key = hashlib.sha1(doc["text"].encode()).digest()
         if key not in seen:
             seen.add(key)
             docs.append(doc)
     scrubs = {"before": load_before(args.before).scrub, "now": pii.scrub}
-    halves = ["dev", "held"] if args.half == "both" else [args.half]
-    for i, half in enumerate(halves):
+    halves = ["dev", "held", "fresh"] if args.half == "all" else [args.half]
+    for half in halves:
+        i = ["dev", "held", "fresh"].index(half)  # each set's own seeds, whichever run
         part = [x for x in docs if x["half"] == half]
         n = Counter(x["kind"] for x in part)
         langs = Counter(x["lang"] for x in part)
-        print(f"\n===== {half} half: {n['text']} text documents, {n['code']} code files "
+        print(f"\n===== {half}: {n['text']} text documents, {n['code']} code files "
               f"({dict(sorted(langs.items()))}), {len({x['source'] for x in part})} sources")
         print(f"(a) precision on real text and code (before = {args.before})")
         precision(part, scrubs, args.show)
         print("(b) never-personal constructs planted in real sentences")
-        never(part, NEVER_DEV if half == "dev" else NEVER_HELD, scrubs, 11 + i)
+        never(part, NEVER[half], scrubs, 11 + i)
         print(f"(c) recall on planted real-shaped personal data ({args.per_kind} per kind)")
         recall(part, scrubs, 101 + i, args.per_kind)
 

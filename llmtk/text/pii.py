@@ -12,7 +12,9 @@ nobody's personal data, so each candidate must also read as what it looks like:
     not read as a version or section number: not every part small (`1.2.0.1`, `21.3.5.7`),
     not after a word such as "version", "release" or "section", not glued to a name
     (`linux-2.6.35.5`), an epoch (`1:3.0.1.2`) or a suffix (`4.19.0.2-1`, `.in-addr`),
-    and not a network (`10.1.0.0`, `2a00:1450::`);
+    and not a network (`10.1.0.0`, `2a00:1450::`), a placeholder (`123.45.67.89`,
+    `101.102.103.104`) or a public service everybody's configuration names (the public
+    DNS resolvers, the root name servers);
   - a phone number after "+" must start with an assigned country code, have 8-15 digits
     in all (10 when written without separators) and a national part of at least 3
     distinct digits, and not be a signed decimal (`+3.140000`), a dotted thousands group
@@ -180,6 +182,22 @@ _NUMBERING = frozenset(
 _WORD_BEFORE = re.compile(r"(?<!\w)([A-Za-z]+|§)[\s:=(#,.]*\Z")  # a word, not a name's end
 
 
+# Public services everybody's resolver configuration names: the public DNS resolvers
+# (Google, Cloudflare, Quad9, OpenDNS) and the root name servers. Nobody's personal data.
+_SERVICES = tuple(ipaddress.ip_network(n) for n in (
+    "8.8.8.8/32", "8.8.4.4/32", "1.1.1.1/32", "1.0.0.1/32", "9.9.9.9/32", "149.112.112.0/24",
+    "208.67.216.0/21", "2001:4860:4860::/48", "2606:4700:4700::/48", "2620:fe::/48",
+    "2620:119::/32", "198.41.0.4/32", "199.9.14.201/32", "170.247.170.2/32", "192.33.4.12/32",
+    "199.7.91.13/32", "192.203.230.10/32", "192.5.5.241/32", "192.112.36.4/32",
+    "198.97.190.53/32", "192.36.148.17/32", "192.58.128.30/32", "193.0.14.129/32",
+    "199.7.83.42/32", "202.12.27.33/32", "2001:500::/30", "2001:7fd::/32", "2001:7fe::/32",
+    "2001:dc3::/32", "2801:1b8:10::/48"))
+
+
+def _service(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    return any(ip in n for n in _SERVICES if n.version == ip.version)
+
+
 def _ip4_ok(text: str, start: int, end: int) -> bool:
     """A public IPv4 address, in a place where it reads as one."""
     parts = text[start:end].split(".")
@@ -197,7 +215,7 @@ def _ip4_ok(text: str, start: int, end: int) -> bool:
             parts) in _COUNTING:
         return False  # a placeholder: "101.102.103.104", "123.123.123.123", "123.45.67.89"
     ip = ipaddress.IPv4Address(text[start:end])
-    if not ip.is_global or ip.is_multicast:
+    if not ip.is_global or ip.is_multicast or _service(ip):
         return False
     before = text[max(0, start - 2):start]
     if (before[-1:] == "-" and before[:1].isalnum()) or (before[-1:] == ":"
@@ -220,7 +238,8 @@ def _ip6_ok(s: str) -> bool:
         ip = ipaddress.IPv6Address(s)
     except ValueError:
         return False
-    return ip.is_global  # 2000::/3 by the pattern; not documentation, Teredo etc.
+    # 2000::/3 by the pattern; is_global leaves out documentation, Teredo etc.
+    return ip.is_global and not _service(ip)
 
 
 def scrub(text: str, kinds: frozenset[str] | None = None) -> tuple[str, dict[str, int]]:
