@@ -5,7 +5,7 @@ Reproduce (needs apt-get and the network once, for the Rust and C++ packages):
 
     .venv/bin/python benchmarks/pii_precision.py                 # builds the corpus, measures
     .venv/bin/python benchmarks/pii_precision.py --data DIR      # another corpus directory
-    .venv/bin/python benchmarks/pii_precision.py --before 4ac122b --show 40
+    .venv/bin/python benchmarks/pii_precision.py --half held --before 4ac122b --show 40
 
 The corpus (DIR/corpus.jsonl, default benchmarks/out/pii-precision/, built when missing) is
 real material the rules were not written on, one record per file:
@@ -20,22 +20,26 @@ real material the rules were not written on, one record per file:
     at most 12 files per package, 200 B .. 200 kB each.
 Each record's source (a Debian package, a Python module or package, a libstdc++ directory)
 decides its half by a stable hash: `dev` (looked at while the rules were written) or `held`
-(reported). The halves never share a source.
+(reported). The halves never share a source. A third set, `fresh` (DIR/fresh.jsonl), holds
+FRESH_PACKAGES: Debian packages not installed here (Rust crates, C++ headers, Python
+packages, with their docs and man pages), added once the rules were final; docs/clean.md
+says which rules came after reading which set.
 
-It reports, per half:
+It reports, per set:
   (a) precision: how many documents and code files get any replacement, by kind, before
       (`--before`, a git revision whose llmtk/text/pii.py is loaded as a module; default
       4ac122b, the commit issue 34 was measured on) and now, and each span replaced now
       with its context, to be read: a real person's address in a changelog is right;
   (b) never-personal constructs (scope operators, reST `::`, versions and section numbers,
       signed decimals, loopback/private/documentation/multicast addresses...) planted into
-      real sentences of the half: how many are altered. The dev and held lists are
-      different constructs of the same families, plus families only the held list has;
+      real sentences of the set: how many are altered. Each set has its own list:
+      different constructs of the same families, plus families only later lists have;
   (c) recall on generated real-shaped personal data planted into real sentences: e-mails,
       public IPv4/IPv6 (random, outside reserved ranges), phone numbers in the formats of
       the US, UK, Germany, France, China, India, Brazil, Japan, Spain, Italy, Russia,
       Australia, Mexico, Korea and the Netherlands, Luhn-valid cards of six issuers, valid
-      Chinese resident ID numbers.
+      Chinese resident ID numbers;
+  (d) speed: CPU seconds of each version over every record, best of three.
 """
 
 from __future__ import annotations
