@@ -194,6 +194,9 @@ _SERVICES = tuple(ipaddress.ip_network(n) for n in (
     "2001:dc3::/32", "2801:1b8:10::/48"))
 
 
+_DOC6 = ipaddress.ip_network("3fff::/20")
+
+
 def _service(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     return any(ip in n for n in _SERVICES if n.version == ip.version)
 
@@ -208,8 +211,8 @@ def _ip4_ok(text: str, start: int, end: int) -> bool:
     if d == 0:  # a network ("10.1.0.0"), not a host
         return False
     # small parts: a version or section number ("1.2.0.1", "21.3.5.7", "2.39.90.1",
-    # "4.6.0.152"); random public addresses are this small 0.6% of the time
-    if max(a, b, c, d) <= 31 or (a <= 9 and max(b, c) <= 99):
+    # "4.6.0.152", "115.0.2.1"); random public addresses are this small 0.8% of the time
+    if max(a, b, c, d) <= 31 or (a <= 9 and max(b, c) <= 99) or max(b, c) <= 9:
         return False
     if len({x - i for i, x in enumerate(nums)}) == 1 or len(set(nums)) == 1 or "".join(
             parts) in _COUNTING:
@@ -238,8 +241,9 @@ def _ip6_ok(s: str) -> bool:
         ip = ipaddress.IPv6Address(s)
     except ValueError:
         return False
-    # 2000::/3 by the pattern; is_global leaves out documentation, Teredo etc.
-    return ip.is_global and not _service(ip)
+    # 2000::/3 by the pattern; is_global leaves out documentation, Teredo etc., but not
+    # 3fff::/20, documentation since RFC 9637 (2024)
+    return ip.is_global and ip not in _DOC6 and not _service(ip)
 
 
 def scrub(text: str, kinds: frozenset[str] | None = None) -> tuple[str, dict[str, int]]:
