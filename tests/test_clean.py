@@ -99,7 +99,14 @@ def test_lang_filter_and_min_score(tmp_path):
     r = llmtk("clean", ARTICLES_FILE, "--lang", "en", "--min-lang-score", "1.0", "-q",
               "--rejects", rej)
     assert parse(r.stdout) == []
-    assert "lang.low_score" in {d["llmtk"]["reason"] for d in parse(rej.read_bytes())}
+    rejected = parse(rej.read_bytes())
+    assert "lang.low_score" in {d["llmtk"]["reason"] for d in rejected}
+    # without --annotate too, a reject says what language ID found (issue 34)
+    low = [d for d in rejected if d["llmtk"]["reason"] == "lang.low_score"]
+    assert all(d["llmtk"]["lang"] == "en" and 0 < d["llmtk"]["lang_score"] < 1.0 for d in low)
+    unwanted = [d for d in rejected if d["llmtk"]["reason"] == "lang.unwanted"]
+    assert all(d["llmtk"]["lang"] == d["lang"] != "en" for d in unwanted)
+    assert {d["lang"] for d in rejected} == {d["lang"] for d in ARTICLES}
 
 
 def test_pii_scrubbed_and_counted(tmp_path):
@@ -112,6 +119,31 @@ def test_pii_scrubbed_and_counted(tmp_path):
     assert counts["pii.EMAIL"] == 1 and counts["pii.PHONE"] == 1
     r = llmtk("clean", "--no-pii", "-q", input=jsonl([{"text": text}]))
     assert "anna@example.com" in parse(r.stdout)[0]["text"]
+
+
+@pytest.mark.parametrize("path", [("--filters", "none", "--no-langid"), ("--profile", "code")])
+def test_pii_leaves_technical_text_and_code_alone_and_counts_each_kind(tmp_path, path):
+    """Issue 34: both roads (prose and --profile code) leave never-personal constructs of
+    technical text and code as they are, still replace real personal data, and count what
+    they replaced per kind in --stats."""
+    from tests.test_clean_text import NEVER_PERSONAL
+
+    keep = [{"text": f"In the manual, {c} is what it means here."} for c in NEVER_PERSONAL]
+    keep.append({"text": "namespace a { A::B x; } // see section 3.3.2.1., zlib 1.2.0.1"})
+    pii = ("Mail li.wei@qq.com or call +49 30 12345678\nor +1 (415) 555-2671; card\n"
+           "4111 1111 1111 1111, ID 11010519491231002X,\nfrom 93.184.216.34 and\n"
+           "2a00:1450:4001:811::200e.")
+    stats = tmp_path / "s.json"
+    r = llmtk("clean", "-", *path, "-q", "--stats", stats, input=jsonl([*keep, {"text": pii}]),
+              in_process=True)
+    assert r.returncode == 0, r.stderr
+    out = parse(r.stdout)
+    assert [d["text"] for d in out[:-1]] == [d["text"] for d in keep]
+    assert out[-1]["text"] == ("Mail <EMAIL> or call <PHONE>\nor <PHONE>; card\n<CARD>, ID "
+                               "<ID_NUMBER>,\nfrom <IP> and\n<IP>.")
+    counts = json.loads(stats.read_text())["counts"]
+    assert {k: v for k, v in counts.items() if k.startswith("pii.")} == {
+        "pii.EMAIL": 1, "pii.PHONE": 2, "pii.CARD": 1, "pii.ID_NUMBER": 1, "pii.IP": 2}
 
 
 def test_ansi_and_mojibake_cleaned():

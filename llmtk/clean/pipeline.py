@@ -138,10 +138,16 @@ class Cleaner:
                 notes["lang"] = lang
                 notes["lang_score"] = score
             if self.keep_langs:
+                reason = None
                 if lang not in self.keep_langs:
-                    return "lang.unwanted"
-                if score < cfg.langid.min_score:
-                    return "lang.low_score"
+                    reason = "lang.unwanted"
+                elif score < cfg.langid.min_score:
+                    reason = "lang.low_score"
+                if reason is not None:
+                    if notes is None and not self.dry_run:
+                        # the reject says what was found, with or without --annotate
+                        doc.annotate(lang=lang, lang_score=score)
+                    return reason
         filters, words = self.plan(lang)
         profile = Profile.for_lang(lang, cjk_text=lang is None and is_cjk(text), words=words)
 
