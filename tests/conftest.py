@@ -17,7 +17,8 @@ os.environ.pop("LINES", None)
 # worker ran them alone for minutes at the end. The files below, longest first (measured
 # with --durations), go out first; the rest follow in xdist's order (most tests first).
 SLOW_FILES = [  # the order of their summed --durations on 2026-12-01 (under load)
-    "test_sft_learning.py", "test_train_parallel.py", "test_train.py", "test_sft.py",
+    "test_sft_learning.py", "test_gpu_check.py", "test_train_parallel.py", "test_train.py",
+    "test_sft.py",
     "test_doc_commands.py", "test_cluster.py", "test_dedup_stages.py", "test_eval.py",
     "test_eval_formats.py",
     "test_plot_loss.py",

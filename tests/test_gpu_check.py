@@ -1,10 +1,14 @@
-"""benchmarks/gpu_check.py --layout: the layout it launches, and on a machine without
-GPUs one line and nothing recorded (its GPU runs need a GPU node: docs/train.md)."""
+"""benchmarks/gpu_check.py: --layout's layout and, on a machine without GPUs, one line and
+nothing recorded (its GPU runs need a GPU node: docs/train.md); --cpu-smoke end to end."""
+
+import json
+import subprocess
+import sys
 
 import pytest
 
 from benchmarks.gpu_check import parse_layout
-from tests.util import env, run_module
+from tests.util import ROOT, env, run_module
 
 
 def test_layout_names_are_the_train_flags():
@@ -50,3 +54,20 @@ def test_the_launched_layout_is_one_train_accepts(tmp_path, name):
     p = llmtk(*cmd[2:], "--dry-run", in_process=True)
     assert p.returncode == 0, p.stderr
     assert f"{n} processes (1 x {n})" in p.stdout.decode()
+
+
+@pytest.mark.slow  # torch.compile on CPU (inductor) takes a while
+def test_gpu_check_cpu_smoke(tmp_path):
+    """benchmarks/gpu_check.py runs end to end (tiny model, CPU, eager and compile)."""
+    report = tmp_path / "gpu_check.json"
+    # Inductor compiles in the process: a pool of compile workers (each importing torch)
+    # costs more than it saves on 2 cores for these few kernels.
+    p = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--cpu-smoke", "--json",
+                        str(report)], cwd=ROOT, env=env(TORCHINDUCTOR_COMPILE_THREADS="1"),
+                       capture_output=True, timeout=1200)
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    results = json.loads(report.read_text())["results"]
+    assert [r["compile"] for r in results] == [False, True]
+    for r in results:
+        assert r["tokens_per_s"] > 0 and r["plain_tokens_per_s"] > 0
+        assert r["checkpoint_bytes"] > 0 and r["checkpoint_s"] >= 0
