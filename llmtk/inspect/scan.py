@@ -1,0 +1,339 @@
+"""One streaming pass over a corpus into a `Profile`, and a profile into the answer.
+
+A `Profile` holds only mergeable summaries (llmtk.inspect.sketch, llmtk.inspect.dups), so
+`--shard K/N` parts merge into the profile of one pass (`merge`). `result()` turns it into
+the JSON that `--json` prints: stable keys, shares rounded to 6 digits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from llmtk.dedup.config import DedupConfig
+from llmtk.errors import DataError
+from llmtk.inspect import checks
+from llmtk.inspect.dups import NearSample
+from llmtk.inspect.sketch import Capped, Distinct, Examples, Histogram
+from llmtk.io.shard import RECORD_BITS, RECORD_MASK
+
+if TYPE_CHECKING:
+    from llmtk.io import Doc, StreamRun
+
+KIND = "llmtk.inspect.part"
+VERSION = 1
+BATCH = 512
+MAX_SOURCES = 10_000  # distinct --by values kept exactly; later ones count as "(other)"
+NONE = "(none)"
+_URL_HOST = re.compile(r"^[a-z][a-z0-9+.-]*://(?:[^/?#@]*@)?([^/?#:]+)", re.I)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What changes the numbers; parts merge only when theirs are equal."""
+
+    by: str | None = None
+    tokenizer: str = "bytes"  # a tokenizer.json path's fingerprint, or bytes
+    sample: float | None = None  # a fraction of documents (by identity hash), or a count
+    langid: bool = True
+    dedup: dict = field(default_factory=lambda: DedupConfig().to_dict())
+
+
+class Profile:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.config = DedupConfig.from_dict(settings.dedup)
+        self.documents = 0
+        self.bad_records = 0
+        self.lengths = {"characters": Histogram(), "words": Histogram(), "tokens": Histogram()}
+        self.exact = Distinct()
+        self.near = NearSample(self.config)
+        self.languages: dict[str, list[int]] = {}  # code -> [documents, characters]
+        self.broken = Examples()  # reason -> count, first example
+        self.scripts = Examples()  # "several" -> documents with several scripts
+        self.pii: Counter[str] = Counter()  # kind -> matches
+        self.pii_docs: Counter[str] = Counter()  # kind -> documents with one
+        self.secrets: Counter[str] = Counter()
+        self.sources = Capped(MAX_SOURCES)
+        self.inputs: list[str] = []  # the whole input list (identities refer to it)
+        self.shard = (0, 1)
+
+    # -- one batch of documents ---------------------------------------------
+
+    def add(self, docs: list[Doc], identity, langid, tokenizer) -> None:
+        """identity: (D,) uint64 document identities (llmtk.io.shard)."""
+        import numpy as np
+
+        from llmtk.dedup.stream import hasher_for
+        from llmtk.text.pii import scrub
+        from llmtk.text.secrets import scrub_secrets
+
+        texts = [d.text for d in docs]
+        ids = [d.id for d in docs]
+        chars = np.fromiter(map(len, texts), np.int64, len(texts))
+        words = np.fromiter((len(t.split()) for t in texts), np.int64, len(texts))
+        if tokenizer is None:  # the byte-level tokenizer: a token per UTF-8 byte
+            tokens = np.fromiter((len(t.encode("utf-8", "surrogatepass")) for t in texts),
+                                 np.int64, len(texts))
+        else:
+            from llmtk.text.tokenizer import encode_batch
+
+            tokens = np.fromiter(map(len, encode_batch(tokenizer, texts)), np.int64, len(texts))
+        self.documents += len(docs)
+        self.lengths["characters"].add(chars)
+        self.lengths["words"].add(words)
+        self.lengths["tokens"].add(tokens)
+        batch = hasher_for(self.config).batch(texts)
+        self.exact.add(batch.exact)
+        self.near.add(batch, identity, ids)
+        by = self.settings.by
+        for k, (doc, text) in enumerate(zip(docs, texts, strict=True)):
+            who = int(identity[k])
+            if langid is not None:
+                lang = langid.predict(text)[0]
+                row = self.languages.setdefault(lang, [0, 0])
+                row[0] += 1
+                row[1] += len(text)
+            for reason in checks.broken(text):
+                self.broken.add(reason, who, ids[k])
+            if len(checks.scripts(text)) > 1:
+                self.scripts.add("several_scripts", who, ids[k])
+            for kind, n in scrub(text)[1].items():
+                self.pii[kind] += n
+                self.pii_docs[kind] += 1
+            for kind, n in scrub_secrets(text)[1].items():
+                self.secrets[kind] += n
+            if by is not None:
+                self.sources.add(source_value(doc.data, by), len(text), int(tokens[k]))
+
+    # -- merging -------------------------------------------------------------
+
+    def merge(self, other: Profile) -> None:
+        self.documents += other.documents
+        self.bad_records += other.bad_records
+        for name, h in self.lengths.items():
+            h.merge(other.lengths[name])
+        self.exact.merge(other.exact)
+        self.near.merge(other.near)
+        for lang, (d, c) in other.languages.items():
+            row = self.languages.setdefault(lang, [0, 0])
+            row[0] += d
+            row[1] += c
+        self.broken.merge(other.broken)
+        self.scripts.merge(other.scripts)
+        self.pii.update(other.pii)
+        self.pii_docs.update(other.pii_docs)
+        self.secrets.update(other.secrets)
+        self.sources.merge(other.sources)
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": KIND, "version": VERSION, "settings": asdict(self.settings),
+            "inputs": self.inputs, "shard": list(self.shard),
+            "documents": self.documents, "bad_records": self.bad_records,
+            "lengths": {k: h.to_dict() for k, h in self.lengths.items()},
+            "exact": self.exact.to_dict(), "near": self.near.to_dict(),
+            "languages": self.languages, "broken": self.broken.to_dict(),
+            "scripts": self.scripts.to_dict(), "pii": dict(self.pii),
+            "pii_docs": dict(self.pii_docs), "secrets": dict(self.secrets),
+            "sources": self.sources.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str) -> Profile:
+        if not isinstance(d, dict) or d.get("kind") != KIND:
+            raise DataError(f"{where}: not an inspect part (written by llmtk inspect -o)")
+        if d.get("version") != VERSION:
+            raise DataError(f"{where}: inspect part version {d.get('version')}, "
+                            f"expected {VERSION}")
+        try:
+            p = cls(Settings(**d["settings"]))
+            p.inputs = list(d["inputs"])
+            p.shard = tuple(d["shard"])
+            p.documents, p.bad_records = int(d["documents"]), int(d["bad_records"])
+            p.lengths = {k: Histogram.from_dict(v) for k, v in d["lengths"].items()}
+            p.exact = Distinct.from_dict(d["exact"])
+            p.near = NearSample.from_dict(d["near"], p.config)
+            p.languages = {k: [int(x) for x in v] for k, v in d["languages"].items()}
+            p.broken = Examples.from_dict(d["broken"])
+            p.scripts = Examples.from_dict(d["scripts"])
+            p.pii, p.pii_docs = Counter(d["pii"]), Counter(d["pii_docs"])
+            p.secrets = Counter(d["secrets"])
+            p.sources = Capped.from_dict(d["sources"], MAX_SOURCES)
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(f"{where}: damaged inspect part ({type(e).__name__}: {e})") from None
+        return p
+
+    # -- the answer ----------------------------------------------------------
+
+    def where(self, identity: int, doc_id: Any) -> Any:
+        """An example document: its id, else FILE:RECORD (1-based record in its file)."""
+        if doc_id is not None:
+            return doc_id
+        f, r = identity >> RECORD_BITS, identity & RECORD_MASK
+        path = self.inputs[f] if f < len(self.inputs) else "?"
+        return f"{'<stdin>' if path == '-' else path}:{r + 1}"
+
+    def result(self) -> dict:
+        n = self.documents
+        dist = self.exact.count()
+        near = self.near.decide()
+        m = near["sampled"]
+        exact_share = 1.0 - dist / n if n else 0.0
+        near_share = near["removed"] / m if m else 0.0
+        broken = {r: {"documents": self.broken.count(r),
+                      "example": self.where(*self.broken.items[r][1:])}
+                  for r in checks.REASONS if r in self.broken.items}
+        out: dict[str, Any] = {
+            "documents": n,
+            "bad_records": self.bad_records,
+            "characters": self.lengths["characters"].total,
+            "words": self.lengths["words"].total,
+            "tokens": self.lengths["tokens"].total,
+            "tokenizer": self.settings.tokenizer,
+            "exact_duplicate_fraction": _share(max(exact_share, 0.0)),
+            "near_duplicate_fraction": _share(near_share),
+            "duplicates": {
+                "exact_distinct_texts": round(dist),
+                "exact_is_estimate": not self.exact.exact,
+                "near_sampled_documents": m,
+                "near_sample_rate": near["rate"],
+                "near_is_estimate": near["rate"] < 1.0,
+                "near_only_fraction": _share((near["removed"] - near["exact_removed"]) / m
+                                             if m else 0.0),
+                "largest_clusters": [
+                    {"documents": c["documents"], "kept": self.where(c["identity"], c["id"])}
+                    for c in near["clusters"]],
+            },
+            "languages": _shares({k: v[0] for k, v in self.languages.items()}, n),
+            "language_characters": _shares(
+                {k: v[1] for k, v in self.languages.items()},
+                sum(v[1] for v in self.languages.values())),
+            "several_scripts_documents": self.scripts.count("several_scripts"),
+            "broken": broken,
+            "pii": {k.lower(): v for k, v in sorted(self.pii.items())},
+            "pii_documents": {k.lower(): v for k, v in sorted(self.pii_docs.items())},
+            "secrets": {k.lower(): v for k, v in sorted(self.secrets.items())},
+            "lengths": {k: _length(h) for k, h in self.lengths.items()},
+        }
+        for reason in checks.REASONS:
+            out[f"{reason}_documents"] = self.broken.count(reason)
+        if self.settings.by is not None:
+            table = self.sources.values
+            chars = sum(r[1] for r in table.values())
+            tokens = sum(r[2] for r in table.values())
+            out["by"] = self.settings.by
+            out["sources"] = _shares({v: r[0] for v, r in table.items()}, n)
+            out["source_table"] = {
+                v: {"documents": r[0], "characters": r[1], "tokens": r[2],
+                    "character_share": _share(r[1] / chars if chars else 0.0),
+                    "token_share": _share(r[2] / tokens if tokens else 0.0)}
+                for v, r in sorted(table.items(), key=lambda kv: (-kv[1][0], kv[0]))}
+        return out
+
+
+def _share(x: float) -> float:
+    return round(float(x), 6)
+
+
+def _shares(counts: dict[str, int], total: int) -> dict[str, float]:
+    """{key: share}, largest first (ties by key)."""
+    items = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {k: _share(v / total if total else 0.0) for k, v in items}
+
+
+def _length(h: Histogram) -> dict:
+    return {"mean": round(h.total / h.n, 2) if h.n else 0.0, "p50": h.quantile(0.5),
+            "p90": h.quantile(0.9), "p99": h.quantile(0.99), "histogram": h.rows()}
+
+
+def source_value(data: dict, field_name: str) -> str:
+    """The --by value of a record: a string as is (a URL: its host), anything else as JSON."""
+    value = data.get(field_name)
+    if value is None:
+        return NONE
+    if isinstance(value, str):
+        if field_name == "url" or "://" in value[:16]:
+            m = _URL_HOST.match(value)
+            if m:
+                host = m.group(1).lower()
+                return host[4:] if host.startswith("www.") else host
+        return value
+    import orjson
+
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def scan(run: StreamRun, settings: Settings, tokenizer=None, langid=None,
+         sample: float | None = None) -> Profile:
+    """Read `run`'s documents once into a Profile. sample: keep only a fraction of the
+    documents (by a stable hash of their identity), or the first N (N >= 1)."""
+    import numpy as np
+
+    profile = Profile(settings)
+    profile.inputs = list(run.all_paths)
+    if run.opts.shard is not None:
+        profile.shard = tuple(run.opts.shard)
+    batch: list[Doc] = []
+    seen = 0
+    limit = int(sample) if sample is not None and sample >= 1 else None
+
+    def flush() -> None:
+        if not batch:
+            return
+        identity = run.doc_keys([d.index for d in batch]).astype(np.uint64)
+        if sample is not None and limit is None:
+            from llmtk.dedup.minhash import fmix64
+
+            u = fmix64(identity ^ np.uint64(0x9E3779B97F4A7C15)).astype(np.float64) / 2.0**64
+            keep = np.flatnonzero(u < sample)
+            if len(keep) < len(batch):
+                identity = identity[keep]
+                batch[:] = [batch[i] for i in keep.tolist()]
+        if batch:
+            profile.add(batch, identity, langid, tokenizer)
+        batch.clear()
+
+    for doc in run.docs():
+        if limit is not None and seen >= limit:
+            break
+        seen += 1
+        batch.append(doc)
+        if len(batch) == BATCH:
+            flush()
+    flush()
+    profile.bad_records = sum(run.summary.errors.values())
+    return profile
+
+
+def merge(parts: list[tuple[str, dict]]) -> Profile:
+    """Profiles of (name, part dict) -> one Profile; the parts must share their settings and
+    input list, and be the N tasks of one array, each once."""
+    if not parts:
+        raise DataError("no parts to merge")
+    profiles = [Profile.from_dict(d, name) for name, d in parts]
+    first = profiles[0]
+    names = [name for name, _ in parts]
+    for name, p in zip(names[1:], profiles[1:], strict=True):
+        if p.settings != first.settings:
+            raise DataError(f"{name}: made with other options than {names[0]} "
+                            f"({asdict(p.settings)} vs {asdict(first.settings)})")
+        if p.inputs != first.inputs:
+            raise DataError(f"{name}: read another input list than {names[0]}")
+    n = first.shard[1]
+    seen: dict[int, str] = {}
+    for name, p in zip(names, profiles, strict=True):
+        if p.shard[1] != n:
+            raise DataError(f"{name}: task {p.shard[0]}/{p.shard[1]} is not one of {n} tasks")
+        if p.shard[0] in seen:
+            raise DataError(f"{name}: task {p.shard[0]}/{n} again (also {seen[p.shard[0]]})")
+        seen[p.shard[0]] = name
+    missing = sorted(set(range(n)) - set(seen))
+    if missing:
+        raise DataError(f"missing task{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(f'{k}/{n}' for k in missing[:5])}: merge all {n} parts")
+    for p in profiles[1:]:
+        first.merge(p)
+    return first
