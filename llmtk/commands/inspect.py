@@ -60,6 +60,9 @@ Report = Annotated[str | None, typer.Option(
     "--report", help="Write a self-contained HTML page with the tables and plots.",
     show_default=False)]
 Json = Annotated[bool, typer.Option("--json", help="Print the numbers as JSON on stdout.")]
+Quality = Annotated[bool, typer.Option(
+    "--quality", help="Also run clean's default rules, dry, and show the share each would "
+    "drop (costs about one `llmtk clean --dry-run` more).")]
 Part = Annotated[str | None, typer.Option(
     "-o", "--output", help="Write the mergeable profile (its numbers and sketches) here: "
     "a part for `llmtk inspect merge`. With --shard, PART.done marks a finished task.",
@@ -87,6 +90,7 @@ def run_command(
     tokenizer: Tokenizer = None,
     json_out: Json = False,
     report: Report = None,
+    quality: Quality = False,
     output: Part = None,
     *,
     stream: StreamOptions,
@@ -97,12 +101,23 @@ def run_command(
 
     fraction = _sample(sample)
     tok = load_tokenizer(tokenizer) if tokenizer else None
-    settings = Settings(by=by, tokenizer=tok.fingerprint() if tok else "bytes", sample=fraction)
+    if output == "-" and json_out:
+        raise UsageError("-o - and --json both write to stdout: give -o a file")
+    settings = Settings(by=by, tokenizer=tok.fingerprint() if tok else "bytes", sample=fraction,
+                        quality=quality)
     langid = LanguageId()
     langid.load()
+    cleaner = None
+    if quality:
+        from llmtk.clean.config import CleanConfig
+        from llmtk.clean.pipeline import Cleaner
+
+        cleaner = Cleaner(CleanConfig(), dry_run=True)
+        cleaner.load()
     stream = dataclasses.replace(stream, output=output)
     with StreamRun("inspect", stream, outputs_also=[("--report", report)]) as run:
-        profile = scan(run, settings, tokenizer=tok, langid=langid, sample=fraction)
+        profile = scan(run, settings, tokenizer=tok, langid=langid, sample=fraction,
+                       cleaner=cleaner)
         result = _finish(profile, run, report)
     _show(result, json_out, stream.quiet)
 

@@ -153,6 +153,15 @@ def render(result: dict, title: str = "llmtk inspect") -> str:
     out.append("<h2>Personal data and secrets</h2>" + _table(
         ["kind", "matches", "documents"], pii_rows or
         ["<tr><td colspan=\"3\">none found</td></tr>"]))
+    if "quality" in r:
+        q = r["quality"]
+        drops = list(q["would_drop"].items())
+        out.append("<h2>Quality at a glance (clean's default rules, dry run)</h2>"
+                   f"<p>clean would keep <span data-key=\"quality.would_keep\" data-value="
+                   f"\"{q['would_keep']}\">{_pct(q['would_keep'])}</span> of the documents."
+                   "</p>" + '<div class="plots">' + bars(
+                       "Share of documents each rule would drop", [k for k, _ in drops[:20]],
+                       [v for _, v in drops[:20]], warn=True) + "</div>")
     if "sources" in r:
         table = r["source_table"]
         top = list(table)[:20]
@@ -198,6 +207,10 @@ def print_summary(result: dict, console) -> None:
     for kind, c in r["secrets"].items():
         t.add_row(f"secret {kind}", f"{c:,}")
     t.add_row("several scripts", f"{r['several_scripts_documents']:,}")
+    if "quality" in r:
+        t.add_row("clean would keep", _pct(r["quality"]["would_keep"]))
+        for reason, share in list(r["quality"]["would_drop"].items())[:8]:
+            t.add_row(f"  would drop {reason}", _pct(share))
     console.print(t)
     langs = list(r["languages"].items())
     if langs:

@@ -38,6 +38,7 @@ class Settings:
     tokenizer: str = "bytes"  # a tokenizer.json path's fingerprint, or bytes
     sample: float | None = None  # a fraction of documents (by identity hash), or a count
     langid: bool = True
+    quality: bool = False  # also run clean's default rules, dry: the share each would drop
     dedup: dict = field(default_factory=lambda: DedupConfig().to_dict())
 
 
@@ -57,13 +58,15 @@ class Profile:
         self.pii_docs: Counter[str] = Counter()  # kind -> documents with one
         self.secrets: Counter[str] = Counter()
         self.sources = Capped(MAX_SOURCES)
+        self.would_drop: Counter[str] = Counter()  # clean's reason -> documents (--quality)
         self.inputs: list[str] = []  # the whole input list (identities refer to it)
         self.shard = (0, 1)
 
     # -- one batch of documents ---------------------------------------------
 
-    def add(self, docs: list[Doc], identity, langid, tokenizer) -> None:
-        """identity: (D,) uint64 document identities (llmtk.io.shard)."""
+    def add(self, docs: list[Doc], identity, langid, tokenizer, cleaner=None) -> None:
+        """identity: (D,) uint64 document identities (llmtk.io.shard); cleaner: clean's
+        Cleaner in dry-run mode, for the share each of its rules would drop."""
         import numpy as np
 
         from llmtk.dedup.stream import hasher_for
@@ -107,6 +110,18 @@ class Profile:
                 self.secrets[kind] += n
             if by is not None:
                 self.sources.add(source_value(doc.data, by), len(text), int(tokens[k]))
+            if cleaner is not None:
+                self._quality(doc, cleaner)
+
+    def _quality(self, doc: Doc, cleaner) -> None:
+        """clean's verdict on a copy of the document (a dry run counts would_drop.REASON)."""
+        from llmtk.io import Doc as _Doc
+
+        copy = _Doc(dict(doc.data), None, doc.source, doc.line, doc.index, doc.field)
+        cleaner(copy)
+        for key in (copy.counts or {}):
+            if key.startswith("would_drop."):
+                self.would_drop[key.removeprefix("would_drop.")] += 1
 
     # -- merging -------------------------------------------------------------
 
@@ -127,6 +142,7 @@ class Profile:
         self.pii_docs.update(other.pii_docs)
         self.secrets.update(other.secrets)
         self.sources.merge(other.sources)
+        self.would_drop.update(other.would_drop)
 
     def to_dict(self) -> dict:
         return {
@@ -138,7 +154,7 @@ class Profile:
             "languages": self.languages, "broken": self.broken.to_dict(),
             "scripts": self.scripts.to_dict(), "pii": dict(self.pii),
             "pii_docs": dict(self.pii_docs), "secrets": dict(self.secrets),
-            "sources": self.sources.to_dict(),
+            "sources": self.sources.to_dict(), "would_drop": dict(self.would_drop),
         }
 
     @classmethod
@@ -162,6 +178,7 @@ class Profile:
             p.pii, p.pii_docs = Counter(d["pii"]), Counter(d["pii_docs"])
             p.secrets = Counter(d["secrets"])
             p.sources = Capped.from_dict(d["sources"], MAX_SOURCES)
+            p.would_drop = Counter(d["would_drop"])
         except (KeyError, TypeError, ValueError) as e:
             raise DataError(f"{where}: damaged inspect part ({type(e).__name__}: {e})") from None
         return p
@@ -182,7 +199,8 @@ class Profile:
         near = self.near.decide()
         m = near["sampled"]
         exact_share = 1.0 - dist / n if n else 0.0
-        near_share = near["removed"] / m if m else 0.0
+        near_only = near["near_only_weighted"] / m if m else 0.0
+        near_share = (near["exact_removed"] + near["near_only_weighted"]) / m if m else 0.0
         broken = {r: {"documents": self.broken.count(r),
                       "example": self.where(*self.broken.items[r][1:])}
                   for r in checks.REASONS if r in self.broken.items}
@@ -201,8 +219,7 @@ class Profile:
                 "near_sampled_documents": m,
                 "near_sample_rate": near["rate"],
                 "near_is_estimate": near["rate"] < 1.0,
-                "near_only_fraction": _share((near["removed"] - near["exact_removed"]) / m
-                                             if m else 0.0),
+                "near_only_fraction": _share(near_only),
                 "largest_clusters": [
                     {"documents": c["documents"], "kept": self.where(c["identity"], c["id"])}
                     for c in near["clusters"]],
@@ -220,6 +237,10 @@ class Profile:
         }
         for reason in checks.REASONS:
             out[f"{reason}_documents"] = self.broken.count(reason)
+        if self.settings.quality:
+            dropped = sum(self.would_drop.values())
+            out["quality"] = {"would_keep": _share(1 - dropped / n if n else 1.0),
+                              "would_drop": _shares(dict(self.would_drop), n)}
         if self.settings.by is not None:
             table = self.sources.values
             chars = sum(r[1] for r in table.values())
@@ -267,7 +288,7 @@ def source_value(data: dict, field_name: str) -> str:
 
 
 def scan(run: StreamRun, settings: Settings, tokenizer=None, langid=None,
-         sample: float | None = None) -> Profile:
+         sample: float | None = None, cleaner=None) -> Profile:
     """Read `run`'s documents once into a Profile. sample: keep only a fraction of the
     documents (by a stable hash of their identity), or the first N (N >= 1)."""
     import numpy as np
@@ -293,7 +314,7 @@ def scan(run: StreamRun, settings: Settings, tokenizer=None, langid=None,
                 identity = identity[keep]
                 batch[:] = [batch[i] for i in keep.tolist()]
         if batch:
-            profile.add(batch, identity, langid, tokenizer)
+            profile.add(batch, identity, langid, tokenizer, cleaner)
         batch.clear()
 
     for doc in run.docs():
@@ -336,4 +357,5 @@ def merge(parts: list[tuple[str, dict]]) -> Profile:
                         f"{', '.join(f'{k}/{n}' for k in missing[:5])}: merge all {n} parts")
     for p in profiles[1:]:
         first.merge(p)
+    first.shard = (0, 1)  # the whole: merged again, it is one part of one
     return first
