@@ -269,3 +269,19 @@ def test_quality_and_languages_agree_with_clean(data):
     assert res["quality"]["would_keep"] == pytest.approx(1 - sum(would.values()), abs=1e-6)
     langs = {k.removeprefix("lang."): v / n for k, v in counts.items() if k.startswith("lang.")}
     assert res["languages"] == pytest.approx(langs, abs=1e-6)
+
+
+def test_source_values_and_samples(data):
+    from llmtk.inspect.scan import source_value
+
+    assert source_value({"url": "https://www.Example.com:8080/a?b"}, "url") == "example.com"
+    assert source_value({"site": "http://user@docs.python.org/3/"}, "site") == "docs.python.org"
+    assert source_value({}, "source") == "(none)"
+    assert source_value({"source": ["a", 1]}, "source") == '["a",1]'
+    first = json.loads(llmtk("inspect", *data["files"], "--sample", "100", "--json", "-q",
+                             check=True).stdout)
+    assert first["documents"] == 100
+    half = json.loads(llmtk("inspect", *data["files"], "--sample", "0.5", "--by", "lang",
+                            "--json", "-q", check=True).stdout)
+    assert abs(half["documents"] - data["result"]["documents"] / 2) < 40
+    assert set(half["sources"]) == set(half["languages"])  # no lang field: detected ones

@@ -48,7 +48,8 @@ EPILOG = "Exit status: 0 success, 1 data or runtime error, 2 bad usage."
 
 By = Annotated[str | None, typer.Option(
     "--by", help="Count sources by this field (e.g. source, lang); a URL field (url, or any "
-    "value with ://) counts by host.", show_default=False)]
+    "value with ://) counts by host; lang without the field: the detected language.",
+    show_default=False)]
 Sample = Annotated[str | None, typer.Option(
     "--sample", help="Look at part of the input: a fraction (0.1: documents picked by a "
     "stable hash) or a count (1000: the first documents). Duplicate shares are then those "

@@ -94,6 +94,7 @@ class Profile:
         by = self.settings.by
         for k, (doc, text) in enumerate(zip(docs, texts, strict=True)):
             who = int(identity[k])
+            lang = None
             if langid is not None:
                 lang = langid.predict(text)[0]
                 row = self.languages.setdefault(lang, [0, 0])
@@ -109,7 +110,10 @@ class Profile:
             for kind, n in scrub_secrets(text)[1].items():
                 self.secrets[kind] += n
             if by is not None:
-                self.sources.add(source_value(doc.data, by), len(text), int(tokens[k]))
+                value = source_value(doc.data, by)
+                if value == NONE and by == "lang" and lang is not None:
+                    value = lang  # records without a lang field: the detected language
+                self.sources.add(value, len(text), int(tokens[k]))
             if cleaner is not None:
                 self._quality(doc, cleaner)
 
