@@ -37,7 +37,6 @@ class Settings:
     by: str | None = None
     tokenizer: str = "bytes"  # a tokenizer.json path's fingerprint, or bytes
     sample: float | None = None  # a fraction of documents (by identity hash), or a count
-    langid: bool = True
     quality: bool = False  # also run clean's default rules, dry: the share each would drop
     dedup: dict = field(default_factory=lambda: DedupConfig().to_dict())
 
@@ -70,8 +69,6 @@ class Profile:
         import numpy as np
 
         from llmtk.dedup.stream import hasher_for
-        from llmtk.text.pii import scrub
-        from llmtk.text.secrets import scrub_secrets
 
         texts = [d.text for d in docs]
         ids = [d.id for d in docs]
@@ -91,37 +88,44 @@ class Profile:
         batch = hasher_for(self.config).batch(texts)
         self.exact.add(batch.exact)
         self.near.add(batch, identity, ids)
-        by = self.settings.by
         for k, (doc, text) in enumerate(zip(docs, texts, strict=True)):
-            who = int(identity[k])
-            lang = None
-            if langid is not None:
-                lang = langid.predict(text)[0]
-                row = self.languages.setdefault(lang, [0, 0])
-                row[0] += 1
-                row[1] += len(text)
-            for reason in checks.broken(text):
-                self.broken.add(reason, who, ids[k])
-            if len(checks.scripts(text)) > 1:
-                self.scripts.add("several_scripts", who, ids[k])
-            for kind, n in scrub(text)[1].items():
-                self.pii[kind] += n
-                self.pii_docs[kind] += 1
-            for kind, n in scrub_secrets(text)[1].items():
-                self.secrets[kind] += n
-            if by is not None:
-                value = source_value(doc.data, by)
-                if value == NONE and by == "lang" and lang is not None:
-                    value = lang  # records without a lang field: the detected language
-                self.sources.add(value, len(text), int(tokens[k]))
+            self._document(doc, text, int(identity[k]), int(tokens[k]), langid)
             if cleaner is not None:
                 self._quality(doc, cleaner)
 
+    def _document(self, doc: Doc, text: str, who: int, tokens: int, langid) -> None:
+        """The per-document answers: language, broken, scripts, PII, secrets, source."""
+        from llmtk.text.pii import scrub
+        from llmtk.text.secrets import scrub_secrets
+
+        doc_id = doc.id
+        lang = None
+        if langid is not None:
+            lang = langid.predict(text)[0]
+            row = self.languages.setdefault(lang, [0, 0])
+            row[0] += 1
+            row[1] += len(text)
+        for reason in checks.broken(text):
+            self.broken.add(reason, who, doc_id)
+        if len(checks.scripts(text)) > 1:
+            self.scripts.add("several_scripts", who, doc_id)
+        for kind, n in scrub(text)[1].items():
+            self.pii[kind] += n
+            self.pii_docs[kind] += 1
+        for kind, n in scrub_secrets(text)[1].items():
+            self.secrets[kind] += n
+        by = self.settings.by
+        if by is not None:
+            value = source_value(doc.data, by)
+            if value == NONE and by == "lang" and lang is not None:
+                value = lang  # records without a lang field: the detected language
+            self.sources.add(value, len(text), tokens)
+
     def _quality(self, doc: Doc, cleaner) -> None:
         """clean's verdict on a copy of the document (a dry run counts would_drop.REASON)."""
-        from llmtk.io import Doc as _Doc
+        from llmtk.io.record import Doc
 
-        copy = _Doc(dict(doc.data), None, doc.source, doc.line, doc.index, doc.field)
+        copy = Doc(dict(doc.data), None, doc.source, doc.line, doc.index, doc.field)
         cleaner(copy)
         for key in (copy.counts or {}):
             if key.startswith("would_drop."):
