@@ -148,6 +148,13 @@ def test_shard_parts_merged_equal_one_pass(data):
     # Every task of the array must be there.
     r = llmtk("inspect", "merge", parts[0], parts[2], "--json", "-q")
     assert r.returncode == 1 and b"missing task 1/3" in r.stderr
+    # ... once, and made with the same options.
+    r = llmtk("inspect", "merge", *parts, parts[1], "--json", "-q")
+    assert r.returncode == 1 and b"task 1/3 again" in r.stderr
+    other = tmp / "other.json"
+    llmtk("inspect", *data["files"], "--shard", "1/3", "-o", other, "-q", check=True)
+    r = llmtk("inspect", "merge", parts[0], other, parts[2], "--json", "-q")
+    assert r.returncode == 1 and b"made with other options" in r.stderr
 
 
 def _lookup(result: dict, key: str):

@@ -184,16 +184,17 @@ def merge_command(
     from llmtk.io.paths import check_paths, input_identities
 
     check_paths(input_identities(list(parts), []), [("-o", output), ("--report", report)], [])
-    loaded = []
-    for path in parts:
+
+    def read(path: str) -> tuple[str, dict]:
         try:
             with open(path, "rb") as f:
-                loaded.append((path, orjson.loads(f.read())))
+                return path, orjson.loads(f.read())
         except OSError as e:
             raise DataError(f"{path}: cannot read: {e.strerror}") from None
         except orjson.JSONDecodeError as e:
             raise DataError(f"{path}: not JSON ({e})") from None
-    profile = merge(loaded)
+
+    profile = merge(read(path) for path in parts)  # one part in memory at a time
     result = profile.result()
     if output:
         write_file_atomically(output, json_bytes({**profile.to_dict(), "result": result}))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -337,33 +338,37 @@ def scan(run: StreamRun, settings: Settings, tokenizer=None, langid=None,
     return profile
 
 
-def merge(parts: list[tuple[str, dict]]) -> Profile:
-    """Profiles of (name, part dict) -> one Profile; the parts must share their settings and
-    input list, and be the N tasks of one array, each once."""
-    if not parts:
-        raise DataError("no parts to merge")
-    profiles = [Profile.from_dict(d, name) for name, d in parts]
-    first = profiles[0]
-    names = [name for name, _ in parts]
-    for name, p in zip(names[1:], profiles[1:], strict=True):
-        if p.settings != first.settings:
-            raise DataError(f"{name}: made with other options than {names[0]} "
-                            f"({asdict(p.settings)} vs {asdict(first.settings)})")
-        if p.inputs != first.inputs:
-            raise DataError(f"{name}: read another input list than {names[0]}")
-    n = first.shard[1]
+def merge(parts: Iterable[tuple[str, dict]]) -> Profile:
+    """(name, part dict) pairs -> one Profile, read one part at a time (memory: the merged
+    sketches and one part). The parts must share their settings and input list, and be the
+    N tasks of one array, each once."""
+    first: Profile | None = None
+    first_name = ""
     seen: dict[int, str] = {}
-    for name, p in zip(names, profiles, strict=True):
-        if p.shard[1] != n:
-            raise DataError(f"{name}: task {p.shard[0]}/{p.shard[1]} is not one of {n} tasks")
-        if p.shard[0] in seen:
-            raise DataError(f"{name}: task {p.shard[0]}/{n} again (also {seen[p.shard[0]]})")
-        seen[p.shard[0]] = name
+    for name, d in parts:
+        p = Profile.from_dict(d, name)
+        if first is None:
+            first, first_name = p, name
+        elif p.settings != first.settings:
+            raise DataError(f"{name}: made with other options than {first_name} "
+                            f"({asdict(p.settings)} vs {asdict(first.settings)})")
+        elif p.inputs != first.inputs:
+            raise DataError(f"{name}: read another input list than {first_name}")
+        k, n = p.shard
+        if n != first.shard[1]:
+            raise DataError(f"{name}: task {k}/{n} is not one of {first.shard[1]} tasks")
+        if k in seen:
+            raise DataError(f"{name}: task {k}/{n} again (also {seen[k]})")
+        seen[k] = name
+        if first is not p:
+            first.merge(p)
+        del p, d  # before the next part is read: one part in memory at a time
+    if first is None:
+        raise DataError("no parts to merge")
+    n = first.shard[1]
     missing = sorted(set(range(n)) - set(seen))
     if missing:
         raise DataError(f"missing task{'s' if len(missing) > 1 else ''} "
                         f"{', '.join(f'{k}/{n}' for k in missing[:5])}: merge all {n} parts")
-    for p in profiles[1:]:
-        first.merge(p)
     first.shard = (0, 1)  # the whole: merged again, it is one part of one
     return first
