@@ -190,7 +190,7 @@ def print_summary(result: dict, console) -> None:
 
     r = result
     n = r["documents"] or 1
-    t = Table(title="llmtk inspect", show_header=False, title_justify="left")
+    t = Table(title="what the corpus holds", show_header=False, title_justify="left")
     t.add_column()
     t.add_column(justify="right")
     t.add_row("documents", f"{r['documents']:,}")
