@@ -292,3 +292,25 @@ def test_source_values_and_samples(data):
                             "--json", "-q", check=True).stdout)
     assert abs(half["documents"] - data["result"]["documents"] / 2) < 40
     assert set(half["sources"]) == set(half["languages"])  # no lang field: detected ones
+
+
+def test_web_archives_count_by_host(tmp_path):
+    """A WARC goes through the same reader as for every data tool: responses become
+    documents with their url, counted by host with --by url."""
+    from tests.warc_fixtures import members, page, record
+
+    body = "<p>" + " ".join(_words(random.Random(1), EN, 120)) + "</p>"
+    other = "<p>" + " ".join(_words(random.Random(2), EN, 120)) + "</p>"
+    recs = [record("response", "https://www.example.org/a", page("A", body).encode()),
+            record("response", "https://example.org/b", page("A", body).encode()),
+            record("response", "http://news.example.com/c", page("C", other).encode())]
+    warc = tmp_path / "crawl.warc.gz"
+    warc.write_bytes(members(recs)[0])
+    res = json.loads(llmtk("inspect", warc, "--by", "url", "--json", "-q", check=True).stdout)
+    assert res["documents"] == 3
+    assert res["sources"] == {"example.org": pytest.approx(2 / 3, abs=1e-6),
+                              "news.example.com": pytest.approx(1 / 3, abs=1e-6)}
+    assert res["exact_duplicate_fraction"] == pytest.approx(1 / 3, abs=1e-6)
+    # Web pages by design, not HTML left in text: read by their main text, as clean does.
+    assert res["web_pages"] == 3 and res["html_documents"] == 0
+    assert res["languages"] == {"en": 1.0}

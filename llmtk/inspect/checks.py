@@ -31,10 +31,16 @@ NEAR_EMPTY = 20  # non-space characters: fewer than this is a near-empty documen
 REASONS = ("html", "mojibake", "replacement_char", "control_chars", "long_line", "near_empty")
 
 
-def broken(text: str) -> list[str]:
-    """The reasons (of REASONS) for which `text` looks broken, in that order."""
+def html_left(text: str) -> bool:
+    """A whole page (as llmtk.text.html decides it for clean and train) or 3+ page tags."""
+    return "<" in text and (looks_like_html_page(text) or _has_tags(text))
+
+
+def broken(text: str, html: bool | None = None) -> list[str]:
+    """The reasons (of REASONS) for which `text` looks broken, in that order; html: whether
+    the stored text was HTML left in the text (default: html_left(text))."""
     out = []
-    if "<" in text and (looks_like_html_page(text) or _has_tags(text)):
+    if html_left(text) if html is None else html:
         out.append("html")
     ascii_only = text.isascii()
     if not ascii_only:

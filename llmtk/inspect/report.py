@@ -115,6 +115,8 @@ def render(result: dict, title: str = "llmtk inspect") -> str:
         f"{_num('exact_duplicate_fraction', r['exact_duplicate_fraction'])}</tr>",
         f"<tr><td>exact + near duplicates (share dedup drops; {esc(near_note)})</td>"
         f"{_num('near_duplicate_fraction', r['near_duplicate_fraction'])}</tr>",
+        f"<tr><td>web pages (read by their main text, as clean does)</td>"
+        f"{_num('web_pages', r['web_pages'])}</tr>",
         f"<tr><td>bad records</td>{_num('bad_records', r['bad_records'])}</tr>",
     ]))
     n = r["documents"] or 1
@@ -195,6 +197,8 @@ def print_summary(result: dict, console) -> None:
     t.add_column(justify="right")
     t.add_row("documents", f"{r['documents']:,}")
     t.add_row(f"tokens ({r['tokenizer']})", f"{r['tokens']:,}")
+    if r["web_pages"]:
+        t.add_row("web pages (main text read)", f"{r['web_pages']:,}")
     t.add_row("exact duplicates", _pct(r["exact_duplicate_fraction"]))
     near = r["duplicates"]
     t.add_row("exact + near duplicates" + (" (sampled)" if near["near_is_estimate"] else ""),

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llmtk.clean.extract import Extract
 from llmtk.dedup.config import DedupConfig
 from llmtk.errors import DataError
 from llmtk.inspect import checks
@@ -28,6 +29,7 @@ VERSION = 1
 BATCH = 512
 MAX_SOURCES = 10_000  # distinct --by values kept exactly; later ones count as "(other)"
 NONE = "(none)"
+EXTRACT = Extract()  # clean's default main-content extraction
 _URL_HOST = re.compile(r"^[a-z][a-z0-9+.-]*://(?:[^/?#@]*@)?([^/?#:]+)", re.I)
 
 
@@ -47,6 +49,7 @@ class Profile:
         self.settings = settings
         self.config = DedupConfig.from_dict(settings.dedup)
         self.documents = 0
+        self.web_pages = 0  # records that declare HTML (web archives): read extracted
         self.bad_records = 0
         self.lengths = {"characters": Histogram(), "words": Histogram(), "tokens": Histogram()}
         self.exact = Distinct()
@@ -71,8 +74,12 @@ class Profile:
 
         from llmtk.dedup.stream import hasher_for
 
-        texts = [d.text for d in docs]
+        stored = [d.text for d in docs]
         ids = [d.id for d in docs]
+        # HTML pages are read as clean reads them: its main text, extracted (web archives'
+        # responses, and pages left in a text field). dedup hashes the stored text.
+        pages = [EXTRACT.applies(d.data, t) for d, t in zip(docs, stored, strict=True)]
+        texts = [EXTRACT(t) if page else t for t, page in zip(stored, pages, strict=True)]
         chars = np.fromiter(map(len, texts), np.int64, len(texts))
         words = np.fromiter((len(t.split()) for t in texts), np.int64, len(texts))
         if tokenizer is None:  # the byte-level tokenizer: a token per UTF-8 byte
@@ -86,16 +93,23 @@ class Profile:
         self.lengths["characters"].add(chars)
         self.lengths["words"].add(words)
         self.lengths["tokens"].add(tokens)
-        batch = hasher_for(self.config).batch(texts)
+        batch = hasher_for(self.config).batch(stored)
         self.exact.add(batch.exact)
         self.near.add(batch, identity, ids)
         for k, (doc, text) in enumerate(zip(docs, texts, strict=True)):
-            self._document(doc, text, int(identity[k]), int(tokens[k]), langid)
+            html = pages[k] and not declares_html(doc.data)
+            if pages[k] and not html:
+                self.web_pages += 1
+            elif not pages[k]:
+                html = checks.html_left(text)
+            self._document(doc, text, html, int(identity[k]), int(tokens[k]), langid)
             if cleaner is not None:
                 self._quality(doc, cleaner)
 
-    def _document(self, doc: Doc, text: str, who: int, tokens: int, langid) -> None:
-        """The per-document answers: language, broken, scripts, PII, secrets, source."""
+    def _document(self, doc: Doc, text: str, html: bool, who: int, tokens: int,
+                  langid) -> None:
+        """The per-document answers: language, broken, scripts, PII, secrets, source.
+        html: the stored text is HTML that no content_type declared (left in the text)."""
         from llmtk.text.pii import scrub
         from llmtk.text.secrets import scrub_secrets
 
@@ -106,7 +120,7 @@ class Profile:
             row = self.languages.setdefault(lang, [0, 0])
             row[0] += 1
             row[1] += len(text)
-        for reason in checks.broken(text):
+        for reason in checks.broken(text, html):
             self.broken.add(reason, who, doc_id)
         if len(checks.scripts(text)) > 1:
             self.scripts.add("several_scripts", who, doc_id)
@@ -136,6 +150,7 @@ class Profile:
 
     def merge(self, other: Profile) -> None:
         self.documents += other.documents
+        self.web_pages += other.web_pages
         self.bad_records += other.bad_records
         for name, h in self.lengths.items():
             h.merge(other.lengths[name])
@@ -157,7 +172,8 @@ class Profile:
         return {
             "kind": KIND, "version": VERSION, "settings": asdict(self.settings),
             "inputs": self.inputs, "shard": list(self.shard),
-            "documents": self.documents, "bad_records": self.bad_records,
+            "documents": self.documents, "web_pages": self.web_pages,
+            "bad_records": self.bad_records,
             "lengths": {k: h.to_dict() for k, h in self.lengths.items()},
             "exact": self.exact.to_dict(), "near": self.near.to_dict(),
             "languages": self.languages, "broken": self.broken.to_dict(),
@@ -178,6 +194,7 @@ class Profile:
             p.inputs = list(d["inputs"])
             p.shard = tuple(d["shard"])
             p.documents, p.bad_records = int(d["documents"]), int(d["bad_records"])
+            p.web_pages = int(d["web_pages"])
             p.lengths = {k: Histogram.from_dict(v) for k, v in d["lengths"].items()}
             p.exact = Distinct.from_dict(d["exact"])
             p.near = NearSample.from_dict(d["near"], p.config)
@@ -215,6 +232,7 @@ class Profile:
                   for r in checks.REASONS if r in self.broken.items}
         out: dict[str, Any] = {
             "documents": n,
+            "web_pages": self.web_pages,
             "bad_records": self.bad_records,
             "characters": self.lengths["characters"].total,
             "words": self.lengths["words"].total,
@@ -277,6 +295,12 @@ def _shares(counts: dict[str, int], total: int) -> dict[str, float]:
 def _length(h: Histogram) -> dict:
     return {"mean": round(h.total / h.n, 2) if h.n else 0.0, "p50": h.quantile(0.5),
             "p90": h.quantile(0.9), "p99": h.quantile(0.99), "histogram": h.rows()}
+
+
+def declares_html(data: dict) -> bool:
+    """The record says it is HTML (a web archive's response carries content_type)."""
+    ctype = data.get("content_type")
+    return isinstance(ctype, str) and "html" in ctype.lower()
 
 
 def source_value(data: dict, field_name: str) -> str:
