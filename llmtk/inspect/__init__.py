@@ -6,6 +6,7 @@ checks.py the broken-document and script tests; report.py the HTML page and the 
 
 Layer: above the domain packages, below the commands. Inspect is the one package whose job
 is to apply the others' rules without acting (dedup's signatures and decisions, clean's
-language ID and scrubbers), so that its numbers agree with what they then do; it uses their
-public pieces (DedupConfig, MinHasher batches, DedupIndex) and none imports it.
+extraction, language ID, scrubbers and, with --quality, its Cleaner in dry-run mode), so
+that its numbers agree with what they then do. It uses their public pieces (DedupConfig,
+MinHasher batches, DedupIndex; Extract, Cleaner, CleanConfig) and none imports it.
 """
