@@ -21,6 +21,7 @@ from llmtk.commands import (
     estimate,
     eval,
     generate,
+    inspect,
     mix,
     plot_loss,
     run,
@@ -76,8 +77,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (clean, dedup, mix, contam_check, estimate, train, eval, generate, plot_loss,
-               diagnose, stats, run, cat):
+for module in (inspect, clean, dedup, mix, contam_check, estimate, train, eval, generate,
+               plot_loss, diagnose, stats, run, cat):
     module.register(app)
 
 

@@ -8,8 +8,8 @@ import typer
 from llmtk.cli import app
 from tests.util import ROOT
 
-COMMANDS = ["clean", "dedup", "mix", "contam-check", "estimate", "train", "eval", "generate",
-            "plot-loss",
+COMMANDS = ["inspect", "clean", "dedup", "mix", "contam-check", "estimate", "train", "eval",
+            "generate", "plot-loss",
             "diagnose"]
 # The plumbing commands, listed in `llmtk -h` too, documented on the pages of their area.
 PLUMBING = {"run": "cluster.md", "stats": "cluster.md", "cat": "io.md"}

@@ -36,7 +36,8 @@ def env(**extra: str) -> dict:
 # Commands cheap to run inside the test process (no torch state, no process pools, no
 # signals): `llmtk()` runs them in-process unless a test asks for a real process. A process
 # start costs about a second on the 2-core CI machine; the suite makes hundreds of calls.
-IN_PROCESS = {"cat", "clean", "dedup", "mix", "contam-check", "stats", "estimate", "diagnose"}
+IN_PROCESS = {"cat", "clean", "dedup", "mix", "contam-check", "stats", "estimate", "diagnose",
+              "inspect"}
 REAL_FLAGS = {"--workers", "--ppl-model", "--measure", "--executor"}
 
 

@@ -206,7 +206,7 @@ class MinHasher:
         bands[counts == 0] = 0  # no shingles, no band keys
         # --verify keeps the low byte of every value (b-bit MinHash, 1 byte per permutation).
         low = (sig & np.uint64(0xFF)).astype(np.uint8) if self.config.verify else None
-        return Batch(exact, bands, counts, low)
+        return Batch(exact, bands, counts, low, sig[:, 0].copy())
 
     def batch_shingles(
         self, texts: list[str], normalised: list[str], cjk_chars: np.ndarray | None = None
@@ -302,14 +302,17 @@ def _permuted(x: np.ndarray, a: np.ndarray, b: np.ndarray, buf: np.ndarray) -> n
 class Batch:
     """What the signature pass computes for a batch of documents (picklable, for --workers)."""
 
-    __slots__ = ("exact", "bands", "shingles", "low")
+    __slots__ = ("exact", "bands", "shingles", "low", "first")
 
     def __init__(self, exact: np.ndarray, bands: np.ndarray, shingles: np.ndarray,
-                 low: np.ndarray | None = None) -> None:
+                 low: np.ndarray | None = None, first: np.ndarray | None = None) -> None:
         self.exact = exact  # (D,) uint64, never 0
         self.bands = bands  # (D, B) uint64, rows of 0 for documents without shingles
         self.shingles = shingles  # (D,) int64 shingle counts
         self.low = low  # (D, P) uint8 low bytes of the signature, with --verify
+        # (D,) uint64 first MinHash value: two documents share it with probability equal to
+        # their Jaccard similarity, so `inspect` samples near-duplicates together by it.
+        self.first = first
 
     def __len__(self) -> int:
         return len(self.exact)
