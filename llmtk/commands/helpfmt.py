@@ -11,7 +11,7 @@ from __future__ import annotations
 
 # The order a user meets the tools in (docs/index.md, the README's pipeline);
 # commands not listed follow in the order they were registered.
-PIPELINE_ORDER = ("clean", "dedup", "contam-check", "mix", "estimate", "train",
+PIPELINE_ORDER = ("inspect", "clean", "dedup", "contam-check", "mix", "estimate", "train",
                   "eval", "generate", "plot-loss", "diagnose", "run", "stats", "cat")
 
 _FILE_WORDS = ("output", "rejects", "stats", "clusters", "report", "config", "index",
