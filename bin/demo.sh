@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job, end to end, on bundled data (demo/sample.jsonl.zst: 2,360 real documents
-# in five languages): clean -> dedup -> contam-check -> mix -> estimate -> train -> plot-loss
+# in five languages): inspect -> clean -> dedup -> contam-check -> mix -> estimate -> train -> plot-loss
 # -> diagnose. Run through `make demo`, which installs everything first. Measured on a 2-core
 # machine: 1 min when idle (training 42 s), 10 min at load average 14-19 from other jobs
 # (training 6 min of it, with a progress line every 10 steps); everything lands in demo-out/.
@@ -11,6 +11,10 @@ OUT=demo-out
 STEPS=${DEMO_STEPS:-300}
 rm -rf "$OUT" && mkdir -p "$OUT"
 say() { printf '\n== %s\n' "$*"; }
+
+say "0. inspect: what the sample holds before anything acts on it"
+llmtk inspect demo/sample.jsonl.zst --by source --json --report "$OUT/inspect.html" \
+  > "$OUT/inspect.json"
 
 say "1. clean: normalise, language-ID, quality rules, PII (every drop has a reason)"
 # Fortune cookies are shorter than the Gopher quality rules' 50-word minimum, so the demo runs

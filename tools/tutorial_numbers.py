@@ -48,10 +48,17 @@ def _loss_rows(out: Path) -> list[dict]:
 
 def values(out: Path) -> dict[str, tuple[str, Callable[[str], float] | None]]:
     """key -> (the text to print, None for exact, or a parser for a tolerant check)."""
+    look = _read(out, "inspect.json")
     clean, dedup = _read(out, "clean.stats.json"), _read(out, "dedup.stats.json")
     contam, mix = _read(out, "contam.report.json"), _read(out, "mix.report.json")
     en, intl = mix["sources"]["en"], mix["sources"]["intl"]
     v: dict[str, tuple[str, Callable[[str], float] | None]] = {
+        "inspect.documents": (f"{look['documents']:,}", None),
+        "inspect.exact": (f"{look['exact_duplicate_fraction']:.1%}", None),
+        "inspect.near": (f"{look['near_duplicate_fraction']:.1%}", None),
+        "inspect.en": (f"{look['languages'].get('en', 0):.0%}", None),
+        "inspect.control": (f"{look['control_chars_documents']:,}", None),
+        "inspect.email": (f"{look['pii'].get('email', 0):,}", None),
         "clean.in": (f"{clean['records_in']:,}", None),
         "clean.out": (f"{clean['records_out']:,}", None),
         "clean.top": (_top_reasons(clean["dropped"]), None),
