@@ -2,26 +2,31 @@
 
 The page is rendered once by resiliparse (C) in its `minimal_html` form, which keeps the
 block structure (one block a line; paragraphs, headings and `<pre>` marked) and the links
-(`<a href>`): that is all the structure the decision needs, and it costs no Python walk over
-the DOM. Each block is scored by what boilerplate-removal research found to separate prose
-from page furniture (boilerpipe's text and link density, jusText's length and context,
-readability's punctuation):
+(`<a href>`): all the structure the decision needs, without a Python walk over the DOM
+(resiliparse's node objects cost microseconds each). Each block is weighed by the signals
+boilerplate-removal research found to separate prose from page furniture (boilerpipe's
+text and link density, jusText's length and context, readability's punctuation):
 
-* link density: the share of a block's characters inside links. Menus, related-article
-  lists, tag clouds and share bars are mostly links; prose is not.
-* length and sentence punctuation: a paragraph of the article is long and has sentences;
-  a caption-like fragment, a date, "Advertisement" or a button label is short.
-* position: the main text is one stretch of the page. The stretch kept is the run of blocks
-  with the largest sum of weights (good blocks count their length, link-dense blocks minus
-  a multiple of theirs, short blocks minus a little), so short pieces between paragraphs
-  (headings, list items, code) stay, and those before the first and after the last
-  paragraph (titles, bylines, share bars, footers) go.
+* prose: at least GOOD_CHARS long, few links, a sentence in it: plus its length;
+  a shorter block with a sentence: plus a little;
+* link-dense (menus, related-article lists, tag clouds, share bars): minus a multiple of
+  its length; headings and other short blocks (dates, bylines, labels): minus a little;
+  a table row weighs nothing (a table of links is content as often as it is navigation);
+* a prose block that resiliparse's own main-content rules drop (they go by markup names:
+  comments, cookie notices, footers) weighs nothing: the names are a hint, not the rule.
 
-Inside the stretch, link-dense blocks are dropped, and header-link marks (the `¶` or `#`
-link to its own anchor that Sphinx, MkDocs and others put after a heading) are removed
-anywhere. A page with no prose block at all (a listing, a short snippet) keeps every block
-that is not link-dense. Thresholds were chosen on the development half of the Article
-Extraction Benchmark's sites (benchmarks/article_extraction.py, docs/clean.md).
+The main text is the stretch of blocks with the largest sum (and any other stretch that
+weighs at least SECOND of it): short pieces between paragraphs (subheadings, list items,
+code) stay, those before the first and after the last paragraph (titles, bylines, share
+bars, related stories, footers) go. Inside it, link-dense blocks without a sentence are
+dropped. Header-link marks (the `¶` or `#` link to the heading's own anchor that Sphinx,
+MkDocs and others add) are removed anywhere. A page without a prose block (a listing, a
+short snippet) keeps every block that is not furniture.
+
+Thresholds were chosen on the development half of the Article Extraction Benchmark's sites
+and checked on the Debian manuals (benchmarks/article_extraction.py, extract_quality.py;
+numbers in docs/clean.md). Lengths are UTF-8 bytes: a CJK character (3 bytes) says about as
+much as a short word, so one threshold serves both kinds of script.
 """
 
 from __future__ import annotations
@@ -29,8 +34,7 @@ from __future__ import annotations
 import html as htmllib
 import re
 
-# Chosen on the development half of the Article Extraction Benchmark's sites (and checked
-# on the Debian manuals of benchmarks/extract_quality.py); lengths are UTF-8 bytes.
+# chosen on the benchmark's development half (see above); lengths in UTF-8 bytes
 GOOD_CHARS = 80     # a prose block is at least this long ...
 GOOD_LINKS = 0.3    # ... with at most this share of it in links, and has a sentence
 BAD_LINKS = 0.5     # a block with more than this share in links is furniture ...
@@ -71,8 +75,6 @@ def blocks(rendered: str) -> list[Block]:
         pos = m.end()
         if seg:
             block.parts.append(seg)
-            # lengths in UTF-8 bytes: a CJK character (3 bytes) says about as much as a
-            # short word, so one threshold serves both scripts
             n = len(seg.strip().encode())
             block.chars += n
             if in_link:
@@ -136,6 +138,8 @@ def weight(b: Block) -> float:
         return -BAD_WEIGHT * b.chars
     if b.kind == "pre":
         return float(b.chars)
+    if b.kind == "h":  # a title, however long, is not the text it heads
+        return -SHORT_WEIGHT * b.chars
     if density <= GOOD_LINKS and _SENTENCE.search(text):
         if b.chars >= GOOD_CHARS:
             return float(b.chars)
@@ -167,7 +171,7 @@ def main_text(rendered: str, hinted: str | None = None) -> str:
     lines: list[str] = []
     for i in (i for first, last in chosen for i in range(first, last + 1)):
         b = bs[i]
-        if b.chars and b.links / b.chars > BAD_LINKS and "\t\t" not in "".join(b.parts):
+        if _furniture(b):
             continue
         text = b.text()
         if not text.strip():
@@ -176,6 +180,14 @@ def main_text(rendered: str, hinted: str | None = None) -> str:
             lines.append("")
         lines.append(text)
     return "\n".join(lines)
+
+
+def _furniture(b: Block) -> bool:
+    """Link-dense and no sentence in it (a menu or a list of headlines, not a reference
+    like "see Section 12.1, “Other documentation”"), and not a table row."""
+    text = "".join(b.parts)
+    return (b.chars > 0 and b.links / b.chars > BAD_LINKS and "\t\t" not in text
+            and not _SENTENCE.search(text))
 
 
 def _key(line: str) -> str:
