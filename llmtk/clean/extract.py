@@ -27,17 +27,15 @@ from llmtk.text.html import looks_like_html_page
 METHODS = ("resiliparse", "trafilatura", "none")
 _MATH_SCRIPT = re.compile(r"<script[^>]*type\s*=\s*[\"']math/tex(;\s*mode=display)?[\"'][^>]*>"
                           r"(.*?)</script>", re.I | re.S)
-# Page furniture that its markup names (HTML5 elements, ARIA roles, the class names of
-# DocBook, Sphinx, MediaWiki and common themes): removed before rendering, one cheap C query.
-# It is a hint only: what decides the main text is the text itself (llmtk.clean.density),
-# which also finds the furniture no markup names.
+# Page furniture that its markup names: HTML5 elements, ARIA roles and the navigation of
+# the documentation generators (DocBook, Sphinx, MediaWiki), removed before rendering with
+# one C query. A hint, not the rule: what decides the main text is the text itself
+# (llmtk.clean.density), which also finds the furniture no markup names, so the generic
+# class names (menu, share, footer, sidebar, ...) are left to it.
 BOILERPLATE = (
     "nav", "aside", "body > header", "body > footer", "[role=navigation]", "[role=banner]",
-    "[role=contentinfo]", "[role=search]", "[aria-label=breadcrumb]", ".navheader",
-    ".navfooter", ".toc", "#toc", ".breadcrumb", ".breadcrumbs", ".sidebar", "#sidebar",
-    ".sphinxsidebar", ".related", "#mw-navigation", "#mw-panel", "#catlinks", ".mw-editsection",
-    ".navbar", ".navbox", ".pagination", ".menu", "#menu", ".footer", "#footer", ".skip-link",
-    ".skiplink", ".cookie-banner", "#cookie-banner", ".share", ".social",
+    "[role=contentinfo]", "[role=search]", ".navheader", ".navfooter", ".toc", "#toc",
+    ".sphinxsidebar", "#mw-navigation", "#mw-panel", "#catlinks", ".mw-editsection", ".navbox",
 )
 _BOILERPLATE = ", ".join(BOILERPLATE)  # one selector, joined once (not per page)
 # Rendered copies of math next to its source: KaTeX's HTML, MathJax's previews and output
