@@ -1,11 +1,14 @@
 """Main-content extraction: an HTML page in, its main text out (clean's first stage).
 
-Two real extractors: resiliparse (DCLM's choice, C++, the default) and trafilatura (FineWeb's,
-with FineWeb's settings). Before either runs, math is turned into LaTeX text, because both
+Two real extractors. The default (`resiliparse`) parses and renders with resiliparse (C) and
+decides what is main text from the text itself (llmtk.clean.density: link density, length,
+sentences, position; markup names only as hints). `trafilatura` is FineWeb's, with FineWeb's
+settings. Before either runs, math is turned into LaTeX text, because both
 would otherwise drop it or keep the rendered glyph soup: MathJax 2 `<script type="math/tex">`,
 KaTeX and MathJax 3 (`<annotation encoding="application/x-tex">` inside their MathML) and
 plain MathML (its `alttext`, else a LaTeX rendering of its elements). Code blocks (`<pre>`)
-keep their lines and indentation; paragraphs, headings and list items become lines.
+keep their lines and indentation; paragraphs, headings and list items become lines; the
+`¶`/`#` links headings carry to their own anchor (Sphinx, MkDocs) are removed.
 
 Which documents are HTML: a record that says so (`content_type` with "html", as WARC input
 carries it), or, with no `content_type`, a text that starts as an HTML document does
@@ -24,17 +27,15 @@ from llmtk.text.html import looks_like_html_page
 METHODS = ("resiliparse", "trafilatura", "none")
 _MATH_SCRIPT = re.compile(r"<script[^>]*type\s*=\s*[\"']math/tex(;\s*mode=display)?[\"'][^>]*>"
                           r"(.*?)</script>", re.I | re.S)
-# Page furniture, by the markup sites use for it (HTML5 elements, ARIA roles, the class names
-# of DocBook, Sphinx, MediaWiki and common themes): removed before extraction. resiliparse's
-# own main-content heuristics are not used: on the benchmark they drop link-dense content
-# tables with the navigation (recall 0.83 instead of 0.97, docs/clean.md).
+# Page furniture that its markup names: HTML5 elements, ARIA roles and the navigation of
+# the documentation generators (DocBook, Sphinx, MediaWiki), removed before rendering with
+# one C query. A hint, not the rule: what decides the main text is the text itself
+# (llmtk.clean.density), which also finds the furniture no markup names, so the generic
+# class names (menu, share, footer, sidebar, ...) are left to it.
 BOILERPLATE = (
     "nav", "aside", "body > header", "body > footer", "[role=navigation]", "[role=banner]",
-    "[role=contentinfo]", "[role=search]", "[aria-label=breadcrumb]", ".navheader",
-    ".navfooter", ".toc", "#toc", ".breadcrumb", ".breadcrumbs", ".sidebar", "#sidebar",
-    ".sphinxsidebar", ".related", "#mw-navigation", "#mw-panel", "#catlinks", ".mw-editsection",
-    ".navbar", ".navbox", ".pagination", ".menu", "#menu", ".footer", "#footer", ".skip-link",
-    ".skiplink", ".cookie-banner", "#cookie-banner", ".share", ".social",
+    "[role=contentinfo]", "[role=search]", ".navheader", ".navfooter", ".toc", "#toc",
+    ".sphinxsidebar", "#mw-navigation", "#mw-panel", "#catlinks", ".mw-editsection", ".navbox",
 )
 _BOILERPLATE = ", ".join(BOILERPLATE)  # one selector, joined once (not per page)
 # Rendered copies of math next to its source: KaTeX's HTML, MathJax's previews and output
@@ -67,9 +68,17 @@ def extract(page: str, method: str = "resiliparse") -> str:
     if method == "resiliparse":
         from resiliparse.extract.html2text import extract_plain_text
 
-        text = extract_plain_text(tree, preserve_formatting=True, main_content=False,
-                                  list_bullets=False, alt_texts=False, comments=False,
-                                  noscript=False, form_fields=False)
+        from llmtk.clean.density import main_text
+
+        # rendered twice: with its blocks and links marked (what main_text reads), and by
+        # resiliparse's own main-content rules (a hint)
+        options = dict(list_bullets=False, alt_texts=False, comments=False, noscript=False,
+                       form_fields=False)
+        rendered = extract_plain_text(tree, preserve_formatting="minimal_html",
+                                      main_content=False, links=True, **options)
+        hinted = extract_plain_text(tree, preserve_formatting=True, main_content=True,
+                                    **options)
+        text = main_text(rendered, hinted)
     elif method == "trafilatura":
         import trafilatura
 
@@ -85,7 +94,10 @@ def _prepare(page: str):
     """The parsed page with math as LaTeX text and rendered duplicates removed."""
     from resiliparse.parse.html import HTMLTree
 
-    if "math/tex" in page:  # MathJax 2 sources, before parsing (a script's text is opaque)
+    # one scan for the common case of no math ("math" is in "<math" and "math/tex";
+    # MathJax 3's output elements carry the class "MathJax")
+    maybe_math = "math" in page or "MathJax" in page or "katex" in page
+    if maybe_math and "math/tex" in page:  # MathJax 2 sources, before parsing
         page = _MATH_SCRIPT.sub(_script_math, page)
     tree = HTMLTree.parse(page)
     body = tree.body
@@ -94,8 +106,7 @@ def _prepare(page: str):
     for node in body.query_selector_all(_BOILERPLATE):
         if node.parent is not None:
             node.parent.remove_child(node)
-    has_math = "<math" in page or "katex" in page or "MathJax" in page or "mjx-" in page
-    if has_math:
+    if maybe_math:
         for node in body.query_selector_all(_RENDERED):
             if node.parent is not None:
                 node.parent.remove_child(node)

@@ -1,0 +1,222 @@
+"""Which blocks of a rendered page are its main text, decided from the text itself.
+
+The page is rendered once by resiliparse (C) in its `minimal_html` form, which keeps the
+block structure (one block a line; paragraphs, headings and `<pre>` marked) and the links
+(`<a href>`): all the structure the decision needs, without a Python walk over the DOM
+(resiliparse's node objects cost microseconds each). Each block is weighed by the signals
+boilerplate-removal research found to separate prose from page furniture (boilerpipe's
+text and link density, jusText's length and context, readability's punctuation):
+
+* prose: at least GOOD_CHARS long, few links, a sentence in it: plus its length;
+  a shorter block with a sentence: plus a little;
+* link-dense (menus, related-article lists, tag clouds, share bars): minus a multiple of
+  its length; headings and other short blocks (dates, bylines, labels): minus a little;
+  a table row weighs nothing (a table of links is content as often as it is navigation);
+* a prose block that resiliparse's own main-content rules drop (they go by markup names:
+  comments, cookie notices, footers) weighs nothing: the names are a hint, not the rule.
+
+The main text is the stretch of blocks with the largest sum (and any other stretch that
+weighs at least SECOND of it): short pieces between paragraphs (subheadings, list items,
+code) stay, those before the first and after the last paragraph (titles, bylines, share
+bars, related stories, footers) go. Inside it, link-dense blocks without a sentence are
+dropped. Header-link marks (the `¶` or `#` link to the heading's own anchor that Sphinx,
+MkDocs and others add) are removed anywhere. A page without a prose block (a listing, a
+short snippet) keeps every block that is not furniture.
+
+Thresholds were chosen on the development half of the Article Extraction Benchmark's sites
+and checked on the Debian manuals (benchmarks/article_extraction.py, extract_quality.py;
+numbers in docs/clean.md). Lengths are UTF-8 bytes: a CJK character (3 bytes) says about as
+much as a short word, so one threshold serves both kinds of script.
+"""
+
+from __future__ import annotations
+
+import html as htmllib
+import re
+
+# chosen on the benchmark's development half (see above); lengths in UTF-8 bytes
+GOOD_CHARS = 80     # a prose block is at least this long ...
+GOOD_LINKS = 0.3    # ... with at most this share of it in links, and has a sentence
+BAD_LINKS = 0.5     # a block with more than this share in links is furniture ...
+BAD_WEIGHT = 1.5    # ... and weighs minus this many times its length
+SHORT_PROSE = 0.3   # a shorter block with a sentence weighs plus this share of its length
+SHORT_WEIGHT = 0.2  # any other short block (a heading, a date, a label) minus this share
+SECOND = 0.3        # a further stretch is kept when it weighs this share of the best one
+KEY_CHARS = 16      # blocks are matched with the rules' rendering by this many characters
+_SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
+_MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width space)
+_TOKEN = re.compile(r"<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n")
+_HREF = re.compile(r'href="([^"]*)"')
+
+
+class Block:
+    __slots__ = ("parts", "kind", "chars", "links", "gap")
+
+    def __init__(self, gap: bool) -> None:
+        self.parts: list[str] = []
+        self.kind = ""          # "p", "h", "pre" or "" (any other line)
+        self.chars = 0
+        self.links = 0
+        self.gap = gap          # a blank line before it
+
+    def text(self) -> str:
+        return htmllib.unescape("".join(self.parts)).strip("\n")
+
+
+def blocks(rendered: str) -> list[Block]:
+    """The blocks of resiliparse's minimal_html rendering, with their link characters."""
+    out: list[Block] = []
+    block = Block(False)
+    in_link = in_pre = False
+    link_start, link_href = 0, ""
+    pos = 0
+    for m in _TOKEN.finditer(rendered):
+        seg = rendered[pos:m.start()]
+        pos = m.end()
+        if seg:
+            block.parts.append(seg)
+            n = len(seg.strip().encode())
+            block.chars += n
+            if in_link:
+                block.links += n
+        if m.group(0) == "\n":
+            if in_pre:
+                block.parts.append("\n")
+                continue
+            in_link = False  # a link never reaches past its block (nor does a bad one)
+            if block.parts:
+                out.append(block)
+                block = Block(False)
+            else:
+                block.gap = True
+            continue
+        closing, tag = m.group(1), m.group(2)
+        if tag == "a":
+            if not closing:
+                # an anchor without a target (`<a id=…></a>`) is rendered as an empty,
+                # unclosed link: it is not a link
+                href = _HREF.search(m.group(3))
+                link_href = href.group(1) if href else ""
+                in_link, link_start = bool(link_href), len(block.parts)
+            elif in_link:
+                in_link = False
+                _drop_mark(block, link_start, link_href)
+        elif tag == "pre":
+            in_pre = not closing
+            block.kind = "pre"
+        elif tag == "p" and not block.kind:
+            block.kind = "p"
+        elif tag[0] == "h" and tag != "br":
+            block.kind = "h"
+    seg = rendered[pos:]
+    if seg:
+        block.parts.append(seg)
+        block.chars += len(seg.strip().encode())
+    if block.parts:
+        out.append(block)
+    return out
+
+
+def _drop_mark(block: Block, start: int, href: str) -> None:
+    """Remove a link to the block's own anchor whose text is only a mark (`¶`, `#`)."""
+    if href.startswith("#") and len(block.parts) == start + 1:
+        text = block.parts[start].strip()
+        if text in _MARKS:
+            block.parts.pop()
+            block.chars -= len(text.encode())
+            block.links -= len(text.encode())
+
+
+def weight(b: Block) -> float:
+    if b.chars == 0:
+        return 0.0
+    text = "".join(b.parts)
+    if "\t\t" in text:  # a table row (cells are tab-separated): its links say little
+        return 0.0
+    density = b.links / b.chars
+    if density > BAD_LINKS:
+        return -BAD_WEIGHT * b.chars
+    if b.kind == "pre":
+        return float(b.chars)
+    if b.kind == "h":  # a title, however long, is not the text it heads
+        return -SHORT_WEIGHT * b.chars
+    if density <= GOOD_LINKS and _SENTENCE.search(text):
+        if b.chars >= GOOD_CHARS:
+            return float(b.chars)
+        return SHORT_PROSE * b.chars
+    return -SHORT_WEIGHT * b.chars
+
+
+def main_text(rendered: str, hinted: str | None = None) -> str:
+    """The main text of a page rendered as resiliparse's minimal_html (with links).
+
+    `hinted`: the same page rendered by resiliparse's own main-content rules (they go by
+    markup names: navigation, footers, comments, cookie notices). A prose block those rules
+    dropped weighs nothing when the stretch is chosen; it is still kept inside it."""
+    bs = blocks(rendered)
+    if not bs:
+        return ""
+    ws = [weight(b) for b in bs]
+    if hinted is not None:
+        # matched by how a block starts (the two renderings differ in spaces and in the
+        # inline elements the rules drop); a <pre> block by its first line
+        kept = {_key(line) for line in hinted.splitlines()}
+        for i, b in enumerate(bs):
+            if ws[i] > 0:
+                start = htmllib.unescape("".join(b.parts)[:8 * KEY_CHARS]).lstrip()
+                if _key(start.partition("\n")[0]) not in kept:
+                    ws[i] = 0.0
+    prose = any(w > 0 and b.kind != "pre" for b, w in zip(bs, ws, strict=True))
+    chosen = _stretches(ws, 0, len(ws), 0.0) if prose else [(0, len(bs) - 1)]
+    lines: list[str] = []
+    for i in (i for first, last in chosen for i in range(first, last + 1)):
+        b = bs[i]
+        if _furniture(b):
+            continue
+        text = b.text()
+        if not text.strip():
+            continue
+        if lines and b.gap:
+            lines.append("")
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def _furniture(b: Block) -> bool:
+    """Link-dense and no sentence in it (a menu or a list of headlines, not a reference
+    like "see Section 12.1, “Other documentation”"), and not a table row."""
+    text = "".join(b.parts)
+    return (b.chars > 0 and b.links / b.chars > BAD_LINKS and "\t\t" not in text
+            and not _SENTENCE.search(text))
+
+
+def _key(line: str) -> str:
+    return "".join(line[:4 * KEY_CHARS].split())[:KEY_CHARS]
+
+
+def _stretches(ws: list[float], lo: int, hi: int, floor: float) -> list[tuple[int, int]]:
+    """The best stretch of ws[lo:hi], and those beside it that weigh at least SECOND times
+    the best of the page (a long manual's sections between link-heavy cross-references)."""
+    first, last = _stretch(ws[lo:hi])
+    if first < 0:
+        return []
+    first, last = first + lo, last + lo
+    weight = sum(ws[first:last + 1])
+    if weight < floor:
+        return []
+    floor = floor or SECOND * weight
+    return (_stretches(ws, lo, first, floor) + [(first, last)]
+            + _stretches(ws, last + 1, hi, floor))
+
+
+def _stretch(ws: list[float]) -> tuple[int, int]:
+    """The run of blocks with the largest sum of weights (-1, -1 when none is positive)."""
+    best, best_first, best_last = 0.0, -1, -1
+    total, first = 0.0, 0
+    for i, w in enumerate(ws):
+        if total <= 0:
+            total, first = 0.0, i
+        total += w
+        if total > best:
+            best, best_first, best_last = total, first, i
+    return best_first, best_last

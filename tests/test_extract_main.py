@@ -1,0 +1,173 @@
+"""Main text decided from the page itself: furniture that no markup names (plain `div`s
+with made-up class names) goes, the article, post or manual section stays. The pages are
+small but shaped like real ones: a news article, a blog post, a documentation page and a
+Chinese news page, each run through `llmtk clean` as the checks run it."""
+
+import json
+
+import pytest
+
+from tests.util import InProcess
+
+ARTICLE = [
+    "The city council voted on Tuesday to expand the bus network, adding four routes that "
+    "will connect the northern suburbs with the hospital district by next spring.",
+    "Council member Ana Ruiz said the plan, which costs 12 million dollars, had been "
+    "discussed for three years and finally won support after a public consultation.",
+    "Critics argued that the money would be better spent on repairing existing roads, "
+    "but the motion passed by seven votes to two after a long debate.",
+    "Construction of the new stops begins in January, and the first route is expected to "
+    "open in March, according to the transport department.",
+]
+LINKS = "".join(f'<a href="/section/{i}">Section {i}</a> ' for i in range(12))
+RELATED = "".join(f'<li><a href="/news/{i}">Another headline about the town, number {i}</a>'
+                  "</li>" for i in range(6))
+
+NEWS = f"""<!DOCTYPE html><html><head><title>Council expands bus network</title></head><body>
+<div class="hd-x1"><a href="/">Daily Town</a> {LINKS}</div>
+<div class="crumbs-z"><a href="/">Home</a> / <a href="/local">Local</a></div>
+<div class="wrap"><div class="col-a">
+<h1>Council expands bus network</h1>
+<div class="by">By Sam Lee | 19 Nov 2019</div>
+<div class="sh-x"><a href="https://facebook.com/x">Facebook</a> <a href="https://x.com/y">
+Twitter</a> <a href="mailto:?x">Email</a></div>
+<div class="txt">{"".join(f"<p>{p}</p>" for p in ARTICLE)}</div>
+<div class="rl"><h3>More stories</h3><ul>{RELATED}</ul></div>
+</div></div>
+<div class="bt-q">{LINKS}<br>© 2019 Daily Town Media. All rights reserved.</div>
+</body></html>"""
+
+POST = [
+    "I finally rebuilt the sourdough starter after it died over the summer, and this time "
+    "I kept notes on every feeding, the temperature of the kitchen and the flour I used.",
+    "The trick, it turns out, is patience: the first week it smelled of nail polish, and "
+    "only on day nine did it double reliably within six hours of a feeding.",
+    "Next week I will try the same loaf with a longer cold proof in the fridge and report "
+    "how the crumb changes.",
+]
+SIDEBAR = "".join(f'<div class="w-item"><a href="/2019/{i}">Older post title number {i}</a>'
+                  "</div>" for i in range(10))
+TAGS = " ".join(f'<a href="/tag/{t}">{t}</a>' for t in
+                "bread baking sourdough starter flour kitchen recipes notes".split())
+
+BLOG = f"""<!DOCTYPE html><html><head><title>Starter, again</title></head><body>
+<div id="top-x"><a href="/">Crumb Notes</a> <a href="/about">About</a>
+<a href="/archive">Archive</a> <a href="/contact">Contact</a></div>
+<div class="main-x"><div class="entry-x"><h2>Starter, again</h2>
+{"".join(f"<p>{p}</p>" for p in POST)}
+<div class="tags-y">Tags: {TAGS}</div></div>
+<div class="col-w"><h4>Recent posts</h4>{SIDEBAR}<h4>Tags</h4>{TAGS}</div></div>
+<div class="bt-z">Powered by a static site generator. <a href="/rss">RSS</a></div>
+</body></html>"""
+
+TOC = "".join(f'<li class="l1"><a href="/docs/{n}.html">{n.title()} reference</a></li>'
+              for n in "install usage config plugins cli api faq changelog license".split())
+DOCS = f"""<!DOCTYPE html><html><head><title>Configuration</title></head><body>
+<div class="wy-grid-for-nav"><div class="wy-side-x"><div class="wy-menu-x"><ul>{TOC}</ul>
+</div></div>
+<div class="wy-content-x"><div class="body-x">
+<h1>Configuration<a class="headerlink" href="#configuration" title="Permalink">¶</a></h1>
+<p>The tool reads its settings from a file named <code>tool.toml</code> in the project's
+root, and every setting can also be given on the command line, which takes precedence.</p>
+<h2>Options<a class="headerlink" href="#options" title="Permalink">¶</a></h2>
+<p>Each option has a default that suits small projects; larger ones usually raise the number
+of workers and point the cache to a faster disk.</p>
+<pre>[tool]
+workers = 8
+cache = "/fast/cache"</pre>
+<p>Unknown keys are an error, so a typo never passes silently: the message names the file,
+the line and the key.</p>
+</div></div></div>
+<div class="rst-footer-x"><a href="/docs/usage.html">Previous</a>
+<a href="/docs/plugins.html">Next</a></div>
+</body></html>"""
+
+ZH = [
+    "十一月十九日，市政府宣布将在明年春季前新增四条公交线路，连接北部郊区与医院片区，"
+    "预计每天可以服务超过两万名乘客。",
+    "交通部门负责人表示，新线路的站点建设将于一月开始，第一条线路预计在三月正式开通运营，"
+    "票价与现有线路保持一致。",
+    "部分市民认为这笔资金应该优先用于维修现有道路，但议会最终以七票赞成、两票反对通过了"
+    "这项计划。",
+]
+ZH_NAV = "".join(f'<a href="/c/{i}">{n}</a> ' for i, n in enumerate(
+    "首页 新闻 财经 体育 娱乐 科技 汽车 房产 教育 旅游".split()))
+ZH_REL = "".join(f'<li><a href="/n/{i}">相关新闻标题第{i}条：本市交通建设最新进展</a></li>'
+                 for i in range(6))
+CJK = f"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>公交</title></head><body>
+<div class="dh-k">{ZH_NAV}</div>
+<div class="nr-k"><h1>市政府宣布新增四条公交线路</h1><div class="ly">来源：本报 2019-11-19</div>
+{"".join(f"<p>{p}</p>" for p in ZH)}</div>
+<div class="xg-k"><h3>相关阅读</h3><ul>{ZH_REL}</ul></div>
+<div class="db-k">{ZH_NAV}<br>版权所有 © 2019 本市日报社</div>
+</body></html>"""
+
+
+PAGES = {"news": NEWS, "blog": BLOG, "docs": DOCS, "cjk": CJK}
+
+
+@pytest.fixture(scope="module")
+def extracted(tmp_path_factory):
+    """The texts `llmtk clean` extracts from the pages (one run), as the checks run it."""
+    d = tmp_path_factory.mktemp("pages")
+    src, out = d / "in.jsonl", d / "out.jsonl"
+    src.write_text("".join(json.dumps({"id": k, "url": f"https://example.org/{k}",
+                                       "content_type": "text/html", "text": html}) + "\n"
+                           for k, html in PAGES.items()))
+    r = InProcess()("clean", src, "--filters", "none", "--no-langid", "--no-pii",
+                    "--on-error", "skip", "--workers", "1", "-o", out, "-q")
+    assert r.exit_code == 0, r.output
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(x["id"], x["url"]) for x in recs] == [
+        (k, f"https://example.org/{k}") for k in PAGES]
+    return {x["id"]: x["text"] for x in recs}
+
+
+def test_news_article_keeps_the_story_and_drops_unnamed_furniture(extracted):
+    text = extracted["news"]
+    assert [line for line in text.splitlines() if line.strip()] == ARTICLE
+    for furniture in ("Section 3", "Home", "Facebook", "Email", "More stories",
+                      "Another headline", "All rights reserved", "By Sam Lee"):
+        assert furniture not in text
+
+
+def test_blog_post_without_its_sidebar_tags_or_footer(extracted):
+    text = extracted["blog"]
+    for p in POST:
+        assert p in text
+    for furniture in ("Archive", "Recent posts", "Older post title", "sourdough starter flour",
+                      "Powered by", "RSS"):
+        assert furniture not in text
+
+
+def test_docs_page_keeps_code_lines_and_loses_sidebar_and_header_marks(extracted):
+    text = extracted["docs"]
+    assert '[tool]\nworkers = 8\ncache = "/fast/cache"' in text  # <pre> lines kept
+    for words in ("reads its settings", "Each option has a default", "Unknown keys"):
+        assert words in text
+    assert "Options" in text and "¶" not in text  # Sphinx/MkDocs header-link marks gone
+    assert "reference" not in text and "Previous" not in text and "Next" not in text
+
+
+def test_chinese_page_keeps_its_paragraphs_and_drops_link_lists(extracted):
+    text = extracted["cjk"]
+    for p in ZH:
+        assert p in text
+    for furniture in ("首页", "相关阅读", "相关新闻标题", "版权所有", "来源"):
+        assert furniture not in text
+
+
+def test_a_page_with_no_prose_keeps_what_is_not_a_link_list():
+    from llmtk.clean.density import main_text
+
+    # nothing long enough to be an article: short lines stay, the link list goes
+    rendered = ('<a href="/a">Home</a> <a href="/b">Shop</a>\n\n<p>Opening hours</p>\n\n'
+                "<p>Mon-Fri 9-17</p>\n")
+    assert main_text(rendered) == "Opening hours\n\nMon-Fri 9-17"
+
+
+def test_link_to_the_own_anchor_is_a_mark_but_other_links_stay():
+    from llmtk.clean.density import blocks
+
+    [b] = blocks('<h2>Options<a href="#options">¶</a> see <a href="/x">#</a></h2>\n')
+    assert b.text() == "Options see #" and b.kind == "h"
