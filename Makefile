@@ -21,7 +21,7 @@ PIP_QUIET := --quiet --disable-pip-version-check
 
 PREFIX ?= $(HOME)/.local
 
-.PHONY: setup install test test-fast test-integration lint demo bench clean-venv
+.PHONY: setup install test test-fast test-integration lint demo bench clean-venv browser
 
 setup: $(STAMP)
 
@@ -42,8 +42,16 @@ install: setup
 
 # Every test but the process-behaviour tier, which `make test-integration` runs (CI runs
 # both): each of those runs once, as the fresh processes it is about, not twice.
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not integration"
+
+# `llmtk inspect --report`'s page is checked in a real headless browser (tests/test_inspect.py):
+# Debian's chromium, installed here where it is missing and can be; else that test skips.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+	  command -v apt-get >/dev/null 2>&1 && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1; } || \
+	  echo "chromium is not installed and could not be: the browser check of inspect's report skips"
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow and not integration"
