@@ -28,6 +28,7 @@ class Rule:
     keywords: tuple[str, ...]
     skip: re.Pattern | None = None
     context: re.Pattern | None = None
+    near: int = 0  # lines either side of the match's line that `context` may be on
 
 
 @cache
@@ -42,6 +43,7 @@ def rules() -> tuple[Rule, ...]:
             keywords=tuple(r["keywords"]),
             skip=re.compile(r["skip"], re.IGNORECASE) if "skip" in r else None,
             context=re.compile(r["context"]) if "context" in r else None,
+            near=int(r.get("near", 0)),
         ))
     return tuple(out)
 
@@ -51,8 +53,31 @@ def kinds() -> tuple[str, ...]:
     return tuple(dict.fromkeys(r.kind for r in rules()))
 
 
-def _line_of(text: str, start: int, end: int) -> str:
-    return text[text.rfind("\n", 0, start) + 1 : (text.find("\n", end) + 1 or len(text) + 1) - 1]
+def _line_of(text: str, start: int, end: int, near: int = 0) -> str:
+    """The line(s) holding text[start:end], with `near` lines either side."""
+    a = text.rfind("\n", 0, start)
+    for _ in range(near):
+        if a < 0:
+            break
+        a = text.rfind("\n", 0, a)
+    b = text.find("\n", end)
+    for _ in range(near):
+        if b < 0:
+            break
+        b = text.find("\n", b + 1)
+    return text[a + 1 : b if b >= 0 else len(text)]
+
+
+# Where code splits one string into several: "AKIA12" + "34", "ab" "cd" (C, Python),
+# "ab" . "cd" (PHP, Perl), "ab" .. "cd" (Lua), "ab" & "cd" (VB), across a line break too.
+_JOINT = re.compile(r"""(["'])[ \t]*(?:\+|\.\.?|&)?[ \t]*(?:\\?\r?\n[ \t]*(?:\+|\.\.?|&)?[ \t]*)?\1""")
+
+
+def _accept(rule: Rule, m: re.Match, value: str, text: str) -> bool:
+    if rule.skip is not None and rule.skip.fullmatch(value):
+        return False
+    return rule.context is None or rule.context.search(
+        _line_of(text, m.start(), m.end(), rule.near)) is not None
 
 
 @cache
@@ -71,11 +96,7 @@ def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, d
             continue
 
         def put(m: re.Match, rule: Rule = rule, named: bool = named, text: str = text) -> str:
-            value = m.group("secret") if named else m.group()
-            if rule.skip is not None and rule.skip.fullmatch(value):
-                return m.group()
-            if rule.context is not None and not rule.context.search(
-                    _line_of(text, m.start(), m.end())):
+            if not _accept(rule, m, m.group("secret") if named else m.group(), text):
                 return m.group()
             counts[rule.kind] = counts.get(rule.kind, 0) + 1
             if not named:
@@ -86,4 +107,48 @@ def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, d
             return whole[: s - base] + f"<{rule.kind}>" + whole[e - base :]
 
         text = rule.pattern.sub(put, text)
+    if _JOINT.search(text):
+        text = _scrub_joined(text, only, counts)
     return text, counts
+
+
+def _scrub_joined(text: str, only: frozenset[str] | None, counts: dict[str, int]) -> str:
+    """Secrets split across string literals (`"AKIA12" + "34"`): the rules run on the text
+    with the joints taken out, and a secret that spans a joint is replaced in the original,
+    joints and all."""
+    import bisect
+
+    seg_joined, seg_orig, pieces = [0], [0], []
+    pos = 0
+    for m in _JOINT.finditer(text):
+        pieces.append(text[pos : m.start()])
+        pos = m.end()
+        seg_joined.append(seg_joined[-1] + len(pieces[-1]))
+        seg_orig.append(pos)
+    pieces.append(text[pos:])
+    joined = "".join(pieces)
+
+    def orig(x: int, end: bool = False) -> int:
+        # an end offset maps from its last character, so a joint just after stays out
+        k = bisect.bisect_right(seg_joined, x - 1 if end else x) - 1
+        base = x - 1 if end else x
+        return seg_orig[k] + (base - seg_joined[k]) + (1 if end else 0)
+
+    spans: list[tuple[int, int, str]] = []
+    for rule, named in _selected(only):
+        if not any(k in joined for k in rule.keywords):
+            continue
+        for m in rule.pattern.finditer(joined):
+            s, e = m.span("secret") if named else m.span()
+            a, b = orig(s), orig(e, end=True)
+            if b - a == e - s:  # spans no joint: the first pass judged it already
+                continue
+            if any(a < y and x < b for x, y, _ in spans):
+                continue
+            if not _accept(rule, m, joined[s:e], joined):
+                continue
+            spans.append((a, b, rule.kind))
+            counts[rule.kind] = counts.get(rule.kind, 0) + 1
+    for a, b, kind in sorted(spans, reverse=True):
+        text = text[:a] + f"<{kind}>" + text[b:]
+    return text
