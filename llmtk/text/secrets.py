@@ -70,7 +70,8 @@ def _line_of(text: str, start: int, end: int, near: int = 0) -> str:
 
 # Where code splits one string into several: "AKIA12" + "34", "ab" "cd" (C, Python),
 # "ab" . "cd" (PHP, Perl), "ab" .. "cd" (Lua), "ab" & "cd" (VB), across a line break too.
-_JOINT = re.compile(r"""(["'])[ \t]*(?:\+|\.\.?|&)?[ \t]*(?:\\?\r?\n[ \t]*(?:\+|\.\.?|&)?[ \t]*)?\1""")
+_JOINT = re.compile(r"""(["'])[ \t]*(?:\+|\.\.?|&)?[ \t]*"""
+                    r"""(?:\\?\r?\n[ \t]*(?:\+|\.\.?|&)?[ \t]*)?\1""")
 
 
 def _accept(rule: Rule, m: re.Match, value: str, text: str) -> bool:
