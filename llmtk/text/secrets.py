@@ -89,6 +89,16 @@ def _selected(only: frozenset[str] | None) -> tuple[tuple[Rule, bool], ...]:
                  if only is None or r.kind in only)
 
 
+def _span(m: re.Match, named: bool) -> tuple[int, int]:
+    """Where the secret of a match is: its `secret` group, or for a pattern of two
+    alternatives the `secret2` group of the one that matched; else the whole match."""
+    if not named:
+        return m.span()
+    if m.start("secret") >= 0 or "secret2" not in m.re.groupindex:
+        return m.span("secret")
+    return m.span("secret2")
+
+
 def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, dict[str, int]]:
     """(text with secrets replaced by <KIND>, {kind: count}); `only` limits the kinds."""
     counts: dict[str, int] = {}
@@ -97,12 +107,12 @@ def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, d
             continue
 
         def put(m: re.Match, rule: Rule = rule, named: bool = named, text: str = text) -> str:
-            if not _accept(rule, m, m.group("secret") if named else m.group(), text):
+            s, e = _span(m, named)
+            if not _accept(rule, m, text[s:e], text):
                 return m.group()
             counts[rule.kind] = counts.get(rule.kind, 0) + 1
             if not named:
                 return f"<{rule.kind}>"
-            s, e = m.span("secret")
             base = m.start()
             whole = m.group()
             return whole[: s - base] + f"<{rule.kind}>" + whole[e - base :]
@@ -140,7 +150,7 @@ def _scrub_joined(text: str, only: frozenset[str] | None, counts: dict[str, int]
         if not any(k in joined for k in rule.keywords):
             continue
         for m in rule.pattern.finditer(joined):
-            s, e = m.span("secret") if named else m.span()
+            s, e = _span(m, named)
             a, b = orig(s), orig(e, end=True)
             if b - a == e - s:  # spans no joint: the first pass judged it already
                 continue
