@@ -120,6 +120,8 @@ PLACED = [
     ("password-json", json.dumps({"db": {"host": "db", "user": "app", "password": PW}},
                                  indent=2), PW),
     ("password-ini", f"[db]\nhost = db.internal\nuser = app\npassword = {PW}\n", PW),
+    ("password-ini-dotted", "[db]\nhost = db\nuser = app\npassword = EY9e.TT74yayD3ds\n",
+     "EY9e.TT74yayD3ds"),
     ("password-env", f"DB_HOST=db.internal\nDB_USER=app\nDB_PASSWORD={PW}\n", PW),
     ("password-define", f'#define DB_HOST "db"\n#define DB_PASSWORD "{PW}"\n', PW),
     ("password-query", f'login = "https://x.example/auth?user=app&password={PW}&next=1"\n', PW),
