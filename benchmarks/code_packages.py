@@ -451,6 +451,9 @@ def build(data: Path, seed: int, per_lang: int) -> list[dict]:
                         lines = placed(kind, where, lang, value, rng)
                         if lines is None:
                             continue
+                        if where == "concat":  # neither half may stay
+                            k = len(value) // 2
+                            must_go = [value[:k], value[k:]]
                         src = {"path": host["path"], "text": plant(host["text"], lines, rng)}
                     records.append({**src, "pkg": host["pkg"], "half": half, "class": "secret",
                                     "truth": {"kind": kind, "where": where, "must_go": must_go}})

@@ -70,8 +70,10 @@ def _line_of(text: str, start: int, end: int, near: int = 0) -> str:
 
 # Where code splits one string into several: "AKIA12" + "34", "ab" "cd" (C, Python),
 # "ab" . "cd" (PHP, Perl), "ab" .. "cd" (Lua), "ab" & "cd" (VB), across a line break too.
-_JOINT = re.compile(r"""(["'])[ \t]*(?:\+|\.\.?|&)?[ \t]*"""
-                    r"""(?:\\?\r?\n[ \t]*(?:\+|\.\.?|&)?[ \t]*)?\1""")
+# Only a joint between token characters can split a token (not `"Hello " + "world"`).
+_JOINT = re.compile(r"""(["'])(?<=[\w+/=.-]["'])[ \t]*(?:\+|\.\.?|&)?[ \t]*"""
+                    r"""(?:\\?\r?\n[ \t]*(?:\+|\.\.?|&)?[ \t]*)?\1(?=[\w+/=.-])""")
+_WINDOW = 600  # characters either side of a joint that a split secret can reach
 
 
 def _accept(rule: Rule, m: re.Match, value: str, text: str) -> bool:
@@ -99,11 +101,20 @@ def _span(m: re.Match, named: bool) -> tuple[int, int]:
     return m.span("secret2")
 
 
+@cache
+def _keywords(only: frozenset[str] | None) -> tuple[str, ...]:
+    """Every keyword of the selected rules, once (several rules share theirs)."""
+    return tuple(dict.fromkeys(k for r, _ in _selected(only) for k in r.keywords))
+
+
 def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, dict[str, int]]:
     """(text with secrets replaced by <KIND>, {kind: count}); `only` limits the kinds."""
     counts: dict[str, int] = {}
+    present = {k for k in _keywords(only) if k in text}
+    if not present:
+        return text, counts
     for rule, named in _selected(only):
-        if not any(k in text for k in rule.keywords):
+        if not any(k in present for k in rule.keywords):
             continue
 
         def put(m: re.Match, rule: Rule = rule, named: bool = named, text: str = text) -> str:
@@ -118,15 +129,22 @@ def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, d
             return whole[: s - base] + f"<{rule.kind}>" + whole[e - base :]
 
         text = rule.pattern.sub(put, text)
-    if _JOINT.search(text):
-        text = _scrub_joined(text, only, counts)
+    windows: list[list[int]] = []  # around the joints, merged where they overlap
+    for m in _JOINT.finditer(text):
+        a, b = max(0, m.start() - _WINDOW), m.end() + _WINDOW
+        if windows and a <= windows[-1][1]:
+            windows[-1][1] = b
+        else:
+            windows.append([a, b])
+    for a, b in reversed(windows):  # from the end: earlier offsets stay valid
+        text = text[:a] + _scrub_joined(text[a:b], only, counts) + text[b:]
     return text, counts
 
 
 def _scrub_joined(text: str, only: frozenset[str] | None, counts: dict[str, int]) -> str:
-    """Secrets split across string literals (`"AKIA12" + "34"`): the rules run on the text
-    with the joints taken out, and a secret that spans a joint is replaced in the original,
-    joints and all."""
+    """Secrets split across string literals (`"AKIA12" + "34"`) in a window of text around
+    joints: the rules run on the window with the joints taken out, and a secret that spans a
+    joint is replaced in the original, joints and all."""
     import bisect
 
     seg_joined, seg_orig, pieces = [0], [0], []
