@@ -110,6 +110,10 @@ PW = "Zq7!rT2p#Lw9x"
 PLACED = [
     ("aws-id-concat", f'KEY = ("{AKID[:9]}"\n       "{AKID[9:]}")\n', AKID),
     ("token-concat-plus", f'const t = "{GHP[:20]}" +\n  "{GHP[20:]}";\n', GHP),
+    # the first piece alone has a Slack token's shape: the split secret still goes whole
+    ("slack-concat-half-is-a-token", 'const t = "xoxb-56109299948-0469585248" +\n'
+     '    "58-Pi9YWMYIPuPfbdw3HCrObNuh";\n',
+     "xoxb-56109299948-046958524858-Pi9YWMYIPuPfbdw3HCrObNuh"),
     ("token-concat-c", f'static const char *t = "{GHP[:15]}" "{GHP[15:]}";\n', GHP),
     ("aws-secret-sdk-object", f'new AWS.S3({{accessKeyId: k, secretAccessKey: "{AWS_SECRET}"}})\n',
      AWS_SECRET),

@@ -110,6 +110,8 @@ def _keywords(only: frozenset[str] | None) -> tuple[str, ...]:
 def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, dict[str, int]]:
     """(text with secrets replaced by <KIND>, {kind: count}); `only` limits the kinds."""
     counts: dict[str, int] = {}
+    # split secrets first: the first half of one can be a whole token's shape by itself
+    text = _scrub_split(text, only, counts)
     present = {k for k in _keywords(only) if k in text}
     if not present:
         return text, counts
@@ -129,6 +131,11 @@ def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, d
             return whole[: s - base] + f"<{rule.kind}>" + whole[e - base :]
 
         text = rule.pattern.sub(put, text)
+    return text, counts
+
+
+def _scrub_split(text: str, only: frozenset[str] | None, counts: dict[str, int]) -> str:
+    """`_scrub_joined` on the windows of text around string joints."""
     windows: list[list[int]] = []  # around the joints, merged where they overlap
     for m in _JOINT.finditer(text):
         a, b = max(0, m.start() - _WINDOW), m.end() + _WINDOW
@@ -138,7 +145,7 @@ def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, d
             windows.append([a, b])
     for a, b in reversed(windows):  # from the end: earlier offsets stay valid
         text = text[:a] + _scrub_joined(text[a:b], only, counts) + text[b:]
-    return text, counts
+    return text
 
 
 def _scrub_joined(text: str, only: frozenset[str] | None, counts: dict[str, int]) -> str:
