@@ -536,6 +536,14 @@ def report(records: list[dict], results, half: str, nemo_keep=None) -> None:
     got = sum(per[w].count(True) for w in PLACEMENTS)
     print(f"  planted secrets scrubbed: {got}/{n} = {got / max(n, 1):.3f}; by placement: "
           + ", ".join(f"{w} {sum(per[w])}/{len(per[w])}" for w in PLACEMENTS if per[w]))
+    hand = [i for i in idx if records[i]["class"].startswith("code.") and results[i][0] is None]
+    from llmtk.text.secrets import kinds
+    touched = [i for i in hand if any(f"<{k}>" in results[i][1]
+                                      and f"<{k}>" not in records[i]["text"] for k in kinds())]
+    print(f"  hand-written files (no planted secret) with a secret replaced: {len(touched)}/"
+          f"{len(hand)} kept")
+    for i in touched[:4]:
+        print(f"    scrubbed: {records[i]['pkg']}/{records[i]['path']}")
     looks = by.get("lookalike", [])
     kept = [i for i in looks if results[i][0] is None]
     altered = [i for i in kept if not all(v in results[i][1] for v in records[i]["truth"]["keep"])]
