@@ -123,6 +123,8 @@ class Lang:
 
 _FACTS = ("extensions", "names", "shebang")
 _BOOLS = ("xml_header", "minified", "data_file")
+# Keys added after rules files were written: a file without them has those rules off.
+_OPTIONAL = {"max_array_share": False, "data_file": False, "xml_roots": False}
 
 
 class Table:
@@ -137,7 +139,8 @@ class Table:
         self.aliases = dict(_ALIASES)
         fields = set(Lang.__dataclass_fields__) - {"name"}
         for name, table in {UNKNOWN: {}, **data.get("lang", {})}.items():
-            values = {**default, **{k: v for k, v in table.items() if k not in _FACTS}}
+            values = {**_OPTIONAL, **default,
+                      **{k: v for k, v in table.items() if k not in _FACTS}}
             unknown = set(values) - fields
             if unknown:
                 raise ConfigError(f"lang.{name}", f"unknown key(s) {sorted(unknown)}",
