@@ -55,7 +55,23 @@ _UESC = re.compile(r"(?:\\u[0-9a-fA-F]{4}){8,}")
 _ENCODED = ((_BASE64, ()), (_HEX, ("0x", "0X", "\\x")), (_UESC, ("\\u",)))
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:0[xX][0-9a-fA-F]+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)[uUlLfF]*"
                      r"(?![\w.])")
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A word starts at a word boundary: the `x1F` of `0x1F` is part of a number, not a word (it
+# was counted as both, which held every hex table at exactly half numbers).
+_WORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*")
+# A line of data: number literals (decimal, float, 0x hex, 0b binary, with C/Rust/Go
+# suffixes), strings of nothing but escapes ("\x89\x50"), and the punctuation between
+# them, maybe an offset comment after: the lines of firmware blobs, embedded fonts and
+# images, lookup tables. A separator between literals is required (no backtracking into a
+# digit run).
+_LIT = (r"(?:[-+]?(?:0[xX][0-9a-fA-F]+|0[bB][01]+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+        r"(?:_?[uUiIfF](?:8|16|32|64|128|size)|[uUlLfF]{1,3})?"
+        r"|[bB]?\"(?:\\(?:x[0-9a-fA-F]{1,2}|[0-7]{1,3}|u[0-9a-fA-F]{4}|[abfnrtv0\\\"']))+\""
+        r"|[bB]?'(?:\\(?:x[0-9a-fA-F]{1,2}|[0-7]{1,3}|u[0-9a-fA-F]{4}|[abfnrtv0\\\"']))+')")
+_DATA_LINE = re.compile(rf"^[ \t{{}}\[\]()]*{_LIT}(?:(?:[ \t]*[,;][ \t{{}}\[\]()]*|[ \t]+){_LIT})*"
+                        r"[ \t,;{}\[\]()]*(?://[^\n]*|/\*[^\n]*?\*/|#[^\n]*)?$", re.M)
+# An XML file's root element, after the prolog (declaration, comments, doctype).
+_XML_ROOT = re.compile(r"\ufeff?(?:\s+|<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>)*"
+                       r"<([A-Za-z_][\w.:-]*)", re.S)
 _HTML_DROP = re.compile(r"<(script|style)\b.*?</\1\s*>|<!--.*?-->", re.S | re.I)
 _TAG = re.compile(r"<[^>]*>")
 
@@ -98,11 +114,17 @@ class Lang:
     min_html_text: float | None
     min_html_text_chars: int | None
     minified: bool
+    max_array_share: float | None
+    data_file: bool
+    xml_roots: frozenset[str] | None
     line_comment: tuple[str, ...]
     block_comment: tuple[tuple[str, str], ...]
 
 
 _FACTS = ("extensions", "names", "shebang")
+_BOOLS = ("xml_header", "minified", "data_file")
+# Keys added after rules files were written: a file without them has those rules off.
+_OPTIONAL = {"max_array_share": False, "data_file": False, "xml_roots": False}
 
 
 class Table:
@@ -117,7 +139,8 @@ class Table:
         self.aliases = dict(_ALIASES)
         fields = set(Lang.__dataclass_fields__) - {"name"}
         for name, table in {UNKNOWN: {}, **data.get("lang", {})}.items():
-            values = {**default, **{k: v for k, v in table.items() if k not in _FACTS}}
+            values = {**_OPTIONAL, **default,
+                      **{k: v for k, v in table.items() if k not in _FACTS}}
             unknown = set(values) - fields
             if unknown:
                 raise ConfigError(f"lang.{name}", f"unknown key(s) {sorted(unknown)}",
@@ -125,8 +148,10 @@ class Table:
             missing = fields - set(values)
             if missing:
                 raise ConfigError("default", f"missing key(s) {sorted(missing)}", source=source)
-            values = {k: (None if v is False and k not in ("xml_header", "minified") else v)
+            values = {k: (None if v is False and k not in _BOOLS else v)
                       for k, v in values.items()}
+            if values["xml_roots"] is not None:
+                values["xml_roots"] = frozenset(values["xml_roots"])
             values["line_comment"] = tuple(values["line_comment"])
             values["block_comment"] = tuple(tuple(p) for p in values["block_comment"])
             self.langs[name] = Lang(name=name, **values)
@@ -227,6 +252,10 @@ class CodeRules:
                 return "code.generated"
             if base.endswith(t.minified_names):
                 return "code.minified"
+        if r.data_file:  # a data format, whatever its size (CSV, TSV)
+            return f"code.{r.name}_data"
+        if r.xml_roots is not None and _xml_root(text) not in r.xml_roots:
+            return "code.xml_data"
         n = len(text)
         if r.max_chars and n > r.max_chars:
             return "code.too_large"
@@ -241,6 +270,8 @@ class CodeRules:
             first = "\n".join(head.split("\n", t.generated_lines)[: t.generated_lines])
             if any(m in first for m in t.first_line_markers):
                 return "code.generated"
+        if r.max_array_share and _array_share(text, vals) > r.max_array_share:
+            return "code.data_array"
 
         lines = text.split("\n")
         longest = max(map(len, lines))
@@ -296,6 +327,21 @@ def _marker_in_comment(head: str, markers: tuple[str, ...]) -> bool:
         if line.lstrip().startswith(_COMMENT_STARTS) and any(m in line for m in markers):
             return True
     return False
+
+
+def _xml_root(text: str) -> str | None:
+    """The local name of an XML text's root element (`stylesheet` of `<xsl:stylesheet`)."""
+    m = _XML_ROOT.match(text)
+    return m.group(1).rsplit(":", 1)[-1] if m else None
+
+
+def _array_share(text: str, vals: dict | None) -> float:
+    """Share of the characters on data lines (`_DATA_LINE`). A text under 4% digits has
+    too few numbers for a table to be most of it, and is not scanned."""
+    if _share(text.encode("utf-8", "surrogatepass"), _DIGITS) <= 0.04:
+        return 0.0
+    share = sum(m.end() - m.start() for m in _DATA_LINE.finditer(text)) / len(text)
+    return _noted(vals, "array_share", share)
 
 
 def _encoded(text: str, r: Lang) -> str | None:

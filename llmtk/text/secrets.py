@@ -28,6 +28,7 @@ class Rule:
     keywords: tuple[str, ...]
     skip: re.Pattern | None = None
     context: re.Pattern | None = None
+    near: int = 0  # lines either side of the match's line that `context` may be on
 
 
 @cache
@@ -42,6 +43,7 @@ def rules() -> tuple[Rule, ...]:
             keywords=tuple(r["keywords"]),
             skip=re.compile(r["skip"], re.IGNORECASE) if "skip" in r else None,
             context=re.compile(r["context"]) if "context" in r else None,
+            near=int(r.get("near", 0)),
         ))
     return tuple(out)
 
@@ -51,8 +53,34 @@ def kinds() -> tuple[str, ...]:
     return tuple(dict.fromkeys(r.kind for r in rules()))
 
 
-def _line_of(text: str, start: int, end: int) -> str:
-    return text[text.rfind("\n", 0, start) + 1 : (text.find("\n", end) + 1 or len(text) + 1) - 1]
+def _line_of(text: str, start: int, end: int, near: int = 0) -> str:
+    """The line(s) holding text[start:end], with `near` lines either side."""
+    a = text.rfind("\n", 0, start)
+    for _ in range(near):
+        if a < 0:
+            break
+        a = text.rfind("\n", 0, a)
+    b = text.find("\n", end)
+    for _ in range(near):
+        if b < 0:
+            break
+        b = text.find("\n", b + 1)
+    return text[a + 1 : b if b >= 0 else len(text)]
+
+
+# Where code splits one string into several: "AKIA12" + "34", "ab" "cd" (C, Python),
+# "ab" . "cd" (PHP, Perl), "ab" .. "cd" (Lua), "ab" & "cd" (VB), across a line break too.
+# Only a joint between token characters can split a token (not `"Hello " + "world"`).
+_JOINT = re.compile(r"""(["'])(?<=[\w+/=.-]["'])[ \t]*(?:\+|\.\.?|&)?[ \t]*"""
+                    r"""(?:\\?\r?\n[ \t]*(?:\+|\.\.?|&)?[ \t]*)?\1(?=[\w+/=.-])""")
+_WINDOW = 600  # characters either side of a joint that a split secret can reach
+
+
+def _accept(rule: Rule, m: re.Match, value: str, text: str) -> bool:
+    if rule.skip is not None and rule.skip.fullmatch(value):
+        return False
+    return rule.context is None or rule.context.search(
+        _line_of(text, m.start(), m.end(), rule.near)) is not None
 
 
 @cache
@@ -63,27 +91,100 @@ def _selected(only: frozenset[str] | None) -> tuple[tuple[Rule, bool], ...]:
                  if only is None or r.kind in only)
 
 
+def _span(m: re.Match, named: bool) -> tuple[int, int]:
+    """Where the secret of a match is: its `secret` group, or for a pattern of two
+    alternatives the `secret2` group of the one that matched; else the whole match."""
+    if not named:
+        return m.span()
+    if m.start("secret") >= 0 or "secret2" not in m.re.groupindex:
+        return m.span("secret")
+    return m.span("secret2")
+
+
+@cache
+def _keywords(only: frozenset[str] | None) -> tuple[str, ...]:
+    """Every keyword of the selected rules, once (several rules share theirs)."""
+    return tuple(dict.fromkeys(k for r, _ in _selected(only) for k in r.keywords))
+
+
 def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, dict[str, int]]:
     """(text with secrets replaced by <KIND>, {kind: count}); `only` limits the kinds."""
     counts: dict[str, int] = {}
+    # split secrets first: the first half of one can be a whole token's shape by itself
+    text = _scrub_split(text, only, counts)
+    present = {k for k in _keywords(only) if k in text}
+    if not present:
+        return text, counts
     for rule, named in _selected(only):
-        if not any(k in text for k in rule.keywords):
+        if not any(k in present for k in rule.keywords):
             continue
 
         def put(m: re.Match, rule: Rule = rule, named: bool = named, text: str = text) -> str:
-            value = m.group("secret") if named else m.group()
-            if rule.skip is not None and rule.skip.fullmatch(value):
-                return m.group()
-            if rule.context is not None and not rule.context.search(
-                    _line_of(text, m.start(), m.end())):
+            s, e = _span(m, named)
+            if not _accept(rule, m, text[s:e], text):
                 return m.group()
             counts[rule.kind] = counts.get(rule.kind, 0) + 1
             if not named:
                 return f"<{rule.kind}>"
-            s, e = m.span("secret")
             base = m.start()
             whole = m.group()
             return whole[: s - base] + f"<{rule.kind}>" + whole[e - base :]
 
         text = rule.pattern.sub(put, text)
     return text, counts
+
+
+def _scrub_split(text: str, only: frozenset[str] | None, counts: dict[str, int]) -> str:
+    """`_scrub_joined` on the windows of text around string joints."""
+    windows: list[list[int]] = []  # around the joints, merged where they overlap
+    for m in _JOINT.finditer(text):
+        a, b = max(0, m.start() - _WINDOW), m.end() + _WINDOW
+        if windows and a <= windows[-1][1]:
+            windows[-1][1] = b
+        else:
+            windows.append([a, b])
+    for a, b in reversed(windows):  # from the end: earlier offsets stay valid
+        text = text[:a] + _scrub_joined(text[a:b], only, counts) + text[b:]
+    return text
+
+
+def _scrub_joined(text: str, only: frozenset[str] | None, counts: dict[str, int]) -> str:
+    """Secrets split across string literals (`"AKIA12" + "34"`) in a window of text around
+    joints: the rules run on the window with the joints taken out, and a secret that spans a
+    joint is replaced in the original, joints and all."""
+    import bisect
+
+    seg_joined, seg_orig, pieces = [0], [0], []
+    pos = 0
+    for m in _JOINT.finditer(text):
+        pieces.append(text[pos : m.start()])
+        pos = m.end()
+        seg_joined.append(seg_joined[-1] + len(pieces[-1]))
+        seg_orig.append(pos)
+    pieces.append(text[pos:])
+    joined = "".join(pieces)
+
+    def orig(x: int, end: bool = False) -> int:
+        # an end offset maps from its last character, so a joint just after stays out
+        k = bisect.bisect_right(seg_joined, x - 1 if end else x) - 1
+        base = x - 1 if end else x
+        return seg_orig[k] + (base - seg_joined[k]) + (1 if end else 0)
+
+    spans: list[tuple[int, int, str]] = []
+    for rule, named in _selected(only):
+        if not any(k in joined for k in rule.keywords):
+            continue
+        for m in rule.pattern.finditer(joined):
+            s, e = _span(m, named)
+            a, b = orig(s), orig(e, end=True)
+            if b - a == e - s:  # spans no joint: the first pass judged it already
+                continue
+            if any(a < y and x < b for x, y, _ in spans):
+                continue
+            if not _accept(rule, m, joined[s:e], joined):
+                continue
+            spans.append((a, b, rule.kind))
+            counts[rule.kind] = counts.get(rule.kind, 0) + 1
+    for a, b, kind in sorted(spans, reverse=True):
+        text = text[:a] + f"<{kind}>" + text[b:]
+    return text
