@@ -157,8 +157,8 @@ def agreement(n: int) -> None:
         res = os.path.join(tmp, "inspect.json")
         stats = os.path.join(tmp, "dedup.json")
         insp = run([*LLMTK, "inspect", path, "-q", "-o", res])
-        subprocess.run([*LLMTK, "dedup", path, "-q", "-o", os.devnull, "--stats", stats],
-                       check=True, cwd=ROOT)
+        subprocess.run([*LLMTK, "dedup", path, "-q", "-o", os.path.join(tmp, "kept.jsonl"),
+                        "--stats", stats], check=True, cwd=ROOT)
         with open(res) as f:
             r = json.load(f)["result"]
         with open(stats) as f:
