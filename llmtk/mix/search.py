@@ -1,0 +1,403 @@
+"""`llmtk mix search`: choose the mixture by small proxy trainings (RegMix, Data Mixing Laws).
+
+    SEARCH/plan.json            the sources, bounds, proxy and the K sampled mixtures
+    SEARCH/trials/KKKKK/        one `llmtk train` run per mixture (its metrics.jsonl,
+                                train.log) and trial.json, written once it is scored
+    SEARCH/trials.jsonl         one row per scored trial: weights, validation losses,
+                                objective, the fit's held-out prediction
+    SEARCH/proposal.toml        `data = ["NAME=DIR:W", ...]`: the weights the fit predicts
+                                best, a train config fragment
+    SEARCH/search.png           held-out predicted against measured; loss over weights
+
+Each trial is a real `llmtk train` process, `jobs` at once. A rerun reads plan.json (and
+refuses other settings), skips every trial whose trial.json is there, and runs the others
+again in their own folders: `llmtk train` resumes from the trial's last checkpoint or
+starts it afresh (a killed trial leaves no trial.json). A trial that fails is reported
+and left out of the fit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import orjson
+
+from llmtk.errors import DataError, LlmtkError, UsageError
+from llmtk.io.atomic import atomic_file, write_json_atomically
+from llmtk.io.metrics import read_metrics
+
+TRIAL_FILE = "trial.json"
+DIGITS = 5  # trials/00003: as `llmtk run` and the Slurm array script spell {k}
+
+
+@dataclass
+class Source:
+    name: str
+    path: str       # as given: proposal.toml names it so
+    tokens: int     # the dataset's token count (meta and manifests)
+
+
+@dataclass
+class Proxy:
+    path: str       # the `llmtk train --config` file
+    steps: int
+    budget: int     # tokens one proxy reads: steps x batch x grad_accum x seq_len
+    threads: int    # torch threads of one trial
+
+
+def parse_named(option: str, spec: str, bare: bool = False) -> tuple[str, str]:
+    """`NAME=DIR` -> (NAME, DIR); a bare DIR (when allowed) is named after its folder."""
+    name, eq, path = spec.partition("=")
+    if not eq:
+        if not bare:
+            raise UsageError(f"{option}: expected NAME=DIR, got {spec!r}")
+        path = spec
+        name = os.path.basename(os.path.normpath(spec))
+    if not name or not path or not name.replace("-", "_").replace(".", "_").isidentifier():
+        raise UsageError(f"{option}: expected NAME=DIR with a name of letters, digits, '_', "
+                         f"'-' or '.', got {spec!r}")
+    return name, path
+
+
+def parse_bounds(option: str, specs: list[str], names: list[str], default: float) -> list[float]:
+    """`--min-weight 0.05` (every source) or `--min-weight code=0.1` (one), repeatable."""
+    values = dict.fromkeys(names, default)
+    for spec in specs:
+        name, eq, value = spec.rpartition("=")
+        try:
+            w = float(value)
+        except ValueError:
+            raise UsageError(f"{option}: expected [NAME=]W, got {spec!r}") from None
+        if not 0 <= w <= 1:
+            raise UsageError(f"{option}: a weight is between 0 and 1, got {spec!r}")
+        if not eq:
+            values = dict.fromkeys(names, w)
+        elif name in values:
+            values[name] = w
+        else:
+            raise UsageError(f"{option}: {name!r} is no source (the sources: "
+                             f"{', '.join(names)})")
+    return [values[n] for n in names]
+
+
+def bounds(sources: list[Source], lo: list[float], hi: list[float], proxy: Proxy,
+           max_epochs: float):
+    """(lo, hi) arrays: the user's bounds, hi also capped so that no source is read more
+    than max_epochs times by one proxy (w * budget <= max_epochs * tokens)."""
+    import numpy as np
+
+    from llmtk.mix.simplex import check_bounds
+
+    cap = [max_epochs * s.tokens / proxy.budget for s in sources]
+    hi = np.minimum(np.asarray(hi, dtype=np.float64), cap)
+    lo = np.asarray(lo, dtype=np.float64)
+    check_bounds([s.name for s in sources], lo, hi)
+    return lo, hi
+
+
+def make_plan(sources: list[Source], val: list[tuple[str, str]], proxy: Proxy, lo, hi,
+              trials: int, seed: int) -> dict:
+    """Everything the trials depend on, and the K mixtures drawn from it."""
+    import numpy as np
+
+    from llmtk.mix.simplex import sample
+
+    total = sum(s.tokens for s in sources)
+    natural = np.array([s.tokens / total for s in sources])
+    weights = sample(natural, lo, hi, trials, seed)
+    with open(proxy.path, "rb") as f:
+        proxy_sha1 = hashlib.sha1(f.read()).hexdigest()
+    return {
+        "sources": [[s.name, os.path.abspath(s.path), s.tokens] for s in sources],
+        "val": [[n, os.path.abspath(p)] for n, p in val],
+        "proxy": proxy_sha1, "steps": proxy.steps, "budget": proxy.budget,
+        "threads": proxy.threads,
+        "lo": [round(float(x), 6) for x in lo], "hi": [round(float(x), 6) for x in hi],
+        "trials": trials, "seed": seed,
+        "weights": [[round(float(x), 4) for x in w] for w in weights],
+    }
+
+
+def load_plan(out: str, plan: dict) -> dict:
+    """The plan of this search folder: written now, or the same one a run before wrote."""
+    path = os.path.join(out, "plan.json")
+    try:
+        with open(path, "rb") as f:
+            saved = orjson.loads(f.read())
+    except FileNotFoundError:
+        os.makedirs(out, exist_ok=True)
+        write_json_atomically(path, plan)
+        return plan
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise DataError(f"{path}: cannot read ({e})") from None
+    changed = sorted(k for k in {*plan, *saved} if k != "weights" and plan.get(k) != saved.get(k))
+    if changed:
+        raise UsageError(f"{out} holds a search with other {', '.join(changed)} (the proxy "
+                         "file, sources, bounds, --trials or --seed); use a new --out, or "
+                         f"delete {path} and the trials to start again")
+    return saved
+
+
+def trial_dir(out: str, k: int) -> str:
+    return os.path.join(out, "trials", f"{k:0{DIGITS}d}")
+
+
+def trial_argv(python: str, proxy: Proxy, sources: list[Source], weights: list[float],
+               val: list[tuple[str, str]], where: str) -> list[str]:
+    """`llmtk train --config PROXY --data NAME=DIR:W ... --val-data NAME=DIR ... --out`."""
+    argv = [python, "-m", "llmtk", "train", "--config", proxy.path, "--out", where,
+            "--threads", str(proxy.threads), "--quiet"]
+    for s, w in zip(sources, weights, strict=True):
+        if w > 0:  # train takes positive weights: a zero weight is the source left out
+            argv += ["--data", f"{s.name}={s.path}:{w:g}"]
+    for name, path in val:
+        argv += ["--val-data", f"{name}={path}"]
+    return argv
+
+
+def python_for_trials() -> str:
+    """The Python that runs a trial: torchrun's PYTHON_EXEC when set (the test suite
+    points it at its fork server), else this one."""
+    return os.environ.get("PYTHON_EXEC") or sys.executable
+
+
+def run_trials(todo: dict[int, list[str]], out: str, jobs: int,
+               log: Callable[[str], None]) -> dict[int, int]:
+    """Run each trial's argv, `jobs` at once, its output in its folder's train.log;
+    {trial: exit status}."""
+    def one(k: int) -> int:
+        where = trial_dir(out, k)
+        os.makedirs(where, exist_ok=True)
+        with open(os.path.join(where, "train.log"), "ab") as f:
+            code = subprocess.run(todo[k], stdin=subprocess.DEVNULL, stdout=f,
+                                  stderr=subprocess.STDOUT).returncode
+        log(f"trial {k} {'done' if code == 0 else f'failed (exit {code})'}")
+        return code
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        codes = dict(zip(todo, pool.map(one, todo), strict=True))
+    return codes
+
+
+def score_trial(where: str, steps: int, val_names: list[str]) -> dict[str, float]:
+    """{validation set: loss} at the trial's last step, from its metrics.jsonl."""
+    path = os.path.join(where, "metrics.jsonl")
+    found = None
+    try:
+        for row in read_metrics(path):
+            if row.get("step") == steps and "event" not in row and all(
+                    f"val/{n}/loss" in row for n in val_names):
+                found = row
+    except OSError as e:
+        raise DataError(f"{path}: cannot read: {e.strerror or e}") from None
+    except ValueError as e:
+        raise DataError(str(e)) from None
+    if found is None:
+        raise DataError(f"{path}: no validation loss at step {steps}")
+    return {n: float(found[f"val/{n}/loss"]) for n in val_names}
+
+
+def failure_line(where: str) -> str:
+    """The last non-empty line of a trial's train.log (its error, usually)."""
+    try:
+        with open(os.path.join(where, "train.log"), "rb") as f:
+            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines()]
+    except OSError:
+        return "no train.log"
+    return next((ln for ln in reversed(lines) if ln), "empty train.log")
+
+
+def parse_objective(spec: str, val_names: list[str]) -> dict[str, float]:
+    """`mean` (every validation set alike) or `NAME=W,NAME=W`: weights per set."""
+    if spec == "mean":
+        return dict.fromkeys(val_names, 1.0 / len(val_names))
+    weights = {}
+    for part in spec.split(","):
+        name, eq, value = part.strip().partition("=")
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            raise UsageError(f"--objective: expected mean or NAME=W,..., got {spec!r}") from None
+        if not eq or name not in val_names:
+            raise UsageError(f"--objective: {name!r} is no validation set (they are: "
+                             f"{', '.join(val_names)})")
+    total = sum(weights.values())
+    if total <= 0 or min(weights.values()) < 0:
+        raise UsageError(f"--objective: weights must be >= 0 and not all 0, got {spec!r}")
+    return {n: w / total for n, w in weights.items()}
+
+
+@dataclass
+class Outcome:
+    rows: list[dict]              # the scored trials, trials.jsonl's rows
+    failed: dict[int, str]        # trial -> why it is left out
+    ran: int                      # trials run by this call (the rest were already done)
+    fit: object | None            # llmtk.mix.fit.Fit, None with too few trials
+    proposal: dict[str, float]    # name -> weight
+    predicted: float | None
+
+
+def search(sources: list[Source], val: list[tuple[str, str]], proxy: Proxy, out: str,
+           lo, hi, trials: int, seed: int, jobs: int, objective: str,
+           log: Callable[[str], None]) -> Outcome:
+    """Plan (or reload) the trials, run the missing ones, score, fit and propose."""
+    import numpy as np
+
+    names = [s.name for s in sources]
+    val_names = [n for n, _ in val]
+    obj = parse_objective(objective, val_names)
+    plan = load_plan(out, make_plan(sources, val, proxy, lo, hi, trials, seed))
+    weights = plan["weights"]
+    python = python_for_trials()
+    todo = {k: trial_argv(python, proxy, sources, w, val, trial_dir(out, k))
+            for k, w in enumerate(weights)
+            if not os.path.exists(os.path.join(trial_dir(out, k), TRIAL_FILE))}
+    if todo:
+        log(f"{len(todo)} of {len(weights)} trial(s) to run, {jobs} at once "
+            f"({len(weights) - len(todo)} done before)")
+    codes = run_trials(todo, out, jobs, log)
+    rows, failed = [], {}
+    for k, w in enumerate(weights):
+        where = trial_dir(out, k)
+        if codes.get(k, 0) != 0:
+            failed[k] = f"exit {codes[k]}: {failure_line(where)}"
+            continue
+        try:
+            rows.append(_trial_row(where, k, dict(zip(names, w, strict=True)), plan["steps"],
+                                   val_names, k in codes))
+        except DataError as e:
+            failed[k] = str(e)
+    for k, why in failed.items():
+        log(f"trial {k} left out: {why} (see {trial_dir(out, k)}/train.log)")
+    if not rows:
+        raise LlmtkError(f"every trial failed; the first: trial {min(failed)}: "
+                         f"{failed[min(failed)]}")
+    for row in rows:
+        row["objective"] = sum(obj[n] * row[f"val/{n}/loss"] for n in obj)
+    W = np.array([[row["weights"][n] for n in names] for row in rows])
+    W /= W.sum(axis=1, keepdims=True)
+    y = np.array([row["objective"] for row in rows])
+    fit, proposal, predicted = None, {}, None
+    if len(rows) >= len(names) + 2:  # the log-linear law has n + 1 free parameters
+        from llmtk.mix.fit import choose, minimise
+
+        fit = choose(W, y)
+        for row, p in zip(rows, fit.held_out, strict=True):
+            row["predicted"] = float(p)
+        best = minimise(fit.model, np.asarray(lo), np.asarray(hi), seed)
+        proposal = {n: round(float(x), 4) for n, x in zip(names, best, strict=True)}
+        predicted = float(fit.model.predict(best[None])[0])
+    else:
+        log(f"{len(rows)} scored trial(s): too few to fit {len(names)} sources (at least "
+            f"{len(names) + 2}); no proposal")
+    return Outcome(rows, failed, len(todo), fit, proposal, predicted)
+
+
+def _trial_row(where: str, k: int, weights: dict, steps: int, val_names: list[str],
+               fresh: bool) -> dict:
+    """The trial's scores: read from its metrics.jsonl once (then kept in trial.json)."""
+    path = os.path.join(where, TRIAL_FILE)
+    if not fresh and os.path.exists(path):
+        with open(path, "rb") as f:
+            return orjson.loads(f.read())
+    losses = score_trial(where, steps, val_names)
+    row = {"trial": k, "weights": weights,
+           "val_loss": sum(losses.values()) / len(losses),
+           **{f"val/{n}/loss": v for n, v in losses.items()}}
+    write_json_atomically(path, row)
+    return row
+
+
+def write_outputs(out: str, sources: list[Source], val: list[tuple[str, str]],
+                  outcome: Outcome, objective: str, plot: bool = True) -> list[str]:
+    """trials.jsonl, proposal.toml (when there is a proposal) and search.png; their paths."""
+    written = [os.path.join(out, "trials.jsonl")]
+    with atomic_file(written[0]) as f:
+        for row in outcome.rows:
+            f.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+    if outcome.proposal:
+        written.append(os.path.join(out, "proposal.toml"))
+        with atomic_file(written[-1]) as f:
+            f.write(proposal_toml(sources, val, outcome, objective).encode())
+    if plot and outcome.fit is not None:
+        written.append(os.path.join(out, "search.png"))
+        draw(written[-1], [s.name for s in sources], outcome)
+    return written
+
+
+def _toml_string(s: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped; other
+    characters as they are (TOML is UTF-8)."""
+    out = []
+    for ch in s:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def proposal_toml(sources: list[Source], val: list[tuple[str, str]], outcome: Outcome,
+                  objective: str) -> str:
+    fit = outcome.fit
+    score = fit.scores[fit.name]
+    best = min(outcome.rows, key=lambda r: r["objective"])
+    lines = [
+        "# llmtk mix search: the mixture with the lowest predicted objective "
+        f"({objective} validation loss)",
+        f"# fit: {fit.name}, leave-one-out Spearman {score['spearman']:.3f}, RMSE "
+        f"{score['loo_rmse']:.4f} over {len(outcome.rows)} trials",
+        f"# predicted objective {outcome.predicted:.4f}; best trial {best['trial']}: "
+        f"{best['objective']:.4f}",
+        "# use: llmtk train --config THIS --out RUN (plus the model's flags), or copy it",
+        "data = [",
+    ]
+    for s in sources:
+        w = outcome.proposal[s.name]
+        entry = _toml_string(f"{s.name}={s.path}:{w:g}")
+        lines.append(f"  {entry}," if w > 0 else f"  # {entry} (weight 0: left out)")
+    lines.append("]")
+    lines.append("val_data = [" + ", ".join(_toml_string(f"{n}={p}") for n, p in val) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def draw(path: str, names: list[str], outcome: Outcome) -> None:
+    """Left: each trial's held-out prediction against its measured objective (on the
+    diagonal when the fit ranks and predicts trials it has not seen). Right: the measured
+    objective against each source's weight, the proposal's weights marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = outcome.rows
+    measured = [r["objective"] for r in rows]
+    predicted = [r["predicted"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    left.scatter(measured, predicted, s=18)
+    low, high = min(measured + predicted), max(measured + predicted)
+    left.plot([low, high], [low, high], color="grey", lw=0.8)
+    score = outcome.fit.scores[outcome.fit.name]
+    left.set(xlabel="measured objective", ylabel="predicted (trial held out)",
+             title=f"{outcome.fit.name}: Spearman {score['spearman']:.2f}")
+    for i, name in enumerate(names):
+        color = f"C{i % 10}"
+        right.scatter([r["weights"][name] for r in rows], measured, s=14, color=color,
+                      label=name)
+        right.axvline(outcome.proposal[name], color=color, ls="--", lw=0.8)
+    right.axhline(outcome.predicted, color="black", ls=":", lw=0.8)
+    right.set(xlabel="weight (dashed: proposal)", ylabel="measured objective",
+              title="objective over the weights (dotted: predicted at the proposal)")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_file(path) as f:
+        fig.savefig(f, format="png", dpi=110)
+    plt.close(fig)
