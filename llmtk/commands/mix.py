@@ -232,8 +232,13 @@ def _proxy(path: str):
 
     from llmtk.errors import UsageError
     from llmtk.mix.search import Proxy
-    from llmtk.train.config import LAUNCH_FIELDS, TRAIN_FIELDS, LaunchConfig, TrainConfig, \
-        load_toml
+    from llmtk.train.config import (
+        LAUNCH_FIELDS,
+        TRAIN_FIELDS,
+        LaunchConfig,
+        TrainConfig,
+        load_toml,
+    )
     from llmtk.train.run_shape import model_config
 
     if not os.path.isfile(path):
