@@ -214,10 +214,20 @@ def test_the_fit_recovers_a_log_linear_law_and_its_minimum():
     y = 3.0 + 0.5 * np.exp(W @ t) + rng.normal(0, 1e-3, len(W))
     law = LogLinear().fit(W, y)
     assert np.allclose(law.t - law.t.mean(), t - t.mean(), atol=0.1)
-    fit = choose(W, y)
+    fit = choose(W, y[:, None], np.ones(1))
     assert fit.name == "log-linear" and fit.scores["log-linear"]["spearman"] > 0.9
     best = minimise(fit.model, lo, hi, seed=0)
     assert np.argmax(best) == 1 and best[1] == pytest.approx(0.96, abs=1e-3)
+
+
+def test_two_validation_sets_put_the_optimum_inside():
+    """Each set's loss falls with its own source's weight; their mean is lowest between."""
+    lo, hi = np.full(3, 0.02), np.ones(3)
+    W = sample(np.array([0.3, 0.5, 0.2]), lo, hi, 12, seed=2)
+    Y = np.c_[3 + np.exp(W @ np.array([-3.0, 0, 0])), 3 + np.exp(W @ np.array([0, 0, -3.0]))]
+    fit = choose(W, Y, np.array([0.5, 0.5]))
+    best = minimise(fit.model, lo, hi, seed=0)
+    assert best[0] == pytest.approx(0.49, abs=0.02) and best[2] == pytest.approx(0.49, abs=0.02)
 
 
 def test_spearman_ranks_with_ties():

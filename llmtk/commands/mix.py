@@ -163,7 +163,7 @@ SEARCH_EPILOG = ("Exit status: 0 success (failed trials are reported and left ou
 def search_command(
     sources: Annotated[list[str], typer.Argument(
         help="NAME=DIR: the token datasets to mix (at least two).", show_default=False,
-        metavar="NAME=DIR...")],
+        metavar="NAME=DIR")],
     val: Annotated[list[str], typer.Option(
         "--val", help="[NAME=]DIR, repeatable: a token dataset of what the model must be good "
                       "at (a bare DIR is named after its folder).", show_default=False)] = ...,

@@ -9,8 +9,10 @@ leave-one-out, and the mixture the chosen one predicts best.
   gradient-boosted trees, which need far more trials (RegMix fits 512) than a CPU search
   runs; LightGBM is not used.
 
-`choose` refits each model K times with one trial left out, predicts that trial, and
-keeps the model with the lower held-out squared error; the held-out predictions also give
+Each validation set gets a model of its own and the objective is their weighted sum (as
+Data Mixing Laws combines its per-domain laws). `choose` refits each model K times with one
+trial left out, predicts that trial's objective, and keeps the model with the lower
+held-out squared error; the held-out predictions also give
 the rank correlation (Spearman) reported with the proposal.
 """
 
@@ -136,10 +138,26 @@ def _ranks(x: np.ndarray) -> np.ndarray:
     return ranks
 
 
+class PerSet:
+    """One model per validation set, the objective their weighted sum: Data Mixing Laws
+    fits a law per domain, and a sum of laws can have its optimum inside the simplex
+    (one law of the summed loss is monotone along t and always ends at a corner)."""
+
+    def __init__(self, cls, weights: np.ndarray):
+        self.cls, self.weights, self.name = cls, weights, cls.name
+
+    def fit(self, W: np.ndarray, Y: np.ndarray) -> PerSet:
+        self.models = [self.cls().fit(W, Y[:, j]) for j in range(Y.shape[1])]
+        return self
+
+    def predict(self, W: np.ndarray) -> np.ndarray:
+        return sum(w * m.predict(W) for w, m in zip(self.weights, self.models, strict=True))
+
+
 @dataclass
 class Fit:
-    model: object                 # the chosen model, fitted on every trial
-    held_out: np.ndarray          # each trial's prediction by the model fitted without it
+    model: PerSet                 # the chosen model, fitted on every trial
+    held_out: np.ndarray          # each trial's objective predicted without that trial
     scores: dict                  # model name -> {"loo_rmse", "spearman"}
 
     @property
@@ -147,17 +165,20 @@ class Fit:
         return self.model.name
 
 
-def choose(W: np.ndarray, y: np.ndarray) -> Fit:
-    """Each model's leave-one-out predictions; keep the one with the lower error."""
+def choose(W: np.ndarray, Y: np.ndarray, weights: np.ndarray) -> Fit:
+    """W (trials, sources) the mixtures, Y (trials, sets) their validation losses, weights
+    (sets,) the objective's. Each model's leave-one-out predictions of the objective; keep
+    the one with the lower error."""
+    y = Y @ weights
     scores, held = {}, {}
     for cls in MODELS:
-        pred = np.array([cls().fit(np.delete(W, i, 0), np.delete(y, i)).predict(W[i:i + 1])[0]
-                         for i in range(len(y))])
+        pred = np.array([PerSet(cls, weights).fit(np.delete(W, i, 0), np.delete(Y, i, 0))
+                         .predict(W[i:i + 1])[0] for i in range(len(y))])
         held[cls.name] = pred
         scores[cls.name] = {"loo_rmse": float(np.sqrt(np.mean((pred - y) ** 2))),
                             "spearman": spearman(pred, y)}
     best = min(MODELS, key=lambda c: scores[c.name]["loo_rmse"])
-    return Fit(best().fit(W, y), held[best.name], scores)
+    return Fit(PerSet(best, weights).fit(W, Y), held[best.name], scores)
 
 
 def minimise(model, lo: np.ndarray, hi: np.ndarray, seed: int) -> np.ndarray:

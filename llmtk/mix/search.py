@@ -282,12 +282,12 @@ def search(sources: list[Source], val: list[tuple[str, str]], proxy: Proxy, out:
         row["objective"] = sum(obj[n] * row[f"val/{n}/loss"] for n in obj)
     W = np.array([[row["weights"][n] for n in names] for row in rows])
     W /= W.sum(axis=1, keepdims=True)
-    y = np.array([row["objective"] for row in rows])
+    Y = np.array([[row[f"val/{n}/loss"] for n in obj] for row in rows])
     fit, proposal, predicted = None, {}, None
     if len(rows) >= len(names) + 2:  # the log-linear law has n + 1 free parameters
         from llmtk.mix.fit import choose, minimise
 
-        fit = choose(W, y)
+        fit = choose(W, Y, np.array(list(obj.values())))
         for row, p in zip(rows, fit.held_out, strict=True):
             row["predicted"] = float(p)
         best = minimise(fit.model, np.asarray(lo), np.asarray(hi), seed)
