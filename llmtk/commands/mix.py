@@ -271,8 +271,10 @@ def _print_search(names: list[str], val_names: list[str], outcome) -> None:
     table = Table(title=f"{len(outcome.rows)} trials, by objective"
                   + (f" ({len(outcome.failed)} failed, left out)" if outcome.failed else ""),
                   title_justify="left")
-    for col in ["trial", *names, *(f"val/{n}" for n in val_names), "objective",
-                *(["held-out pred."] if fit else [])]:
+    # weights, then L(set): each validation loss; pred: the objective predicted by the fit
+    # without that trial (with it, for the proposal)
+    for col in ["trial", *names, *(f"L({n})" for n in val_names), "objective",
+                *(["pred"] if fit else [])]:
         table.add_column(col, justify="right")
     for r in sorted(outcome.rows, key=lambda r: r["objective"]):
         table.add_row(str(r["trial"]), *(f"{r['weights'][n]:.3f}" for n in names),

@@ -394,8 +394,9 @@ def draw(path: str, names: list[str], outcome: Outcome) -> None:
                       label=name)
         right.axvline(outcome.proposal[name], color=color, ls="--", lw=0.8)
     right.axhline(outcome.predicted, color="black", ls=":", lw=0.8)
-    right.set(xlabel="weight (dashed: proposal)", ylabel="measured objective",
-              title="objective over the weights (dotted: predicted at the proposal)")
+    right.set(xlabel="weight (dashed: the proposal; dotted: its prediction)",
+              ylabel="measured objective",
+              title="objective over the weights")
     right.legend(fontsize=8)
     fig.tight_layout()
     with atomic_file(path) as f:
