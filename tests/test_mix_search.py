@@ -160,6 +160,8 @@ def test_a_failed_trial_is_reported_and_left_out(searched, tmp_path, corpus):
     assert (out / "proposal.toml").exists()
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_other_settings_in_the_same_folder_are_refused(searched, corpus, tmp_path):
     out = tmp_path / "search"
     shutil.copytree(searched[0], out)
