@@ -17,6 +17,7 @@ import pytest
 
 from llmtk.mix.fit import LogLinear, choose, minimise, spearman
 from llmtk.mix.simplex import project, sample
+from tests.test_cluster import _fake_sbatch
 from tests.util import llmtk
 
 PROXY = """\
@@ -81,11 +82,11 @@ def corpus(tmp_path_factory):
     return root, sources, target, str(proxy)
 
 
-def _search(corpus, out, *extra):
+def _search(corpus, out, *extra, **environ):
     root, sources, target, proxy = corpus
     return llmtk("mix", "search", *(f"{n}={p}" for n, p in sources.items()), "--val", target,
                  "--trials", str(TRIALS), "--config", proxy, "--out", str(out), "--jobs", "2",
-                 *extra, real=True)
+                 *extra, real=True, **environ)
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +143,27 @@ def test_rerun_redoes_only_the_trial_whose_results_are_gone(searched, tmp_path, 
     # the redone trial trains as it did the first time: same seed, same data order
     assert after[3]["val_loss"] == pytest.approx(before[3]["val_loss"], rel=1e-6)
     assert [r["weights"] for r in after] == [r["weights"] for r in before]
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_trials_run_as_a_slurm_array_with_the_results_of_local_runs(searched, tmp_path, corpus):
+    out = tmp_path / "search"
+    shutil.copytree(searched[0], out)
+    before = _rows(out)
+    for k in (1, 4):
+        shutil.rmtree(out / "trials" / f"0000{k}")
+    environ = _fake_sbatch(tmp_path, base={})  # the stand-in sbatch runs the array here
+    result = _search(corpus, out, "--executor", "slurm", PATH=environ["PATH"],
+                     SBATCH_LOG=environ["SBATCH_LOG"])
+    assert result.returncode == 0, result.stderr.decode()
+    assert b"sbatch --wait --array=1,4 --cpus-per-task=1" in result.stderr
+    script = out / "trials" / "array.sbatch"
+    assert (tmp_path / "log").read_text().split() == [str(script.resolve())]
+    after = _rows(out)
+    for k in (1, 4):
+        assert after[k]["val_loss"] == pytest.approx(before[k]["val_loss"], rel=1e-6)
+    assert (out / "proposal.toml").read_text() == (searched[0] / "proposal.toml").read_text()
 
 
 @pytest.mark.integration

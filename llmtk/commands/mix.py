@@ -189,6 +189,9 @@ def search_command(
     max_epochs: Annotated[float, typer.Option(
         "--max-epochs", min=0.0, help="Cap each weight so that one proxy reads its source at "
                                       "most this many times.")] = 4.0,
+    executor: Annotated[str, typer.Option(
+        "--executor", help="local (processes here, --jobs at once) or slurm (one job array, "
+                           "sbatch --wait).")] = "local",
     no_plot: Annotated[bool, typer.Option("--no-plot", help="Write no search.png.")] = False,
     seed: o.Seed = 0,
     quiet: o.Quiet = False,
@@ -198,6 +201,9 @@ def search_command(
     from llmtk.errors import UsageError
     from llmtk.io.console import stderr_console
     from llmtk.mix import search as S
+
+    if executor not in S.EXECUTORS:
+        raise UsageError(f"--executor: expected {' or '.join(S.EXECUTORS)}, got {executor!r}")
 
     def log(message: str) -> None:
         if not quiet:
@@ -219,7 +225,8 @@ def search_command(
                       S.parse_bounds("--max-weight", max_weight or [], names, 1.0),
                       proxy, max_epochs)
     jobs = jobs or max(1, (os.cpu_count() or 1) // proxy.threads)
-    outcome = S.search(found, vals, proxy, out, lo, hi, trials, seed, jobs, objective, log)
+    outcome = S.search(found, vals, proxy, out, lo, hi, trials, seed, jobs, objective, log,
+                       executor)
     written = S.write_outputs(out, found, vals, outcome, objective, plot=not no_plot)
     if not quiet:
         _print_search(names, [n for n, _ in vals], outcome)
@@ -249,7 +256,7 @@ def _proxy(path: str):
     seq_len = model_config(cfg, vocab_size=256).seq_len
     world = (launch.nproc_per_node or 1) * launch.nnodes
     budget = cfg.steps * cfg.batch_size * cfg.grad_accum * world * seq_len
-    return Proxy(path, cfg.steps, budget, cfg.threads or 1)
+    return Proxy(path, values, cfg.steps, budget, cfg.threads or 1)
 
 
 def _dataset_tokens(name: str, path: str) -> int:

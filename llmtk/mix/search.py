@@ -1,19 +1,22 @@
 """`llmtk mix search`: choose the mixture by small proxy trainings (RegMix, Data Mixing Laws).
 
     SEARCH/plan.json            the sources, bounds, proxy and the K sampled mixtures
-    SEARCH/trials/KKKKK/        one `llmtk train` run per mixture (its metrics.jsonl,
-                                train.log) and trial.json, written once it is scored
+    SEARCH/trials/KKKKK/        one `llmtk train` run per mixture: train.toml (its
+                                config), metrics.jsonl, train.log, and trial.json,
+                                written once it is scored
+    SEARCH/trials/array.sbatch  with --executor slurm: the array's task script
     SEARCH/trials.jsonl         one row per scored trial: weights, validation losses,
                                 objective, the fit's held-out prediction
     SEARCH/proposal.toml        `data = ["NAME=DIR:W", ...]`: the weights the fit predicts
                                 best, a train config fragment
     SEARCH/search.png           held-out predicted against measured; loss over weights
 
-Each trial is a real `llmtk train` process, `jobs` at once. A rerun reads plan.json (and
-refuses other settings), skips every trial whose trial.json is there, and runs the others
-again in their own folders: `llmtk train` resumes from the trial's last checkpoint or
-starts it afresh (a killed trial leaves no trial.json). A trial that fails is reported
-and left out of the fit.
+Each trial is a real `llmtk train --config SEARCH/trials/K/train.toml` process: `jobs` at
+once here, or the tasks of one Slurm job array. A rerun reads plan.json (and refuses other
+settings), skips every trial that has its last validation loss (trial.json, or a
+metrics.jsonl that reached it), and runs the others again in their own folders: `llmtk
+train` resumes from the trial's last checkpoint or starts it afresh. A trial that fails is
+reported and left out of the fit.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class Source:
 @dataclass
 class Proxy:
     path: str       # the `llmtk train --config` file
+    values: dict    # its keys (field names) and checked values
     steps: int
     budget: int     # tokens one proxy reads: steps x batch x grad_accum x seq_len
     threads: int    # torch threads of one trial
@@ -148,17 +152,36 @@ def trial_dir(out: str, k: int) -> str:
     return os.path.join(out, "trials", f"{k:0{DIGITS}d}")
 
 
-def trial_argv(python: str, proxy: Proxy, sources: list[Source], weights: list[float],
-               val: list[tuple[str, str]], where: str) -> list[str]:
-    """`llmtk train --config PROXY --data NAME=DIR:W ... --val-data NAME=DIR ... --out`."""
-    argv = [python, "-m", "llmtk", "train", "--config", proxy.path, "--out", where,
-            "--threads", str(proxy.threads), "--quiet"]
-    for s, w in zip(sources, weights, strict=True):
-        if w > 0:  # train takes positive weights: a zero weight is the source left out
-            argv += ["--data", f"{s.name}={s.path}:{w:g}"]
-    for name, path in val:
-        argv += ["--val-data", f"{name}={path}"]
-    return argv
+def write_trial_config(where: str, proxy: Proxy, sources: list[Source],
+                       weights: list[float], val: list[tuple[str, str]]) -> str:
+    """SEARCH/trials/K/train.toml: the proxy's config with this trial's data, validation
+    sets, run folder and threads, so that every trial runs as the same command
+    `llmtk train --config SEARCH/trials/{k}/train.toml` on any engine."""
+    values = {**proxy.values,
+              # train takes positive weights: a zero weight is the source left out
+              "data": [f"{s.name}={s.path}:{w:g}"
+                       for s, w in zip(sources, weights, strict=True) if w > 0],
+              "val_data": [f"{n}={p}" for n, p in val],
+              "out": where, "threads": proxy.threads, "quiet": True}
+    os.makedirs(where, exist_ok=True)
+    path = os.path.join(where, "train.toml")
+    text = f"# llmtk mix search: one trial, the proxy {proxy.path} on this mixture\n"
+    text += "".join(f"{key} = {_toml_value(v)}\n" for key, v in values.items())
+    with atomic_file(path) as f:
+        f.write(text.encode())
+    return path
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)  # finite (checked): Python's repr is a TOML number
+    if isinstance(v, str):
+        return _toml_string(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"no TOML for {v!r}")
 
 
 def python_for_trials() -> str:
@@ -167,22 +190,64 @@ def python_for_trials() -> str:
     return os.environ.get("PYTHON_EXEC") or sys.executable
 
 
-def run_trials(todo: dict[int, list[str]], out: str, jobs: int,
-               log: Callable[[str], None]) -> dict[int, int]:
-    """Run each trial's argv, `jobs` at once, its output in its folder's train.log;
-    {trial: exit status}."""
+def train_argv(python: str, config: str) -> list[str]:
+    return [python, "-m", "llmtk", "train", "--config", config]
+
+
+def run_local(todo: list[int], out: str, python: str, jobs: int,
+              log: Callable[[str], None]) -> dict[int, int]:
+    """Each trial as a local process, `jobs` at once, its output in its folder's
+    train.log; {trial: exit status}."""
     def one(k: int) -> int:
         where = trial_dir(out, k)
-        os.makedirs(where, exist_ok=True)
         with open(os.path.join(where, "train.log"), "ab") as f:
-            code = subprocess.run(todo[k], stdin=subprocess.DEVNULL, stdout=f,
+            code = subprocess.run(train_argv(python, os.path.join(where, "train.toml")),
+                                  stdin=subprocess.DEVNULL, stdout=f,
                                   stderr=subprocess.STDOUT).returncode
         log(f"trial {k} {'done' if code == 0 else f'failed (exit {code})'}")
         return code
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        codes = dict(zip(todo, pool.map(one, todo), strict=True))
-    return codes
+        return dict(zip(todo, pool.map(one, todo), strict=True))
+
+
+SLURM_SCRIPT = """\
+#!/bin/bash
+# One trial of `llmtk mix search` as a Slurm array task: task K trains trials/K/.
+# Resubmit the trials that failed with: sbatch --array=K,... THIS_FILE
+#SBATCH --job-name=llmtk-mix-search
+#SBATCH --ntasks=1
+#SBATCH --requeue
+set -euo pipefail
+K=$(printf '%05d' "$((10#${{SLURM_ARRAY_TASK_ID:?not a Slurm array task}}))")
+exec {python} -m llmtk train --config {trials}/"$K"/train.toml
+"""
+
+
+def run_slurm(todo: list[int], out: str, python: str, cpus: int,
+              log: Callable[[str], None]) -> dict[int, int]:
+    """The trials as one Slurm job array (`sbatch --wait`: returns when all have ended),
+    each task's output in its folder's train.log. Exit statuses are not known per task:
+    a trial that failed is found by its missing validation loss."""
+    import shlex
+
+    trials = os.path.abspath(os.path.join(out, "trials"))
+    script = os.path.join(trials, "array.sbatch")
+    with atomic_file(script) as f:
+        f.write(SLURM_SCRIPT.format(python=shlex.quote(python),
+                                    trials=shlex.quote(trials)).encode())
+    argv = ["sbatch", "--wait", f"--array={','.join(map(str, todo))}",
+            f"--cpus-per-task={cpus}", f"--output={trials}/%{DIGITS}a/train.log", script]
+    log(f"submitting {' '.join(shlex.quote(a) for a in argv)}")
+    try:
+        code = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise UsageError("--executor slurm: no sbatch on PATH (is this a Slurm login "
+                         "node?)") from None
+    if code.returncode != 0:
+        log(f"sbatch exited with status {code.returncode}: a trial failed (see its "
+            "train.log)")
+    return {}
 
 
 def score_trial(where: str, steps: int, val_names: list[str]) -> dict[str, float]:
@@ -243,25 +308,33 @@ class Outcome:
     predicted: float | None
 
 
+EXECUTORS = ("local", "slurm")
+
+
 def search(sources: list[Source], val: list[tuple[str, str]], proxy: Proxy, out: str,
            lo, hi, trials: int, seed: int, jobs: int, objective: str,
-           log: Callable[[str], None]) -> Outcome:
+           log: Callable[[str], None], executor: str = "local") -> Outcome:
     """Plan (or reload) the trials, run the missing ones, score, fit and propose."""
     import numpy as np
 
+    if executor not in EXECUTORS:
+        raise UsageError(f"--executor: expected {' or '.join(EXECUTORS)}, got {executor!r}")
     names = [s.name for s in sources]
     val_names = [n for n, _ in val]
     obj = parse_objective(objective, val_names)
     plan = load_plan(out, make_plan(sources, val, proxy, lo, hi, trials, seed))
     weights = plan["weights"]
-    python = python_for_trials()
-    todo = {k: trial_argv(python, proxy, sources, w, val, trial_dir(out, k))
-            for k, w in enumerate(weights)
-            if not os.path.exists(os.path.join(trial_dir(out, k), TRIAL_FILE))}
+    todo = [k for k in range(len(weights))
+            if not _finished(trial_dir(out, k), plan["steps"], val_names)]
+    for k in todo:
+        write_trial_config(trial_dir(out, k), proxy, sources, weights[k], val)
+    codes: dict[int, int] = {}
     if todo:
-        log(f"{len(todo)} of {len(weights)} trial(s) to run, {jobs} at once "
-            f"({len(weights) - len(todo)} done before)")
-    codes = run_trials(todo, out, jobs, log)
+        log(f"{len(todo)} of {len(weights)} trial(s) to run ({len(weights) - len(todo)} "
+            "done before)" + (f", {jobs} at once" if executor == "local" else ""))
+        python = python_for_trials()
+        codes = run_local(todo, out, python, jobs, log) if executor == "local" else \
+            run_slurm(todo, out, python, proxy.threads, log)
     rows, failed = [], {}
     for k, w in enumerate(weights):
         where = trial_dir(out, k)
@@ -270,9 +343,9 @@ def search(sources: list[Source], val: list[tuple[str, str]], proxy: Proxy, out:
             continue
         try:
             rows.append(_trial_row(where, k, dict(zip(names, w, strict=True)), plan["steps"],
-                                   val_names, k in codes))
+                                   val_names))
         except DataError as e:
-            failed[k] = str(e)
+            failed[k] = f"{e}: {failure_line(where)}"
     for k, why in failed.items():
         log(f"trial {k} left out: {why} (see {trial_dir(out, k)}/train.log)")
     if not rows:
@@ -299,11 +372,21 @@ def search(sources: list[Source], val: list[tuple[str, str]], proxy: Proxy, out:
     return Outcome(rows, failed, len(todo), fit, proposal, predicted)
 
 
-def _trial_row(where: str, k: int, weights: dict, steps: int, val_names: list[str],
-               fresh: bool) -> dict:
+def _finished(where: str, steps: int, val_names: list[str]) -> bool:
+    """Scored before (trial.json), or trained to its last evaluation (by any engine)."""
+    if os.path.exists(os.path.join(where, TRIAL_FILE)):
+        return True
+    try:
+        score_trial(where, steps, val_names)
+    except DataError:
+        return False
+    return True
+
+
+def _trial_row(where: str, k: int, weights: dict, steps: int, val_names: list[str]) -> dict:
     """The trial's scores: read from its metrics.jsonl once (then kept in trial.json)."""
     path = os.path.join(where, TRIAL_FILE)
-    if not fresh and os.path.exists(path):
+    if os.path.exists(path):
         with open(path, "rb") as f:
             return orjson.loads(f.read())
     losses = score_trial(where, steps, val_names)
