@@ -168,6 +168,27 @@ def test_trials_run_as_a_slurm_array_with_the_results_of_local_runs(searched, tm
 
 @pytest.mark.integration
 @pytest.mark.slow
+def test_verify_trains_the_proposal_and_its_neighbours_once(searched, tmp_path, corpus):
+    out = tmp_path / "search"
+    shutil.copytree(searched[0], out)
+    result = _search(corpus, out, "--verify", "2")
+    assert result.returncode == 0, result.stderr.decode()
+    assert b"0 of 6 trial(s) to run" not in result.stderr  # nothing to say: all done
+    assert b"2 of 2 verify run(s) to run" in result.stderr
+    rows = [json.loads(x) for x in (out / "verify.jsonl").read_text().splitlines()]
+    proposal = {e.split("=")[0]: float(e.rsplit(":", 1)[1])
+                for e in tomllib.loads((out / "proposal.toml").read_text())["data"]}
+    assert [r["proposal"] for r in rows] == [True, False]
+    assert rows[0]["weights"] == proposal and rows[1]["weights"] != proposal
+    for r in rows:  # measured by a real proxy run, beside the fit's prediction
+        assert r["val_loss"] > 0 and r["predicted"] > 0 and r["val_loss"] != r["predicted"]
+    again = _search(corpus, out, "--verify", "2")
+    assert again.returncode == 0 and b"verify run(s) to run" not in again.stderr
+    assert [json.loads(x) for x in (out / "verify.jsonl").read_text().splitlines()] == rows
+
+
+@pytest.mark.integration
+@pytest.mark.slow
 def test_a_failed_trial_is_reported_and_left_out(searched, tmp_path, corpus):
     out = tmp_path / "search"
     shutil.copytree(searched[0], out)

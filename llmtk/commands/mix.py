@@ -192,6 +192,10 @@ def search_command(
     executor: Annotated[str, typer.Option(
         "--executor", help="local (processes here, --jobs at once) or slurm (one job array, "
                            "sbatch --wait).")] = "local",
+    verify: Annotated[int, typer.Option(
+        "--verify", min=0, help="Then train the proposal and N - 1 mixtures near it, and "
+                                "report each measured objective beside its prediction.")]
+        = 0,
     no_plot: Annotated[bool, typer.Option("--no-plot", help="Write no search.png.")] = False,
     seed: o.Seed = 0,
     quiet: o.Quiet = False,
@@ -226,7 +230,7 @@ def search_command(
                       proxy, max_epochs)
     jobs = jobs or max(1, (os.cpu_count() or 1) // proxy.threads)
     outcome = S.search(found, vals, proxy, out, lo, hi, trials, seed, jobs, objective, log,
-                       executor)
+                       executor, verify)
     written = S.write_outputs(out, found, vals, outcome, objective, plot=not no_plot)
     if not quiet:
         _print_search(names, [n for n, _ in vals], outcome)
@@ -291,6 +295,12 @@ def _print_search(names: list[str], val_names: list[str], outcome) -> None:
         table.add_row("proposal", *(f"{outcome.proposal[n]:.3f}" for n in names),
                       *("" for _ in val_names), "", f"{outcome.predicted:.4f}",
                       style="bold")
+    for r in outcome.verified:  # trained after the fit: measured beside predicted
+        table.add_row("verified" if r["proposal"] else f"near {r['trial']}",
+                      *(f"{r['weights'][n]:.3f}" for n in names),
+                      *(f"{r[f'val/{n}/loss']:.4f}" for n in val_names),
+                      f"{r['objective']:.4f}", f"{r['predicted']:.4f}",
+                      style="bold" if r["proposal"] else None)
     console = stderr_console()
     console.print(table)
     if fit:

@@ -10,6 +10,8 @@
     SEARCH/proposal.toml        `data = ["NAME=DIR:W", ...]`: the weights the fit predicts
                                 best, a train config fragment
     SEARCH/search.png           held-out predicted against measured; loss over weights
+    SEARCH/verify/KKKKK/        with --verify N: the proposal (0) and N - 1 mixtures near
+    SEARCH/verify.jsonl         it, trained and scored as the trials are
 
 Each trial is a real `llmtk train --config SEARCH/trials/K/train.toml` process: `jobs` at
 once here, or the tasks of one Slurm job array. A rerun reads plan.json (and refuses other
@@ -27,7 +29,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -148,8 +150,9 @@ def load_plan(out: str, plan: dict) -> dict:
     return saved
 
 
-def trial_dir(out: str, k: int) -> str:
-    return os.path.join(out, "trials", f"{k:0{DIGITS}d}")
+def trial_dir(root: str, k: int) -> str:
+    """Trial K's folder under root (SEARCH/trials, or SEARCH/verify)."""
+    return os.path.join(root, f"{k:0{DIGITS}d}")
 
 
 def write_trial_config(where: str, proxy: Proxy, sources: list[Source],
@@ -194,17 +197,17 @@ def train_argv(python: str, config: str) -> list[str]:
     return [python, "-m", "llmtk", "train", "--config", config]
 
 
-def run_local(todo: list[int], out: str, python: str, jobs: int,
+def run_local(todo: list[int], root: str, python: str, jobs: int,
               log: Callable[[str], None]) -> dict[int, int]:
     """Each trial as a local process, `jobs` at once, its output in its folder's
     train.log; {trial: exit status}."""
     def one(k: int) -> int:
-        where = trial_dir(out, k)
+        where = trial_dir(root, k)
         with open(os.path.join(where, "train.log"), "ab") as f:
             code = subprocess.run(train_argv(python, os.path.join(where, "train.toml")),
                                   stdin=subprocess.DEVNULL, stdout=f,
                                   stderr=subprocess.STDOUT).returncode
-        log(f"trial {k} {'done' if code == 0 else f'failed (exit {code})'}")
+        log(f"{where} {'done' if code == 0 else f'failed (exit {code})'}")
         return code
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -213,7 +216,7 @@ def run_local(todo: list[int], out: str, python: str, jobs: int,
 
 SLURM_SCRIPT = """\
 #!/bin/bash
-# One trial of `llmtk mix search` as a Slurm array task: task K trains trials/K/.
+# One trial of `llmtk mix search` as a Slurm array task: task K trains K/ beside this.
 # Resubmit the trials that failed with: sbatch --array=K,... THIS_FILE
 #SBATCH --job-name=llmtk-mix-search
 #SBATCH --ntasks=1
@@ -224,14 +227,14 @@ exec {python} -m llmtk train --config {trials}/"$K"/train.toml
 """
 
 
-def run_slurm(todo: list[int], out: str, python: str, cpus: int,
+def run_slurm(todo: list[int], root: str, python: str, cpus: int,
               log: Callable[[str], None]) -> dict[int, int]:
     """The trials as one Slurm job array (`sbatch --wait`: returns when all have ended),
     each task's output in its folder's train.log. Exit statuses are not known per task:
     a trial that failed is found by its missing validation loss."""
     import shlex
 
-    trials = os.path.abspath(os.path.join(out, "trials"))
+    trials = os.path.abspath(root)
     script = os.path.join(trials, "array.sbatch")
     with atomic_file(script) as f:
         f.write(SLURM_SCRIPT.format(python=shlex.quote(python),
@@ -306,70 +309,147 @@ class Outcome:
     fit: object | None            # llmtk.mix.fit.Fit, None with too few trials
     proposal: dict[str, float]    # name -> weight
     predicted: float | None
+    verified: list[dict] = field(default_factory=list)  # --verify: verify.jsonl's rows
 
 
 EXECUTORS = ("local", "slurm")
 
 
+@dataclass
+class Runs:
+    """How the mixtures are trained: the proxy, the sources, the validation sets and the
+    engine; `score` trains what is missing under a root folder and reads the losses."""
+
+    sources: list[Source]
+    val: list[tuple[str, str]]
+    proxy: Proxy
+    executor: str
+    jobs: int
+    log: Callable[[str], None]
+
+    def score(self, root: str, weights: list[list[float]], what: str = "trial"):
+        """([row per scored mixture], {index: why it failed})."""
+        names = [s.name for s in self.sources]
+        val_names = [n for n, _ in self.val]
+        todo = [k for k in range(len(weights))
+                if not _finished(trial_dir(root, k), self.proxy.steps, val_names)]
+        for k in todo:
+            write_trial_config(trial_dir(root, k), self.proxy, self.sources, weights[k],
+                               self.val)
+        codes: dict[int, int] = {}
+        if todo:
+            self.log(f"{len(todo)} of {len(weights)} {what}(s) to run ({len(weights) - len(todo)}"
+                     " done before)" + (f", {self.jobs} at once" if self.executor == "local"
+                                        else ""))
+            python = python_for_trials()
+            codes = run_local(todo, root, python, self.jobs, self.log) \
+                if self.executor == "local" else \
+                run_slurm(todo, root, python, self.proxy.threads, self.log)
+        rows, failed = [], {}
+        for k, w in enumerate(weights):
+            where = trial_dir(root, k)
+            if codes.get(k, 0) != 0:
+                failed[k] = f"exit {codes[k]}: {failure_line(where)}"
+                continue
+            try:
+                rows.append(_trial_row(where, k, dict(zip(names, w, strict=True)),
+                                       self.proxy.steps, val_names))
+            except DataError as e:
+                failed[k] = f"{e}: {failure_line(where)}"
+        for k, why in failed.items():
+            self.log(f"{what} {k} left out: {why} (see {trial_dir(root, k)}/train.log)")
+        return rows, failed
+
+
 def search(sources: list[Source], val: list[tuple[str, str]], proxy: Proxy, out: str,
            lo, hi, trials: int, seed: int, jobs: int, objective: str,
-           log: Callable[[str], None], executor: str = "local") -> Outcome:
-    """Plan (or reload) the trials, run the missing ones, score, fit and propose."""
+           log: Callable[[str], None], executor: str = "local", verify: int = 0) -> Outcome:
+    """Plan (or reload) the trials, run the missing ones, score, fit and propose; with
+    verify, train the proposal and verify - 1 mixtures near it, and score them too."""
     import numpy as np
 
     if executor not in EXECUTORS:
         raise UsageError(f"--executor: expected {' or '.join(EXECUTORS)}, got {executor!r}")
     names = [s.name for s in sources]
-    val_names = [n for n, _ in val]
-    obj = parse_objective(objective, val_names)
+    obj = parse_objective(objective, [n for n, _ in val])
     plan = load_plan(out, make_plan(sources, val, proxy, lo, hi, trials, seed))
-    weights = plan["weights"]
-    todo = [k for k in range(len(weights))
-            if not _finished(trial_dir(out, k), plan["steps"], val_names)]
-    for k in todo:
-        write_trial_config(trial_dir(out, k), proxy, sources, weights[k], val)
-    codes: dict[int, int] = {}
-    if todo:
-        log(f"{len(todo)} of {len(weights)} trial(s) to run ({len(weights) - len(todo)} "
-            "done before)" + (f", {jobs} at once" if executor == "local" else ""))
-        python = python_for_trials()
-        codes = run_local(todo, out, python, jobs, log) if executor == "local" else \
-            run_slurm(todo, out, python, proxy.threads, log)
-    rows, failed = [], {}
-    for k, w in enumerate(weights):
-        where = trial_dir(out, k)
-        if codes.get(k, 0) != 0:
-            failed[k] = f"exit {codes[k]}: {failure_line(where)}"
-            continue
-        try:
-            rows.append(_trial_row(where, k, dict(zip(names, w, strict=True)), plan["steps"],
-                                   val_names))
-        except DataError as e:
-            failed[k] = f"{e}: {failure_line(where)}"
-    for k, why in failed.items():
-        log(f"trial {k} left out: {why} (see {trial_dir(out, k)}/train.log)")
+    runs = Runs(sources, val, proxy, executor, jobs, log)
+    rows, failed = runs.score(os.path.join(out, "trials"), plan["weights"])
     if not rows:
         raise LlmtkError(f"every trial failed; the first: trial {min(failed)}: "
                          f"{failed[min(failed)]}")
     for row in rows:
-        row["objective"] = sum(obj[n] * row[f"val/{n}/loss"] for n in obj)
+        row["objective"] = _objective(row, obj)
     W = np.array([[row["weights"][n] for n in names] for row in rows])
     W /= W.sum(axis=1, keepdims=True)
     Y = np.array([[row[f"val/{n}/loss"] for n in obj] for row in rows])
-    fit, proposal, predicted = None, {}, None
-    if len(rows) >= len(names) + 2:  # the log-linear law has n + 1 free parameters
-        from llmtk.mix.fit import choose, minimise
-
-        fit = choose(W, Y, np.array(list(obj.values())))
-        for row, p in zip(rows, fit.held_out, strict=True):
-            row["predicted"] = float(p)
-        best = minimise(fit.model, np.asarray(lo), np.asarray(hi), seed)
-        proposal = {n: round(float(x), 4) for n, x in zip(names, best, strict=True)}
-        predicted = float(fit.model.predict(best[None])[0])
-    else:
+    if len(rows) < len(names) + 2:  # the log-linear law has n + 1 free parameters
         log(f"{len(rows)} scored trial(s): too few to fit {len(names)} sources (at least "
             f"{len(names) + 2}); no proposal")
-    return Outcome(rows, failed, len(todo), fit, proposal, predicted)
+        return Outcome(rows, failed, len(rows), None, {}, None)
+    from llmtk.mix.fit import choose, minimise
+
+    fit = choose(W, Y, np.array(list(obj.values())))
+    for row, p in zip(rows, fit.held_out, strict=True):
+        row["predicted"] = float(p)
+    best = minimise(fit.model, np.asarray(lo), np.asarray(hi), seed)
+    proposal = {n: round(float(x), 4) for n, x in zip(names, best, strict=True)}
+    outcome = Outcome(rows, failed, len(rows), fit, proposal,
+                      float(fit.model.predict(best[None])[0]))
+    if verify:
+        outcome.verified = _verify(runs, out, fit, proposal, lo, hi, verify, seed, obj)
+    return outcome
+
+
+def _objective(row: dict, obj: dict[str, float]) -> float:
+    return sum(w * row[f"val/{n}/loss"] for n, w in obj.items())
+
+
+VERIFY_SPREAD = 0.05  # how far (per weight, before projection) the points near the proposal lie
+
+
+def _verify(runs: Runs, out: str, fit, proposal: dict, lo, hi, n: int, seed: int,
+            obj: dict) -> list[dict]:
+    """Train the proposal and n - 1 mixtures near it; each row with its prediction.
+    A folder whose mixture is not this proposal's (the fit changed) is trained again."""
+    import shutil
+
+    import numpy as np
+
+    from llmtk.mix.simplex import project
+
+    names = list(proposal)
+    center = np.array([proposal[n_] for n_ in names])
+    rng = np.random.default_rng(seed + 1)
+    near = project(center + rng.normal(0, VERIFY_SPREAD, (n - 1, len(names))), lo, hi) \
+        if n > 1 else np.zeros((0, len(names)))
+    points = [[round(float(x), 4) for x in w] for w in [center, *near]]
+    root = os.path.join(out, "verify")
+    for k, w in enumerate(points):
+        where = trial_dir(root, k)
+        trained = _mixture_of(where)
+        if trained is not None and trained != {n_: x for n_, x in zip(names, w, strict=True)
+                                                if x > 0}:
+            shutil.rmtree(where)
+    rows, _ = runs.score(root, points, what="verify run")
+    for row in rows:
+        row["objective"] = _objective(row, obj)
+        W = np.array([[row["weights"][n_] for n_ in names]])
+        row["predicted"] = float(fit.model.predict(W / W.sum())[0])
+        row["proposal"] = row["trial"] == 0
+    return rows
+
+
+def _mixture_of(where: str) -> dict[str, float] | None:
+    """{source: weight} that a folder's train.toml trains (None: no such file)."""
+    import tomllib
+
+    try:
+        with open(os.path.join(where, "train.toml"), "rb") as f:
+            data = tomllib.load(f)["data"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError):
+        return None
+    return {d.split("=", 1)[0]: float(d.rsplit(":", 1)[1]) for d in data}
 
 
 def _finished(where: str, steps: int, val_names: list[str]) -> bool:
@@ -404,6 +484,11 @@ def write_outputs(out: str, sources: list[Source], val: list[tuple[str, str]],
     with atomic_file(written[0]) as f:
         for row in outcome.rows:
             f.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+    if outcome.verified:
+        written.append(os.path.join(out, "verify.jsonl"))
+        with atomic_file(written[-1]) as f:
+            for row in outcome.verified:
+                f.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
     if outcome.proposal:
         written.append(os.path.join(out, "proposal.toml"))
         with atomic_file(written[-1]) as f:
