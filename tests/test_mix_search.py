@@ -168,6 +168,24 @@ def test_trials_run_as_a_slurm_array_with_the_results_of_local_runs(searched, tm
 
 @pytest.mark.integration
 @pytest.mark.slow
+def test_trials_run_as_ray_tasks_with_the_results_of_local_runs(searched, tmp_path, corpus):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'llmtk[ray]')")
+    out = tmp_path / "search"
+    shutil.copytree(searched[0], out)
+    before = _rows(out)
+    for k in (2, 5):
+        shutil.rmtree(out / "trials" / f"0000{k}")
+    result = _search(corpus, out, "--executor", "ray")  # a local Ray instance, 2 CPUs
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    assert b"2 of 6 trial(s) to run" in result.stderr
+    after = _rows(out)
+    for k in (2, 5):
+        assert after[k]["val_loss"] == pytest.approx(before[k]["val_loss"], rel=1e-6)
+    assert (out / "proposal.toml").read_text() == (searched[0] / "proposal.toml").read_text()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
 def test_verify_trains_the_proposal_and_its_neighbours_once(searched, tmp_path, corpus):
     out = tmp_path / "search"
     shutil.copytree(searched[0], out)

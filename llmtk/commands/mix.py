@@ -190,8 +190,11 @@ def search_command(
         "--max-epochs", min=0.0, help="Cap each weight so that one proxy reads its source at "
                                       "most this many times.")] = 4.0,
     executor: Annotated[str, typer.Option(
-        "--executor", help="local (processes here, --jobs at once) or slurm (one job array, "
-                           "sbatch --wait).")] = "local",
+        "--executor", help="local (processes here, --jobs at once), slurm (one job array, "
+                           "sbatch --wait) or ray (Ray tasks).")] = "local",
+    address: Annotated[str | None, typer.Option(
+        "--address", help="Ray cluster address (e.g. auto); default: $RAY_ADDRESS, else a "
+                          "local Ray instance of --jobs trials.")] = None,
     verify: Annotated[int, typer.Option(
         "--verify", min=0, help="Then train the proposal and N - 1 mixtures near it, and "
                                 "report each measured objective beside its prediction.")]
@@ -207,7 +210,7 @@ def search_command(
     from llmtk.mix import search as S
 
     if executor not in S.EXECUTORS:
-        raise UsageError(f"--executor: expected {' or '.join(S.EXECUTORS)}, got {executor!r}")
+        raise UsageError(f"--executor: expected {', '.join(S.EXECUTORS)}, got {executor!r}")
 
     def log(message: str) -> None:
         if not quiet:
@@ -230,7 +233,7 @@ def search_command(
                       proxy, max_epochs)
     jobs = jobs or max(1, (os.cpu_count() or 1) // proxy.threads)
     outcome = S.search(found, vals, proxy, out, lo, hi, trials, seed, jobs, objective, log,
-                       executor, verify)
+                       executor, verify, address)
     written = S.write_outputs(out, found, vals, outcome, objective, plot=not no_plot)
     if not quiet:
         _print_search(names, [n for n, _ in vals], outcome)

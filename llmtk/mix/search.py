@@ -14,8 +14,8 @@
     SEARCH/verify.jsonl         it, trained and scored as the trials are
 
 Each trial is a real `llmtk train --config SEARCH/trials/K/train.toml` process: `jobs` at
-once here, or the tasks of one Slurm job array. A rerun reads plan.json (and refuses other
-settings), skips every trial that has its last validation loss (trial.json, or a
+once here, the tasks of one Slurm job array, or Ray tasks. A rerun reads plan.json (and
+refuses other settings), skips every trial that has its last validation loss (trial.json, or a
 metrics.jsonl that reached it), and runs the others again in their own folders: `llmtk
 train` resumes from the trial's last checkpoint or starts it afresh. A trial that fails is
 reported and left out of the fit.
@@ -197,21 +197,63 @@ def train_argv(python: str, config: str) -> list[str]:
     return [python, "-m", "llmtk", "train", "--config", config]
 
 
+def train_one(argv: list[str], log_path: str) -> int:
+    """One trial's process, its output appended to its train.log; its exit status."""
+    with open(log_path, "ab") as f:
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=f,
+                              stderr=subprocess.STDOUT).returncode
+
+
+def _argv_and_log(root: str, k: int, python: str) -> tuple[list[str], str]:
+    where = trial_dir(root, k)
+    return (train_argv(python, os.path.join(where, "train.toml")),
+            os.path.join(where, "train.log"))
+
+
 def run_local(todo: list[int], root: str, python: str, jobs: int,
               log: Callable[[str], None]) -> dict[int, int]:
-    """Each trial as a local process, `jobs` at once, its output in its folder's
-    train.log; {trial: exit status}."""
+    """Each trial as a local process, `jobs` at once; {trial: exit status}."""
     def one(k: int) -> int:
-        where = trial_dir(root, k)
-        with open(os.path.join(where, "train.log"), "ab") as f:
-            code = subprocess.run(train_argv(python, os.path.join(where, "train.toml")),
-                                  stdin=subprocess.DEVNULL, stdout=f,
-                                  stderr=subprocess.STDOUT).returncode
-        log(f"{where} {'done' if code == 0 else f'failed (exit {code})'}")
+        code = train_one(*_argv_and_log(root, k, python))
+        log(f"{trial_dir(root, k)} {'done' if code == 0 else f'failed (exit {code})'}")
         return code
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return dict(zip(todo, pool.map(one, todo), strict=True))
+
+
+def run_ray(todo: list[int], root: str, jobs: int, cpus: int, address: str | None,
+            log: Callable[[str], None]) -> dict[int, int]:
+    """Each trial as a Ray task reserving the proxy's threads as CPUs: on a running
+    cluster (address, or $RAY_ADDRESS), else on a local instance of jobs x cpus CPUs.
+    Ray retries a task whose node died; a trial that exits non-zero is not retried.
+    The workers start `python -m llmtk` with this interpreter's path (the same on
+    every node, as for `llmtk run --executor ray`); the folders must be shared."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--executor ray needs Ray: pip install 'llmtk[ray]'") from None
+
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        ray.init(num_cpus=jobs * cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = ray.remote(num_cpus=cpus)(train_one)
+        refs = {k: remote.remote(*_argv_and_log(os.path.abspath(root), k, sys.executable))
+                for k in todo}
+        codes = {}
+        for k, ref in refs.items():
+            try:
+                codes[k] = ray.get(ref)
+            except ray.exceptions.RayError as e:  # its node died, after Ray's retries
+                log(f"{trial_dir(root, k)}: Ray task failed: {type(e).__name__}")
+                codes[k] = -1
+            log(f"{trial_dir(root, k)} {'done' if codes[k] == 0 else 'failed'}")
+        return codes
+    finally:
+        ray.shutdown()
 
 
 SLURM_SCRIPT = """\
@@ -312,7 +354,7 @@ class Outcome:
     verified: list[dict] = field(default_factory=list)  # --verify: verify.jsonl's rows
 
 
-EXECUTORS = ("local", "slurm")
+EXECUTORS = ("local", "slurm", "ray")
 
 
 @dataclass
@@ -326,6 +368,7 @@ class Runs:
     executor: str
     jobs: int
     log: Callable[[str], None]
+    address: str | None = None  # Ray's
 
     def score(self, root: str, weights: list[list[float]], what: str = "trial"):
         """([row per scored mixture], {index: why it failed})."""
@@ -341,10 +384,13 @@ class Runs:
             self.log(f"{len(todo)} of {len(weights)} {what}(s) to run ({len(weights) - len(todo)}"
                      " done before)" + (f", {self.jobs} at once" if self.executor == "local"
                                         else ""))
-            python = python_for_trials()
-            codes = run_local(todo, root, python, self.jobs, self.log) \
-                if self.executor == "local" else \
-                run_slurm(todo, root, python, self.proxy.threads, self.log)
+            threads = self.proxy.threads
+            if self.executor == "local":
+                codes = run_local(todo, root, python_for_trials(), self.jobs, self.log)
+            elif self.executor == "slurm":
+                codes = run_slurm(todo, root, python_for_trials(), threads, self.log)
+            else:
+                codes = run_ray(todo, root, self.jobs, threads, self.address, self.log)
         rows, failed = [], {}
         for k, w in enumerate(weights):
             where = trial_dir(root, k)
@@ -363,17 +409,18 @@ class Runs:
 
 def search(sources: list[Source], val: list[tuple[str, str]], proxy: Proxy, out: str,
            lo, hi, trials: int, seed: int, jobs: int, objective: str,
-           log: Callable[[str], None], executor: str = "local", verify: int = 0) -> Outcome:
+           log: Callable[[str], None], executor: str = "local", verify: int = 0,
+           address: str | None = None) -> Outcome:
     """Plan (or reload) the trials, run the missing ones, score, fit and propose; with
     verify, train the proposal and verify - 1 mixtures near it, and score them too."""
     import numpy as np
 
     if executor not in EXECUTORS:
-        raise UsageError(f"--executor: expected {' or '.join(EXECUTORS)}, got {executor!r}")
+        raise UsageError(f"--executor: expected {', '.join(EXECUTORS)}, got {executor!r}")
     names = [s.name for s in sources]
     obj = parse_objective(objective, [n for n, _ in val])
     plan = load_plan(out, make_plan(sources, val, proxy, lo, hi, trials, seed))
-    runs = Runs(sources, val, proxy, executor, jobs, log)
+    runs = Runs(sources, val, proxy, executor, jobs, log, address)
     rows, failed = runs.score(os.path.join(out, "trials"), plan["weights"])
     if not rows:
         raise LlmtkError(f"every trial failed; the first: trial {min(failed)}: "
