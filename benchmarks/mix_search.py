@@ -1,6 +1,7 @@
 """`llmtk mix search` on three real sources, judged on validation sets it never saw.
 
-    PYTHONPATH=. python benchmarks/mix_search.py WORK [--trials 12] [--jobs 2]
+    PYTHONPATH=. python benchmarks/mix_search.py WORK [--trials 12] [--jobs 2] \
+        [--steps 30] [--big-steps 60]
 
 Sources (the Python standard library's own text): `prose` (docstrings), `code` (module
 source), `names` (Unicode character names). The search minimises the mean loss on two
@@ -10,7 +11,7 @@ the proposal is compared with the natural token shares and equal weights:
 
 - at proxy scale (the proxy's config, same seed and steps);
 - transfer: a model about 8x the proxy's non-embedding parameters (4 layers x 64 against
-  2 x 32), trained twice as long, on the proposal and on the natural mixture.
+  2 x 32), trained --big-steps, on the proposal and on the natural mixture.
 
 Every training is a real `llmtk train` process. Prints one table; nothing is asserted.
 """
@@ -31,7 +32,7 @@ d_model = 32
 heads = 2
 seq_len = 64
 batch_size = 8
-steps = 30
+steps = {steps}
 warmup = 3
 lr = 3e-3
 log_every = 10
@@ -39,7 +40,7 @@ eval_batches = 8
 seed = 0
 threads = 1
 """
-BIG = ["--layers", "4", "--d-model", "64", "--heads", "4", "--steps", "60", "--warmup", "6"]
+BIG = ["--layers", "4", "--d-model", "64", "--heads", "4", "--warmup", "6"]
 
 
 def docstrings(modules):
@@ -98,10 +99,13 @@ def main():
     ap.add_argument("work")
     ap.add_argument("--trials", type=int, default=12)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=30, help="the proxy's steps")
+    ap.add_argument("--big-steps", type=int, default=60, help="the 8x model's steps")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     with open(os.path.join(a.work, "proxy.toml"), "w") as f:
-        f.write(PROXY)
+        f.write(PROXY.format(steps=a.steps))
+    big = [*BIG, "--steps", str(a.big_steps)]
     src = {"prose": dataset(a.work, "prose", docstrings(["json", "csv", "argparse", "logging",
                                                          "collections", "functools"])),
            "code": dataset(a.work, "code", code(["json.decoder", "csv", "argparse", "textwrap",
@@ -134,8 +138,8 @@ def main():
         "best trial": ([(n, src[n], w) for n, w in best["weights"].items()],
                        train(a.work, "best", [(n, src[n], w) for n, w in best["weights"].items()],
                              both)),
-        "proposal 8x": (prop, train(a.work, "proposal-big", prop, both, *BIG)),
-        "natural 8x": (natural, train(a.work, "natural-big", natural, both, *BIG)),
+        "proposal 8x": (prop, train(a.work, "proposal-big", prop, both, *big)),
+        "natural 8x": (natural, train(a.work, "natural-big", natural, both, *big)),
     }
     print(f"predicted objective at the proposal: {proposal_predicted(out):.4f}")
     print(f"{'run':<12} {'weights (prose code names)':<28} {'search code':>11} "

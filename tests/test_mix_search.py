@@ -143,6 +143,8 @@ def test_rerun_redoes_only_the_trial_whose_results_are_gone(searched, tmp_path, 
     # the redone trial trains as it did the first time: same seed, same data order
     assert after[3]["val_loss"] == pytest.approx(before[3]["val_loss"], rel=1e-6)
     assert [r["weights"] for r in after] == [r["weights"] for r in before]
+    # the rows read back from trial.json keep the first run's bytes
+    assert (out / "trials.jsonl").read_bytes() == (searched[0] / "trials.jsonl").read_bytes()
 
 
 @pytest.mark.integration

@@ -168,7 +168,8 @@ def write_trial_config(where: str, proxy: Proxy, sources: list[Source],
               "out": where, "threads": proxy.threads, "quiet": True}
     os.makedirs(where, exist_ok=True)
     path = os.path.join(where, "train.toml")
-    text = f"# llmtk mix search: one trial, the proxy {proxy.path} on this mixture\n"
+    shown = " ".join(proxy.path.splitlines())  # a comment ends at a line break
+    text = f"# llmtk mix search: one trial, the proxy {shown} on this mixture\n"
     text += "".join(f"{key} = {_toml_value(v)}\n" for key, v in values.items())
     with atomic_file(path) as f:
         f.write(text.encode())
@@ -347,7 +348,6 @@ def parse_objective(spec: str, val_names: list[str]) -> dict[str, float]:
 class Outcome:
     rows: list[dict]              # the scored trials, trials.jsonl's rows
     failed: dict[int, str]        # trial -> why it is left out
-    ran: int                      # trials run by this call (the rest were already done)
     fit: object | None            # llmtk.mix.fit.Fit, None with too few trials
     proposal: dict[str, float]    # name -> weight
     predicted: float | None
@@ -433,7 +433,7 @@ def search(sources: list[Source], val: list[tuple[str, str]], proxy: Proxy, out:
     if len(rows) < len(names) + 2:  # the log-linear law has n + 1 free parameters
         log(f"{len(rows)} scored trial(s): too few to fit {len(names)} sources (at least "
             f"{len(names) + 2}); no proposal")
-        return Outcome(rows, failed, len(rows), None, {}, None)
+        return Outcome(rows, failed, None, {}, None)
     from llmtk.mix.fit import choose, minimise
 
     fit = choose(W, Y, np.array(list(obj.values())))
@@ -441,7 +441,7 @@ def search(sources: list[Source], val: list[tuple[str, str]], proxy: Proxy, out:
         row["predicted"] = float(p)
     best = minimise(fit.model, np.asarray(lo), np.asarray(hi), seed)
     proposal = {n: round(float(x), 4) for n, x in zip(names, best, strict=True)}
-    outcome = Outcome(rows, failed, len(rows), fit, proposal,
+    outcome = Outcome(rows, failed, fit, proposal,
                       float(fit.model.predict(best[None])[0]))
     if verify:
         outcome.verified = _verify(runs, out, fit, proposal, lo, hi, verify, seed, obj)
@@ -511,16 +511,20 @@ def _finished(where: str, steps: int, val_names: list[str]) -> bool:
 
 
 def _trial_row(where: str, k: int, weights: dict, steps: int, val_names: list[str]) -> dict:
-    """The trial's scores: read from its metrics.jsonl once (then kept in trial.json)."""
+    """The trial's scores: read from its metrics.jsonl once (then kept in trial.json), in
+    one key order whichever way they were read (trials.jsonl is the same bytes on a rerun)."""
     path = os.path.join(where, TRIAL_FILE)
     if os.path.exists(path):
         with open(path, "rb") as f:
-            return orjson.loads(f.read())
-    losses = score_trial(where, steps, val_names)
+            saved = orjson.loads(f.read())
+        losses = {n: saved[f"val/{n}/loss"] for n in val_names}
+    else:
+        losses = score_trial(where, steps, val_names)
     row = {"trial": k, "weights": weights,
            "val_loss": sum(losses.values()) / len(losses),
            **{f"val/{n}/loss": v for n, v in losses.items()}}
-    write_json_atomically(path, row)
+    if not os.path.exists(path):
+        write_json_atomically(path, row)
     return row
 
 
