@@ -73,9 +73,8 @@ def test_unknown_command_is_usage_error():
 def test_shared_stream_options_are_declared_once_and_left_out_where_they_cannot_apply():
     import typer as typer_mod
 
-    from llmtk.commands.options import STREAM_OPTIONS
-
     from llmtk.commands.groups import DEFAULT
+    from llmtk.commands.options import STREAM_OPTIONS
 
     group = typer_mod.main.get_command(app)
     # a command with subcommands (mix: mix search) is its hidden default command

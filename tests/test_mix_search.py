@@ -125,6 +125,8 @@ def test_proposal_gives_the_target_source_the_largest_weight(searched, corpus):
     assert max(best["weights"], key=best["weights"].get) == "names"
     assert (out / "search.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"Spearman" in result.stderr and b"proposal" in result.stderr
+    # the search's price: the proxy as `llmtk train` builds it (2 x 32, byte vocabulary)
+    assert b"proxy: 45,216 parameters, 10,240 tokens; 6 trials" in result.stderr
 
 
 @pytest.mark.integration

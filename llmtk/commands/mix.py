@@ -224,14 +224,17 @@ def search_command(
     for option, given in (("NAME=DIR", names), ("--val", [n for n, _ in vals])):
         if len(set(given)) != len(given):
             raise UsageError(f"{option}: a name is given twice ({', '.join(given)})")
-    proxy = _proxy(config)
     found = [S.Source(n, p, _dataset_tokens(n, p)) for n, p in named]
+    proxy, params = _proxy(config, _vocab_size(named[0][1]))
     for n, p in vals:
         _dataset_tokens(f"--val {n}", p)
     lo, hi = S.bounds(found, S.parse_bounds("--min-weight", min_weight or [], names, 0.01),
                       S.parse_bounds("--max-weight", max_weight or [], names, 1.0),
                       proxy, max_epochs)
     jobs = jobs or max(1, (os.cpu_count() or 1) // proxy.threads)
+    # what the search costs, by the formula `llmtk estimate` uses (6 x matmul params x tokens)
+    log(f"proxy: {params.total:,.0f} parameters, {proxy.budget:,} tokens; {trials} trials: "
+        f"{6 * params.matmul * proxy.budget * trials:.2g} FLOPs")
     outcome = S.search(found, vals, proxy, out, lo, hi, trials, seed, jobs, objective, log,
                        executor, verify, address)
     written = S.write_outputs(out, found, vals, outcome, objective, plot=not no_plot)
@@ -240,10 +243,12 @@ def search_command(
         log("wrote " + ", ".join(written))
 
 
-def _proxy(path: str):
-    """The proxy's steps, token budget and threads, from its `llmtk train --config` file."""
+def _proxy(path: str, vocab_size: int):
+    """The proxy's steps, token budget and threads, from its `llmtk train --config` file,
+    and its parameter counts (llmtk.compute's)."""
     import os
 
+    from llmtk.compute.models import count_params, spec_from_config
     from llmtk.errors import UsageError
     from llmtk.mix.search import Proxy
     from llmtk.train.config import (
@@ -260,10 +265,17 @@ def _proxy(path: str):
     values = load_toml(path)
     cfg = TrainConfig(**{k: v for k, v in values.items() if k in TRAIN_FIELDS})
     launch = LaunchConfig(**{k: v for k, v in values.items() if k in LAUNCH_FIELDS})
-    seq_len = model_config(cfg, vocab_size=256).seq_len
+    shape = model_config(cfg, vocab_size=vocab_size)
     world = (launch.nproc_per_node or 1) * launch.nnodes
-    budget = cfg.steps * cfg.batch_size * cfg.grad_accum * world * seq_len
-    return Proxy(path, values, cfg.steps, budget, cfg.threads or 1)
+    budget = cfg.steps * cfg.batch_size * cfg.grad_accum * world * shape.seq_len
+    return (Proxy(path, values, cfg.steps, budget, cfg.threads or 1),
+            count_params(spec_from_config(shape)))
+
+
+def _vocab_size(path: str) -> int:
+    from llmtk.train.tokens import read_meta
+
+    return read_meta(path)["vocab_size"]
 
 
 def _dataset_tokens(name: str, path: str) -> int:
