@@ -1,7 +1,7 @@
 """`llmtk mix search` on three real sources, judged on validation sets it never saw.
 
     PYTHONPATH=. python benchmarks/mix_search.py WORK [--trials 12] [--jobs 2] \
-        [--steps 30] [--big-steps 60]
+        [--steps 30] [--big-steps 60] [--width 32]
 
 Sources (the Python standard library's own text): `prose` (docstrings), `code` (module
 source), `names` (Unicode character names). The search minimises the mean loss on two
@@ -10,8 +10,9 @@ Then, on the REPORT half (yet other modules and code points, never used by the s
 the proposal is compared with the natural token shares and equal weights:
 
 - at proxy scale (the proxy's config, same seed and steps);
-- transfer: a model about 8x the proxy's non-embedding parameters (4 layers x 64 against
-  2 x 32), trained --big-steps, on the proposal and on the natural mixture.
+- transfer: a model 8x the proxy's non-embedding parameters (4 layers of twice the
+  width, against 2 layers of --width), trained --big-steps, on the proposal and on the
+  natural mixture.
 
 Every training is a real `llmtk train` process. Prints one table; nothing is asserted.
 """
@@ -27,9 +28,9 @@ import tomllib
 import unicodedata
 
 PROXY = """\
-layers = 2
-d_model = 32
-heads = 2
+layers = {layers}
+d_model = {d_model}
+heads = {heads}
 seq_len = 64
 batch_size = 8
 steps = {steps}
@@ -40,7 +41,6 @@ eval_batches = 8
 seed = 0
 threads = 1
 """
-BIG = ["--layers", "4", "--d-model", "64", "--heads", "4", "--warmup", "6"]
 
 
 def docstrings(modules):
@@ -101,11 +101,14 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--steps", type=int, default=30, help="the proxy's steps")
     ap.add_argument("--big-steps", type=int, default=60, help="the 8x model's steps")
+    ap.add_argument("--width", type=int, default=32, help="the proxy's d_model (2 layers); "
+                    "the transfer model has 4 layers of twice the width")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     with open(os.path.join(a.work, "proxy.toml"), "w") as f:
-        f.write(PROXY.format(steps=a.steps))
-    big = [*BIG, "--steps", str(a.big_steps)]
+        f.write(PROXY.format(steps=a.steps, layers=2, d_model=a.width, heads=a.width // 16))
+    big = ["--layers", "4", "--d-model", str(2 * a.width), "--heads", str(a.width // 8),
+           "--warmup", "6", "--steps", str(a.big_steps)]
     src = {"prose": dataset(a.work, "prose", docstrings(["json", "csv", "argparse", "logging",
                                                          "collections", "functools"])),
            "code": dataset(a.work, "code", code(["json.decoder", "csv", "argparse", "textwrap",
