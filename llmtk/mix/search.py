@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -65,7 +66,7 @@ def parse_named(option: str, spec: str, bare: bool = False) -> tuple[str, str]:
             raise UsageError(f"{option}: expected NAME=DIR, got {spec!r}")
         path = spec
         name = os.path.basename(os.path.normpath(spec))
-    if not name or not path or not name.replace("-", "_").replace(".", "_").isidentifier():
+    if not path or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise UsageError(f"{option}: expected NAME=DIR with a name of letters, digits, '_', "
                          f"'-' or '.', got {spec!r}")
     return name, path
