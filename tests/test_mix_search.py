@@ -249,6 +249,9 @@ def test_bad_usage_is_one_line(corpus, tmp_path):
     assert low.returncode == 2 and b"--min-weight: the lower bounds add up to 1.5" in low.stderr
     not_tokens = llmtk("mix", "search", *many[:2], f"x={root}", *args, in_process=True)
     assert not_tokens.returncode == 2 and b"not a token dataset" in not_tokens.stderr
+    inside = llmtk("mix", "search", *many, *args[:-1], f"{sources['code']}/search",
+                   in_process=True)
+    assert inside.returncode == 2 and b"--out: " in inside.stderr and b"inside it" in inside.stderr
     assert not (tmp_path / "s").exists()
 
 

@@ -134,14 +134,16 @@ Samples K mixtures of token datasets (written by `llmtk train tokenize`):
 the natural token shares, equal weights, then Dirichlet draws around the
 natural shares spread over the simplex, within --min-weight/--max-weight and
 so that no source is read more than --max-epochs times by one proxy. Each is
-trained as `llmtk train --config PROXY.toml --data NAME=DIR:W ... --val-data
-...` in SEARCH/trials/K/, --jobs at once. The objective (the mean validation
+trained by `llmtk train` (the proxy's config with the trial's --data
+NAME=DIR:W and --val-data) in SEARCH/trials/K/: --jobs at once here, or as a
+Slurm job array or Ray tasks (--executor). The objective (the mean validation
 loss, or --objective weights) is fitted as a function of the weights (a
 log-linear mixing law and a quadratic ridge regression, the one with the lower
 leave-one-out error kept) and the weights with the lowest predicted objective
 are written as SEARCH/proposal.toml, with SEARCH/trials.jsonl and
-SEARCH/search.png. A rerun skips finished trials and redoes killed ones; a
-failed trial is reported and left out.
+SEARCH/search.png; --verify N then trains the proposal and N - 1 mixtures
+near it. A rerun skips finished trials and redoes killed ones; a failed trial
+is reported and left out.
 
 [bold]Examples[/bold]
 
@@ -224,6 +226,7 @@ def search_command(
     for option, given in (("NAME=DIR", names), ("--val", [n for n, _ in vals])):
         if len(set(given)) != len(given):
             raise UsageError(f"{option}: a name is given twice ({', '.join(given)})")
+    _check_out(out, [p for _, p in named + vals])
     found = [S.Source(n, p, _dataset_tokens(n, p)) for n, p in named]
     proxy, params = _proxy(config, _vocab_size(named[0][1]))
     for n, p in vals:
@@ -270,6 +273,19 @@ def _proxy(path: str, vocab_size: int):
     budget = cfg.steps * cfg.batch_size * cfg.grad_accum * world * shape.seq_len
     return (Proxy(path, values, cfg.steps, budget, cfg.threads or 1),
             count_params(spec_from_config(shape)))
+
+
+def _check_out(out: str, inputs: list[str]) -> None:
+    """The search folder is neither a dataset nor inside one (checked before any run)."""
+    import os
+
+    from llmtk.errors import UsageError
+
+    where = os.path.realpath(out)
+    for path in inputs:
+        data = os.path.realpath(path)
+        if where == data or where.startswith(data.rstrip(os.sep) + os.sep):
+            raise UsageError(f"--out: {out} is the dataset {path} or inside it")
 
 
 def _vocab_size(path: str) -> int:
