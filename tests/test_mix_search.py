@@ -18,7 +18,7 @@ import pytest
 from llmtk.mix.fit import LogLinear, choose, minimise, spearman
 from llmtk.mix.simplex import project, sample
 from tests.test_cluster import _fake_sbatch
-from tests.util import llmtk
+from tests.util import env, llmtk, popen_module
 
 PROXY = """\
 layers = 2
@@ -147,6 +147,36 @@ def test_rerun_redoes_only_the_trial_whose_results_are_gone(searched, tmp_path, 
     assert [r["weights"] for r in after] == [r["weights"] for r in before]
     # the rows read back from trial.json keep the first run's bytes
     assert (out / "trials.jsonl").read_bytes() == (searched[0] / "trials.jsonl").read_bytes()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_search_stopped_half_way_finishes_only_the_rest_with_the_same_results(
+        searched, tmp_path, corpus):
+    import signal
+    import time
+
+    root, sources, target, proxy = corpus
+    out = tmp_path / "search"
+    search = popen_module("llmtk", [
+        "mix", "search", *(f"{n}={p}" for n, p in sources.items()), "--val", target,
+        "--trials", str(TRIALS), "--config", proxy, "--out", str(out), "--jobs", "1"], env())
+    while not (out / "trials" / "00002" / "metrics.jsonl").exists():  # trial 2 under way
+        assert search.poll() is None, "the search ended before it was stopped"
+        time.sleep(0.05)
+    search.send_signal(signal.SIGTERM)  # it stops its running trial (which checkpoints)
+    assert search.wait() == 128 + signal.SIGTERM
+    assert not (out / "trials.jsonl").exists()
+    result = _search(corpus, out)
+    assert result.returncode == 0, result.stderr.decode()
+    left = int(result.stderr.split(b" of 6 trial(s) to run")[0].split()[-1])
+    assert 1 <= left <= TRIALS - 2  # trials 0 and 1 were done
+    # the trial stopped half-way resumes from its checkpoint, bit for bit
+    assert (out / "trials.jsonl").read_bytes() == (searched[0] / "trials.jsonl").read_bytes()
+    for log in (out / "trials").glob("*/metrics.jsonl"):  # usually trial 2: stopped, resumed
+        events = [json.loads(x).get("event") for x in log.read_text().splitlines()]
+        if "preempt" in events:
+            assert "resume" in events[events.index("preempt"):], log
 
 
 @pytest.mark.integration

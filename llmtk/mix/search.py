@@ -199,11 +199,15 @@ def train_argv(python: str, config: str) -> list[str]:
     return [python, "-m", "llmtk", "train", "--config", config]
 
 
-def train_one(argv: list[str], log_path: str) -> int:
-    """One trial's process, its output appended to its train.log; its exit status."""
+def train_one(argv: list[str], log_path: str, started: Callable | None = None) -> int:
+    """One trial's process, its output appended to its train.log; its exit status.
+    `started(process)` is told of the process (to stop it if the search is stopped)."""
     with open(log_path, "ab") as f:
-        return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=f,
-                              stderr=subprocess.STDOUT).returncode
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f,
+                                   stderr=subprocess.STDOUT)
+        if started is not None:
+            started(process)
+        return process.wait()
 
 
 def _argv_and_log(root: str, k: int, python: str) -> tuple[list[str], str]:
@@ -214,14 +218,31 @@ def _argv_and_log(root: str, k: int, python: str) -> tuple[list[str], str]:
 
 def run_local(todo: list[int], root: str, python: str, jobs: int,
               log: Callable[[str], None]) -> dict[int, int]:
-    """Each trial as a local process, `jobs` at once; {trial: exit status}."""
+    """Each trial as a local process, `jobs` at once; {trial: exit status}.
+
+    Stopped itself (SIGTERM, Ctrl-C), the search sends its running trials SIGTERM, which
+    makes `llmtk train` checkpoint and exit, and starts no more: a rerun resumes them."""
+    import threading
+
+    running: list = []
+    stopping = threading.Event()
+
     def one(k: int) -> int:
-        code = train_one(*_argv_and_log(root, k, python))
+        if stopping.is_set():
+            return -1
+        code = train_one(*_argv_and_log(root, k, python), started=running.append)
         log(f"{trial_dir(root, k)} {'done' if code == 0 else f'failed (exit {code})'}")
         return code
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return dict(zip(todo, pool.map(one, todo), strict=True))
+        try:
+            return dict(zip(todo, pool.map(one, todo), strict=True))
+        except BaseException:
+            stopping.set()
+            for process in running:
+                if process.poll() is None:
+                    process.terminate()
+            raise
 
 
 def run_ray(todo: list[int], root: str, jobs: int, cpus: int, address: str | None,
