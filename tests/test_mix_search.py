@@ -4,17 +4,15 @@ docstrings, its source code, and Unicode character names); the target validation
 more Unicode names, from code points none of the sources holds, so the right answer is
 known: the names source gets the largest weight."""
 
-import importlib
-import inspect
 import json
 import os
 import shutil
 import tomllib
-import unicodedata
 
 import numpy as np
 import pytest
 
+from benchmarks.mix_search import code, docstrings, names
 from llmtk.mix.fit import LogLinear, choose, minimise, spearman
 from llmtk.mix.simplex import project, sample
 from tests.test_cluster import _fake_sbatch
@@ -37,29 +35,6 @@ threads = 1
 TRIALS = 6
 
 
-def _docstrings(modules):
-    for m in modules:
-        mod = importlib.import_module(m)
-        for _, obj in inspect.getmembers(mod):
-            doc = inspect.getdoc(obj)
-            if doc and len(doc) > 40 and getattr(obj, "__module__", m) == m:
-                yield doc
-
-
-def _code(modules):
-    for m in modules:
-        for block in inspect.getsource(importlib.import_module(m)).split("\n\n\n"):
-            if len(block) > 80:
-                yield block
-
-
-def _names(lo, hi):
-    lines = [f"U+{c:04X} {unicodedata.name(chr(c))}" for c in range(lo, hi)
-             if unicodedata.name(chr(c), "")]
-    for i in range(0, len(lines), 20):
-        yield "\n".join(lines[i:i + 20])
-
-
 def _dataset(root, name, texts):
     path = root / f"{name}.jsonl"
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
@@ -72,11 +47,11 @@ def _dataset(root, name, texts):
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("mixsearch")
     sources = {
-        "prose": _dataset(root, "prose", _docstrings(["json", "csv", "argparse", "logging"])),
-        "code": _dataset(root, "code", _code(["json.decoder", "csv", "argparse", "textwrap"])),
-        "names": _dataset(root, "names", _names(0x100, 0x2000)),
+        "prose": _dataset(root, "prose", docstrings(["json", "csv", "argparse", "logging"])),
+        "code": _dataset(root, "code", code(["json.decoder", "csv", "argparse", "textwrap"])),
+        "names": _dataset(root, "names", names(0x100, 0x2000)),
     }
-    target = _dataset(root, "target", _names(0x2100, 0x3100))  # held-out code points
+    target = _dataset(root, "target", names(0x2100, 0x3100))  # held-out code points
     proxy = root / "proxy.toml"
     proxy.write_text(PROXY)
     return root, sources, target, str(proxy)

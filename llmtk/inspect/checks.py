@@ -33,7 +33,7 @@ REASONS = ("html", "mojibake", "replacement_char", "control_chars", "long_line",
 
 def html_left(text: str) -> bool:
     """A whole page (as llmtk.text.html decides it for clean and train) or 3+ page tags."""
-    return "<" in text and (looks_like_html_page(text) or _has_tags(text))
+    return "<" in text and (looks_like_html_page(text) or _at_least(_TAG, text, HTML_TAGS))
 
 
 def broken(text: str, html: bool | None = None) -> list[str]:
@@ -55,15 +55,6 @@ def broken(text: str, html: bool | None = None) -> list[str]:
     if len(text) < NEAR_EMPTY * 8 and len("".join(text.split())) < NEAR_EMPTY:
         out.append("near_empty")
     return out
-
-
-def _has_tags(text: str) -> bool:
-    n = 0
-    for _ in _TAG.finditer(text):
-        n += 1
-        if n >= HTML_TAGS:
-            return True
-    return False
 
 
 def _longest_line(text: str) -> int:
@@ -90,14 +81,15 @@ _NON_LATIN = re.compile(r"[^\x00-\u024f]")
 def scripts(text: str) -> list[str]:
     """The scripts with at least MIN_SCRIPT letters in `text` (ASCII text: latin or none)."""
     if text.isascii() or _NON_LATIN.search(text) is None:
-        return ["latin"] if _at_least(_SCRIPTS["latin"], text) else []
-    return [name for name, pattern in _SCRIPTS.items() if _at_least(pattern, text)]
+        return ["latin"] if _at_least(_SCRIPTS["latin"], text, MIN_SCRIPT) else []
+    return [name for name, pattern in _SCRIPTS.items() if _at_least(pattern, text, MIN_SCRIPT)]
 
 
-def _at_least(pattern: re.Pattern, text: str) -> bool:
+def _at_least(pattern: re.Pattern, text: str, k: int) -> bool:
+    """Does `pattern` occur at least k times in text (stopping at the k-th)?"""
     n = 0
     for _ in pattern.finditer(text):
         n += 1
-        if n >= MIN_SCRIPT:
+        if n >= k:
             return True
     return False
