@@ -289,3 +289,15 @@ def test_eval_every_without_validation_data_warns_at_start(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "warning: --eval-every 1 evaluates nothing: there is no validation data" \
         in r.stderr.decode()
+
+
+def test_a_file_where_the_checkpoints_go_is_one_line(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "checkpoints").write_text("")
+    r = llmtk("train", "--data", write_data(tmp_path), "--out", out, "--steps", "1", "-q",
+              "--batch-size", "1", "--seq-len", "32", "--threads", "1", in_process=True)
+    assert r.returncode == 1
+    assert r.stderr.decode() == (f"llmtk: error: {out}/checkpoints: is not a directory; the "
+                                 f"run keeps its checkpoints there: move it away or choose "
+                                 f"another --out\n")

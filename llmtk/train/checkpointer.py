@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from llmtk.errors import ConfigError
+from llmtk.errors import ConfigError, DataError
 from llmtk.io.atomic import set_aside
 from llmtk.train import checkpoint as C
 from llmtk.train.runtime import CollectiveError, Dist, Faults
@@ -50,6 +50,9 @@ class Checkpointer:
         """Rank 0: the checkpoint to resume from for --resume (auto, never or a path),
         or None for a fresh start."""
         root = self.root
+        if os.path.lexists(root) and not os.path.isdir(root):
+            raise DataError(f"{root}: is not a directory; the run keeps its checkpoints "
+                            f"there: move it away or choose another --out")
         if resume == "never" and os.path.isdir(root) and os.listdir(root):
             # A fresh start must not later auto-resume an earlier run's checkpoints.
             aside = set_aside(root, "old")
