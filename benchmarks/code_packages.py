@@ -52,7 +52,6 @@ import string
 import subprocess
 import sys
 import tarfile
-import time
 import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -264,7 +263,7 @@ def files_of(data: Path) -> list[dict]:
 
 # -- planted secrets and look-alikes, in each placement --------------------------------------
 
-from code_quality import SECRET_KINDS, _r, secret  # noqa: E402  (the same value shapes)
+from code_quality import SECRET_KINDS, _r, run_llmtk, secret  # noqa: E402  (same shapes, same run)
 
 PLACEMENTS = ("string", "concat", "block", "comment", "query", "config")
 COMMENT = {"python": "#", "c": "//", "cpp": "//", "javascript": "//", "typescript": "//",
@@ -469,19 +468,6 @@ def build(data: Path, seed: int, per_lang: int) -> list[dict]:
 
 
 # -- measuring ------------------------------------------------------------------------------
-
-def run_llmtk(records: list[dict]) -> tuple[list[tuple[str | None, str]], float]:
-    from llmtk.clean import CleanConfig, Cleaner
-    from llmtk.io import Doc
-
-    cleaner = Cleaner(CleanConfig().with_values({"code.profile": "code"}))
-    cleaner.load()
-    docs = [Doc({"path": r["path"], "text": r["text"]}, None, "bench", i + 1, i)
-            for i, r in enumerate(records)]
-    start = time.process_time()
-    out = [(cleaner(d), d.text) for d in docs]
-    return out, time.process_time() - start
-
 
 def _scrubbed(r: dict, reason: str | None, text: str) -> str:
     """The text a secret is judged in: a dropped file by what the scrubbers make of it."""
