@@ -194,9 +194,7 @@ def search_command(
     executor: Annotated[str, typer.Option(
         "--executor", help="local (processes here, --jobs at once), slurm (one job array, "
                            "sbatch --wait) or ray (Ray tasks).")] = "local",
-    address: Annotated[str | None, typer.Option(
-        "--address", help="Ray cluster address (e.g. auto); default: $RAY_ADDRESS, else a "
-                          "local Ray instance of --jobs trials.")] = None,
+    address: o.RayAddress = None,
     verify: Annotated[int, typer.Option(
         "--verify", min=0, help="Then train the proposal and N - 1 mixtures near it, and "
                                 "report each measured objective beside its prediction.")]

@@ -122,6 +122,10 @@ MaxRecordBytes = Annotated[
     ),
 ]
 Seed = Annotated[int, typer.Option("--seed", help="Random seed.")]
+# The Ray executor's cluster (`llmtk run`, `llmtk mix search`)
+RayAddress = Annotated[str | None, typer.Option(
+    "--address", help="Ray cluster address (e.g. auto, or ray://head:10001); default: "
+                      "$RAY_ADDRESS, else a local Ray instance.")]
 QUIET_FLAGS = ("-q", "--quiet")
 QUIET_HELP = ("No summary or progress on stderr; errors, and warnings about the input "
               "(files skipped, no records), still show.")

@@ -44,9 +44,7 @@ def command(
     executor: Annotated[str, typer.Option(
         "--executor", help="ray (a Ray cluster, or a local Ray instance) or local "
                            "(subprocesses here).")] = "local",
-    address: Annotated[str | None, typer.Option(
-        "--address", help="Ray cluster address (e.g. auto, or ray://head:10001); default: "
-                          "$RAY_ADDRESS, else a local Ray instance.")] = None,
+    address: o.RayAddress = None,
     retries: Annotated[int, typer.Option("--retries", min=0,
                                          help="Retries of a failed task.")] = 3,
     parallel: Annotated[int | None, typer.Option(
