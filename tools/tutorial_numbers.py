@@ -9,10 +9,13 @@ or rewrites the page (`--write`) after a change that moves them:
     python tools/tutorial_numbers.py demo-out            # check: exit 1 on a difference
     python tools/tutorial_numbers.py demo-out --write    # put the run's numbers in
 
-Counts are exact (the data tools are deterministic). Losses are compared to within 0.05
-nats: they come from 300 fp32 training steps, whose last bits differ between CPUs and grow
-over the run (the tutorial prints two decimals). The training numbers are checked only
-when the run had the tutorial's 300 steps (`DEMO_STEPS` changes them).
+Counts are exact (the data tools are deterministic). Losses come from 300 fp32 training
+steps, whose last bits differ between CPUs (AMD/Intel, other kernels) and grow over the run
+by an amount not measured across CPUs here: a loss more than 0.05 nats from the page is
+reported, and fails the check only beyond 0.2 (what a change of code or data does: the PII
+pass's 32 changed spans in the sample moved the validation loss by 0.25). The training
+numbers are checked only when the run had the tutorial's 300 steps (`DEMO_STEPS` changes
+them).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 MARKED = re.compile(r"<!--n ([\w.]+)-->(.*?)<!--/n-->", re.S)
 TUTORIAL_STEPS = 300
-LOSS_TOLERANCE = 0.05
+LOSS_NOTE, LOSS_FAIL = 0.05, 0.2  # nats: say so; fail
 
 
 def _read(out: Path, name: str):
@@ -87,7 +90,9 @@ def values(out: Path) -> dict[str, tuple[str, Callable[[str], float] | None]]:
     return v
 
 
-def differences(page: str, v: dict) -> list[str]:
+def differences(page: str, v: dict, notes: list[str] | None = None) -> list[str]:
+    """What fails the check; losses that moved less than LOSS_FAIL but more than
+    LOSS_NOTE go to `notes`."""
     found = MARKED.findall(page)
     problems = [f"{key}: no such value" for key, _ in found
                 if key.split(".")[0] != "train" and key not in v]
@@ -97,9 +102,11 @@ def differences(page: str, v: dict) -> list[str]:
         want, parse = v[key]
         if parse is None and text != want:
             problems.append(f"{key}: the tutorial says {text!r}, the run {want!r}")
-        elif parse is not None and abs(parse(text) - parse(want)) > LOSS_TOLERANCE:
-            problems.append(f"{key}: the tutorial says {text}, the run {want} "
-                            f"(more than {LOSS_TOLERANCE} apart)")
+        elif parse is not None and abs(parse(text) - parse(want)) > LOSS_NOTE:
+            apart = LOSS_FAIL if abs(parse(text) - parse(want)) > LOSS_FAIL else LOSS_NOTE
+            line = f"{key}: the tutorial says {text}, the run {want} (more than {apart} apart)"
+            (problems if apart == LOSS_FAIL else notes if notes is not None else []).append(
+                line)
     return problems
 
 
@@ -114,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
             lambda m: f"<!--n {m.group(1)}-->{v[m.group(1)][0] if m.group(1) in v else m.group(2)}"
                       f"<!--/n-->", page))
         return 0
-    problems = differences(page, v)
+    notes: list[str] = []
+    problems = differences(page, v, notes)
+    for p in notes:
+        print(f"docs/tutorial.md: note: {p}", file=sys.stderr)
     for p in problems:
         print(f"docs/tutorial.md: {p}", file=sys.stderr)
     if problems:
