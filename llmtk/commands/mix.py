@@ -209,8 +209,6 @@ def search_command(
     from llmtk.io.console import stderr_console
     from llmtk.mix import search as S
 
-    if executor not in S.EXECUTORS:
-        raise UsageError(f"--executor: expected {', '.join(S.EXECUTORS)}, got {executor!r}")
 
     def log(message: str) -> None:
         if not quiet:
@@ -233,9 +231,11 @@ def search_command(
                       S.parse_bounds("--max-weight", max_weight or [], names, 1.0),
                       proxy, max_epochs)
     jobs = jobs or max(1, (os.cpu_count() or 1) // proxy.threads)
-    # what the search costs, by the formula `llmtk estimate` uses (6 x matmul params x tokens)
+    from llmtk.compute.flops import flops_6nd
+
+    # what the search costs, by `llmtk estimate`'s formula
     log(f"proxy: {params.total:,.0f} parameters, {proxy.budget:,} tokens; {trials} trials: "
-        f"{6 * params.matmul * proxy.budget * trials:.2g} FLOPs")
+        f"{flops_6nd(params.matmul, proxy.budget) * trials:.2g} FLOPs")
     outcome = S.search(found, vals, proxy, out, lo, hi, trials, seed, jobs, objective, log,
                        executor, verify, address)
     written = S.write_outputs(out, found, vals, outcome, objective, plot=not no_plot)

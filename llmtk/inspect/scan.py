@@ -19,7 +19,10 @@ from llmtk.errors import DataError
 from llmtk.inspect import checks
 from llmtk.inspect.dups import NearSample
 from llmtk.inspect.sketch import Capped, Distinct, Examples, Histogram
+from llmtk.io.record import Doc as Record
 from llmtk.io.shard import RECORD_BITS, RECORD_MASK
+from llmtk.text.pii import scrub
+from llmtk.text.secrets import scrub_secrets
 
 if TYPE_CHECKING:
     from llmtk.io import Doc, StreamRun
@@ -110,9 +113,6 @@ class Profile:
                   langid) -> None:
         """The per-document answers: language, broken, scripts, PII, secrets, source.
         html: the stored text is HTML that no content_type declared (left in the text)."""
-        from llmtk.text.pii import scrub
-        from llmtk.text.secrets import scrub_secrets
-
         doc_id = doc.id
         lang = None
         if langid is not None:
@@ -138,9 +138,7 @@ class Profile:
 
     def _quality(self, doc: Doc, cleaner) -> None:
         """clean's verdict on a copy of the document (a dry run counts would_drop.REASON)."""
-        from llmtk.io.record import Doc
-
-        copy = Doc(dict(doc.data), None, doc.source, doc.line, doc.index, doc.field)
+        copy = Record(dict(doc.data), None, doc.source, doc.line, doc.index, doc.field)
         cleaner(copy)
         for key in (copy.counts or {}):
             if key.startswith("would_drop."):
