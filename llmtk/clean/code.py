@@ -270,7 +270,12 @@ class CodeRules:
             first = "\n".join(head.split("\n", t.generated_lines)[: t.generated_lines])
             if any(m in first for m in t.first_line_markers):
                 return "code.generated"
-        if r.max_array_share and _array_share(text, vals) > r.max_array_share:
+        # the UTF-8 bytes and their digit share, once, for the rules that read them
+        data, digits = b"", 0.0
+        if r.max_array_share or r.max_numeric_tokens or r.min_alphanum or r.min_alpha:
+            data = text.encode("utf-8", "surrogatepass")
+            digits = _share(data, _DIGITS)
+        if r.max_array_share and _array_share(text, digits, vals) > r.max_array_share:
             return "code.data_array"
 
         lines = text.split("\n")
@@ -289,8 +294,7 @@ class CodeRules:
             if reason:
                 return reason
         if r.max_numeric_tokens or r.min_alphanum or r.min_alpha:
-            data = text.encode("utf-8", "surrogatepass")
-            if r.max_numeric_tokens and _share(data, _DIGITS) > 0.1:
+            if r.max_numeric_tokens and digits > 0.1:
                 numbers = len(_NUMBER.findall(text))
                 words = len(_WORD.findall(text))
                 share = numbers / (numbers + words) if numbers + words else 0.0
@@ -335,10 +339,11 @@ def _xml_root(text: str) -> str | None:
     return m.group(1).rsplit(":", 1)[-1] if m else None
 
 
-def _array_share(text: str, vals: dict | None) -> float:
-    """Share of the characters on data lines (`_DATA_LINE`). A text under 4% digits has
-    too few numbers for a table to be most of it, and is not scanned."""
-    if _share(text.encode("utf-8", "surrogatepass"), _DIGITS) <= 0.04:
+def _array_share(text: str, digits: float, vals: dict | None) -> float:
+    """Share of the characters on data lines (`_DATA_LINE`). A text under 4% digits
+    (`digits`, the digit share of its UTF-8 bytes) has too few numbers for a table to be
+    most of it, and is not scanned."""
+    if digits <= 0.04:
         return 0.0
     share = sum(m.end() - m.start() for m in _DATA_LINE.finditer(text)) / len(text)
     return _noted(vals, "array_share", share)

@@ -12,6 +12,7 @@ is what makes generic scanners flag every quoted SHA digest and UUID.
 
 from __future__ import annotations
 
+import bisect
 import re
 import tomllib
 from dataclasses import dataclass
@@ -152,8 +153,6 @@ def _scrub_joined(text: str, only: frozenset[str] | None, counts: dict[str, int]
     """Secrets split across string literals (`"AKIA12" + "34"`) in a window of text around
     joints: the rules run on the window with the joints taken out, and a secret that spans a
     joint is replaced in the original, joints and all."""
-    import bisect
-
     seg_joined, seg_orig, pieces = [0], [0], []
     pos = 0
     for m in _JOINT.finditer(text):
