@@ -50,7 +50,7 @@ _HREF = re.compile(r'href="([^"]*)"')
 
 
 class Block:
-    __slots__ = ("parts", "kind", "chars", "links", "gap")
+    __slots__ = ("parts", "kind", "chars", "links", "gap", "raw", "sentence")
 
     def __init__(self, gap: bool) -> None:
         self.parts: list[str] = []
@@ -58,9 +58,15 @@ class Block:
         self.chars = 0
         self.links = 0
         self.gap = gap          # a blank line before it
+        self.raw = ""           # the parts joined, once the block is complete (seal)
+        self.sentence = False   # whether raw holds a sentence
+
+    def seal(self) -> None:
+        self.raw = "".join(self.parts)
+        self.sentence = _SENTENCE.search(self.raw) is not None
 
     def text(self) -> str:
-        return htmllib.unescape("".join(self.parts)).strip("\n")
+        return htmllib.unescape(self.raw).strip("\n")
 
 
 def blocks(rendered: str) -> list[Block]:
@@ -114,6 +120,8 @@ def blocks(rendered: str) -> list[Block]:
         block.chars += len(seg.strip().encode())
     if block.parts:
         out.append(block)
+    for b in out:
+        b.seal()
     return out
 
 
@@ -130,8 +138,7 @@ def _drop_mark(block: Block, start: int, href: str) -> None:
 def weight(b: Block) -> float:
     if b.chars == 0:
         return 0.0
-    text = "".join(b.parts)
-    if "\t\t" in text:  # a table row (cells are tab-separated): its links say little
+    if "\t\t" in b.raw:  # a table row (cells are tab-separated): its links say little
         return 0.0
     density = b.links / b.chars
     if density > BAD_LINKS:
@@ -140,7 +147,7 @@ def weight(b: Block) -> float:
         return float(b.chars)
     if b.kind == "h":  # a title, however long, is not the text it heads
         return -SHORT_WEIGHT * b.chars
-    if density <= GOOD_LINKS and _SENTENCE.search(text):
+    if density <= GOOD_LINKS and b.sentence:
         if b.chars >= GOOD_CHARS:
             return float(b.chars)
         return SHORT_PROSE * b.chars
@@ -163,7 +170,7 @@ def main_text(rendered: str, hinted: str | None = None) -> str:
         kept = {_key(line) for line in hinted.splitlines()}
         for i, b in enumerate(bs):
             if ws[i] > 0:
-                start = htmllib.unescape("".join(b.parts)[:8 * KEY_CHARS]).lstrip()
+                start = htmllib.unescape(b.raw[:8 * KEY_CHARS]).lstrip()
                 if _key(start.partition("\n")[0]) not in kept:
                     ws[i] = 0.0
     prose = any(w > 0 and b.kind != "pre" for b, w in zip(bs, ws, strict=True))
@@ -185,9 +192,8 @@ def main_text(rendered: str, hinted: str | None = None) -> str:
 def _furniture(b: Block) -> bool:
     """Link-dense and no sentence in it (a menu or a list of headlines, not a reference
     like "see Section 12.1, “Other documentation”"), and not a table row."""
-    text = "".join(b.parts)
-    return (b.chars > 0 and b.links / b.chars > BAD_LINKS and "\t\t" not in text
-            and not _SENTENCE.search(text))
+    return (b.chars > 0 and b.links / b.chars > BAD_LINKS and "\t\t" not in b.raw
+            and not b.sentence)
 
 
 def _key(line: str) -> str:
