@@ -26,18 +26,22 @@ GZIP_MAGIC = b"\x1f\x8b"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 BZIP2_MAGIC = b"BZh"  # then the block size, '1'..'9'
 # Formats that are recognised only to be named in the error: no JSON line starts so.
+# (magic bytes, the file extension, the name, the command that decompresses it)
 UNSUPPORTED = (
-    (b"\x04\x22\x4d\x18", "lz4", "lz4 -dc"),
-    (b"PK\x03\x04", "zip", "unzip -p"),
-    (b"PK\x05\x06", "zip", "unzip -p"),  # an empty zip archive
-    (b"7z\xbc\xaf\x27\x1c", "7z", "7z x -so"),
-    (b"Rar!\x1a\x07", "rar", "unrar p -inul"),
-    (b"LZIP", "lzip", "lzip -dc"),
-    (b"\x1f\x9d", "compress (.Z)", "uncompress -c"),
-    (b"\x5d\x00\x00", "lzma (legacy .lzma)", "xz -dc"),
+    (b"\x04\x22\x4d\x18", ".lz4", "lz4", "lz4 -dc"),
+    (b"PK\x03\x04", ".zip", "zip", "unzip -p"),
+    (b"PK\x05\x06", ".zip", "zip", "unzip -p"),  # an empty zip archive
+    (b"7z\xbc\xaf\x27\x1c", ".7z", "7z", "7z x -so"),
+    (b"Rar!\x1a\x07", ".rar", "rar", "unrar p -inul"),
+    (b"LZIP", ".lz", "lzip", "lzip -dc"),
+    (b"\x1f\x9d", ".Z", "compress (.Z)", "uncompress -c"),
+    (b"\x5d\x00\x00", ".lzma", "lzma (legacy .lzma)", "xz -dc"),
 )
 # Compressions without magic bytes, known by the file's name only (when it is not text).
 UNSUPPORTED_BY_NAME = {".br": ("brotli", "brotli -dc")}
+# Every compression llmtk does not read, by extension: what a folder's walk names.
+UNREAD_BY_EXTENSION = {**{ext: name for _, ext, name, _ in UNSUPPORTED},
+                       **{ext: name for ext, (name, _) in UNSUPPORTED_BY_NAME.items()}}
 PARQUET_MAGIC = b"PAR1"  # files are read by llmtk.io.parquet; only a pipe gets here
 CHUNK = 1 << 20
 
@@ -91,7 +95,7 @@ def detect(head: bytes) -> str:
         return "bzip2"
     if head.startswith(PARQUET_MAGIC):
         return "parquet"
-    for magic, name, tool in UNSUPPORTED:
+    for magic, _, name, tool in UNSUPPORTED:
         if head.startswith(magic):
             raise UnsupportedCompression(name, tool)
     return "plain"

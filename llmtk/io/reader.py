@@ -23,6 +23,7 @@ import orjson
 from llmtk.errors import DataError, UsageError
 from llmtk.io.compression import (
     CHUNK,
+    UNREAD_BY_EXTENSION,
     UNSUPPORTED_BY_NAME,
     CorruptInput,
     TruncatedInput,
@@ -57,9 +58,8 @@ _SKIP_REASONS = (
     ((".arrow",), "Arrow: name its save_to_disk folder, or the file"),
 )
 # Compressions and archives llmtk does not read, by extension.
-_UNREAD = {".lz4": "lz4", ".zip": "zip", ".7z": "7z", ".rar": "rar", ".lz": "lzip",
-           ".lzma": "lzma", ".Z": "compress", ".br": "brotli", ".tar": "tar",
-           ".tgz": "tar", ".tar.gz": "tar", ".snappy": "snappy"}
+_UNREAD = {**UNREAD_BY_EXTENSION, ".tar": "tar", ".tgz": "tar", ".tar.gz": "tar",
+           ".snappy": "snappy"}
 _TEMPORARY = re.compile(r"\.tmp-\d+$")  # llmtk.io.atomic's TARGET.tmp-PID
 SKIPPED_SHOWN = 5  # skipped files named in the warning; the rest are counted
 MAX_RECORD_BYTES = 64 << 20  # default --max-record-bytes
