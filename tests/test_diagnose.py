@@ -469,3 +469,17 @@ def test_a_frozen_validation_loss_is_no_learning(tmp_path):
     assert found(write(tmp_path / "m.jsonl", rows)) == ["no_learning"]
     rows[50]["val_loss"] = 0.1999
     assert found(write(tmp_path / "m.jsonl", rows)) == []
+
+
+def test_resolution_reads_the_digits_a_log_shows():
+    """Full-precision floats have no resolution (whatever their size); 8.0002 is not a
+    whole number; a log of 8 decimals is one."""
+    import random
+
+    from llmtk.curves.common import resolution
+
+    rng = random.Random(0)
+    assert resolution([2.5 + rng.random() for _ in range(200)]) == 0.0
+    assert resolution([1e4 * rng.random() + 1 for _ in range(200)]) == 0.0
+    assert resolution([8.0002, 8.0001, 8.0003]) == pytest.approx(1e-4)
+    assert resolution([4.87e-6, 3.55e-6, 5.04e-6]) == pytest.approx(1e-8)

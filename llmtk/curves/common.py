@@ -98,11 +98,12 @@ def resolution(ys: list[float]) -> float:
     open_ = np.ones(arr.size, dtype=bool)  # no decimal count found yet
     for d in range(MAX_DECIMALS + 1):
         scaled = arr * 10.0 ** d
-        # Within 1e-9 of the scaled value: far above the error of parsing a decimal (float64
-        # holds it to 1e-16 relative), far below the distance of a full-precision float to
-        # the nearest multiple, and below the digits a value shows: 8.0002 is 2e-4 from 8 at
-        # 0 decimals (2.5e-5 relative), so it is not taken as a whole number.
-        hit = open_ & (np.abs(scaled - np.round(scaled)) < 1e-9 * np.maximum(scaled, 1.0))
+        # Within 1e-12 of the scaled value (at most 1e-3): 1e4 times the error of parsing a
+        # decimal (float64 holds it to 1.1e-16 relative), below the digits a value shows
+        # (8.0002 is 2.5e-5 relative from 8, so it is not a whole number), and a full-
+        # precision float lands that close to a multiple of 1e-8 about once in 2,000 values.
+        margin = np.minimum(1e-3, 1e-12 * np.maximum(scaled, 1.0))
+        hit = open_ & (np.abs(scaled - np.round(scaled)) < margin)
         quanta[hit] = 10.0 ** -d
         open_ &= ~hit
     return float(np.median(quanta))
