@@ -38,6 +38,9 @@ def torchrun_argv(*, nproc_per_node: int, nnodes: int, node_rank: int | None,
     return [*args, "-m", "llmtk", "train", *worker_args]
 
 
+SHUTDOWN_SECONDS = 600  # a 70B model's sharded checkpoint takes minutes on slow storage
+
+
 def run_torchrun(argv: list[str]) -> int:
     """Run torchrun's launcher here; return the exit status of the job."""
     from torch.distributed.elastic.multiprocessing import SignalException
@@ -47,6 +50,10 @@ def run_torchrun(argv: list[str]) -> int:
     # SIGUSR1 (Slurm's advance warning) is for the workers, which checkpoint on it; the
     # launcher ignores it rather than die and orphan them. Workers set their own handler.
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    # On SIGTERM/SIGINT torchrun passes the signal on, then waits this long before it
+    # SIGKILLs the workers (torch's default 30 s): time for the checkpoint they write at the
+    # step. A user's own value wins.
+    os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(SHUTDOWN_SECONDS))
     try:
         torchrun_main(argv)
     except SignalException as e:

@@ -243,7 +243,7 @@ class Stopper:
             signal.signal(sig, handler)
 
     def _handle(self, signum, frame):
-        if signum == signal.SIGINT == self.signum:
+        if signum == signal.SIGINT and self.signum:  # Ctrl-C after any stop signal: now
             raise KeyboardInterrupt
         self.signum = self.signum or signum  # the first signal names the stop
 

@@ -171,9 +171,9 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
 
         threads = torch.get_num_threads()  # --threads changes them; callers get theirs back
         default_dtype = torch.get_default_dtype()
-        if cfg.dtype == "fp64":  # every tensor the run makes (weights, buffers) in fp64
-            torch.set_default_dtype(torch.float64)
         dist = setup_dist(cfg.device, cfg.nccl_timeout)
+        if cfg.dtype == "fp64":  # every tensor the run makes (weights, buffers) in fp64
+            torch.set_default_dtype(torch.float64)  # given back in the finally below
         try:
             dist.barrier()  # rank 0 holds the lock: the others may touch OUT from here on
             trainer = Trainer(cfg, dist, tok, cache, faults or Faults())
