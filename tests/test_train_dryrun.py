@@ -10,6 +10,7 @@ from llmtk.train.config import TrainConfig
 from llmtk.train.dryrun import plan_ranks
 from llmtk.train.model_config import count_params, preset
 from llmtk.train.parallel import Layout, stage_layers
+from tests.train_runs import planned
 from tests.util import llmtk
 
 
@@ -46,18 +47,17 @@ def test_pipeline_stages_hold_their_layers_the_embedding_and_the_head():
     """pp 3 over 8 layers: 3/3/2 blocks; the embedding on the first stage, the final norm
     and an untied copy of the (tied) head on the last; tp splits matrices, not norms."""
     mcfg = preset("llmtk-124m", vocab_size=50304, n_layer=8)
-    cfg = TrainConfig()
     assert stage_layers(8, 3) == [3, 3, 2]
-    plans = plan_ranks(cfg, mcfg, Layout(pp=3, tp=1, dp_shard=1))
+    plans = plan_ranks(planned(mcfg, Layout(pp=3, tp=1, dp_shard=1)))
     assert [(p.kind, p.layers, p.embedding, p.head) for p in plans] == [
         ("first stage", 3, True, False), ("middle stage", 3, False, False),
         ("last stage", 2, False, True)]
     emb = mcfg.padded_vocab * mcfg.d_model
     assert sum(p.params for p in plans) == count_params(mcfg) + emb  # the head's own copy
-    one = plan_ranks(cfg, mcfg, Layout())[0]
+    one = plan_ranks(planned(mcfg, Layout()))[0]
     assert one.params == count_params(mcfg) and one.weights == 4 * one.params
     assert one.gradients + one.optimizer == 12 * one.params  # fp32 grads, AdamW m and v
-    split = plan_ranks(cfg, mcfg, Layout(tp=4, dp_shard=2))[0]
+    split = plan_ranks(planned(mcfg, Layout(tp=4, dp_shard=2)))[0]
     norms = (2 * mcfg.n_layer + 1) * mcfg.d_model
     assert split.params == pytest.approx(((one.params - norms) / 4 + norms) / 2)
 

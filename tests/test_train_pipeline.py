@@ -10,11 +10,11 @@ import shutil
 import pytest
 
 from llmtk.errors import ConfigError
-from llmtk.train.config import TrainConfig
 from llmtk.train.parallel import Layout, pipeline_split
 from tests.train_runs import (
     events,
     losses,
+    planned,
     rows,
     run_train,
     same_samples_and_scores,
@@ -38,7 +38,8 @@ from tests.util import llmtk
     (Layout(), {}, [8]),
 ])
 def test_the_split_gives_each_stage_its_blocks(layout, flags, split):
-    assert pipeline_split(layout, 8, TrainConfig(**flags)) == split
+    assert pipeline_split(layout, 8, flags.get("pp_layers"),
+                          flags.get("pp_schedule", "1f1b")) == split
 
 
 @pytest.mark.parametrize("layout,flags,key,words", [
@@ -57,7 +58,7 @@ def test_the_split_gives_each_stage_its_blocks(layout, flags, split):
 ])
 def test_a_split_that_cannot_run_names_its_flag(layout, flags, key, words):
     with pytest.raises(ConfigError) as e:
-        pipeline_split(layout, 8, TrainConfig(**flags))
+        pipeline_split(layout, 8, flags.get("pp_layers"), flags.get("pp_schedule", "1f1b"))
     assert e.value.key == key and words in str(e.value)
 
 
@@ -87,10 +88,10 @@ def test_dry_run_plans_a_ranks_stages():
     from llmtk.train.model_config import preset
 
     mcfg = preset("tiny", vocab_size=256, n_layer=8)
-    plans = plan_ranks(TrainConfig(pp_layers="1,7"), mcfg, Layout(pp=2))
+    plans = plan_ranks(planned(mcfg, Layout(pp=2), pp_layers="1,7"))
     assert [(p.kind, p.layers) for p in plans] == [("first stage", 1), ("last stage", 7)]
-    plans = plan_ranks(TrainConfig(pp_schedule="interleaved-1f1b", pp_layers="1,2,3,2"),
-                       mcfg, Layout(pp=2))
+    plans = plan_ranks(planned(mcfg, Layout(pp=2), pp_schedule="interleaved-1f1b",
+                               pp_layers="1,2,3,2"))
     assert [p.layers for p in plans] == [4, 4]  # rank 0: stages 0, 2; rank 1: 1, 3
 
 

@@ -87,14 +87,20 @@ def test_what_each_rank_samples_with_when_the_model_is_not_split_by_tp_or_pp(
         parallel, layout, rank, runs):
     from types import SimpleNamespace
 
+    from llmtk.train.config import TrainConfig
+    from llmtk.train.plan import RunPlan
     from llmtk.train.runtime import Dist
     from llmtk.train.whole import whole_model
 
     model = _Model()
     # world 1 as far as collectives go: the barrier is a no-op, and a gather would fail
-    t = SimpleNamespace(parallel=parallel, layout=layout, model=model, raw=model,
-                        dist=Dist(rank=rank))
-    with whole_model(t) as got:
+    built = SimpleNamespace(model=model, raw=model)
+    hsdp = parallel == "fsdp" and layout.dp_replicate > 1
+    plan = RunPlan.resolve(TrainConfig(data=["x"], out="o", parallel=parallel,
+                                       dp_replicate=layout.dp_replicate if hsdp else 1),
+                           layout.world, CFG, cuda=False)
+    assert plan.layout == layout and not plan.copied
+    with whole_model(built, plan, Dist(rank=rank)) as got:
         assert got is (model if runs == "own" else None)
         assert model.training is (runs is None)
     assert model.training

@@ -111,3 +111,15 @@ def same_samples_and_scores(ref, out, sample_steps: list[int]) -> None:
     for key, value in scores[0].items():
         assert scores[1][key] == pytest.approx(value, rel=1e-5), key
 
+
+
+def planned(mcfg, layout, **flags):
+    """The RunPlan of model `mcfg` on `layout` (FSDP2 over a mesh; enough micro-steps for
+    a pipeline's schedules), with the TrainConfig `flags`."""
+    from llmtk.train.config import TrainConfig
+    from llmtk.train.plan import RunPlan
+
+    mesh = dict(tp=layout.tp, pp=layout.pp, dp_replicate=layout.dp_replicate,
+                dp_shard=layout.dp_shard)
+    cfg = TrainConfig(**{"grad_accum": 2 * layout.pp, **mesh, **flags})
+    return RunPlan.resolve(cfg, layout.world, mcfg, cuda=False)

@@ -307,17 +307,13 @@ def _train(flags: dict, config: str | None) -> None:
     if cfg.dry_run:
         return _dry_run(cfg, launch)
     if (launch.nproc_per_node or launch.nnodes > 1) and not is_worker():
-        from llmtk.train.parallel import check_trainable, run_layout
+        from llmtk.train.hf import resolve_init
+        from llmtk.train.plan import RunPlan, run_model
 
-        # A layout that cannot fit starts nothing.
-        layout = run_layout(cfg, (launch.nproc_per_node or 1) * launch.nnodes)[1]
-        check_trainable(layout, cfg)
-        # the split needs only the layer count (the vocabulary: later); without --pp it
-        # refuses --pp-layers and an interleaved schedule
-        from llmtk.train.parallel import pipeline_split
-        from llmtk.train.run_shape import model_config
-
-        pipeline_split(layout, model_config(cfg, 256).n_layer, cfg)
+        # A layout that cannot run starts nothing: the plan the workers will resolve (the
+        # GPU count is theirs to find; the layout and the split do not depend on it).
+        RunPlan.resolve(cfg, (launch.nproc_per_node or 1) * launch.nnodes,
+                        run_model(resolve_init(cfg))[1], cuda=False)
         import os
 
         if cfg.threads is None and "OMP_NUM_THREADS" not in os.environ:

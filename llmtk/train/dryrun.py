@@ -2,7 +2,7 @@
 
 The model is built on the meta device (no memory, no init cost, any size), and every
 parameter is assigned as a real run places it: the layers of a pipeline rank's stages
-(parallel.pipeline_split: --pp-layers, or even with the first stages taking one more),
+(RunPlan.split: --pp-layers, or even with the first stages taking one more),
 the embedding on the first stage and the final norm and head on the last (under pp > 1
 a tied head is a copy of the embedding on the last stage, its gradient summed with the
 first stage's before each step, as Megatron-LM does), matrices split over tp (norm
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmtk.train.parallel import Layout, pipeline_split
+from llmtk.train.parallel import Layout
+from llmtk.train.plan import RunPlan
 
 
 @dataclass(frozen=True)
@@ -51,18 +52,12 @@ def _split(name: str, numel: int, tp: int) -> float:
     return numel / tp
 
 
-def plan_ranks(cfg, mcfg, layout: Layout) -> list[RankPlan]:
-    """One RankPlan per kind of rank of `layout` for the run `cfg` of model `mcfg`."""
-    import torch
+def plan_ranks(plan: RunPlan) -> list[RankPlan]:
+    """One RankPlan per kind of rank of the run `plan` (train/plan.py)."""
+    from llmtk.train.parallelize import meta_model
 
-    from llmtk.train.model import GPT
-
-    with torch.device("meta"):
-        model = GPT(mcfg)
-        if cfg.lora_rank:
-            from llmtk.train.lora import add_lora
-
-            add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.lora_dropout)
+    mcfg, layout = plan.mcfg, plan.layout
+    model = meta_model(mcfg, plan.lora)  # parallelize's first steps
     tp, pp, shard = layout.tp, layout.pp, layout.dp_shard
     per_block: dict[str, tuple[float, float]] = {}  # one block: (all, trainable) per tp shard
     for name, p in model.layers["0"].named_parameters():
@@ -85,7 +80,7 @@ def plan_ranks(cfg, mcfg, layout: Layout) -> list[RankPlan]:
             else 0.0)
     tied = mcfg.tie_embeddings
     # blocks per pp rank: its stages' (interleaved-1f1b: stage s is on rank s % pp)
-    split = pipeline_split(layout, mcfg.n_layer, cfg)
+    split = plan.split
     layers = [sum(split[s::pp]) for s in range(pp)]
     # Every pipeline rank: a middle one may hold more than the first (--pp-layers), and
     # which middle rank is busiest depends on the activations in flight, which
@@ -126,7 +121,6 @@ def dry_run(cfg, world: int) -> DryRun:
     """Plan `cfg` on `world` processes: the model shape, the layout (checked: a layout
     that cannot run is the same one-line error as at launch) and each kind of rank."""
     from llmtk.train.model_config import PRESETS
-    from llmtk.train.parallel import check_model, check_trainable, run_layout
     from llmtk.train.run_shape import model_config
 
     if cfg.tokenizer != "bytes" or cfg.model not in PRESETS:
@@ -135,8 +129,6 @@ def dry_run(cfg, world: int) -> DryRun:
         vocab, vocab_from = load_tokenizer(cfg.tokenizer).vocab_size, f"--tokenizer {cfg.tokenizer}"
     else:  # a planned run names no tokenizer yet: the preset's own vocabulary
         vocab, vocab_from = PRESETS[cfg.model].vocab_size, f"the {cfg.model} preset's"
-    mcfg = model_config(cfg, vocab)
-    parallel, layout = run_layout(cfg, world)
-    check_trainable(layout, cfg)  # what the launch refuses, the plan refuses
-    check_model(layout, mcfg, cfg)
-    return DryRun(mcfg, vocab_from, parallel, layout, plan_ranks(cfg, mcfg, layout))
+    # what the launch refuses, the plan refuses (planned for GPUs)
+    plan = RunPlan.resolve(cfg, world, model_config(cfg, vocab), cuda=True)
+    return DryRun(plan.mcfg, vocab_from, plan.parallel, plan.layout, plan_ranks(plan))

@@ -1,6 +1,6 @@
 """The trainer's fine-tuning and evaluation hooks, kept out of the loop itself.
 
-- `setup_sft(cfg, dist, dp, dp_rank)`: `--sft` data instead of the pre-training token cache; with
+- `sft_model(cfg)`, `setup_sft(...)`: `--sft` data instead of the pre-training token cache; with
   `--init-from RUN_DIR` the model shape and tokenizer come from that run unless given.
 - `TaskEvaluator`: `--eval-tasks FILE...` scored at every `--eval-every` step and at the
   end, through `llmtk.evaluate` (files under OUT/eval/STEP/, `eval` rows in the log).
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from dataclasses import dataclass, replace
 
 from llmtk.errors import ConfigError
@@ -61,27 +60,27 @@ def inherited_model_config(cfg, vocab_size: int, state: dict | None):
 class SFTData:
     """What --sft training reads instead of the token cache."""
 
-    tok: object                 # the tokenizer (the --init-from run's unless given)
-    mcfg: object                # ModelConfig
     chat: object                # the chat template (train/chat.py)
     train_data: object          # SFTSampler
     val_data: object | None     # SFTSampler, or None without validation examples
-    windows_per_step: int
-    tokens_per_step: int
     cache: str                  # names the data in checkpoints (a digest of the rows)
     data_meta: dict             # config.json's "data"
 
 
-def setup_sft(cfg, dist, dp: int, dp_rank: int) -> SFTData:
-    """Instruction data for the run (see sft_data), with its tokenizer and model shape;
-    this rank reads part dp_rank of dp."""
+def sft_model(cfg):
+    """(tokenizer, ModelConfig) of an --sft run: the --init-from run's unless given."""
+    state = _source_state(cfg.init_from)
+    tok = inherited_tokenizer(cfg, state)
+    return tok, inherited_model_config(cfg, tok.vocab_size, state)
+
+
+def setup_sft(cfg, tok, seq_len: int, dp: int, dp_rank: int, say) -> SFTData:
+    """Instruction data for the run (see sft_data) in windows of seq_len tokens; this rank
+    reads part dp_rank of dp; `say` reports the rows (rank 0)."""
     from llmtk.train import sft_data as S
     from llmtk.train.chat import chat_template
 
-    state = _source_state(cfg.init_from)
-    tok = inherited_tokenizer(cfg, state)
-    mcfg = inherited_model_config(cfg, tok.vocab_size, state)
-    T = mcfg.seq_len
+    T = seq_len
     chat = chat_template(tok, cfg.chat_template)
     convs = S.read_conversations(cfg.data, cfg.template)
     if cfg.val_data:
@@ -95,42 +94,40 @@ def setup_sft(cfg, dist, dp: int, dp_rank: int) -> SFTData:
         vrows = S.build_rows(val, chat, T, tok.eos_id, packing=cfg.packing)
         val_data = S.SFTSampler(vrows, cfg.batch_size, dp, dp_rank, cfg.seed,
                                 shuffle=False)
-    windows_per_step = cfg.batch_size * dp * cfg.grad_accum
     digest = hashlib.sha1(rows.tokens.tobytes() + rows.trained.tobytes()).hexdigest()[:16]
-    if dist.rank == 0 and not cfg.quiet:
-        s = rows.stats
-        print(f"sft: {s['examples']} examples in {s['rows']} rows of {T + 1} tokens "
-              f"({'packed' if cfg.packing else 'padded'}, {s['fill']:.0%} full), "
-              f"{s['trained_tokens']} trained tokens, {s['truncated']} truncated, "
-              f"{s['dropped']} dropped; chat template {chat.name}", file=sys.stderr,
-              flush=True)
+    s = rows.stats
+    say(f"sft: {s['examples']} examples in {s['rows']} rows of {T + 1} tokens "
+        f"({'packed' if cfg.packing else 'padded'}, {s['fill']:.0%} full), "
+        f"{s['trained_tokens']} trained tokens, {s['truncated']} truncated, "
+        f"{s['dropped']} dropped; chat template {chat.name}")
     return SFTData(
-        tok=tok, mcfg=mcfg, chat=chat, train_data=train_data, val_data=val_data,
-        windows_per_step=windows_per_step, tokens_per_step=windows_per_step * T,
+        chat=chat, train_data=train_data, val_data=val_data,
         cache=os.path.join(cfg.out, f"sft-{digest}"),
         data_meta={"sft": rows.stats, "sft_val": vrows.stats if val else None,
                    "template": cfg.template, "chat_template": chat.name})
 
 
 class TaskEvaluator:
-    """Scores --eval-tasks with the model being trained: the ranks whole_model gives it to
-    (train/whole.py: rank 0, or every rank under FSDP2 alone), rank 0 writing and logging
-    the scores; the other ranks wait. Uses no random numbers, so exact resume is
-    unaffected."""
+    """Scores --eval-tasks with the model being trained: the ranks `whole` (a
+    whole.whole_model context) gives it to (rank 0, or every rank under FSDP2 alone), rank
+    0 writing the scores under `run_dir` and logging them (`log`: the metrics log's
+    writer, None elsewhere); the other ranks wait. Uses no random numbers, so exact resume
+    is unaffected."""
 
-    def __init__(self, t):
+    def __init__(self, specs: list[str], *, whole, tok, chat, autocast, run_dir: str,
+                 rank0: bool, n_bad: int, max_new_tokens: int, log, say):
         from llmtk.evaluate import load_task
 
-        self.t = t
-        self.tasks = [load_task(spec) for spec in t.cfg.eval_tasks]
-        self.prompt_ids = t.chat.prompt if getattr(t, "chat", None) is not None else None
+        self.tasks = [load_task(spec) for spec in specs]
+        self.whole, self.tok, self.autocast, self.run_dir = whole, tok, autocast, run_dir
+        self.rank0, self.n_bad, self.max_new_tokens = rank0, n_bad, max_new_tokens
+        self.log, self.say = log, say
+        self.prompt_ids = chat.prompt if chat is not None else None
 
     def __call__(self, step: int) -> None:
         import torch
 
-        from llmtk.train.whole import whole_model
-
-        with whole_model(self.t) as model:
+        with self.whole() as model:
             if model is not None:
                 # Eager: prompts of many lengths must not recompile (or evict) the training
                 # graphs.
@@ -143,15 +140,13 @@ class TaskEvaluator:
         from llmtk.evaluate.report import evaluate_tasks, summary_line
         from llmtk.evaluate.scoring import ModelScorer
 
-        t = self.t
-        rank0 = t.dist.rank == 0
-        scorer = ModelScorer(model, t.tok, prompt_ids=self.prompt_ids, autocast=t.autocast)
+        scorer = ModelScorer(model, self.tok, prompt_ids=self.prompt_ids,
+                             autocast=self.autocast)
         # An --sft model is asked in its chat format, as `llmtk eval` asks it by default.
         formats = {task.name: Format(chat=self.prompt_ids is not None) for task in self.tasks}
         summaries = evaluate_tasks(
-            self.tasks, scorer, run_dir=t.out, step=step, n_bad=t.cfg.eval_bad_cases,
-            max_new_tokens=t.cfg.eval_max_new_tokens, formats=formats,
-            log=t.metrics.write if t.metrics is not None else None, write=rank0)
-        if rank0 and not t.cfg.quiet:
-            for s in summaries:
-                print(summary_line(s), file=sys.stderr, flush=True)
+            self.tasks, scorer, run_dir=self.run_dir, step=step, n_bad=self.n_bad,
+            max_new_tokens=self.max_new_tokens, formats=formats, log=self.log(),
+            write=self.rank0)
+        for s in summaries:
+            self.say(summary_line(s))

@@ -46,17 +46,24 @@ def init_whole_(param: torch.Tensor, fill: Callable[[torch.Tensor], object]) -> 
         fill(torch.empty(param.shape, dtype=param.dtype))
         return
     if not hasattr(param, "device_mesh"):
-        fill(param)
+        if param.device.type == "cpu":
+            fill(param)
+        else:  # the CPU generator's draws, as a model initialised on the CPU and moved has
+            param.copy_(_filled(torch.empty(param.shape, dtype=param.dtype), fill))
         return
     # A private torch API, used here only: which slice of the full tensor this rank holds.
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    full = torch.empty(param.shape, dtype=param.dtype)
-    fill(full)
+    full = _filled(torch.empty(param.shape, dtype=param.dtype), fill)
     shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh,
                                                           param.placements)
     local = full[tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))]
     param.to_local().copy_(local)
+
+
+def _filled(t: torch.Tensor, fill: Callable[[torch.Tensor], object]) -> torch.Tensor:
+    fill(t)
+    return t
 
 
 def _normal_(param: torch.Tensor, std: float) -> None:

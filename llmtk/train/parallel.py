@@ -127,10 +127,10 @@ def compiles_by_default(layout: Layout, cfg, cuda: bool) -> bool:
     return cuda and not (layout.tp > 1 and cfg.lora_rank)
 
 
-def check_model(layout: Layout, mcfg, cfg=None) -> None:
+def check_model(layout: Layout, mcfg) -> None:
     """The model splits evenly: tp divides the heads, kv heads, FFN width, the padded
-    vocabulary and the sequence length; pp leaves each stage at least one layer (with
-    `cfg`: its --pp-layers and --pp-schedule split, see pipeline_split)."""
+    vocabulary and the sequence length; pp leaves each stage at least one layer (the
+    --pp-layers and --pp-schedule split: pipeline_split)."""
     tp = layout.tp
     for what, n in (("attention heads", mcfg.n_head), ("key/value heads", mcfg.kv_heads),
                     ("FFN width", mcfg.hidden), ("padded vocabulary", mcfg.padded_vocab),
@@ -140,8 +140,6 @@ def check_model(layout: Layout, mcfg, cfg=None) -> None:
     if layout.pp > mcfg.n_layer:
         raise ConfigError("pp", f"{layout.pp} stages for {mcfg.n_layer} layers: each stage "
                           "needs at least one")
-    if cfg is not None:
-        pipeline_split(layout, mcfg.n_layer, cfg)
 
 
 def stage_layers(n_layer: int, stages: int) -> list[int]:
@@ -150,14 +148,14 @@ def stage_layers(n_layer: int, stages: int) -> list[int]:
     return [n_layer // stages + (1 if s < n_layer % stages else 0) for s in range(stages)]
 
 
-def pipeline_split(layout: Layout, n_layer: int, cfg) -> list[int]:
+def pipeline_split(layout: Layout, n_layer: int, spec: str | None = None,
+                   schedule: str = "1f1b") -> list[int]:
     """Blocks per pipeline stage, in stage order. 1f1b: one stage per pp rank;
     interleaved-1f1b: several (virtual) stages per rank, stage s on rank s % pp (2 per
     rank unless --pp-layers gives another multiple of pp). --pp-layers "3,5" sets the
     blocks of each stage; the embedding is on the first stage, the final norm and the
-    head on the last."""
-    pp, spec = layout.pp, getattr(cfg, "pp_layers", None)
-    interleaved = getattr(cfg, "pp_schedule", "1f1b") == "interleaved-1f1b"
+    head on the last. Resolved once, by plan.RunPlan.resolve."""
+    pp, interleaved = layout.pp, schedule == "interleaved-1f1b"
     if pp == 1:
         if spec:
             raise ConfigError("pp_layers", "needs --pp > 1 (it splits the layers between "

@@ -18,17 +18,20 @@ What stays as in one process:
   - the init: every rank draws the whole model's initial weights in the same order
     (model.init_weights skips nothing, a block of another stage is drawn and discarded);
     after it each pp rank but the first draws (dropout) from a stream of its own
-    (Trainer._seed_rank_stream).
+    (parallelize.seed_rank_stream).
 
-Each stage is fully_shard-ed (FSDP2) over the dp sub-mesh after tensor parallelism, as the
-whole model is without pp. The targets (and SFT's document ids) reach every stage as
-keyword arguments; the last stage computes the loss from the targets, every stage takes
-the sequence length and device from them (rotary tables) and builds its attention mask
-from the document ids. The shapes between stages are given up front (static metadata), so
-no stage runs a trial forward.
+The split and the schedule are two steps of parallelize.parallelize: each stage is
+fully_shard-ed (FSDP2) over the dp sub-mesh after tensor parallelism, as the whole model
+is without pp, and materialised and initialised between them. The targets (and SFT's
+document ids) reach every stage as keyword arguments; the last stage computes the loss
+from the targets, every stage takes the sequence length and device from them (rotary
+tables) and builds its attention mask from the document ids. The shapes between stages
+are given up front (static metadata), so no stage runs a trial forward.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -88,7 +91,7 @@ class StagePart(nn.Module):
 
 
 class Pipeline:
-    """This rank's stages and the schedule that runs them; built by `build`."""
+    """This rank's stages and the schedule that runs them; built by `schedule`."""
 
     def __init__(self, parts: list[StagePart], stage_ids: list[int], n_stages: int, group,
                  act_shape: tuple, act_dtype, tied_group):
@@ -97,7 +100,7 @@ class Pipeline:
         self.act_shape, self.act_dtype = act_shape, act_dtype  # the residual stream's
         self.tied_group = tied_group  # first and last stage (tied embeddings), or None
         self.has_first, self.has_last = 0 in stage_ids, n_stages - 1 in stage_ids
-        self.schedule = None  # set by build: it calls _loss
+        self.schedule = None  # set by schedule(): it calls _loss
         self.loss_hook = lambda loss: loss  # the trainer's Faults.loss (tests inject NaN)
 
     def _loss(self, out: torch.Tensor, _target) -> torch.Tensor:
@@ -178,69 +181,65 @@ def _tied_group(layout, n_stages: int):
     return mine
 
 
-def build(model: GPT, layout, world_mesh, cfg, device: str, mp_policy, compiled: bool,
-          bf16: bool) -> tuple[Pipeline, nn.Module]:
-    """Split `model` (on the meta device, LoRA and tensor parallelism applied) into this
-    rank's stages, shard each over the dp sub-mesh, materialise and initialise them as the
-    whole model would be. Returns the pipeline and the module that holds this rank's
-    parameters under their whole-model names (for the optimizer and checkpoints)."""
-    from torch.distributed.fsdp import fully_shard
+@dataclass
+class Stages:
+    """This rank's part of the split (`split_stages`): its stage numbers, their modules,
+    and the module holding all of them (the optimizer's and the checkpoints' view)."""
+
+    ids: list[int]
+    parts: list[StagePart]
+    holder: nn.Module
+    n_stages: int
+
+
+def split_stages(model: GPT, split, pp_rank: int, pp: int) -> Stages:
+    """Split `model` (on the meta device, LoRA and tensor parallelism applied) into the
+    stages of pipeline rank `pp_rank`: `split` gives each stage's blocks, in stage order
+    (parallel.pipeline_split); stage s runs on pp rank s % pp."""
+    n = len(split)
+    starts = [sum(split[:s]) for s in range(n + 1)]
+    stage_ids = [s for s in range(n) if s % pp == pp_rank]
+    parts = [StagePart(model, range(starts[s], starts[s + 1]), s == 0, s == n - 1)
+             for s in stage_ids]
+    holder = parts[0] if len(parts) == 1 else StagePart(
+        model, [i for s in stage_ids for i in range(starts[s], starts[s + 1])],
+        0 in stage_ids, n - 1 in stage_ids)
+    return Stages(stage_ids, parts, holder, n)
+
+
+def schedule(stages: Stages, plan, pp_mesh, device: str) -> Pipeline:
+    """The schedule running this rank's (sharded, materialised) stages over the pp
+    dimension, as `plan` (train/plan.py) asks: its --pp-schedule, its --grad-accum
+    microbatches of --batch-size windows."""
     from torch.distributed.pipelining import (
         PipelineStage,
         Schedule1F1B,
         ScheduleInterleaved1F1B,
     )
 
-    from llmtk.train.parallel import dp_mesh, pipeline_split
-
-    mcfg = model.cfg
-    split = pipeline_split(layout, mcfg.n_layer, cfg)
-    n = len(split)
-    pp_mesh = world_mesh["pp"]
-    pp_rank = pp_mesh.get_local_rank()
-    starts = [sum(split[:s]) for s in range(n + 1)]
-    stage_ids = [s for s in range(n) if s % layout.pp == pp_rank]
-    parts = [StagePart(model, range(starts[s], starts[s + 1]), s == 0, s == n - 1)
-             for s in stage_ids]
-    mesh = dp_mesh(world_mesh, layout)
-    for part in parts:
-        for block in part.layers.values():
-            if compiled:
-                block.forward = torch.compile(block.forward)
-            fully_shard(block, mesh=mesh, mp_policy=mp_policy)
-        fully_shard(part, mesh=mesh, mp_policy=mp_policy)
-        part.to_empty(device=device)
-    torch.manual_seed(cfg.seed)
-    model.init_weights()  # the whole model's draws; only this rank's stages keep theirs
-    if cfg.lora_rank:
-        from llmtk.train.lora import init_lora
-
-        init_lora(model)
-    holder = parts[0] if len(parts) == 1 else StagePart(
-        model, [i for s in stage_ids for i in range(starts[s], starts[s + 1])],
-        0 in stage_ids, n - 1 in stage_ids)
-
+    mcfg, layout, n = plan.mcfg, plan.layout, stages.n_stages
     # Static shapes: a microbatch is --batch-size windows; under tensor parallelism the
     # residual stream between stages is sequence-sharded. FSDP2's bf16 policy computes
     # (and so passes on) the residual stream in bf16.
-    B, T = cfg.batch_size, mcfg.seq_len
+    B, T = plan.batch_size, mcfg.seq_len
     act_shape, act_dtype = (B, T // layout.tp, mcfg.d_model), \
-        torch.bfloat16 if bf16 else torch.get_default_dtype()  # fp32 (fp64: --dtype fp64)
+        torch.bfloat16 if plan.bf16 else torch.get_default_dtype()  # fp32 (fp64: --dtype fp64)
     dev = torch.device(device)
-    stages = []
+    built = []
     def act():  # the residual stream: its gradient flows back to the stage before
         return torch.empty(act_shape, dtype=act_dtype, device="meta", requires_grad=True)
 
-    for s, part in zip(stage_ids, parts, strict=True):
+    for s, part in zip(stages.ids, stages.parts, strict=True):
         inp = torch.empty((B, T), dtype=torch.long, device="meta") if s == 0 else act()
         out = torch.empty((), dtype=wide_dtype(act_dtype), device="meta", requires_grad=True) \
             if s == n - 1 else act()
-        stages.append(PipelineStage(part, s, n, dev, input_args=inp, output_args=out,
-                                    group=pp_mesh.get_group()))
+        built.append(PipelineStage(part, s, n, dev, input_args=inp, output_args=out,
+                                   group=pp_mesh.get_group()))
     tied = _tied_group(layout, n) if mcfg.tie_embeddings else None
-    pipe = Pipeline(parts, stage_ids, n, pp_mesh.get_group(), act_shape, act_dtype, tied)
-    if cfg.pp_schedule == "1f1b":
-        pipe.schedule = Schedule1F1B(stages[0], cfg.grad_accum, loss_fn=pipe._loss)
+    pipe = Pipeline(stages.parts, stages.ids, n, pp_mesh.get_group(), act_shape, act_dtype,
+                    tied)
+    if plan.pp_schedule == "1f1b":
+        pipe.schedule = Schedule1F1B(built[0], plan.grad_accum, loss_fn=pipe._loss)
     else:
-        pipe.schedule = ScheduleInterleaved1F1B(stages, cfg.grad_accum, loss_fn=pipe._loss)
-    return pipe, holder
+        pipe.schedule = ScheduleInterleaved1F1B(built, plan.grad_accum, loss_fn=pipe._loss)
+    return pipe

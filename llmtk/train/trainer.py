@@ -34,16 +34,7 @@ from llmtk.io.paths import missing_dirs, remove_made
 from llmtk.train.checkpoint import QKV_LAYOUT
 from llmtk.train.checkpointer import Checkpointer, check_resume, check_shape, set_full_model_state
 from llmtk.train.config import TrainConfig
-from llmtk.train.parallel import (
-    build_mesh,
-    check_model,
-    check_trainable,
-    compiles_by_default,
-    dp_mesh,
-    replicas,
-    run_layout,
-    shards,
-)
+from llmtk.train.parallel import replicas, shards
 from llmtk.train.run_shape import model_config
 from llmtk.train.runtime import (
     CollectiveError,
@@ -202,43 +193,37 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
 class Trainer:
     def __init__(self, cfg: TrainConfig, dist: Dist, tok, cache: str, faults: Faults):
         from llmtk.train import data as D
+        from llmtk.train.plan import RunPlan, run_model
 
         self.cfg, self.dist, self.tok, self.cache, self.faults = cfg, dist, tok, cache, faults
         self.out = cfg.out
         self.chat = None  # --sft: the chat template (train/chat.py)
-        self.parallel, self.layout = run_layout(cfg, dist.world)
+        # --sft: the tokenizer and shape of the --init-from run unless given (finetune.py)
+        self.tok, mcfg = run_model(cfg) if cfg.sft else (tok, model_config(cfg, tok.vocab_size))
+        self.plan = plan = RunPlan.resolve(cfg, dist.world, mcfg, dist.cuda)
+        self.parallel, self.layout, self.mcfg = plan.parallel, plan.layout, plan.mcfg
+        self.windows_per_step, self.tokens_per_step = plan.windows_per_step, \
+            plan.tokens_per_step
+        self.ckpt_format, self.compiled = plan.ckpt_format, plan.compiled
         # Each data-parallel rank reads its own part of the global batch (a tp group the same).
         dp, dp_rank = self.layout.dp, self.layout.dp_rank(dist.rank)
         self.val_sets: dict = {}  # --val-data NAME=DIR: name -> Sampler
         if cfg.sft:  # instruction data instead of the token cache (train/finetune.py)
             from llmtk.train.finetune import setup_sft
 
-            sft = setup_sft(cfg, dist, dp, dp_rank)
-            self.tok, self.mcfg, self.chat = sft.tok, sft.mcfg, sft.chat
-            self.train_data, self.val_data, self.cache = sft.train_data, sft.val_data, sft.cache
-            self.windows_per_step, self.tokens_per_step = sft.windows_per_step, \
-                sft.tokens_per_step
-            self.data_meta = sft.data_meta
+            sft = setup_sft(cfg, self.tok, mcfg.seq_len, dp, dp_rank, self._say)
+            self.chat, self.train_data, self.val_data = sft.chat, sft.train_data, sft.val_data
+            self.cache, self.data_meta = sft.cache, sft.data_meta
         else:
             from llmtk.train.inputs import epoch_warnings, open_training_data
 
-            self.mcfg = model_config(cfg, tok.vocab_size)
-            T = self.mcfg.seq_len
-            data = open_training_data(cfg, cache, T, dp, dp_rank)
+            data = open_training_data(cfg, cache, mcfg.seq_len, dp, dp_rank)
             self.train_data, self.val_data, self.val_sets = data.train, data.val, data.val_sets
-            self.windows_per_step = cfg.batch_size * dp * cfg.grad_accum
-            self.tokens_per_step = self.windows_per_step * T
             self.data_meta = data.meta
             for line in epoch_warnings(data, cfg.steps * self.windows_per_step, cfg.max_epochs):
                 self._say(line)
         self.batches = D.Prefetcher(self.train_data, self.train_data.global_batch, dist.device,
                                     threaded=dist.cuda)
-        check_model(self.layout, self.mcfg, cfg)
-        check_trainable(self.layout, cfg)
-        self.ckpt_format = cfg.checkpoint_format if cfg.checkpoint_format != "auto" else (
-            "dcp" if self.parallel == "fsdp" else "full")
-        self.compiled = cfg.compile if cfg.compile is not None else \
-            compiles_by_default(self.layout, cfg, dist.cuda)
         self.threads, self.threads_from = set_threads(cfg.threads)  # before the model
         self._build_model()
         self.pending: list[StepResult] = []   # steps not yet settled by the host
@@ -260,40 +245,16 @@ class Trainer:
     def _build_model(self) -> None:
         import torch
 
-        from llmtk.train.model import GPT
+        from llmtk.train.parallelize import parallelize
 
         cfg, dist = self.cfg, self.dist
         if dist.device == "cpu":
             # Exact resume is tested on CPU; on GPU the fast (non-deterministic) kernels win.
             torch.use_deterministic_algorithms(True, warn_only=True)
-        self.pipe = None  # --pp > 1: this rank's stages and their schedule (train/pipeline.py)
-        if self.parallel == "fsdp":
-            model = self._build_fsdp()
-        else:
-            model = GPT(self.mcfg)
-            # The init draws from a freshly seeded generator (not from what the layers'
-            # constructors left), so an FSDP2 run, initialised after sharding, and this one
-            # start from the same weights, on every rank.
-            torch.manual_seed(cfg.seed)
-            model.init_weights()
-            if cfg.lora_rank:  # freeze the base, train adapters (train/lora.py)
-                from llmtk.train.lora import add_lora
-
-                add_lora(model, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets,
-                         cfg.lora_dropout)
-            model.activation_checkpointing = cfg.activation_checkpointing
-            model.to(dist.device)
-        self.raw = model
-        self.model = model
-        if self.parallel == "ddp":
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            self.model = DDP(model, device_ids=[dist.local_rank] if dist.cuda else None)
-        if self.compiled and self.parallel != "fsdp":
-            # Compiling the DDP wrapper (not the inner model) lets dynamo split the graph at
-            # DDP's bucket boundaries, so gradient all-reduces overlap the backward.
-            self.model.compile()
-        self._seed_rank_stream()
+        built = parallelize(self.plan, dist)
+        self.built = built
+        self.model, self.raw, self.pipe = built.model, built.raw, built.pipe
+        model = self.raw
         # Only what trains (LoRA freezes the base): clipped, updated, checked for NaN.
         self.params = [p for p in model.parameters() if p.requires_grad]
         names = [n for n, p in model.named_parameters() if p.requires_grad]
@@ -308,9 +269,8 @@ class Trainer:
                                      device=dist.device)
         self.loss_ranks = dist.world  # ranks whose losses are averaged: the last stage's
         if self.pipe is not None:
-            self._pipeline_norms(names)
-        self.n_params = self.whole[0] if self.pipe is not None else \
-            sum(p.numel() for p in model.parameters())
+            self._pipeline_norms(names, built.trainable)
+        self.n_params = built.n_params
 
         # AdamW, decoupled weight decay on matrices only (not norms), nanoGPT's grouping.
         # Fused: one kernel for all parameters, and it honours `found_inf` (the device-side
@@ -340,92 +300,14 @@ class Trainer:
 
             self.grad_stats = GradStats(self.param_names, cfg.grad_stats_every, cfg.spike_factor)
 
-    def _build_fsdp(self):
-        """FSDP2: build on the meta device (no full copy in memory), shard each block and
-        the root, then materialise only this rank's shards and initialise them (the same
-        values as an unsharded init with the same seed: GPT.init_weights)."""
-        import torch
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        from llmtk.train.model import GPT
-
-        with torch.device("meta"):
-            model = GPT(self.mcfg)
-        if self.cfg.lora_rank:  # adapters before sharding, so FSDP shards them too
-            from llmtk.train.lora import add_lora
-
-            add_lora(model, self.cfg.lora_rank, self.cfg.lora_alpha, self.cfg.lora_targets,
-                     self.cfg.lora_dropout)
-        model.activation_checkpointing = self.cfg.activation_checkpointing
-        # bf16: gather parameters in bf16, reduce gradients in fp32 (torchtitan's policy);
-        # the sharded master weights and the optimizer stay fp32.
-        mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-              if self._bf16() else MixedPrecisionPolicy())
-        world_mesh = build_mesh(self.layout, self.dist.device)
-        if self.layout.tp > 1:  # tensor parallel first, then FSDP2 over the dp sub-mesh
-            from llmtk.train.tensor_parallel import apply_tp
-
-            apply_tp(model, world_mesh["tp"])
-        if self.layout.pp > 1:  # then the pipeline split: each stage sharded by FSDP2
-            from llmtk.train import pipeline
-
-            # the whole model's size and trainable names, before the split
-            self.whole = (sum(p.numel() for p in model.parameters()),
-                          [n for n, p in model.named_parameters() if p.requires_grad])
-            self.pipe, holder = pipeline.build(model, self.layout, world_mesh, self.cfg,
-                                               self.dist.device, mp, self.compiled,
-                                               self._bf16())
-            return holder
-        mesh = dp_mesh(world_mesh, self.layout)
-        for block in model.layers.values():
-            if self.compiled:
-                # Compile each block's forward: FSDP's all-gather/reshard hooks run around it
-                # (eagerly, in Module.__call__), never inside a graph, so nothing breaks it.
-                block.forward = torch.compile(block.forward)
-            fully_shard(block, mesh=mesh, mp_policy=mp)
-        if self.compiled and self.layout.tp == 1:
-            # Under tensor parallelism the loss runs eagerly: its vocab-parallel chunks
-            # all-reduce inside an autograd.Function, which dynamo does not trace.
-            model.head_loss = torch.compile(model.head_loss)
-        fully_shard(model, mesh=mesh, mp_policy=mp)
-        model.to_empty(device=self.dist.device)
-        torch.manual_seed(self.cfg.seed)
-        model.init_weights()
-        if self.cfg.lora_rank:
-            from llmtk.train.lora import init_lora
-
-            init_lora(model)  # to_empty left the adapters uninitialised
-        return model
-
-    def _seed_rank_stream(self) -> None:
-        """Give this rank its own stream of the torch generator for what the steps draw
-        (--lora-dropout's masks). The init leaves the generator in the same state on every
-        rank, so every data-parallel rank would mask its own windows with the same masks,
-        and every pipeline stage its layers with the first stage's (measured: all of stage
-        1's masks in a step equal stage 0's). A tp group shares one stream (its ranks slice
-        one draw, lora.LoRALinear._dropout); the first stage's first data-parallel rank
-        keeps the stream a one-process run has. The streams are in the per-rank RNG state
-        a checkpoint saves, so a resume continues them."""
-        import hashlib
-
-        import torch
-
-        coords = self.layout.coords(self.dist.rank)
-        pp_rank, dp_rank = coords["pp"], self.layout.dp_rank(self.dist.rank)
-        if pp_rank == 0 and dp_rank == 0:
-            return
-        key = f"{self.cfg.seed}/pp/{pp_rank}" + (f"/dp/{dp_rank}" if dp_rank else "")
-        torch.manual_seed(int.from_bytes(hashlib.blake2b(
-            key.encode(), digest_size=8).digest(), "little") >> 1)
-
-    def _pipeline_norms(self, names: list[str]) -> None:
+    def _pipeline_norms(self, names: list[str], whole_names: list[str]) -> None:
         """Under pp: param_names become the whole model's, slots where this rank's go, and
         replicas count the holders of each element over all stages (one all-reduce each
         of the holders and of the shards, once)."""
         import torch
         import torch.distributed as tdist
 
-        self.param_names = self.whole[1]
+        self.param_names = whole_names
         index = {n: i for i, n in enumerate(self.param_names)}
         dev = self.dist.device
         self.slots = torch.tensor([index[n] for n in names], dtype=torch.long, device=dev)
@@ -441,7 +323,7 @@ class Trainer:
 
     def _bf16(self) -> bool:
         """bf16 autocast: on GPU by default, on request anywhere."""
-        return self.cfg.dtype == "bf16" or (self.cfg.dtype == "auto" and self.dist.cuda)
+        return self.plan.bf16
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> None:
@@ -716,7 +598,12 @@ class Trainer:
         if self.cfg.eval_tasks:  # --eval-tasks: task files are read (and checked) before training
             from llmtk.train.finetune import TaskEvaluator
 
-            self.task_eval = TaskEvaluator(self)
+            self.task_eval = TaskEvaluator(
+                self.cfg.eval_tasks, whole=self._whole, tok=self.tok, chat=self.chat,
+                autocast=self.autocast, run_dir=self.out, rank0=self.dist.rank == 0,
+                n_bad=self.cfg.eval_bad_cases, max_new_tokens=self.cfg.eval_max_new_tokens,
+                log=lambda: self.metrics.write if self.metrics is not None else None,
+                say=self._say)
         self.model.train()
         self.meter = Meter()
         self.t_start = time.perf_counter()  # the step line's elapsed time (this process)
@@ -741,7 +628,7 @@ class Trainer:
 
     def _sharded(self) -> bool:
         """The model's parameters are DTensor shards (DCP checkpoints load per rank)."""
-        return self.parallel == "fsdp"
+        return self.plan.sharded
 
     def _finish(self, st: TrainState, how: str = "done") -> None:
         self.ckpt.wait()
@@ -912,14 +799,17 @@ class Trainer:
             tdist.all_reduce(total)
         return total.item() / (self.cfg.eval_batches * self.loss_ranks)
 
+    def _whole(self):
+        from llmtk.train.whole import whole_model
+
+        return whole_model(self.built, self.plan, self.dist)
+
     def _sample(self, st: TrainState) -> None:
         import torch
 
-        from llmtk.train.whole import whole_model
-
         # rank 0 (every rank under FSDP2 alone): the whole model, any layout (whole.py);
         # only rank 0 logs (_event, _say)
-        with whole_model(self) as model:
+        with self._whole() as model:
             if model is None:
                 return  # another rank: waits until rank 0 has sampled
             ids = self.tok.encode(self.cfg.prompt) or [self.tok.eos_id]

@@ -97,41 +97,35 @@ def build_whole(mcfg, state: dict, device, lora: dict | None = None):
     return model.eval()
 
 
-def copied(t) -> bool:
-    """Whether trainer `t` samples and evaluates on a gathered copy (tensor or pipeline
-    parallel: its forward is not the plain model's), not on its own model."""
-    return t.parallel == "fsdp" and (t.layout.tp > 1 or t.layout.pp > 1)
-
-
 @contextlib.contextmanager
-def whole_model(t):
-    """For the trainer `t`: yields the whole model (in eval mode) to the ranks that run
-    it, None to the others, which wait at the end until rank 0 is done with it. Rank 0
-    always runs it; under FSDP2 alone every rank does (its forward is collective), and
-    only rank 0 may log or write what it computes."""
-    rank0 = t.dist.rank == 0
-    copy = copied(t)
+def whole_model(built, plan, dist):
+    """The whole model of `built` (parallelize.Parallelized, laid out by `plan` over
+    `dist`), in eval mode: yielded to the ranks that run it, None to the others, which
+    wait at the end until rank 0 is done with it. Rank 0 always runs it; under FSDP2 alone
+    every rank does (its forward is collective), and only rank 0 may log or write what it
+    computes."""
+    rank0 = dist.rank == 0
+    copy = plan.copied
     model = None
     try:
         if copy:
-            state = gather_state(t.model, t.layout, t.dist.rank, t.dist.groups.get("host"))
+            state = gather_state(built.model, plan.layout, dist.rank, dist.groups.get("host"))
             if rank0:
-                cfg = t.cfg
-                lora = dict(rank=cfg.lora_rank, alpha=cfg.lora_alpha,
-                            targets=cfg.lora_targets, dropout=cfg.lora_dropout) \
-                    if cfg.lora_rank else None
-                model = build_whole(t.mcfg, state, t.dist.device, lora)
+                lora = plan.lora
+                model = build_whole(plan.mcfg, state, dist.device, lora and dict(
+                    rank=lora.rank, alpha=lora.alpha, targets=lora.targets,
+                    dropout=lora.dropout))
             del state
-        elif rank0 or t.parallel == "fsdp":
-            model = t.raw
-            t.model.eval()
+        elif rank0 or plan.parallel == "fsdp":
+            model = built.raw
+            built.model.eval()
         yield model
     finally:
         if not copy:
-            t.model.train()
+            built.model.train()
         del model
-        if copy and rank0 and t.dist.cuda:
+        if copy and rank0 and dist.cuda:
             import torch
 
             torch.cuda.empty_cache()  # the copy's memory back to the training steps
-        t.dist.barrier()
+        dist.barrier()
