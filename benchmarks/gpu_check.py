@@ -121,16 +121,16 @@ def bench_llmtk(args, model: str, compile_: bool, cache: str, tok, workdir: str)
     st = trainer._start()
     t0 = time.perf_counter()
     for _ in range(args.warmup):  # compile, allocator warm-up
-        trainer.pending.append(trainer._train_step(st))
-    trainer._settle(st)
+        trainer.health.pending.append(trainer._train_step(st))
+    trainer.health.settle(st)
     warm_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     for _ in range(args.steps):
-        trainer.pending.append(trainer._train_step(st))
-    trainer._settle(st)  # the one read: waits for the device to finish the steps
+        trainer.health.pending.append(trainer._train_step(st))
+    trainer.health.settle(st)  # the one read: waits for the device to finish the steps
     elapsed = time.perf_counter() - t0
-    tps = args.steps * trainer.tokens_per_step / elapsed
+    tps = args.steps * trainer.plan.tokens_per_step / elapsed
 
     syncs = None
     if dist.cuda:  # every host sync inside the step warns once in this mode
@@ -138,10 +138,10 @@ def bench_llmtk(args, model: str, compile_: bool, cache: str, tok, workdir: str)
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
             for _ in range(args.profile_steps):
-                trainer.pending.append(trainer._train_step(st))
+                trainer.health.pending.append(trainer._train_step(st))
             torch.cuda.set_sync_debug_mode("default")
         syncs = sum("synchroniz" in str(w.message) for w in caught) / args.profile_steps
-        trainer._settle(st)
+        trainer.health.settle(st)
 
     busy = None
     from torch.profiler import ProfilerActivity, profile
@@ -150,8 +150,8 @@ def bench_llmtk(args, model: str, compile_: bool, cache: str, tok, workdir: str)
     with profile(activities=activities) as prof:
         t1 = time.perf_counter()
         for _ in range(args.profile_steps):
-            trainer.pending.append(trainer._train_step(st))
-        trainer._settle(st)
+            trainer.health.pending.append(trainer._train_step(st))
+        trainer.health.settle(st)
         wall_us = (time.perf_counter() - t1) * 1e6
     if dist.cuda:
         kernel_us = sum(e.self_device_time_total for e in prof.key_averages())
@@ -163,9 +163,9 @@ def bench_llmtk(args, model: str, compile_: bool, cache: str, tok, workdir: str)
     with open(os.path.join(out, "metrics.jsonl")) as f:
         ev = [json.loads(x) for x in f if '"checkpoint"' in x][-1]
     trainer.batches.close()
-    mfu = (trainer.flops_per_token * tps / trainer.peak) if trainer.peak else None
+    mfu = (trainer.log.flops_per_token * tps / trainer.log.peak) if trainer.log.peak else None
     mem = torch.cuda.max_memory_allocated() / 1e9 if dist.cuda else None
-    params = sum(p.numel() for p in trainer.raw.parameters())
+    params = sum(p.numel() for p in trainer.built.raw.parameters())
     del trainer
     if dist.cuda:
         torch.cuda.empty_cache()

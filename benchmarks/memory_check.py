@@ -46,25 +46,25 @@ def measure_rank(cfg, work: str) -> tuple[dict, object]:
     cache = synthetic_cache(os.path.join(work, f"rank-{dist.rank}"), vocab, 200_000)
     trainer = Trainer(cfg, dist, SyntheticTokenizer(vocab), cache, Faults())
     st = trainer._start()
-    trainer.pending.append(trainer._train_step(st))
-    trainer._settle(st)
+    trainer.health.pending.append(trainer._train_step(st))
+    trainer.health.settle(st)
     x, y = trainer.batches.get(st.position)
-    with trainer.autocast(), saved_for_backward(trainer.raw) as saved:
+    with trainer.autocast(), saved_for_backward(trainer.built.raw) as saved:
         _, loss = trainer.model(x, y)
     loss.backward()
-    params = list(trainer.raw.parameters())
-    out = {**state_bytes(params, trainer.opt), "activations": saved["bytes"]}
-    if trainer.parallel == "fsdp":
+    params = list(trainer.built.raw.parameters())
+    out = {**state_bytes(params, trainer.optim.opt), "activations": saved["bytes"]}
+    if trainer.plan.parallel == "fsdp":
         # FSDP2: a micro-step as the trainer runs each one before a step's last; the whole
         # gradients it then holds are what the step's micro-steps hold
         from llmtk.train.measure import fsdp_held_gradient_bytes
 
-        trainer.opt.zero_grad(set_to_none=True)
+        trainer.optim.opt.zero_grad(set_to_none=True)
         with trainer._gradient_sync(last=False):
             with trainer.autocast():
                 _, loss = trainer.model(x, y)
             loss.backward()
-        out["held_gradients"] = fsdp_held_gradient_bytes(trainer.raw)
+        out["held_gradients"] = fsdp_held_gradient_bytes(trainer.built.raw)
     trainer.batches.close()
     return out, dist
 

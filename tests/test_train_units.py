@@ -412,9 +412,9 @@ def test_non_logging_steps_never_read_the_device(tmp_path, monkeypatch):
 
         monkeypatch.setattr(torch.Tensor, name, counting)
     for _ in range(3):
-        trainer.pending.append(trainer._train_step(st))
+        trainer.health.pending.append(trainer._train_step(st))
     assert reads == []
-    assert trainer._settle(st) and reads == ["tolist"]
+    assert trainer.health.settle(st) and reads == ["tolist"]
     assert st.step == 3 and st.bad_streak == 0 and st.ema_loss > 0
 
 

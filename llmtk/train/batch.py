@@ -22,6 +22,13 @@ from llmtk.errors import DataError, UsageError
 SKIPPED_DOCS = 256  # documents a rollback's event names at most (train batch --skipped: all)
 
 
+def rollback_documents(cfg, cache: str, sampler, seq_len: int, start: int,
+                       stop: int) -> list[dict]:
+    """The documents (id, file, record) of windows [start, stop) of a pre-training run, for
+    a rollback's event; `llmtk train batch RUN --skipped` lists them all, with their text."""
+    return DocumentFinder(cfg, cache, sampler, seq_len).span(start, stop, SKIPPED_DOCS)
+
+
 def _run_config(run: str) -> dict:
     path = os.path.join(run, "config.json")
     try:

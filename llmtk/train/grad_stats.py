@@ -1,7 +1,7 @@
 """Per-layer gradient norms (`--grad-stats per-layer`): the layer a spike or a NaN starts in.
 
 The trainer already reduces every parameter's squared gradient norm once a step (its one
-collective, `Trainer._reduce_clip_update`), and reads them to the host when it settles the
+collective, `optim.Optimizer.update`), and reads them to the host when it settles the
 pending steps. This module groups them by layer and picks the steps that get a
 `grad_stats` row in metrics.jsonl:
 

@@ -1,0 +1,203 @@
+"""What a run tells: rank 0's metrics log (OUT/metrics.jsonl, mirrored to --log-to
+backends), its event rows, the step line on stderr and the messages, with the throughput
+of the training work since the last row (evaluation, sampling and checkpoints excluded).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+
+from llmtk.compute.flops import mfu as model_mfu
+
+
+@dataclass
+class Meter:
+    """Throughput of the training work since the last row (evaluation, sampling and
+    checkpoints are excluded)."""
+
+    t: float = field(default_factory=time.perf_counter)
+    tokens: int = 0
+    steps: int = 0
+    data_s: float = 0.0
+    excluded: float = 0.0
+
+    @contextlib.contextmanager
+    def exclude(self):
+        t0 = time.perf_counter()
+        yield
+        self.excluded += time.perf_counter() - t0
+
+    def elapsed(self) -> float:
+        return max(time.perf_counter() - self.t - self.excluded, 1e-9)
+
+
+def _mem_gb(device: str) -> float:
+    """Peak memory of this process: CUDA allocator peak on GPU, peak RSS on CPU."""
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated() / 1e9
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # Linux: KiB
+
+
+class StepLog:
+    """Rank 0 writes (`metrics` and `mirrors` are None elsewhere); every rank measures
+    (a row's memory is the largest over ranks). `steps`: the run's; `quiet`: -q."""
+
+    def __init__(self, out: str, dist, steps: int, quiet: bool, mcfg, bf16: bool):
+        import torch
+
+        from llmtk.compute.flops import flops_per_token_for_config
+        from llmtk.compute.hardware import device_peak_flops
+
+        self.out, self.dist, self.steps, self.quiet, self.bf16 = out, dist, steps, quiet, bf16
+        self.metrics = None                   # rank 0's MetricsWriter, opened by open()
+        self.mirrors = None                   # --log-to backends (rank 0)
+        self.meter = Meter()
+        self.t_start = time.perf_counter()    # the step line's elapsed time (this process)
+        # MFU: `llmtk estimate`'s formula (causal attention, model FLOPs only) and the peak
+        # of the dtype the matmuls run in.
+        self.flops_per_token = flops_per_token_for_config(mcfg, causal=True)
+        self.peak = (device_peak_flops(torch.cuda.get_device_name(dist.local_rank),
+                                       "bf16-mixed" if bf16 else "fp32")
+                     if dist.cuda else None)
+
+    def say(self, msg: str) -> None:
+        if self.dist.rank == 0 and not self.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    def event(self, name: str, step: int, **fields) -> None:
+        if self.metrics is not None:
+            self.metrics.write({"step": step, "event": name, **fields, "time": time.time()})
+
+    def start(self, step: int, resumed: str | None, resolved: dict, cfg, threads: int,
+              notes: list[str | None]) -> None:
+        """Rank 0, as the run starts at `step` (resumed from checkpoint `resumed`, or
+        None): open OUT/metrics.jsonl (cut after the checkpoint's step on a resume, else
+        with an older log set aside), write config.json (`resolved`), say the start lines
+        and the `notes` (None: nothing to say), open the --log-to backends."""
+        from llmtk.io.atomic import set_aside
+        from llmtk.io.metrics import MetricsWriter, truncate_after
+        from llmtk.train.loggers import open_mirrors
+
+        path = os.path.join(self.out, "metrics.jsonl")
+        if resumed is not None:
+            truncate_after(path, step)
+        elif os.path.exists(path):
+            set_aside(path, "old", numbered=False)
+        self.metrics = MetricsWriter(path)
+        self._write_config(resolved, cfg, threads)
+        for note in notes:
+            if note:
+                self.say(note)
+        self.mirrors = open_mirrors(cfg.log_to, self.out, resolved, step)
+        self.metrics.mirror = self.mirrors.log if self.mirrors else None
+        if resumed is not None:
+            self.event("resume", step=step, path=os.path.relpath(resumed, self.out))
+            self.say(f"resumed from {resumed} at step {step}")
+
+    def _write_config(self, resolved: dict, cfg, threads: int) -> None:
+        """OUT/config.json (the `resolved` configuration) and the start lines."""
+        from llmtk.io.atomic import atomic_file
+        from llmtk.train.report import start_lines
+
+        path = os.path.join(self.out, "config.json")
+        with atomic_file(path) as f:
+            f.write((json.dumps(resolved, indent=1, sort_keys=True) + "\n").encode())
+        m = resolved["model"]
+        for line in start_lines(
+                model=cfg.model if not cfg.init_from else cfg.init_from,
+                shape=f"{m['n_layer']}x{m['d_model']}", params=resolved["params"],
+                steps=cfg.steps, batch=cfg.batch_size, procs=self.dist.world,
+                grad_accum=cfg.grad_accum, seq_len=m["seq_len"], lr=cfg.lr,
+                schedule=cfg.schedule, warmup=cfg.warmup, device=self.dist.device,
+                dtype="bf16" if self.bf16 else "fp32", compiled=resolved["compiled"],
+                threads=threads, config_path=path):
+            self.say(line)
+
+    def cut_after(self, step: int) -> None:
+        """Drop the rows after `step` (a rollback redoes those steps)."""
+        from llmtk.io.metrics import MetricsWriter, truncate_after
+
+        if self.metrics is not None:
+            self.metrics.close()
+            truncate_after(self.metrics.path, step)
+            self.metrics = MetricsWriter(self.metrics.path, mirror=self.metrics.mirror)
+        self.meter = Meter()
+
+    def restart_clock(self) -> None:
+        self.meter = Meter()
+        self.t_start = time.perf_counter()
+
+    def count(self, tokens: int) -> None:
+        self.meter.tokens += tokens
+        self.meter.steps += 1
+
+    def row(self, st, last_row, val_loss: float | None, extra: dict, train_data) -> None:
+        """The step's row (`last_row`: the settled (step, [loss, norm, not_finite], lr)),
+        and the step line; every rank measures, rank 0 writes."""
+        step, (loss, grad_norm, not_finite), lr = last_row
+        elapsed = self.meter.elapsed()
+        (mem,) = self.dist.host_max([_mem_gb(self.dist.device)])
+        tps = self.meter.tokens / elapsed
+        # tps: the global batch's tokens (each once, whatever tp/pp split them), per second
+        mfu = model_mfu(self.flops_per_token, tps, self.dist.world, self.peak) \
+            if self.peak else None
+        meter, self.meter = self.meter, Meter()
+        if self.metrics is None or not_finite or step != st.step:
+            return  # a skipped step has its `nan` event instead of a row
+        row = {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+               "tokens": st.tokens, "tokens_per_s": round(tps, 1),
+               "mfu": None if mfu is None else round(mfu, 4), "mem_gb": round(mem, 3),
+               "data_s": round(meter.data_s, 4),
+               "step_s": round(elapsed / max(1, meter.steps), 4), "time": time.time()}
+        if val_loss is not None:
+            row["val_loss"] = val_loss
+        row.update(extra)
+        if hasattr(train_data, "source_tokens"):  # a blend: tokens/NAME
+            row.update(train_data.source_tokens(st.position))
+        if hasattr(train_data, "trained_tokens"):  # SFT: the loss-carrying tokens
+            row["trained_tokens"] = train_data.trained_tokens(st.position)
+        self.metrics.write(row)
+        if not self.quiet:
+            from llmtk.io.console import stderr_console
+            from llmtk.train.report import step_line
+
+            wall_per_step = (time.perf_counter() - meter.t) / max(1, meter.steps)  # all of it
+            stderr_console().print(step_line(
+                step, self.steps, loss, lr, tps, time.perf_counter() - self.t_start,
+                (self.steps - step) * wall_per_step, val_loss=val_loss,
+                grad_norm=grad_norm, mfu=mfu, mem_gb=row["mem_gb"],
+                step_ms=row["step_s"] * 1000), markup=False, soft_wrap=True)
+
+    def val_row(self, step: int, val: float, per_source: dict) -> None:
+        """A validation loss at a step without a row."""
+        if self.metrics is not None:
+            self.metrics.write({"step": step, "val_loss": val, **per_source,
+                                "time": time.time()})
+            self.say(f"step {step}: val_loss {val:.4f}")
+
+    def sync(self) -> None:
+        if self.metrics is not None:
+            self.metrics.sync()
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+
+    def close_mirrors(self, ok: bool) -> None:
+        if self.mirrors is not None:
+            self.mirrors.close(ok)
+            self.mirrors = None
+
+
+def due(step: int, every: int, steps: int) -> bool:
+    """Whether something done every `every` steps (0: never) is due after `step` of a
+    run of `steps`: the last step always is."""
+    return bool(every) and step % every == 0 or step == steps
