@@ -68,40 +68,37 @@ def test_the_command_refuses_a_layout_before_starting_processes(tmp_path):
     (Layout(pp=2), {"grad_accum": 5, "pp_schedule": "interleaved-1f1b"}, "grad_accum"),
 ])
 def test_what_is_not_trained_yet_is_refused_naming_its_flag(layout, flags, key):
-    from types import SimpleNamespace
-
+    from llmtk.train.config import TrainConfig
     from llmtk.train.parallel import check_trainable
 
-    base = {"lora_rank": 0, "sample_every": 0, "eval_tasks": [], "checkpoint_format": "auto",
-            "grad_accum": 2, "pp_schedule": "1f1b"}
+    base = {"grad_accum": 2}
     with pytest.raises(ConfigError) as e:
-        check_trainable(layout, SimpleNamespace(**{**base, **flags}))
+        check_trainable(layout, TrainConfig(**{**base, **flags}))
     assert e.value.key == key
     # Tensor and pipeline parallelism take LoRA, sampling and task evaluation like any
     # other layout (tests/test_train_parallel.py and test_train_pipeline.py train them).
     for more in ({"lora_rank": 8}, {"sample_every": 10}, {"eval_tasks": ["t.jsonl"]}):
-        check_trainable(Layout(tp=2, dp_shard=2), SimpleNamespace(**{**base, **more}))
-        check_trainable(Layout(pp=2), SimpleNamespace(**{**base, **more}))
-    check_trainable(Layout(pp=2, tp=2), SimpleNamespace(**{**base, "lora_rank": 0}))
+        check_trainable(Layout(tp=2, dp_shard=2), TrainConfig(**{**base, **more}))
+        check_trainable(Layout(pp=2), TrainConfig(**{**base, **more}))
+    check_trainable(Layout(pp=2, tp=2), TrainConfig(**base))
     # interleaved-1f1b runs the microbatches in rounds of pp: 3 is one round, 6 three
     for ga in (3, 6):
-        check_trainable(Layout(pp=2), SimpleNamespace(
-            **{**base, "grad_accum": ga, "pp_schedule": "interleaved-1f1b"}))
+        check_trainable(Layout(pp=2), TrainConfig(grad_accum=ga,
+                                                  pp_schedule="interleaved-1f1b"))
 
 
 def test_lora_under_tensor_parallel_is_not_compiled():
     """Compiled, the adapters' DTensor gradients came out wrong (docs/train.md): --compile is
     refused with --lora-rank under --tp, and its GPU default is off there."""
-    from types import SimpleNamespace
-
+    from llmtk.train.config import TrainConfig
     from llmtk.train.parallel import check_trainable, compiles_by_default
 
-    cfg = SimpleNamespace(lora_rank=4, sample_every=0, eval_tasks=[], compile=True)
+    cfg = TrainConfig(lora_rank=4, compile=True)
     with pytest.raises(ConfigError) as e:
         check_trainable(Layout(tp=2), cfg)
     assert e.value.key == "compile" and "--tp 2 and --lora-rank" in str(e.value)
     check_trainable(Layout(dp_shard=2), cfg)  # FSDP2 alone compiles LoRA
-    assert not compiles_by_default(Layout(tp=2), cfg, cuda=True)
-    assert compiles_by_default(Layout(dp_shard=2), cfg, cuda=True)
-    assert compiles_by_default(Layout(tp=2), SimpleNamespace(lora_rank=None), cuda=True)
-    assert not compiles_by_default(Layout(), SimpleNamespace(lora_rank=None), cuda=False)
+    assert not compiles_by_default(Layout(tp=2), lora=True, cuda=True)
+    assert compiles_by_default(Layout(dp_shard=2), lora=True, cuda=True)
+    assert compiles_by_default(Layout(tp=2), lora=False, cuda=True)
+    assert not compiles_by_default(Layout(), lora=False, cuda=False)

@@ -158,6 +158,13 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
+def section(cls, cfg):
+    """The frozen dataclass `cls` (a component's section of the configuration: some of
+    TrainConfig's fields, under the same names) filled from `cfg`, so that a component
+    takes what it reads, not the whole configuration."""
+    return cls(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cls)})
+
+
 @dataclass(frozen=True)
 class LaunchConfig:
     """torchrun's options: accepted in TOML under the same names as the flags."""

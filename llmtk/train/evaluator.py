@@ -24,11 +24,6 @@ class EvalSpec:
     seed: int
     steps: int
 
-    @classmethod
-    def of(cls, cfg) -> EvalSpec:
-        return cls(cfg.eval_every, cfg.eval_batches, cfg.sample_every, cfg.prompt,
-                   cfg.sample_tokens, cfg.seed, cfg.steps)
-
 
 class Evaluator:
     """`built`: the parallelize.Parallelized model; `whole()`: whole.whole_model for it;

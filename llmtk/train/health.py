@@ -26,10 +26,6 @@ class HealthRules:
     spike_factor: float
     warmup: int
 
-    @classmethod
-    def of(cls, cfg) -> HealthRules:
-        return cls(cfg.on_nan, cfg.max_bad_steps, cfg.on_spike, cfg.spike_factor, cfg.warmup)
-
 
 class Health:
     """`log`: the run's StepLog; `ckpt`: its Checkpointer; `restore(path)`: load a

@@ -11,11 +11,30 @@ no host sync decides it.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OptimSpec:
+    """What the schedule (lr_at) and the Optimizer read of the configuration."""
+
+    lr: float
+    min_lr: float | None
+    warmup: int
+    schedule: str
+    decay_fraction: float
+    steps: int
+    weight_decay: float
+    beta1: float
+    beta2: float
+    grad_clip: float
+    grad_accum: int
 
 
 def lr_at(step: int, cfg) -> float:
     """Learning rate for the 0-based step: linear warmup, then cosine / WSD / constant
-    (`cfg`: a TrainConfig's lr, min_lr, warmup, schedule, decay_fraction and steps)."""
+    (`cfg`: an OptimSpec, or a TrainConfig: its lr, min_lr, warmup, schedule,
+    decay_fraction and steps)."""
     min_lr = cfg.lr / 10 if cfg.min_lr is None else cfg.min_lr
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
@@ -44,7 +63,7 @@ class Optimizer:
     """AdamW over the trainable parameters of `built` (parallelize.Parallelized, laid out
     by `plan` over `dist`), with `cfg`'s schedule (lr_at), betas, weight decay and clip."""
 
-    def __init__(self, cfg, built, plan, dist):
+    def __init__(self, cfg: OptimSpec, built, plan, dist):
         import torch
 
         from llmtk.train.parallel import replicas

@@ -115,16 +115,16 @@ def check_trainable(layout: Layout, cfg) -> None:
             raise ConfigError("checkpoint_format", f"full is not possible with --pp "
                               f"{layout.pp}: no rank holds the whole model; use dcp (the "
                               "default), and `llmtk train export` for one file")
-        check_microbatches(layout.pp, cfg)
-    if layout.tp > 1 and cfg.lora_rank and getattr(cfg, "compile", None):
+        check_microbatches(layout.pp, cfg.grad_accum, cfg.pp_schedule)
+    if layout.tp > 1 and cfg.lora_rank and cfg.compile:
         raise ConfigError("compile", f"is not supported with --tp {layout.tp} and "
                           "--lora-rank: compiled, the adapters' DTensor gradients came out "
                           "wrong (torch 2.13); leave --compile off (the default there)")
 
 
-def compiles_by_default(layout: Layout, cfg, cuda: bool) -> bool:
+def compiles_by_default(layout: Layout, lora: bool, cuda: bool) -> bool:
     """--compile's default: on GPU, except for LoRA under tensor parallelism (above)."""
-    return cuda and not (layout.tp > 1 and cfg.lora_rank)
+    return cuda and not (layout.tp > 1 and lora)
 
 
 def check_model(layout: Layout, mcfg) -> None:
@@ -190,16 +190,15 @@ def pipeline_split(layout: Layout, n_layer: int, spec: str | None = None,
     return split
 
 
-def check_microbatches(pp: int, cfg) -> None:
-    """The pipeline's microbatches are the step's --grad-accum micro-steps: refuse a count
-    the schedule cannot run."""
-    n = cfg.grad_accum
-    if cfg.pp_schedule == "1f1b" and n < pp:
+def check_microbatches(pp: int, n: int, schedule: str) -> None:
+    """The pipeline's microbatches are the step's `n` (--grad-accum) micro-steps: refuse a
+    count the schedule cannot run."""
+    if schedule == "1f1b" and n < pp:
         raise ConfigError("grad_accum", f"{n} microbatches for --pp {pp}: 1f1b needs at "
                           f"least one per stage (--grad-accum >= {pp}; the bubble is "
                           f"(pp-1)/(grad-accum+pp-1), so several times pp keeps it small)")
     rounds = max(1, n // pp)
-    if cfg.pp_schedule == "interleaved-1f1b" and n % rounds:
+    if schedule == "interleaved-1f1b" and n % rounds:
         raise ConfigError("grad_accum", f"{n} microbatches for --pp {pp}: interleaved-1f1b "
                           f"runs them in {rounds} equal rounds (grad-accum // pp), which "
                           f"{n} does not divide; use a multiple of {pp}")

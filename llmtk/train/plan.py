@@ -72,7 +72,7 @@ class RunPlan:
             ckpt_format=cfg.checkpoint_format if cfg.checkpoint_format != "auto" else (
                 "dcp" if parallel == "fsdp" else "full"),
             compiled=cfg.compile if cfg.compile is not None else
-            compiles_by_default(layout, cfg, cuda),
+            compiles_by_default(layout, bool(cfg.lora_rank), cuda),
             bf16=cfg.dtype == "bf16" or (cfg.dtype == "auto" and cuda),
             windows_per_step=cfg.batch_size * layout.dp * cfg.grad_accum,
             seed=cfg.seed, lora=LoraSpec.of(cfg),

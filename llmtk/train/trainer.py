@@ -35,7 +35,7 @@ from llmtk.io.paths import missing_dirs, remove_made
 from llmtk.train.batch import rollback_documents
 from llmtk.train.checkpoint import QKV_LAYOUT
 from llmtk.train.checkpointer import Checkpointer, check_resume, check_shape, set_full_model_state
-from llmtk.train.config import TrainConfig
+from llmtk.train.config import TrainConfig, section
 from llmtk.train.optim import lr_at, warmup_warning
 from llmtk.train.run_shape import model_config
 from llmtk.train.runtime import (
@@ -116,7 +116,7 @@ class Trainer:
         from llmtk.train import data as D
         from llmtk.train.evaluator import EvalSpec, Evaluator
         from llmtk.train.health import Health, HealthRules
-        from llmtk.train.optim import Optimizer
+        from llmtk.train.optim import Optimizer, OptimSpec
         from llmtk.train.parallelize import parallelize
         from llmtk.train.plan import RunPlan, run_model
         from llmtk.train.steplog import StepLog
@@ -151,7 +151,7 @@ class Trainer:
             torch.use_deterministic_algorithms(True, warn_only=True)
         self.built = parallelize(plan, dist)
         self.model, self.pipe = self.built.model, self.built.pipe
-        self.optim = Optimizer(cfg, self.built, plan, dist)
+        self.optim = Optimizer(section(OptimSpec, cfg), self.built, plan, dist)
         self.autocast = (
             (lambda: torch.autocast(device_type=dist.device.split(":")[0], dtype=torch.bfloat16))
             if plan.bf16 else contextlib.nullcontext)
@@ -167,13 +167,13 @@ class Trainer:
 
             grad_stats = GradStats(self.optim.param_names, cfg.grad_stats_every,
                                    cfg.spike_factor)
-        self.health = Health(HealthRules.of(cfg), self.log, self.ckpt, restore=self._restore,
+        self.health = Health(section(HealthRules, cfg), self.log, self.ckpt, restore=self._restore,
                              zero_grad=lambda: self.optim.opt.zero_grad(set_to_none=True),
                              documents=(lambda start, stop: None) if cfg.sft else partial(
                                  rollback_documents, cfg, self.cache, self.train_data,
                                  mcfg.seq_len), param_names=self.optim.param_names,
                              grad_stats=grad_stats)
-        self.evaluator = Evaluator(EvalSpec.of(cfg), built=self.built, whole=self._whole,
+        self.evaluator = Evaluator(section(EvalSpec, cfg), built=self.built, whole=self._whole,
                                    dist=dist, autocast=self.autocast,
                                    loss_ranks=self.optim.loss_ranks, val_data=self.val_data,
                                    val_sets=self.val_sets, tok=self.tok, log=self.log)
