@@ -215,8 +215,15 @@ def lora_params(m: ModelSpec, rank: int, tp: int = 1) -> float:
     wq, wk, wv, wo and the two or three MLP matrices; with `tp`, one tensor-parallel rank's
     share as llmtk train splits them with their base: on a column-wise base B split and A
     whole, on a row-wise one (wo, the MLP's out-projection) A split and B whole."""
+    from llmtk.compute.placement import BLOCK_PLAN, adapter_split
+
     d, H, K, hd, f = m.d_model, m.n_head, m.kv_heads, m.hd, m.ffn
-    columns = [(d, H * hd), (d, K * hd), (d, K * hd)] + ([(d, f)] * (2 if m.glu else 1))
-    rows = [(H * hd, d), (f, d)]
-    return float(m.n_layer * rank * (sum(i + o / tp for i, o in columns)
-                                     + sum(i / tp + o for i, o in rows)))
+    # (in, out) of each adapted base, by its module in the placement table
+    bases = {"attn.wqkv": [(d, H * hd), (d, K * hd), (d, K * hd)], "attn.wo": [(H * hd, d)],
+             "mlp.w1": [(d, f)], "mlp.w3": [(d, f)] if m.glu else [], "mlp.w2": [(f, d)]}
+    total = 0.0
+    for module, shapes in bases.items():
+        a_split, b_split = adapter_split(BLOCK_PLAN[module])
+        total += sum(i / (tp if a_split else 1) + o / (tp if b_split else 1)
+                     for i, o in shapes)
+    return float(m.n_layer * rank * total)

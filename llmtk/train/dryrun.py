@@ -5,10 +5,12 @@ parameter is assigned as a real run places it: the layers of a pipeline rank's s
 (RunPlan.split: --pp-layers, or even with the first stages taking one more),
 the embedding on the first stage and the final norm and head on the last (under pp > 1
 a tied head is a copy of the embedding on the last stage, its gradient summed with the
-first stage's before each step, as Megatron-LM does), matrices split over tp (norm
-weights replicated), and everything sharded over dp_shard by FSDP2. The byte counts are
-the trainer's own: fp32 master weights, fp32 gradients and AdamW's two fp32 moments per
-trainable parameter (16 bytes; LoRA's frozen base: 4), bf16 or fp32 activations.
+first stage's before each step, as Megatron-LM does), split over tp as the placement
+table says (llmtk/compute/placement.py: matrices and adapters' halves split, norm weights
+whole, the table apply_tp applies), and everything sharded over dp_shard by FSDP2. The
+byte counts are the trainer's own: fp32 master weights, fp32 gradients and AdamW's two
+fp32 moments per trainable parameter (16 bytes; LoRA's frozen base: 4), bf16 or fp32
+activations.
 
 Every pipeline rank is planned (one tp shard each; tp shards of a stage hold the same
 amounts); llmtk.estimate.ranks prices them and shows the first, the busiest middle one
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmtk.compute.placement import tp_elements
 from llmtk.train.parallel import Layout
 from llmtk.train.plan import RunPlan
 
@@ -40,18 +43,6 @@ class RankPlan:
     head: bool               # holds the final norm and the output head
 
 
-def _split(name: str, numel: int, tp: int) -> float:
-    """Elements of one tp shard: matrices (and the embedding/head) split, vectors kept, and
-    of a LoRA adapter the half its base splits (lora.py: on a column-wise base B split by
-    rows and A whole; on a row-wise one, wo and w2, A split by columns and B whole)."""
-    if name.endswith("norm.weight"):
-        return float(numel)
-    if ".lora_" in name:
-        row_wise = ".wo.lora_" in name or ".w2.lora_" in name
-        return numel / tp if (".lora_A." in name) == row_wise else float(numel)
-    return numel / tp
-
-
 def plan_ranks(plan: RunPlan) -> list[RankPlan]:
     """One RankPlan per kind of rank of the run `plan` (train/plan.py)."""
     from llmtk.train.parallelize import meta_model
@@ -61,7 +52,7 @@ def plan_ranks(plan: RunPlan) -> list[RankPlan]:
     tp, pp, shard = layout.tp, layout.pp, layout.dp_shard
     per_block: dict[str, tuple[float, float]] = {}  # one block: (all, trainable) per tp shard
     for name, p in model.layers["0"].named_parameters():
-        per_block[name] = (_split(name, p.numel(), tp), _split(name, p.numel(), tp)
+        per_block[name] = (tp_elements(name, p.numel(), tp), tp_elements(name, p.numel(), tp)
                            if p.requires_grad else 0.0)
     block_all = sum(a for a, _ in per_block.values())
     block_train = sum(t for _, t in per_block.values())
@@ -69,15 +60,13 @@ def plan_ranks(plan: RunPlan) -> list[RankPlan]:
     def outer(module, prefix: str) -> tuple[float, float]:
         n = t = 0.0
         for name, p in module.named_parameters(prefix=prefix):
-            n += _split(name, p.numel(), tp)
-            t += _split(name, p.numel(), tp) if p.requires_grad else 0.0
+            n += tp_elements(name, p.numel(), tp)
+            t += tp_elements(name, p.numel(), tp) if p.requires_grad else 0.0
         return n, t
 
     emb = outer(model.tok_emb, "tok_emb")
     norm = outer(model.norm, "norm")
-    head = (float(model.lm_head.weight.numel()) / tp,
-            float(model.lm_head.weight.numel()) / tp if model.lm_head.weight.requires_grad
-            else 0.0)
+    head = outer(model.lm_head, "lm_head")
     tied = mcfg.tie_embeddings
     # blocks per pp rank: its stages' (interleaved-1f1b: stage s is on rank s % pp)
     split = plan.split

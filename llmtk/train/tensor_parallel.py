@@ -49,33 +49,48 @@ def apply_tp(model, tp_mesh) -> None:
         parallelize_module,
     )
 
+    from llmtk.compute.placement import (
+        BLOCK_PLAN,
+        COLWISE,
+        MODEL_PLAN,
+        REPLICATED,
+        ROWWISE,
+        VOCAB,
+        WEIGHT_DIM,
+    )
+
     ColwiseParallel, RowwiseParallel = _adapter_styles()
+    # each module's split is the placement table's (llmtk/compute/placement.py)
+    styles = {COLWISE: ColwiseParallel,  # -> (B, T, out / tp), plain
+              ROWWISE: lambda: RowwiseParallel(output_layouts=Shard(1)),  # -> (B, T/tp, C)
+              REPLICATED: SequenceParallel,  # the weight whole, the positions split
+              # ids (B, T) on every rank -> (B, T/tp, C), a plain tensor: the residual stream
+              VOCAB: lambda: RowwiseParallel(input_layouts=Replicate(),
+                                             output_layouts=Shard(1))}
+    # what attention and the MLP take in, not parameters: their input gathered from the
+    # sequence-sharded residual stream, (x, cos, sin, mask) for attention
+    inputs = {"attn": lambda: PrepareModuleInput(
+                  input_layouts=(Shard(1), None, None, None),
+                  desired_input_layouts=(Replicate(), None, None, None)),
+              "mlp": lambda: PrepareModuleInput(input_layouts=(Shard(1),),
+                                                desired_input_layouts=(Replicate(),))}
 
     tied = model.lm_head.weight is model.tok_emb.weight
     # SequenceParallel (and the untied head below) make new Parameters that require
     # gradients: a frozen base (LoRA) is frozen again at the end.
     frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
-    parallelize_module(model, tp_mesh, {
-        # ids (B, T) on every rank -> (B, T/tp, C), a plain tensor: the residual stream
-        "tok_emb": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
-        "norm": SequenceParallel(),  # -> a (B, T, C) DTensor sharded along T: head_loss
-    })
+    # norm -> a (B, T, C) DTensor sharded along T: head_loss; the head is placed below
+    parallelize_module(model, tp_mesh, {name: styles[style]()
+                                        for name, style in MODEL_PLAN.items()
+                                        if name != "lm_head"})
     for block in model.layers.values():
-        parallelize_module(block, tp_mesh, {
-            "attn_norm": SequenceParallel(),
-            # (x, cos, sin, mask): x gathered to (B, T, C); the rest are plain tensors
-            "attn": PrepareModuleInput(input_layouts=(Shard(1), None, None, None),
-                                       desired_input_layouts=(Replicate(), None, None, None)),
-            # column- and row-wise: the adapters of a LoRALinear too (_adapter_styles)
-            "attn.wqkv": ColwiseParallel(),  # -> (B, T, (H + 2K) * D / tp), plain
-            "attn.wo": RowwiseParallel(output_layouts=Shard(1)),  # -> (B, T/tp, C), plain
-            "mlp_norm": SequenceParallel(),
-            "mlp": PrepareModuleInput(input_layouts=(Shard(1),),
-                                      desired_input_layouts=(Replicate(),)),
-            "mlp.w1": ColwiseParallel(),
-            "mlp.w3": ColwiseParallel(),
-            "mlp.w2": RowwiseParallel(output_layouts=Shard(1)),
-        })
+        plan = {}
+        for name, style in BLOCK_PLAN.items():
+            parent = name.partition(".")[0]
+            if parent in inputs and parent not in plan:
+                plan[parent] = inputs[parent]()
+            plan[name] = styles[style]()  # column- and row-wise: a LoRALinear's adapters too
+        parallelize_module(block, tp_mesh, plan)
     # RowwiseParallel hands the embedding's reduce-scatter on as an AsyncCollectiveTensor;
     # a compiled first block given that subclass as its input returns a gradient that
     # DTensor's redistribute backward cannot take (torch 2.13). A copy is a plain tensor,
@@ -85,8 +100,8 @@ def apply_tp(model, tp_mesh) -> None:
     if tied:  # parallelize_module gave tok_emb a new (DTensor) Parameter: tie the head again
         model.lm_head.weight = model.tok_emb.weight
     else:  # the head's forward is never split: only its weight, which the loss reads
-        model.lm_head.weight = nn.Parameter(
-            distribute_tensor(model.lm_head.weight, tp_mesh, [Shard(0)]))
+        model.lm_head.weight = nn.Parameter(distribute_tensor(
+            model.lm_head.weight, tp_mesh, [Shard(WEIGHT_DIM[MODEL_PLAN["lm_head"]])]))
     for name, p in model.named_parameters():
         if name in frozen:
             p.requires_grad_(False)
@@ -101,9 +116,12 @@ def _adapter_styles():
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-    def adapters(module, mesh, a, b, src) -> None:
-        for params, place in ((getattr(module, "lora_A", {}), a),
-                              (getattr(module, "lora_B", {}), b)):
+    from llmtk.compute.placement import ADAPTER_DIM, COLWISE, ROWWISE
+
+    def adapters(module, mesh, style: str, src) -> None:
+        for which, dim in ADAPTER_DIM[style].items():  # the placement table's
+            params = getattr(module, which, {})
+            place = Replicate() if dim is None else Shard(dim)
             for name, p in list(params.items()):
                 params[name] = nn.Parameter(distribute_tensor(p, mesh, [place],
                                                               src_data_rank=src),
@@ -120,13 +138,13 @@ def _adapter_styles():
                     distribute_tensor(p, device_mesh, [Shard(0)],
                                       src_data_rank=self.src_data_rank),
                     requires_grad=p.requires_grad))
-            adapters(module, device_mesh, Replicate(), Shard(0), self.src_data_rank)
+            adapters(module, device_mesh, COLWISE, self.src_data_rank)
 
     class Rowwise(RowwiseParallel):
         def _partition_linear_fn(self, name, module, device_mesh):
             if name:
                 return
             super()._partition_linear_fn(name, module, device_mesh)  # weight, bias only
-            adapters(module, device_mesh, Shard(1), Replicate(), self.src_data_rank)
+            adapters(module, device_mesh, ROWWISE, self.src_data_rank)
 
     return Colwise, Rowwise

@@ -1,0 +1,65 @@
+"""Where each parameter of llmtk's GPT lives under tensor parallelism: one table that
+`llmtk.train.tensor_parallel.apply_tp` applies, `llmtk train --dry-run` counts
+(`train/dryrun.py`) and `llmtk estimate` prices (`estimate/memory.lora_params`), so the
+three cannot drift apart.
+
+A parameter is either split along one dimension over the tp ranks (each holds 1/tp of
+it) or whole on every tp rank. Megatron-LM's split (the style of each module):
+
+    column-wise   the output rows split (dim 0): attn.wqkv, mlp.w1 (gate), mlp.w3 (up)
+    row-wise      the input columns split (dim 1): attn.wo, mlp.w2 (down)
+    vocabulary    the vocabulary rows split (dim 0): tok_emb, lm_head (one matrix if tied)
+    replicated    whole (sequence parallel splits their activations, not their weights):
+                  attn_norm, mlp_norm, norm
+
+LoRA adapters (W + s·B·A) follow their base, so each rank computes its part of B·A x
+with the base's own collectives: on a column-wise base B (out, r) is split by rows like W
+and A (r, in) is whole; on a row-wise base A is split by columns like W and B is whole.
+
+Under FSDP2 every parameter (split or whole over tp) is then sharded over dp_shard; under
+pipeline parallelism a stage holds its blocks, the first stage the embedding and the last
+the final norm and the head (train/pipeline.py).
+"""
+
+from __future__ import annotations
+
+COLWISE, ROWWISE, VOCAB, REPLICATED = "colwise", "rowwise", "vocabulary", "replicated"
+
+# module (in the model, or in each block `layers.N.`) -> its tp style
+MODEL_PLAN = {"tok_emb": VOCAB, "norm": REPLICATED, "lm_head": VOCAB}
+BLOCK_PLAN = {"attn_norm": REPLICATED, "attn.wqkv": COLWISE, "attn.wo": ROWWISE,
+              "mlp_norm": REPLICATED, "mlp.w1": COLWISE, "mlp.w3": COLWISE,
+              "mlp.w2": ROWWISE}
+
+# the dimension of a base weight (and bias) split over tp, by style; None: whole
+WEIGHT_DIM = {COLWISE: 0, ROWWISE: 1, VOCAB: 0, REPLICATED: None}
+# the dimension of each adapter split over tp, by its base's style
+ADAPTER_DIM = {COLWISE: {"lora_A": None, "lora_B": 0},
+               ROWWISE: {"lora_A": 1, "lora_B": None}}
+
+
+def tp_dim(name: str) -> int | None:
+    """The dimension along which parameter `name` (a state-dict key of llmtk's GPT, e.g.
+    `layers.3.attn.wo.lora_A.o`, or of one block, `attn.wo.weight`) is split over the tp
+    ranks; None when every tp rank holds it whole."""
+    parts = name.split(".")
+    if parts[0] == "layers":
+        parts = parts[2:]
+    adapter = next((p for p in parts if p in ("lora_A", "lora_B")), None)
+    if adapter is not None:
+        module = ".".join(parts[:parts.index(adapter)])
+        return ADAPTER_DIM[BLOCK_PLAN[module]][adapter]
+    module = ".".join(parts[:-1])
+    style = BLOCK_PLAN.get(module) or MODEL_PLAN[module]
+    return WEIGHT_DIM[style]
+
+
+def tp_elements(name: str, numel: float, tp: int) -> float:
+    """Elements of parameter `name` (of `numel`) one tp rank holds."""
+    return numel / tp if tp_dim(name) is not None else float(numel)
+
+
+def adapter_split(style: str) -> tuple[bool, bool]:
+    """(A split, B split) over tp for the adapters of a base of tp `style`."""
+    dims = ADAPTER_DIM[style]
+    return dims["lora_A"] is not None, dims["lora_B"] is not None
