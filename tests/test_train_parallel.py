@@ -117,6 +117,29 @@ def test_fsdp2_two_processes_match_one(corpus, tmp_path, single_ref):
         assert x[1] == pytest.approx(y[1], rel=PARITY_REL)
 
 
+# fp32, the dtype a CPU run trains in, checked where its rounding has not been amplified:
+# steps 1 and 2. Step 1's loss and gradients differ from one process only by summation
+# order: the tp ranks add two half sums of each row-parallel matmul (d_model 64, FFN 192
+# terms) and split the loss's log-sum-exp over the padded vocabulary (384 logits), and a
+# gradient sums 4 x 64 = 256 positions; a reordered sum of n fp32 terms is within
+# gamma_n = n * 2^-24 / (1 - n * 2^-24) of the exact one, 2.3e-5 for the longest (384).
+# Step 2 adds step 1's AdamW update, lr * m / (sqrt(v) + eps) = lr * sign(g) at step 1 for
+# every gradient well above eps, so the first update carries no relative difference of
+# the gradients forward. 1e-4 is 4 x gamma_384: any layout bug (a missing or doubled
+# shard, a wrong split) moves the loss or the grad norm by percent, not 1e-4. Measured on
+# one machine: the losses equal, the grad norms 1.4e-7 and 1.0e-7 apart (2 fp32 units).
+FP32_REL = 1e-4
+
+
+@pytest.mark.integration
+def test_fp32_first_steps_match_one_process_within_rounding(corpus, tmp_path):
+    one, tp = str(tmp_path / "one"), str(tmp_path / "tp")
+    flags = ["--steps", "2", "--batch-size", "4", "--dtype", "fp32"]
+    run_train(corpus, one, *flags)
+    run_train(corpus, tp, *flags, "--nproc-per-node", "2", "--tp", "2")
+    _parallel_matches(one, tp, grad_rel=FP32_REL, loss_rel=FP32_REL)
+
+
 @pytest.fixture(scope="module")
 def hsdp_run(corpus, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("hsdp") / "run")
