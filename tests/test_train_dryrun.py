@@ -6,10 +6,11 @@ import re
 
 import pytest
 
+from llmtk.compute.placement import stage_layers
 from llmtk.train.config import TrainConfig
 from llmtk.train.dryrun import plan_ranks
 from llmtk.train.model_config import count_params, preset
-from llmtk.train.parallel import Layout, stage_layers
+from llmtk.train.parallel import Layout
 from tests.train_runs import planned
 from tests.util import llmtk
 

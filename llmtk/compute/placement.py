@@ -17,8 +17,9 @@ with the base's own collectives: on a column-wise base B (out, r) is split by ro
 and A (r, in) is whole; on a row-wise base A is split by columns like W and B is whole.
 
 Under FSDP2 every parameter (split or whole over tp) is then sharded over dp_shard; under
-pipeline parallelism a stage holds its blocks, the first stage the embedding and the last
-the final norm and the head (train/pipeline.py).
+pipeline parallelism a stage holds its blocks (`stage_layers`, unless --pp-layers says
+otherwise: train/parallel.pipeline_split), the first stage the embedding and the last the
+final norm and the head (train/pipeline.py).
 """
 
 from __future__ import annotations
@@ -63,3 +64,9 @@ def adapter_split(style: str) -> tuple[bool, bool]:
     """(A split, B split) over tp for the adapters of a base of tp `style`."""
     dims = ADAPTER_DIM[style]
     return dims["lora_A"] is not None, dims["lora_B"] is not None
+
+
+def stage_layers(n_layer: int, stages: int) -> list[int]:
+    """Blocks per pipeline stage, the default split: even, the first n_layer % stages
+    stages one more."""
+    return [n_layer // stages + (1 if s < n_layer % stages else 0) for s in range(stages)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from llmtk.compute.models import ModelSpec
+from llmtk.compute.placement import stage_layers
 from llmtk.estimate import memory
 
 
@@ -144,7 +145,7 @@ def llmtk_busiest_bytes(m: ModelSpec, micro_batch: int, *, tp: int, pp: int, n_m
     a = llmtk_saved_bytes(cfg, micro_batch, m.seq_len, elem=2 if bf16 else 4,
                           recompute=recompute, tp=tp, weight_copies=bf16 and not fsdp,
                           residual=2 if bf16 and fsdp else 4, lora_rank=lora_rank)
-    per_stage = [m.n_layer // pp + (1 if s < m.n_layer % pp else 0) for s in range(pp)]
+    per_stage = stage_layers(m.n_layer, pp)  # llmtk train's default split
     return max(stage_bytes(a, m.n_layer, layers, embedding=s == 0, head=s == pp - 1, pp=pp,
                            n_micro=n_micro, pp_rank=s) for s, layers in enumerate(per_stage))
 

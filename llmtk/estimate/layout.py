@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from llmtk.compute import hardware
 from llmtk.compute.models import ModelSpec
+from llmtk.compute.placement import stage_layers
 
 # What NCCL achieves of a link's nominal bandwidth on large messages (its "bus bandwidth"
 # on H100 NVLink and 400 Gb/s InfiniBand is ~75-85% of nominal in nccl-tests).
@@ -125,7 +126,7 @@ def step_time(spec: ModelSpec, c: Candidate, *, global_batch: int, flops_per_tok
     compute = hw_flops / (n * peak * mfu)
 
     act = c.micro_batch * spec.seq_len * spec.d_model * elem  # one (b, s, h) tensor, bytes
-    layers = -(-spec.n_layer // c.pp)  # the busiest stage
+    layers = max(stage_layers(spec.n_layer, c.pp))  # the busiest stage
     per_layer = (12 if c.recompute == "full" else 8)
     tp = m * layers * per_layer * _collective(c.tp, act, nvlink, LATENCY_INTRA)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from llmtk.compute import flops as F
 from llmtk.compute import hardware
 from llmtk.compute.models import Dims, ModelSpec, build_spec, count_params
+from llmtk.compute.placement import stage_layers
 from llmtk.errors import ConfigError
 from llmtk.estimate import layout, memory, scaling
 from llmtk.estimate.emit import refusal
@@ -479,7 +480,8 @@ def _stage_share(spec, counts, stored, trained, par, lora_shard=None) -> tuple[f
     lora = lora_shard / spec.n_layer  # one block's, on one tp rank
     block = counts.per_layer / t + lora
     table = spec.vocab_size * spec.d_model / t
-    most, least = -(-spec.n_layer // par.pp), spec.n_layer // par.pp
+    split = stage_layers(spec.n_layer, par.pp)  # llmtk train's default split
+    most, least = max(split), min(split)
     stage = max(most * block + table, least * block + table + spec.d_model / t)
     return stage, (most * lora if lora else stage)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from llmtk.compute.placement import stage_layers
 from llmtk.errors import ConfigError
 
 DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
@@ -140,12 +141,6 @@ def check_model(layout: Layout, mcfg) -> None:
     if layout.pp > mcfg.n_layer:
         raise ConfigError("pp", f"{layout.pp} stages for {mcfg.n_layer} layers: each stage "
                           "needs at least one")
-
-
-def stage_layers(n_layer: int, stages: int) -> list[int]:
-    """Blocks per pipeline stage, the default split: even, the first n_layer % stages
-    stages one more."""
-    return [n_layer // stages + (1 if s < n_layer % stages else 0) for s in range(stages)]
 
 
 def pipeline_split(layout: Layout, n_layer: int, spec: str | None = None,
