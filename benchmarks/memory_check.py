@@ -8,7 +8,7 @@ one more micro-step measured: the bytes autograd saves for backward during its f
 shard, parameters and their gathered copies excluded), and after its backward the
 rank's local parameter shards, gradients and optimizer states
 (llmtk.train.measure.state_bytes). The dry-run's numbers for the same configuration and
-world (llmtk.train.dryrun + llmtk.estimate.ranks, as `llmtk train --dry-run` prints
+world (llmtk.train.layout.dryrun + llmtk.estimate.ranks, as `llmtk train --dry-run` prints
 them) are set beside them. Rank 0 prints one JSON object (and writes it with --json).
 
 Reproduce:

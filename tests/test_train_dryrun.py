@@ -8,9 +8,9 @@ import pytest
 
 from llmtk.compute.placement import stage_layers
 from llmtk.train.config import TrainConfig
-from llmtk.train.dryrun import plan_ranks
+from llmtk.train.layout.dryrun import plan_ranks
+from llmtk.train.layout.mesh import Layout
 from llmtk.train.model_config import count_params, preset
-from llmtk.train.parallel import Layout
 from tests.train_runs import planned
 from tests.util import llmtk
 
@@ -94,7 +94,7 @@ def test_one_process_plan_of_a_tied_preset_is_estimates():
     assert "1 processes (1 x 1): one process; none" in out and "per A100-40" in out
     from llmtk.estimate.plan import Request, estimate
     from llmtk.estimate.ranks import rank_rows
-    from llmtk.train.dryrun import dry_run
+    from llmtk.train.layout.dryrun import dry_run
 
     cfg = TrainConfig(model="llmtk-124m")
     d = dry_run(cfg, 1)
@@ -129,7 +129,7 @@ def test_the_busiest_pipeline_rank_is_shown_with_the_microbatches_it_holds():
     assert float(middle[-3]) > 4 * float(first[-3])  # the busiest rank, by far
 
     from llmtk.estimate.ranks import rank_rows
-    from llmtk.train.dryrun import dry_run
+    from llmtk.train.layout.dryrun import dry_run
 
     cfg = TrainConfig(model="llmtk-124m", pp=4, pp_layers="1,9,1,1", grad_accum=8,
                       batch_size=16)
@@ -190,7 +190,7 @@ def test_dry_run_refuses_what_the_launch_refuses(flags, words):
 
 def test_sampling_under_tp_says_whether_rank_0s_whole_copy_fits():
     """Under tp or pp, --sample-every and --eval-tasks run a whole fp32 copy on rank 0
-    (train/whole.py): the plan says whether it fits beside rank 0's own share."""
+    (train/layout/whole.py): the plan says whether it fits beside rank 0's own share."""
     def plan(*flags):
         p = llmtk("train", "--dry-run", "--gpu", "H100", *flags, in_process=True)
         assert p.returncode == 0, p.stderr

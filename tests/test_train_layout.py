@@ -1,11 +1,11 @@
-"""The parallel layout (llmtk.train.parallel): one mesh pp x dp_replicate x dp_shard x tp,
+"""The parallel layout (llmtk.train.layout.mesh): one mesh pp x dp_replicate x dp_shard x tp,
 its inference and its one-line errors naming the flag, before anything starts."""
 
 import pytest
 
 from llmtk.errors import ConfigError
+from llmtk.train.layout.mesh import Layout, check_model, plan_layout
 from llmtk.train.model_config import PRESETS
-from llmtk.train.parallel import Layout, check_model, plan_layout
 from tests.util import llmtk
 
 
@@ -62,6 +62,21 @@ def test_the_command_refuses_a_layout_before_starting_processes(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_the_command_refuses_a_model_the_layout_cannot_split_before_starting_processes(
+        tmp_path):
+    """The launcher resolves the run plan with the run's own model shape (not a placeholder
+    one): a tp degree that does not divide the heads starts no process."""
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "x"}\n')
+    p = llmtk("train", "--data", str(data), "--out", str(tmp_path / "o"), "--layers", "2",
+              "--d-model", "48", "--heads", "3", "--nproc-per-node", "2", "--tp", "2",
+              in_process=True)
+    assert p.returncode == 2
+    assert p.stderr.decode().strip().splitlines()[-1] == (
+        "llmtk: error: --tp: 2 does not divide the model's 3 attention heads")
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("layout,flags,key", [
     (Layout(pp=2), {"checkpoint_format": "full"}, "checkpoint_format"),
     (Layout(pp=2), {"grad_accum": 1}, "grad_accum"),  # 1f1b: a microbatch per stage
@@ -69,7 +84,7 @@ def test_the_command_refuses_a_layout_before_starting_processes(tmp_path):
 ])
 def test_what_is_not_trained_yet_is_refused_naming_its_flag(layout, flags, key):
     from llmtk.train.config import TrainConfig
-    from llmtk.train.parallel import check_trainable
+    from llmtk.train.layout.mesh import check_trainable
 
     base = {"grad_accum": 2}
     with pytest.raises(ConfigError) as e:
@@ -91,7 +106,7 @@ def test_lora_under_tensor_parallel_is_not_compiled():
     """Compiled, the adapters' DTensor gradients came out wrong (docs/train.md): --compile is
     refused with --lora-rank under --tp, and its GPU default is off there."""
     from llmtk.train.config import TrainConfig
-    from llmtk.train.parallel import check_trainable, compiles_by_default
+    from llmtk.train.layout.mesh import check_trainable, compiles_by_default
 
     cfg = TrainConfig(lora_rank=4, compile=True)
     with pytest.raises(ConfigError) as e:

@@ -103,7 +103,7 @@ def test_fsdp2_two_processes_match_one(corpus, tmp_path, single_ref):
               *FP64, *SAMPLED, *task_files(tmp_path))
     _parallel_matches(single_ref, out)
     # Sampling and --eval-tasks run the sharded model itself on both ranks (no whole copy
-    # on rank 0, train/whole.py): the one-process text and scores.
+    # on rank 0, train/layout/whole.py): the one-process text and scores.
     same_samples_and_scores(single_ref, out, [5])
     # The FSDP checkpoint is a full state dict: a single process can resume it.
     resumed = str(tmp_path / "resumed")

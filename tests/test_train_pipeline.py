@@ -1,4 +1,4 @@
-"""Pipeline parallelism (`--pp`, llmtk/train/pipeline.py): the split and its one-line errors,
+"""Pipeline parallelism (`--pp`, llmtk/train/layout/pipeline.py): the split and its one-line errors,
 stages that keep the whole model's names and initial weights, and on CPU (gloo) real
 multi-process runs that match one process, resume each other's checkpoints across layouts
 and resume exactly after a SIGKILL."""
@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from llmtk.errors import ConfigError
-from llmtk.train.parallel import Layout, pipeline_split
+from llmtk.train.layout.mesh import Layout, pipeline_split
 from tests.train_runs import (
     events,
     losses,
@@ -84,7 +84,7 @@ def test_the_command_refuses_a_bad_split_before_starting_processes(tmp_path):
 def test_dry_run_plans_a_ranks_stages():
     """--dry-run counts each pp rank's blocks from the same split the trainer uses:
     --pp-layers, and under interleaved-1f1b the stages s % pp of the rank."""
-    from llmtk.train.dryrun import plan_ranks
+    from llmtk.train.layout.dryrun import plan_ranks
     from llmtk.train.model_config import preset
 
     mcfg = preset("tiny", vocab_size=256, n_layer=8)
@@ -109,8 +109,8 @@ def test_stages_chain_to_the_whole_models_loss_and_keep_its_names():
     documents (SFT's mask reaches every stage), and hold exactly its entries."""
     import torch
 
+    from llmtk.train.layout.pipeline import StagePart
     from llmtk.train.model import GPT
-    from llmtk.train.pipeline import StagePart
 
     torch.manual_seed(0)
     model = GPT(_tiny())
@@ -141,8 +141,8 @@ def test_a_stage_materialised_alone_gets_the_whole_models_initial_weights(tied):
     ones a whole-model init with the same seed gives."""
     import torch
 
+    from llmtk.train.layout.pipeline import StagePart
     from llmtk.train.model import GPT
-    from llmtk.train.pipeline import StagePart
 
     cfg = _tiny(tie_embeddings=tied)
     whole = GPT(cfg)

@@ -21,7 +21,7 @@ def test_apply_tp_places_every_parameter_where_the_table_says(tmp_path, tied):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard
 
-    from llmtk.train.tensor_parallel import apply_tp
+    from llmtk.train.layout.tensor_parallel import apply_tp
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
                             world_size=1)

@@ -1,4 +1,4 @@
-"""The whole model that sampling and --eval-tasks run on rank 0 (llmtk.train.whole): the
+"""The whole model that sampling and --eval-tasks run on rank 0 (llmtk.train.layout.whole): the
 pipeline stages' state dicts merge into one, and the copy built from a gathered state
 computes exactly what the trained model computes, without touching the run's RNG.
 (Under tensor parallelism, with real processes: tests/test_train_parallel.py.)"""
@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from llmtk.errors import LlmtkError
+from llmtk.train.layout.mesh import Layout
+from llmtk.train.layout.whole import build_whole, gather_state, merge_stages
 from llmtk.train.lora import add_lora
 from llmtk.train.model import GPT, ModelConfig
-from llmtk.train.parallel import Layout
-from llmtk.train.whole import build_whole, gather_state, merge_stages
 
 CFG = ModelConfig(vocab_size=257, n_layer=2, d_model=32, n_head=4, n_kv_head=2, seq_len=16)
 
@@ -88,9 +88,9 @@ def test_what_each_rank_samples_with_when_the_model_is_not_split_by_tp_or_pp(
     from types import SimpleNamespace
 
     from llmtk.train.config import TrainConfig
-    from llmtk.train.plan import RunPlan
+    from llmtk.train.layout.plan import RunPlan
+    from llmtk.train.layout.whole import whole_model
     from llmtk.train.runtime import Dist
-    from llmtk.train.whole import whole_model
 
     model = _Model()
     # world 1 as far as collectives go: the barrier is a no-op, and a gather would fail

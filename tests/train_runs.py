@@ -117,7 +117,7 @@ def planned(mcfg, layout, **flags):
     """The RunPlan of model `mcfg` on `layout` (FSDP2 over a mesh; enough micro-steps for
     a pipeline's schedules), with the TrainConfig `flags`."""
     from llmtk.train.config import TrainConfig
-    from llmtk.train.plan import RunPlan
+    from llmtk.train.layout.plan import RunPlan
 
     mesh = dict(tp=layout.tp, pp=layout.pp, dp_replicate=layout.dp_replicate,
                 dp_shard=layout.dp_shard)

@@ -308,7 +308,7 @@ def _train(flags: dict, config: str | None) -> None:
         return _dry_run(cfg, launch)
     if (launch.nproc_per_node or launch.nnodes > 1) and not is_worker():
         from llmtk.train.hf import resolve_init
-        from llmtk.train.plan import RunPlan, run_model
+        from llmtk.train.layout.plan import RunPlan, run_model
 
         # A layout that cannot run starts nothing: the plan the workers will resolve (the
         # GPU count is theirs to find; the layout and the split do not depend on it).
@@ -340,11 +340,11 @@ def _train(flags: dict, config: str | None) -> None:
 
 
 def plan_rows(cfg, world: int, grad_accum: int | None = None):
-    """`cfg` planned on `world` processes (train.dryrun: what each kind of rank holds, on
+    """`cfg` planned on `world` processes (train.layout.dryrun: what each kind of rank holds, on
     the meta device) and priced with estimate's formulas: (the DryRun, rank_rows' result).
     What `llmtk train --dry-run` prints, and benchmarks/memory_check.py's prediction."""
     from llmtk.estimate.ranks import rank_rows
-    from llmtk.train.dryrun import dry_run
+    from llmtk.train.layout.dryrun import dry_run
     from llmtk.train.lora import parse_targets
 
     d = dry_run(cfg, world)
@@ -389,7 +389,7 @@ def _dry_run(cfg, launch) -> None:
 
 def _whole_copy_line(cfg, mcfg, result: dict) -> None:
     """Under tp or pp, sampling and task evaluation run a whole fp32 copy of the model on
-    rank 0 (train/whole.py), beside what rank 0 holds for training: say whether it fits
+    rank 0 (train/layout/whole.py), beside what rank 0 holds for training: say whether it fits
     before a run finds out at its first sampling step."""
     from llmtk.train.model_config import count_params
 

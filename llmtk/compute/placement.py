@@ -1,6 +1,6 @@
 """Where each parameter of llmtk's GPT lives under tensor parallelism: one table that
-`llmtk.train.tensor_parallel.apply_tp` applies, `llmtk train --dry-run` counts
-(`train/dryrun.py`) and `llmtk estimate` prices (`estimate/memory.lora_params`), so the
+`llmtk.train.layout.tensor_parallel.apply_tp` applies, `llmtk train --dry-run` counts
+(`train/layout/dryrun.py`) and `llmtk estimate` prices (`estimate/memory.lora_params`), so the
 three cannot drift apart.
 
 A parameter is either split along one dimension over the tp ranks (each holds 1/tp of
@@ -18,8 +18,8 @@ and A (r, in) is whole; on a row-wise base A is split by columns like W and B is
 
 Under FSDP2 every parameter (split or whole over tp) is then sharded over dp_shard; under
 pipeline parallelism a stage holds its blocks (`stage_layers`, unless --pp-layers says
-otherwise: train/parallel.pipeline_split), the first stage the embedding and the last the
-final norm and the head (train/pipeline.py).
+otherwise: train/layout/mesh.pipeline_split), the first stage the embedding and the last the
+final norm and the head (train/layout/pipeline.py).
 """
 
 from __future__ import annotations

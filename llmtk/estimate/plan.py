@@ -464,7 +464,7 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
 
 def _stage_share(spec, counts, stored, trained, par, lora_shard=None) -> tuple[float, float]:
     """(parameters, trained parameters) of the busiest rank per tp shard, before the
-    data-parallel sharding, as llmtk train places them (llmtk.train.dryrun): 1/tp of the
+    data-parallel sharding, as llmtk train places them (llmtk.train.layout.dryrun): 1/tp of the
     model, or under a pipeline the first or the last stage, whichever holds more: its
     blocks (the first stages take one more when pp does not divide the layers) and the
     embedding table, or the final norm and the head (a tied head is a copy there).

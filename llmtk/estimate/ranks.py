@@ -1,5 +1,5 @@
 """Per-rank memory of a planned layout (`llmtk train --dry-run`): the parameters each kind
-of rank holds, counted by llmtk.train.dryrun on the meta device, priced with the same
+of rank holds, counted by llmtk.train.layout.dryrun on the meta device, priced with the same
 formulas `llmtk estimate` uses for activations, FSDP buffers and overhead.
 
 Where the two differ, the dry-run is the one that counts: exact parameters per rank (the

@@ -68,7 +68,7 @@ class TrainConfig:
     device: str = "auto"                  # auto | cpu | cuda
     dtype: str = "auto"                   # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16 | fp64
     parallel: str = "auto"                # auto (ddp when world > 1) | none | ddp | fsdp
-    # the device mesh (llmtk.train.parallel): pp x dp_replicate x dp_shard x tp = world
+    # the device mesh (llmtk.train.layout.mesh): pp x dp_replicate x dp_shard x tp = world
     tp: int = 1                           # tensor-parallel degree (inside a node)
     pp: int = 1                           # pipeline stages
     dp_replicate: int = 1                 # HSDP: replicas, each sharded over dp_shard ranks

@@ -66,7 +66,7 @@ class Optimizer:
     def __init__(self, cfg: OptimSpec, built, plan, dist):
         import torch
 
-        from llmtk.train.parallel import replicas
+        from llmtk.train.layout.mesh import replicas
 
         self.cfg, self.dist, self.parallel = cfg, dist, plan.parallel
         model = built.raw
@@ -102,7 +102,7 @@ class Optimizer:
         import torch
         import torch.distributed as tdist
 
-        from llmtk.train.parallel import shards
+        from llmtk.train.layout.mesh import shards
 
         self.param_names = whole_names
         index = {n: i for i, n in enumerate(self.param_names)}

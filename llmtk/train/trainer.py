@@ -14,10 +14,10 @@ One optimizer step (every rank runs the same sequence of collectives):
   6. evaluate, sample, checkpoint as scheduled; SIGTERM/SIGUSR1 (agreed over a host-side
      gloo group, no device sync) checkpoint and exit.
 
-The loop calls components that decide their own timing: the model as parallelize built
-it for the run plan (plan.py, parallelize.py), the optimizer and its schedule (optim.py,
-steps 1, 3, 4), the run's health (health.py, step 5), the evaluator (evaluator.py: val
-loss, tasks, samples), the step log (steplog.py) and the checkpointer (checkpointer.py).
+The loop calls components that decide their own timing: the model parallelize built for
+the run plan (layout/), the optimizer and its schedule (optim.py, steps 1, 3, 4), the
+run's health (health.py, step 5), the evaluator (evaluator.py: val loss, tasks,
+samples), the step log (steplog.py) and the checkpointer (checkpointer.py).
 """
 
 from __future__ import annotations
@@ -116,9 +116,9 @@ class Trainer:
         from llmtk.train import data as D
         from llmtk.train.evaluator import EvalSpec, Evaluator
         from llmtk.train.health import Health, HealthRules
+        from llmtk.train.layout.parallelize import parallelize
+        from llmtk.train.layout.plan import RunPlan, run_model
         from llmtk.train.optim import Optimizer, OptimSpec
-        from llmtk.train.parallelize import parallelize
-        from llmtk.train.plan import RunPlan, run_model
         from llmtk.train.steplog import StepLog
 
         self.cfg, self.dist, self.faults, self.out = cfg, dist, faults, cfg.out
@@ -180,7 +180,7 @@ class Trainer:
         self.stopper = Stopper(dist)
 
     def _whole(self):
-        from llmtk.train.whole import whole_model
+        from llmtk.train.layout.whole import whole_model
 
         return whole_model(self.built, self.plan, self.dist)
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmtk.compute.placement import tp_elements
-from llmtk.train.parallel import Layout
-from llmtk.train.plan import RunPlan
+from llmtk.train.layout.mesh import Layout
+from llmtk.train.layout.plan import RunPlan
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ class RankPlan:
 
 
 def plan_ranks(plan: RunPlan) -> list[RankPlan]:
-    """One RankPlan per kind of rank of the run `plan` (train/plan.py)."""
-    from llmtk.train.parallelize import meta_model
+    """One RankPlan per kind of rank of the run `plan` (train/layout/plan.py)."""
+    from llmtk.train.layout.parallelize import meta_model
 
     mcfg, layout = plan.mcfg, plan.layout
     model = meta_model(mcfg, plan.lora)  # parallelize's first steps

@@ -1,7 +1,7 @@
 """Pipeline parallelism: the model's blocks split into stages, run by
 torch.distributed.pipelining's 1F1B or interleaved 1F1B schedule over the mesh's pp dimension.
 
-The split (parallel.pipeline_split): stage s holds consecutive blocks, the first stage the
+The split (mesh.pipeline_split): stage s holds consecutive blocks, the first stage the
 embedding, the last the final norm, the head and the loss. 1f1b runs one stage per pp rank;
 interleaved-1f1b several (virtual) stages per rank, stage s on pp rank s % pp.
 
@@ -195,7 +195,7 @@ class Stages:
 def split_stages(model: GPT, split, pp_rank: int, pp: int) -> Stages:
     """Split `model` (on the meta device, LoRA and tensor parallelism applied) into the
     stages of pipeline rank `pp_rank`: `split` gives each stage's blocks, in stage order
-    (parallel.pipeline_split); stage s runs on pp rank s % pp."""
+    (mesh.pipeline_split); stage s runs on pp rank s % pp."""
     n = len(split)
     starts = [sum(split[:s]) for s in range(n + 1)]
     stage_ids = [s for s in range(n) if s % pp == pp_rank]
@@ -209,7 +209,7 @@ def split_stages(model: GPT, split, pp_rank: int, pp: int) -> Stages:
 
 def schedule(stages: Stages, plan, pp_mesh, device: str) -> Pipeline:
     """The schedule running this rank's (sharded, materialised) stages over the pp
-    dimension, as `plan` (train/plan.py) asks: its --pp-schedule, its --grad-accum
+    dimension, as `plan` (train/layout/plan.py) asks: its --pp-schedule, its --grad-accum
     microbatches of --batch-size windows."""
     from torch.distributed.pipelining import (
         PipelineStage,

@@ -1,4 +1,4 @@
-"""Apply a run plan (train/plan.py) to the model: one function, one order, every layout.
+"""Apply a run plan (train/layout/plan.py) to the model: one function, one order, every layout.
 
     1. build on the meta device (no memory, no init: any size)      meta_model
     2. LoRA adapters (before sharding, so tp and FSDP2 split them too)
@@ -62,17 +62,17 @@ def parallelize(plan, dist) -> Parallelized:
     layout, fsdp = plan.layout, plan.parallel == "fsdp"
     world_mesh = None
     if fsdp:
-        from llmtk.train.parallel import build_mesh
+        from llmtk.train.layout.mesh import build_mesh
 
         world_mesh = build_mesh(layout, dist.device)
     if layout.tp > 1:  # 3: tensor parallel first, then FSDP2 over the dp sub-mesh
-        from llmtk.train.tensor_parallel import apply_tp
+        from llmtk.train.layout.tensor_parallel import apply_tp
 
         apply_tp(model, world_mesh["tp"])
     stages = None
     parts = [model]
     if layout.pp > 1:  # 4: each stage is sharded by FSDP2 as the whole model is
-        from llmtk.train import pipeline
+        from llmtk.train.layout import pipeline
 
         stages = pipeline.split_stages(model, plan.split, world_mesh["pp"].get_local_rank(),
                                        layout.pp)
@@ -111,7 +111,7 @@ def _compile_and_shard(parts, plan, world_mesh, whole: bool) -> None:
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    from llmtk.train.parallel import dp_mesh
+    from llmtk.train.layout.mesh import dp_mesh
 
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
           if plan.bf16 else MixedPrecisionPolicy())

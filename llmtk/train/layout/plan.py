@@ -4,7 +4,7 @@
 layout, splits the layers between pipeline stages, and fixes the checkpoint format, the
 compile switch, the autocast dtype and the step's windows. The launcher resolves it to
 refuse a layout before torchrun starts anything, `--dry-run` to plan each rank, the
-trainer to build (train/parallelize.py) and run the model; none of them derives these
+trainer to build (train/layout/parallelize.py) and run the model; none of them derives these
 facts again.
 
 Torch-free, so the launcher and `llmtk estimate` can plan without importing torch.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmtk.train.parallel import (
+from llmtk.train.layout.mesh import (
     Layout,
     check_model,
     check_trainable,
