@@ -36,7 +36,12 @@ from llmtk.train.batch import rollback_documents
 from llmtk.train.checkpoint import QKV_LAYOUT
 from llmtk.train.checkpointer import Checkpointer, check_resume, check_shape, set_full_model_state
 from llmtk.train.config import TrainConfig, section
-from llmtk.train.optim import lr_at, warmup_warning
+from llmtk.train.evaluator import EvalSpec, Evaluator
+from llmtk.train.health import Health, HealthRules
+from llmtk.train.layout.parallelize import parallelize
+from llmtk.train.layout.plan import RunPlan, run_model
+from llmtk.train.layout.whole import whole_model
+from llmtk.train.optim import Optimizer, OptimSpec, lr_at, warmup_warning
 from llmtk.train.run_shape import model_config
 from llmtk.train.runtime import (
     CollectiveError,
@@ -49,7 +54,7 @@ from llmtk.train.runtime import (
     setup_dist,
 )
 from llmtk.train.state import StepResult, TrainState
-from llmtk.train.steplog import due
+from llmtk.train.steplog import StepLog, due
 
 
 def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
@@ -110,16 +115,13 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
 
 
 class Trainer:
+    """One run: the plan resolved, the data opened, the model built for the plan, and the
+    components the loop (`run`) calls; every rank builds one and runs it in step."""
+
     def __init__(self, cfg: TrainConfig, dist: Dist, tok, cache: str, faults: Faults):
         import torch
 
         from llmtk.train import data as D
-        from llmtk.train.evaluator import EvalSpec, Evaluator
-        from llmtk.train.health import Health, HealthRules
-        from llmtk.train.layout.parallelize import parallelize
-        from llmtk.train.layout.plan import RunPlan, run_model
-        from llmtk.train.optim import Optimizer, OptimSpec
-        from llmtk.train.steplog import StepLog
 
         self.cfg, self.dist, self.faults, self.out = cfg, dist, faults, cfg.out
         self.chat, self.val_sets = None, {}  # --sft's chat template; --val-data NAME=DIR
@@ -180,8 +182,6 @@ class Trainer:
         self.stopper = Stopper(dist)
 
     def _whole(self):
-        from llmtk.train.layout.whole import whole_model
-
         return whole_model(self.built, self.plan, self.dist)
 
     # ---------------------------------------------------------------- the loop
