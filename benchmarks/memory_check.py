@@ -76,8 +76,8 @@ def predicted(cfg, world: int) -> dict:
 
     d, result = plan_rows(cfg, world)
     row = result["rows"][0]
-    out = {"layout": str(d.layout), "parallel": d.parallel, **{k: row[k] for k in PARTS}}
-    if d.parallel == "fsdp":  # the gradient bytes held through a step of micro-steps
+    out = {"layout": str(d.plan.layout), "parallel": d.plan.parallel, **{k: row[k] for k in PARTS}}
+    if d.plan.parallel == "fsdp":  # the gradient bytes held through a step of micro-steps
         out["held_gradients"] = plan_rows(cfg, world, grad_accum=2)[1]["rows"][0]["fsdp_held"]
     return out
 

@@ -98,7 +98,7 @@ def test_one_process_plan_of_a_tied_preset_is_estimates():
 
     cfg = TrainConfig(model="llmtk-124m")
     d = dry_run(cfg, 1)
-    row = rank_rows(d.mcfg, d.plans, tp=1, pp=1, fsdp=False, dp_shard=1,
+    row = rank_rows(d.plan.mcfg, d.plans, tp=1, pp=1, fsdp=False, dp_shard=1,
                     micro_batch=cfg.batch_size, grad_accum=1, recompute="selective",
                     bf16=True, gpu_name="A100-40")["rows"][0]
     est = estimate(Request(model="llmtk-124m", gpus="A100-40",
@@ -135,11 +135,11 @@ def test_the_busiest_pipeline_rank_is_shown_with_the_microbatches_it_holds():
                       batch_size=16)
     d = dry_run(cfg, 4)
     got = {r["rank"]: r["activations"] for r in rank_rows(
-        d.mcfg, d.plans, tp=1, pp=4, fsdp=True, dp_shard=1, micro_batch=16, grad_accum=8,
+        d.plan.mcfg, d.plans, tp=1, pp=4, fsdp=True, dp_shard=1, micro_batch=16, grad_accum=8,
         recompute="selective", bf16=True, gpu_name="H100")["rows"]}
-    a = llmtk_saved_bytes(d.mcfg, 16, d.mcfg.seq_len, elem=2, recompute="selective", tp=1,
+    a = llmtk_saved_bytes(d.plan.mcfg, 16, d.plan.mcfg.seq_len, elem=2, recompute="selective", tp=1,
                           weight_copies=False, residual=2)
-    first_extra = a["inputs"] + a["layers"] - d.mcfg.n_layer * a["per_layer"]
+    first_extra = a["inputs"] + a["layers"] - d.plan.mcfg.n_layer * a["per_layer"]
     assert got == {0: pytest.approx(4 * (a["per_layer"] + first_extra)),
                    1: pytest.approx(3 * 9 * a["per_layer"]),
                    3: pytest.approx(a["per_layer"] + a["head"])}

@@ -348,9 +348,9 @@ def plan_rows(cfg, world: int, grad_accum: int | None = None):
     from llmtk.train.lora import parse_targets
 
     d = dry_run(cfg, world)
-    lay = d.layout
+    lay = d.plan.layout
     return d, rank_rows(
-        d.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=d.parallel == "fsdp",
+        d.plan.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=d.plan.parallel == "fsdp",
         dp_shard=lay.dp_shard, micro_batch=cfg.batch_size,
         grad_accum=grad_accum or cfg.grad_accum,
         recompute="full" if cfg.activation_checkpointing else "selective",
@@ -371,11 +371,11 @@ def _dry_run(cfg, launch) -> None:
     d, result = plan_rows(cfg, world)
     bf16 = cfg.dtype != "fp32"
     recompute = "full" if cfg.activation_checkpointing else "selective"
-    lay = d.layout
-    m = d.mcfg
+    lay = d.plan.layout
+    m = d.plan.mcfg
     render(result, f"{cfg.model}: {m.n_layer} layers x {m.d_model}, vocab {m.vocab_size} "
            f"({d.vocab_from}); {world} processes ({launch.nnodes} x {per_node}): {lay}; "
-           f"{d.parallel}; micro-batch {cfg.batch_size}, grad-accum {cfg.grad_accum}, "
+           f"{d.plan.parallel}; micro-batch {cfg.batch_size}, grad-accum {cfg.grad_accum}, "
            f"{'bf16' if bf16 else 'fp32'}, recompute {recompute}", sys.stdout)
     est = same_layout_estimate(m, None if cfg.init_from else cfg.model, world=world,
                                per_node=per_node, gpu_name=cfg.gpu,
@@ -384,7 +384,7 @@ def _dry_run(cfg, launch) -> None:
                                recompute=recompute, bf16=bf16, lora_rank=cfg.lora_rank)
     print(same_layout_line(est, max(r["total"] for r in result["rows"])), file=sys.stdout)
     if (lay.tp > 1 or lay.pp > 1) and (cfg.sample_every or cfg.eval_tasks):
-        _whole_copy_line(cfg, d.mcfg, result)
+        _whole_copy_line(cfg, m, result)
 
 
 def _whole_copy_line(cfg, mcfg, result: dict) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmtk.compute.placement import tp_elements
-from llmtk.train.layout.mesh import Layout
 from llmtk.train.layout.plan import RunPlan
 
 
@@ -99,10 +98,8 @@ def plan_ranks(plan: RunPlan) -> list[RankPlan]:
 
 @dataclass(frozen=True)
 class DryRun:
-    mcfg: object             # the ModelConfig the run would train
+    plan: RunPlan            # the run plan the launch resolves too (layout, split, model)
     vocab_from: str          # where its vocabulary size came from
-    parallel: str            # ddp | fsdp | none
-    layout: Layout
     plans: list[RankPlan]
 
 
@@ -120,4 +117,4 @@ def dry_run(cfg, world: int) -> DryRun:
         vocab, vocab_from = PRESETS[cfg.model].vocab_size, f"the {cfg.model} preset's"
     # what the launch refuses, the plan refuses (planned for GPUs)
     plan = RunPlan.resolve(cfg, world, model_config(cfg, vocab), cuda=True)
-    return DryRun(plan.mcfg, vocab_from, plan.parallel, plan.layout, plan_ranks(plan))
+    return DryRun(plan, vocab_from, plan_ranks(plan))
