@@ -138,9 +138,10 @@ trained by `llmtk train` (the proxy's config with the trial's --data
 NAME=DIR:W and --val-data) in SEARCH/trials/K/: --jobs at once here, or as a
 Slurm job array or Ray tasks (--executor). The objective (the mean validation
 loss, or --objective weights) is fitted as a function of the weights (a
-log-linear mixing law and a quadratic ridge regression, the one with the lower
-leave-one-out error kept) and the weights with the lowest predicted objective
-are written as SEARCH/proposal.toml, with SEARCH/trials.jsonl and
+log-linear mixing law, a quadratic ridge regression and, with the `mix` extra,
+RegMix's LightGBM regression; the one with the lower leave-one-out error kept)
+and the weights with the lowest predicted objective are written as
+SEARCH/proposal.toml, with SEARCH/trials.jsonl and
 SEARCH/search.png; --verify N then trains the proposal and N - 1 mixtures
 near it. A rerun skips finished trials and redoes killed ones; a failed trial
 is reported and left out.
