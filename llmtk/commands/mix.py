@@ -248,30 +248,13 @@ def search_command(
 def _proxy(path: str, vocab_size: int):
     """The proxy's steps, token budget and threads, from its `llmtk train --config` file,
     and its parameter counts (llmtk.compute's)."""
-    import os
-
+    from llmtk.commands.proxy import read_proxy
     from llmtk.compute.models import count_params, spec_from_config
-    from llmtk.errors import UsageError
     from llmtk.mix.search import Proxy
-    from llmtk.train.config import (
-        LAUNCH_FIELDS,
-        TRAIN_FIELDS,
-        LaunchConfig,
-        TrainConfig,
-        load_toml,
-    )
-    from llmtk.train.run_shape import model_config
 
-    if not os.path.isfile(path):
-        raise UsageError(f"--config: {path}: no such file")
-    values = load_toml(path)
-    cfg = TrainConfig(**{k: v for k, v in values.items() if k in TRAIN_FIELDS})
-    launch = LaunchConfig(**{k: v for k, v in values.items() if k in LAUNCH_FIELDS})
-    shape = model_config(cfg, vocab_size=vocab_size)
-    world = (launch.nproc_per_node or 1) * launch.nnodes
-    budget = cfg.steps * cfg.batch_size * cfg.grad_accum * world * shape.seq_len
-    return (Proxy(path, values, cfg.steps, budget, cfg.threads or 1),
-            count_params(spec_from_config(shape)))
+    run = read_proxy("--config", path, vocab_size)
+    return (Proxy(path, run.values, run.steps, run.tokens, run.threads),
+            count_params(spec_from_config(run.shape)))
 
 
 def _check_out(out: str, inputs: list[str]) -> None:
