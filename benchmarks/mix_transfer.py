@@ -35,6 +35,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 
 import zstandard
 
@@ -171,24 +172,32 @@ def main():
     trials = [json.loads(line) for line in open(os.path.join(out, "trials.jsonl"))]
     natural = [(n, src[n], trials[0]["weights"][n]) for n in src]
     equal = [(n, src[n], 1.0) for n in src]
-    arms = {"proposal": prop, "natural": natural, "equal": equal}
+    best = min(trials, key=lambda r: r["objective"])
+    arms = {"proposal": prop, "natural": natural, "equal": equal,
+            "best trial": [(n, src[n], best["weights"][n]) for n in src]}
     both = {**search_val, **report_val}
     big = ["--layers", "4", "--d-model", str(2 * a.width), "--heads", str(a.width // 8),
            "--steps", str(a.big_steps), "--warmup", str(a.big_steps // 10)]
+    jobs = [(scale, arm, s, extra) for scale, extra in (("proxy", []), ("8x", big))
+            for arm in arms for s in range(a.seeds)]
+    with ThreadPoolExecutor(a.jobs) as pool:  # each run is its own process
+        losses = list(pool.map(lambda j: train(
+            a.work, config, f"{j[0]}-{j[1].replace(' ', '-')}-s{j[2]}", arms[j[1]], both,
+            "--seed", str(j[2]), *j[3]), jobs))
     results = {}
-    for scale, extra in (("proxy", []), ("8x", big)):
-        for arm, data in arms.items():
-            runs = [train(a.work, config, f"{scale}-{arm}-s{s}", data, both, "--seed", str(s),
-                          *extra) for s in range(a.seeds)]
-            results[(scale, arm)] = (data, summary(runs))
+    for (scale, arm, _, _), loss in zip(jobs, losses, strict=True):
+        results.setdefault((scale, arm), (arms[arm], []))[1].append(loss)
+    results = {k: (data, summary(runs)) for k, (data, runs) in results.items()}
     print(f"fit and proposal: {proposal_comment(out)}")
-    print(f"{'scale':<6} {'arm':<9} {'weights (' + ' '.join(SOURCES) + ')':<30} "
+    print(f"{'':<6} {'':<10} {'':<30} mean ± half the spread over {a.seeds} seeds (each "
+          "seed's value after the columns); loss: the mean of the half's two sets")
+    print(f"{'scale':<6} {'arm':<10} {'weights (' + ' '.join(SOURCES) + ')':<30} "
           f"{'search half':>22} {'report half':>22}")
     for (scale, arm), (data, s) in results.items():
         total = sum(w for _, _, w in data)
         ws = " ".join(f"{w / total:.2f}" for _, _, w in data)
         cells = [f"{m:.4f} ± {d / 2:.4f}" for m, d, _ in (s["search"], s["report"])]
-        print(f"{scale:<6} {arm:<9} {ws:<30} {cells[0]:>22} {cells[1]:>22}   "
+        print(f"{scale:<6} {arm:<10} {ws:<30} {cells[0]:>22} {cells[1]:>22}   "
               + "  ".join(" ".join(f"{x:.4f}" for x in s[h][2]) for h in ("search", "report")))
 
 

@@ -234,9 +234,10 @@ def search_command(
     jobs = jobs or max(1, (os.cpu_count() or 1) // proxy.threads)
     from llmtk.compute.flops import flops_6nd
 
-    # what the search costs, by `llmtk estimate`'s formula
+    # what the search costs, by `llmtk estimate`'s formula (which prices it against the run)
     log(f"proxy: {params.total:,.0f} parameters, {proxy.budget:,} tokens; {trials} trials: "
-        f"{flops_6nd(params.matmul, proxy.budget) * trials:.2g} FLOPs")
+        f"{flops_6nd(params.matmul, proxy.budget) * trials:.2g} FLOPs (against the target "
+        f"run: llmtk estimate --model ... --search-trials {trials} --proxy {config})")
     outcome = S.search(found, vals, proxy, out, lo, hi, trials, seed, jobs, objective, log,
                        executor, verify, address)
     written = S.write_outputs(out, found, vals, outcome, objective, plot=not no_plot)
