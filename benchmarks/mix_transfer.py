@@ -9,10 +9,10 @@ mixture by 0.073 (search half) and 0.070 (report half), seed spreads <= 0.006. A
 the same WORK skips finished trials and runs (each run folder's DONE).
 
 CORPUS is a JSON Lines file (plain or .zst) with `id`, `text`, `lang` and `source`
-(/work/shared/data/corpus-public.jsonl.zst: the CPython documentation and the `fortune`
-files in five languages). Four sources that really differ, as bytes: `docs` (the Python
-documentation, reStructuredText, English), `de`, `ru` and `zh` (the German, Russian and
-Chinese fortunes). Natural token shares about 0.57 / 0.15 / 0.16 / 0.12.
+(corpus-public.jsonl.zst: the CPython documentation cut into sections, and the Debian
+`fortune` files in five languages). Four sources that really differ, as bytes: `docs`
+(the Python documentation, reStructuredText, English), `de`, `ru` and `zh` (the German,
+Russian and Chinese fortunes). Natural token shares about 0.54 / 0.18 / 0.15 / 0.13.
 
 The target is far from natural: the mean loss on Python documentation and Russian
 fortunes (`docs` and `ru`), so about a quarter of the natural mixture (de, zh) is of
