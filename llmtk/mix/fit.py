@@ -129,10 +129,11 @@ class Boosted:
     0.01, at most 1,000 trees, early stopping after 3 rounds without improvement, seed 42.
 
     RegMix fits 512 trials (and stops early on a held-out set); a CPU search runs 16-64.
-    LightGBM's default leaf (at least 20 rows) then allows no split at all, and a held-out
-    set would cost a fifth of the trials. So the smallest leaf (2, 4 or 8 trials) and the
-    number of trees are chosen by 5-fold cross-validation on the trials given, with
-    RegMix's early stopping on the folds' mean error; every other setting is RegMix's.
+    LightGBM's default leaf (at least 20 rows) then allows hardly a split, and a separate
+    held-out set for early stopping would take trials from the fit. So the smallest leaf
+    (2, 4 or 8 trials) and the number of trees are chosen by 5-fold cross-validation on
+    the trials given, with RegMix's early stopping on the folds' mean error; every other
+    setting is RegMix's.
     One thread and LightGBM's deterministic mode: the same trials give the same trees.
     The prediction is piecewise constant in the weights (`piecewise`): `minimise` searches
     it over many sampled mixtures, as RegMix does, not by local steps."""
