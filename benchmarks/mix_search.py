@@ -15,6 +15,8 @@ the proposal is compared with the natural token shares and equal weights:
   natural mixture.
 
 Every training is a real `llmtk train` process. Prints one table; nothing is asserted.
+These sources differ too little for such small proxies to show transfer (docs/mix.md);
+benchmarks/mix_transfer.py measures it on sources that differ (languages, domains).
 """
 
 import argparse

@@ -527,3 +527,73 @@ def test_ffn_hidden_is_trains_name_and_the_old_ffn_still_works():
     assert bad.returncode == 2 and b"--ffn-hidden" in bad.stderr
     text = llmtk("estimate", "--help", in_process=True).stdout.decode()
     assert "--ffn-hidden" in text and "--ffn " not in text
+
+
+# --- the price of a mixture search (--search-trials K --proxy FILE) ---------------------
+
+SEARCH_PROXY = """\
+layers = 2
+d_model = 64
+heads = 4
+ffn_hidden = 128
+seq_len = 128
+batch_size = 8
+grad_accum = 2
+steps = 100
+tokenizer = "bytes"
+"""
+
+
+def test_search_price_is_k_proxies_6nd_beside_the_run(tmp_path):
+    proxy = tmp_path / "proxy.toml"
+    proxy.write_text(SEARCH_PROXY)
+    r = run_json("--params", "1B", "--tokens", "25B", "--gpus", "8xH100", "--search-trials",
+                 "16", "--proxy", str(proxy), "--price-per-gpu-hour", "2")
+    s = r["search"]
+    # N by hand: per layer q,k,v,o 4 x 64^2 + SwiGLU 3 x 64 x 128 + two RMSNorms 2 x 64;
+    # the tied table/head of the byte vocabulary padded to 384 rows (a matmul: the head);
+    # the final norm
+    n = 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64) + 384 * 64 + 64
+    d = 100 * 8 * 2 * 128  # steps x batch x grad-accum x seq-len, per proxy
+    assert s["proxy_matmul_params"] == n == 106_816
+    assert s["tokens_per_trial"] == d and s["tokens"] == 16 * d
+    assert s["flops_6nd"] == pytest.approx(16 * 6 * n * d, rel=1e-12)
+    assert s["share_of_run_6nd"] == pytest.approx(16 * 6 * n * d / (6 * 1e9 * 25e9), rel=1e-12)
+    # with attention: PaLM's 12·L·H·Q·T per token on top (2 layers, 4 heads of 16, T = 128)
+    assert s["flops"] == pytest.approx(16 * d * (6 * n + 12 * 2 * 4 * 16 * 128), rel=1e-12)
+    # time at the run's MFU on its GPUs: FLOPs over 8 x 40% of the H100's bf16 peak
+    peak = hardware.peak_flops(hardware.parse_gpus("8xH100")[1], "bf16-mixed")
+    assert s["gpu_hours"] == pytest.approx(s["flops"] / (0.4 * peak) / 3600, rel=1e-12)
+    assert s["cost"] == pytest.approx(2 * s["gpu_hours"], rel=1e-12)
+    assert s["share_of_run_gpu_hours"] == pytest.approx(
+        s["gpu_hours"] / r["time"]["gpu_hours"], rel=1e-12)
+    text = llmtk("estimate", "--params", "1B", "--tokens", "25B", "--search-trials", "16",
+                 "--proxy", str(proxy)).stdout.decode()
+    assert "Mixture search (16 proxy trainings" in text
+
+
+def test_search_price_at_regmix_scale_is_2_percent_of_a_1b_run(tmp_path):
+    """RegMix: 512 proxies of 1M parameters, 1B tokens each, against one 1B model on 25B
+    tokens: 512 x 6 x 1M x 1B / (6 x 1B x 25B) = 2.05%, counting the proxies' parameters
+    without an output head (a vocabulary of 1 here makes the head negligible)."""
+    proxy = tmp_path / "proxy.toml"
+    # 2 x (4 x 128^2 + 3 x 128 x 1152 + 2 x 128) = 1.0e6 parameters in the layers
+    proxy.write_text("layers = 2\nd_model = 128\nheads = 4\nffn_hidden = 1152\nseq_len = 2048\n"
+                     "batch_size = 64\nsteps = 7630\n")
+    s = run_json("--params", "1B", "--tokens", "25B", "--vocab", "1", "--search-trials", "512",
+                 "--proxy", str(proxy))["search"]
+    n = 2 * (4 * 128 * 128 + 3 * 128 * 1152 + 2 * 128) + 128 * 128 + 128  # head: 128 rows
+    assert s["proxy_matmul_params"] == n and s["tokens_per_trial"] == 64 * 2048 * 7630
+    assert s["share_of_run_6nd"] == pytest.approx(512 * n * 64 * 2048 * 7630 / (1e9 * 25e9))
+    assert 0.02 < s["share_of_run_6nd"] < 0.025
+
+
+def test_search_price_needs_both_options_and_a_proxy_file(tmp_path):
+    r = llmtk("estimate", "--params", "1B", "--search-trials", "16")
+    assert r.returncode == 2 and b"--search-trials and --proxy go together" in r.stderr
+    r = llmtk("estimate", "--params", "1B", "--search-trials", "16", "--proxy",
+              str(tmp_path / "none.toml"))
+    assert r.returncode == 2 and b"--proxy: " in r.stderr and b"no such file" in r.stderr
+    r = llmtk("estimate", "--params", "1B", "--search-trials", "0", "--proxy",
+              str(tmp_path / "none.toml"))
+    assert r.returncode == 2 and b"--search-trials" in r.stderr

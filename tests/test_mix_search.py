@@ -7,13 +7,23 @@ known: the names source gets the largest weight."""
 import json
 import os
 import shutil
+import sys
 import tomllib
 
 import numpy as np
 import pytest
 
 from benchmarks.mix_search import code, docstrings, names
-from llmtk.mix.fit import LogLinear, choose, minimise, spearman
+from llmtk.mix.fit import (
+    Boosted,
+    LogLinear,
+    PerSet,
+    Quadratic,
+    choose,
+    minimise,
+    models,
+    spearman,
+)
 from llmtk.mix.simplex import project, sample
 from tests.test_cluster import _fake_sbatch
 from tests.util import env, llmtk, popen_module
@@ -100,6 +110,7 @@ def test_proposal_gives_the_target_source_the_largest_weight(searched, corpus):
     assert max(best["weights"], key=best["weights"].get) == "names"
     assert (out / "search.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"Spearman" in result.stderr and b"proposal" in result.stderr
+    assert b"6 trials: too few for RegMix's regression" in result.stderr
     # the search's price: the proxy as `llmtk train` builds it (2 x 32, byte vocabulary)
     assert b"proxy: 45,216 parameters, 10,240 tokens; 6 trials" in result.stderr
 
@@ -303,6 +314,44 @@ def test_two_validation_sets_put_the_optimum_inside():
     fit = choose(W, Y, np.array([0.5, 0.5]))
     best = minimise(fit.model, lo, hi, seed=0)
     assert best[0] == pytest.approx(0.49, abs=0.02) and best[2] == pytest.approx(0.49, abs=0.02)
+
+
+def test_boosted_trees_win_on_a_threshold_and_the_proposal_lies_past_it(capfd):
+    """A loss that drops in steps (once source 0 has 30%, again when source 2 is under
+    20%): no smooth law fits it, RegMix's trees do; the proposal is in the low region."""
+    pytest.importorskip("lightgbm")
+    lo, hi = np.full(3, 0.05), np.ones(3)
+    natural = np.array([0.3, 0.5, 0.2])
+    W = sample(natural, lo, hi, 14, seed=1)
+    y = 3 + 0.4 * (W[:, 0] < 0.3) + 0.2 * (W[:, 2] > 0.2)
+    candidates, left_out = models(len(W))
+    assert Boosted in candidates and left_out is None
+    fit = choose(W, y[:, None], np.ones(1), candidates)
+    assert fit.name == "lightgbm"
+    assert fit.scores["lightgbm"]["loo_rmse"] < min(fit.scores["log-linear"]["loo_rmse"],
+                                                   fit.scores["quadratic"]["loo_rmse"])
+    best = minimise(fit.model, lo, hi, seed=0, natural=natural)
+    assert best[0] >= 0.3 and best[2] <= 0.2 and (best >= lo - 1e-9).all()
+    assert best.sum() == pytest.approx(1)
+    assert fit.model.predict(best[None])[0] == pytest.approx(y.min(), abs=0.05)
+    again = PerSet(Boosted, np.ones(1)).fit(W, y[:, None])  # deterministic trees
+    assert np.array_equal(again.predict(W), fit.model.predict(W))
+    assert capfd.readouterr().out == ""  # LightGBM writes nothing on stdout
+
+
+def test_without_lightgbm_the_smooth_models_are_fitted_and_the_search_says_why(monkeypatch):
+    monkeypatch.setitem(sys.modules, "lightgbm", None)  # import fails
+    candidates, left_out = models(24)
+    assert candidates == (LogLinear, Quadratic)
+    assert "pip install 'llmtk[mix]'" in left_out
+    W = sample(np.array([0.3, 0.5, 0.2]), np.zeros(3), np.ones(3), 8, seed=1)
+    fit = choose(W, (3 + np.exp(W @ np.array([1.0, -1, 0])))[:, None], np.ones(1), candidates)
+    assert set(fit.scores) == {"log-linear", "quadratic"}
+
+
+def test_too_few_trials_for_the_trees_are_fitted_by_the_smooth_models():
+    candidates, left_out = models(Boosted.MIN_TRIALS - 1)
+    assert Boosted not in candidates and "too few for RegMix's regression" in left_out
 
 
 def test_spearman_ranks_with_ties():

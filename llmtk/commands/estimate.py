@@ -44,6 +44,9 @@ real llmtk model built on CPU.
   llmtk estimate --layers 4 --d-model 128 --heads 4 --vocab 257 \\
     --seq-len 256 --measure
 
+  llmtk estimate --model llama3-8b --tokens 1T --gpus 64xH100 \\
+    --search-trials 64 --proxy proxy.toml
+
   llmtk estimate --list
 """
 
@@ -52,6 +55,7 @@ EPILOG = "Exit status: 0 success, 1 runtime error, 2 bad usage. Sources: docs/es
 MODEL = "Model"
 RUN = "Run"
 PAR = "Parallelism and memory"
+SEARCH = "Mixture search (llmtk mix search)"
 
 
 
@@ -127,6 +131,12 @@ def command(
     emit_config: Annotated[Text, _opt(
         "--emit-config", "FILE", "Also write this layout as a TOML that `llmtk train "
         "--config FILE` reads (check it with `--dry-run`).", PAR)] = None,
+    search_trials: Annotated[Text, _opt(
+        "--search-trials", "K", "Also price a `mix search` of K proxy trainings (with "
+        "--proxy), against this run.", SEARCH)] = None,
+    proxy: Annotated[Text, _opt(
+        "--proxy", "FILE", "The search's proxy: its `llmtk train --config` file (shape, steps, "
+        "batch, seq-len); vocabulary: its `tokenizer`, else this model's.", SEARCH)] = None,
     list_: Annotated[bool, typer.Option("--list", help="List presets and GPUs, then exit.")
                      ] = False,
     json_out: o.Json = False,
@@ -166,8 +176,16 @@ def command(
         optimizer=optimizer, precision=precision, lora_rank=whole("--lora-rank", lora_rank),
         solve=solve, days=num("--days", days), fit=scaling_fit,
     )
+    if (search_trials is None) != (proxy is None):
+        from llmtk.errors import UsageError
+
+        raise UsageError("--search-trials and --proxy go together: K proxy trainings of "
+                         "the proxy config FILE")
     with configs.flags_for(_flag):
         result = estimate(req)
+        if proxy is not None:
+            result["search"] = _price_search(result, model, dims, proxy,
+                                             whole("--search-trials", search_trials))
         if emit_config:
             from llmtk.compute.models import build_spec
             from llmtk.estimate.emit import train_config
@@ -181,6 +199,20 @@ def command(
         from llmtk.estimate.report import render
 
         render(result, sys.stdout)
+
+
+def _price_search(result: dict, model, dims, path: str, trials: int) -> dict:
+    """The search's price: the proxy read as `llmtk train --config` reads it, at the
+    vocabulary of its `tokenizer` key, else this run's model's (a search trains on the
+    target's token datasets)."""
+    from llmtk.commands.proxy import read_proxy
+    from llmtk.compute.models import build_spec, spec_from_config
+    from llmtk.estimate.search import price_search
+
+    target = build_spec(model, dims)
+    vocab = target.vocab_size if target is not None else dims.vocab or 32000
+    run = read_proxy("--proxy", path, vocab, named_tokenizer_first=True)
+    return price_search(result, spec_from_config(run.shape), run.tokens, trials)
 
 
 def _flag(key: str) -> str:

@@ -138,9 +138,10 @@ trained by `llmtk train` (the proxy's config with the trial's --data
 NAME=DIR:W and --val-data) in SEARCH/trials/K/: --jobs at once here, or as a
 Slurm job array or Ray tasks (--executor). The objective (the mean validation
 loss, or --objective weights) is fitted as a function of the weights (a
-log-linear mixing law and a quadratic ridge regression, the one with the lower
-leave-one-out error kept) and the weights with the lowest predicted objective
-are written as SEARCH/proposal.toml, with SEARCH/trials.jsonl and
+log-linear mixing law, a quadratic ridge regression and, with the `mix` extra,
+RegMix's LightGBM regression; the one with the lower leave-one-out error kept)
+and the weights with the lowest predicted objective are written as
+SEARCH/proposal.toml, with SEARCH/trials.jsonl and
 SEARCH/search.png; --verify N then trains the proposal and N - 1 mixtures
 near it. A rerun skips finished trials and redoes killed ones; a failed trial
 is reported and left out.
@@ -233,9 +234,10 @@ def search_command(
     jobs = jobs or max(1, (os.cpu_count() or 1) // proxy.threads)
     from llmtk.compute.flops import flops_6nd
 
-    # what the search costs, by `llmtk estimate`'s formula
+    # what the search costs, by `llmtk estimate`'s formula (which prices it against the run)
     log(f"proxy: {params.total:,.0f} parameters, {proxy.budget:,} tokens; {trials} trials: "
-        f"{flops_6nd(params.matmul, proxy.budget) * trials:.2g} FLOPs")
+        f"{flops_6nd(params.matmul, proxy.budget) * trials:.2g} FLOPs (against the target "
+        f"run: llmtk estimate --model ... --search-trials {trials} --proxy {config})")
     outcome = S.search(found, vals, proxy, out, lo, hi, trials, seed, jobs, objective, log,
                        executor, verify, address)
     written = S.write_outputs(out, found, vals, outcome, objective, plot=not no_plot)
@@ -247,30 +249,13 @@ def search_command(
 def _proxy(path: str, vocab_size: int):
     """The proxy's steps, token budget and threads, from its `llmtk train --config` file,
     and its parameter counts (llmtk.compute's)."""
-    import os
-
+    from llmtk.commands.proxy import read_proxy
     from llmtk.compute.models import count_params, spec_from_config
-    from llmtk.errors import UsageError
     from llmtk.mix.search import Proxy
-    from llmtk.train.config import (
-        LAUNCH_FIELDS,
-        TRAIN_FIELDS,
-        LaunchConfig,
-        TrainConfig,
-        load_toml,
-    )
-    from llmtk.train.run_shape import model_config
 
-    if not os.path.isfile(path):
-        raise UsageError(f"--config: {path}: no such file")
-    values = load_toml(path)
-    cfg = TrainConfig(**{k: v for k, v in values.items() if k in TRAIN_FIELDS})
-    launch = LaunchConfig(**{k: v for k, v in values.items() if k in LAUNCH_FIELDS})
-    shape = model_config(cfg, vocab_size=vocab_size)
-    world = (launch.nproc_per_node or 1) * launch.nnodes
-    budget = cfg.steps * cfg.batch_size * cfg.grad_accum * world * shape.seq_len
-    return (Proxy(path, values, cfg.steps, budget, cfg.threads or 1),
-            count_params(spec_from_config(shape)))
+    run = read_proxy("--config", path, vocab_size)
+    return (Proxy(path, run.values, run.steps, run.tokens, run.threads),
+            count_params(spec_from_config(run.shape)))
 
 
 def _check_out(out: str, inputs: list[str]) -> None:

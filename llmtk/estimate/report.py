@@ -118,6 +118,9 @@ def render(r: dict, file) -> None:
                   + ("in the modelled step time" if modelled
                      else "MFU should already include it"))
 
+    if r.get("search"):
+        _search_rows(t, section, r["search"], run)
+
     sp = " +sp" if run["sequence_parallel"] else ""
     section(f"Memory per GPU (dp {run['dp']} · tp {run['tp']}{sp} · pp {run['pp']} · "
             f"ZeRO-{run['zero']} · micro-batch {run['micro_batch']})")
@@ -245,3 +248,30 @@ def _parts(c: dict) -> str:
         parts.append(f"data-parallel exposed {_s(c['dp_exposed_s'])} (of "
                      f"{_s(c['dp_comm_s'])}; the rest overlaps compute)")
     return " + ".join(parts)
+
+
+def _search_rows(t, section, s: dict, run: dict) -> None:
+    """`--search-trials K --proxy FILE`: the K proxies beside the run (RegMix: ~2%)."""
+    section(f"Mixture search ({s['trials']:,} proxy trainings, llmtk mix search)")
+    t.add_row("  proxy", si(s["proxy_params"]),
+              f"{s['proxy_shape']}; N in matmuls {si(s['proxy_matmul_params'])}")
+    t.add_row("  tokens", si(s["tokens"]),
+              f"{s['trials']:,} x {si(s['tokens_per_trial'])} (steps x batch x seq-len)")
+    t.add_row("  FLOPs 6·N·D", sci(s["flops_6nd"]),
+              f"{_percent(s['share_of_run_6nd'])} of the run's")
+    t.add_row("  FLOPs with attention", sci(s["flops"]),
+              f"{_percent(s['share_of_run'])} of the run's")
+    t.add_row("  wall clock", duration(s["seconds"]),
+              f"on the run's {run['gpus']:,} GPUs at {run['mfu']:.0%} MFU (small proxies "
+              "reach less: a lower bound)")
+    t.add_row("  GPU-hours", f"{s['gpu_hours']:,.1f}" if s["gpu_hours"] >= 0.1
+              else f"{s['gpu_hours']:.2g}",
+              f"{_percent(s['share_of_run_gpu_hours'])} of the run's (RegMix: 512 proxies, "
+              "~2% of one 1B run)")
+    if s["cost"] is not None:
+        t.add_row("  cost", f"${s['cost']:,.0f}", "")
+
+
+def _percent(x: float) -> str:
+    """A share as a percentage with three significant digits (0.0123% as well as 12.3%)."""
+    return f"{100 * x:.3g}%"

@@ -1,19 +1,21 @@
-"""The objective as a function of the mixture weights: two regressions, judged by
+"""The objective as a function of the mixture weights: three regressions, judged by
 leave-one-out, and the mixture the chosen one predicts best.
 
 - `LogLinear`: L(w) = c + k * exp(t . w), the law Data Mixing Laws (Ye et al. 2024) fits
   per validation domain. Given t, c and k are a linear least-squares fit; t is found by
   Levenberg-Marquardt on what is left (variable projection), from several starts.
 - `Quadratic`: ridge regression on the weights and their pairwise products, the ridge
-  strength chosen by its closed-form leave-one-out error. A smooth stand-in for RegMix's
-  gradient-boosted trees, which need far more trials (RegMix fits 512) than a CPU search
-  runs; LightGBM is not used.
+  strength chosen by its closed-form leave-one-out error: smooth, and sound with few trials.
+- `Boosted`: RegMix's regression (Liu et al. 2024), LightGBM gradient-boosted trees on the
+  weights, with RegMix's settings where they apply and cross-validation for the rest (its
+  docstring). Optional (`pip install 'llmtk[mix]'`): without LightGBM the other two are
+  fitted and the search says so.
 
 Each validation set gets a model of its own and the objective is their weighted sum (as
-Data Mixing Laws combines its per-domain laws). `choose` refits each model K times with one
-trial left out, predicts that trial's objective, and keeps the model with the lower
-held-out squared error; the held-out predictions also give
-the rank correlation (Spearman) reported with the proposal.
+Data Mixing Laws combines its per-domain laws, and RegMix fits one regressor per domain).
+`choose` refits each model K times with one trial left out, predicts that trial's
+objective, and keeps the model with the lower held-out squared error; the held-out
+predictions also give the rank correlation (Spearman) reported with the proposal.
 """
 
 from __future__ import annotations
@@ -121,7 +123,71 @@ class Quadratic:
         return self.intercept + X @ self.beta
 
 
-MODELS = (LogLinear, Quadratic)
+class Boosted:
+    """RegMix's gradient-boosted regression (Liu et al. 2024; sail-sg/regmix,
+    regression_fitting/regression.ipynb): LightGBM, gbdt, L2 regression, learning rate
+    0.01, at most 1,000 trees, early stopping after 3 rounds without improvement, seed 42.
+
+    RegMix fits 512 trials (and stops early on a held-out set); a CPU search runs 16-64.
+    LightGBM's default leaf (at least 20 rows) then allows hardly a split, and a separate
+    held-out set for early stopping would take trials from the fit. So the smallest leaf
+    (2, 4 or 8 trials) and the number of trees are chosen by 5-fold cross-validation on
+    the trials given, with RegMix's early stopping on the folds' mean error; every other
+    setting is RegMix's.
+    One thread and LightGBM's deterministic mode: the same trials give the same trees.
+    The prediction is piecewise constant in the weights (`piecewise`): `minimise` searches
+    it over many sampled mixtures, as RegMix does, not by local steps."""
+
+    name = "lightgbm"
+    piecewise = True
+    LEAF_SIZES = (2, 4, 8)
+    FOLDS = 5
+    MIN_TRIALS = 10  # fewer cannot be split into folds that leave anything to learn from
+    PARAMS = {"objective": "regression", "boosting_type": "gbdt", "learning_rate": 1e-2,
+              "seed": 42, "verbosity": -1, "num_threads": 1, "deterministic": True,
+              "force_col_wise": True, "metric": "l2"}
+    DATASET = {"min_data_in_bin": 1, "verbosity": -1}  # bins as fine as the trials allow
+
+    def fit(self, W: np.ndarray, y: np.ndarray) -> Boosted:
+        import lightgbm as lgb
+
+        folds = min(self.FOLDS, len(y))
+        best = None
+        for leaf in self.LEAF_SIZES:
+            if leaf * 2 > len(y) * (folds - 1) / folds:
+                break  # no split is possible in a fold's trials
+            params = {**self.PARAMS, "min_data_in_leaf": leaf}
+            result = lgb.cv(params, lgb.Dataset(W, y, params=self.DATASET),
+                            num_boost_round=1000, nfold=folds, stratified=False,
+                            shuffle=True, seed=0,
+                            callbacks=[lgb.early_stopping(3, verbose=False)])
+            errors = result["valid l2-mean"]
+            if best is None or errors[-1] < best[0]:
+                best = (errors[-1], params, len(errors))
+        if best is None:  # too few trials for any leaf size: one leaf, the mean
+            best = (0.0, {**self.PARAMS, "min_data_in_leaf": len(y)}, 1)
+        _, self.params, self.rounds = best
+        self.booster = lgb.train(self.params, lgb.Dataset(W, y, params=self.DATASET),
+                                 num_boost_round=self.rounds)
+        return self
+
+    def predict(self, W: np.ndarray) -> np.ndarray:
+        return self.booster.predict(W)
+
+
+def models(trials: int) -> tuple[tuple, str | None]:
+    """The models to fit to this many trials, and why one is left out (or None)."""
+    try:
+        import lightgbm  # noqa: F401
+    except ImportError:
+        return (LogLinear, Quadratic), ("LightGBM is not installed (pip install "
+                                        "'llmtk[mix]'): RegMix's regression is not fitted")
+    except OSError as e:  # its OpenMP runtime is missing (macOS without libomp)
+        return (LogLinear, Quadratic), f"LightGBM cannot load ({e}): not fitted"
+    if trials < Boosted.MIN_TRIALS:
+        return (LogLinear, Quadratic), (f"{trials} trials: too few for RegMix's regression "
+                                        f"(at least {Boosted.MIN_TRIALS}); not fitted")
+    return (LogLinear, Quadratic, Boosted), None
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -149,6 +215,7 @@ class PerSet:
 
     def __init__(self, cls, weights: np.ndarray):
         self.cls, self.weights, self.name = cls, weights, cls.name
+        self.piecewise = getattr(cls, "piecewise", False)
 
     def fit(self, W: np.ndarray, Y: np.ndarray) -> PerSet:
         self.models = [self.cls().fit(W, Y[:, j]) for j in range(Y.shape[1])]
@@ -169,29 +236,35 @@ class Fit:
         return self.model.name
 
 
-def choose(W: np.ndarray, Y: np.ndarray, weights: np.ndarray) -> Fit:
+def choose(W: np.ndarray, Y: np.ndarray, weights: np.ndarray,
+           candidates: tuple = (LogLinear, Quadratic)) -> Fit:
     """W (trials, sources) the mixtures, Y (trials, sets) their validation losses, weights
-    (sets,) the objective's. Each model's leave-one-out predictions of the objective; keep
-    the one with the lower error."""
+    (sets,) the objective's. Each candidate model's leave-one-out predictions of the
+    objective; keep the one with the lower error."""
     y = Y @ weights
     scores, held = {}, {}
-    for cls in MODELS:
+    for cls in candidates:
         pred = np.array([PerSet(cls, weights).fit(np.delete(W, i, 0), np.delete(Y, i, 0))
                          .predict(W[i:i + 1])[0] for i in range(len(y))])
         held[cls.name] = pred
         scores[cls.name] = {"loo_rmse": float(np.sqrt(np.mean((pred - y) ** 2))),
                             "spearman": spearman(pred, y)}
-    best = min(MODELS, key=lambda c: scores[c.name]["loo_rmse"])
+    best = min(candidates, key=lambda c: scores[c.name]["loo_rmse"])
     return Fit(PerSet(best, weights).fit(W, Y), held[best.name], scores)
 
 
-def minimise(model, lo: np.ndarray, hi: np.ndarray, seed: int) -> np.ndarray:
-    """The weights with the lowest predicted objective within the bounds: the best of
-    dense random draws over the feasible simplex, refined by shrinking random steps."""
+def minimise(model, lo: np.ndarray, hi: np.ndarray, seed: int,
+             natural: np.ndarray | None = None) -> np.ndarray:
+    """The weights with the lowest predicted objective within the bounds. A smooth model:
+    the best of dense random draws over the feasible simplex, refined by shrinking random
+    steps. A piecewise-constant one (the boosted trees): RegMix's search, below."""
     from llmtk.mix.simplex import project
 
     rng = np.random.default_rng(seed)
     n = len(lo)
+    if getattr(model, "piecewise", False):
+        return _minimise_sampled(model, lo, hi, rng,
+                                 np.full(n, 1 / n) if natural is None else natural)
     points = project(rng.dirichlet(np.ones(n), 20000), lo, hi)
     points = np.r_[points, project(np.eye(n), lo, hi)]  # the corners' nearest points
     values = model.predict(points)
@@ -208,3 +281,26 @@ def minimise(model, lo: np.ndarray, hi: np.ndarray, seed: int) -> np.ndarray:
         if v < best_v:
             best_w, best_v = w, v
     return best_w
+
+
+SIMULATED = 100_000  # RegMix's simulated mixtures (regression.ipynb) ...
+TOP = 128            # ... and how many of the best it averages
+
+
+def _minimise_sampled(model, lo, hi, rng, natural) -> np.ndarray:
+    """RegMix's search of a piecewise-constant model: predict 100,000 mixtures drawn
+    around the natural shares (plus uniform draws, so that no part of the feasible simplex
+    is out of reach) and average the 128 best. The average lies within the bounds (they
+    bound a convex set); it is kept when its own prediction is among those 128 best, as a
+    minimum should be, else the single best mixture is."""
+    from llmtk.mix.simplex import draws, project
+
+    n = len(lo)
+    points = np.r_[draws(natural, lo, hi, SIMULATED // 2, rng),
+                   project(rng.dirichlet(np.ones(n), SIMULATED // 2), lo, hi)]
+    values = model.predict(points)
+    order = np.argsort(values, kind="stable")
+    mean = points[order[:TOP]].mean(axis=0)
+    if float(model.predict(mean[None])[0]) <= values[order[TOP - 1]]:
+        return mean
+    return points[order[0]]

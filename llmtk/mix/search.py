@@ -108,16 +108,21 @@ def bounds(sources: list[Source], lo: list[float], hi: list[float], proxy: Proxy
     return lo, hi
 
 
+def natural_shares(sources: list[Source]):
+    """Each source's share of all the tokens: the natural mixture."""
+    import numpy as np
+
+    total = sum(s.tokens for s in sources)
+    return np.array([s.tokens / total for s in sources])
+
+
 def make_plan(sources: list[Source], val: list[tuple[str, str]], proxy: Proxy, lo, hi,
               trials: int, seed: int) -> dict:
     """Everything the trials depend on, and the K mixtures drawn from it."""
-    import numpy as np
 
     from llmtk.mix.simplex import sample
 
-    total = sum(s.tokens for s in sources)
-    natural = np.array([s.tokens / total for s in sources])
-    weights = sample(natural, lo, hi, trials, seed)
+    weights = sample(natural_shares(sources), lo, hi, trials, seed)
     with open(proxy.path, "rb") as f:
         proxy_sha1 = hashlib.sha1(f.read()).hexdigest()
     return {
@@ -456,12 +461,15 @@ def search(sources: list[Source], val: list[tuple[str, str]], proxy: Proxy, out:
         log(f"{len(rows)} scored trial(s): too few to fit {len(names)} sources (at least "
             f"{len(names) + 2}); no proposal")
         return Outcome(rows, failed, None, {}, None)
-    from llmtk.mix.fit import choose, minimise
+    from llmtk.mix.fit import choose, minimise, models
 
-    fit = choose(W, Y, np.array(list(obj.values())))
+    candidates, left_out = models(len(rows))
+    if left_out:
+        log(left_out)
+    fit = choose(W, Y, np.array(list(obj.values())), candidates)
     for row, p in zip(rows, fit.held_out, strict=True):
         row["predicted"] = float(p)
-    best = minimise(fit.model, np.asarray(lo), np.asarray(hi), seed)
+    best = minimise(fit.model, np.asarray(lo), np.asarray(hi), seed, natural_shares(sources))
     proposal = {n: round(float(x), 4) for n, x in zip(names, best, strict=True)}
     outcome = Outcome(rows, failed, fit, proposal,
                       float(fit.model.predict(best[None])[0]))

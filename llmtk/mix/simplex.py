@@ -53,25 +53,33 @@ def project(v: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.clip(v - ((low + high) / 2)[:, None], lo, hi)
 
 
-def sample(natural: np.ndarray, lo: np.ndarray, hi: np.ndarray, k: int,
-           seed: int) -> np.ndarray:
-    """K mixtures: the natural shares, equal weights, then points chosen farthest from
-    those already chosen among Dirichlet draws around the natural shares.
+def draws(natural: np.ndarray, lo: np.ndarray, hi: np.ndarray, m: int,
+          rng: np.random.Generator) -> np.ndarray:
+    """m mixtures drawn around the natural shares, within the bounds.
 
     The draws' concentration varies (log-uniform over 0.5 to 20 times the number of
     sources), as RegMix's do, so that both mixtures near the natural one and ones far
-    from it (a source almost alone, one almost absent) are among the candidates; the
-    farthest-point choice then spreads the K over the feasible part of the simplex."""
+    from it (a source almost alone, one almost absent) are among them."""
+    import numpy as np
+
+    n = len(natural)
+    concentration = np.exp(rng.uniform(np.log(0.5 * n), np.log(20.0 * n), m))
+    shape = np.maximum(concentration[:, None] * natural[None, :], 1e-3)
+    points = rng.gamma(shape)
+    points /= points.sum(axis=1, keepdims=True)
+    return project(points, lo, hi)
+
+
+def sample(natural: np.ndarray, lo: np.ndarray, hi: np.ndarray, k: int,
+           seed: int) -> np.ndarray:
+    """K mixtures: the natural shares, equal weights, then points chosen farthest from
+    those already chosen among `draws` around the natural shares, so that the K spread
+    over the feasible part of the simplex."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     n = len(natural)
-    m = max(64 * k, 512)
-    concentration = np.exp(rng.uniform(np.log(0.5 * n), np.log(20.0 * n), m))
-    shape = np.maximum(concentration[:, None] * natural[None, :], 1e-3)
-    draws = rng.gamma(shape)
-    draws /= draws.sum(axis=1, keepdims=True)
-    candidates = project(draws, lo, hi)
+    candidates = draws(natural, lo, hi, max(64 * k, 512), rng)
     chosen = [project(natural, lo, hi)[0]]
     equal = project(np.full(n, 1 / n), lo, hi)[0]
     if k > 1 and np.linalg.norm(equal - chosen[0]) > 1e-3:
