@@ -52,10 +52,7 @@ class SecretsStage(Stage):
         if cfg.kinds:
             from llmtk.text.secrets import kinds
 
-            bad = set(cfg.kinds) - set(kinds())
-            if bad:
-                raise ConfigError("secrets.kinds", f"unknown kind(s) {sorted(bad)} "
-                                  f"(expected {', '.join(kinds())})")
+            _known_kinds("secrets.kinds", cfg.kinds, kinds())
 
     @classmethod
     def on(cls, cfg: Secrets, whole) -> bool:
@@ -63,10 +60,7 @@ class SecretsStage(Stage):
 
     def check(self, work: Work) -> str | None:
         if work.road == CODE or self.cfg.scrub == "all":
-            work.text, counts = scrub_secrets(work.text, self.kinds)
-            for kind, n in counts.items():
-                work.doc.count(f"secrets.{kind}", n)
-            work.scrubbed = True
+            _replace(work, "secrets", scrub_secrets, self.kinds)
         return None
 
 
@@ -86,18 +80,26 @@ class PiiStage(Stage):
 
     @classmethod
     def validate(cls, cfg: Pii) -> None:
-        bad = set(cfg.kinds) - set(PII_KINDS)
-        if bad:
-            raise ConfigError("pii.kinds", f"unknown kind(s) {sorted(bad)} "
-                              f"(expected {', '.join(PII_KINDS)})")
+        _known_kinds("pii.kinds", cfg.kinds, PII_KINDS)
 
     @classmethod
     def on(cls, cfg: Pii, whole) -> bool:
         return cfg.enabled
 
     def check(self, work: Work) -> str | None:
-        work.text, counts = scrub(work.text, self.kinds)
-        for kind, n in counts.items():
-            work.doc.count(f"pii.{kind}", n)
-        work.scrubbed = True
+        _replace(work, "pii", scrub, self.kinds)
         return None
+
+
+def _replace(work: Work, name: str, scrubber, kinds: frozenset[str] | None) -> None:
+    """Put placeholders in the text; --stats counts them per kind (`pii.EMAIL`)."""
+    work.text, counts = scrubber(work.text, kinds)
+    for kind, n in counts.items():
+        work.doc.count(f"{name}.{kind}", n)
+    work.scrubbed = True
+
+
+def _known_kinds(key: str, given: list[str], known) -> None:
+    bad = set(given) - set(known)
+    if bad:
+        raise ConfigError(key, f"unknown kind(s) {sorted(bad)} (expected {', '.join(known)})")
