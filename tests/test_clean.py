@@ -385,7 +385,7 @@ class ShoutStage(Stage):
                                   **__import__("os").environ, "COLUMNS": "200"})
 
     help = " ".join(run("--help").stdout.decode().split())
-    assert "--shout-times N How often [default: 1]." in help
+    assert "--shout-times N How often. [default: 1]" in help
     assert "[shout]\nword = \"\"\ntimes = 1\n" in run("--print-config").stdout.decode()
     bad = run("--shout-word", "cat", "--shout-times", "0")
     assert bad.returncode == 2 and bad.stderr.decode().strip() == \

@@ -98,26 +98,14 @@ FLAGS = {f"{stage.name}.{f.key}": f.flag for stage, f in PARAMS.values()} | {
     f"{name}.enabled": "--filters" for name in FILTER_NAMES}
 
 
-def _default_words(value) -> str | None:
-    """How help shows a field's default (None: not at all: off, empty, derived)."""
-    if value is None or value is False or value == "" or isinstance(value, list):
-        return None
-    return "on" if value is True else f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _with_default(help: str, shown: str | None) -> str:
-    if shown is None:
-        return help
-    return help.removesuffix(".") + f" \\[default: {shown}]" + ("." if help.endswith(".") else "")
-
-
 def _stage_parameter(name: str, stage, flag: Flag) -> inspect.Parameter:
     """`Annotated[type | None, typer.Option(...)]` for one stage field (default None: a TOML
     file may set what no flag does); a lone `--no-X` switch is a bool defaulting to False."""
     cfg = stage.config()
     kind = flag.kind or _plain(typing.get_type_hints(stage.config)[flag.key])
-    shown = None if flag.off or not flag.show_default else _default_words(getattr(cfg, flag.key))
-    option = typer.Option(*flag.flags, help=_with_default(flag.help, shown),
+    shown = None if flag.off or not flag.show_default else configs.default_words(
+        getattr(cfg, flag.key))
+    option = typer.Option(*flag.flags, help=configs.with_default(flag.help, shown),
                           show_default=False, rich_help_panel=STAGES)
     if flag.off:
         return inspect.Parameter(name, KEYWORD, default=False, annotation=Annotated[bool, option])
@@ -136,9 +124,9 @@ def _own(name: str) -> inspect.Parameter:
 
 
 def _filters_parameter() -> inspect.Parameter:
-    option = typer.Option("--filters", help="Heuristic filters to run: any of "
-                          f"{', '.join(FILTER_NAMES)}, comma-separated, or none "
-                          "\\[default: all].", rich_help_panel=STAGES)
+    option = typer.Option("--filters", help=configs.with_default(
+        f"Heuristic filters to run: any of {', '.join(FILTER_NAMES)}, comma-separated, or "
+        "none.", "all"), rich_help_panel=STAGES)
     return inspect.Parameter("filters", KEYWORD, default=None,
                              annotation=Annotated[str | None, option])
 
@@ -193,9 +181,8 @@ def clean(**options) -> None:
                stream)
 
 
-# typer reads the parameters from the signature and their types from the annotations.
-clean.__signature__ = inspect.Signature(_parameters(), return_annotation=None)
-clean = groups.main(clean_app, help=HELP)(o.stream_command()(clean))
+clean = groups.main(clean_app, help=HELP)(o.stream_command()(configs.signed(clean,
+                                                                           _parameters())))
 
 
 def _clean(config: str | None, values: dict, print_config: bool, annotate: bool,
