@@ -82,13 +82,11 @@ class _CleanConfig:
             "# Documents in a language of llmtk/clean/thresholds.toml get its thresholds instead",
             "# (langid.lang_thresholds); [lang.XX.STAGE] tables override them per language.",
         ]
-        for section in _SECTIONS:
-            if section == "lang":
-                continue
-            out.append(f"\n[{section}]")
-            stage = getattr(self, section)
-            for f in fields(stage):
-                out.append(f"{f.name} = {_toml_value(getattr(stage, f.name))}")
+        for stage in PIPELINE:  # in the order they run, each under its one line of help
+            out.append(f"\n# {stage.help}\n[{stage.name}]")
+            cfg = getattr(self, stage.name)
+            for f in fields(cfg):
+                out.append(f"{f.name} = {_toml_value(getattr(cfg, f.name))}")
         out.extend(lang_tables_toml(self.lang))
         return "\n".join(out) + "\n"
 

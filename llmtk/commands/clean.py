@@ -69,6 +69,7 @@ clean_app = groups.group(help=HELP, short_help=HELP.splitlines()[0])
 # fields: each stage's `flags` say which fields are options and in what words; the type and
 # the default (`[default: X]` in the help) are the field's. A value given sets `stage.field`.
 # --filters picks among the per-language filter stages. The rest are the command's own.
+FILTER_NAMES = tuple(stage.name for stage in PIPELINE if stage.per_lang)
 OWN = {
     "config": (str | None, None, typer.Option(
         "--config", help="TOML file with stage settings (see --print-config).",
@@ -76,6 +77,10 @@ OWN = {
     "print_config": (bool, False, typer.Option(
         "--print-config", help="Print the effective configuration as TOML and exit.",
         rich_help_panel=STAGES)),
+    "filters": (str | None, None, typer.Option(
+        "--filters", help=configs.with_default(
+            f"Heuristic filters to run: any of {', '.join(FILTER_NAMES)}, comma-separated, or "
+            "none.", "all"), rich_help_panel=STAGES)),
     "annotate": (bool, False, typer.Option(
         "--annotate", help="Add llmtk.lang, llmtk.lang_score, llmtk.quality and per-filter "
         "values to each written record.", rich_help_panel=STAGES)),
@@ -91,7 +96,6 @@ def _stage_flags() -> dict[str, tuple[type, Flag]]:
             for stage in PIPELINE for f in stage.flags}
 
 
-FILTER_NAMES = tuple(stage.name for stage in PIPELINE if stage.per_lang)
 PARAMS = _stage_flags()
 # config key -> the flag that sets it, for errors worded as the user wrote them
 FLAGS = {f"{stage.name}.{f.key}": f.flag for stage, f in PARAMS.values()} | {
@@ -123,21 +127,13 @@ def _own(name: str) -> inspect.Parameter:
     return inspect.Parameter(name, KEYWORD, default=default, annotation=Annotated[kind, option])
 
 
-def _filters_parameter() -> inspect.Parameter:
-    option = typer.Option("--filters", help=configs.with_default(
-        f"Heuristic filters to run: any of {', '.join(FILTER_NAMES)}, comma-separated, or "
-        "none.", "all"), rich_help_panel=STAGES)
-    return inspect.Parameter("filters", KEYWORD, default=None,
-                             annotation=Annotated[str | None, option])
-
-
 def _parameters() -> list[inspect.Parameter]:
     """--config, --print-config, each stage's options in the order the stages run (--filters
     before the first filter), --annotate, --dry-run; then the stream options."""
     params = [_own("config"), _own("print_config")]
     for stage in PIPELINE:
         if stage.per_lang and stage.name == FILTER_NAMES[0]:
-            params.append(_filters_parameter())
+            params.append(_own("filters"))
         params += [_stage_parameter(name, st, f) for name, (st, f) in PARAMS.items()
                    if st is stage]
     params += [_own("annotate"), _own("dry_run")]
@@ -173,7 +169,7 @@ def stage_values(given: dict[str, object], filters: str | None) -> dict[str, obj
 def clean(**options) -> None:
     stream = options.pop("stream")
     own = {name: options.pop(name) for name in OWN}
-    values = stage_values(options, options.pop("filters"))
+    values = stage_values(options, own["filters"])
     # From here on a ConfigError (a bad key, from the config or a stage loading its model)
     # reaches the user as the flag that set the key, or as `FILE: key`.
     with configs.flags_for(FLAGS, values.keys(), own["config"]):
@@ -198,7 +194,8 @@ def _clean(config: str | None, values: dict, print_config: bool, annotate: bool,
         return
 
     opts = stream
-    models = [m for m in (cfg.quality.model, cfg.perplexity.model, config) if m]
+    models = [*(p for stage in PIPELINE for p in stage.reads(getattr(cfg, stage.name))),
+              *([config] if config else [])]
     run = StreamRun("clean", opts, inputs_also=models)  # paths checked before reading
     cleaner = Cleaner(cfg, annotate=annotate, dry_run=dry_run)
     cleaner.load()

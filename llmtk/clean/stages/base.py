@@ -7,11 +7,13 @@ scrubber, ...), declared once in its own module:
 - `config`: a frozen dataclass whose defaults are the stage's defaults;
 - `flags`: the command-line options that set its fields (`llmtk clean`'s options are made
   from them, with each field's type and default);
-- `help`, `reasons`: one line for docs and the drop reasons it can give;
+- `help`, `reasons`: one line (above its table in --print-config) and the drop reasons it
+  can give;
 - `validate(cfg)`: raise ConfigError for a value that cannot run;
 - `on(cfg, whole)`: whether it runs at all (a stage that is off costs nothing per document);
-- `load()`: load its models before any input is read; `fit(docs, workers)`, for a stage
-  with `fits()`: a first pass over the input (the perplexity quantile);
+- `reads(cfg)`: its model files (no output may be one); `load()`: load them before any
+  input is read; `fit(docs, workers)`, for a stage with `fits()`: a first pass over the
+  input (the perplexity quantile);
 - `check(work) -> reason | None`: the per-document step (datatrove's filter shape).
 
 `Work` is one document on its way through the stages: the text as the stages change it,
@@ -93,6 +95,11 @@ class Stage:
         """Whether the stage runs (`whole`: the CleanConfig, for a stage that another's
         setting switches off)."""
         return True
+
+    @classmethod
+    def reads(cls, cfg: Any) -> list[str]:
+        """The files it reads besides the input (models): no output may be one of them."""
+        return []
 
     def load(self) -> None:
         """Load models now, to fail on a bad path before any input is read."""

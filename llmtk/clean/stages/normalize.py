@@ -14,7 +14,7 @@ def unicode_form(value: str) -> str:
 class NormalizeStage(Stage):
     name = "normalize"
     config = Normalize
-    help = "Unicode form, mojibake, ANSI/control characters, whitespace, width, Chinese script"
+    help = "normalise Unicode form, mojibake, ANSI/control characters, whitespace, width"
     reasons = ("normalize.empty",)
     canonical = {"unicode": unicode_form}
     flags = (

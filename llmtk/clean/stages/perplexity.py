@@ -66,6 +66,10 @@ class PerplexityStage(Stage):
     def on(cls, cfg: Perplexity, whole) -> bool:
         return bool(cfg.model)
 
+    @classmethod
+    def reads(cls, cfg) -> list[str]:
+        return [cfg.model] if cfg.model else []
+
     def load(self) -> None:
         self.model.load()
 

@@ -40,6 +40,10 @@ class QualityStage(Stage):
     def on(cls, cfg: Quality, whole) -> bool:
         return bool(cfg.model)
 
+    @classmethod
+    def reads(cls, cfg) -> list[str]:
+        return [cfg.model] if cfg.model else []
+
     def load(self) -> None:
         self.model.load()
 
