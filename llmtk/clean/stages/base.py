@@ -116,6 +116,24 @@ class Stage:
         raise NotImplementedError
 
 
+class ModelStage(Stage):
+    """A stage that scores with the model file its config's `model` names (empty: off);
+    `__init__` sets `self.model` (loaded lazily, per process)."""
+
+    model: Any
+
+    @classmethod
+    def on(cls, cfg: Any, whole: Any) -> bool:
+        return bool(cfg.model)
+
+    @classmethod
+    def reads(cls, cfg: Any) -> list[str]:
+        return [cfg.model] if cfg.model else []
+
+    def load(self) -> None:
+        self.model.load()
+
+
 class Work:
     """One document on its way through the stages (a fresh one per document)."""
 

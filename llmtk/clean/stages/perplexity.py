@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 
-from llmtk.clean.stages.base import Flag, Stage, Work
+from llmtk.clean.stages.base import Flag, ModelStage, Work
 from llmtk.errors import ConfigError
 from llmtk.io import Doc, ordered_map
 
@@ -23,7 +23,7 @@ class Perplexity:
     max_tokens: int = 4096  # score at most this many tokens of a document
 
 
-class PerplexityStage(Stage):
+class PerplexityStage(ModelStage):
     name = "perplexity"
     config = Perplexity
     help = "score with a small llmtk train model and drop the most surprising documents"
@@ -61,17 +61,6 @@ class PerplexityStage(Stage):
             fail("max_ppl", "needs {0}", "model")
         if cfg.quantile is not None and not cfg.model:
             fail("quantile", "needs {0}", "model")
-
-    @classmethod
-    def on(cls, cfg: Perplexity, whole) -> bool:
-        return bool(cfg.model)
-
-    @classmethod
-    def reads(cls, cfg) -> list[str]:
-        return [cfg.model] if cfg.model else []
-
-    def load(self) -> None:
-        self.model.load()
 
     def fits(self) -> str | None:
         return "perplexity.quantile" if self.cfg.quantile is not None else None

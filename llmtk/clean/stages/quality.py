@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmtk.clean.stages.base import Flag, Stage, Work, share
+from llmtk.clean.stages.base import Flag, ModelStage, Work, share
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class Quality:
     label: str = "hq"  # the positive label (DCLM's classifier: hq vs cc)
 
 
-class QualityStage(Stage):
+class QualityStage(ModelStage):
     name = "quality"
     config = Quality
     help = "score with a fastText classifier (e.g. DCLM's) and drop low scores"
@@ -35,17 +35,6 @@ class QualityStage(Stage):
     @classmethod
     def validate(cls, cfg: Quality) -> None:
         share("quality.min_score", cfg.min_score)
-
-    @classmethod
-    def on(cls, cfg: Quality, whole) -> bool:
-        return bool(cfg.model)
-
-    @classmethod
-    def reads(cls, cfg) -> list[str]:
-        return [cfg.model] if cfg.model else []
-
-    def load(self) -> None:
-        self.model.load()
 
     def check(self, work: Work) -> str | None:
         score = self.model.score(work.text)
