@@ -1,8 +1,10 @@
 """`llmtk clean`: normalise, language-ID, quality-filter and PII-scrub a document stream.
 
 Thin: options -> `llmtk.clean.CleanConfig` -> `Cleaner` applied by `StreamRun.apply`, plus the
-`train-quality` subcommand. `clean` is a command group whose own callback does the cleaning,
-so `llmtk clean FILES --lang en` and `llmtk clean train-quality ...` both work.
+`train-quality` and `calibrate` subcommands. The stage options are made from the stages
+(`llmtk.clean.stages.PIPELINE`), so a new stage adds its options without an edit here.
+`clean` is a command group whose own callback does the cleaning, so `llmtk clean FILES
+--lang en` and `llmtk clean train-quality ...` both work.
 """
 
 from __future__ import annotations
