@@ -84,7 +84,7 @@ def main() -> None:
 
         def rules(t, filters=filters, profile=profile, lang=lang):
             d = DocText(t, lang)
-            for _, stage in filters:
+            for stage in filters.values():
                 if stage.check(d, profile) is not None:
                     return
 

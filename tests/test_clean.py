@@ -332,3 +332,95 @@ def test_file_shards_concatenate_to_the_single_run_and_stats_merge(tmp_path):
     whole = json.loads((tmp_path / "s.json").read_text())
     merged.pop("seconds"), whole.pop("seconds")
     assert merged == whole
+
+
+# ------------------------------------------------------------------ the stages, one list
+
+
+def test_a_new_stage_joins_clean_by_the_list_alone(tmp_path):
+    """A stage written in its own module and added to PIPELINE gets its TOML section, its
+    options with their defaults, its validation, its place in the run and its reasons."""
+    module = tmp_path / "shout.py"
+    module.write_text('''
+from dataclasses import dataclass
+
+from llmtk.clean.stages.base import Flag, Stage
+from llmtk.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Shout:
+    word: str = ""  # empty: stage off
+    times: int = 1
+
+
+class ShoutStage(Stage):
+    name = "shout"
+    config = Shout
+    help = "keep documents that hold a word often enough"
+    reasons = ("shout.quiet",)
+    flags = (Flag("word", ("--shout-word",), "A word kept documents must hold."),
+             Flag("times", ("--shout-times",), "How often."))
+
+    @classmethod
+    def validate(cls, cfg):
+        if cfg.times < 1:
+            raise ConfigError("shout.times", "expected 1 or more")
+
+    @classmethod
+    def on(cls, cfg, whole):
+        return bool(cfg.word)
+
+    def check(self, work):
+        return None if work.text.count(self.cfg.word) >= self.cfg.times else "shout.quiet"
+''')
+    main = ("import sys; sys.path.insert(0, sys.argv.pop(1))\n"
+            "import llmtk.clean.stages as s, shout\n"
+            "s.PIPELINE = (*s.PIPELINE[:-2], shout.ShoutStage, *s.PIPELINE[-2:])\n"
+            "from llmtk.cli import main; sys.argv[0] = 'llmtk'; main()\n")
+
+    def run(*args, input=b""):
+        return subprocess.run([sys.executable, "-c", main, str(tmp_path), "clean", *args],
+                              input=input, cwd=ROOT, capture_output=True, env={
+                                  **__import__("os").environ, "COLUMNS": "200"})
+
+    help = " ".join(run("--help").stdout.decode().split())
+    assert "--shout-times N How often. [default: 1]" in help
+    assert "[shout]\nword = \"\"\ntimes = 1\n" in run("--print-config").stdout.decode()
+    bad = run("--shout-word", "cat", "--shout-times", "0")
+    assert bad.returncode == 2 and bad.stderr.decode().strip() == \
+        "llmtk: error: --shout-times: expected 1 or more"
+    docs = [{"text": a["text"] + (" cat cat" if i % 2 else "")} for i, a in
+            enumerate(ARTICLES[:4])]
+    stats = tmp_path / "stats.json"
+    r = run("--shout-word", "cat", "--shout-times", "2", "--no-langid", "--no-pii",
+            "--filters", "none", "--stats", stats, "-q", input=jsonl(docs))
+    assert r.returncode == 0, r.stderr
+    assert [d["text"] for d in parse(r.stdout)] == [docs[1]["text"], docs[3]["text"]]
+    assert json.loads(stats.read_text())["dropped"] == {"shout.quiet": 2}
+
+
+def test_every_reason_clean_gives_is_a_stages_and_documented(tmp_path):
+    """The reasons each stage declares are the ones it gives, and docs/clean.md names them
+    (N and LANG stand for a number and a language)."""
+    import re
+
+    from llmtk.clean.stages import PIPELINE
+
+    declared = {r: s.name for s in PIPELINE for r in s.reasons}
+    patterns = [re.compile(re.escape(r).replace("LANG", "[a-z]+").replace("N", r"\d+"))
+                for r in declared]
+    docs_page = (ROOT / "docs" / "clean.md").read_text()
+    undocumented = [p.pattern for p in patterns if not p.search(docs_page)]
+    assert not undocumented, undocumented
+    stats = tmp_path / "stats.json"
+    records = mixed_corpus(200) + [{"text": "<html><body><nav>menu</nav></body></html>"},
+                                   {"text": " \n", "path": "a.py"}, {"text": "\x1b[0m"}]
+    for profile in ("web", "auto"):
+        r = llmtk("clean", "--profile", profile, "--lang", "en", "--stats", stats, "-q",
+                  input=jsonl(records))
+        assert r.returncode == 0, r.stderr
+        given = json.loads(stats.read_text())["dropped"]
+        assert len(given) >= 4
+        for reason in given:
+            assert any(p.fullmatch(reason) for p in patterns), reason

@@ -100,15 +100,23 @@ def test_configs_are_frozen_and_derived_with_replace():
     assert dataclasses.asdict(changed) == before  # validate() changes nothing
 
 
-def test_every_clean_stage_option_is_in_the_one_table():
+def test_every_clean_stage_option_sets_a_field_of_its_stage():
+    """clean's stage options are made from the stages' flags (no table beside them): each
+    names a field of its stage's config, and every other option is the command's own."""
     import inspect
+    from dataclasses import fields
 
-    from llmtk.commands.clean import SETTINGS, clean
+    from llmtk.clean.stages import PIPELINE
+    from llmtk.commands.clean import FLAGS, OWN, PARAMS, clean
     from llmtk.commands.options import STREAM_OPTIONS
 
     params = set(inspect.signature(clean).parameters)
-    own = {"config", "print_config", "filters", "annotate", "dry_run"}
-    assert params - own - set(STREAM_OPTIONS) == set(SETTINGS)
+    assert params - set(OWN) - {"filters"} - set(STREAM_OPTIONS) == set(PARAMS)
+    for stage in PIPELINE:
+        names = {f.name for f in fields(stage.config)}
+        for flag in stage.flags:
+            assert flag.key in names, (stage.name, flag.key)
+            assert FLAGS[f"{stage.name}.{flag.key}"] == flag.flags[0].split("/")[0]
 
 
 # ------------------------------------------------------------------ "off": false, one spelling

@@ -7,79 +7,17 @@ Unknown sections or keys are an error, so a typo never silently keeps a default.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, make_dataclass, replace
 
-from llmtk.clean.code import PROFILES, Code
-from llmtk.clean.extract import METHODS, Extract
-from llmtk.clean.filters import C4, FineWeb, GopherQuality, GopherRepetition
 from llmtk.clean.langs import STAGES, check_table, coerce, merge, resolve
-from llmtk.clean.normalize import Normalize
-from llmtk.clean.urls import UrlFilter
+from llmtk.clean.stages import PIPELINE
 from llmtk.errors import ConfigError
 from llmtk.io import tomlfile
 
-PII_KINDS = ("EMAIL", "PHONE", "ID_NUMBER", "CARD", "IP")
 
-
-@dataclass(frozen=True)
-class LangId:
-    enabled: bool = True
-    keep: list[str] = field(default_factory=list)  # empty: keep every language
-    min_score: float = 0.65  # datatrove's LanguageFilter default; applies when `keep` is set
-    # Apply the built-in per-language thresholds (llmtk/clean/thresholds.toml, FineWeb-2's
-    # figures) to documents identified as one of its languages.
-    lang_thresholds: bool = True
-
-
-@dataclass(frozen=True)
-class Quality:
-    model: str = ""  # a fastText classifier (.bin/.ftz); empty: stage off
-    min_score: float = 0.5
-    label: str = "hq"  # the positive label (DCLM's classifier: hq vs cc)
-
-
-@dataclass(frozen=True)
-class Perplexity:
-    model: str = ""  # an llmtk train checkpoint (run dir or step dir); empty: stage off
-    max_ppl: float | None = None  # drop documents above this perplexity
-    quantile: float | None = None  # or: drop those above this quantile of the input's
-    max_tokens: int = 4096  # score at most this many tokens of a document
-
-
-@dataclass(frozen=True)
-class Pii:
-    enabled: bool = True
-    kinds: list[str] = field(default_factory=lambda: list(PII_KINDS))
-
-
-SECRET_SCRUB = ("code", "all", "off")
-
-
-@dataclass(frozen=True)
-class Secrets:
-    # Which records lose their secrets (llmtk.text.secrets): code records only (the
-    # default: prose rarely holds keys, and the rules then cost nothing), every record, none.
-    scrub: str = "code"
-    kinds: list[str] = field(default_factory=list)  # empty: every kind of secrets.toml
-
-
-@dataclass(frozen=True)
-class CleanConfig:
-    url: UrlFilter = field(default_factory=UrlFilter)
-    extract: Extract = field(default_factory=Extract)
-    normalize: Normalize = field(default_factory=Normalize)
-    langid: LangId = field(default_factory=LangId)
-    gopher_repetition: GopherRepetition = field(default_factory=GopherRepetition)
-    gopher_quality: GopherQuality = field(default_factory=GopherQuality)
-    c4: C4 = field(default_factory=C4)
-    fineweb: FineWeb = field(default_factory=FineWeb)
-    quality: Quality = field(default_factory=Quality)
-    perplexity: Perplexity = field(default_factory=Perplexity)
-    pii: Pii = field(default_factory=Pii)
-    code: Code = field(default_factory=Code)
-    secrets: Secrets = field(default_factory=Secrets)
-    # [lang.XX.STAGE] tables: per-language overrides, on top of the built-in ones (langs.py)
-    lang: dict[str, dict] = field(default_factory=dict)
+class _CleanConfig:
+    """CleanConfig's methods; its fields, one per stage of PIPELINE in its order (each the
+    stage's frozen config), then `lang`, are made below."""
 
     def stages(self) -> dict:
         return {name: getattr(self, name) for name in STAGES}
@@ -127,56 +65,14 @@ class CleanConfig:
             if stage is None or key not in {f.name for f in fields(stage)}:
                 raise ConfigError(dotted, "unknown key", source=source)
             value = coerce(value, getattr(stage, key), dotted, source)
-            changes.setdefault(section, {})[key] = _CANONICAL.get(dotted, _same)(value)
+            canonical = _CANONICAL[section].get(key)
+            changes.setdefault(section, {})[key] = canonical(value) if canonical else value
         return replace(self, **{s: replace(getattr(self, s), **c) for s, c in changes.items()})
 
     def validate(self) -> None:
-        """Raise ConfigError for the first value or combination that cannot run."""
-        def fail(key: str, message: str, *also: str) -> None:
-            raise ConfigError(key, message, also=also)
-
-        n = self.normalize
-        if n.unicode not in ("NFC", "NFKC", "none"):
-            fail("normalize.unicode", f"expected nfc, nfkc or none, got {n.unicode!r}")
-        if n.fold_width not in ("none", "alnum", "all"):
-            fail("normalize.fold_width", f"expected none, alnum or all, got {n.fold_width!r}")
-        if n.zh_convert not in ("none", "t2s", "s2t", "tw2s", "s2tw", "hk2s", "s2hk"):
-            fail("normalize.zh_convert", f"expected none, t2s or s2t, got {n.zh_convert!r}")
-        if self.extract.method not in METHODS:
-            fail("extract.method", f"expected {', '.join(METHODS)}, got {self.extract.method!r}")
-        bad = set(self.pii.kinds) - set(PII_KINDS)
-        if bad:
-            fail("pii.kinds", f"unknown kind(s) {sorted(bad)} (expected {', '.join(PII_KINDS)})")
-        if self.code.profile not in PROFILES:
-            fail("code.profile", f"expected {', '.join(PROFILES)}, got {self.code.profile!r}")
-        if self.secrets.scrub not in SECRET_SCRUB:
-            fail("secrets.scrub", f"expected {', '.join(SECRET_SCRUB)}, "
-                 f"got {self.secrets.scrub!r}")
-        if self.secrets.kinds:
-            from llmtk.text.secrets import kinds
-
-            bad = set(self.secrets.kinds) - set(kinds())
-            if bad:
-                fail("secrets.kinds", f"unknown kind(s) {sorted(bad)} "
-                     f"(expected {', '.join(kinds())})")
-        if self.langid.keep and not self.langid.enabled:
-            fail("langid.keep", "needs language ID, which {0} switches off", "langid.enabled")
-        if not 0.0 <= self.langid.min_score <= 1.0:
-            fail("langid.min_score", "expected a number between 0 and 1")
-        if not 0.0 <= self.quality.min_score <= 1.0:
-            fail("quality.min_score", "expected a number between 0 and 1")
-        ppl = self.perplexity
-        if ppl.quantile is not None and not 0.0 < ppl.quantile < 1.0:
-            fail("perplexity.quantile", "expected a number between 0 and 1")
-        if ppl.max_ppl is not None and ppl.quantile is not None:
-            fail("perplexity.max_ppl", "give this or {0}, not both", "perplexity.quantile")
-        if ppl.model and ppl.max_ppl is None and ppl.quantile is None:
-            fail("perplexity.model", "needs {0} or {1}", "perplexity.max_ppl",
-                 "perplexity.quantile")
-        if ppl.max_ppl is not None and not ppl.model:
-            fail("perplexity.max_ppl", "needs {0}", "perplexity.model")
-        if ppl.quantile is not None and not ppl.model:
-            fail("perplexity.quantile", "needs {0}", "perplexity.model")
+        """Raise ConfigError for the first value that cannot run, stage by stage."""
+        for stage in PIPELINE:
+            stage.validate(getattr(self, stage.name))
 
     def to_toml(self) -> str:
         out = [
@@ -186,30 +82,25 @@ class CleanConfig:
             "# Documents in a language of llmtk/clean/thresholds.toml get its thresholds instead",
             "# (langid.lang_thresholds); [lang.XX.STAGE] tables override them per language.",
         ]
-        for section in _SECTIONS:
-            if section == "lang":
-                continue
-            out.append(f"\n[{section}]")
-            stage = getattr(self, section)
-            for f in fields(stage):
-                out.append(f"{f.name} = {_toml_value(getattr(stage, f.name))}")
+        for stage in PIPELINE:  # in the order they run, each under its one line of help
+            out.append(f"\n# {stage.help}\n[{stage.name}]")
+            cfg = getattr(self, stage.name)
+            for f in fields(cfg):
+                out.append(f"{f.name} = {_toml_value(getattr(cfg, f.name))}")
         out.extend(lang_tables_toml(self.lang))
         return "\n".join(out) + "\n"
 
 
+# frozen: built once (defaults, then a TOML file, then flags), each step a `replace`
+CleanConfig = make_dataclass(
+    "CleanConfig",
+    [*((s.name, s.config, field(default_factory=s.config)) for s in PIPELINE),
+     # [lang.XX.STAGE] tables: per-language overrides, on top of the built-in ones (langs.py)
+     ("lang", dict, field(default_factory=dict))],
+    bases=(_CleanConfig,), frozen=True)
+CleanConfig.__module__ = __name__  # pickled to --workers processes by this name
 _SECTIONS = [f.name for f in fields(CleanConfig)]  # the stage sections, then "lang"
-
-
-def _same(value):
-    return value
-
-
-def _unicode_form(value: str) -> str:
-    """`nfc`, `NFKC`, `None` -> the spelling unicodedata and the output of --print-config use."""
-    return "none" if value.lower() == "none" else value.upper()
-
-
-_CANONICAL = {"normalize.unicode": _unicode_form}
+_CANONICAL = {s.name: s.canonical for s in PIPELINE}  # key -> the value's one spelling
 
 
 def lang_tables_toml(tables: dict[str, dict], prefix: str = "lang.") -> list[str]:

@@ -1,17 +1,24 @@
 """`llmtk clean`: normalise, language-ID, quality-filter and PII-scrub a document stream.
 
 Thin: options -> `llmtk.clean.CleanConfig` -> `Cleaner` applied by `StreamRun.apply`, plus the
-`train-quality` subcommand. `clean` is a command group whose own callback does the cleaning,
-so `llmtk clean FILES --lang en` and `llmtk clean train-quality ...` both work.
+`train-quality` and `calibrate` subcommands. The stage options are made from the stages
+(`llmtk.clean.stages.PIPELINE`), so a new stage adds its options without an edit here.
+`clean` is a command group whose own callback does the cleaning, so `llmtk clean FILES
+--lang en` and `llmtk clean train-quality ...` both work.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
+import types
+import typing
 from typing import Annotated
 
 import typer
 
+from llmtk.clean.stages import PIPELINE
+from llmtk.clean.stages.base import Flag, split_list
 from llmtk.commands import configs, groups
 from llmtk.commands import options as o
 from llmtk.errors import UsageError
@@ -54,61 +61,103 @@ Exit status: 0 success, 1 data or runtime error, 2 bad usage.
 """
 
 STAGES = "Stages"
+KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
 
 
 clean_app = groups.group(help=HELP, short_help=HELP.splitlines()[0])
 
 
-def _split(value: str) -> list[str]:
-    return [x.strip() for x in value.split(",") if x.strip()]
-
-
-def _off(switch: bool) -> bool | None:
-    """A `--no-X` switch: given, it sets the key to false; not given, it leaves it alone."""
-    return False if switch else None
-
-
-# Each stage option and the config key it sets, declared once: `stage_values` reads them in
-# one loop, and a ConfigError on a key is worded with the flag (llmtk.commands.configs).
-# parameter: (flag, config key, value from the flag's value; None: the value as it is)
-SETTINGS: dict[str, tuple[str, str, object]] = {
-    "no_normalize": ("--no-normalize", "normalize.enabled", _off),
-    "unicode": ("--unicode", "normalize.unicode", None),
-    "zh_convert": ("--zh-convert", "normalize.zh_convert", None),
-    "extract": ("--extract", "extract.method", None),
-    "url_blocklist": ("--url-blocklist", "url.blocklist", None),
-    "url_patterns": ("--url-patterns", "url.patterns", None),
-    "url_banned_words": ("--url-banned-words", "url.banned_words", None),
-    "no_langid": ("--no-langid", "langid.enabled", _off),
-    "no_lang_thresholds": ("--no-lang-thresholds", "langid.lang_thresholds", _off),
-    "lang": ("--lang", "langid.keep", _split),
-    "min_lang_score": ("--min-lang-score", "langid.min_score", None),
-    "quality_model": ("--quality-model", "quality.model", None),
-    "min_quality": ("--min-quality", "quality.min_score", None),
-    "quality_label": ("--quality-label", "quality.label", None),
-    "ppl_model": ("--ppl-model", "perplexity.model", None),
-    "max_ppl": ("--max-ppl", "perplexity.max_ppl", None),
-    "ppl_quantile": ("--ppl-quantile", "perplexity.quantile", None),
-    "pii": ("--pii", "pii.enabled", None),
-    "profile": ("--profile", "code.profile", None),
-    "secrets": ("--secrets", "secrets.scrub", None),
+# The stage options are made from llmtk.clean.stages.PIPELINE, as train's are from its config
+# fields: each stage's `flags` say which fields are options and in what words; the type and
+# the default (`[default: X]` in the help) are the field's. A value given sets `stage.field`.
+# --filters picks among the per-language filter stages. The rest are the command's own.
+FILTER_NAMES = tuple(stage.name for stage in PIPELINE if stage.per_lang)
+OWN = {
+    "config": (str | None, None, typer.Option(
+        "--config", help="TOML file with stage settings (see --print-config).",
+        rich_help_panel=STAGES)),
+    "print_config": (bool, False, typer.Option(
+        "--print-config", help="Print the effective configuration as TOML and exit.",
+        rich_help_panel=STAGES)),
+    "filters": (str | None, None, typer.Option(
+        "--filters", help=configs.with_default(
+            f"Heuristic filters to run: any of {', '.join(FILTER_NAMES)}, comma-separated, or "
+            "none.", "all"), rich_help_panel=STAGES)),
+    "annotate": (bool, False, typer.Option(
+        "--annotate", help="Add llmtk.lang, llmtk.lang_score, llmtk.quality and per-filter "
+        "values to each written record.", rich_help_panel=STAGES)),
+    "dry_run": (bool, False, typer.Option(
+        "--dry-run", help="Drop and change nothing; count what would be dropped (with "
+        "--annotate: llmtk.reason).", rich_help_panel=STAGES)),
 }
-FILTER_NAMES = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
-FLAGS = {key: flag for flag, key, _ in SETTINGS.values()} | {
+
+
+def _stage_flags() -> dict[str, tuple[type, Flag]]:
+    """Parameter name (the flag's, `min_lang_score`) -> (the stage, its Flag)."""
+    return {f.flag.removeprefix("--").replace("-", "_"): (stage, f)
+            for stage in PIPELINE for f in stage.flags}
+
+
+PARAMS = _stage_flags()
+# config key -> the flag that sets it, for errors worded as the user wrote them
+FLAGS = {f"{stage.name}.{f.key}": f.flag for stage, f in PARAMS.values()} | {
     f"{name}.enabled": "--filters" for name in FILTER_NAMES}
 
 
+def _stage_parameter(name: str, stage, flag: Flag) -> inspect.Parameter:
+    """`Annotated[type | None, typer.Option(...)]` for one stage field (default None: a TOML
+    file may set what no flag does); a lone `--no-X` switch is a bool defaulting to False."""
+    cfg = stage.config()
+    kind = flag.kind or _plain(typing.get_type_hints(stage.config)[flag.key])
+    shown = None if flag.off or not flag.show_default else configs.default_words(
+        getattr(cfg, flag.key))
+    option = typer.Option(*flag.flags, help=configs.with_default(flag.help, shown),
+                          show_default=False, rich_help_panel=STAGES)
+    if flag.off:
+        return inspect.Parameter(name, KEYWORD, default=False, annotation=Annotated[bool, option])
+    return inspect.Parameter(name, KEYWORD, default=None, annotation=Annotated[kind | None, option])
+
+
+def _plain(kind):
+    """`float | None` -> float: the option's own type (None is its "not given")."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return args[0] if isinstance(kind, types.UnionType) and len(args) == 1 else kind
+
+
+def _own(name: str) -> inspect.Parameter:
+    kind, default, option = OWN[name]
+    return inspect.Parameter(name, KEYWORD, default=default, annotation=Annotated[kind, option])
+
+
+def _parameters() -> list[inspect.Parameter]:
+    """--config, --print-config, each stage's options in the order the stages run (--filters
+    before the first filter), --annotate, --dry-run; then the stream options."""
+    params = [_own("config"), _own("print_config")]
+    for stage in PIPELINE:
+        if stage.per_lang and stage.name == FILTER_NAMES[0]:
+            params.append(_own("filters"))
+        params += [_stage_parameter(name, st, f) for name, (st, f) in PARAMS.items()
+                   if st is stage]
+    params += [_own("annotate"), _own("dry_run")]
+    stream = inspect.Parameter("stream", inspect.Parameter.KEYWORD_ONLY,
+                               annotation=StreamOptions)
+    return [*params, stream]
+
+
 def stage_values(given: dict[str, object], filters: str | None) -> dict[str, object]:
-    """{config key: value} of the stage options that were given (not None)."""
+    """{config key: value} of the stage options that were given (not None; a `--no-X`
+    switch: True)."""
     values = {}
-    for param, (_flag, key, convert) in SETTINGS.items():
+    for param, (stage, flag) in PARAMS.items():
         value = given[param]
-        if value is not None and callable(convert):
-            value = convert(value)
+        if flag.off:
+            value = False if value else None
+        elif value is not None and flag.value is not None:
+            value = flag.value(value)
         if value is not None:
-            values[key] = value
+            values[f"{stage.name}.{flag.key}"] = value
     if filters is not None:
-        chosen = _split(filters)
+        chosen = split_list(filters)
         if chosen == ["none"]:
             chosen = []
         unknown = set(chosen) - set(FILTER_NAMES)
@@ -119,150 +168,19 @@ def stage_values(given: dict[str, object], filters: str | None) -> dict[str, obj
     return values
 
 
-@groups.main(clean_app, help=HELP)
-@o.stream_command()
-def clean(
-    config: Annotated[
-        str | None,
-        typer.Option("--config", help="TOML file with stage settings (see --print-config).",
-                     rich_help_panel=STAGES),
-    ] = None,
-    print_config: Annotated[
-        bool,
-        typer.Option("--print-config", help="Print the effective configuration as TOML and exit.",
-                     rich_help_panel=STAGES),
-    ] = False,
-    lang: Annotated[
-        str | None,
-        typer.Option("--lang", help="Keep only these languages (ISO codes, comma-separated).",
-                     rich_help_panel=STAGES),
-    ] = None,
-    min_lang_score: Annotated[
-        float | None,
-        typer.Option("--min-lang-score", help="With --lang: drop documents whose language "
-                     "score is below this \\[default: 0.65].", rich_help_panel=STAGES),
-    ] = None,
-    no_langid: Annotated[
-        bool,
-        typer.Option("--no-langid", help="Skip language ID (filters then pick CJK rules from "
-                     "the script alone).", rich_help_panel=STAGES),
-    ] = False,
-    no_lang_thresholds: Annotated[
-        bool,
-        typer.Option("--no-lang-thresholds", help="Use the global thresholds for every "
-                     "language, not the built-in per-language ones (FineWeb-2's).",
-                     rich_help_panel=STAGES),
-    ] = False,
-    filters: Annotated[
-        str | None,
-        typer.Option("--filters", help="Heuristic filters to run: any of gopher_repetition, "
-                     "gopher_quality, c4, fineweb, comma-separated, or none \\[default: all].",
-                     rich_help_panel=STAGES),
-    ] = None,
-    unicode: Annotated[
-        str | None,
-        typer.Option("--unicode", help="Unicode normal form: nfc, nfkc or none \\[default: nfc].",
-                     rich_help_panel=STAGES),
-    ] = None,
-    no_normalize: Annotated[
-        bool,
-        typer.Option("--no-normalize", help="Skip normalisation entirely.", rich_help_panel=STAGES),
-    ] = False,
-    zh_convert: Annotated[
-        str | None,
-        typer.Option("--zh-convert", help="Convert Chinese script with OpenCC: t2s or s2t.",
-                     rich_help_panel=STAGES),
-    ] = None,
-    extract: Annotated[
-        str | None,
-        typer.Option("--extract", help="Main-content extractor for HTML records (WARC "
-                     "responses, documents that are HTML pages): resiliparse, trafilatura or "
-                     "none \\[default: resiliparse].", rich_help_panel=STAGES),
-    ] = None,
-    url_blocklist: Annotated[
-        str | None,
-        typer.Option("--url-blocklist", help="File of blocked domains (subdomains match too) "
-                     "or URL prefixes, one a line: url.blocked_domain.", rich_help_panel=STAGES),
-    ] = None,
-    url_patterns: Annotated[
-        str | None,
-        typer.Option("--url-patterns", help="File of URL substrings (or re:REGEX), one a "
-                     "line: url.blocked_pattern.", rich_help_panel=STAGES),
-    ] = None,
-    url_banned_words: Annotated[
-        str | None,
-        typer.Option("--url-banned-words", help="File of words, one a line; a URL holding "
-                     "one as a word is dropped (FineWeb's rule): url.banned_word.",
-                     rich_help_panel=STAGES),
-    ] = None,
-    quality_model: Annotated[
-        str | None,
-        typer.Option("--quality-model", help="fastText classifier to score documents with.",
-                     rich_help_panel=STAGES),
-    ] = None,
-    min_quality: Annotated[
-        float | None,
-        typer.Option("--min-quality", help="Drop documents whose classifier score is below "
-                     "this \\[default: 0.5].", rich_help_panel=STAGES),
-    ] = None,
-    quality_label: Annotated[
-        str | None,
-        typer.Option("--quality-label", help="The classifier's positive label \\[default: hq].",
-                     rich_help_panel=STAGES),
-    ] = None,
-    ppl_model: Annotated[
-        str | None,
-        typer.Option("--ppl-model", help="The model to score perplexity with: an llmtk train run, "
-                     "checkpoint (full or sharded) or export, or hf:PATH.", rich_help_panel=STAGES),
-    ] = None,
-    max_ppl: Annotated[
-        float | None,
-        typer.Option("--max-ppl", help="With --ppl-model: drop documents above this perplexity.",
-                     rich_help_panel=STAGES),
-    ] = None,
-    ppl_quantile: Annotated[
-        float | None,
-        typer.Option("--ppl-quantile", help="With --ppl-model: drop documents above this "
-                     "quantile of the input's perplexities (e.g. 0.9; reads the input twice).",
-                     rich_help_panel=STAGES),
-    ] = None,
-    pii: Annotated[
-        bool | None,
-        typer.Option("--pii/--no-pii", help="Replace e-mails, phones, ID and card numbers, IPs "
-                     "with placeholders \\[default: on].", show_default=False,
-                     rich_help_panel=STAGES),
-    ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option("--profile", help="What the records are: web (prose), code (source "
-                     "files: language from the lang field, the path's extension or a #! line; "
-                     "code rules instead of the prose ones) or auto (code when lang or path "
-                     "names a programming language) \\[default: web].", rich_help_panel=STAGES),
-    ] = None,
-    secrets: Annotated[
-        str | None,
-        typer.Option("--secrets", help="Replace private keys, API tokens and passwords in "
-                     "URLs and connection strings with placeholders in: code (code records), "
-                     "all, or off \\[default: code].", rich_help_panel=STAGES),
-    ] = None,
-    annotate: Annotated[
-        bool,
-        typer.Option("--annotate", help="Add llmtk.lang, llmtk.lang_score, llmtk.quality and "
-                     "per-filter values to each written record.", rich_help_panel=STAGES),
-    ] = False,
-    dry_run: Annotated[
-        bool,
-        typer.Option("--dry-run", help="Drop and change nothing; count what would be dropped "
-                     "(with --annotate: llmtk.reason).", rich_help_panel=STAGES),
-    ] = False,
-    *,
-    stream: StreamOptions,
-) -> None:
-    values = stage_values({p: v for p, v in locals().items() if p in SETTINGS}, filters)
+def clean(**options) -> None:
+    stream = options.pop("stream")
+    own = {name: options.pop(name) for name in OWN}
+    values = stage_values(options, own["filters"])
     # From here on a ConfigError (a bad key, from the config or a stage loading its model)
     # reaches the user as the flag that set the key, or as `FILE: key`.
-    with configs.flags_for(FLAGS, values.keys(), config):
-        _clean(config, values, print_config, annotate, dry_run, stream)
+    with configs.flags_for(FLAGS, values.keys(), own["config"]):
+        _clean(own["config"], values, own["print_config"], own["annotate"], own["dry_run"],
+               stream)
+
+
+clean = groups.main(clean_app, help=HELP)(o.stream_command()(configs.signed(clean,
+                                                                           _parameters())))
 
 
 def _clean(config: str | None, values: dict, print_config: bool, annotate: bool,
@@ -278,29 +196,25 @@ def _clean(config: str | None, values: dict, print_config: bool, annotate: bool,
         return
 
     opts = stream
-    models = [m for m in (cfg.quality.model, cfg.perplexity.model, config) if m]
+    models = [*(p for stage in PIPELINE for p in stage.reads(getattr(cfg, stage.name))),
+              *([config] if config else [])]
     run = StreamRun("clean", opts, inputs_also=models)  # paths checked before reading
     cleaner = Cleaner(cfg, annotate=annotate, dry_run=dry_run)
     cleaner.load()
     with run:
-        if cfg.perplexity.quantile is not None:
-            if run.paths == ["-"] or "-" in run.paths:
-                raise UsageError("--ppl-quantile reads the input twice: give files, not stdin")
-            from llmtk.clean.pipeline import perplexity_threshold
+        for stage, key in cleaner.fitting():  # a first pass: the perplexity quantile
+            if "-" in run.paths:
+                raise UsageError(f"{FLAGS[key]} reads the input twice: give files, not stdin")
             from llmtk.io import read_docs
 
             # run.paths are this task's own files already; stdin is refused above
             first_pass = read_docs(run.paths, opts.text_field, lambda bad: None,
                                    run.record_shard, max_record=opts.max_record_bytes)
-            cleaner.max_ppl = perplexity_threshold(cleaner, first_pass, cfg.perplexity.quantile,
-                                                   opts.workers)
+            line = stage.fit(first_pass, opts.workers)
             if not opts.quiet:
                 from llmtk.io.console import stderr_console
 
-                q = cfg.perplexity.quantile
-                stderr_console().print(
-                    f"llmtk clean: perplexity threshold (quantile {q}): {cleaner.max_ppl:.3f}"
-                )
+                stderr_console().print(f"llmtk clean: {line}")
         run.apply(cleaner)
 
 

@@ -13,6 +13,8 @@ Other keys a message names (ConfigError.also) are worded the same way, without t
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -71,3 +73,34 @@ def keys_are_flags(command: Callable) -> Callable:
             return command(*args, **kwargs)
 
     return run
+
+
+# -- options made from config fields (train's from TrainConfig, clean's from its stages) --------
+
+
+def default_words(value: object) -> str | None:
+    """How help shows a field's default, read from the dataclass so that the default is
+    written in one place (None: show none: a list, a value derived at run time, a flag that
+    is off, an empty string)."""
+    if value is dataclasses.MISSING or value is None or value is False or value == "" \
+            or isinstance(value, list):
+        return None
+    if value is True:
+        return "on"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def with_default(help: str, shown: str | None) -> str:
+    """The help with `[default: X]` at its end (in the text, not typer's show_default: a
+    string there prints as "(X)")."""
+    return f"{help} [dim]\\[default: {shown}][/dim]" if shown else help
+
+
+def signed(command: Callable, params: list[inspect.Parameter]) -> Callable:
+    """`command` with these parameters: typer reads them from its signature and their types
+    from its annotations."""
+    command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command

@@ -231,22 +231,10 @@ OPTIONS: dict[str, Opt] = {
 
 
 def _default_words(key: str) -> str | None:
-    """How help shows the default of TrainConfig/LaunchConfig field `key`, read from the
-    dataclass itself so that the default is written in one place (None: show none)."""
-    import dataclasses
-
+    """How help shows the default of TrainConfig/LaunchConfig field `key`."""
     from llmtk.train.config import FIELDS
 
-    if key not in FIELDS:  # --config
-        return None
-    value = FIELDS[key].default
-    if value is dataclasses.MISSING or value is None or value is False or value == "":
-        return None  # a list, a value derived at run time, or a flag that is off
-    if value is True:
-        return "on"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
+    return configs.default_words(FIELDS[key].default) if key in FIELDS else None  # --config
 
 
 def _parameters() -> list[inspect.Parameter]:
@@ -267,7 +255,7 @@ def _parameters() -> list[inspect.Parameter]:
         if choices:
             kind = o.choice(name.title().replace("_", ""), *choices)
         shown = opt.default or _default_words(name)
-        help = f"{opt.help} [dim]\\[default: {shown}][/dim]" if shown else opt.help
+        help = configs.with_default(opt.help, shown)
         # the help words the choices: listed as the metavar they would widen every panel
         option = typer.Option(*(opt.flags or (configs.dashed(name),)), help=help,
                               rich_help_panel=opt.panel, show_default=False,
@@ -291,11 +279,8 @@ def command(**flags) -> None:
         _train(flags, config)
 
 
-# typer reads the parameters from the signature and their types from the annotations.
-command.__signature__ = inspect.Signature(_parameters(), return_annotation=None)
-command.__annotations__ = {p.name: p.annotation
-                           for p in command.__signature__.parameters.values()}
-command = groups.main(app, help=HELP, no_args_is_help=True)(command)
+command = groups.main(app, help=HELP, no_args_is_help=True)(configs.signed(command,
+                                                                           _parameters()))
 
 
 def _train(flags: dict, config: str | None) -> None:
