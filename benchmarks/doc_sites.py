@@ -22,7 +22,10 @@ Scores per page, averaged over the pages of the half (macro):
     the two are measured side by side on the same pages.
 `--in-process` scores llmtk's `extract` in this process instead of the command (quicker
 when fitting; the command adds normalisation, which changes no word). `--per-site` prints
-each site's numbers; `--dump DIR` writes each page's output.
+each site's numbers; `--dump DIR` writes each page's output. `--host-lines` adds each
+extractor again with the lines that repeat on half or more of a site's pages (and on 3 or
+more) removed from its output (benchmarks/extract_quality.py's rule): what the cross-page
+signal would add.
 """
 
 from __future__ import annotations
@@ -123,12 +126,25 @@ def main() -> None:
     ap.add_argument("--no-trafilatura", action="store_true")
     ap.add_argument("--per-site", action="store_true")
     ap.add_argument("--dump", type=Path)
+    ap.add_argument("--host-lines", action="store_true",
+                    help="also score each output with the lines found on half or more of its "
+                         "site's pages (and on 3 or more) removed: the cross-page signal")
     args = ap.parse_args()
     pages = load(args.data)
     llmtk_inproc, llmtk_cpu = run_in_process(pages, _llmtk)
     results = {"llmtk": (llmtk_inproc if args.in_process else run_cli(args.data), llmtk_cpu)}
     if not args.no_trafilatura:
         results["trafilatura"] = run_in_process(pages, _trafilatura)
+    if args.host_lines:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from extract_quality import without_host_repeats
+
+        for name in list(results):
+            out, cpu = results[name]
+            trimmed, seconds = without_host_repeats(out)
+            results[f"{name}+host"] = (trimmed, cpu)
+            print(f"{name}: host lines counted and removed in {seconds:.2f} CPU-s "
+                  f"({len(out)} pages)", file=sys.stderr)
     if args.dump:
         args.dump.mkdir(parents=True, exist_ok=True)
         for name, (out, _) in results.items():

@@ -67,7 +67,7 @@ SITES = {
     "libcommons-lang3-java-doc": ("javadoc", "usr/share/doc/libcommons-lang3-java/api", "main",
                                   ""),
     "libgcrypt20-doc": ("texinfo", "usr/share/doc/libgcrypt20-doc/html", "body",
-                        ".header, .nav-panel, table.menu, .contents, .shortcontents"),
+                        ".header, .nav-panel, table.menu, .mini-toc, .contents, .shortcontents"),
     "libglib2.0-doc": ("gtk-doc", "usr/share/gtk-doc/html/glib", "body",
                        "table.navigation, .footer, .toc"),
     "nodejs-doc": ("node-doc", "usr/share/doc/nodejs/api", "#apicontent", "#toc"),

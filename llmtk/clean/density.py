@@ -170,15 +170,18 @@ def main_text(rendered: str, hinted: str | None = None) -> str:
         kept = {_key(line) for line in hinted.splitlines()}
         for i, b in enumerate(bs):
             if ws[i] > 0:
-                start = htmllib.unescape(b.raw[:8 * KEY_CHARS]).lstrip()
-                if _key(start.partition("\n")[0]) not in kept:
+                if _start_key(b) not in kept:
                     ws[i] = 0.0
-    prose = any(w > 0 and b.kind != "pre" for b, w in zip(bs, ws, strict=True))
+    # a page is read as prose when one block is a full paragraph; short sentences alone
+    # (a reference page's one-line descriptions) are too weak to choose a stretch by
+    prose = any(w >= GOOD_CHARS and b.kind != "pre" for b, w in zip(bs, ws, strict=True))
     chosen = _stretches(ws, 0, len(ws), 0.0) if prose else [(0, len(bs) - 1)]
+    # without prose the text cannot say where the main text is: the markup rules decide
+    kept = None if prose or hinted is None else {_key(line) for line in hinted.splitlines()}
     lines: list[str] = []
     for i in (i for first, last in chosen for i in range(first, last + 1)):
         b = bs[i]
-        if _furniture(b):
+        if _furniture(b) or (kept is not None and _start_key(b) not in kept):
             continue
         text = b.text()
         if not text.strip():
@@ -194,6 +197,11 @@ def _furniture(b: Block) -> bool:
     like "see Section 12.1, “Other documentation”"), and not a table row."""
     return (b.chars > 0 and b.links / b.chars > BAD_LINKS and "\t\t" not in b.raw
             and not b.sentence)
+
+
+def _start_key(b: Block) -> str:
+    start = htmllib.unescape(b.raw[:8 * KEY_CHARS]).lstrip()
+    return _key(start.partition("\n")[0])
 
 
 def _key(line: str) -> str:
