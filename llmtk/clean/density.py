@@ -175,13 +175,11 @@ def main_text(rendered: str, hinted: str | None = None) -> str:
     # a page is read as prose when one block is a full paragraph; short sentences alone
     # (a reference page's one-line descriptions) are too weak to choose a stretch by
     prose = any(w >= GOOD_CHARS and b.kind != "pre" for b, w in zip(bs, ws, strict=True))
-    chosen = _stretches(ws, 0, len(ws), 0.0) if prose else [(0, len(bs) - 1)]
-    # without prose the text cannot say where the main text is: the markup rules decide
-    kept = None if prose or hinted is None else {_key(line) for line in hinted.splitlines()}
+    chosen = _stretches(ws, 0, len(ws), 0.0) if prose else [_hinted_span(bs, hinted)]
     lines: list[str] = []
     for i in (i for first, last in chosen for i in range(first, last + 1)):
         b = bs[i]
-        if _furniture(b) or (kept is not None and _start_key(b) not in kept):
+        if _furniture(b):
             continue
         text = b.text()
         if not text.strip():
@@ -190,6 +188,17 @@ def main_text(rendered: str, hinted: str | None = None) -> str:
             lines.append("")
         lines.append(text)
     return "\n".join(lines)
+
+
+def _hinted_span(bs: list[Block], hinted: str | None) -> tuple[int, int]:
+    """Without prose the text cannot say where the main text starts and ends: the span from
+    the first to the last block the markup rules keep (a generator's header and footer
+    go; what lies between stays), or every block without the hint."""
+    if hinted is None:
+        return 0, len(bs) - 1
+    kept = {_key(line) for line in hinted.splitlines()}
+    inside = [i for i, b in enumerate(bs) if b.chars and _start_key(b) in kept]
+    return (inside[0], inside[-1]) if inside else (0, len(bs) - 1)
 
 
 def _furniture(b: Block) -> bool:
