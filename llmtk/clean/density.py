@@ -20,11 +20,14 @@ weighs at least SECOND of it): short pieces between paragraphs (subheadings, lis
 code) stay, those before the first and after the last paragraph (titles, bylines, share
 bars, related stories, footers) go. Inside it, link-dense blocks without a sentence are
 dropped. Header-link marks (the `¶` or `#` link to the heading's own anchor that Sphinx,
-MkDocs and others add) are removed anywhere. A page without a prose block (a listing, a
-short snippet) keeps every block that is not furniture.
+MkDocs and others add) are removed anywhere. A page without a full paragraph (a listing, a
+reference page, a short snippet) keeps every block that is not furniture between the first
+and the last block resiliparse's main-content rules keep (the text cannot say where such a
+page starts and ends; its markup can), or every such block without those rules.
 
-Thresholds were chosen on the development half of the Article Extraction Benchmark's sites
-and checked on the Debian manuals (benchmarks/article_extraction.py, extract_quality.py;
+Thresholds were chosen on the development half of the Article Extraction Benchmark's sites,
+the no-prose rule on the development half of the documentation sites (doc_sites.py), and
+checked on the Debian manuals (benchmarks/article_extraction.py, extract_quality.py;
 numbers in docs/clean.md). Lengths are UTF-8 bytes: a CJK character (3 bytes) says about as
 much as a short word, so one threshold serves both kinds of script.
 """
