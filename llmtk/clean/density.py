@@ -20,11 +20,14 @@ weighs at least SECOND of it): short pieces between paragraphs (subheadings, lis
 code) stay, those before the first and after the last paragraph (titles, bylines, share
 bars, related stories, footers) go. Inside it, link-dense blocks without a sentence are
 dropped. Header-link marks (the `¶` or `#` link to the heading's own anchor that Sphinx,
-MkDocs and others add) are removed anywhere. A page without a prose block (a listing, a
-short snippet) keeps every block that is not furniture.
+MkDocs and others add) are removed anywhere. A page without a full paragraph (a listing, a
+reference page, a short snippet) keeps every block that is not furniture between the first
+and the last block resiliparse's main-content rules keep (the text cannot say where such a
+page starts and ends; its markup can), or every such block without those rules.
 
-Thresholds were chosen on the development half of the Article Extraction Benchmark's sites
-and checked on the Debian manuals (benchmarks/article_extraction.py, extract_quality.py;
+Thresholds were chosen on the development half of the Article Extraction Benchmark's sites,
+the no-prose rule on the development half of the documentation sites (doc_sites.py), and
+checked on the Debian manuals (benchmarks/article_extraction.py, extract_quality.py;
 numbers in docs/clean.md). Lengths are UTF-8 bytes: a CJK character (3 bytes) says about as
 much as a short word, so one threshold serves both kinds of script.
 """
@@ -170,11 +173,12 @@ def main_text(rendered: str, hinted: str | None = None) -> str:
         kept = {_key(line) for line in hinted.splitlines()}
         for i, b in enumerate(bs):
             if ws[i] > 0:
-                start = htmllib.unescape(b.raw[:8 * KEY_CHARS]).lstrip()
-                if _key(start.partition("\n")[0]) not in kept:
+                if _start_key(b) not in kept:
                     ws[i] = 0.0
-    prose = any(w > 0 and b.kind != "pre" for b, w in zip(bs, ws, strict=True))
-    chosen = _stretches(ws, 0, len(ws), 0.0) if prose else [(0, len(bs) - 1)]
+    # a page is read as prose when one block is a full paragraph; short sentences alone
+    # (a reference page's one-line descriptions) are too weak to choose a stretch by
+    prose = any(w >= GOOD_CHARS and b.kind != "pre" for b, w in zip(bs, ws, strict=True))
+    chosen = _stretches(ws, 0, len(ws), 0.0) if prose else [_hinted_span(bs, hinted)]
     lines: list[str] = []
     for i in (i for first, last in chosen for i in range(first, last + 1)):
         b = bs[i]
@@ -189,11 +193,27 @@ def main_text(rendered: str, hinted: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def _hinted_span(bs: list[Block], hinted: str | None) -> tuple[int, int]:
+    """Without prose the text cannot say where the main text starts and ends: the span from
+    the first to the last block the markup rules keep (a generator's header and footer
+    go; what lies between stays), or every block without the hint."""
+    if hinted is None:
+        return 0, len(bs) - 1
+    kept = {_key(line) for line in hinted.splitlines()}
+    inside = [i for i, b in enumerate(bs) if b.chars and _start_key(b) in kept]
+    return (inside[0], inside[-1]) if inside else (0, len(bs) - 1)
+
+
 def _furniture(b: Block) -> bool:
     """Link-dense and no sentence in it (a menu or a list of headlines, not a reference
     like "see Section 12.1, “Other documentation”"), and not a table row."""
     return (b.chars > 0 and b.links / b.chars > BAD_LINKS and "\t\t" not in b.raw
             and not b.sentence)
+
+
+def _start_key(b: Block) -> str:
+    start = htmllib.unescape(b.raw[:8 * KEY_CHARS]).lstrip()
+    return _key(start.partition("\n")[0])
 
 
 def _key(line: str) -> str:

@@ -36,8 +36,11 @@ BOILERPLATE = (
     "nav", "aside", "body > header", "body > footer", "[role=navigation]", "[role=banner]",
     "[role=contentinfo]", "[role=search]", ".navheader", ".navfooter", ".toc", "#toc",
     ".sphinxsidebar", "#mw-navigation", "#mw-panel", "#catlinks", ".mw-editsection", ".navbox",
+    "#titlearea", ".navpath",  # Doxygen's project header and breadcrumb
 )
 _BOILERPLATE = ", ".join(BOILERPLATE)  # one selector, joined once (not per page)
+# Code listings whose lines are elements of their own (Doxygen's fragments), made <pre>.
+_CODE_LINES = "div.fragment"
 # Rendered copies of math next to its source: KaTeX's HTML, MathJax's previews and output
 # (they hold glyphs, not the formula's text); the MathML or script beside them is kept.
 _RENDERED = (".katex-html, .MathJax_Preview, .MathJax, .MathJax_Display, .MathJax_SVG, "
@@ -106,6 +109,8 @@ def _prepare(page: str):
     for node in body.query_selector_all(_BOILERPLATE):
         if node.parent is not None:
             node.parent.remove_child(node)
+    for node in body.query_selector_all(_CODE_LINES):
+        _as_pre(tree, node)
     if maybe_math:
         for node in body.query_selector_all(_RENDERED):
             if node.parent is not None:
@@ -117,6 +122,18 @@ def _prepare(page: str):
             if node.parent is not None:
                 node.parent.replace_child(tree.create_text_node(text), node)
     return tree
+
+
+def _as_pre(tree, node) -> None:
+    """A code listing written one `<div class="line">` a line (Doxygen) as one `<pre>`:
+    rendered line by line it reads as a run of short, link-dense blocks, not as code."""
+    if node.parent is None:
+        return
+    pre = tree.create_element("pre")
+    # the lines are divs separated by newlines, so the element's text is the listing (a
+    # query for the lines would cost more than the rest of the page)
+    pre.append_child(tree.create_text_node(node.text))
+    node.parent.replace_child(pre, node)
 
 
 def _script_math(m: re.Match) -> str:
