@@ -5,6 +5,7 @@ import base64
 import colorsys
 import hashlib
 import json
+import random
 import textwrap
 import uuid
 import zlib
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from llmtk.text.secrets import kinds, scrub_secrets
+from llmtk.text.secrets import _keywords, kinds, present_keywords, scrub_secrets
 from tests.util import llmtk
 
 DATA = Path(__file__).parent / "data" / "code"
@@ -160,6 +161,25 @@ def test_only_the_kinds_asked_for_are_scrubbed():
     text, counts = scrub_secrets(both, frozenset({"AWS_KEY"}))
     assert counts == {"AWS_KEY": 1}
     assert SECRETS[0][2] not in text and SECRETS[3][2] in text
+
+
+def test_keyword_prefilter_finds_exactly_the_keywords_in_a_text():
+    # present_keywords' one-regex scan must give the set that an `in` test per keyword
+    # gives: whole keywords, pieces of them, at either end, next to each other.
+    rng = random.Random(5)
+    alphabet = "abcdeKSPWYz0123456789_-=.:/ \n'\""
+    for only in (None, frozenset({"AWS_KEY"}), frozenset({"PASSWORD", "SLACK_TOKEN"})):
+        keywords = _keywords(only)
+        for _ in range(3000):
+            parts = []
+            for _ in range(rng.randrange(1, 5)):
+                k = rng.choice(keywords)
+                a = rng.randrange(len(k))
+                parts.append(rng.choice([k, k[a:], k[:a], "".join(
+                    rng.choice(alphabet) for _ in range(rng.randrange(6)))]))
+            text = "".join(parts)
+            assert present_keywords(text, only) == {k for k in keywords if k in text}, text
+    assert present_keywords("") == set()
 
 
 @pytest.mark.parametrize("newline", ["\n", "\\n"], ids=["lines", "escaped"])

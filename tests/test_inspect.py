@@ -267,6 +267,18 @@ def test_distinct_sketch_is_exact_below_k_and_merges_like_one_pass():
     assert one.count() == pytest.approx(5000, rel=0.2)  # standard error 1/sqrt(254) = 6%
 
 
+def test_several_scripts_is_more_than_one_script():
+    from llmtk.inspect import checks
+
+    latin, cyrillic, greek, han = "word " * 12, "слово " * 12, "λέξη " * 12, "漢字" * 6
+    texts = ["", "plain ascii " * 20, "café naïve Straße " * 5, latin + cyrillic,
+             latin + "слово", cyrillic + greek, han + latin, han + "ab", cyrillic,
+             "x" * 9 + "й" * 10, "x" * 10 + "й" * 10]
+    got = [checks.several_scripts(t) for t in texts]
+    assert got == [len(checks.scripts(t)) > 1 for t in texts]
+    assert got == [False, False, False, True, False, True, True, False, False, False, True]
+
+
 def test_quality_and_languages_agree_with_clean(data):
     """--quality: the share each default clean rule would drop, as `clean --dry-run` counts
     it; and the languages as clean counts them."""

@@ -120,6 +120,8 @@ class Normaliser:
         if not (self.punctuation or self.digits or self.whitespace) or n == 0:
             return texts, np.array([len(CJK_CHAR.findall(t)) for t in texts], dtype=np.int64)
         lengths = np.fromiter(map(len, texts), dtype=np.int64, count=n)
+        bounds = np.zeros(n + 1, dtype=np.int64)  # document k is codes[bounds[k]:bounds[k+1]]
+        np.cumsum(lengths, out=bounds[1:])
         codes = np.frombuffer("".join(texts).encode("utf-32-le", "surrogatepass"), np.uint32)
         cls = code_point_classes(codes)
         keep = np.ones(len(codes), dtype=bool)
@@ -129,7 +131,6 @@ class Normaliser:
             codes = codes.copy()
         if self.digits:
             codes[keep & ((cls & DIGIT) != 0)] = ord("0")
-        doc_of = np.repeat(np.arange(n, dtype=np.int32), lengths)
         if self.whitespace:
             # " ".join(t.split()): a run of spaces becomes one " " if a kept character comes
             # before it in the same document; one left at a document's end is cut below.
@@ -137,13 +138,18 @@ class Normaliser:
             kept = np.flatnonzero(keep)
             sp = space[kept]
             prev_word = np.empty(len(kept), dtype=bool)
-            prev_word[1:] = ~sp[:-1] & (doc_of[kept[1:]] == doc_of[kept[:-1]])
+            prev_word[1:] = ~sp[:-1]
             prev_word[:1] = False
+            # A document's first kept character has nothing before it in its document (a
+            # document with none points at a later one's first, which is that one's first).
+            first = np.searchsorted(kept, bounds[:-1])
+            prev_word[first[first < len(kept)]] = False
             keep[kept[sp & ~prev_word]] = False
             codes[space] = ord(" ")
-        per_doc = np.bincount(doc_of[keep], minlength=n)
-        cjk_chars = np.bincount(doc_of[(cls & CJK) != 0], minlength=n)
-        joined = codes[keep].tobytes().decode("utf-32-le", "surrogatepass")
+        kept = np.flatnonzero(keep)
+        per_doc = np.diff(np.searchsorted(kept, bounds))  # kept characters per document
+        cjk_chars = np.diff(np.searchsorted(np.flatnonzero(cls & CJK), bounds))
+        joined = codes[kept].tobytes().decode("utf-32-le", "surrogatepass")
         out, pos = [], 0
         for k in per_doc.tolist():
             t = joined[pos : pos + k]

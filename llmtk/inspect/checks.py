@@ -85,6 +85,14 @@ def scripts(text: str) -> list[str]:
     return [name for name, pattern in _SCRIPTS.items() if _at_least(pattern, text, MIN_SCRIPT)]
 
 
+def several_scripts(text: str) -> bool:
+    """len(scripts(text)) > 1, without counting Latin letters in a text that has no other
+    script's character (most texts: that is a scan per document saved)."""
+    if text.isascii() or _NON_LATIN.search(text) is None:
+        return False
+    return len(scripts(text)) > 1
+
+
 def _at_least(pattern: re.Pattern, text: str, k: int) -> bool:
     """Does `pattern` occur at least k times in text (stopping at the k-th)?"""
     n = 0

@@ -122,7 +122,7 @@ class Profile:
             row[1] += len(text)
         for reason in checks.broken(text, html):
             self.broken.add(reason, who, doc_id)
-        if len(checks.scripts(text)) > 1:
+        if checks.several_scripts(text):
             self.scripts.add("several_scripts", who, doc_id)
         for kind, n in scrub(text)[1].items():
             self.pii[kind] += n

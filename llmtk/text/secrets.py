@@ -108,12 +108,52 @@ def _keywords(only: frozenset[str] | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(k for r, _ in _selected(only) for k in r.keywords))
 
 
+# Characters from common to rare in prose and code (English letter frequency, then the
+# punctuation of code, then capitals); anything not listed counts as rarest. It only decides
+# which character of a keyword `_any_keyword` scans for, so it changes speed, never results.
+_COMMON = " etaoinsrhld.,cumwfgyp_-bv(k)=:/jxqz'\"ETAOINSRHLDCUMWFGYPBVKJXQZ"
+
+
+def _anchor(keyword: str) -> int:
+    """The index of the keyword's rarest character (the first of equals)."""
+    rank = [_COMMON.find(c) % (len(_COMMON) + 1) for c in keyword]  # not listed: -1 -> rarest
+    return rank.index(max(rank))
+
+
+@cache
+def _any_keyword(only: frozenset[str] | None) -> re.Pattern:
+    """One pattern that matches where a keyword of the selected rules occurs.
+
+    Each keyword is written as its rarest character followed by lookarounds for the rest
+    (`c(?<=ec)(?=ret)` for `ecret`), grouped by that character, so every alternative starts
+    with a literal: the regex engine then skips in C to the few positions holding one of
+    those characters. One search tells that a text (most texts) holds no keyword at all, ~3x
+    faster than one `in` test per keyword (47 of them).
+    """
+    groups: dict[str, list[str]] = {}
+    for k in _keywords(only):
+        i = _anchor(k)
+        behind = f"(?<={re.escape(k[: i + 1])})" if i else ""
+        ahead = f"(?={re.escape(k[i + 1 :])})" if i + 1 < len(k) else ""
+        groups.setdefault(k[i], []).append(behind + ahead)
+    alternatives = [re.escape(c) if "" in rest else f"{re.escape(c)}(?:{'|'.join(rest)})"
+                    for c, rest in groups.items()]
+    return re.compile("|".join(alternatives) or "(?!)")
+
+
+def present_keywords(text: str, only: frozenset[str] | None = None) -> set[str]:
+    """The keywords of the selected rules that occur in `text` (the set `k in text` gives)."""
+    if _any_keyword(only).search(text) is None:
+        return set()
+    return {k for k in _keywords(only) if k in text}
+
+
 def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, dict[str, int]]:
     """(text with secrets replaced by <KIND>, {kind: count}); `only` limits the kinds."""
     counts: dict[str, int] = {}
     # split secrets first: the first half of one can be a whole token's shape by itself
     text = _scrub_split(text, only, counts)
-    present = {k for k in _keywords(only) if k in text}
+    present = present_keywords(text, only)
     if not present:
         return text, counts
     for rule, named in _selected(only):
@@ -137,6 +177,8 @@ def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, d
 
 def _scrub_split(text: str, only: frozenset[str] | None, counts: dict[str, int]) -> str:
     """`_scrub_joined` on the windows of text around string joints."""
+    if "'" not in text and '"' not in text:  # every joint starts at a quote (two memchr)
+        return text
     windows: list[list[int]] = []  # around the joints, merged where they overlap
     for m in _JOINT.finditer(text):
         a, b = max(0, m.start() - _WINDOW), m.end() + _WINDOW
