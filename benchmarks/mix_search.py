@@ -96,6 +96,31 @@ def train(work, name, data, val, *extra):
     return {n: last[f"val/{n}/loss"] for n in val}
 
 
+
+def run_search(src: dict, search_val: dict, trials: int, jobs: int, config: str,
+               out: str) -> None:
+    """`llmtk mix search` over the sources, scored on the search half of validation."""
+    subprocess.run([sys.executable, "-m", "llmtk", "mix", "search",
+                    *(f"{n}={p}" for n, p in src.items()),
+                    *(x for n, p in search_val.items() for x in ("--val", f"{n}={p}")),
+                    "--trials", str(trials), "--jobs", str(jobs), "--config", config,
+                    "--out", out], check=True)
+
+
+def read_search(out: str, src: dict):
+    """The mixtures to compare, as (name, dir, weight) lists: the proposal, the natural
+    shares (trial 0), equal weights; plus the best trial's row and every trial's row."""
+    with open(os.path.join(out, "proposal.toml"), "rb") as f:
+        proposal = tomllib.load(f)
+    prop = [(e.split("=", 1)[0], e.split("=", 1)[1].rsplit(":", 1)[0],
+             float(e.rsplit(":", 1)[1])) for e in proposal["data"]]
+    with open(os.path.join(out, "trials.jsonl")) as f:
+        trials = [json.loads(line) for line in f]
+    natural = [(n, src[n], trials[0]["weights"][n]) for n in src]
+    equal = [(n, src[n], 1.0) for n in src]
+    best = min(trials, key=lambda r: r["objective"])
+    return prop, natural, equal, best, trials
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("work")
@@ -122,19 +147,8 @@ def main():
                                                                 "calendar"])),
                   "rnames": dataset(a.work, "names-report", names(0x2C00, 0x3100))}
     out = os.path.join(a.work, "search")
-    subprocess.run([sys.executable, "-m", "llmtk", "mix", "search",
-                    *(f"{n}={p}" for n, p in src.items()),
-                    *(x for n, p in search_val.items() for x in ("--val", f"{n}={p}")),
-                    "--trials", str(a.trials), "--jobs", str(a.jobs), "--config",
-                    os.path.join(a.work, "proxy.toml"), "--out", out], check=True)
-    with open(os.path.join(out, "proposal.toml"), "rb") as f:
-        proposal = tomllib.load(f)
-    prop = [(e.split("=", 1)[0], e.split("=", 1)[1].rsplit(":", 1)[0],
-             float(e.rsplit(":", 1)[1])) for e in proposal["data"]]
-    trials = [json.loads(line) for line in open(os.path.join(out, "trials.jsonl"))]
-    natural = [(n, src[n], trials[0]["weights"][n]) for n in src]
-    equal = [(n, src[n], 1.0) for n in src]
-    best = min(trials, key=lambda r: r["objective"])
+    run_search(src, search_val, a.trials, a.jobs, os.path.join(a.work, "proxy.toml"), out)
+    prop, natural, equal, best, trials = read_search(out, src)
     both = {**search_val, **report_val}  # every run is scored on both halves
     results = {
         "proposal": (prop, train(a.work, "proposal", prop, both)),

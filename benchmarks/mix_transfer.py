@@ -39,10 +39,10 @@ import random
 import re
 import subprocess
 import sys
-import tomllib
 from concurrent.futures import ThreadPoolExecutor
 
 import zstandard
+from mix_search import read_search, run_search
 
 SOURCES = {"docs": ("python-docs", "en"), "de": ("fortunes", "de"),
            "ru": ("fortunes", "ru"), "zh": ("fortunes", "zh")}
@@ -163,21 +163,10 @@ def main():
     search_val = {f"{n}-search": tok[f"{n}-search"] for n in TARGET}
     report_val = {f"{n}-report": tok[f"{n}-report"] for n in TARGET}
     out = os.path.join(a.work, "search")
-    subprocess.run([sys.executable, "-m", "llmtk", "mix", "search",
-                    *(f"{n}={p}" for n, p in src.items()),
-                    *(x for n, p in search_val.items() for x in ("--val", f"{n}={p}")),
-                    "--trials", str(a.trials), "--jobs", str(a.jobs), "--config", config,
-                    "--out", out], check=True)
+    run_search(src, search_val, a.trials, a.jobs, config, out)
     if a.stage == "search":
         return
-    with open(os.path.join(out, "proposal.toml"), "rb") as f:
-        proposal = tomllib.load(f)
-    prop = [(e.split("=", 1)[0], e.split("=", 1)[1].rsplit(":", 1)[0],
-             float(e.rsplit(":", 1)[1])) for e in proposal["data"]]
-    trials = [json.loads(line) for line in open(os.path.join(out, "trials.jsonl"))]
-    natural = [(n, src[n], trials[0]["weights"][n]) for n in src]
-    equal = [(n, src[n], 1.0) for n in src]
-    best = min(trials, key=lambda r: r["objective"])
+    prop, natural, equal, best, trials = read_search(out, src)
     arms = {"proposal": prop, "natural": natural, "equal": equal,
             "best trial": [(n, src[n], best["weights"][n]) for n in src]}
     both = {**search_val, **report_val}
