@@ -34,6 +34,26 @@ from benchmarks.gpu_check import SyntheticTokenizer, synthetic_cache  # noqa: E4
 PARTS = ("weights", "gradients", "optimizer", "activations")
 
 
+def held_gradient_bytes(model) -> int:
+    """This rank's bytes of whole (unsharded) gradients that FSDP2 holds while gradient
+    sync is off (a step's micro-steps before the last): per parameter, its fp32
+    accumulation buffer (bf16 parameters, fp32 reduce) or the gathered parameter's own
+    gradient (fp32). Reads FSDP2's private state; measured here, never used to train."""
+    from torch.distributed.fsdp import FSDPModule
+
+    from llmtk.train.measure import nbytes
+
+    total = 0
+    for m in model.modules():
+        group = m._get_fsdp_state()._fsdp_param_group if isinstance(m, FSDPModule) else None
+        for fp in group.fsdp_params if group is not None else ():
+            g = fp.unsharded_accumulated_grad
+            if g is None and hasattr(fp, "_unsharded_param"):
+                g = fp._unsharded_param.grad
+            total += nbytes(g) if g is not None else 0
+    return total
+
+
 def measure_rank(cfg, work: str) -> tuple[dict, object]:
     """(this rank's measured bytes, the Dist) after one step and one measured micro-step."""
     from llmtk.train.measure import saved_for_backward, state_bytes
@@ -57,14 +77,12 @@ def measure_rank(cfg, work: str) -> tuple[dict, object]:
     if trainer.plan.parallel == "fsdp":
         # FSDP2: a micro-step as the trainer runs each one before a step's last; the whole
         # gradients it then holds are what the step's micro-steps hold
-        from llmtk.train.measure import fsdp_held_gradient_bytes
-
         trainer.optim.opt.zero_grad(set_to_none=True)
         with trainer._gradient_sync(last=False):
             with trainer.autocast():
                 _, loss = trainer.model(x, y)
             loss.backward()
-        out["held_gradients"] = fsdp_held_gradient_bytes(trainer.built.raw)
+        out["held_gradients"] = held_gradient_bytes(trainer.built.raw)
     trainer.batches.close()
     return out, dist
 

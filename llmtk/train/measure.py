@@ -67,24 +67,6 @@ def state_bytes(params, opt) -> dict[str, int]:
     }
 
 
-def fsdp_held_gradient_bytes(model) -> int:
-    """This rank's bytes of whole (unsharded) gradients that FSDP2 holds while gradient
-    sync is off (a step's micro-steps before the last): per parameter, its fp32
-    accumulation buffer (bf16 parameters, fp32 reduce) or the gathered parameter's own
-    gradient (fp32). Reads FSDP2's private state; measured here, never used to train."""
-    from torch.distributed.fsdp import FSDPModule
-
-    total = 0
-    for m in model.modules():
-        group = m._get_fsdp_state()._fsdp_param_group if isinstance(m, FSDPModule) else None
-        for fp in group.fsdp_params if group is not None else ():
-            g = fp.unsharded_accumulated_grad
-            if g is None and hasattr(fp, "_unsharded_param"):
-                g = fp._unsharded_param.grad
-            total += nbytes(g) if g is not None else 0
-    return total
-
-
 @contextlib.contextmanager
 def saved_for_backward(model):
     """Count the bytes autograd saves for backward while the block runs: each storage once
