@@ -109,6 +109,30 @@ def test_one_process_plan_of_a_tied_preset_is_estimates():
             "holds it (+0.0% for the busiest rank here)") in out
 
 
+@pytest.mark.parametrize("model,tp,lora", [("llama3-8b", 4, None), ("llama3-8b", 2, 16),
+                                           ("llama3-70b", 8, 16)])
+def test_tensor_parallel_plan_is_estimates_to_the_byte(model, tp, lora):
+    """Under tp the dry-run and estimate read one placement table (llmtk.compute.placement):
+    the norms are whole on every tp rank, the matrices and their adapters split. estimate
+    once split the norms too (a few KB under on a 70B). The same byte counts summed in
+    another order: equal to float64 rounding."""
+    from llmtk.estimate.plan import Request, estimate
+    from llmtk.estimate.ranks import rank_rows
+    from llmtk.train.layout.dryrun import dry_run
+
+    world, accum = 8 * tp, 4
+    cfg = TrainConfig(model=model, tp=tp, parallel="fsdp", dtype="bf16", lora_rank=lora,
+                      grad_accum=accum)
+    d = dry_run(cfg, world)
+    row = rank_rows(d.plan.mcfg, d.plans, tp=tp, pp=1, fsdp=True, dp_shard=world // tp,
+                    micro_batch=cfg.batch_size, grad_accum=accum, recompute="selective",
+                    bf16=True, gpu_name="H100", lora_rank=lora)["rows"][0]
+    est = estimate(Request(model=model, gpus=f"{world}xH100", tp=tp, zero=3, lora_rank=lora,
+                           micro_batch=cfg.batch_size,
+                           global_batch=cfg.batch_size * accum * world // tp))["memory"]
+    assert est["llmtk_train_total"] == pytest.approx(row["total"], rel=1e-12)
+
+
 def test_the_busiest_pipeline_rank_is_shown_with_the_microbatches_it_holds():
     """pp 4 with --pp-layers 1,9,1,1: rank 1 holds 9 of the 12 blocks. It is the middle
     row (it was not shown: the middle row was rank pp // 2 = 2, one block), and every

@@ -167,12 +167,12 @@ def activation_bytes(
     return max(first, last)
 
 
-def fsdp_buffer_bytes(per_layer_params: float, *, precision: str, tp: int,
-                      full_grads: bool = True) -> float:
+def fsdp_buffer_bytes(block_params: float, *, precision: str, full_grads: bool = True) -> float:
     """ZeRO-3/FSDP all-gathers a layer's weights before use: the current and the prefetched
-    layer are unsharded at once, plus one layer's full gradients before reduce-scatter."""
+    layer are unsharded at once, plus one layer's full gradients before reduce-scatter.
+    `block_params`: one block's parameters on one tensor-parallel rank (`block_params()`)."""
     w, g, _ = PRECISION_BYTES[precision]
-    return (2 * w + (g if full_grads else 0)) * per_layer_params / tp
+    return (2 * w + (g if full_grads else 0)) * block_params
 
 
 def fsdp_held_bytes(stage_params: float, stage_trainable: float, *, precision: str,
@@ -208,6 +208,23 @@ def max_micro_batch(fixed: float, act_per_sample: float, capacity: float) -> int
     if room <= 0 or act_per_sample <= 0:
         return 0
     return int(room // act_per_sample)
+
+
+def block_params(m: ModelSpec, tp: int = 1) -> float:
+    """One transformer block's parameters on one tensor-parallel rank, placed as the
+    placement table says (llmtk.compute.placement): the matrices split over tp, the two
+    norms whole on every rank (biases, which llmtk's GPT does not have, split with their
+    matrices)."""
+    from llmtk.compute.placement import BLOCK_PLAN, tp_elements
+
+    d, H, K, hd, f = m.d_model, m.n_head, m.kv_heads, m.hd, m.ffn
+    norm = 2 * d if m.norm == "layernorm" else d
+    numel = {"attn_norm": norm, "attn.wqkv": d * (H + 2 * K) * hd, "attn.wo": H * hd * d,
+             "mlp_norm": norm, "mlp.w1": d * f, "mlp.w3": d * f if m.glu else 0,
+             "mlp.w2": f * d}
+    bias = (H * hd + 2 * K * hd + d + (0 if m.glu else f) + d) if m.bias else 0
+    return float(sum(tp_elements(f"{module}.weight", numel[module], tp)
+                     for module in BLOCK_PLAN) + bias / tp)
 
 
 def lora_params(m: ModelSpec, rank: int, tp: int = 1) -> float:

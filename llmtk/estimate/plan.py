@@ -399,6 +399,7 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
             ada = memory.adafactor_state_elems(spec)
     stored = total + (trainable if req.lora_rank else 0)
     mp = par.tp * par.pp
+    lora_shard = None
     if llmtk_model:
         # llmtk train keeps fp32 parameters and gradients under bf16 autocast (its masters
         # are its weights): fp32's bytes, and a frozen base costs 4 bytes, not 2. The
@@ -417,8 +418,10 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
     fully_shard = req.zero == 3 or (llmtk_model and mp > 1)
     buffers = held = 0.0
     if fully_shard and counts is not None:
-        buffers = memory.fsdp_buffer_bytes(counts.per_layer, precision=req.precision,
-                                           tp=par.tp, full_grads=req.lora_rank is None)
+        # one block on one tp rank, as the placement table splits it (and its adapters)
+        block = memory.block_params(spec, tp=par.tp) + (lora_shard or 0.0) / spec.n_layer
+        buffers = memory.fsdp_buffer_bytes(block, precision=req.precision,
+                                           full_grads=req.lora_rank is None)
     if fully_shard and llmtk_model:
         held = memory.fsdp_held_bytes(stage, stage_trained, precision=req.precision,
                                       dp_shard=par.dp if req.zero == 3 else 1, pp=par.pp)
@@ -464,25 +467,29 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
 
 def _stage_share(spec, counts, stored, trained, par, lora_shard=None) -> tuple[float, float]:
     """(parameters, trained parameters) of the busiest rank per tp shard, before the
-    data-parallel sharding, as llmtk train places them (llmtk.train.layout.dryrun): 1/tp of the
-    model, or under a pipeline the first or the last stage, whichever holds more: its
-    blocks (the first stages take one more when pp does not divide the layers) and the
-    embedding table, or the final norm and the head (a tied head is a copy there).
-    `lora_shard`: a tp rank's LoRA adapters (memory.lora_params with tp), all in the
-    blocks; part of each is whole on every tp rank."""
+    data-parallel sharding, as llmtk train places them (llmtk.train.layout.dryrun, both
+    reading llmtk.compute.placement): each block's matrices split over tp and its norms
+    whole; the token tables split by vocabulary; the final norm whole. Under a pipeline,
+    the first or the last stage, whichever holds more: its blocks (the first stages take
+    one more when pp does not divide the layers) and the embedding table, or the final
+    norm and the head (a tied head is a copy there). `lora_shard`: a tp rank's LoRA
+    adapters (memory.lora_params with tp), all in the blocks."""
     t = par.tp
     if counts is None:
         return stored / t, trained / t
     if lora_shard is None:
         lora_shard = (stored - counts.total) / t  # no adapters: 0
+    block = memory.block_params(spec, tp=t)
+    final_norm = 2 * spec.d_model if spec.norm == "layernorm" else spec.d_model
     if par.pp == 1:
-        return counts.total / t + lora_shard, (lora_shard if lora_shard else stored / t)
+        tables = (counts.total - spec.n_layer * counts.per_layer - final_norm) / t
+        stage = spec.n_layer * block + tables + final_norm + lora_shard
+        return stage, (lora_shard if lora_shard else stage)
     lora = lora_shard / spec.n_layer  # one block's, on one tp rank
-    block = counts.per_layer / t + lora
     table = spec.vocab_size * spec.d_model / t
     split = stage_layers(spec.n_layer, par.pp)  # llmtk train's default split
     most, least = max(split), min(split)
-    stage = max(most * block + table, least * block + table + spec.d_model / t)
+    stage = max(most * (block + lora) + table, least * (block + lora) + table + final_norm)
     return stage, (most * lora if lora else stage)
 
 

@@ -41,7 +41,7 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro
                           local_stages=plan.stages)
         # FSDP2 gathers a block's parameters (current + prefetched) and holds one block's
         # unsharded gradients before the reduce-scatter: estimate's formula.
-        buffers = memory.fsdp_buffer_bytes(plan.block_params * tp, tp=tp,
+        buffers = memory.fsdp_buffer_bytes(plan.block_params,
                                            full_grads=not lora_rank,
                                            precision="bf16-mixed" if bf16 else "fp32") \
             if fsdp else 0.0
