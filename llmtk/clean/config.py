@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import field, fields, make_dataclass, replace
 
-from llmtk.clean.langs import STAGES, check_table, coerce, merge, resolve
-from llmtk.clean.stages import PIPELINE
+from llmtk.clean.langs import check_table, coerce, merge, resolve
+from llmtk.clean.stages import PER_LANG, PIPELINE
 from llmtk.errors import ConfigError
 from llmtk.io import tomlfile
 
@@ -20,7 +20,7 @@ class _CleanConfig:
     stage's frozen config), then `lang`, are made below."""
 
     def stages(self) -> dict:
-        return {name: getattr(self, name) for name in STAGES}
+        return {name: getattr(self, name) for name in PER_LANG}
 
     def for_lang(self, lang: str | None) -> tuple[dict, list[str] | None]:
         """The filter stages (and stop words) that apply to a document in `lang`."""

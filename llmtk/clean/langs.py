@@ -19,9 +19,9 @@ import tomllib
 from dataclasses import fields, replace
 from importlib import resources
 
+from llmtk.clean.stages import PER_LANG
 from llmtk.errors import ConfigError
 
-STAGES = ("gopher_quality", "gopher_repetition", "c4", "fineweb")
 FACTS = ("source", "glotlid_score", "stop_words")
 
 
@@ -44,9 +44,9 @@ def check_table(lang: str, table: object, stages: dict, source: str | None) -> N
                 raise ConfigError(f"lang.{lang}.stop_words", "must be a list of strings",
                                   source=source)
             continue
-        if key not in STAGES:
+        if key not in PER_LANG:
             raise ConfigError(f"lang.{lang}.{key}", "unknown key (expected one of "
-                              f"{', '.join(STAGES + FACTS)})", source=source)
+                              f"{', '.join(PER_LANG + FACTS)})", source=source)
         if not isinstance(value, dict):
             raise ConfigError(f"lang.{lang}.{key}", "must be a table", source=source)
         names = {f.name for f in fields(stages[key])}
@@ -79,7 +79,7 @@ def resolve(lang: str | None, stages: dict, user: dict[str, dict], use_builtin: 
         return dict(stages), None
     table = merge(builtin().get(lang, {}) if use_builtin else {}, user.get(lang, {}))
     out = dict(stages)
-    for name in STAGES:
+    for name in PER_LANG:
         changes = table.get(name)
         if changes:
             out[name] = replace(stages[name], **{
@@ -118,7 +118,7 @@ def coerce(value, default, key: str, source: str | None = None):
             return None  # `false` switches a numeric threshold off
         if isinstance(value, bool) or not isinstance(value, int | float):
             fail("must be a number (or false)")
-        if stage in STAGES and value == -1:
+        if stage in PER_LANG and value == -1:
             return None  # datatrove's C4/FineWeb spelling of "off"
         if value == 0 and name in ZERO_WAS_OFF.get(stage, ()):
             fail("0 does not switch a rule off: write false (or give a positive limit)")

@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from llmtk.clean.stages import PIPELINE
+from llmtk.clean.stages import PER_LANG, PIPELINE
 from llmtk.clean.stages.base import Flag, split_list
 from llmtk.commands import configs, groups
 from llmtk.commands import options as o
@@ -71,7 +71,6 @@ clean_app = groups.group(help=HELP, short_help=HELP.splitlines()[0])
 # fields: each stage's `flags` say which fields are options and in what words; the type and
 # the default (`[default: X]` in the help) are the field's. A value given sets `stage.field`.
 # --filters picks among the per-language filter stages. The rest are the command's own.
-FILTER_NAMES = tuple(stage.name for stage in PIPELINE if stage.per_lang)
 OWN = {
     "config": (str | None, None, typer.Option(
         "--config", help="TOML file with stage settings (see --print-config).",
@@ -81,7 +80,7 @@ OWN = {
         rich_help_panel=STAGES)),
     "filters": (str | None, None, typer.Option(
         "--filters", help=configs.with_default(
-            f"Heuristic filters to run: any of {', '.join(FILTER_NAMES)}, comma-separated, or "
+            f"Heuristic filters to run: any of {', '.join(PER_LANG)}, comma-separated, or "
             "none.", "all"), rich_help_panel=STAGES)),
     "annotate": (bool, False, typer.Option(
         "--annotate", help="Add llmtk.lang, llmtk.lang_score, llmtk.quality and per-filter "
@@ -101,7 +100,7 @@ def _stage_flags() -> dict[str, tuple[type, Flag]]:
 PARAMS = _stage_flags()
 # config key -> the flag that sets it, for errors worded as the user wrote them
 FLAGS = {f"{stage.name}.{f.key}": f.flag for stage, f in PARAMS.values()} | {
-    f"{name}.enabled": "--filters" for name in FILTER_NAMES}
+    f"{name}.enabled": "--filters" for name in PER_LANG}
 
 
 def _stage_parameter(name: str, stage, flag: Flag) -> inspect.Parameter:
@@ -134,7 +133,7 @@ def _parameters() -> list[inspect.Parameter]:
     before the first filter), --annotate, --dry-run; then the stream options."""
     params = [_own("config"), _own("print_config")]
     for stage in PIPELINE:
-        if stage.per_lang and stage.name == FILTER_NAMES[0]:
+        if stage.per_lang and stage.name == PER_LANG[0]:
             params.append(_own("filters"))
         params += [_stage_parameter(name, st, f) for name, (st, f) in PARAMS.items()
                    if st is stage]
@@ -160,11 +159,11 @@ def stage_values(given: dict[str, object], filters: str | None) -> dict[str, obj
         chosen = split_list(filters)
         if chosen == ["none"]:
             chosen = []
-        unknown = set(chosen) - set(FILTER_NAMES)
+        unknown = set(chosen) - set(PER_LANG)
         if unknown:
             raise UsageError(f"--filters: unknown filter(s) {sorted(unknown)}; "
-                             f"choose from {', '.join(FILTER_NAMES)} or none")
-        values.update({f"{name}.enabled": name in chosen for name in FILTER_NAMES})
+                             f"choose from {', '.join(PER_LANG)} or none")
+        values.update({f"{name}.enabled": name in chosen for name in PER_LANG})
     return values
 
 

@@ -39,4 +39,8 @@ PIPELINE: tuple[type[Stage], ...] = (
     PiiStage,
 )
 
-__all__ = ["PIPELINE", "Stage"]
+# The heuristic filters, in run order: thresholds per language ([lang.XX.STAGE] tables,
+# llmtk.clean.langs) and the names --filters chooses from.
+PER_LANG: tuple[str, ...] = tuple(stage.name for stage in PIPELINE if stage.per_lang)
+
+__all__ = ["PER_LANG", "PIPELINE", "Stage"]
