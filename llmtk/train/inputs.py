@@ -21,7 +21,8 @@ import os
 from dataclasses import dataclass, field
 
 from llmtk.errors import ConfigError
-from llmtk.train.blend import SourceSpec, parse_spec
+from llmtk.train.blend import BlendSampler, SourceSpec, parse_spec
+from llmtk.train.data import Sampler, build_cache, earlier_names, open_cache
 from llmtk.train.tokens import TokenDataset, is_dataset
 
 TOKENS_KEY = "tokens-"  # the data key of a run on token datasets (vs a cache directory)
@@ -105,8 +106,6 @@ def token_specs(key: str, values: list[str]) -> list[SourceSpec] | None:
 def open_source(spec: DataSpec, tok, log=None) -> DataSource:
     """The run's data: token datasets checked against the run's tokenizer, or documents
     tokenized into the cache (unless it is there)."""
-    from llmtk.train.data import build_cache
-
     train = token_specs("data", spec.data)
     val = token_specs("val_data", spec.val_data) if spec.val_data else []
     if train is None:
@@ -123,31 +122,22 @@ def open_source(spec: DataSpec, tok, log=None) -> DataSource:
     if spec.val_fraction:
         raise ConfigError("val_fraction", "applies to documents; give token datasets "
                           "--val-data NAME=DIR")
-    source = _datasets(spec, train, val)
+    train_sets, val_sets = _datasets(train), _datasets(val)
     described = []
-    for s in [*source.train, *source.val]:
+    for s in [*train_sets, *val_sets]:
         s.dataset.check_tokenizer(tok)
         described.append([s.name, os.path.abspath(s.dataset.directory), s.weight,
                           s.dataset.meta["tasks"], s.dataset.tokens])
     digest = hashlib.sha1(json.dumps(described).encode()).hexdigest()[:16]
-    return DataSource(TOKENS_KEY + digest, source.train, source.val)
+    return DataSource(TOKENS_KEY + digest, train_sets, val_sets)
 
 
-def _datasets(spec: DataSpec, train: list[SourceSpec], val: list[SourceSpec]) -> DataSource:
-    opened = {}  # a dataset given for both train and val is opened once
-
-    def source(s: SourceSpec) -> Source:
-        if s.path not in opened:
-            opened[s.path] = TokenDataset.open(s.path)
-        return Source(s.name, opened[s.path], s.weight)
-
-    return DataSource("", [source(s) for s in train], [source(s) for s in val])
+def _datasets(specs: list[SourceSpec]) -> list[Source]:
+    return [Source(s.name, TokenDataset.open(s.path), s.weight) for s in specs]
 
 
 def cache_source(directory: str) -> DataSource:
     """The cache at `directory` as a DataSource (FileNotFoundError: it is gone)."""
-    from llmtk.train.data import open_cache
-
     train, val = open_cache(directory)
     return DataSource(directory, [Source(None, train)], [Source(None, val)], cache=True)
 
@@ -155,8 +145,8 @@ def cache_source(directory: str) -> DataSource:
 def recorded_source(spec: DataSpec, key: str) -> DataSource:
     """The data of a run whose config.json holds `spec` and names its data `key`."""
     if key.startswith(TOKENS_KEY):
-        return _datasets(spec, token_specs("data", spec.data) or [],
-                         token_specs("val_data", spec.val_data) or [])
+        return DataSource(key, _datasets(token_specs("data", spec.data) or []),
+                          _datasets(token_specs("val_data", spec.val_data) or []))
     return cache_source(key)
 
 
@@ -164,8 +154,6 @@ def _refuse_other_windows(spec: DataSpec, cache: str) -> None:
     """A run begun on a cache of an earlier version whose windows were not these (a split
     over 64M tokens: llmtk.train.data) is not resumed on these: it would train on other
     windows from its checkpoint on."""
-    from llmtk.train.data import earlier_names
-
     if spec.resume != "auto" or not spec.out:
         return
     try:
@@ -193,16 +181,12 @@ class TrainingData:
 
 def open_training_data(spec: DataSpec, source: DataSource, seq_len: int, world: int,
                        rank: int) -> TrainingData:
-    from llmtk.train.data import Sampler
-
     B = spec.batch_size
     if len(source.train) == 1 and source.train[0].name is None:
         windows = source.train[0].dataset.windows(seq_len)
         sampler: object = Sampler(windows, B, world, rank, spec.seed)
         n_windows = len(windows)
     else:
-        from llmtk.train.blend import BlendSampler
-
         sampler = BlendSampler([s.name for s in source.train],
                                [s.dataset.windows(seq_len) for s in source.train],
                                [s.weight for s in source.train], B, world, rank, spec.seed)

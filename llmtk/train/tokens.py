@@ -17,9 +17,9 @@ A dataset is a directory that one or many tasks write into:
     DIR/part-KKKKK-of-NNNNN.done    written after the part directory is in place
 
 A task writes into `.tmp-part-K-of-N-HOST-PID/` and renames it when complete, so a
-killed task leaves nothing a reader takes (its temporary directory is removed by
-the next try of that task on that host: `sweep`). Memory of a task: one batch of documents and its
-tokens (BATCH_BYTES of text), whatever the size of its files: every array is
+killed task leaves nothing a reader takes (its temporary directory is removed by the
+next try of that task on that host: `sweep`). Memory of a task: one batch of documents
+and its tokens (BATCH_BYTES of text), whatever the size of its files: every array is
 appended to its file as the batch is done.
 
 The dataset's token stream is the parts' streams in K order; since task K owns the
