@@ -63,14 +63,15 @@ def synthetic_cache(root: str, vocab: int, tokens: int) -> str:
     ids, and an empty validation split."""
     import numpy as np
 
+    from llmtk.train.data import CACHE_VERSION
     from llmtk.train.tokens import PartWriter, dataset_meta, mark_done, part_name
 
     d = os.path.join(root, "cache")
     ids = np.random.default_rng(0).integers(0, vocab, tokens - 1, dtype=np.uint16)
     tok = SyntheticTokenizer(vocab)
     for split, docs in (("train", [ids]), ("val", [])):
-        meta = dataset_meta(tok, "text", 1, [], cache={"version": 3, "val_fraction": 0.0,
-                                                       "val_inputs": []})
+        meta = dataset_meta(tok, "text", 1, [], cache={
+            "version": CACHE_VERSION, "val_fraction": 0.0, "val_inputs": []})
         part = os.path.join(d, split, part_name(0, 1))
         os.makedirs(part, exist_ok=True)
         with open(os.path.join(d, split, "meta.json"), "w") as f:

@@ -220,6 +220,24 @@ def _train(out, *args, quiet=True):
     return p
 
 
+def test_the_cache_is_the_one_task_dataset_of_its_documents(inputs, tmp_path):
+    """One token store: `train --data FILES` tokenizes into a one-task dataset, the files
+    `train tokenize FILES` writes (the same stream, index, ids and checksum)."""
+    from llmtk.train.data import build_cache, open_cache
+
+    files = [str(p) for p in sorted(inputs.iterdir()) if p.name != "03.jsonl"]  # no bad line
+    train, val = open_cache(build_cache(files, [], load_tokenizer("bytes"),
+                                        str(tmp_path / "cache")))
+    code, msg = invoke("train", "tokenize", *files, "-o", str(tmp_path / "ds"), "-q")
+    assert code == 0, msg
+    ds = TokenDataset.open(str(tmp_path / "ds"))
+    got, want = stream(train), stream(ds)
+    assert all(np.array_equal(a, b) for a, b in zip(got[:3], want[:3], strict=True))
+    assert got[3] == want[3] and train.parts[0].manifest == ds.parts[0].manifest
+    assert {k: v for k, v in train.meta.items() if k != "cache"} == ds.meta
+    assert val.docs == 0 and len(val.windows(8)) == 0  # nothing held out
+
+
 def test_token_dataset_trains_as_the_cache_does(inputs, tmp_path):
     files = [str(p) for p in sorted(inputs.iterdir()) if p.name != "03.jsonl"]  # no bad line
     for k in range(3):
