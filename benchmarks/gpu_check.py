@@ -46,6 +46,7 @@ class SyntheticTokenizer:
 
     def __init__(self, vocab_size: int):
         self.vocab_size, self.eos_id = vocab_size, vocab_size - 1
+        self.name = f"synthetic-{vocab_size}"
 
     def fingerprint(self) -> str:
         return f"synthetic-{self.vocab_size}"
@@ -58,20 +59,26 @@ class SyntheticTokenizer:
 
 
 def synthetic_cache(root: str, vocab: int, tokens: int) -> str:
+    """A token cache (llmtk.train.data: one-task token datasets) of one document of random
+    ids, and an empty validation split."""
     import numpy as np
 
+    from llmtk.train.data import CACHE_VERSION
+    from llmtk.train.tokens import PartWriter, dataset_meta, mark_done, part_name
+
     d = os.path.join(root, "cache")
-    os.makedirs(d, exist_ok=True)
-    ids = np.random.default_rng(0).integers(0, vocab, tokens, dtype=np.uint16)
-    ids.tofile(os.path.join(d, "train-00000.bin"))
-    meta = {"version": 1, "dtype": "uint16", "tokenizer": f"synthetic-{vocab}",
-            "vocab_size": vocab, "eos_id": vocab - 1, "text_field": "text",
-            "val_fraction": 0.0, "inputs": [], "val_inputs": [],
-            "train": {"docs": 1, "tokens": tokens,
-                      "shards": [{"file": "train-00000.bin", "tokens": tokens}]},
-            "val": {"docs": 0, "tokens": 0, "shards": []}}
-    with open(os.path.join(d, "meta.json"), "w") as f:
-        json.dump(meta, f)
+    ids = np.random.default_rng(0).integers(0, vocab, tokens - 1, dtype=np.uint16)
+    tok = SyntheticTokenizer(vocab)
+    for split, docs in (("train", [ids]), ("val", [])):
+        meta = dataset_meta(tok, "text", 1, [], cache={
+            "version": CACHE_VERSION, "val_fraction": 0.0, "val_inputs": []})
+        part = os.path.join(d, split, part_name(0, 1))
+        os.makedirs(part, exist_ok=True)
+        with open(os.path.join(d, split, "meta.json"), "w") as f:
+            json.dump(meta, f)
+        writer = PartWriter(part, 0, 1, meta)
+        writer.add(docs, np.zeros(len(docs), np.uint64), [None] * len(docs), tok.eos_id)
+        mark_done(part, writer.close([]))
     return d
 
 
@@ -104,6 +111,7 @@ def bench_llmtk(args, model: str, compile_: bool, cache: str, tok, workdir: str)
     import torch
 
     from llmtk.train.config import TrainConfig
+    from llmtk.train.inputs import cache_source
     from llmtk.train.runtime import Faults, setup_dist
     from llmtk.train.trainer import Trainer
 
@@ -117,7 +125,7 @@ def bench_llmtk(args, model: str, compile_: bool, cache: str, tok, workdir: str)
     dist = setup_dist(cfg.device, cfg.nccl_timeout)
     if dist.cuda:
         torch.cuda.reset_peak_memory_stats()
-    trainer = Trainer(cfg, dist, tok, cache, Faults())
+    trainer = Trainer(cfg, dist, tok, cache_source(cache), Faults())
     st = trainer._start()
     t0 = time.perf_counter()
     for _ in range(args.warmup):  # compile, allocator warm-up
@@ -193,7 +201,8 @@ def bench_plain(args, model: str, compile_: bool, cache: str, vocab: int) -> dic
     if compile_:
         net.compile()
     opt = torch.optim.AdamW(net.parameters(), lr=3e-4, betas=(0.9, 0.95), fused=True)
-    tokens = np.memmap(os.path.join(cache, "train-00000.bin"), dtype=np.uint16, mode="r")
+    tokens = np.memmap(os.path.join(cache, "train", "part-00000-of-00001", "tokens.bin"),
+                       dtype=np.uint16, mode="r")
     B, T = args.batch_size, mcfg.seq_len
     bf16 = device == "cuda" if args.dtype == "auto" else args.dtype == "bf16"
     rng = np.random.default_rng(0)

@@ -102,9 +102,9 @@ def run_plain(args, cache_dir: str, mcfg) -> tuple[float, float]:
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": rest, "weight_decay": 0.0}], lr=3e-4, betas=(0.9, 0.95),
                             fused=True)  # as llmtk's (fused on CPU too)
-    meta = json.load(open(os.path.join(cache_dir, "meta.json")))
-    tokens = np.memmap(os.path.join(cache_dir, meta["train"]["shards"][0]["file"]),
-                       dtype=meta["dtype"], mode="r")
+    from llmtk.train.data import open_cache
+
+    tokens = open_cache(cache_dir)[0].parts[0].tokens  # the cache's one train part
     B, T = args.batch_size, mcfg.seq_len
     rng = np.random.default_rng(0)
     bf16 = device == "cuda" if args.dtype == "auto" else args.dtype == "bf16"

@@ -41,7 +41,8 @@ def test_loss_falls_below_unigram_entropy(corpus, tmp_path):
     run_train(corpus, out, "--steps", "300", "--batch-size", "8", "--warmup", "20",
               "--log-every", "25", "--val-fraction", "0.05", "--checkpoint-every", "0")
     cache = json.load(open(os.path.join(out, "config.json")))["cache"]
-    tokens = np.fromfile(os.path.join(cache, "train-00000.bin"), dtype=np.uint16)
+    tokens = np.fromfile(os.path.join(cache, "train", "part-00000-of-00001", "tokens.bin"),
+                         dtype=np.uint16)
     p = np.bincount(tokens, minlength=257) / len(tokens)
     p = p[p > 0]
     unigram = float(-(p * np.log(p)).sum())  # nats/token: the best context-free model

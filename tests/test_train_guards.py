@@ -213,7 +213,7 @@ def test_prefetcher_gives_the_samplers_batches_in_order(tmp_path, threaded):
     from llmtk.train import data as D
 
     d = D.build_cache([write_data(tmp_path)], [], ByteTokenizer(), str(tmp_path / "c"))
-    sampler = D.Sampler(D.Windows.open(d, "train", 16), 3, 1, 0, seed=1)
+    sampler = D.Sampler(D.open_cache(d)[0].windows(16), 3, 1, 0, seed=1)
     pre = D.Prefetcher(sampler, 3, "cpu", threaded=threaded)
     try:
         for pos in (0, 3, 6, 9, 30, 33):  # a jump (rollback-like) restarts the thread

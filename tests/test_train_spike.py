@@ -4,10 +4,10 @@ garbage documents planted at a known data position. `diagnose` finds the spike a
 norms name a layer; `--on-spike rollback` records the planted documents in its event and
 `train batch --skipped` lists them. Training runs as real processes (tests/train_runs.py)."""
 
-import glob
 import json
 import os
 import random
+import shutil
 
 import pytest
 
@@ -103,16 +103,14 @@ def test_the_planted_batch_is_found_named_and_rolled_back(planted, tmp_path):
     # after the rollback, step PLANTED trained on the batches after the skipped ones
     assert not set(bad) & set(_ids(rolled, "--step", str(PLANTED)))
 
-    # a cache of version 1 (no document index): train batch refuses it and says how to
-    # rebuild; a run beside it notices it (old_caches)
+    # a cache before version 3 (its own files, windows cut per shard): train batch refuses
+    # it and says what to do; a run beside it notices it (old_caches)
     cache = json.loads((run / "config.json").read_text())["cache"]
-    for path in glob.glob(os.path.join(cache, "*.docs")):
-        os.remove(path)
-    meta = json.loads(open(os.path.join(cache, "meta.json")).read())
+    shutil.rmtree(os.path.join(cache, "train"))
     with open(os.path.join(cache, "meta.json"), "w") as f:
-        json.dump({**meta, "version": 1}, f)
+        json.dump({"version": 2}, f)
     p = llmtk("train", "batch", run, "--step", "1", in_process=True)
-    assert p.returncode == 1 and b"version 1 keeps no document boundaries" in p.stderr
+    assert p.returncode == 1 and b"a token cache written by an older llmtk" in p.stderr
     assert old_caches(os.path.dirname(cache)) == [os.path.basename(cache)]
 
 
@@ -132,7 +130,8 @@ def test_an_old_cache_beside_a_new_one_is_noticed_in_one_line(tmp_path):
     notes = [line for line in said if line.startswith("note:")]
     assert len(notes) == 1 and "1 cache(s) of an older version" in notes[0]
     assert f"version {CACHE_VERSION}" in notes[0]
-    assert json.loads(open(os.path.join(built, "meta.json")).read())["version"] == CACHE_VERSION
+    assert json.loads(open(os.path.join(built, "train", "meta.json")).read())["cache"][
+        "version"] == CACHE_VERSION
 
 
 def test_resuming_a_run_begun_on_an_older_cache_of_the_same_data_gives_no_warning(tmp_path):

@@ -124,7 +124,7 @@ def test_killed_task_leaves_nothing_and_a_rerun_finishes(inputs, tmp_path, monke
     out = tmp_path / "ds"
     tokenize(inputs, out, "--shard", "0/2")
     monkeypatch.setattr(T, "BATCH_DOCS", 10)
-    real = T._PartWriter.add
+    real = T.PartWriter.add
     calls = []
 
     def dies(self, *a):
@@ -133,7 +133,7 @@ def test_killed_task_leaves_nothing_and_a_rerun_finishes(inputs, tmp_path, monke
             raise RuntimeError("killed")  # the task dies half-way
         return real(self, *a)
 
-    monkeypatch.setattr(T._PartWriter, "add", dies)
+    monkeypatch.setattr(T.PartWriter, "add", dies)
     code, msg = invoke("train", "tokenize", str(inputs), "-o", str(out), "--shard", "1/2",
                        "--on-error", "skip", "-q")
     assert code == 1 and "RuntimeError: killed" in msg and len(calls) == 3
@@ -141,7 +141,7 @@ def test_killed_task_leaves_nothing_and_a_rerun_finishes(inputs, tmp_path, monke
                                        "part-00000-of-00002.done"]
     code, msg = invoke("train", "--data", str(out), "--out", str(tmp_path / "r"))
     assert code == 1 and "ds: token dataset lacks finished task(s) 1 of 2" in msg, msg
-    monkeypatch.setattr(T._PartWriter, "add", real)
+    monkeypatch.setattr(T.PartWriter, "add", real)
     tokenize(inputs, out, "--shard", "1/2")
     code, msg = invoke("train", "tokenize", str(inputs), "-o", str(out), "--shard", "0/2")
     assert code == 0 and "is done; skipping this task" in msg
@@ -220,6 +220,24 @@ def _train(out, *args, quiet=True):
     return p
 
 
+def test_the_cache_is_the_one_task_dataset_of_its_documents(inputs, tmp_path):
+    """One token store: `train --data FILES` tokenizes into a one-task dataset, the files
+    `train tokenize FILES` writes (the same stream, index, ids and checksum)."""
+    from llmtk.train.data import build_cache, open_cache
+
+    files = [str(p) for p in sorted(inputs.iterdir()) if p.name != "03.jsonl"]  # no bad line
+    train, val = open_cache(build_cache(files, [], load_tokenizer("bytes"),
+                                        str(tmp_path / "cache")))
+    code, msg = invoke("train", "tokenize", *files, "-o", str(tmp_path / "ds"), "-q")
+    assert code == 0, msg
+    ds = TokenDataset.open(str(tmp_path / "ds"))
+    got, want = stream(train), stream(ds)
+    assert all(np.array_equal(a, b) for a, b in zip(got[:3], want[:3], strict=True))
+    assert got[3] == want[3] and train.parts[0].manifest == ds.parts[0].manifest
+    assert {k: v for k, v in train.meta.items() if k != "cache"} == ds.meta
+    assert val.docs == 0 and len(val.windows(8)) == 0  # nothing held out
+
+
 def test_token_dataset_trains_as_the_cache_does(inputs, tmp_path):
     files = [str(p) for p in sorted(inputs.iterdir()) if p.name != "03.jsonl"]  # no bad line
     for k in range(3):
@@ -275,7 +293,8 @@ def test_blended_run_resumes_bit_exactly_after_sigkill(inputs, tmp_path):
 def _check_train_batch(run, dirs):
     """`llmtk train batch --json` lists each window's documents: their text, read back from
     the files and tokenized, gives the window's tokens; the ranks' shares make the batch."""
-    from llmtk.train.inputs import open_training_data
+    from llmtk.train.config import section
+    from llmtk.train.inputs import DataSpec, open_training_data, recorded_source
     from llmtk.train.trainer import TrainConfig
 
     config = json.loads((run / "config.json").read_text())
@@ -285,7 +304,8 @@ def _check_train_batch(run, dirs):
     assert {d["window"] for d in docs} == {6, 7}  # step 4 of 2 windows per step
     tok = load_tokenizer("bytes")
     cfg = TrainConfig(**config["train"])
-    sampler = open_training_data(cfg, config["cache"], 32, 1, 0).train
+    spec = section(DataSpec, cfg)
+    sampler = open_training_data(spec, recorded_source(spec, config["cache"]), 32, 1, 0).train
     for w in (6, 7):
         got = []
         for d in (d for d in docs if d["window"] == w):

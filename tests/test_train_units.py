@@ -142,16 +142,17 @@ def test_cache_packs_docs_with_eos_and_is_reused(tmp_path):
     tok = ByteTokenizer()
     root = str(tmp_path / "cache")
     d1 = D.build_cache([src], [], tok, root)
-    meta = D.read_meta(d1)
-    assert meta["dtype"] == "uint16" and meta["train"]["docs"] == 3
-    tokens = np.fromfile(os.path.join(d1, "train-00000.bin"), dtype=np.uint16).tolist()
+    train, _val = D.open_cache(d1)  # a one-task token dataset
+    assert train.meta["dtype"] == "uint16" and train.docs == 3 and len(train.parts) == 1
+    tokens = np.fromfile(os.path.join(d1, "train", "part-00000-of-00001", "tokens.bin"),
+                         dtype=np.uint16).tolist()
     expected = []
     for t in TEXTS:
         expected += list(t.encode()) + [256]
     assert tokens == expected
-    mtime = os.path.getmtime(os.path.join(d1, "meta.json"))
+    mtime = os.path.getmtime(os.path.join(d1, "train", "meta.json"))
     assert D.build_cache([src], [], tok, root) == d1  # reused, not rebuilt
-    assert os.path.getmtime(os.path.join(d1, "meta.json")) == mtime
+    assert os.path.getmtime(os.path.join(d1, "train", "meta.json")) == mtime
     # A changed input gets a new cache.
     write_jsonl(tmp_path / "d.jsonl", TEXTS + ["more text"])
     assert D.build_cache([src], [], tok, root) != d1
@@ -163,11 +164,11 @@ def test_val_fraction_split_is_stable_and_disjoint(tmp_path):
     texts = [f"document number {i} " * 3 for i in range(200)]
     src = write_jsonl(tmp_path / "d.jsonl", texts)
     d = D.build_cache([src], [], ByteTokenizer(), str(tmp_path / "c"), val_fraction=0.2)
-    meta = D.read_meta(d)
-    assert meta["train"]["docs"] + meta["val"]["docs"] == 200
-    assert 20 <= meta["val"]["docs"] <= 60
+    train, val = D.open_cache(d)
+    assert train.docs + val.docs == 200
+    assert 20 <= val.docs <= 60
     d2 = D.build_cache([src], [], ByteTokenizer(), str(tmp_path / "c2"), val_fraction=0.2)
-    assert D.read_meta(d2)["val"] == meta["val"]
+    assert D.open_cache(d2)[1].parts[0].manifest == val.parts[0].manifest
 
 
 def test_bad_line_names_file_and_line(tmp_path):
@@ -186,7 +187,7 @@ def test_sampler_ranks_partition_the_global_batch(tmp_path):
 
     src = write_jsonl(tmp_path / "d.jsonl", [f"text {i} " * 10 for i in range(50)])
     d = D.build_cache([src], [], ByteTokenizer(), str(tmp_path / "c"))
-    w = D.Windows.open(d, "train", 16)
+    w = D.open_cache(d)[0].windows(16)
     one = D.Sampler(w, 4, 1, 0, seed=7)
     r0, r1 = D.Sampler(w, 2, 2, 0, seed=7), D.Sampler(w, 2, 2, 1, seed=7)
     for pos in (0, 4, len(w) - 2, 3 * len(w) + 8):  # across epochs too
@@ -314,9 +315,10 @@ def test_cache_with_a_bpe_tokenizer(tmp_path):
     tok = load_tokenizer(tok_path)
     src = write_jsonl(tmp_path / "d.jsonl", TEXTS)
     d = D.build_cache([src], [], tok, str(tmp_path / "c"))
-    meta = D.read_meta(d)
+    meta = D.open_cache(d)[0].meta
     assert meta["vocab_size"] == tok.vocab_size and meta["eos_id"] == tok.eos_id
-    ids = np.fromfile(os.path.join(d, "train-00000.bin"), dtype=np.uint16).tolist()
+    ids = np.fromfile(os.path.join(d, "train", "part-00000-of-00001", "tokens.bin"),
+                      dtype=np.uint16).tolist()
     assert ids.count(tok.eos_id) == 3 and ids[-1] == tok.eos_id
     docs, cur = [], []
     for i in ids:
@@ -330,25 +332,39 @@ def test_cache_with_a_bpe_tokenizer(tmp_path):
     assert D.build_cache([src], [], ByteTokenizer(), str(tmp_path / "c")) != d
 
 
-def test_windows_span_several_shards(tmp_path, monkeypatch):
-    import numpy as np
-
+def test_a_run_begun_on_an_older_cache_resumes_only_on_the_same_windows(tmp_path,
+                                                                       monkeypatch):
+    """Caches before version 3 cut windows inside each 64M-token shard, a token dataset
+    across its whole stream: the same windows while every split fits in one old shard. A
+    checkpoint of such a cache then names this one's data (cache_names: no warning on
+    resume), and a run begun on one resumes; past one old shard (OLD_SHARD_TOKENS made
+    small here) the earlier name is another data, and the run is refused with advice."""
+    from llmtk.errors import ConfigError
     from llmtk.train import data as D
+    from llmtk.train.config import section
+    from llmtk.train.inputs import DataSpec, open_source
 
-    monkeypatch.setattr(D, "SHARD_TOKENS", 100)  # force many small shards
-    texts = [f"doc {i:03d} " * 8 for i in range(30)]
+    texts = [f"doc {i:03d} " * 8 for i in range(30)]  # 30 documents of 65 tokens
     src = write_jsonl(tmp_path / "d.jsonl", texts)
-    d = D.build_cache([src], [], ByteTokenizer(), str(tmp_path / "c"))
-    meta = D.read_meta(d)
-    assert len(meta["train"]["shards"]) > 5
-    w = D.Windows.open(d, "train", 10)
-    assert len(w) == sum((s["tokens"] - 1) // 10 for s in meta["train"]["shards"])
-    seen = [w.get(i) for i in range(len(w))]
-    assert all(len(x) == 11 for x in seen)
-    first = np.fromfile(os.path.join(d, meta["train"]["shards"][1]["file"]), dtype=np.uint16)
-    assert (seen[w.per_shard[0]] == first[:11]).all()  # shard 1's first window
-    with pytest.raises(IndexError):
-        w.get(len(w))
+    tok = ByteTokenizer()
+    out = tmp_path / "run"
+    out.mkdir()
+    cfg = TrainConfig(data=[src], out=str(out), cache_dir=str(tmp_path / "c"))
+    cache = D.build_cache([src], [], tok, cfg.cache_dir)
+    v2 = D.cache_key([src], [], tok.fingerprint(), "text", 0.0, version=2)
+    (out / "config.json").write_text(json.dumps({"cache": str(tmp_path / "c" / v2)}))
+    assert D.earlier_names(cache)[v2] is True and v2 in D.cache_names(cache)
+    assert open_source(section(DataSpec, cfg), tok).key == cache
+
+    monkeypatch.setattr(D, "OLD_SHARD_TOKENS", 29 * 65)  # the 30th document: a 2nd shard
+    assert D.cache_names(cache) == {os.path.basename(cache)}
+    with pytest.raises(ConfigError, match="resuming would train on other windows") as e:
+        open_source(section(DataSpec, cfg), tok)
+    assert e.value.key == "resume" and "--resume never" in e.value.message
+    fresh = TrainConfig(data=[src], out=str(out), cache_dir=cfg.cache_dir, resume="never")
+    assert open_source(section(DataSpec, fresh), tok).key == cache
+    monkeypatch.setattr(D, "OLD_SHARD_TOKENS", 29 * 65 + 1)  # 30 documents in one shard
+    assert v2 in D.cache_names(cache)
 
 
 @pytest.mark.integration
@@ -389,18 +405,19 @@ def test_non_logging_steps_never_read_the_device(tmp_path, monkeypatch):
     settling the pending steps (once per logging row) is a single read."""
     import torch
 
-    from llmtk.train.config import TrainConfig
-    from llmtk.train.data import build_cache
+    from llmtk.train.config import TrainConfig, section
+    from llmtk.train.inputs import DataSpec, open_source
     from llmtk.train.runtime import Faults, setup_dist
     from llmtk.train.trainer import Trainer
 
     data = write_jsonl(tmp_path / "d.jsonl", TEXTS * 20)
     cfg = TrainConfig(data=[data], out=str(tmp_path / "run"), layers=1, d_model=32, heads=2,
-                      seq_len=16, batch_size=2, steps=100, log_every=100, quiet=True)
+                      seq_len=16, batch_size=2, steps=100, log_every=100, quiet=True,
+                      cache_dir=str(tmp_path / "c"))
     os.makedirs(cfg.out)
     tok = ByteTokenizer()
-    trainer = Trainer(cfg, setup_dist("cpu", 60), tok,
-                      build_cache([data], [], tok, str(tmp_path / "c")), Faults())
+    trainer = Trainer(cfg, setup_dist("cpu", 60), tok, open_source(section(DataSpec, cfg), tok),
+                      Faults())
     st = trainer._start()
     reads = []
     for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__"):

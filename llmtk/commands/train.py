@@ -528,9 +528,9 @@ rollback events: for each window of step N (every rank's, or --rank R's), the \
 documents its tokens came from, with the input file, the record number in it, the \
 `id` field, the span of the document's tokens in the window and the text read back \
 from the file. Works for runs on token datasets (`llmtk train tokenize`) and on \
-documents through the token cache (a cache of version 2 or later: a run started \
-with an older llmtk is refused, with how to rebuild it). `llmtk diagnose` prints \
-this command for each loss spike and non-finite step of an llmtk run.
+documents through the token cache (of version 3: a run on an older llmtk's cache is \
+refused, with what to do). `llmtk diagnose` prints this command for each loss \
+spike and non-finite step of an llmtk run.
 
 [bold]Examples[/bold]
 

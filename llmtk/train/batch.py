@@ -5,9 +5,9 @@ seed, so the data position of step N is (N - 1) x windows per step, plus the win
 `--on-spike rollback` skipped before it (its `rollback` events in metrics.jsonl say how
 many). Micro-batch m of the step starts at that position + m x (batch-size x world), and
 rank r takes its batch-size windows after r x batch-size. Each window's tokens map back to
-the documents they came from through the token dataset's index, or the in-process cache's
-(version 2 on: file, record, id and the span of the document's tokens used), and the
-documents' text is read back from their files. `--skipped` lists the windows each rollback
+the documents they came from through the token datasets' index (the in-process cache's
+too, from version 3: file, record, id and the span of the document's tokens used), and
+the documents' text is read back from their files. `--skipped` lists the windows each rollback
 skipped instead ([position, position + skipped_windows) of its event).
 """
 
@@ -22,11 +22,11 @@ from llmtk.errors import DataError, UsageError
 SKIPPED_DOCS = 256  # documents a rollback's event names at most (train batch --skipped: all)
 
 
-def rollback_documents(cfg, cache: str, sampler, seq_len: int, start: int,
-                       stop: int) -> list[dict]:
-    """The documents (id, file, record) of windows [start, stop) of a pre-training run, for
-    a rollback's event; `llmtk train batch RUN --skipped` lists them all, with their text."""
-    return DocumentFinder(cfg, cache, sampler, seq_len).span(start, stop, SKIPPED_DOCS)
+def rollback_documents(source, sampler, seq_len: int, start: int, stop: int) -> list[dict]:
+    """The documents (id, file, record) of windows [start, stop) of a pre-training run on
+    `source` (llmtk.train.inputs.DataSource), for a rollback's event; `llmtk train batch RUN
+    --skipped` lists them all, with their text."""
+    return DocumentFinder(source, sampler, seq_len).span(start, stop, SKIPPED_DOCS)
 
 
 def _run_config(run: str) -> dict:
@@ -56,22 +56,13 @@ class DocumentFinder:
     reads at data position `position`, through the run's own sampler (so a 1-process and an
     N-process view agree)."""
 
-    def __init__(self, cfg, cache: str, sampler, seq_len: int):
-        from llmtk.train.inputs import TOKENS_KEY, token_specs
-
-        self.sampler, self.T = sampler, seq_len
-        if cache.startswith(TOKENS_KEY):
-            from llmtk.train.tokens import TokenDataset
-
-            specs = token_specs("data", cfg.data) or []
-            sets = [TokenDataset.open(s.path) for s in specs]
-            self.names = [s.name or s.path for s in specs]
-            self.fields = [d.meta["text_field"] for d in sets]
-            self._find = [lambda w, d=d: d.documents(w * seq_len, w * seq_len + seq_len + 1)
-                          for d in sets]
-        else:  # the in-process cache: one source, its windows know their documents
-            self.names, self.fields = ["data"], [cfg.text_field]
-            self._find = [sampler.w.documents]
+    def __init__(self, source, sampler, seq_len: int):
+        self.sampler = sampler
+        self.names = [source.label(s) for s in source.train]
+        self.fields = [s.dataset.meta["text_field"] for s in source.train]
+        # window w is tokens [w * T, w * T + T + 1) of its source's stream
+        self._find = [lambda w, d=s.dataset: d.documents(w * seq_len, w * seq_len + seq_len + 1)
+                      for s in source.train]
 
     def at(self, position: int) -> list[dict]:
         """source, id, file, file_ordinal, record, tokens (the [first, last) span of each
@@ -96,21 +87,23 @@ class DocumentFinder:
 
 def _open(run: str):
     """(config, TrainConfig, DocumentFinder) of a run directory."""
-    from llmtk.train.config import TRAIN_FIELDS, TrainConfig
-    from llmtk.train.inputs import open_training_data
+    from llmtk.train.config import TRAIN_FIELDS, TrainConfig, section
+    from llmtk.train.inputs import DataSpec, open_training_data, recorded_source
 
     config = _run_config(run)
-    cache = config.get("cache")
+    key = config.get("cache")
     cfg = TrainConfig(**{k: v for k, v in config["train"].items() if k in TRAIN_FIELDS})
-    if not cache or cfg.sft:
+    if not key or cfg.sft:
         raise UsageError(f"{run}: an --sft run (its examples are not token windows)")
     world, T = int(config["world_size"]), int(config["model"]["seq_len"])
+    spec = section(DataSpec, cfg)
     try:
-        data = open_training_data(cfg, cache, T, world, 0)
+        source = recorded_source(spec, key)
     except FileNotFoundError as e:
         raise DataError(f"{run}: its data is gone ({e.filename}); train batch reads the "
                         "run's token cache or datasets") from None
-    return config, cfg, DocumentFinder(cfg, cache, data.train, T)
+    data = open_training_data(spec, source, T, world, 0)
+    return config, cfg, DocumentFinder(source, data.train, T)
 
 
 def batch_documents(run: str, step: int, rank: int | None = None,

@@ -1,16 +1,19 @@
 """The token cache and the batch sampler.
 
-Documents are tokenized once into memory-mapped shards of raw token ids
-(uint16 when the vocabulary fits, else uint32), EOS after every document, so
-training never re-parses JSON. Beside each shard, SHARD.docs holds its documents'
-boundaries and identities as (D, 2) uint64 rows: the token offset in the shard
-where each ends (EOS included) and file ordinal << 40 | record ordinal (the same
-rows as a token dataset's docs.bin), and SHARD.ids their `id` fields as JSON, one
-line each (empty: none), so `llmtk train batch` can name a window's documents.
-A cache directory is named by a hash of its
-inputs (paths, sizes, mtimes), the tokenizer's fingerprint, the text field and
-the validation split, so a changed input or tokenizer builds a new cache and
-an unchanged one is reused by every run and every rank.
+The cache: the documents `llmtk train --data` names are tokenized once, before step 1,
+into token datasets of one task each (llmtk.train.tokens: the files, writer and windows
+of `llmtk train tokenize`), CACHE/KEY/train/ and CACHE/KEY/val/ (the held-out documents
+of --val-data or --val-fraction; empty without them). KEY is a hash of the inputs (paths,
+sizes, mtimes), the tokenizer's fingerprint, the text field and the validation split, so
+a changed input or tokenizer builds a new cache and an unchanged one is reused by every
+run and every rank. train/meta.json records the cache's version and split (`cache`).
+
+Caches before version 3 had files of their own (KEY/meta.json, 64M-token shards) and cut
+the windows inside each shard, where a dataset cuts them across its whole stream: the
+same windows for a cache of one shard, others past 64M tokens. They are not read any
+more (`open_cache` says so); a run begun on one resumes on the version 3 cache of the
+same inputs silently when the windows are the same, and is refused when they are not
+(`earlier_names`, read by `cache_names` and llmtk.train.inputs).
 
 Sampling: the train tokens are cut into fixed windows of seq_len + 1 tokens
 (packed across document boundaries). Window order is a seeded permutation per
@@ -30,24 +33,33 @@ import hashlib
 import json
 import os
 import queue
-import re
-import shutil
-import socket
 import threading
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import orjson
 import xxhash
 
 from llmtk.errors import ConfigError, DataError
-from llmtk.io import expand_inputs, read_docs
-from llmtk.io.atomic import atomic_dir, pid_alive
-from llmtk.io.shard import RECORD_BITS, RECORD_MASK, doc_key
+from llmtk.io import expand_inputs, read_docs, write_json_atomically
+from llmtk.io.atomic import atomic_dir
+from llmtk.io.shard import doc_key
+from llmtk.train.tokens import (
+    PartWriter,
+    TokenDataset,
+    dataset_meta,
+    mark_done,
+    part_name,
+    read_meta,
+    sweep,
+    temp_dir,
+)
 from llmtk.train.webpages import WebPageCheck
 
-CACHE_VERSION = 2  # 2: document boundaries and identities beside each shard
-SHARD_TOKENS = 1 << 26  # 64M tokens per shard file (128 MiB as uint16)
+if TYPE_CHECKING:
+    from llmtk.train.tokens import Windows
+
+CACHE_VERSION = 3  # 2: document boundaries beside each shard; 3: one-task token datasets
+OLD_SHARD_TOKENS = 1 << 26  # tokens per shard file of a cache before version 3
 
 
 def _input_identity(paths: list[str]) -> list:
@@ -68,77 +80,15 @@ def cache_key(train_paths: list[str], val_paths: list[str], tokenizer_fp: str, t
     return hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class _ShardWriter:
-    def __init__(self, directory: str, split: str, dtype):
-        self.directory, self.split, self.dtype = directory, split, dtype
-        self.shards: list[dict] = []
-        self.buf: list[np.ndarray] = []
-        self.buf_tokens = 0
-        self.docs = 0
-        self.index: list[tuple[int, int]] = []  # this shard's (end offset, doc key) rows
-        self.ids: list[bytes] = []
-
-    def add(self, ids: list[int], eos: int, key: int = 0, record_id=None) -> None:
-        arr = np.empty(len(ids) + 1, dtype=self.dtype)
-        arr[:-1] = ids
-        arr[-1] = eos
-        self.buf.append(arr)
-        self.buf_tokens += len(arr)
-        self.docs += 1
-        self.index.append((self.buf_tokens, key))
-        # as a token dataset's ids.bin writes them (orjson: also Parquet's dates)
-        self.ids.append(b"" if record_id is None else orjson.dumps(record_id))
-        if self.buf_tokens >= SHARD_TOKENS:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.buf:
-            return
-        name = f"{self.split}-{len(self.shards):05d}.bin"
-        data = np.concatenate(self.buf)
-        index = np.array(self.index, dtype=np.uint64).reshape(-1, 2)
-        for path, payload in ((name, data.tobytes()), (name + ".docs", index.tobytes()),
-                              (name + ".ids", b"".join(i + b"\n" for i in self.ids))):
-            with open(os.path.join(self.directory, path), "wb") as f:
-                f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
-        self.shards.append({"file": name, "tokens": int(len(data)), "docs": len(self.index)})
-        self.buf, self.buf_tokens, self.index, self.ids = [], 0, [], []
-
-    @property
-    def tokens(self) -> int:
-        return sum(s["tokens"] for s in self.shards) + self.buf_tokens
-
-
 def _is_val(text: str, fraction: float) -> bool:
     """A stable, content-based split: the same document always lands on the same side."""
     return xxhash.xxh64_intdigest(text.encode("utf-8", "surrogatepass")) < fraction * 2.0**64
 
 
-_TMP = re.compile(r"^\.tmp-[0-9a-f]{16}-(?P<host>.+)-(?P<pid>\d+)$")
-
-
-def sweep_stale(cache_root: str) -> list[str]:
-    """Remove temporary cache directories left by dead processes of this host (a SIGKILL
-    mid-tokenization); another host's, or a live process's, are left alone."""
-    host, removed = socket.gethostname(), []
-    for name in os.listdir(cache_root):
-        m = _TMP.match(name)
-        if m and m["host"] == host and not pid_alive(int(m["pid"])):
-            shutil.rmtree(os.path.join(cache_root, name), ignore_errors=True)
-            removed.append(name)
-    return removed
-
-
 def old_caches(cache_root: str) -> list[str]:
-    """The cache directories under cache_root written by an older CACHE_VERSION."""
-    old = []
-    for name in sorted(os.listdir(cache_root)):
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            if read_meta(os.path.join(cache_root, name)).get("version") != CACHE_VERSION:
-                old.append(name)
-    return old
+    """The cache directories under cache_root written before version 3 (KEY/meta.json)."""
+    return [name for name in sorted(os.listdir(cache_root))
+            if os.path.isfile(os.path.join(cache_root, name, "meta.json"))]
 
 
 def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str,
@@ -160,28 +110,27 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
         raise ConfigError("data", "training cannot read stdin (the cache and resume need files)")
     key = cache_key(train_paths, val_paths, tokenizer.fingerprint(), text_field, val_fraction)
     final = os.path.join(cache_root, key)
-    if os.path.exists(os.path.join(final, "meta.json")):
+    if os.path.isdir(os.path.join(final, "train")):
         return final
     made_root = not os.path.isdir(cache_root)
     os.makedirs(cache_root, exist_ok=True)
     with DirLock(cache_root, f".lock-{key}") as lock:
-        if os.path.exists(os.path.join(final, "meta.json")):
+        if os.path.isdir(os.path.join(final, "train")):
             return final  # built by the process that held the lock before us
-        sweep_stale(cache_root)
+        sweep(cache_root)
         if log and (old := old_caches(cache_root)):
-            log(f"note: {cache_root} holds {len(old)} cache(s) of an older version, without "
-                f"the document boundaries `llmtk train batch` needs; building a version "
-                f"{CACHE_VERSION} one (the same tokens); delete the old ones to free the space")
+            log(f"note: {cache_root} holds {len(old)} cache(s) of an older version, which "
+                f"this llmtk does not read; building a version {CACHE_VERSION} one (the same "
+                "tokens); delete the old ones to free the space")
         # Without a cross-host lock, another node may finish the same cache first
         # (exist_ok: its copy is kept, ours dropped).
-        tmp = os.path.join(cache_root, f".tmp-{key}-{socket.gethostname()}-{os.getpid()}")
         try:
-            with atomic_dir(final, tmp, exist_ok=True):
+            with atomic_dir(final, temp_dir(cache_root, key), exist_ok=True) as tmp:
                 _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field,
                           val_fraction, log, WebPageCheck(allow_html))
         except BaseException:
             # A bad line, empty data or Ctrl-C leaves nothing: atomic_dir removed the partial
-            # shards; no lock file either, and no cache folder if this call made it.
+            # datasets; no lock file either, and no cache folder if this call made it.
             lock.release(remove=True)
             if made_root:
                 with contextlib.suppress(OSError):
@@ -190,24 +139,43 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
     return final
 
 
+def _split_writer(tmp: str, split: str, meta: dict) -> PartWriter:
+    """The writer of the one part of dataset tmp/split (its meta.json written)."""
+    part = os.path.join(tmp, split, part_name(0, 1))
+    os.makedirs(part)
+    write_json_atomically(os.path.join(tmp, split, "meta.json"), meta)
+    return PartWriter(part, 0, 1, meta)
+
+
 def _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fraction,
               log, pages: WebPageCheck) -> None:
-    dtype = np.uint16 if tokenizer.vocab_size <= 65536 else np.uint32
-    train = _ShardWriter(tmp, "train", dtype)
-    val = _ShardWriter(tmp, "val", dtype)
     from llmtk.text.tokenizer import encode_batch
 
-    def consume(paths, is_val):
+    split = {"version": CACHE_VERSION, "val_fraction": val_fraction, "val_inputs": val_paths}
+    train = _split_writer(tmp, "train", dataset_meta(tokenizer, text_field, 1, train_paths,
+                                                     cache=split))
+    # the documents held out of --data keep their ordinals in train's inputs
+    val = _split_writer(tmp, "val", dataset_meta(tokenizer, text_field, 1,
+                                                 val_paths or train_paths))
+
+    def consume(paths, is_val) -> list[dict]:
+        """Tokenize the documents of `paths` into train or val; their files' rows."""
         batch: list = []
         starts: list[int] = []  # each file's first record index (read_docs fills it)
 
         def drain():
-            texts = [d.text for d in batch]
-            for doc, ids in zip(batch, encode_batch(tokenizer, texts), strict=True):
-                target = val if is_val(doc.text) else train
+            ids = encode_batch(tokenizer, [d.text for d in batch])
+            sides = [is_val(d.text) for d in batch]
+            keys = []
+            for doc in batch:
                 ordinal = bisect.bisect_right(starts, doc.index) - 1
-                target.add(ids, tokenizer.eos_id, doc_key(ordinal, doc.index - starts[ordinal]),
-                           doc.id)
+                keys.append(doc_key(ordinal, doc.index - starts[ordinal]))
+            for target, side in ((train, False), (val, True)):
+                mine = [j for j, s in enumerate(sides) if s == side]
+                if mine:
+                    target.add([ids[j] for j in mine], np.array([keys[j] for j in mine],
+                                                                dtype=np.uint64),
+                               [batch[j].id for j in mine], tokenizer.eos_id)
             batch.clear()
 
         for doc in read_docs(paths, text_field=text_field, file_starts=starts):
@@ -216,135 +184,62 @@ def _tokenize(train_paths, val_paths, tokenizer, tmp, final, text_field, val_fra
             if len(batch) >= 1024:
                 drain()
         drain()
+        return [{"ordinal": i, "path": p, "records": starts[i + 1] - starts[i]}
+                for i, p in enumerate(paths)]
 
     if log:
         log(f"tokenizing {len(train_paths)} file(s) into {final}")
-    split = not val_paths and val_fraction > 0
-    consume(train_paths, lambda text: split and _is_val(text, val_fraction))
-    if val_paths:  # ordinals of the validation documents count in val_inputs
-        consume(val_paths, lambda text: True)
+    held_out = not val_paths and val_fraction > 0
+    train_files = consume(train_paths, lambda text: held_out and _is_val(text, val_fraction))
+    # ordinals of the validation documents count in val_inputs
+    val_files = consume(val_paths, lambda text: True) if val_paths else train_files
     pages.finish()
-    train.flush()
-    val.flush()
     if train.tokens == 0:
         raise DataError(f"{train_paths[0]}: no training text (0 documents)")
-    meta = {
-        "version": CACHE_VERSION, "dtype": np.dtype(dtype).name,
-        "tokenizer": tokenizer.fingerprint(),
-        "vocab_size": tokenizer.vocab_size, "eos_id": tokenizer.eos_id, "text_field": text_field,
-        "val_fraction": val_fraction, "inputs": train_paths, "val_inputs": val_paths,
-        "train": {"docs": train.docs, "tokens": train.tokens, "shards": train.shards},
-        "val": {"docs": val.docs, "tokens": val.tokens, "shards": val.shards},
-    }
-    with open(os.path.join(tmp, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
+    for writer, files in ((train, train_files), (val, val_files)):
+        mark_done(writer.dir, writer.close(files))
+
+
+def open_cache(directory: str) -> tuple[TokenDataset, TokenDataset]:
+    """The train and validation datasets of a cache (FileNotFoundError: it is gone)."""
+    os.stat(directory)
+    if os.path.isfile(os.path.join(directory, "meta.json")):
+        raise DataError(f"{directory}: a token cache written by an older llmtk (before "
+                        f"version {CACHE_VERSION}), which this llmtk does not read: use the "
+                        f"llmtk that wrote it, or train again (this one builds a version "
+                        f"{CACHE_VERSION} cache of the same tokens)")
+    return (TokenDataset.open(os.path.join(directory, "train")),
+            TokenDataset.open(os.path.join(directory, "val")))
+
+
+def _one_old_shard(ds: TokenDataset) -> bool:
+    """Whether a cache before version 3 held this split in one shard (it closed a shard
+    after the first document that brought it to OLD_SHARD_TOKENS), so that it cut the
+    windows a dataset cuts."""
+    ends = ds.parts[0].index()[:, 0]
+    return len(ends) < 2 or int(ends[-2]) < OLD_SHARD_TOKENS
+
+
+def earlier_names(cache: str) -> dict[str, bool]:
+    """{name: same windows} of the caches that the same inputs had under every earlier
+    CACHE_VERSION (a run resumed after its cache was rebuilt has the same data; its
+    windows too unless a split of it was over one shard)."""
+    train, val = open_cache(cache)
+    meta = read_meta(train.directory)
+    split = meta["cache"]
+    same = _one_old_shard(train) and _one_old_shard(val)
+    return {cache_key(meta["files"], split["val_inputs"], meta["tokenizer"],
+                      meta["text_field"], split["val_fraction"], version=v): same
+            for v in range(1, CACHE_VERSION)}
 
 
 def cache_names(cache: str) -> set[str]:
-    """The names the same data had: this cache's, and those the same inputs had under every
-    earlier CACHE_VERSION (a run resumed after the cache was rebuilt has the same data)."""
+    """The names under which a checkpoint's data_cache is this cache's windows: its own,
+    and its earlier names that cut the same windows."""
     names = {os.path.basename(cache)}
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        m = read_meta(cache)
-        names |= {cache_key(m["inputs"], m["val_inputs"], m["tokenizer"], m["text_field"],
-                            m["val_fraction"], version=v) for v in range(1, CACHE_VERSION)}
+    with contextlib.suppress(OSError, DataError, KeyError):
+        names |= {name for name, same in earlier_names(cache).items() if same}
     return names
-
-
-def read_meta(cache_dir: str) -> dict:
-    with open(os.path.join(cache_dir, "meta.json")) as f:
-        return json.load(f)
-
-
-@dataclass
-class Windows:
-    """All (seq_len + 1)-token windows of one split, over its memory-mapped shards."""
-
-    shards: list[np.ndarray]
-    per_shard: list[int]   # windows in each shard
-    seq_len: int
-    paths: list[str] = field(default_factory=list)   # each shard's file
-    inputs: list[str] = field(default_factory=list)  # the files its documents came from
-
-    @classmethod
-    def open(cls, cache_dir: str, split: str, seq_len: int) -> Windows:
-        meta = read_meta(cache_dir)
-        shards, per, paths = [], [], []
-        for s in meta[split]["shards"]:
-            path = os.path.join(cache_dir, s["file"])
-            arr = np.memmap(path, dtype=meta["dtype"], mode="r")
-            n = (len(arr) - 1) // seq_len  # windows overlap by one token (the last target)
-            if n > 0:
-                shards.append(arr)
-                per.append(n)
-                paths.append(path)
-        inputs = meta["val_inputs"] if split == "val" and meta["val_inputs"] else meta["inputs"]
-        return cls(shards, per, seq_len, paths, inputs)
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __post_init__(self):
-        self._starts = np.cumsum([0, *self.per_shard])  # first window of each shard
-        self._n = int(self._starts[-1])  # len(): asked twice per window read
-        self._docs: dict[int, tuple] = {}  # shard -> its document rows and ids (documents)
-
-    def get(self, i: int) -> np.ndarray:
-        """Window i: (seq_len + 1,) token ids."""
-        if not 0 <= i < len(self):
-            raise IndexError(i)
-        k, start = self._where(i)
-        return self.shards[k][start:start + self.seq_len + 1]
-
-    def _where(self, i: int) -> tuple[int, int]:
-        """(shard, first token) of window i."""
-        k = int(np.searchsorted(self._starts, i, side="right")) - 1  # the shard holding i
-        return k, (i - int(self._starts[k])) * self.seq_len
-
-    def _index(self, k: int):
-        """Shard k's document rows (memory-mapped) and ids, read once (the cache is the
-        small-data path: its ids fit in memory)."""
-        if k not in self._docs:
-            path = self.paths[k]
-            if not os.path.exists(path + ".docs"):
-                raise DataError(f"{os.path.dirname(path)}: a token cache of version 1 keeps no "
-                                "document boundaries; train again with this llmtk (it builds "
-                                "a version 2 cache) or on a dataset of `llmtk train tokenize`")
-            with open(path + ".ids", "rb") as f:
-                ids = f.read().split(b"\n")
-            self._docs[k] = (np.memmap(path + ".docs", dtype=np.uint64, mode="r")
-                             .reshape(-1, 2), ids)
-        return self._docs[k]
-
-    def documents(self, i: int) -> list[dict]:
-        """The documents window i's tokens come from: id, file, file_ordinal, record and
-        tokens, the [first, last) span of the document's tokens in the window (EOS counted
-        as its last token)."""
-        if not 0 <= i < len(self):
-            raise IndexError(i)
-        k, lo = self._where(i)
-        index, ids = self._index(k)
-        return documents_in(index, lo, lo + self.seq_len + 1,
-                            lambda d: orjson.loads(ids[d]) if ids[d] else None, self.inputs)
-
-
-def documents_in(index, lo: int, hi: int, record_id, files) -> list[dict]:
-    """The documents whose tokens overlap tokens [lo, hi) of a stream, from its (D, 2)
-    document rows (end offset, doc key): id (record_id(d)), file (files[file ordinal]),
-    file_ordinal, record and tokens, the [first, last) span of the document's tokens taken
-    (EOS counted as its last token). Shared by the cache's shards and a dataset's parts."""
-    ends, out = index[:, 0], []
-    d = int(np.searchsorted(ends, lo, side="right"))
-    while d < len(ends) and (start := int(ends[d - 1]) if d else 0) < hi:
-        key = int(index[d, 1])
-        ordinal = key >> RECORD_BITS
-        out.append({"id": record_id(d), "file": files[ordinal], "file_ordinal": ordinal,
-                    "record": key & RECORD_MASK,
-                    "tokens": [max(lo, start) - start, min(hi, int(ends[d])) - start]})
-        d += 1
-    return out
 
 
 ORDER_IN_MEMORY = 1 << 24  # windows per epoch up to which the order is a permutation array

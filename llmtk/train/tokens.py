@@ -16,24 +16,25 @@ A dataset is a directory that one or many tasks write into:
         manifest.json               the task's files, counts and the tokens' xxh64
     DIR/part-KKKKK-of-NNNNN.done    written after the part directory is in place
 
-A task writes into `.part-K-of-N.tmp-PID/` and renames it when complete, so a
-killed task leaves nothing a reader takes (its temporary directory is removed by
-the next try of that task). Memory of a task: one batch of documents and its
-tokens (BATCH_BYTES of text), whatever the size of its files: every array is
+A task writes into `.tmp-part-K-of-N-HOST-PID/` and renames it when complete, so a
+killed task leaves nothing a reader takes (its temporary directory is removed by the
+next try of that task on that host: `sweep`). Memory of a task: one batch of documents
+and its tokens (BATCH_BYTES of text), whatever the size of its files: every array is
 appended to its file as the batch is done.
 
 The dataset's token stream is the parts' streams in K order; since task K owns the
 K-th contiguous run of the sorted inputs, it is the same stream, byte for byte, that one
-task writes for all the inputs (and the same tokens the in-process cache holds: EOS after
-every document). Training windows are cut from that one stream, so an N-task dataset
-trains exactly as a 1-task one.
+task writes for all the inputs. Training windows are cut from that one stream (`Windows`),
+so an N-task dataset trains exactly as a 1-task one. The in-process cache
+(llmtk.train.data) is made of one-task datasets written by the same `PartWriter`.
 """
 
 from __future__ import annotations
 
-import glob
 import os
+import re
 import shutil
+import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,7 @@ import xxhash
 from llmtk.errors import AlreadyDone, DataError, UsageError
 from llmtk.io import write_json_atomically
 from llmtk.io.atomic import atomic_dir, pid_alive
+from llmtk.io.shard import RECORD_BITS, RECORD_MASK
 from llmtk.train.webpages import WebPageCheck
 
 if TYPE_CHECKING:
@@ -76,11 +78,13 @@ def is_dataset(path: str) -> bool:
 
 # -- writing: one task --------------------------------------------------------------------
 
-def _dataset_meta(tok, text_field: str, n: int, files: list[str]) -> dict:
+def dataset_meta(tok, text_field: str, n: int, files: list[str], **more) -> dict:
+    """DIR/meta.json of a dataset of n tasks over `files` (`more`: fields of its own, as
+    the cache's)."""
     return {"kind": KIND, "version": VERSION, "tokenizer": tok.fingerprint(),
             "tokenizer_name": getattr(tok, "path", tok.name), "vocab_size": tok.vocab_size,
             "eos_id": tok.eos_id, "eos": EOS_POLICY, "dtype": dtype_for(tok.vocab_size),
-            "text_field": text_field, "tasks": n, "files": files}
+            "text_field": text_field, "tasks": n, "files": files, **more}
 
 
 def _agree_meta(directory: str, meta: dict) -> None:
@@ -96,13 +100,16 @@ def _agree_meta(directory: str, meta: dict) -> None:
     write_json_atomically(path, meta)
 
 
-class _PartWriter:
-    """Appends one task's tokens, document index and ids to its files, batch by batch."""
+class PartWriter:
+    """Appends task k of n's tokens, document index and ids to the files of its part
+    directory, batch by batch; `close` writes its manifest. The one writer of token files:
+    `llmtk train tokenize`'s tasks and the in-process cache."""
 
-    def __init__(self, directory: str, dtype: str):
+    def __init__(self, directory: str, k: int, n: int, meta: dict):
         import numpy as np
 
-        self.dir, self.dtype = directory, np.dtype(dtype)
+        self.dir, self.k, self.n, self.meta = directory, k, n, meta
+        self.dtype = np.dtype(meta["dtype"])
         self.tokens = self.docs = self.id_bytes = 0
         self.hash = xxhash.xxh64()
         self._files = {name: open(os.path.join(directory, name), "wb")
@@ -133,11 +140,27 @@ class _PartWriter:
         self.docs += len(keys)
         self.id_bytes += sum(map(len, blobs))
 
-    def close(self) -> None:
+    def close(self, files: list[dict]) -> dict:
+        """Flush the files to disk and write manifest.json (`files`: the task's inputs,
+        each {ordinal, path, records}); return the manifest."""
         for f in self._files.values():
             f.flush()
             os.fsync(f.fileno())
             f.close()
+        manifest = {
+            "part": part_name(self.k, self.n), "task": self.k, "tasks": self.n,
+            "tokenizer": self.meta["tokenizer"], "dtype": self.meta["dtype"], "eos": EOS_POLICY,
+            "docs": self.docs, "tokens": self.tokens, "xxh64": self.hash.hexdigest(),
+            "files": files,
+        }
+        write_json_atomically(os.path.join(self.dir, "manifest.json"), manifest)
+        return manifest
+
+
+def mark_done(part_dir: str, manifest: dict) -> None:
+    """PART.done beside a part directory that is in place: readers take the part."""
+    write_json_atomically(part_dir + ".done", {"docs": manifest["docs"],
+                                               "tokens": manifest["tokens"]})
 
 
 def tokenize_task(run: StreamRun, tok, out_dir: str, allow_html: bool = False) -> dict:
@@ -156,14 +179,13 @@ def tokenize_task(run: StreamRun, tok, out_dir: str, allow_html: bool = False) -
     final, done = os.path.join(out_dir, name), os.path.join(out_dir, name + ".done")
     if os.path.exists(done) and os.path.isdir(final):
         raise AlreadyDone(f"{final} is done; skipping this task")
-    meta = _dataset_meta(tok, run.opts.text_field, n, run.all_paths)
+    meta = dataset_meta(tok, run.opts.text_field, n, run.all_paths)
     _agree_meta(out_dir, meta)
-    _sweep(out_dir, name)
-    tmp = os.path.join(out_dir, f".{name}.tmp-{os.getpid()}")
+    sweep(out_dir, name)
     # Renamed into place only when complete (replacing a part a task killed after its
     # rename wrote, before its marker); removed on any failure.
-    with atomic_dir(final, tmp, replace=True):
-        writer = _PartWriter(tmp, meta["dtype"])
+    with atomic_dir(final, temp_dir(out_dir, name), replace=True) as tmp:
+        writer = PartWriter(tmp, k, n, meta)
         batch: list = []
         size = 0
 
@@ -185,28 +207,33 @@ def tokenize_task(run: StreamRun, tok, out_dir: str, allow_html: bool = False) -
         pages.finish()
         if batch:
             flush()
-        writer.close()
         starts = run.file_starts
-        manifest = {
-            "part": name, "task": k, "tasks": n, "tokenizer": meta["tokenizer"],
-            "dtype": meta["dtype"], "eos": EOS_POLICY, "docs": writer.docs,
-            "tokens": writer.tokens, "xxh64": writer.hash.hexdigest(),
-            "files": [{"ordinal": o, "path": run.all_paths[o],
-                       "records": starts[i + 1] - starts[i]}
-                      for i, o in enumerate(run.file_ordinals)],
-        }
-        write_json_atomically(os.path.join(tmp, "manifest.json"), manifest)
+        manifest = writer.close([{"ordinal": o, "path": run.all_paths[o],
+                                  "records": starts[i + 1] - starts[i]}
+                                 for i, o in enumerate(run.file_ordinals)])
     run.count("tokens", writer.tokens)
-    write_json_atomically(done, {"docs": writer.docs, "tokens": writer.tokens})
+    mark_done(final, manifest)
     return manifest
 
 
-def _sweep(directory: str, name: str) -> None:
-    """Remove this part's temporary directories left by killed tries (dead PIDs)."""
-    for path in glob.glob(os.path.join(directory, f".{name}.tmp-*")):
-        pid = path.rsplit("-", 1)[-1]
-        if pid.isdigit() and not pid_alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
+def temp_dir(directory: str, name: str) -> str:
+    """Where DIRECTORY/NAME is written before its rename: `.tmp-NAME-HOST-PID` beside it
+    (the host, as a shared filesystem may hold the leftovers of several)."""
+    return os.path.join(directory, f".tmp-{name}-{socket.gethostname()}-{os.getpid()}")
+
+
+def sweep(directory: str, name: str | None = None) -> list[str]:
+    """Remove the temporary directories (`temp_dir`) of NAME (any name: None) that dead
+    processes of this host left in `directory` (a SIGKILL mid-write); another host's, or
+    a live process's, are left alone. Returns the names removed."""
+    ours = re.compile(r"\.tmp-(.+)-" + re.escape(socket.gethostname()) + r"-(\d+)")
+    removed = []
+    for entry in os.listdir(directory):
+        m = ours.fullmatch(entry)
+        if m and name in (None, m[1]) and not pid_alive(int(m[2])):
+            shutil.rmtree(os.path.join(directory, entry), ignore_errors=True)
+            removed.append(entry)
+    return removed
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -315,16 +342,14 @@ class TokenDataset:
                 f"{getattr(tok, 'path', tok.name)} ({tok.fingerprint()}): pass the same "
                 "--tokenizer, or tokenize again")
 
-    def windows(self, seq_len: int) -> StreamWindows:
-        return StreamWindows([p.tokens for p in self.parts if len(p.tokens)], seq_len)
+    def windows(self, seq_len: int) -> Windows:
+        return Windows([p.tokens for p in self.parts if len(p.tokens)], seq_len)
 
     def documents(self, start: int, stop: int) -> list[dict]:
         """The documents that tokens [start, stop) of the dataset's stream come from: each
         with its file, record, id and the span of its tokens taken ([first, last) offsets
         within the document, EOS counted as its last token)."""
         import numpy as np
-
-        from llmtk.train.data import documents_in
 
         bases = self._bases()
         out, k = [], max(0, int(np.searchsorted(bases, start, side="right")) - 1)
@@ -346,10 +371,29 @@ class TokenDataset:
         return self._starts
 
 
-class StreamWindows:
+def documents_in(index, lo: int, hi: int, record_id, files) -> list[dict]:
+    """The documents whose tokens overlap tokens [lo, hi) of a part, from its (D, 2)
+    document rows (end offset, doc key): id (record_id(d)), file (files[file ordinal]),
+    file_ordinal, record and tokens, the [first, last) span of the document's tokens taken
+    (EOS counted as its last token)."""
+    import numpy as np
+
+    ends, out = index[:, 0], []
+    d = int(np.searchsorted(ends, lo, side="right"))
+    while d < len(ends) and (start := int(ends[d - 1]) if d else 0) < hi:
+        key = int(index[d, 1])
+        ordinal = key >> RECORD_BITS
+        out.append({"id": record_id(d), "file": files[ordinal], "file_ordinal": ordinal,
+                    "record": key & RECORD_MASK,
+                    "tokens": [max(lo, start) - start, min(hi, int(ends[d])) - start]})
+        d += 1
+    return out
+
+
+class Windows:
     """All (seq_len + 1)-token windows of one token stream held in several memory maps
-    (the parts, in order): window i is tokens [i * seq_len, i * seq_len + seq_len + 1),
-    which may straddle two parts. Same interface as llmtk.train.data.Windows."""
+    (a dataset's parts, in order): window i is tokens [i * seq_len, i * seq_len + seq_len
+    + 1), which may straddle two parts. What llmtk.train.data.Sampler draws from."""
 
     def __init__(self, arrays: list, seq_len: int):
         import numpy as np

@@ -61,7 +61,6 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
     """Lock the run directory (rank 0), tokenize (before the process group exists, so its
     timeout does not run while one process tokenizes), then train."""
     from llmtk.text.tokenizer import load_tokenizer
-    from llmtk.train import data as D
     from llmtk.train.hf import resolve_init
     from llmtk.train.lock import lock_run_dir
 
@@ -71,16 +70,14 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
     lock = lock_run_dir(cfg.out) if rank == 0 else None  # before anything touches OUT
     data_ready = False  # until then a failure (empty or bad data) takes back what it made
     try:
-        tok = cache = None  # --sft: read by the Trainer (train/finetune.py), no token cache
+        tok = source = None  # --sft: read by the Trainer (train/finetune.py), no token cache
         if not cfg.sft:
             tok = load_tokenizer(cfg.tokenizer)
             say = (lambda m: print(m, file=sys.stderr, flush=True)) \
                 if rank == 0 and not cfg.quiet else None
-            from llmtk.train.inputs import data_key
+            from llmtk.train.inputs import DataSpec, open_source
 
-            cache = data_key(cfg, tok) or D.build_cache(  # token datasets need no cache
-                cfg.data, cfg.val_data, tok, cfg.cache_dir or os.path.join(cfg.out, "cache"),
-                cfg.text_field, cfg.val_fraction, log=say, allow_html=cfg.allow_html)
+            source = open_source(section(DataSpec, cfg), tok, log=say)  # documents: the cache
         data_ready = True
         import torch  # only now: a run refused by the lock or the data never waits for it
 
@@ -91,7 +88,7 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
             torch.set_default_dtype(torch.float64)  # given back in the finally below
         try:
             dist.barrier()  # rank 0 holds the lock: the others may touch OUT from here on
-            trainer = Trainer(cfg, dist, tok, cache, faults or Faults())
+            trainer = Trainer(cfg, dist, tok, source, faults or Faults())
             try:
                 with trainer.stopper:
                     trainer.run()
@@ -118,7 +115,7 @@ class Trainer:
     """One run: the plan resolved, the data opened, the model built for the plan, and the
     components the loop (`run`) calls; every rank builds one and runs it in step."""
 
-    def __init__(self, cfg: TrainConfig, dist: Dist, tok, cache: str, faults: Faults):
+    def __init__(self, cfg: TrainConfig, dist: Dist, tok, source, faults: Faults):
         import torch
 
         from llmtk.train import data as D
@@ -138,11 +135,11 @@ class Trainer:
             self.chat, self.train_data, self.val_data = sft.chat, sft.train_data, sft.val_data
             self.cache, self.data_meta = sft.cache, sft.data_meta
         else:
-            from llmtk.train.inputs import epoch_warnings, open_training_data
+            from llmtk.train.inputs import DataSpec, epoch_warnings, open_training_data
 
-            data = open_training_data(cfg, cache, mcfg.seq_len, dp, dp_rank)
+            data = open_training_data(section(DataSpec, cfg), source, mcfg.seq_len, dp, dp_rank)
             self.train_data, self.val_data, self.val_sets = data.train, data.val, data.val_sets
-            self.cache, self.data_meta = cache, data.meta
+            self.cache, self.data_meta = source.key, data.meta
             for line in epoch_warnings(data, cfg.steps * plan.windows_per_step, cfg.max_epochs):
                 self.log.say(line)
         self.batches = D.Prefetcher(self.train_data, self.train_data.global_batch, dist.device,
@@ -172,7 +169,7 @@ class Trainer:
         self.health = Health(section(HealthRules, cfg), self.log, self.ckpt, restore=self._restore,
                              zero_grad=lambda: self.optim.opt.zero_grad(set_to_none=True),
                              documents=(lambda start, stop: None) if cfg.sft else partial(
-                                 rollback_documents, cfg, self.cache, self.train_data,
+                                 rollback_documents, source, self.train_data,
                                  mcfg.seq_len), param_names=self.optim.param_names,
                              grad_stats=grad_stats)
         self.evaluator = Evaluator(section(EvalSpec, cfg), built=self.built, whole=self._whole,
