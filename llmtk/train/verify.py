@@ -1,0 +1,273 @@
+"""The restore drill: prove a checkpoint before it is needed (`llmtk train verify RUN`).
+
+1. Checksums: every file of the checkpoint (latest, or --step N) against its manifest,
+   the manifest against COMPLETE, COMPLETE against itself, and `latest` names a
+   checkpoint: one changed byte anywhere names the file (checkpoint.verify).
+2. Recompute: train from the checkpoint, with the run's own configuration and layout
+   (as many processes as it had, through torchrun), up to the next step metrics.jsonl
+   logged after it, in a scratch directory; the run's directory is only read. The loss
+   must equal the logged one bit for bit on CPU (training there is deterministic: the
+   same kernels, threads and reduction order). On GPU the kernels are not deterministic;
+   the loss must agree within GPU_TOLERANCE per recomputed step, relative.
+
+The recompute goes through the trainer's own resume path (llmtk.train.trainer.train),
+stopped by a Faults hook once the compared step is logged: nothing here re-implements
+loading or a training step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+
+from llmtk.errors import LlmtkError, UsageError
+from llmtk.train import checkpoint as C
+from llmtk.train.runtime import Faults
+
+# Relative difference allowed per recomputed step on GPU: one rounding of the bf16 matmul
+# inputs (8 significant bits, 2^-8) or of TF32 (fp32 runs on GPU: 11 bits, 2^-11). Atomic
+# adds and split-K reductions change the order of fp32 sums between two runs; the logged
+# loss, a mean over the whole global batch, moves by far less than one input rounding per
+# step, so this bound catches a wrong weight, optimizer moment or data position (each
+# moves the loss by more than 1%) and tolerates the kernels' nondeterminism.
+GPU_TOLERANCE = {"bf16": 2.0 ** -8, "fp32": 2.0 ** -11}
+
+
+class VerifyFailed(LlmtkError):
+    """The checkpoint or its recompute does not match: one line naming the file or step."""
+
+
+class _Reached(Exception):
+    """Raised by the drill's Faults hook once the compared step is done on this rank."""
+
+
+class _StopAt(Faults):
+    def __init__(self, step: int):
+        self.step = step
+
+    def after_step(self, step: int) -> None:  # after the step's row is written
+        if step >= self.step:
+            raise _Reached
+
+
+# ---------------------------------------------------------------- choosing and checksums
+
+
+def choose(run: str, step: int | None) -> str:
+    """The checkpoint directory to verify: step `step`'s, or the newest complete one
+    (even if it is corrupt: that is what this command is for)."""
+    root = os.path.join(run, "checkpoints")
+    found = C.step_dirs(root)
+    if not found:
+        raise UsageError(f"{run}: no complete checkpoint under {root}")
+    if step is None:
+        return found[-1][1]
+    for s, path in found:
+        if s == step:
+            return path
+    have = ", ".join(str(s) for s, _ in found)
+    raise UsageError(f"{run}: no complete checkpoint of step {step} (there are: {have})")
+
+
+def checksums(path: str) -> None:
+    """Every file of checkpoint `path` against its manifest, and `latest` beside it."""
+    problem = C.verify(path)
+    if problem is not None:
+        raise VerifyFailed(f"{path}: {problem}")
+    root = os.path.dirname(path)
+    latest = os.path.join(root, "latest")
+    if os.path.exists(latest):
+        try:
+            with open(latest, "rb") as f:
+                name = f.read().decode()
+        except (OSError, UnicodeDecodeError):
+            name = ""
+        named = name.removesuffix("\n")
+        if not (name.endswith("\n") and C.STEP_DIR.match(named)
+                and os.path.exists(os.path.join(root, named, C.COMPLETE))):
+            raise VerifyFailed(f"{latest}: names {named!r}, which is not a complete "
+                               "checkpoint of this run")
+
+
+def file_count(path: str) -> int:
+    with open(os.path.join(path, C.MANIFEST)) as f:
+        return len(json.load(f)["files"])
+
+
+# ---------------------------------------------------------------- recomputing
+
+
+def logged_after(run: str, step: int) -> dict | None:
+    """The first training row of RUN/metrics.jsonl after `step` (None: there is none)."""
+    from llmtk.io.metrics import read_metrics
+
+    path = os.path.join(run, "metrics.jsonl")
+    try:
+        for row in read_metrics(path):
+            if (isinstance(row.get("step"), int) and row["step"] > step and "loss" in row
+                    and "event" not in row):
+                return row
+    except FileNotFoundError:
+        raise LlmtkError(f"{path}: no such file: the run's log is what the recompute "
+                         "is compared with") from None
+    except ValueError as e:
+        raise LlmtkError(str(e)) from None
+    return None
+
+
+def drill_config(run: str, path: str, state: dict, stop: int, scratch: str) -> dict:
+    """The run's own training configuration, resuming from `path` into `scratch`, with
+    what does not change the trained numbers switched off (evaluation, samples, other
+    loggers, checkpoints) and the thread count the run had."""
+    from llmtk.train.config import TrainConfig
+
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    flags = {k: v for k, v in state["train_config"].items() if k in known}
+    threads = _run_json(run).get("threads")
+    flags.update(
+        out=scratch, resume=path, quiet=True, log_to="none", eval_every=0, eval_tasks=[],
+        sample_every=0, checkpoint_every=0, verify_every=0, keep_checkpoints=0,
+        dry_run=False, steps=max(flags.get("steps", stop), stop),
+        cache_dir=flags.get("cache_dir") or os.path.join(run, "cache"),
+        threads=flags.get("threads") or threads)
+    return flags
+
+
+def _run_json(run: str) -> dict:
+    try:
+        with open(os.path.join(run, "config.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def recompute(flags: dict, world: int, stop: int) -> dict:
+    """Train from the checkpoint to step `stop` with the run's layout; its row there."""
+    scratch = flags["out"]
+    if world == 1:
+        _train_until(flags, stop)
+    else:
+        _torchrun(flags, world, stop)
+    from llmtk.io.metrics import read_metrics
+
+    rows = [r for r in read_metrics(os.path.join(scratch, "metrics.jsonl"))
+            if r.get("step") == stop and "loss" in r and "event" not in r]
+    if not rows:
+        raise VerifyFailed(f"step {stop} recomputed from the checkpoint logged no loss "
+                           "(a non-finite step?)")
+    return {**rows[-1], "device": _run_json(scratch).get("device", "cpu")}
+
+
+def _train_until(flags: dict, stop: int) -> None:
+    from llmtk.train.config import resolve_config
+    from llmtk.train.trainer import train
+
+    try:
+        train(resolve_config(flags, None), faults=_StopAt(stop))
+    except _Reached:
+        pass
+
+
+def _torchrun(flags: dict, world: int, stop: int) -> None:
+    """`world` worker processes on this machine (torchrun --standalone), each running
+    `worker` below: the run's layout needs as many processes as it had."""
+    import subprocess
+
+    spec = os.path.join(flags["out"], "drill.json")
+    with open(spec, "w") as f:
+        json.dump({"flags": flags, "stop": stop}, f)
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(flags.get("threads") or 1))
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={world}", "-m", "llmtk.train.verify", spec]
+    p = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE)
+    if p.returncode != 0:
+        tail = p.stderr.decode(errors="replace").strip().splitlines()[-12:]
+        sys.stderr.write("\n".join(tail) + "\n")
+        raise VerifyFailed(f"the recompute in {world} processes failed (exit status "
+                           f"{p.returncode}; its last lines are above)")
+
+
+def worker(spec_path: str) -> None:
+    """One rank of the recompute (started by torchrun through _torchrun)."""
+    with open(spec_path) as f:
+        spec = json.load(f)
+    _train_until(spec["flags"], spec["stop"])
+
+
+def tolerance(row: dict, k: int, dtype: str) -> float:
+    """Allowed |recomputed - logged| for a loss recomputed `k` steps after the checkpoint:
+    0 on CPU, else GPU_TOLERANCE of the run's dtype per step, relative to the loss."""
+    if not str(row.get("device", "cpu")).startswith("cuda"):
+        return 0.0
+    unit = GPU_TOLERANCE["fp32" if dtype == "fp32" else "bf16"]
+    return k * unit * abs(float(row["loss"]))
+
+
+# ---------------------------------------------------------------- the drill
+
+
+def verify(run: str, step: int | None = None, *, checksums_only: bool = False,
+           say: Callable[[str], None] | None = None) -> str:
+    """The restore drill on checkpoint `step` of `run` (default: the newest). Returns the
+    line that says what was proven; raises VerifyFailed naming the file or the step."""
+    say = say or (lambda _msg: None)
+    path = choose(run, step)
+    name = os.path.basename(path)
+    checksums(path)
+    proven = f"{name}: {file_count(path)} files match {C.MANIFEST}"
+    if checksums_only:
+        return proven
+    state = C.load_state(path)
+    saved = state["step"]
+    row = logged_after(run, saved)
+    stop = row["step"] if row is not None else saved + 1
+    world = int(state.get("world_size", 1))
+    say(f"{proven}; recomputing step {stop} from it in {world} process"
+        f"{'es' if world > 1 else ''}")
+    scratch = tempfile.mkdtemp(prefix="llmtk-verify-")
+    try:
+        flags = drill_config(run, path, state, stop, scratch)
+        got = recompute(flags, world, stop)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if row is None:
+        return (f"{proven}; it loads and trains (step {stop}: loss {got['loss']!r}); "
+                f"metrics.jsonl logs no step after {saved} to compare with")
+    return proven + "; " + compare(row, got, stop - saved, flags.get("dtype", "auto"))
+
+
+def compare(logged: dict, got: dict, k: int, dtype: str) -> str:
+    """The verdict on the recomputed row `got` against the `logged` one."""
+    want, have, step = float(logged["loss"]), float(got["loss"]), logged["step"]
+    tol = tolerance(got, k, dtype)
+    diff = abs(have - want)
+    if tol == 0.0:
+        if have != want:
+            raise VerifyFailed(f"step {step}: the loss recomputed from the checkpoint is "
+                               f"{have!r}, metrics.jsonl has {want!r} (CPU recomputes bit "
+                               "for bit: the checkpoint does not restore the run)")
+        return f"step {step} recomputed: loss {have!r}, bit for bit as logged"
+    if not diff <= tol:
+        raise VerifyFailed(f"step {step}: the loss recomputed from the checkpoint is "
+                           f"{have!r}, metrics.jsonl has {want!r}: {diff:.3g} apart, more "
+                           f"than the GPU tolerance {tol:.3g} ({k} step(s))")
+    return (f"step {step} recomputed: loss {have!r}, logged {want!r} ({diff:.3g} apart, "
+            f"within the GPU tolerance {tol:.3g})")
+
+
+if __name__ == "__main__":  # a torchrun worker of the recompute
+    try:
+        worker(sys.argv[1])
+    except LlmtkError as e:
+        print(f"llmtk: error: {e}", file=sys.stderr, flush=True)
+        sys.exit(e.exit_code)
+    from llmtk.train.runtime import exit_worker
+
+    exit_worker()
