@@ -155,8 +155,13 @@ def recompute(flags: dict, world: int, stop: int) -> dict:
         _torchrun(flags, world, stop)
     from llmtk.io.metrics import read_metrics
 
-    rows = [r for r in read_metrics(os.path.join(scratch, "metrics.jsonl"))
-            if r.get("step") == stop and "loss" in r and "event" not in r]
+    logged = list(read_metrics(os.path.join(scratch, "metrics.jsonl")))
+    resumed = [r for r in logged if r.get("event") == "resume"]
+    if not resumed or os.path.basename(resumed[0].get("path", "")) != \
+            os.path.basename(flags["resume"]):
+        # a fresh start reproduces the run's first steps too: only a resume proves anything
+        raise VerifyFailed(f"the recompute did not resume from {flags['resume']}")
+    rows = [r for r in logged if r.get("step") == stop and "loss" in r and "event" not in r]
     if not rows:
         raise VerifyFailed(f"step {stop} recomputed from the checkpoint logged no loss "
                            "(a non-finite step?)")
