@@ -153,9 +153,7 @@ def test_a_resealed_checkpoint_that_does_not_restore_the_run_names_the_step(copy
     key = "layers.0.attn.wo.weight"
     sd[key] = sd[key] * (1 + 1e-3)
     torch.save(sd, os.path.join(path, "model.pt"))
-    C.write_manifest(path)
-    with open(os.path.join(path, C.COMPLETE), "w") as f:
-        f.write(C.complete_line(4, path))
+    C.seal(path, 4)
     code, err = verify(out, "--step", "4")
     assert code == 1, err
     assert "llmtk: error: step 5: the loss recomputed from the checkpoint is " in err

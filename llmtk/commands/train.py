@@ -53,6 +53,8 @@ checkpoints, and resumes from the newest complete checkpoint by itself.
 
   llmtk train export runs/a --hf hf/a
 
+  llmtk train verify runs/a
+
   llmtk plot-loss runs/a/metrics.jsonl -o loss.png
 
 Exit status: 0 done (or checkpointed and stopped on SIGTERM/SIGUSR1), 1 a data or \

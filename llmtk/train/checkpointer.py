@@ -460,7 +460,8 @@ def check_shape(state: dict, path: str, mcfg, *, say: Callable[[str], None], for
 # Settings that do not change what is trained (a moved run directory or cache included);
 # a resume with other values is unremarkable.
 _NOT_NOTED = {"out", "cache_dir", "resume", "quiet", "seed", "threads", "log_every", "log_to",
-              "nccl_timeout", "keep_checkpoints", "async_checkpoint", "dry_run", "gpu"}
+              "nccl_timeout", "keep_checkpoints", "async_checkpoint", "dry_run", "gpu",
+              "verify_every"}
 
 
 def changed_settings(old: dict, new: dict) -> str:
