@@ -309,3 +309,17 @@ def test_a_running_holder_is_refused_at_once(tmp_path):
     finally:
         held.release()
     assert said == [] and "is in use by another llmtk train" in str(e.value)
+
+
+def test_on_gpu_the_loss_must_agree_within_one_input_rounding_per_step():
+    from llmtk.errors import LlmtkError
+    from llmtk.train.verify import compare
+
+    logged = {"step": 9, "loss": 4.0}
+    near = {"loss": 4.0 * (1 + 2 ** -9), "device": "cuda:0"}  # half a bf16 rounding
+    assert "within the GPU tolerance" in compare(logged, near, 1, "auto")
+    with pytest.raises(LlmtkError, match=r"^step 9: .* more than the GPU tolerance"):
+        compare(logged, near, 1, "fp32")  # TF32: 2^-11 per step
+    assert "within" in compare(logged, near, 4, "fp32")  # 4 steps recomputed
+    with pytest.raises(LlmtkError, match="CPU recomputes bit for bit"):
+        compare(logged, {"loss": 4.0 + 1e-15, "device": "cpu"}, 1, "auto")
