@@ -160,6 +160,18 @@ def test_a_resealed_checkpoint_that_does_not_restore_the_run_names_the_step(copy
     assert "CPU recomputes bit for bit" in err
 
 
+def test_a_resume_that_changed_the_schedule_is_recomputed_with_its_settings(template,
+                                                                            tmp_path):
+    """Trained on with --steps 8 from step 4 (the cosine schedule stretches): the rows
+    after step 4 follow the new settings, which the next checkpoint records."""
+    out = tmp_path / "run"
+    run(template, out, 4, log_every=2)
+    run(template, out, 8, log_every=2)
+    code, err = verify(out, "--step", "4")
+    assert code == 0, err
+    assert "step 6 recomputed" in err
+
+
 def test_no_such_step_is_a_usage_error(template):
     code, err = verify(template / "full", "--step", "3")
     assert code == 2 and "no complete checkpoint of step 3 (there are: 2, 4, 6)" in err

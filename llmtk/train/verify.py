@@ -3,10 +3,11 @@
 1. Checksums: every file of the checkpoint (latest, or --step N) against its manifest,
    the manifest against COMPLETE, COMPLETE against itself, and `latest` names a
    checkpoint: one changed byte anywhere names the file (checkpoint.verify).
-2. Recompute: train from the checkpoint, with the run's own configuration and layout
-   (as many processes as it had, through torchrun), up to the next step metrics.jsonl
-   logged after it, in a scratch directory; the run's directory is only read. The loss
-   must equal the logged one bit for bit on CPU (training there is deterministic: the
+2. Recompute: train from the checkpoint, with the run's own configuration (that of the
+   segment that logged the steps after it) and layout (as many processes as it had,
+   through torchrun), up to the next step metrics.jsonl logged after it, in a scratch
+   directory; the run's directory is only read. The loss (and grad norm) must equal the
+   logged ones bit for bit on CPU (training there is deterministic: the
    same kernels, threads and reduction order). On GPU the kernels are not deterministic;
    the loss must agree within GPU_TOLERANCE per recomputed step, relative.
 
@@ -127,7 +128,7 @@ def drill_config(run: str, path: str, state: dict, stop: int, scratch: str) -> d
     from llmtk.train.config import TrainConfig
 
     known = {f.name for f in dataclasses.fields(TrainConfig)}
-    flags = {k: v for k, v in state["train_config"].items() if k in known}
+    flags = {k: v for k, v in segment_config(run, path, state).items() if k in known}
     threads = _run_json(run).get("threads")
     flags.update(
         out=scratch, resume=path, quiet=True, log_to="none", eval_every=0, eval_tasks=[],
@@ -136,6 +137,22 @@ def drill_config(run: str, path: str, state: dict, stop: int, scratch: str) -> d
         cache_dir=flags.get("cache_dir") or os.path.join(run, "cache"),
         threads=flags.get("threads") or threads)
     return flags
+
+
+def segment_config(run: str, path: str, state: dict) -> dict:
+    """The training configuration of the run segment that logged the steps after
+    checkpoint `path`: a resume may change settings (--steps to train further moves the
+    schedule), and they apply from the checkpoint it resumed on. That segment wrote the
+    next checkpoint (its state.json), or, if none came after, config.json (the newest
+    segment's); the checkpoint's own configuration is the last resort."""
+    saved = state["step"]
+    for step, later in C.step_dirs(os.path.dirname(path)):
+        if step > saved:
+            try:
+                return C.load_state(later)["train_config"]
+            except (C.CheckpointError, KeyError):
+                break
+    return _run_json(run).get("train") or state["train_config"]
 
 
 def _run_json(run: str) -> dict:
@@ -254,10 +271,12 @@ def compare(logged: dict, got: dict, k: int, dtype: str) -> str:
     tol = tolerance(got, k, dtype)
     diff = abs(have - want)
     if tol == 0.0:
-        if have != want:
-            raise VerifyFailed(f"step {step}: the loss recomputed from the checkpoint is "
-                               f"{have!r}, metrics.jsonl has {want!r} (CPU recomputes bit "
-                               "for bit: the checkpoint does not restore the run)")
+        for key in ("loss", "grad_norm"):  # the grad norm too, where both logged it
+            if key in logged and key in got and got[key] != logged[key]:
+                raise VerifyFailed(f"step {step}: the {key} recomputed from the checkpoint "
+                                   f"is {got[key]!r}, metrics.jsonl has {logged[key]!r} (CPU "
+                                   "recomputes bit for bit: the checkpoint does not restore "
+                                   "the run)")
         return f"step {step} recomputed: loss {have!r}, bit for bit as logged"
     if not diff <= tol:
         raise VerifyFailed(f"step {step}: the loss recomputed from the checkpoint is "
