@@ -225,8 +225,10 @@ def worker(spec_path: str) -> None:
 
 def tolerance(row: dict, k: int, dtype: str) -> float:
     """Allowed |recomputed - logged| for a loss recomputed `k` steps after the checkpoint:
-    0 on CPU, else GPU_TOLERANCE of the run's dtype per step, relative to the loss."""
-    if not str(row.get("device", "cpu")).startswith("cuda"):
+    0 when the run and the recompute both ran on CPU, else GPU_TOLERANCE of the run's
+    dtype per step, relative to the loss."""
+    devices = (str(row.get("device", "cpu")), str(row.get("run_device", "cpu")))
+    if not any(d.startswith("cuda") for d in devices):
         return 0.0
     unit = GPU_TOLERANCE["fp32" if dtype == "fp32" else "bf16"]
     return k * unit * abs(float(row["loss"]))
@@ -257,6 +259,7 @@ def verify(run: str, step: int | None = None, *, checksums_only: bool = False,
     try:
         flags = drill_config(run, path, state, stop, scratch)
         got = recompute(flags, world, stop)
+        got["run_device"] = _run_json(run).get("device", "cpu")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if row is None:
