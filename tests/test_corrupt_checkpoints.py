@@ -238,7 +238,10 @@ class _OtherRankFails(Dist):
         pass
 
     def host_max(self, values):
-        return [1.0 for _ in values]
+        # The first agreement (rank 0 created the temporary directory) holds; the next
+        # (every rank wrote its part) reports the other rank's failure.
+        self.agreed = getattr(self, "agreed", 0) + 1
+        return values if self.agreed == 1 else [1.0 for _ in values]
 
 
 def test_a_write_that_fails_on_another_rank_stops_every_rank_and_leaves_nothing(tmp_path):

@@ -251,6 +251,29 @@ def test_a_checkpoint_that_cannot_be_written_is_an_event_and_one_line(
     assert events(out, "resume")[-1]["path"] == "checkpoints/step-0000002"
 
 
+def test_a_checkpoints_folder_the_run_cannot_write_in_is_one_line(template, tmp_path,
+                                                                   monkeypatch):
+    """Its temporary directory cannot be created (EACCES, injected: the tests run as root,
+    whom permissions do not stop): the same event, one line, exit 1, no traceback."""
+    out = tmp_path / "run"
+    real = os.makedirs
+
+    def refused(path, *args, **kw):
+        if str(path).endswith(".tmp-step-0000004"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(os, "makedirs", refused)
+    with pytest.raises(CollectiveError) as e:
+        run(template, out, 6)
+    tmp = f"{out}/checkpoints/.tmp-step-0000004"
+    assert str(e.value).startswith(f"cannot create {tmp}: Permission denied (")
+    assert e.value.exit_code == 1
+    (event,) = events(out, "checkpoint_failed")
+    assert (event["path"], event["error"]) == ("checkpoints/.tmp-step-0000004", "EACCES")
+    assert sorted(os.listdir(out / "checkpoints")) == ["latest", "step-0000002"]
+
+
 def test_a_resume_records_how_long_the_load_took(copy, template):
     out = copy("full")
     run(template, out, 8)

@@ -156,9 +156,13 @@ def tmp_dir(root: str, step: int) -> str:
 def begin(root: str, step: int) -> str:
     """Rank 0: a fresh temporary directory for checkpoint `step`."""
     tmp = tmp_dir(root, step)
-    os.makedirs(root, exist_ok=True)
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    try:
+        os.makedirs(root, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+    except OSError as e:  # a checkpoints folder the run may not write in, a full disk
+        raise CheckpointError(f"cannot create {e.filename or tmp}: {e.strerror or e}",
+                              e.filename or tmp, e.errno) from None
     return tmp
 
 
@@ -175,13 +179,17 @@ def commit(root: str, step: int, keep: int,
     prune. Returns the final directory."""
     name = f"step-{step:07d}"
     tmp, final = tmp_dir(root, step), os.path.join(root, name)
-    write_manifest(tmp)
-    if before_complete is not None:
-        before_complete()
-    write_text(os.path.join(tmp, COMPLETE), complete_line(step, tmp))
-    _fsync_dir(tmp)
-    publish_dir(tmp, final)  # the same step saved again after a resume: replaced
-    _fsync_dir(root)
+    try:
+        write_manifest(tmp)
+        if before_complete is not None:
+            before_complete()
+        write_text(os.path.join(tmp, COMPLETE), complete_line(step, tmp))
+        _fsync_dir(tmp)
+        publish_dir(tmp, final)  # the same step saved again after a resume: replaced
+        _fsync_dir(root)
+    except OSError as e:  # reading the files back, the rename (CheckpointError: writing)
+        raise CheckpointError(f"cannot seal {tmp}: {e.strerror or e}", e.filename or tmp,
+                              e.errno) from None
     set_latest(root, name)
     _fsync_dir(root)
     prune(root, keep)

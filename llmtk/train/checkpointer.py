@@ -161,10 +161,17 @@ class Checkpointer:
         self.pending = (future, step, t0, time.time() - t0, reason)
 
     def _begin(self, step: int) -> str:
+        """Rank 0 creates the temporary directory; every rank learns whether it could
+        (the agreement is the barrier: no rank waits for one that failed)."""
+        tmp, error = C.tmp_dir(self.root, step), None
         if self.dist.rank == 0:
-            C.begin(self.root, step)
-        self.dist.barrier()
-        return C.tmp_dir(self.root, step)
+            try:
+                C.begin(self.root, step)
+            except C.CheckpointError as e:
+                error = e
+        self._agree(error, tmp, f"checkpoint step {step}: rank 0 could not create {tmp} "
+                    "(its message is above)")
+        return tmp
 
     @contextlib.contextmanager
     def _every_rank_writes(self, tmp: str, step: int):
