@@ -97,8 +97,32 @@ def test_a_good_checkpoint_recomputes_the_next_logged_step_bit_for_bit(template)
                    os.listdir(template / "full"))
 
 
-def test_the_newest_checkpoint_with_no_later_row_loads_and_trains(template):
+def test_the_newest_checkpoint_of_a_finished_run_is_retrained_from_the_one_before(template):
     code, err = verify(template / "full")
+    assert code == 0, err
+    assert ("verified step-0000006: 4 files match MANIFEST.json; steps 5-6 retrained from "
+            "step-0000004: 2 logged losses and the model and optimizer state equal it bit "
+            "for bit") in err
+
+
+def test_a_resealed_final_checkpoint_is_named_by_the_tensor_that_differs(copy):
+    out = copy("full")
+    path = ckpt(out, 6)
+    sd = torch.load(os.path.join(path, "model.pt"), weights_only=True)
+    sd["layers.0.mlp.w2.weight"][0, 0] += 1e-6
+    torch.save(sd, os.path.join(path, "model.pt"))
+    C.seal(path, 6)
+    code, err = verify(out)
+    assert code == 1, err
+    assert (f"llmtk: error: {path}: model layers.0.mlp.w2.weight differs from the state "
+            "retrained from step-0000004 (steps 5-6)") in err
+
+
+def test_a_lone_final_checkpoint_loads_and_trains(copy):
+    out = copy("full")
+    for step in (2, 4):
+        shutil.rmtree(ckpt(out, step))
+    code, err = verify(out)
     assert code == 0, err
     assert "verified step-0000006: 4 files match MANIFEST.json; it loads and trains (step 7" \
         in err and "metrics.jsonl logs no step after 6 to compare with" in err
@@ -122,6 +146,7 @@ def test_one_changed_byte_in_the_sharded_files_names_them(copy):
     names = sorted(os.listdir(os.path.join(ckpt(out, 4), "dcp")))
     assert any(n.endswith(".distcp") for n in names) and ".metadata" in names
     assert verify(out, "--step", "2")[0] == 0  # DCP in one process recomputes exactly too
+    assert verify(out)[0] == 0  # and its final state, consolidated from the shards
     for name in names:
         path = os.path.join(ckpt(out, 4), "dcp", name)
         saved = open(path, "rb").read()

@@ -133,6 +133,7 @@ def drill_config(run: str, path: str, state: dict, stop: int, scratch: str) -> d
     flags.update(
         out=scratch, resume=path, quiet=True, log_to="none", eval_every=0, eval_tasks=[],
         sample_every=0, checkpoint_every=0, verify_every=0, keep_checkpoints=0,
+        async_checkpoint=False,  # the drill's own final checkpoint is read at once
         dry_run=False, steps=max(flags.get("steps", stop), stop),
         cache_dir=flags.get("cache_dir") or os.path.join(run, "cache"),
         threads=flags.get("threads") or threads)
@@ -163,8 +164,9 @@ def _run_json(run: str) -> dict:
         return {}
 
 
-def recompute(flags: dict, world: int, stop: int) -> dict:
-    """Train from the checkpoint to step `stop` with the run's layout; its row there."""
+def recompute(flags: dict, world: int, stop: int) -> list[dict]:
+    """Train from the checkpoint to step `stop` with the run's layout; the training rows
+    it logged, each with the device it ran on."""
     scratch = flags["out"]
     if world == 1:
         _train_until(flags, stop)
@@ -178,11 +180,16 @@ def recompute(flags: dict, world: int, stop: int) -> dict:
             os.path.basename(flags["resume"]):
         # a fresh start reproduces the run's first steps too: only a resume proves anything
         raise VerifyFailed(f"the recompute did not resume from {flags['resume']}")
-    rows = [r for r in logged if r.get("step") == stop and "loss" in r and "event" not in r]
-    if not rows:
-        raise VerifyFailed(f"step {stop} recomputed from the checkpoint logged no loss "
+    device = _run_json(scratch).get("device", "cpu")
+    return [{**r, "device": device} for r in logged if "loss" in r and "event" not in r]
+
+
+def row_at(rows: list[dict], step: int) -> dict:
+    found = [r for r in rows if r.get("step") == step]
+    if not found:
+        raise VerifyFailed(f"step {step} recomputed from the checkpoint logged no loss "
                            "(a non-finite step?)")
-    return {**rows[-1], "device": _run_json(scratch).get("device", "cpu")}
+    return found[-1]
 
 
 def _train_until(flags: dict, stop: int) -> None:
@@ -255,10 +262,14 @@ def verify(run: str, step: int | None = None, *, checksums_only: bool = False,
     world = int(state.get("world_size", 1))
     say(f"{proven}; recomputing step {stop} from it in {world} process"
         f"{'es' if world > 1 else ''}")
+    if row is None:
+        rebuilt = rebuild(run, path, saved, world, proven, say)
+        if rebuilt is not None:
+            return proven + "; " + rebuilt
     scratch = tempfile.mkdtemp(prefix="llmtk-verify-")
     try:
         flags = drill_config(run, path, state, stop, scratch)
-        got = recompute(flags, world, stop)
+        got = row_at(recompute(flags, world, stop), stop)
         got["run_device"] = _run_json(run).get("device", "cpu")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -266,6 +277,85 @@ def verify(run: str, step: int | None = None, *, checksums_only: bool = False,
         return (f"{proven}; it loads and trains (step {stop}: loss {got['loss']!r}); "
                 f"metrics.jsonl logs no step after {saved} to compare with")
     return proven + "; " + compare(row, got, stop - saved, flags.get("dtype", "auto"))
+
+
+def rebuild(run: str, path: str, saved: int, world: int, proven: str,
+            say: Callable[[str], None]) -> str | None:
+    """The newest checkpoint of a finished run (no step logged after it): retrain its
+    steps from the checkpoint before it, in the run's layout, and compare the state the
+    drill's own final checkpoint holds with it (bit for bit; on CPU only: GPU kernels
+    are not deterministic), and the logged losses on the way. None: there is no earlier
+    checkpoint that verifies, the checkpoint is not the end of its schedule (a stop on
+    SIGTERM), or the run was on GPU."""
+    earlier = [p for s, p in C.step_dirs(os.path.dirname(path)) if s < saved]
+    if not earlier or C.verify(earlier[-1]) is not None or \
+            str(_run_json(run).get("device", "cpu")).startswith("cuda"):
+        return None
+    prev = earlier[-1]
+    prev_state = C.load_state(prev)
+    scratch = tempfile.mkdtemp(prefix="llmtk-verify-")
+    try:
+        flags = drill_config(run, prev, prev_state, saved, scratch)
+        if flags["steps"] != saved:
+            return None
+        first = prev_state["step"] + 1
+        say(f"{proven}; metrics.jsonl logs no step after it: retraining steps {first}-"
+            f"{saved} from {os.path.basename(prev)} in {world} process"
+            f"{'es' if world > 1 else ''} to compare its state")
+        rows = recompute(flags, world, saved)
+        logged = {r["step"]: r for r in _training_rows(run) if first <= r["step"] <= saved}
+        for step, want in sorted(logged.items()):
+            compare(want, row_at(rows, step), step - first + 1, flags.get("dtype", "auto"))
+        mine = C.load_full_state(os.path.join(scratch, "checkpoints", f"step-{saved:07d}"))
+        differs = first_difference(dict(zip(("model", "optimizer"), mine, strict=True)),
+                                   dict(zip(("model", "optimizer"), C.load_full_state(path),
+                                            strict=True)))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if differs is not None:
+        raise VerifyFailed(f"{path}: {differs} differs from the state retrained from "
+                           f"{os.path.basename(prev)} (steps {first}-{saved}): the checkpoint "
+                           "does not hold what the run trained")
+    steps = f"step {saved}" if first == saved else f"steps {first}-{saved}"
+    losses = "its logged loss" if len(logged) == 1 else f"{len(logged)} logged losses"
+    return (f"{steps} retrained from {os.path.basename(prev)}: {losses} and the model and "
+            "optimizer state equal it bit for bit")
+
+
+def _training_rows(run: str) -> list[dict]:
+    from llmtk.io.metrics import read_metrics
+
+    return [r for r in read_metrics(os.path.join(run, "metrics.jsonl"))
+            if isinstance(r.get("step"), int) and "loss" in r and "event" not in r]
+
+
+def first_difference(a, b, where: str = "") -> str | None:
+    """Where two (model, optimizer) states differ, e.g. 'model layers.0.attn.wo.weight';
+    None if every tensor and value is equal (bit for bit)."""
+    import torch
+
+    here = where or "the state"
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        same = (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+                and a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b))
+        return None if same else here
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return f"{here} (its entries)"
+        for k in sorted(a, key=str):
+            d = first_difference(a[k], b[k], f"{where} {k}".strip() if where else str(k))
+            if d is not None:
+                return d
+        return None
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        if len(a) != len(b):
+            return f"{here} (its length)"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            d = first_difference(x, y, f"{where}[{i}]")
+            if d is not None:
+                return d
+        return None
+    return None if a == b else here
 
 
 def compare(logged: dict, got: dict, k: int, dtype: str) -> str:
