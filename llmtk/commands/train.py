@@ -669,7 +669,9 @@ own configuration and layout (as many processes as the run had, through torchrun
 this machine) in a scratch directory, trains to the next step metrics.jsonl logged \
 after it, and compares the loss: bit for bit on CPU, within one rounding of the \
 matmul inputs per recomputed step on GPU (2^-8 relative in bf16, 2^-11 in fp32). The \
-run directory is only read; the run's data (or its token cache) must still be there.
+newest checkpoint of a finished run (no step logged after it) is retrained from the \
+checkpoint before it and compared tensor by tensor (CPU). The run directory is only \
+read; the run's data (or its token cache) must still be there.
 
 `llmtk train --verify-every N` runs the checksum part after every N-th checkpoint.
 

@@ -10,6 +10,9 @@
    logged ones bit for bit on CPU (training there is deterministic: the
    same kernels, threads and reduction order). On GPU the kernels are not deterministic;
    the loss must agree within GPU_TOLERANCE per recomputed step, relative.
+   The newest checkpoint of a finished run has no step logged after it: its steps are
+   retrained from the checkpoint before it, and the state that drill checkpoints is
+   compared with it tensor by tensor (rebuild).
 
 The recompute goes through the trainer's own resume path (llmtk.train.trainer.train),
 stopped by a Faults hook once the compared step is logged: nothing here re-implements
