@@ -38,7 +38,7 @@ from llmtk.train.runtime import Faults
 # adds and split-K reductions change the order of fp32 sums between two runs; the logged
 # loss, a mean over the whole global batch, averages those orderings' rounding errors, so
 # it should move by less than one input rounding per step. Derived, not yet measured on a
-# GPU (none was available when it was written): benchmarks/gpu_check.py is where to check.
+# GPU (none was available when it was written).
 GPU_TOLERANCE = {"bf16": 2.0 ** -8, "fp32": 2.0 ** -11}
 
 
