@@ -10,6 +10,9 @@ The faults come from LLMTK_TEST_FAULTS, a JSON object (every key optional):
   kill_after: S         SIGKILL this process after step S (every rank of a torchrun job)
   step_delay: SECONDS   sleep after every step (time for a test to send a signal)
   hold: FILE            after step 1, wait (up to 300 s) until FILE exists
+  linger_child: SECONDS  after step 1, rank 0 forks a child that shares its open files
+                        (the run lock included) and outlives it by SECONDS: a process of
+                        a killed run that is still exiting
 They reach the loop through the `faults` object `llmtk.train.trainer.train` takes; the
 production code has no test hooks. `injected(spec)` does the same for a run in the test's
 own process (faults that only change numbers: nan_loss, spike_loss).
@@ -55,6 +58,13 @@ class TestFaults(Faults):
             os._exit(17)
         if "step_delay" in self.spec:
             time.sleep(self.spec["step_delay"])
+        if "linger_child" in self.spec and step == 1 and os.environ.get("RANK", "0") == "0":
+            parent = os.getpid()
+            if os.fork() == 0:  # only sleeps and exits: safe in a threaded parent's child
+                while os.getppid() == parent:
+                    time.sleep(0.05)
+                time.sleep(self.spec["linger_child"])
+                os._exit(0)
         if "hold" in self.spec and step == 1:
             deadline = time.time() + 300
             while not os.path.exists(self.spec["hold"]) and time.time() < deadline:

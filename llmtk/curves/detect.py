@@ -620,10 +620,53 @@ def detect_rollbacks(run: Run) -> list[Finding]:
         steps=[e["from_step"] for e in found])]
 
 
+def detect_checkpoint_failed(run: Run) -> list[Finding]:
+    """`llmtk train` events of checkpoints that could not be written (`checkpoint_failed`:
+    a full disk, no permission) or that did not read back whole (`checkpoint_verified`
+    with ok false, --verify-every): the run can only resume from an older one."""
+    failed = [e for e in run.events if e.get("event") == "checkpoint_failed"]
+    unsound = [e for e in run.events
+               if e.get("event") == "checkpoint_verified" and e.get("ok") is False]
+    findings = []
+    if failed:
+        e = failed[-1]
+        full = e.get("error") in ("ENOSPC", "EDQUOT")
+        free = e.get("free_bytes")
+        free_text = "" if not isinstance(free, int | float) else f", {free / 1e9:.2f} GB free"
+        findings.append(Finding(
+            "checkpoint_failed", "error", failed[0].get("step", 0),
+            f"{len(failed)} checkpoint(s) could not be written, the last at step "
+            f"{e.get('step')}: {e.get('path')} ({e.get('error') or 'error'}{free_text})",
+            causes=["the disk or quota holding the run directory is full" if full else
+                    "the run directory (or its checkpoints/ folder) is not writable by "
+                    "the run" if e.get("error") in ("EACCES", "EPERM", "EROFS") else
+                    e.get("message") or "the write failed"],
+            fixes=["free space (or raise the quota) where OUT/checkpoints lives, or lower "
+                   "--keep-checkpoints; a checkpoint needs about 16 bytes per parameter"
+                   if full else "fix the permissions of OUT/checkpoints (or the mount)",
+                   "then rerun the same command: it resumes from the last complete "
+                   "checkpoint (the failed one left nothing behind)"],
+            details=[str(x.get("message") or x.get("path")) for x in failed],
+            steps=[x.get("step", 0) for x in failed]))
+    if unsound:
+        findings.append(Finding(
+            "checkpoint_failed", "error", unsound[0].get("step", 0),
+            f"{len(unsound)} checkpoint(s) did not read back whole right after they were "
+            f"written (--verify-every), the first at step {unsound[0].get('step')}: "
+            f"{unsound[0].get('problem')}",
+            causes=["storage that corrupts or loses writes (a failing disk, a network file "
+                    "system without close-to-open consistency)"],
+            fixes=["check the storage; `llmtk train verify RUN` proves the newest "
+                   "checkpoint before you rely on it (a resume skips a corrupt one)"],
+            steps=[x.get("step", 0) for x in unsound]))
+    return findings
+
+
 DETECTORS = (detect_nan, detect_spikes, detect_divergence_and_rebound, detect_constant,
              detect_plateau,
              detect_noise, detect_grad_explosions, detect_overfitting, detect_resume_jumps,
-             detect_eval_regression, detect_layer_grads, detect_rollbacks)
+             detect_eval_regression, detect_layer_grads, detect_rollbacks,
+             detect_checkpoint_failed)
 
 
 def diagnose(run: Run) -> list[Finding]:

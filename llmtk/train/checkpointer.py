@@ -9,8 +9,12 @@ Saving is collective (every rank calls `save`):
   dcp   every rank writes its shards with torch.distributed.checkpoint, in a background
         thread unless asked to wait (the state is staged to host memory first, so the next
         update may change the weights); the write is sealed once every rank has finished.
-A write that fails (a full disk) removes its temporary directory: the last complete
-checkpoint stays the newest thing on disk.
+A write that fails (a full disk, no permission) removes its temporary directory, so the
+last complete checkpoint stays the newest thing on disk, and becomes a `checkpoint_failed`
+event (the file, the OS error, the free space) and one line naming the file and the free
+space. Events (rank 0, through `event(name, step, **fields)`): `checkpoint` with its
+seconds and bytes, `checkpoint_failed`, `checkpoint_loaded` with its seconds, and with
+verify_every N `checkpoint_verified` after every N-th checkpoint (its checksums read back).
 """
 
 from __future__ import annotations
@@ -35,15 +39,18 @@ class Checkpointer:
     def __init__(self, root: str, dist: Dist | None = None, *, fmt: str = "full",
                  keep: int = 0, faults: Faults | None = None,
                  say: Callable[[str], None] | None = None,
-                 on_commit: Callable[..., None] | None = None,
+                 event: Callable[..., None] | None = None, verify_every: int = 0,
                  pause: Callable[[], contextlib.AbstractContextManager] | None = None):
         self.root, self.dist, self.fmt, self.keep = root, dist or Dist(), fmt, keep
         self.faults = faults or Faults()
         self.say = say or (lambda _msg: None)
-        self.on_commit = on_commit          # rank 0: (step, **fields) of a sealed checkpoint
+        self.event = event or (lambda _name, _step, **_fields: None)  # rank 0's event log
+        self.verify_every = verify_every    # read back every N-th checkpoint's checksums
         self.pause = pause or contextlib.nullcontext  # time not counted as training
         self.last_step = 0                  # the newest complete checkpoint of this run
         self.pending = None                 # (future, step, t0, blocking_s, reason): async
+        self.committed = 0                  # checkpoints sealed by this process
+        self.loaded: dict | None = None     # the last load's event fields (report_load)
 
     # ---------------------------------------------------------------- choosing
     def choose(self, resume: str) -> str | None:
@@ -94,9 +101,31 @@ class Checkpointer:
                 else:
                     self._save_dcp(step, meta, model, opt, t0, reason, wait)
             except C.CheckpointError as e:
-                raise CollectiveError(f"{e}; the last complete checkpoint (step "
-                                      f"{self.last_step}) is kept") from None
+                raise self._failed(step, e) from None
         self.last_step = step
+
+    def _failed(self, step: int, e: C.CheckpointError) -> CollectiveError:
+        """Rank 0 records the failed write as a `checkpoint_failed` event; every rank gets
+        the one line to stop with (the file, the free space, the checkpoint kept)."""
+        path = e.path or C.tmp_dir(self.root, step)
+        free = free_bytes(self.root)
+        shown = "" if free is None else f" ({human_bytes(free)} free on {self.root})"
+        if self.dist.rank == 0:
+            import errno as errnos
+
+            fields = {"path": self._rel(path), "errno": e.errno,
+                      "error": errnos.errorcode.get(e.errno) if e.errno else None,
+                      "free_bytes": free, "message": str(e)}
+            try:
+                self.event("checkpoint_failed", step, **fields)
+            except OSError as log_error:  # the metrics log may be on the same full disk
+                shown += f" (not recorded in metrics.jsonl: {log_error.strerror or log_error})"
+        return CollectiveError(f"{e}{shown}; the last complete checkpoint (step "
+                               f"{self.last_step}) is kept")
+
+    def _rel(self, path: str) -> str:
+        """`path` relative to the run directory (OUT, the parent of root), as events say."""
+        return os.path.relpath(path, os.path.dirname(os.path.abspath(self.root)))
 
     def _save_full(self, step, meta, model, opt, t0, reason) -> None:
         model_sd, optim_sd = full_states(model, opt)
@@ -132,10 +161,17 @@ class Checkpointer:
         self.pending = (future, step, t0, time.time() - t0, reason)
 
     def _begin(self, step: int) -> str:
+        """Rank 0 creates the temporary directory; every rank learns whether it could
+        (the agreement is the barrier: no rank waits for one that failed)."""
+        tmp, error = C.tmp_dir(self.root, step), None
         if self.dist.rank == 0:
-            C.begin(self.root, step)
-        self.dist.barrier()
-        return C.tmp_dir(self.root, step)
+            try:
+                C.begin(self.root, step)
+            except C.CheckpointError as e:
+                error = e
+        self._agree(error, tmp, f"checkpoint step {step}: rank 0 could not create {tmp} "
+                    "(its message is above)")
+        return tmp
 
     @contextlib.contextmanager
     def _every_rank_writes(self, tmp: str, step: int):
@@ -178,10 +214,24 @@ class Checkpointer:
         if self.dist.rank == 0:
             with open(os.path.join(path, C.MANIFEST)) as f:
                 nbytes = sum(v["size"] for v in json.load(f)["files"].values())
-            if self.on_commit is not None:
-                fields = {"blocking_seconds": round(blocking_s, 3)} if blocking_s else {}
-                self.on_commit(step, path=path, seconds=round(time.time() - t0, 3),
-                               bytes=nbytes, reason=reason, format=self.fmt, **fields)
+            fields = {"blocking_seconds": round(blocking_s, 3)} if blocking_s else {}
+            self.event("checkpoint", step, path=self._rel(path),
+                       seconds=round(time.time() - t0, 3), bytes=nbytes, reason=reason,
+                       format=self.fmt, **fields)
+            self.committed += 1
+            if self.verify_every and self.committed % self.verify_every == 0:
+                self._verify_written(step, path)
+
+    def _verify_written(self, step: int, path: str) -> None:
+        """Rank 0, --verify-every: read the checkpoint just sealed back against its
+        manifest (what `llmtk train verify` checks first) and record the verdict."""
+        t0 = time.time()
+        problem = C.verify(path)
+        self.event("checkpoint_verified", step, path=self._rel(path), ok=problem is None,
+                   problem=problem, seconds=round(time.time() - t0, 3))
+        if problem is not None:
+            self.say(f"warning: checkpoint {path} does not verify right after it was "
+                     f"written ({problem}): check the storage; a resume skips it")
 
     def poll(self) -> None:
         """Seal a background write once every rank's part is done (agreed by all)."""
@@ -202,9 +252,10 @@ class Checkpointer:
         except Exception as e:
             if self.dist.rank == 0:
                 shutil.rmtree(C.tmp_dir(self.root, step), ignore_errors=True)
-            raise CollectiveError(f"checkpoint step {step}: the background write failed "
-                                  f"({C._first_line(e)}); the last complete checkpoint "
-                                  f"(step {self.last_step}) is kept") from None
+            target = os.path.join(C.tmp_dir(self.root, step), "dcp")
+            raise self._failed(step, C.CheckpointError(
+                f"checkpoint step {step}: the background write to {target} failed "
+                f"({C._first_line(e)})", target, getattr(e, "errno", None))) from None
         with self.pause():
             self._commit(step, t0, blocking_s, reason)
 
@@ -214,6 +265,7 @@ class Checkpointer:
         (collective); returns its state.json. `sharded`: the model holds DTensor shards,
         so a DCP checkpoint loads each rank's part directly (any layout: DCP reshards)."""
         state = C.load_state(path)
+        t0 = time.time()
         try:
             load_states(path, model, opt, sharded=sharded)
         except C.CheckpointError as e:
@@ -231,7 +283,16 @@ class Checkpointer:
             print(f"warning: {rng_file} is missing: rank {rank}'s random state "
                   "starts fresh (dropout-free training is unaffected; sampling differs)",
                   file=sys.stderr, flush=True)
+        self.loaded = {"step": state["step"], "path": self._rel(path),
+                       "seconds": round(time.time() - t0, 3)}
         return state
+
+    def report_load(self) -> None:
+        """Rank 0, once the metrics log is open: the last load as a `checkpoint_loaded`
+        event (the load itself comes before the log is opened on a resume)."""
+        if self.loaded is not None:
+            fields, self.loaded = dict(self.loaded), None
+            self.event("checkpoint_loaded", fields.pop("step"), **fields)
 
     def init_from(self, source: str, model, *, sharded: bool,
                   check: Callable[[dict, str], None]) -> str:
@@ -247,6 +308,27 @@ class Checkpointer:
         check(C.load_state(src), src)
         load_states(src, model, None, sharded=sharded)
         return src
+
+
+def free_bytes(path: str) -> int | None:
+    """Free bytes on the file system of `path` (its nearest existing parent), or None."""
+    while path and not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    try:
+        return shutil.disk_usage(path or ".").free
+    except OSError:
+        return None
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
 
 
 # ---------------------------------------------------------------- state dicts
@@ -385,7 +467,8 @@ def check_shape(state: dict, path: str, mcfg, *, say: Callable[[str], None], for
 # Settings that do not change what is trained (a moved run directory or cache included);
 # a resume with other values is unremarkable.
 _NOT_NOTED = {"out", "cache_dir", "resume", "quiet", "seed", "threads", "log_every", "log_to",
-              "nccl_timeout", "keep_checkpoints", "async_checkpoint", "dry_run", "gpu"}
+              "nccl_timeout", "keep_checkpoints", "async_checkpoint", "dry_run", "gpu",
+              "verify_every"}
 
 
 def changed_settings(old: dict, new: dict) -> str:

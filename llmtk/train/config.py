@@ -95,6 +95,7 @@ class TrainConfig:
     # checkpoints and safety
     checkpoint_every: int = 0             # 0: only at the end and on SIGTERM/SIGUSR1
     keep_checkpoints: int = 3
+    verify_every: int = 0                 # read back every N-th checkpoint's checksums (0: never)
     checkpoint_format: str = "auto"       # auto (dcp under FSDP, else full) | full | dcp
     async_checkpoint: bool = True         # dcp: write in the background while training goes on
     resume: str = "auto"                  # auto | never | PATH
@@ -222,6 +223,7 @@ RULES = {
     "kv_heads": _at_least(1), "ffn_hidden": _at_least(1), "seq_len": _at_least(2),
     "warmup": _at_least(0), "eval_every": _at_least(0), "sample_every": _at_least(0),
     "checkpoint_every": _at_least(0), "keep_checkpoints": _at_least(0),
+    "verify_every": _at_least(0),
     "max_bad_steps": _at_least(1), "seed": _between(0, 2**63 - 1),
     "val_fraction": _between(0.0, 1.0, high_open=True), "max_epochs": _at_least(0.0),
     "lr": _between(0.0, 1e6, low_open=True), "min_lr": _between(0.0, 1e6),

@@ -157,8 +157,7 @@ class Trainer:
         self.ckpt = Checkpointer(
             os.path.join(cfg.out, "checkpoints"), dist, fmt=plan.ckpt_format,
             keep=cfg.keep_checkpoints, faults=faults, say=self.log.say,
-            on_commit=lambda step, path, **f: self.log.event(
-                "checkpoint", step, path=os.path.relpath(path, self.out), **f),
+            event=self.log.event, verify_every=cfg.verify_every,
             pause=lambda: self.log.meter.exclude())
         grad_stats = None  # --grad-stats per-layer: rows of per-layer norms, when settled
         if cfg.grad_stats == "per-layer":
@@ -306,6 +305,7 @@ class Trainer:
         self.ckpt.last_step = st.step
         if self.dist.rank == 0:
             self._open_log(st.step, path)
+            self.ckpt.report_load()  # a `checkpoint_loaded` event with its seconds
         if cfg.eval_tasks:  # --eval-tasks: task files are read (and checked) before training
             self.evaluator.open_tasks(cfg.eval_tasks, chat=self.chat, run_dir=self.out,
                                       n_bad=cfg.eval_bad_cases,
