@@ -197,7 +197,10 @@ def busy_note(threads: int, source: str, device: str) -> str | None:
             "times faster here")
 
 
-def setup_dist(device: str, nccl_timeout: int) -> Dist:
+def setup_dist(device: str, nccl_timeout: int, out: str | None = None) -> Dist:
+    """This process's ranks, device and process groups. On GPU with several processes the
+    NCCL flight recorder is switched on first (watchdog.nccl_env: OUT/hang/), unless the
+    environment already sets it."""
     import torch
 
     rank, world, local_rank = ranks()
@@ -215,6 +218,12 @@ def setup_dist(device: str, nccl_timeout: int) -> Dist:
         import torch.distributed as tdist
 
         timeout = timedelta(seconds=nccl_timeout)
+        if use_cuda and out:
+            from llmtk.train.watchdog import nccl_env
+
+            os.makedirs(os.path.join(out, "hang"), exist_ok=True)
+            for key, value in nccl_env(out).items():
+                os.environ.setdefault(key, value)
         tdist.init_process_group(backend="nccl" if use_cuda else "gloo", timeout=timeout,
                                  **({"device_id": torch.device(dev)} if use_cuda else {}))
         groups = {"host": tdist.new_group(backend="gloo", timeout=timeout),

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from llmtk.compute.flops import mfu as model_mfu
+from llmtk.train.steptime import Phases, gather_row
 
 
 @dataclass
@@ -24,7 +25,6 @@ class Meter:
     t: float = field(default_factory=time.perf_counter)
     tokens: int = 0
     steps: int = 0
-    data_s: float = 0.0
     excluded: float = 0.0
 
     @contextlib.contextmanager
@@ -60,6 +60,7 @@ class StepLog:
         self.metrics = None                   # rank 0's MetricsWriter, opened by open()
         self.mirrors = None                   # --log-to backends (rank 0)
         self.meter = Meter()
+        self.phases = Phases()                # every rank's phase and time (steptime.py)
         self.t_start = time.perf_counter()    # the step line's elapsed time (this process)
         # MFU: `llmtk estimate`'s formula (causal attention, model FLOPs only) and the peak
         # of the dtype the matmuls run in.
@@ -75,6 +76,28 @@ class StepLog:
     def event(self, name: str, step: int, **fields) -> None:
         if self.metrics is not None:
             self.metrics.write({"step": step, "event": name, **fields, "time": time.time()})
+
+    def open_run(self, trainer, step: int, resumed: str | None) -> None:
+        """Rank 0: `start` with the trainer's resolved configuration, start lines and
+        warnings."""
+        from llmtk.train.optim import warmup_warning
+        from llmtk.train.runtime import busy_note
+
+        t = trainer
+        cfg, plan = t.cfg, t.plan
+        resolved = {"train": cfg.to_dict(), "model": plan.mcfg.to_dict(),
+                    "params": t.built.n_params, "world_size": t.dist.world,
+                    "parallel": plan.parallel, "layout": plan.layout.to_dict(),
+                    "compiled": plan.compiled, "checkpoint_format": plan.ckpt_format,
+                    "device": t.dist.device, "threads": t.threads,
+                    "tokenizer": t.tok.fingerprint(), "data": t.data_meta, "cache": t.cache}
+        warnings = [warmup_warning(cfg)] if cfg.warmup >= cfg.steps else []
+        if cfg.eval_every and not t.evaluator.validates and not cfg.eval_tasks:
+            warnings.append(f"warning: --eval-every {cfg.eval_every} evaluates nothing: there "
+                            f"is no validation data (give --val-data, or hold some of --data "
+                            f"out with --val-fraction) and no --eval-tasks")
+        self.start(step, resumed, resolved, cfg, t.threads, [
+            *warnings, busy_note(t.threads, t.threads_from, t.dist.device)])
 
     def start(self, step: int, resumed: str | None, resolved: dict, cfg, threads: int,
               notes: list[str | None]) -> None:
@@ -130,9 +153,11 @@ class StepLog:
             truncate_after(self.metrics.path, step)
             self.metrics = MetricsWriter(self.metrics.path, mirror=self.metrics.mirror)
         self.meter = Meter()
+        self.phases.reset()
 
     def restart_clock(self) -> None:
         self.meter = Meter()
+        self.phases.reset()
         self.t_start = time.perf_counter()
 
     def count(self, tokens: int) -> None:
@@ -144,7 +169,8 @@ class StepLog:
         and the step line; every rank measures, rank 0 writes."""
         step, (loss, grad_norm, not_finite), lr = last_row
         elapsed = self.meter.elapsed()
-        (mem,) = self.dist.host_max([_mem_gb(self.dist.device)])
+        ranks = gather_row(self.dist, self.phases, _mem_gb(self.dist.device))  # collective
+        mem, data_s = max(ranks["mem_gb"]), ranks["data_s"][self.dist.rank]
         tps = self.meter.tokens / elapsed
         # tps: the global batch's tokens (each once, whatever tp/pp split them), per second
         mfu = model_mfu(self.flops_per_token, tps, self.dist.world, self.peak) \
@@ -155,8 +181,9 @@ class StepLog:
         row = {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
                "tokens": st.tokens, "tokens_per_s": round(tps, 1),
                "mfu": None if mfu is None else round(mfu, 4), "mem_gb": round(mem, 3),
-               "data_s": round(meter.data_s, 4),
-               "step_s": round(elapsed / max(1, meter.steps), 4), "time": time.time()}
+               "data_s": round(data_s * meter.steps, 4),
+               "step_s": round(elapsed / max(1, meter.steps), 4), "time": time.time(),
+               "ranks": {k: [_round(v) for v in vs] for k, vs in ranks.items()}}
         if val_loss is not None:
             row["val_loss"] = val_loss
         row.update(extra)
@@ -195,6 +222,25 @@ class StepLog:
         if self.mirrors is not None:
             self.mirrors.close(ok)
             self.mirrors = None
+
+
+def _round(v: float) -> float | None:
+    """A per-rank number as the row keeps it (NaN: not measured on that rank)."""
+    return round(v, 5) if v == v else None
+
+
+def append_event(out: str, name: str, step: int, **fields) -> None:
+    """An event row appended to OUT/metrics.jsonl by any rank (the hang watchdog, a rank out
+    of memory): one O_APPEND write of the whole line, so it never interleaves with rank 0's
+    rows and needs no metrics writer of its own."""
+    from llmtk.io.metrics import encode_row
+
+    fd = os.open(os.path.join(out, "metrics.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                 0o644)
+    try:
+        os.write(fd, encode_row({"step": step, "event": name, **fields, "time": time.time()}))
+    finally:
+        os.close(fd)
 
 
 def due(step: int, every: int, steps: int) -> bool:
