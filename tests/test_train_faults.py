@@ -16,6 +16,7 @@ from tests.train_runs import (
     events,
     rows,
     run_train,
+    torchrun_with_faults,
     train_corpus,  # noqa: F401 (the corpus fixture)
 )
 from tests.util import ROOT, env, llmtk
@@ -105,3 +106,35 @@ def test_the_per_rank_times_are_in_every_row(corpus, tmp_path):
     kinds = {f["kind"] for run in json.loads(r.stdout) for f in run["findings"]} \
         if r.stdout.strip().startswith(b"[") else set()
     assert "straggler" not in r.stdout.decode() and "straggler" not in kinds
+
+
+def test_a_rank_slowed_at_every_step_is_named_the_straggler(corpus, tmp_path):
+    """Rank 1 sleeps 50 ms in every forward (a step takes ~30 ms otherwise): diagnose
+    names rank 1 as the straggler, slow while computing."""
+    out = str(tmp_path / "run")
+    p = torchrun_with_faults(corpus, out, 2, {"slow_rank": [1, 0.05]}, "--steps", "60",
+                             "--log-every", "5", "--batch-size", "2", "--threads", "1")
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    r = llmtk("diagnose", out)
+    text = r.stdout.decode()
+    assert r.returncode == 3 and "rank 1 is a straggler" in text, text
+    assert "slow computing" in text and "rank 0 is a straggler" not in text
+
+
+def test_out_of_memory_at_a_step_is_an_event_and_names_the_fix(corpus, tmp_path):
+    """A failed allocation on rank 1 at step 3: one line naming the rank, the step and the
+    cheapest fix, an `oom` event that diagnose reports, the run ends (the other rank told
+    through the heartbeat, not after the timeout)."""
+    out = str(tmp_path / "run")
+    p = torchrun_with_faults(corpus, out, 2, {"oom_at": [1, 2]}, "--steps", "10",
+                             "--batch-size", "2", "--threads", "1", "--hang-timeout", "60")
+    err = p.stderr.decode()
+    assert p.returncode != 0
+    assert ("llmtk: error: out of memory on rank 1 at step 3 in forward-backward"
+            in err), err[-3000:]
+    assert "the cheapest fix: --activation-checkpointing" in err
+    (oom,) = events(out, "oom")
+    assert (oom["rank"], oom["step"]) == (1, 3) and oom["allocated_gb"] > 0
+    assert oom["planned_gb"] > 0
+    r = llmtk("diagnose", out)
+    assert r.returncode == 3 and "rank 1 ran out of memory at step 3" in r.stdout.decode()

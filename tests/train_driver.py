@@ -10,6 +10,9 @@ The faults come from LLMTK_TEST_FAULTS, a JSON object (every key optional):
   kill_after: S         SIGKILL this process after step S (every rank of a torchrun job)
   step_delay: SECONDS   sleep after every step (time for a test to send a signal)
   hold: FILE            after step 1, wait (up to 300 s) until FILE exists
+  slow_rank: [R, SECONDS]  rank R sleeps SECONDS in every micro-step's forward (a straggler)
+  oom_at: [R, S]        rank R's forward of 0-based step S raises MemoryError (as a failed
+                        allocation does; the trainer's out-of-memory path handles it)
 They reach the loop through the `faults` object `llmtk.train.trainer.train` takes; the
 production code has no test hooks. `injected(spec)` does the same for a run in the test's
 own process (faults that only change numbers: nan_loss, spike_loss).
@@ -30,6 +33,11 @@ class TestFaults(Faults):
         self.spec, self.spiked = spec, False
 
     def loss(self, step, loss):
+        rank = int(os.environ.get("RANK", 0))
+        if self.spec.get("slow_rank", [None])[0] == rank:
+            time.sleep(self.spec["slow_rank"][1])
+        if self.spec.get("oom_at") == [rank, step]:
+            raise MemoryError("injected: a failed allocation")
         if self.spec.get("nan_loss") == step:
             return loss * float("nan")
         if self.spec.get("spike_loss") == step and not self.spiked:

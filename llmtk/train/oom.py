@@ -97,9 +97,9 @@ class OomGuard:
                          device=self.dist.device, fix=fix, error=str(exc)[:300])
         except OSError:
             pass
-        held = f"{allocated:.2f} GB allocated" + \
-            (f", {reserved:.2f} GB reserved" if reserved is not None else "")
-        est = (f"; the dry run plans {planned:.2f} GB of weights, gradients and optimizer "
+        held = f"{allocated:.3g} GB allocated" + \
+            (f", {reserved:.3g} GB reserved" if reserved is not None else "")
+        est = (f"; the dry run plans {planned:.3g} GB of weights, gradients and optimizer "
                f"states for this rank, activations aside" if planned is not None else "")
         raise OutOfMemory(f"out of memory on rank {rank} at step {step} in {phase} "
                           f"({held}{est}); the cheapest fix: {fix}") from None

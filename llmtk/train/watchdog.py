@@ -82,11 +82,16 @@ class Watchdog:
                 self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, et, exc, tb) -> None:
         if self._thread is None:
             return
         self._stop.set()
         self._thread.join()
+        if exc is not None and self.state == "running" and self._peer_failed():
+            # A collective broken by a rank that failed and said why (out of memory): this
+            # rank's own error ("Connection closed by peer") would only hide that line.
+            sys.stderr.flush()
+            os._exit(EXIT_HANG)
         if self.state == "running":  # an error all ranks reach together is not a failure
             self.state = "done"      # to report for another: they end by themselves
         self._publish(-1)
@@ -96,6 +101,12 @@ class Watchdog:
         self.state, self.phases.phase = "failed", why
         if self.store is not None:
             self._publish(-1)
+
+    def _peer_failed(self) -> bool:
+        try:
+            return any(hb and hb["state"] == "failed" for hb in self._read())
+        except RuntimeError:
+            return False
 
     def _connect(self):
         """A client of the group's store (MASTER_ADDR:MASTER_PORT, torchrun's agent store)
