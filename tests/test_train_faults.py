@@ -14,6 +14,7 @@ import pytest
 from tests.train_runs import (
     TINY,
     events,
+    losses,
     rows,
     run_train,
     torchrun_with_faults,
@@ -138,3 +139,19 @@ def test_out_of_memory_at_a_step_is_an_event_and_names_the_fix(corpus, tmp_path)
     assert oom["planned_gb"] > 0
     r = llmtk("diagnose", out)
     assert r.returncode == 3 and "rank 1 ran out of memory at step 3" in r.stdout.decode()
+
+
+def test_a_rank_killed_mid_run_is_restarted_and_continues_the_curve_exactly(corpus, tmp_path):
+    """Elastic restart: rank 1 SIGKILLed after step 6 of 12 under --max-restarts 1; both
+    workers restart, resume from step 4's checkpoint, and every logged row equals the
+    uninterrupted 2-process run's bit for bit."""
+    args = ["--steps", "12", "--batch-size", "2", "--checkpoint-every", "4", "--threads", "1"]
+    ref = str(tmp_path / "ref")
+    run_train(corpus, ref, *args, "--nproc-per-node", "2")
+    out, marker = str(tmp_path / "restarted"), str(tmp_path / "killed")
+    p = torchrun_with_faults(corpus, out, 2, {"kill_rank_once": [marker, 1, 6]}, *args,
+                             restarts=1)
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    assert os.path.exists(marker)  # rank 1 really died after step 6
+    assert events(out, "resume")[0]["path"] == "checkpoints/step-0000004"
+    assert losses(out) == losses(ref)

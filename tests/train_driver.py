@@ -10,6 +10,8 @@ The faults come from LLMTK_TEST_FAULTS, a JSON object (every key optional):
   kill_after: S         SIGKILL this process after step S (every rank of a torchrun job)
   step_delay: SECONDS   sleep after every step (time for a test to send a signal)
   hold: FILE            after step 1, wait (up to 300 s) until FILE exists
+  kill_rank_once: [FILE, R, S]  rank R SIGKILLs itself after step S unless FILE exists
+                        (then it creates it first): one rank of a torchrun job dies
   slow_rank: [R, SECONDS]  rank R sleeps SECONDS in every micro-step's forward (a straggler)
   oom_at: [R, S]        rank R's forward of 0-based step S raises MemoryError (as a failed
                         allocation does; the trainer's out-of-memory path handles it)
@@ -56,6 +58,11 @@ class TestFaults(Faults):
 
     def after_step(self, step):
         if self.spec.get("kill_after") == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        kill = self.spec.get("kill_rank_once")
+        if kill and [int(os.environ.get("RANK", 0)), step] == kill[1:] \
+                and not os.path.exists(kill[0]):
+            open(kill[0], "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
         die = self.spec.get("die_once")
         if die and step == die[1] and not os.path.exists(die[0]):

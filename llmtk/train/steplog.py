@@ -182,8 +182,7 @@ class StepLog:
                "tokens": st.tokens, "tokens_per_s": round(tps, 1),
                "mfu": None if mfu is None else round(mfu, 4), "mem_gb": round(mem, 3),
                "data_s": round(data_s * meter.steps, 4),
-               "step_s": round(elapsed / max(1, meter.steps), 4), "time": time.time(),
-               "ranks": {k: [_round(v) for v in vs] for k, vs in ranks.items()}}
+               "step_s": round(elapsed / max(1, meter.steps), 4), "time": time.time()}
         if val_loss is not None:
             row["val_loss"] = val_loss
         row.update(extra)
@@ -191,6 +190,7 @@ class StepLog:
             row.update(train_data.source_tokens(st.position))
         if hasattr(train_data, "trained_tokens"):  # SFT: the loss-carrying tokens
             row["trained_tokens"] = train_data.trained_tokens(st.position)
+        row["ranks"] = {k: [_round(v) for v in vs] for k, vs in ranks.items()}
         self.metrics.write(row)
         if not self.quiet:
             from llmtk.io.console import stderr_console
