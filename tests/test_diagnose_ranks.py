@@ -136,3 +136,18 @@ def test_judge_ends_at_once_when_a_rank_failed():
     beats = [beat(9, "all_reduce"), beat(9, "out of memory (forward-backward)", "failed")]
     v = judge(beats, {}, now=1.0, start=0.0, timeout=600, interval=10)
     assert v["failed"] and v["culprits"] == [1]
+
+
+def test_a_resume_keeps_the_hang_that_made_it_restart(tmp_path):
+    """truncate_after drops rows of steps done again, not the fault events past the
+    checkpoint: after a restart diagnose still names the hang and the oom."""
+    from llmtk.io.metrics import read_metrics, truncate_after
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b"".join(encode_row(r) for r in [
+        {"step": 4, "loss": 2.0}, {"step": 6, "loss": 1.9},
+        {"step": 7, "event": "hang", "culprits": [1]},
+        {"step": 7, "event": "oom", "rank": 0}, {"step": 7, "event": "nan"}]))
+    assert truncate_after(str(path), 4) == 2
+    assert [(r["step"], r.get("event")) for r in read_metrics(str(path))] == [
+        (4, None), (7, "hang"), (7, "oom")]

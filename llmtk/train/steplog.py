@@ -61,6 +61,7 @@ class StepLog:
         self.mirrors = None                   # --log-to backends (rank 0)
         self.meter = Meter()
         self.phases = Phases()                # every rank's phase and time (steptime.py)
+        self.load_s = 0.0                     # seconds the resumed checkpoint took to load
         self.t_start = time.perf_counter()    # the step line's elapsed time (this process)
         # MFU: `llmtk estimate`'s formula (causal attention, model FLOPs only) and the peak
         # of the dtype the matmuls run in.
@@ -122,7 +123,8 @@ class StepLog:
         self.mirrors = open_mirrors(cfg.log_to, self.out, resolved, step)
         self.metrics.mirror = self.mirrors.log if self.mirrors else None
         if resumed is not None:
-            self.event("resume", step=step, path=os.path.relpath(resumed, self.out))
+            self.event("resume", step=step, path=os.path.relpath(resumed, self.out),
+                       seconds=round(self.load_s, 3))
             self.say(f"resumed from {resumed} at step {step}")
 
     def _write_config(self, resolved: dict, cfg, threads: int) -> None:

@@ -26,6 +26,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from dataclasses import asdict
 from functools import partial
 
@@ -305,9 +306,10 @@ class Trainer:
             self.batches.close()
             say(f"already complete: {cfg.steps} steps ({self.out})")
             return None
-        st = TrainState()
+        st, t0 = TrainState(), time.perf_counter()
         if path is not None:
             st = self._restore(path, resume=True)
+            self.log.load_s = time.perf_counter() - t0  # the resume event's `seconds`
         elif hf.is_hf_spec(cfg.init_from):
             set_full_model_state(self.model, hf.init_weights(cfg, self.plan.mcfg))
             say(f"initialised weights from {cfg.init_from} (fresh optimizer and schedule)")
