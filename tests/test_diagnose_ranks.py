@@ -115,8 +115,11 @@ def test_judge_names_the_rank_whose_heartbeat_stopped():
     v = judge(beats, seen, now=40.0, start=0.0, timeout=30, interval=1)
     assert (v["culprits"], v["stopped"], v["live"]) == ([1], [1], [0])
     assert hang_line(beats, v, 30).startswith(
-        "rank 1 (h, pid 11) stopped in forward-backward at step 8 for 40 s; rank 0 waits in "
-        "all_reduce (DDP gradients)")
+        "rank 1 (h, pid 11) stopped at step 9 for 40 s (its last heartbeat: forward-backward "
+        "at step 8); rank 0 waits in all_reduce (DDP gradients)")
+    beats[1]["step"] = 9
+    assert hang_line(beats, v, 30).startswith(
+        "rank 1 (h, pid 11) stopped in forward-backward at step 9 for 40 s; rank 0 waits")
 
 
 def test_judge_names_a_live_rank_stuck_alone_in_its_phase():

@@ -252,11 +252,23 @@ def hang_line(beats: list, verdict: dict, timeout: float) -> str:
         parts = [f"{who(r)} failed in {(beats[r] or {}).get('phase')} at step "
                  f"{(beats[r] or {}).get('step')}" for r in verdict["culprits"]]
         return "; ".join(parts) + "; the other ranks stopped waiting for it"
-    how = "stopped" if verdict["stopped"] else "made no progress"
-    parts = [f"{who(r)} {how} in {(beats[r] or {}).get('phase')} at step "
-             f"{(beats[r] or {}).get('step')} for {verdict['seconds']:.0f} s"
-             for r in verdict["culprits"]]
     waiting = [r for r in verdict["live"] if r not in verdict["culprits"]]
+    # A stopped rank's heartbeat is up to one round old: the live ranks (in lock step with
+    # it) say which step it stopped at when its own beat is behind.
+    now_at = min(((beats[r] or {}).get("step", 0) for r in waiting), default=None)
+    parts = []
+    for r in verdict["culprits"]:
+        hb = beats[r] or {}
+        phase, step = hb.get("phase"), hb.get("step")
+        if not verdict["stopped"]:
+            parts.append(f"{who(r)} made no progress in {phase} at step {step} for "
+                         f"{verdict['seconds']:.0f} s")
+        elif now_at is None or now_at == step:
+            parts.append(f"{who(r)} stopped in {phase} at step {step} for "
+                         f"{verdict['seconds']:.0f} s")
+        else:
+            parts.append(f"{who(r)} stopped at step {now_at} for {verdict['seconds']:.0f} s "
+                         f"(its last heartbeat: {phase} at step {step})")
     if waiting:
         parts.append(", ".join(f"rank {r} waits in {(beats[r] or {}).get('phase')}"
                                for r in waiting[:4]) + (" ..." if len(waiting) > 4 else ""))
