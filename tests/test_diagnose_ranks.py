@@ -154,3 +154,25 @@ def test_a_resume_keeps_the_hang_that_made_it_restart(tmp_path):
     assert truncate_after(str(path), 4) == 2
     assert [(r["step"], r.get("event")) for r in read_metrics(str(path))] == [
         (4, None), (7, "hang"), (7, "oom")]
+
+
+def test_ranks_without_a_loss_are_null_and_raise_nothing(tmp_path):
+    """--pp: the stages before the last hold no loss (null in the row): no mismatch."""
+    f = run_of(tmp_path, rows(loss=lambda i, r: None if r == 0 else 4.0 - i * 0.01))
+    assert "rank_loss_mismatch" not in kinds(f)
+
+
+def test_gather_row_marks_a_rank_without_a_loss_and_keeps_a_nan():
+    import torch
+
+    from llmtk.train.runtime import Dist
+    from llmtk.train.steptime import Phases, gather_row
+
+    p = Phases()
+    p.step_done(torch.tensor(0.0), 1)
+    assert gather_row(Dist(), p, 0.1)["loss"] == [None]
+    p.step_done(torch.tensor(float("nan")), 2)
+    (nan,) = gather_row(Dist(), p, 0.1)["loss"]
+    assert nan != nan
+    p.step_done(torch.tensor(7.0), 2)
+    assert gather_row(Dist(), p, 0.1)["loss"] == [3.5]

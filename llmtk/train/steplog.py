@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import resource
 import sys
@@ -226,9 +227,10 @@ class StepLog:
             self.mirrors = None
 
 
-def _round(v: float) -> float | None:
-    """A per-rank number as the row keeps it (NaN: not measured on that rank)."""
-    return round(v, 5) if v == v else None
+def _round(v: float | None) -> float | None:
+    """A per-rank number as the row keeps it (None: not held by that rank; a non-finite
+    loss stays non-finite)."""
+    return round(v, 5) if v is not None and math.isfinite(v) else v
 
 
 def append_event(out: str, name: str, step: int, **fields) -> None:

@@ -92,10 +92,12 @@ def gather_row(dist, phases: Phases, mem_gb: float) -> dict:
 
     spent, steps = phases.take()
     loss = phases.local_loss  # (the step's loss summed over micro-steps, grad_accum)
-    loss = float(loss[0]) / loss[1] if loss is not None else float("nan")
+    loss = float(loss[0]) / loss[1] if loss is not None else 0.0
+    # 0 exactly: this rank holds no loss (a pipeline stage before the last; an SFT step
+    # without a trained token here), written as null; a NaN loss stays NaN
     n = max(1, steps)
     mine = torch.tensor([spent["data"] / n, spent["compute"] / n, spent["comm"] / n, loss,
-                         mem_gb], dtype=torch.float64)
+                         mem_gb, float(loss != 0.0)], dtype=torch.float64)
     if dist.distributed:
         import torch.distributed as tdist
 
@@ -105,4 +107,6 @@ def gather_row(dist, phases: Phases, mem_gb: float) -> dict:
     else:
         rows = [mine.tolist()]
     names = ("data_s", "compute_s", "comm_s", "loss", "mem_gb")
-    return {name: [r[i] for r in rows] for i, name in enumerate(names)}
+    out = {name: [r[i] for r in rows] for i, name in enumerate(names)}
+    out["loss"] = [v if r[5] else None for v, r in zip(out["loss"], rows, strict=True)]
+    return out

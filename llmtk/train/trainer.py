@@ -17,7 +17,9 @@ One optimizer step (every rank runs the same sequence of collectives):
 The loop calls components that decide their own timing: the model parallelize built for
 the run plan (layout/), the optimizer and its schedule (optim.py, steps 1, 3, 4), the
 run's health (health.py, step 5), the evaluator (evaluator.py: val loss, tasks,
-samples), the step log (steplog.py) and the checkpointer (checkpointer.py).
+samples), the step log (steplog.py), the checkpointer (checkpointer.py), the phases each
+rank marks and the hang watchdog that reads them (steptime.py, watchdog.py), and the
+out-of-memory guard (oom.py).
 """
 
 from __future__ import annotations
