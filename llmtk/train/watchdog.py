@@ -160,7 +160,9 @@ class Watchdog:
                            old[2] if hb["progress"] == old[0] else now,
                            old[3] if hb["beat"] == old[1] else now)
             verdict = judge(beats, seen, now, start, self.timeout, self.interval)
-            if verdict is not None:
+            # the first step holds compilation and warm-up: no progress is judged before the
+            # second (a failed rank is, at once)
+            if verdict is not None and (verdict["failed"] or self.phases.step >= 2):
                 self._end(beats, verdict)
 
     # ---------------------------------------------------------------- the end
