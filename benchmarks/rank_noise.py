@@ -31,6 +31,7 @@ from llmtk.curves.logs import load_run  # noqa: E402
 from llmtk.curves.ranks import _per_rank, _step, detect_straggler  # noqa: E402
 
 PAUSE = 0.05
+SCORE = os.environ.get("SCORE", "max")  # max: of comm lag and stall excess; comm: lag only
 TINY = ["--layers", "2", "--d-model", "64", "--heads", "4", "--seq-len", "64", "--warmup",
         "2", "--lr", "3e-3", "-q", "--batch-size", "2", "--threads", "1"]
 
@@ -97,7 +98,11 @@ def lags(run) -> list[list[float]]:
     for row in _per_rank(run):
         r = row["ranks"]
         step = max(_step(r, i) for i in range(2))
-        out.append([(r["comm_s"][1 - i] - r["comm_s"][i]) / step for i in range(2)])
+        lag = [(r["comm_s"][1 - i] - r["comm_s"][i]) / step for i in range(2)]
+        if SCORE == "max" and "stall_s" in r:
+            lag = [max(lag[i], (r["stall_s"][i] - r["stall_s"][1 - i]) / step)
+                   for i in range(2)]
+        out.append(lag)
     return out
 
 

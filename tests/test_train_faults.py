@@ -98,7 +98,7 @@ def test_the_per_rank_times_are_in_every_row(corpus, tmp_path):
               "--threads", "1", "--log-every", "3")
     for row in (r for r in rows(out) if "loss" in r and "event" not in r):
         ranks = row["ranks"]
-        assert set(ranks) == {"data_s", "compute_s", "comm_s", "loss", "mem_gb"}
+        assert set(ranks) == {"data_s", "compute_s", "comm_s", "stall_s", "loss", "mem_gb"}
         assert all(len(v) == 2 for v in ranks.values())
         assert row["mem_gb"] == round(max(ranks["mem_gb"]), 3)
         # the row's loss is the mean of the ranks' (DDP: the same number of tokens each)
@@ -155,3 +155,17 @@ def test_a_rank_killed_mid_run_is_restarted_and_continues_the_curve_exactly(corp
     assert os.path.exists(marker)  # rank 1 really died after step 6
     assert events(out, "resume")[0]["path"] == "checkpoints/step-0000004"
     assert losses(out) == losses(ref)
+
+
+def test_the_stall_clock_counts_the_time_its_process_was_stopped():
+    """steptime.Stalls: this process stopped for 0.3 s (SIGSTOP, then SIGCONT from a
+    shell) is 0.3 s of stall, whatever the loop was doing."""
+    from llmtk.train.steptime import Phases, Stalls
+
+    p = Phases()
+    with Stalls(p):
+        time.sleep(0.1)
+        subprocess.run(["sh", "-c", f"kill -STOP {os.getpid()}; sleep 0.3; "
+                        f"kill -CONT {os.getpid()}"], check=True)
+        time.sleep(0.1)
+    assert 0.2 < p.stalled < 2.0

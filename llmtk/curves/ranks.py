@@ -3,23 +3,27 @@ keeps them waiting, whether their losses disagree, and the faults the trainer re
 (a hang, an out-of-memory).
 
 llmtk's metrics rows carry `ranks`: per rank, the seconds per step spent waiting for data
-(`data_s`), computing (`compute_s`) and waiting in collectives (`comm_s`), its loss before
-the reduction and its peak memory (docs/train.md "The metrics log"). Ranks run in lock
-step, so a slow rank does not show in the step time (everyone's is the same): it shows as
-the rank the others wait for. Its own collective waits are short, theirs long.
+(`data_s`), computing (`compute_s`) and waiting in collectives (`comm_s`), the seconds the
+process did not run at all (`stall_s`: stopped, swapped out, starved of CPU), its loss
+before the reduction and its peak memory (docs/train.md "The metrics log"). Ranks run in
+lock step, so a slow rank does not show in the step time (everyone's is the same): it
+shows as the rank the others wait for. Its own collective waits are short, theirs long;
+or it stalled more than they did (a stall delays the others wherever it falls).
 
 The straggler threshold comes from 2-process CPU runs on the project's shared 2-core
 machine under a load average of about 8 (other jobs), `tiny` model, 100 steps in 19 rows of
 5 (benchmarks/rank_noise.py; runs alternate between a `fit` and a `check` half). A rank's
-lag in a row is the others' median comm wait minus its own, as a share of the step; the
-rule looks at its median over the rows.
-- fit half: healthy runs' median lags 0.01 and 0.04; with rank 1 stopped (SIGSTOP) 50 ms
-  of every 100 ms, 0.26 and 0.43. LAG_SHARE = 0.2 lies between.
-- check half: healthy 0.16 and 0.03 (no finding); paused 0.26 (found) and -0.06 (missed:
-  a stop that lands while the rank waits in a collective makes the others wait there too,
-  and this machine's scheduler pauses every rank at random as well).
-A rank slowed inside its own work (a slow device, a slow loader) lags at every step and
-is found reliably; random pauses of a process on an overloaded host, only on most runs.
+lag in a row is the larger of (the others' median comm wait minus its own) and (its stall
+minus the others' median stall), as a share of the step; the rule takes its median over
+the rows.
+- fit half: healthy runs' median lags at most 0.01 and 0.09 (rank 0, rank 1 of each); with
+  rank 1 stopped (SIGSTOP) 50 ms of every 100 ms, 0.45 and 0.40. LAG_SHARE = 0.2 lies
+  between.
+- check half: healthy at most 0.03 and 0.00 (no finding); paused 0.40 and 0.41 (both
+  found).
+Without the stall term (comm lag alone) the paused runs' medians were 0.26, 0.43, 0.26 and
+-0.06: a stop that lands while the rank waits in a collective makes the others wait there
+too, and the comm times alone do not show whose stop it was.
 """
 
 from __future__ import annotations
@@ -67,9 +71,15 @@ def detect_straggler(run: Run) -> list[Finding]:
         step = max(_step(ranks, r) for r in range(world))
         if step <= 0:
             continue
+        stall = ranks.get("stall_s")
         for r in range(world):
             others = [ranks["comm_s"][o] for o in range(world) if o != r]
-            lags[r].append((median(others) - ranks["comm_s"][r]) / step)
+            lag = (median(others) - ranks["comm_s"][r]) / step
+            if isinstance(stall, list) and len(stall) == world:
+                # time the process did not run delays the others wherever it falls
+                lag = max(lag, (stall[r] - median(stall[o] for o in range(world) if o != r))
+                          / step)
+            lags[r].append(lag)
     findings = []
     for r, ls in lags.items():
         if len(ls) >= LAG_ROWS and median(ls) >= LAG_SHARE:
@@ -87,9 +97,16 @@ def _straggler(run: Run, rows: list[dict], r: int, world: int, lag: float, n_slo
                                                  for o in range(world) if o != r)
                  for row in rows if len(row["ranks"][phase]) == world]
         extra[phase] = median(diffs) if diffs else 0.0
+    stalls = [row["ranks"]["stall_s"][r] - median(row["ranks"]["stall_s"][o]
+                                                  for o in range(world) if o != r)
+              for row in rows if len(row["ranks"].get("stall_s") or []) == world]
+    if stalls:
+        extra["stall_s"] = median(stalls)
     phase = max(extra, key=extra.get)
     steps = [_step(row["ranks"], r) for row in rows]
-    where = ({"data_s": "waiting for its data", "compute_s": "computing"}[phase]
+    where = ({"data_s": "waiting for its data", "compute_s": "computing",
+              "stall_s": "because the process was not running (stopped, swapped out or "
+                         "starved of CPU)"}[phase]
              if extra[phase] > 0.25 * lag * median(steps)
              else "outside the timed phases (between steps, or the process was not running)")
     return Finding(

@@ -9,6 +9,13 @@ named collective, the optimizer, a checkpoint, an evaluation. The marks serve tw
     count that moves at every mark.
 A mark costs a clock read and a few attribute writes: no device sync, no collective.
 
+Under several processes a daemon thread (`Stalls`) also wakes every TICK seconds and
+counts the time its wake-ups came late by more than a tick: the time this process was
+not running at all (stopped, swapped out, starved of CPU by other jobs), whatever phase
+it was in. A rank paused while it waits in a collective delays the others as much as one
+paused while computing (the collective completes only when it runs again), but only the
+stall count shows the first kind.
+
 Communication wait is what the host sees of it: time blocked in a collective the loop
 calls (the stop-signal agreement, the row's gather), and under DDP (not compiled) the end
 of backward after this rank's last gradient bucket was handed to the all-reduce (a comm
@@ -19,8 +26,14 @@ split shows where the host waited (the device read at the row), not the kernels.
 
 from __future__ import annotations
 
+import threading
 import time
 
+# s: 50 wake-ups a second. A 50 ms tick found a rank stopped 50 ms in every 100 ms in
+# 3 of 4 runs, a 20 ms one in 4 of 4 (benchmarks/rank_noise.py); the thread cost +0.017 ms
+# CPU on a 1.3 ms toy step (median of 8 paired rounds, noise +-0.04 ms): it costs per
+# second, not per step, so a real step pays a smaller share
+TICK = 0.02
 KINDS = ("data", "compute", "comm")  # phases of another kind (checkpoint, eval) are not timed
 
 
@@ -35,6 +48,7 @@ class Phases:
         self.steps = 0
         self.local_loss = None     # the last step's loss on this rank, before the reduction
         self.last_bucket = None    # DDP: when the backward's last gradient bucket was handed on
+        self.stalled = 0.0         # seconds this process did not run (Stalls), since the take
 
     def at(self, phase: str, kind: str | None = None, step: int | None = None) -> None:
         """Enter `phase` (of `kind`: data, compute, comm, or None: not timed)."""
@@ -63,8 +77,8 @@ class Phases:
     def take(self) -> tuple[dict, int]:
         """(seconds per kind, steps) since the last take; the clock goes on."""
         self.at(self.phase, self.kind)
-        spent, steps = self.spent, self.steps
-        self.spent, self.steps = dict.fromkeys(KINDS, 0.0), 0
+        spent, steps = {**self.spent, "stall": self.stalled}, self.steps
+        self.spent, self.steps, self.stalled = dict.fromkeys(KINDS, 0.0), 0, 0.0
         return spent, steps
 
     def reset(self) -> None:
@@ -84,6 +98,32 @@ class Phases:
         model.register_comm_hook(group, hook)
 
 
+class Stalls:
+    """The daemon thread that adds to `phases.stalled` the time its TICK-second sleeps
+    overran by more than a tick. A context manager: runs inside."""
+
+    def __init__(self, phases: Phases):
+        self.phases, self._stop = phases, threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="llmtk-stalls", daemon=True)
+
+    def __enter__(self) -> Stalls:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        last = time.monotonic()
+        while not self._stop.wait(TICK):
+            now = time.monotonic()
+            late = now - last - TICK
+            if late > TICK:
+                self.phases.stalled += late
+            last = now
+
+
 def gather_row(dist, phases: Phases, mem_gb: float) -> dict:
     """Every rank's seconds per step in data wait, compute and comm wait, its loss before
     reduction and its peak memory, with one all_gather on the host group (the row's only
@@ -97,7 +137,7 @@ def gather_row(dist, phases: Phases, mem_gb: float) -> dict:
     # without a trained token here), written as null; a NaN loss stays NaN
     n = max(1, steps)
     mine = torch.tensor([spent["data"] / n, spent["compute"] / n, spent["comm"] / n, loss,
-                         mem_gb, float(loss != 0.0)], dtype=torch.float64)
+                         mem_gb, float(loss != 0.0), spent["stall"] / n], dtype=torch.float64)
     if dist.distributed:
         import torch.distributed as tdist
 
@@ -109,4 +149,6 @@ def gather_row(dist, phases: Phases, mem_gb: float) -> dict:
     names = ("data_s", "compute_s", "comm_s", "loss", "mem_gb")
     out = {name: [r[i] for r in rows] for i, name in enumerate(names)}
     out["loss"] = [v if r[5] else None for v, r in zip(out["loss"], rows, strict=True)]
+    if dist.distributed:
+        out["stall_s"] = [r[6] for r in rows]
     return out

@@ -68,11 +68,16 @@ class Watchdog:
         self.store = None
         self._stop = threading.Event()
         self._thread = None
+        self._stalls = None
         restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         self.prefix = f"llmtk/heartbeat/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{restart}/"
 
     # ---------------------------------------------------------------- lifecycle
     def __enter__(self) -> Watchdog:
+        if self.dist.distributed:  # the ranks' stalls are in the rows (steptime.Stalls)
+            from llmtk.train.steptime import Stalls
+
+            self._stalls = Stalls(self.phases).__enter__()
         if self.dist.distributed and self.timeout > 0:
             self.store = self._connect()
             if self.store is not None:
@@ -83,6 +88,8 @@ class Watchdog:
         return self
 
     def __exit__(self, et, exc, tb) -> None:
+        if self._stalls is not None:
+            self._stalls.__exit__()
         if self._thread is None:
             return
         self._stop.set()
