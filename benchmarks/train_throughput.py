@@ -71,9 +71,8 @@ def run_llmtk(args, data: str, out: str, cache: str) -> tuple[float, float]:
                  batch_size=args.batch_size, steps=args.steps, log_every=args.log_every,
                  warmup=1, lr=3e-4, device=args.device, dtype=args.dtype, compile=args.compile,
                  resume="never", quiet=True, checkpoint_every=0, layers=args.layers,
-                 d_model=args.d_model, heads=args.heads)
+                 d_model=args.d_model, heads=args.heads, keep_checkpoints=1)
     cfg = resolve_config(flags, None)
-    cfg.keep_checkpoints = 1
     clock = CpuClock()
     train(cfg, faults=clock)
     rows = [r for r in read_metrics(os.path.join(out, "metrics.jsonl")) if "loss" in r]

@@ -74,7 +74,7 @@ def test_metrics_rows_follow_the_schema(corpus, tmp_path):
     train_rows = [r for r in rows(out) if "loss" in r]
     assert [r["step"] for r in train_rows] == [2, 4]
     keys = ["step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "mem_gb",
-            "data_s", "step_s", "time", "val_loss"]
+            "data_s", "step_s", "time", "val_loss", "ranks"]
     assert list(train_rows[0]) == keys
     assert train_rows[0]["mfu"] is None  # CPU
     assert train_rows[1]["tokens"] == 4 * 2 * 64

@@ -13,6 +13,11 @@ The faults come from LLMTK_TEST_FAULTS, a JSON object (every key optional):
   linger_child: SECONDS  after step 1, rank 0 forks a child that shares its open files
                         (the run lock included) and outlives it by SECONDS: a process of
                         a killed run that is still exiting
+  kill_rank_once: [FILE, R, S]  rank R SIGKILLs itself after step S unless FILE exists
+                        (then it creates it first): one rank of a torchrun job dies
+  slow_rank: [R, SECONDS]  rank R sleeps SECONDS in every micro-step's forward (a straggler)
+  oom_at: [R, S]        rank R's forward of 0-based step S raises MemoryError (as a failed
+                        allocation does; the trainer's out-of-memory path handles it)
 They reach the loop through the `faults` object `llmtk.train.trainer.train` takes; the
 production code has no test hooks. `injected(spec)` does the same for a run in the test's
 own process (faults that only change numbers: nan_loss, spike_loss).
@@ -33,6 +38,11 @@ class TestFaults(Faults):
         self.spec, self.spiked = spec, False
 
     def loss(self, step, loss):
+        rank = int(os.environ.get("RANK", 0))
+        if self.spec.get("slow_rank", [None])[0] == rank:
+            time.sleep(self.spec["slow_rank"][1])
+        if self.spec.get("oom_at") == [rank, step]:
+            raise MemoryError("injected: a failed allocation")
         if self.spec.get("nan_loss") == step:
             return loss * float("nan")
         if self.spec.get("spike_loss") == step and not self.spiked:
@@ -51,6 +61,11 @@ class TestFaults(Faults):
 
     def after_step(self, step):
         if self.spec.get("kill_after") == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        kill = self.spec.get("kill_rank_once")
+        if kill and [int(os.environ.get("RANK", 0)), step] == kill[1:] \
+                and not os.path.exists(kill[0]):
+            open(kill[0], "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
         die = self.spec.get("die_once")
         if die and step == die[1] and not os.path.exists(die[0]):

@@ -159,6 +159,10 @@ OPTIONS: dict[str, Opt] = {
         "Recompute block activations in backward (less memory, about a third more compute)."),
     "nccl_timeout": Opt(RUN,
         "Seconds a collective may wait for the slowest rank (a 7B checkpoint write included)."),
+    "hang_timeout": Opt(RUN,
+        "Seconds a rank may make no progress before the run ends naming it, with every "
+        "rank's Python stack (0: no watchdog; longer than the slowest checkpoint write).",
+        metavar="SECONDS"),
     "threads": Opt(RUN,
         "torch CPU threads per process; on a machine busy with other jobs 1 is often fastest.",
         default="OMP_NUM_THREADS, else the process's share of the cores, at most 8"),

@@ -21,6 +21,7 @@ from llmtk.curves.common import finite as _finite
 from llmtk.curves.common import fmt as _fmt
 from llmtk.curves.common import window as _window
 from llmtk.curves.logs import Run
+from llmtk.curves.ranks import RANK_DETECTORS
 from llmtk.curves.spikes import (
     SPIKE_HARM_REL,
     SPIKE_HARM_SIGMAS,
@@ -667,6 +668,7 @@ DETECTORS = (detect_nan, detect_spikes, detect_divergence_and_rebound, detect_co
              detect_noise, detect_grad_explosions, detect_overfitting, detect_resume_jumps,
              detect_eval_regression, detect_layer_grads, detect_rollbacks,
              detect_checkpoint_failed)
+DETECTORS += RANK_DETECTORS  # the ranks of a multi-process run (curves/ranks.py)
 
 
 def diagnose(run: Run) -> list[Finding]:

@@ -24,7 +24,10 @@ from llmtk.io.atomic import atomic_file
 
 TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "mem_gb",
                 "data_s", "step_s", "time")
-EVENTS = ("resume", "checkpoint", "nan", "rollback", "preempt", "sample")
+EVENTS = ("resume", "checkpoint", "nan", "rollback", "preempt", "sample", "hang", "oom")
+# Events a resume keeps past its checkpoint's step: they tell what happened to the run
+# (why it restarted), not work that is done again.
+FAULT_EVENTS = ("hang", "oom")
 
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -119,7 +122,8 @@ def truncate_after(path: str, step: int) -> int:
             except ValueError:
                 dropped += 1
                 continue
-            if isinstance(row.get("step"), int) and row["step"] > step:
+            if isinstance(row.get("step"), int) and row["step"] > step \
+                    and row.get("event") not in FAULT_EVENTS:
                 dropped += 1
                 continue
             kept.append(line)

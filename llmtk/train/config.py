@@ -80,6 +80,7 @@ class TrainConfig:
     compile: bool | None = None           # None: on for CUDA, off on CPU
     activation_checkpointing: bool = False
     nccl_timeout: int = 3600              # seconds a collective may wait (checkpoint of a 7B)
+    hang_timeout: int = 600               # seconds without progress on a rank (0: no watchdog)
     threads: int | None = None            # torch threads per process; None: runtime.pick_threads
     # logging, eval, sampling
     log_every: int = 10
@@ -231,6 +232,7 @@ RULES = {
     "weight_decay": _between(0.0, 1e6), "beta1": _between(0.0, 1.0, high_open=True),
     "beta2": _between(0.0, 1.0, high_open=True), "grad_clip": _at_least(0.0),
     "spike_factor": _between(1.0, 1e6, low_open=True), "nccl_timeout": _at_least(1),
+    "hang_timeout": _at_least(0),
     "threads": _at_least(1), "tp": _at_least(1), "pp": _at_least(1),
     "dp_replicate": _at_least(1), "dp_shard": _at_least(1),
     "pp_schedule": _one_of("1f1b", "interleaved-1f1b"),

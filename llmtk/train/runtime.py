@@ -197,7 +197,10 @@ def busy_note(threads: int, source: str, device: str) -> str | None:
             "times faster here")
 
 
-def setup_dist(device: str, nccl_timeout: int) -> Dist:
+def setup_dist(device: str, nccl_timeout: int, out: str | None = None) -> Dist:
+    """This process's ranks, device and process groups. On GPU with several processes the
+    NCCL flight recorder is switched on first (watchdog.nccl_env: OUT/hang/), unless the
+    environment already sets it."""
     import torch
 
     rank, world, local_rank = ranks()
@@ -215,11 +218,36 @@ def setup_dist(device: str, nccl_timeout: int) -> Dist:
         import torch.distributed as tdist
 
         timeout = timedelta(seconds=nccl_timeout)
+        if use_cuda and out:
+            from llmtk.train.watchdog import nccl_env
+
+            os.makedirs(os.path.join(out, "hang"), exist_ok=True)
+            for key, value in nccl_env(out).items():
+                os.environ.setdefault(key, value)
         tdist.init_process_group(backend="nccl" if use_cuda else "gloo", timeout=timeout,
+                                 **_attempt_store(rank, world, timeout),
                                  **({"device_id": torch.device(dev)} if use_cuda else {}))
         groups = {"host": tdist.new_group(backend="gloo", timeout=timeout),
                   "ckpt": tdist.new_group(backend="gloo", timeout=timeout)}
     return Dist(rank, world, local_rank, dev, groups)
+
+
+def _attempt_store(rank: int, world: int, timeout: timedelta) -> dict:
+    """Under torchrun the workers share the agent's TCPStore, which a restart
+    (--max-restarts) keeps, keys and all: a rank that reaches the process group before
+    rank 0 after a restart read the dead rank 0's gloo address from the attempt before
+    and failed ("connectFullMesh failed ... Connection refused"; 2 of 3 restarts here
+    after one of 2 ranks was killed). A prefix per attempt keeps the attempts apart.
+    Elsewhere ({}): torch's own env:// rendezvous."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    import torch.distributed as tdist
+
+    store = tdist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                           is_master=False, timeout=timeout)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return {"store": tdist.PrefixStore(f"llmtk/attempt-{attempt}", store), "rank": rank,
+            "world_size": world}
 
 
 class Stopper:

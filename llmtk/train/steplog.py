@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import resource
 import sys
@@ -14,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from llmtk.compute.flops import mfu as model_mfu
+from llmtk.train.steptime import Phases, gather_row
 
 
 @dataclass
@@ -24,7 +26,6 @@ class Meter:
     t: float = field(default_factory=time.perf_counter)
     tokens: int = 0
     steps: int = 0
-    data_s: float = 0.0
     excluded: float = 0.0
 
     @contextlib.contextmanager
@@ -60,6 +61,8 @@ class StepLog:
         self.metrics = None                   # rank 0's MetricsWriter, opened by open()
         self.mirrors = None                   # --log-to backends (rank 0)
         self.meter = Meter()
+        self.phases = Phases()                # every rank's phase and time (steptime.py)
+        self.load_s = 0.0                     # seconds the resumed checkpoint took to load
         self.t_start = time.perf_counter()    # the step line's elapsed time (this process)
         # MFU: `llmtk estimate`'s formula (causal attention, model FLOPs only) and the peak
         # of the dtype the matmuls run in.
@@ -75,6 +78,26 @@ class StepLog:
     def event(self, name: str, step: int, **fields) -> None:
         if self.metrics is not None:
             self.metrics.write({"step": step, "event": name, **fields, "time": time.time()})
+
+    def open_run(self, step: int, resumed: str | None, cfg, plan, facts: dict,
+                 validates: bool, busy: str | None) -> None:
+        """Rank 0: `start` with the run's resolved configuration (the config, the run plan
+        and `facts`: params, world_size, device, threads, tokenizer, data, cache), the start
+        lines and warnings. validates: there is validation data; busy: a note on threads."""
+        from llmtk.train.optim import warmup_warning
+
+        resolved = {"train": cfg.to_dict(), "model": plan.mcfg.to_dict(),
+                    "params": facts["params"], "world_size": facts["world_size"],
+                    "parallel": plan.parallel, "layout": plan.layout.to_dict(),
+                    "compiled": plan.compiled, "checkpoint_format": plan.ckpt_format,
+                    **{k: facts[k] for k in ("device", "threads", "tokenizer", "data",
+                                             "cache")}}
+        warnings = [warmup_warning(cfg)] if cfg.warmup >= cfg.steps else []
+        if cfg.eval_every and not validates and not cfg.eval_tasks:
+            warnings.append(f"warning: --eval-every {cfg.eval_every} evaluates nothing: there "
+                            f"is no validation data (give --val-data, or hold some of --data "
+                            f"out with --val-fraction) and no --eval-tasks")
+        self.start(step, resumed, resolved, cfg, facts["threads"], [*warnings, busy])
 
     def start(self, step: int, resumed: str | None, resolved: dict, cfg, threads: int,
               notes: list[str | None]) -> None:
@@ -99,7 +122,8 @@ class StepLog:
         self.mirrors = open_mirrors(cfg.log_to, self.out, resolved, step)
         self.metrics.mirror = self.mirrors.log if self.mirrors else None
         if resumed is not None:
-            self.event("resume", step=step, path=os.path.relpath(resumed, self.out))
+            self.event("resume", step=step, path=os.path.relpath(resumed, self.out),
+                       seconds=round(self.load_s, 3))
             self.say(f"resumed from {resumed} at step {step}")
 
     def _write_config(self, resolved: dict, cfg, threads: int) -> None:
@@ -130,9 +154,11 @@ class StepLog:
             truncate_after(self.metrics.path, step)
             self.metrics = MetricsWriter(self.metrics.path, mirror=self.metrics.mirror)
         self.meter = Meter()
+        self.phases.reset()
 
     def restart_clock(self) -> None:
         self.meter = Meter()
+        self.phases.reset()
         self.t_start = time.perf_counter()
 
     def count(self, tokens: int) -> None:
@@ -144,7 +170,8 @@ class StepLog:
         and the step line; every rank measures, rank 0 writes."""
         step, (loss, grad_norm, not_finite), lr = last_row
         elapsed = self.meter.elapsed()
-        (mem,) = self.dist.host_max([_mem_gb(self.dist.device)])
+        ranks = gather_row(self.dist, self.phases, _mem_gb(self.dist.device))  # collective
+        mem, data_s = max(ranks["mem_gb"]), ranks["data_s"][self.dist.rank]
         tps = self.meter.tokens / elapsed
         # tps: the global batch's tokens (each once, whatever tp/pp split them), per second
         mfu = model_mfu(self.flops_per_token, tps, self.dist.world, self.peak) \
@@ -155,7 +182,7 @@ class StepLog:
         row = {"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
                "tokens": st.tokens, "tokens_per_s": round(tps, 1),
                "mfu": None if mfu is None else round(mfu, 4), "mem_gb": round(mem, 3),
-               "data_s": round(meter.data_s, 4),
+               "data_s": round(data_s * meter.steps, 4),
                "step_s": round(elapsed / max(1, meter.steps), 4), "time": time.time()}
         if val_loss is not None:
             row["val_loss"] = val_loss
@@ -164,6 +191,7 @@ class StepLog:
             row.update(train_data.source_tokens(st.position))
         if hasattr(train_data, "trained_tokens"):  # SFT: the loss-carrying tokens
             row["trained_tokens"] = train_data.trained_tokens(st.position)
+        row["ranks"] = {k: [_round(v) for v in vs] for k, vs in ranks.items()}
         self.metrics.write(row)
         if not self.quiet:
             from llmtk.io.console import stderr_console
@@ -195,6 +223,26 @@ class StepLog:
         if self.mirrors is not None:
             self.mirrors.close(ok)
             self.mirrors = None
+
+
+def _round(v: float | None) -> float | None:
+    """A per-rank number as the row keeps it (None: not held by that rank; a non-finite
+    loss stays non-finite)."""
+    return round(v, 5) if v is not None and math.isfinite(v) else v
+
+
+def append_event(out: str, name: str, step: int, **fields) -> None:
+    """An event row appended to OUT/metrics.jsonl by any rank (the hang watchdog, a rank out
+    of memory): one O_APPEND write of the whole line, so it never interleaves with rank 0's
+    rows and needs no metrics writer of its own."""
+    from llmtk.io.metrics import encode_row
+
+    fd = os.open(os.path.join(out, "metrics.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                 0o644)
+    try:
+        os.write(fd, encode_row({"step": step, "event": name, **fields, "time": time.time()}))
+    finally:
+        os.close(fd)
 
 
 def due(step: int, every: int, steps: int) -> bool:

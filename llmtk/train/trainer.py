@@ -17,7 +17,9 @@ One optimizer step (every rank runs the same sequence of collectives):
 The loop calls components that decide their own timing: the model parallelize built for
 the run plan (layout/), the optimizer and its schedule (optim.py, steps 1, 3, 4), the
 run's health (health.py, step 5), the evaluator (evaluator.py: val loss, tasks,
-samples), the step log (steplog.py) and the checkpointer (checkpointer.py).
+samples), the step log (steplog.py), the checkpointer (checkpointer.py), the phases each
+rank marks and the hang watchdog that reads them (steptime.py, watchdog.py), and the
+out-of-memory guard (oom.py).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from llmtk.train.health import Health, HealthRules
 from llmtk.train.layout.parallelize import parallelize
 from llmtk.train.layout.plan import RunPlan, run_model
 from llmtk.train.layout.whole import whole_model
+from llmtk.train.oom import OomGuard
 from llmtk.train.optim import Optimizer, OptimSpec, lr_at, warmup_warning
 from llmtk.train.run_shape import model_config
 from llmtk.train.runtime import (
@@ -55,6 +58,7 @@ from llmtk.train.runtime import (
 )
 from llmtk.train.state import StepResult, TrainState
 from llmtk.train.steplog import StepLog, due
+from llmtk.train.watchdog import Watchdog
 
 
 def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
@@ -83,14 +87,14 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
 
         threads = torch.get_num_threads()  # --threads changes them; callers get theirs back
         default_dtype = torch.get_default_dtype()
-        dist = setup_dist(cfg.device, cfg.nccl_timeout)
+        dist = setup_dist(cfg.device, cfg.nccl_timeout, cfg.out)
         if cfg.dtype == "fp64":  # every tensor the run makes (weights, buffers) in fp64
             torch.set_default_dtype(torch.float64)  # given back in the finally below
         try:
             dist.barrier()  # rank 0 holds the lock: the others may touch OUT from here on
             trainer = Trainer(cfg, dist, tok, source, faults or Faults())
             try:
-                with trainer.stopper:
+                with trainer.stopper, trainer.watchdog, trainer.oom:
                     trainer.run()
             except BaseException:
                 trainer.log.close_mirrors(ok=False)
@@ -150,6 +154,9 @@ class Trainer:
             torch.use_deterministic_algorithms(True, warn_only=True)
         self.built = parallelize(plan, dist)
         self.model, self.pipe = self.built.model, self.built.pipe
+        self.phases = self.log.phases  # where each rank is and its time goes (steptime.py)
+        if plan.parallel == "ddp" and not plan.compiled:
+            self.phases.timed_ddp(self.model)
         self.optim = Optimizer(section(OptimSpec, cfg), self.built, plan, dist)
         self.autocast = (
             (lambda: torch.autocast(device_type=dist.device.split(":")[0], dtype=torch.bfloat16))
@@ -176,6 +183,8 @@ class Trainer:
                                    loss_ranks=self.optim.loss_ranks, val_data=self.val_data,
                                    val_sets=self.val_sets, tok=self.tok, log=self.log)
         self.stopper = Stopper(dist)
+        self.watchdog = Watchdog(dist, self.phases, cfg.hang_timeout, cfg.out, self.log.say)
+        self.oom = OomGuard(cfg, plan, dist, self.phases, self.watchdog)
 
     def _whole(self):
         return whole_model(self.built, self.plan, self.dist)
@@ -190,10 +199,13 @@ class Trainer:
             return  # the checkpoint already holds cfg.steps steps: nothing to train
         while st.step < self.cfg.steps:
             self.health.pending.append(self._train_step(st))
+            self.phases.at("all_reduce (stop signals)", "comm")
             signum = self.stopper.agreed()
+            self.phases.at("device sync", "compute")
             if self._due(st, self.cfg.log_every) or signum or self.health.every_step:
                 if not self.health.settle(st):
                     continue  # rolled back to the last checkpoint
+            self.phases.at("evaluation")
             val, per_source = self.evaluator.val_losses(st)
             if self._due(st, self.cfg.log_every):
                 self.log.row(st, self.health.last_row, val, per_source, self.train_data)
@@ -216,6 +228,7 @@ class Trainer:
         clipping and the (device-side skippable) update. Advances the state."""
         lr = self.optim.set_lr(st.step, st.lr_scale)
         loss_sum = self._pipeline_step(st) if self.pipe is not None else self._micro_steps(st)
+        self.phases.step_done(loss_sum, self.cfg.grad_accum)
         values, sq = self.optim.update(loss_sum)
         st.step += 1
         st.position += self.plan.windows_per_step
@@ -232,10 +245,9 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.dist.device)
         scaled = hasattr(self.train_data, "loss_scale")
         for m in range(ga):
-            t0 = time.perf_counter()
+            self.phases.at("data", "data", st.step + 1)
             batch = self.batches.get(st.position + m * self.train_data.global_batch)
-            # batch: (x, y), or (x, y, doc) for SFT
-            self.log.meter.data_s += time.perf_counter() - t0
+            self.phases.at("forward-backward", "compute")  # batch: (x, y[, doc for SFT])
             last = m == ga - 1
             with self._gradient_sync(last):
                 with self.autocast():
@@ -244,6 +256,7 @@ class Trainer:
                     loss = loss * self.train_data.loss_scale(st.position, m, ga)
                 loss = self.faults.loss(st.step, loss)
                 (loss / ga).backward()
+            self.phases.backward_done()
             loss_sum += wide(loss.detach())
         return loss_sum
 
@@ -266,9 +279,9 @@ class Trainer:
         """The step's micro-batches as the pipeline's microbatches (one schedule run);
         the sum of their losses on a last-stage rank, 0 elsewhere."""
         ga, gb = self.cfg.grad_accum, self.train_data.global_batch
-        t0 = time.perf_counter()
+        self.phases.at("data", "data", st.step + 1)
         batches = [self.batches.get(st.position + m * gb) for m in range(ga)]
-        self.log.meter.data_s += time.perf_counter() - t0
+        self.phases.at("forward-backward (pipeline schedule)", "compute")
         scales = ([self.train_data.loss_scale(st.position, m, ga) for m in range(ga)]
                   if hasattr(self.train_data, "loss_scale") else None)
         self.pipe.loss_hook = lambda loss: self.faults.loss(st.step, loss)
@@ -292,9 +305,10 @@ class Trainer:
             self.batches.close()
             say(f"already complete: {cfg.steps} steps ({self.out})")
             return None
-        st = TrainState()
+        st, t0 = TrainState(), time.perf_counter()
         if path is not None:
             st = self._restore(path, resume=True)
+            self.log.load_s = time.perf_counter() - t0  # the resume event's `seconds`
         elif hf.is_hf_spec(cfg.init_from):
             set_full_model_state(self.model, hf.init_weights(cfg, self.plan.mcfg))
             say(f"initialised weights from {cfg.init_from} (fresh optimizer and schedule)")
@@ -304,7 +318,12 @@ class Trainer:
             say(f"initialised weights from {src} (fresh optimizer and schedule)")
         self.ckpt.last_step = st.step
         if self.dist.rank == 0:
-            self._open_log(st.step, path)
+            self.log.open_run(st.step, path, cfg, self.plan, {
+                "params": self.built.n_params, "world_size": self.dist.world,
+                "device": self.dist.device, "threads": self.threads,
+                "tokenizer": self.tok.fingerprint(), "data": self.data_meta,
+                "cache": self.cache}, validates=self.evaluator.validates,
+                busy=busy_note(self.threads, self.threads_from, self.dist.device))
             self.ckpt.report_load()  # a `checkpoint_loaded` event with its seconds
         if cfg.eval_tasks:  # --eval-tasks: task files are read (and checked) before training
             self.evaluator.open_tasks(cfg.eval_tasks, chat=self.chat, run_dir=self.out,
@@ -313,24 +332,6 @@ class Trainer:
         self.model.train()
         self.log.restart_clock()
         return st
-
-    def _open_log(self, step: int, path: str | None) -> None:
-        """Rank 0: the metrics log, config.json, the start lines and warnings, --log-to."""
-        cfg, plan = self.cfg, self.plan
-        resolved = {"train": cfg.to_dict(), "model": plan.mcfg.to_dict(),
-                    "params": self.built.n_params, "world_size": self.dist.world,
-                    "parallel": plan.parallel, "layout": plan.layout.to_dict(),
-                    "compiled": plan.compiled, "checkpoint_format": plan.ckpt_format,
-                    "device": self.dist.device, "threads": self.threads,
-                    "tokenizer": self.tok.fingerprint(), "data": self.data_meta,
-                    "cache": self.cache}
-        warnings = [warmup_warning(cfg)] if cfg.warmup >= cfg.steps else []
-        if cfg.eval_every and not self.evaluator.validates and not cfg.eval_tasks:
-            warnings.append(f"warning: --eval-every {cfg.eval_every} evaluates nothing: there "
-                            f"is no validation data (give --val-data, or hold some of --data "
-                            f"out with --val-fraction) and no --eval-tasks")
-        self.log.start(step, path, resolved, cfg, self.threads, [
-            *warnings, busy_note(self.threads, self.threads_from, self.dist.device)])
 
     def _restore(self, path: str, resume: bool = False) -> TrainState:
         """Restore weights, optimizer, RNG and TrainState from checkpoint `path` (collective)."""
@@ -375,6 +376,7 @@ class Trainer:
         """Checkpoint st.step (DCP: in the background unless wait or
         --no-async-checkpoint)."""
         self.health.settle(st)
+        self.phases.at(f"checkpoint ({reason})")
         self.ckpt.save(st.step, self._checkpoint_meta(st), self.model, self.optim.opt,
                        reason=reason, wait=wait or not self.cfg.async_checkpoint)
 
