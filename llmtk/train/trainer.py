@@ -153,7 +153,7 @@ class Trainer:
             torch.use_deterministic_algorithms(True, warn_only=True)
         self.built = parallelize(plan, dist)
         self.model, self.pipe = self.built.model, self.built.pipe
-        self.optim = Optimizer(section(OptimSpec, cfg), self.built, plan, dist)
+        self.optim = Optimizer(section(OptimSpec, cfg), self.built, plan, dist, self.log)
         self.autocast = (
             (lambda: torch.autocast(device_type=dist.device.split(":")[0], dtype=torch.bfloat16))
             if plan.bf16 else contextlib.nullcontext)
