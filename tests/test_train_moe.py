@@ -205,3 +205,17 @@ def test_init_is_seeded_and_scaled():
     assert a.layers["1"].mlp.expert_bias.abs().sum() == 0
     assert "layers.1.mlp.expert_bias" in a.state_dict()
     assert "layers.1.mlp.tokens_per_expert" not in a.state_dict()
+
+
+@pytest.mark.parametrize(("layout", "flags", "key"), [
+    ({"tp": 2, "dp_shard": 1}, {}, "tp"), ({"pp": 2, "dp_shard": 1}, {}, "pp"),
+    ({"dp_shard": 2}, {"lora_rank": 4}, "lora_rank")])
+def test_layouts_not_built_for_experts_are_refused_naming_the_flag(layout, flags, key):
+    from llmtk.errors import ConfigError
+    from llmtk.train.layout.mesh import Layout
+    from tests.train_runs import planned
+
+    with pytest.raises(ConfigError) as e:
+        planned(small(n_layer=4), Layout(**layout), **flags)
+    assert e.value.key == key and "mixture-of-experts" in e.value.message
+    planned(small(n_layer=4), Layout(dp_shard=2))  # FSDP2 plans

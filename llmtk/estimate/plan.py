@@ -377,6 +377,9 @@ def _shape(spec: ModelSpec | None) -> dict | None:
     return {"n_layer": spec.n_layer, "d_model": spec.d_model, "n_head": spec.n_head,
             "n_kv_head": spec.kv_heads, "head_dim": spec.hd, "ffn": spec.ffn,
             "vocab_size": spec.vocab_size, "seq_len": spec.seq_len, "glu": spec.glu,
+            "n_experts": spec.n_experts, "top_k": spec.top_k,
+            "n_shared_experts": spec.n_shared_experts, "expert_ffn": spec.expert_width,
+            "moe_layers": spec.moe_layers,
             "norm": spec.norm, "tie_embeddings": spec.tie_embeddings, "dropout": spec.dropout,
             "text": spec.shape_text()}
 
@@ -480,6 +483,8 @@ def _stage_share(spec, counts, stored, trained, par, lora_shard=None) -> tuple[f
     if lora_shard is None:
         lora_shard = (stored - counts.total) / t  # no adapters: 0
     block = memory.block_params(spec, tp=t)
+    if spec.n_experts:  # the mean block (block_params: the largest, a MoE one)
+        block *= counts.per_layer / memory.block_params(spec)
     final_norm = 2 * spec.d_model if spec.norm == "layernorm" else spec.d_model
     if par.pp == 1:
         tables = (counts.total - spec.n_layer * counts.per_layer - final_norm) / t

@@ -68,6 +68,14 @@ class ModelConfig:
     def expert_ffn(self) -> int:
         return self.hidden if self.expert_hidden is None else self.expert_hidden
 
+    @property
+    def active_ffn(self) -> float:
+        """The MLP width one token passes through, the mean over the layers (what its
+        activations scale with): dense, or a MoE layer's top_k + shared experts'."""
+        moe = self.moe_layers
+        active = (self.top_k + self.n_shared_experts) * self.expert_ffn
+        return (moe * active + (self.n_layer - moe) * self.hidden) / self.n_layer
+
     def is_moe(self, layer: int) -> bool:
         """Whether block `layer` (0-based) is a mixture-of-experts layer."""
         return (self.n_experts > 0 and layer >= self.first_dense
@@ -124,7 +132,10 @@ def config_from_spec(spec) -> ModelConfig:
     return ModelConfig(vocab_size=spec.vocab_size, seq_len=spec.seq_len, n_layer=spec.n_layer,
                        d_model=spec.d_model, n_head=spec.n_head, n_kv_head=spec.n_kv_head,
                        ffn_hidden=spec.ffn_hidden, tie_embeddings=spec.tie_embeddings,
-                       norm_eps=spec.norm_eps, rope_theta=spec.rope_theta)
+                       norm_eps=spec.norm_eps, rope_theta=spec.rope_theta,
+                       n_experts=spec.n_experts, top_k=spec.top_k or 2,
+                       n_shared_experts=spec.n_shared_experts, expert_hidden=spec.expert_ffn,
+                       moe_every=spec.moe_every, first_dense=spec.first_dense)
 
 
 # Every Llama-style preset of the one table that `llmtk estimate` also uses. vocab_size is
