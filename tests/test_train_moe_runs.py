@@ -95,3 +95,11 @@ def test_two_processes_match_one(corpus, tmp_path, moe_ref, layout):
     run_train(corpus, out, *MOE, *FP64, "--steps", "4", "--nproc-per-node", "2",
               "--router-bias-rate", "0.01", *aux, *layout)
     _matches(ref, out)
+
+
+def test_hf_export_of_a_moe_run_is_refused_with_the_reason(moe_run, tmp_path):
+    from tests.util import llmtk
+
+    p = llmtk("train", "export", moe_run, "--hf", str(tmp_path / "hf"), in_process=True)
+    assert p.returncode == 2
+    assert "mixture-of-experts" in p.stderr.decode() and not (tmp_path / "hf").exists()

@@ -124,7 +124,7 @@ OPTIONS: dict[str, Opt] = {
     "router_score": Opt(MOE, "Router scores: softmax (Mixtral, Qwen3) or sigmoid "
         "(DeepSeek-V3).", default="softmax"),
     "router_bias_rate": Opt(MOE, "Auxiliary-loss-free balancing: the per-expert bias "
-        "step after each optimizer step (DeepSeek-V3; 0: off).", default="0.001"),
+        "step after each optimizer step (DeepSeek-V3; 0: off).", default="0.003"),
     "router_aux_loss": Opt(MOE, "Switch/GShard load-balancing loss coefficient (0: off).",
         default="0"),
     "router_z_loss": Opt(MOE, "Router z-loss coefficient (0: off).", default="0"),

@@ -36,7 +36,8 @@ class ModelConfig:
     moe_every: int = 1
     first_dense: int = 0
     router_score: str = "softmax"    # softmax (Mixtral, Qwen3) | sigmoid (DeepSeek-V3)
-    router_bias_rate: float = 1e-3   # aux-loss-free balancing bias step (DeepSeek-V3); 0: off
+    router_bias_rate: float = 3e-3   # aux-loss-free balancing bias step (DeepSeek-V3); 0: off
+                                     # (benchmarks/moe_balance.py chose it; DeepSeek: 1e-3)
     router_aux_loss: float = 0.0     # Switch/GShard balance loss coefficient
     router_z_loss: float = 0.0       # ST-MoE router z-loss coefficient
     capacity_factor: float | None = None  # None: dropless

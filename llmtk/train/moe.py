@@ -99,14 +99,19 @@ class GroupedExperts(nn.Module):
         self.w2 = nn.Parameter(torch.empty(n, d, hidden))
         self.grouped: bool | None = None  # None: the kernel where it works (tests force)
 
-    def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        """x (M, C) sorted by expert, counts (E,) -> (M, C)."""
+    def forward(self, x: torch.Tensor, counts: torch.Tensor,
+                scale: torch.Tensor | None = None) -> torch.Tensor:
+        """x (M, C) sorted by expert, counts (E,), scale (M,) each row's routing weight
+        -> (M, C), scale[m] * expert(x[m]) (applied to the hidden activation: the down
+        projection is linear, and H is the narrower side of a fine-grained expert)."""
         w1, w3, w2 = self.w1, self.w3, self.w2
         if torch.is_autocast_enabled(x.device.type):  # the kernel is not on autocast's list
             dt = torch.get_autocast_dtype(x.device.type)
             x, w1, w3, w2 = x.to(dt), w1.to(dt), w3.to(dt), w2.to(dt)
         h = F.silu(expert_matmul(x, w1, counts, self.grouped)) \
             * expert_matmul(x, w3, counts, self.grouped)  # (M, H)
+        if scale is not None:
+            h = h * scale.unsqueeze(-1).to(h.dtype)
         return expert_matmul(h, w2, counts, self.grouped)  # (M, C)
 
 
@@ -171,16 +176,13 @@ class MoE(nn.Module):
             rank = torch.arange(N * K, device=h.device) - starts[flat[order]]  # within expert
             kept = order[rank < cap]  # (M,) the earliest `cap` of each expert
             kept_counts = counts.clamp(max=cap)
-        # Each token's row repeated K times (an expand: its gradient is a sum, no atomics).
-        rows = h.unsqueeze(1).expand(N, K, C).reshape(N * K, C)[kept]  # (M, C)
-        out = self.experts(rows, kept_counts)  # (M, C)
-        # Back to (token, slot) order: a gather through the inverse permutation (dropped
-        # slots read a zero row), then the weighted sum over each token's K slots.
+        token = kept // K  # (M,) the token of each kept assignment, grouped by expert
+        out = self.experts(h[token], kept_counts, weights.reshape(-1)[kept])  # (M, C)
+        # Each (weighted) output added into its token's row: on the CPU index_add adds in
+        # this (expert-sorted, stable) order, so the sum is the same in every run and
+        # layout; a GPU adds atomically (fast, not bit-reproducible).
         M = kept.shape[0]
-        where = torch.full((N * K,), M, dtype=torch.long, device=h.device)
-        where[kept] = torch.arange(M, device=h.device)
-        out = torch.cat([out, out.new_zeros(1, C)])[where].view(N, K, C)  # (N, K, C)
-        y = (out * weights.unsqueeze(-1).to(out.dtype)).sum(1)  # (N, C)
+        y = torch.zeros(N, C, dtype=out.dtype, device=h.device).index_add(0, token, out)
         if self.shared is not None:
             y = y + self.shared(h)
         if self.training and torch.is_grad_enabled():
