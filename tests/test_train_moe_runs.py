@@ -103,3 +103,20 @@ def test_hf_export_of_a_moe_run_is_refused_with_the_reason(moe_run, tmp_path):
     p = llmtk("train", "export", moe_run, "--hf", str(tmp_path / "hf"), in_process=True)
     assert p.returncode == 2
     assert "mixture-of-experts" in p.stderr.decode() and not (tmp_path / "hf").exists()
+
+
+@pytest.mark.integration
+def test_fsdp2_sharded_checkpoint_resumes_the_bias_bit_exactly(corpus, tmp_path):
+    """The balancing bias is a buffer: DCP writes and reads it with the sharded weights."""
+    fsdp = [*MOE, "--steps", "4", "--batch-size", "2", "--nproc-per-node", "2",
+            "--parallel", "fsdp", "--router-bias-rate", "0.01"]
+    out = str(tmp_path / "run")
+    run_train(corpus, out, *fsdp, "--checkpoint-every", "2")
+    resumed = str(tmp_path / "resumed")
+    os.makedirs(os.path.join(resumed, "checkpoints"))
+    shutil.copytree(os.path.join(out, "checkpoints", "step-0000002"),
+                    os.path.join(resumed, "checkpoints", "step-0000002"))
+    run_train(corpus, resumed, *fsdp)
+    assert losses(resumed)[-2:] == losses(out)[-2:]
+    assert [r["expert_load/1"] for r in rows(resumed) if "expert_load/1" in r] == \
+        [r["expert_load/1"] for r in rows(out) if "expert_load/1" in r][-2:]
