@@ -60,10 +60,12 @@ def _wide(x: torch.Tensor) -> torch.Tensor:
 
 def grouped_mm_ok(x: torch.Tensor, w: torch.Tensor) -> bool:
     """Whether torch._grouped_mm takes x (M, in) against w (E, out, in) here: fp32/bf16
-    (bf16 only on CUDA, sm90+), rows 16-byte aligned (measured on torch 2.13's CPU kernel:
-    other widths raise)."""
+    (bf16 only on CUDA, sm90+, and under torch.compile), rows 16-byte aligned (measured on
+    torch 2.13's CPU kernel: other widths raise)."""
     if not hasattr(torch, "_grouped_mm") or x.dtype != w.dtype:
         return False
+    if torch.compiler.is_compiling() and x.dtype != torch.bfloat16:
+        return False  # torch 2.13's fake (tracing) kernel takes bf16 only
     if x.device.type == "cuda":
         if x.dtype != torch.bfloat16 or torch.cuda.get_device_capability(x.device) < (9, 0):
             return False
