@@ -633,3 +633,12 @@ def test_mixtral_trains_as_built_and_qwen3_says_why_not():
         PRESETS["mixtral-8x7b"]).total
     assert "q/k" in trainable(PRESETS["qwen3-30b-a3b"]) or "head dim" in trainable(
         PRESETS["qwen3-30b-a3b"])
+
+
+def test_moe_layouts_are_the_ones_llmtk_train_runs():
+    r = run_json("--model", "mixtral-8x7b", "--tokens", "1T", "--gpus", "64xH100",
+                 "--solve", "layout")
+    assert (r["run"]["tp"], r["run"]["pp"]) == (1, 1)  # data parallel only, for now
+    p = llmtk("estimate", "--model", "mixtral-8x7b", "--gpus", "64xH100", "--tp", "8",
+              "--emit-config", "-")
+    assert p.returncode == 2 and "mixture-of-experts" in p.stderr.decode()

@@ -309,6 +309,8 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
     # with full)
     modes = ("full",) if req.recompute == "full" else layout.RECOMPUTE
     for c in layout.candidates(spec, n_gpus, req.gpus_per_node, gb, recompute=modes):
+        if spec.n_experts and (c.tp > 1 or c.pp > 1):
+            continue  # llmtk train runs a MoE model data-parallel only (no --ep, tp, pp yet)
         r = replace(req, dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, micro_batch=c.micro_batch,
                     recompute=c.recompute, global_batch=gb, sequence_parallel=c.tp > 1)
         searched += 1
