@@ -58,6 +58,7 @@ class ModelSpec:
     moe_every: int = 1
     first_dense: int = 0
     qk_norm: bool = False        # RMSNorm over each head's q and k (Qwen3): 2 x head_dim
+    parallel_block: bool = False  # attention and MLP read the same input (PaLM)
 
     def is_moe(self, layer: int) -> bool:
         return (self.n_experts > 0 and layer >= self.first_dense
@@ -153,7 +154,7 @@ PRESET_LIST: list[ModelSpec] = [
               note="params as published (70B): its Transformer-XL relative-position "
                    "projections are not described by these fields"),
     ModelSpec("palm-540b", 118, 18432, 48, 256000, 2048, n_kv_head=1, head_dim=256,
-              ffn_hidden=73728, tie_embeddings=True,
+              ffn_hidden=73728, tie_embeddings=True, parallel_block=True,
               source="Chowdhery et al. 2022, PaLM, Table 1 (multi-query, head dim 256)"),
     _llama("llama-7b", 32, 4096, 32, 11008, norm_eps=1e-6, source=_LLAMA1),
     _llama("llama-13b", 40, 5120, 40, 13824, norm_eps=1e-6, source=_LLAMA1),
@@ -197,10 +198,8 @@ def trainable(m: ModelSpec) -> str | None:
                 if m.learned_pos or m.bias else "not SwiGLU + RMSNorm")
     if m.params is not None or m.active_params is not None:
         return "its published size is not described by these dimensions (MoE or a custom part)"
-    if m.head_dim is not None and m.head_dim * m.n_head != m.d_model:
-        return f"head dim {m.head_dim} x {m.n_head} heads != d_model {m.d_model}"
-    if m.qk_norm:
-        return "its q/k RMSNorm (Qwen3) is not built by llmtk's model"
+    if m.parallel_block:
+        return "its parallel attention + MLP block (PaLM) is not built by llmtk's model"
     return None
 
 

@@ -624,15 +624,17 @@ def test_moe_presets_count_total_and_active_params_from_their_shapes(name, total
     assert r["memory"]["weights"] == 2 * c.total  # bf16, dp 64 without ZeRO: whole
 
 
-def test_mixtral_trains_as_built_and_qwen3_says_why_not():
+def test_moe_presets_train_as_built():
     from llmtk.presets import trainable
     from llmtk.train.model_config import PRESETS as TRAIN_PRESETS
     from llmtk.train.model_config import count_params as train_count
 
-    assert train_count(TRAIN_PRESETS["mixtral-8x7b"]) == count_params(
-        PRESETS["mixtral-8x7b"]).total
-    assert "q/k" in trainable(PRESETS["qwen3-30b-a3b"]) or "head dim" in trainable(
-        PRESETS["qwen3-30b-a3b"])
+    for name in ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b"):
+        assert trainable(PRESETS[name]) is None
+        assert train_count(TRAIN_PRESETS[name]) == count_params(PRESETS[name]).total, name
+    qwen = TRAIN_PRESETS["qwen3-30b-a3b"]
+    assert (qwen.head_dim, qwen.qk_norm, qwen.n_experts, qwen.top_k, qwen.expert_ffn) == \
+        (128, True, 128, 8, 768)
 
 
 def test_moe_layouts_are_the_ones_llmtk_train_runs():

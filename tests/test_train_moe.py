@@ -219,3 +219,23 @@ def test_layouts_not_built_for_experts_are_refused_naming_the_flag(layout, flags
         planned(small(n_layer=4), Layout(**layout), **flags)
     assert e.value.key == key and "mixture-of-experts" in e.value.message
     planned(small(n_layer=4), Layout(dp_shard=2))  # FSDP2 plans
+
+
+def test_qwen3_style_attention_own_head_dim_and_qk_norm():
+    """Head dim 16 x 4 heads != d_model 32, q and k RMS-normalised per head before rotary."""
+    cfg = small(explicit_head_dim=16, qk_norm=True, n_kv_head=2)
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    assert count_params(cfg) == sum(p.numel() for p in model.parameters())
+    attn = model.layers["0"].attn
+    assert attn.wqkv.weight.shape == ((4 + 2 * 2) * 16, 32) and attn.wo.weight.shape == (32, 64)
+    assert attn.q_norm.weight.shape == (16,)
+    idx = torch.randint(0, 61, (2, 16))
+    _, loss = model(idx, idx)
+    loss.backward()
+    assert attn.q_norm.weight.grad.abs().sum() > 0
+    # the norm is applied: scaling q_norm's weight changes the output
+    before = model(idx)[0]
+    with torch.no_grad():
+        attn.q_norm.weight.mul_(3.0)
+    assert not torch.allclose(model(idx)[0], before)

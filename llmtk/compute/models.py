@@ -175,4 +175,5 @@ def spec_from_config(cfg) -> ModelSpec:
     return ModelSpec("llmtk", cfg.n_layer, cfg.d_model, cfg.n_head, vocab,
                      cfg.seq_len, n_kv_head=cfg.kv_heads, ffn_hidden=cfg.hidden,
                      head_dim=cfg.head_dim, tie_embeddings=cfg.tie_embeddings,
+                     qk_norm=getattr(cfg, "qk_norm", False),
                      source="llmtk.train ModelConfig", **moe)

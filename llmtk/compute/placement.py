@@ -59,6 +59,8 @@ def tp_dim(name: str) -> int | None:
         module = ".".join(parts[:parts.index(adapter)])
         return ADAPTER_DIM[BLOCK_PLAN[module]][adapter]
     module = ".".join(parts[:-1])
+    if module in ("attn.q_norm", "attn.k_norm"):
+        return None  # one head_dim weight, whole on every rank (tp refused for it yet)
     if module in MOE_PLAN:
         return MOE_PLAN[module] if module != "mlp.experts" else EXPERT_DIM[parts[-1]]
     style = BLOCK_PLAN.get(module) or MODEL_PLAN[module]

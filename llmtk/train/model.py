@@ -164,6 +164,9 @@ class Attention(nn.Module):
         H, K = cfg.n_head, cfg.kv_heads
         self.wqkv = nn.Linear(cfg.d_model, (H + 2 * K) * self.hd, bias=cfg.qkv_bias)
         self.wo = nn.Linear(H * self.hd, cfg.d_model, bias=False)
+        # Qwen3: each head's q and k RMS-normalised (one weight of head_dim) before rotary
+        self.q_norm = RMSNorm(self.hd, cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(self.hd, cfg.norm_eps) if cfg.qk_norm else None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -174,6 +177,8 @@ class Attention(nn.Module):
         q = qkv[:, :, :, :R].reshape(B, T, -1, D).transpose(1, 2)  # (B, H, T, D)
         k = qkv[:, :, :, R].transpose(1, 2)                        # (B, K, T, D)
         v = qkv[:, :, :, R + 1].transpose(1, 2)                    # (B, K, T, D)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         # GQA: each kv head serves H/K query heads; SDPA broadcasts them (no K/V copies).
         # mask (B, 1, T, T) bool, True = attend: causal within one packed example (SFT).

@@ -27,6 +27,8 @@ class ModelConfig:
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     qkv_bias: bool = False    # biases on q/k/v only (Qwen2's one difference from Llama)
+    explicit_head_dim: int | None = None  # None: d_model / n_head (Qwen3: 128 at any width)
+    qk_norm: bool = False     # RMSNorm over each head's q and k before rotary (Qwen3)
     # mixture of experts (llmtk.train.moe): n_experts > 0 makes layers first_dense,
     # first_dense + moe_every, ... MoE layers; the others stay dense
     n_experts: int = 0               # routed experts per MoE layer; 0: a dense model
@@ -51,6 +53,8 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
+        if self.explicit_head_dim is not None:
+            return self.explicit_head_dim
         return self.d_model // self.n_head
 
     @property
@@ -91,11 +95,11 @@ class ModelConfig:
         for name in ("vocab_size", "seq_len", "n_layer", "d_model", "n_head"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.d_model % self.n_head:
+        if self.explicit_head_dim is None and self.d_model % self.n_head:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
         if self.head_dim % 2:
-            raise ValueError(f"head dim d_model/n_head = {self.head_dim} must be even (rotary)")
+            raise ValueError(f"head dim {self.head_dim} must be even (rotary)")
         if self.kv_heads < 1 or self.n_head % self.kv_heads:
             raise ValueError(
                 f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.kv_heads})")
@@ -136,7 +140,10 @@ def config_from_spec(spec) -> ModelConfig:
                        norm_eps=spec.norm_eps, rope_theta=spec.rope_theta,
                        n_experts=spec.n_experts, top_k=spec.top_k or 2,
                        n_shared_experts=spec.n_shared_experts, expert_hidden=spec.expert_ffn,
-                       moe_every=spec.moe_every, first_dense=spec.first_dense)
+                       moe_every=spec.moe_every, first_dense=spec.first_dense,
+                       explicit_head_dim=(spec.head_dim if spec.head_dim is not None
+                                          and spec.head_dim * spec.n_head != spec.d_model
+                                          else None), qk_norm=spec.qk_norm)
 
 
 # Every Llama-style preset of the one table that `llmtk estimate` also uses. vocab_size is
@@ -175,6 +182,8 @@ def count_params(cfg: ModelConfig) -> int:
     attn = d * (cfg.n_head + 2 * cfg.kv_heads) * hd + cfg.n_head * hd * d  # wqkv + wo
     if cfg.qkv_bias:
         attn += (cfg.n_head + 2 * cfg.kv_heads) * hd
+    if cfg.qk_norm:
+        attn += 2 * hd                                                      # q_norm, k_norm
     mlp = 3 * d * cfg.hidden                                                # w1, w3, w2
     norms = 2 * d                                                           # attn_norm, mlp_norm
     # a MoE layer: the router, E routed experts and the shared experts' one MLP

@@ -145,6 +145,8 @@ def check_model(layout: Layout, mcfg) -> None:
             if n > 1:
                 raise ConfigError(key, f"{n} is not supported with a mixture-of-experts "
                                   "model yet (data parallelism only: DDP, FSDP2, HSDP)")
+    if getattr(mcfg, "qk_norm", False) and layout.tp > 1:
+        raise ConfigError("tp", f"{layout.tp} is not supported with q/k norms (Qwen3) yet")
     if layout.pp > mcfg.n_layer:
         raise ConfigError("pp", f"{layout.pp} stages for {mcfg.n_layer} layers: each stage "
                           "needs at least one")
