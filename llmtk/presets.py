@@ -48,6 +48,37 @@ class ModelSpec:
     norm_eps: float = 1e-5       # RMSNorm epsilon (likewise)
     source: str = ""
     note: str = ""
+    # mixture of experts: n_experts routed SwiGLU experts of width expert_ffn (top_k per
+    # token) and n_shared always-on ones in layers first_dense, first_dense + moe_every, ...
+    # (the others dense, ffn wide), each MoE layer with a d_model x n_experts router
+    n_experts: int = 0
+    top_k: int = 0
+    n_shared_experts: int = 0
+    expert_ffn: int | None = None
+    moe_every: int = 1
+    first_dense: int = 0
+    qk_norm: bool = False        # RMSNorm over each head's q and k (Qwen3): 2 x head_dim
+    parallel_block: bool = False  # attention and MLP read the same input (PaLM)
+
+    def is_moe(self, layer: int) -> bool:
+        return (self.n_experts > 0 and layer >= self.first_dense
+                and (layer - self.first_dense) % self.moe_every == 0)
+
+    @property
+    def moe_layers(self) -> int:
+        return sum(self.is_moe(i) for i in range(self.n_layer))
+
+    @property
+    def expert_width(self) -> int:
+        return self.expert_ffn if self.expert_ffn is not None else self.ffn
+
+    @property
+    def active_ffn(self) -> float:
+        """The MLP width one token passes through, the mean over the layers: the dense
+        width, or in a MoE layer its top_k + shared experts' (activations scale with it)."""
+        moe = self.moe_layers
+        active = (self.top_k + self.n_shared_experts) * self.expert_width
+        return (moe * active + (self.n_layer - moe) * self.ffn) / self.n_layer
 
     @property
     def kv_heads(self) -> int:
@@ -70,9 +101,16 @@ class ModelSpec:
     def shape_text(self) -> str:
         kv = f" ({self.kv_heads} kv)" if self.kv_heads != self.n_head else ""
         mlp = "SwiGLU" if self.glu else "GELU"
+        ffn = f"{mlp} ffn {self.ffn}"
+        if self.n_experts:
+            shared = f" + {self.n_shared_experts} shared" if self.n_shared_experts else ""
+            dense = self.n_layer - self.moe_layers
+            ffn = (f"MoE {self.n_experts} experts{shared} (top {self.top_k}) of "
+                   f"{self.expert_width} in {self.moe_layers} layers"
+                   + (f", {mlp} ffn {self.ffn} in {dense}" if dense else ""))
+        qk = ", q/k norm" if self.qk_norm else ""
         return (f"{self.n_layer} layers x d_model {self.d_model}, {self.n_head} heads{kv} "
-                f"of {self.hd}, {mlp} ffn {self.ffn}, vocab {self.vocab_size}, "
-                f"seq {self.seq_len}")
+                f"of {self.hd}{qk}, {ffn}, vocab {self.vocab_size}, seq {self.seq_len}")
 
 
 def _gpt(name, L, d, H, V=50257, T=1024, **kw) -> ModelSpec:
@@ -90,6 +128,7 @@ _LLAMA2 = "Touvron et al. 2023, Llama 2, Table 1 and HF config.json"
 _LLAMA3 = "Llama Team 2024, The Llama 3 Herd of Models, Table 3"
 
 _LLMTK = "llmtk's own sizes (Llama-style, tied embeddings)"
+_QWEN3 = "Qwen Team 2025, Qwen3 Technical Report, Table 2, and HF config.json"
 
 PRESET_LIST: list[ModelSpec] = [
     # A CPU-trainable model for tests and laptops (~0.8M params with the byte tokenizer).
@@ -115,7 +154,7 @@ PRESET_LIST: list[ModelSpec] = [
               note="params as published (70B): its Transformer-XL relative-position "
                    "projections are not described by these fields"),
     ModelSpec("palm-540b", 118, 18432, 48, 256000, 2048, n_kv_head=1, head_dim=256,
-              ffn_hidden=73728, tie_embeddings=True,
+              ffn_hidden=73728, tie_embeddings=True, parallel_block=True,
               source="Chowdhery et al. 2022, PaLM, Table 1 (multi-query, head dim 256)"),
     _llama("llama-7b", 32, 4096, 32, 11008, norm_eps=1e-6, source=_LLAMA1),
     _llama("llama-13b", 40, 5120, 40, 13824, norm_eps=1e-6, source=_LLAMA1),
@@ -132,6 +171,16 @@ PRESET_LIST: list[ModelSpec] = [
            source=_LLAMA3),
     _llama("mistral-7b", 32, 4096, 32, 14336, T=8192, n_kv_head=8,
            source="Jiang et al. 2023, Mistral 7B, Table 1"),
+    # Mixture-of-experts models whose counts follow from their shapes (embeddings counted):
+    # Mixtral 46.70B total / 12.88B active; Qwen3 30.53B / 3.35B and 235.1B / 22.2B.
+    _llama("mixtral-8x7b", 32, 4096, 32, 14336, T=32768, n_kv_head=8, rope_theta=1e6,
+           n_experts=8, top_k=2, source="Jiang et al. 2024, Mixtral of Experts, Table 1"),
+    ModelSpec("qwen3-30b-a3b", 48, 2048, 32, 151936, 4096, n_kv_head=4, head_dim=128,
+              ffn_hidden=6144, n_experts=128, top_k=8, expert_ffn=768, qk_norm=True,
+              rope_theta=1e6, norm_eps=1e-6, source=_QWEN3),
+    ModelSpec("qwen3-235b-a22b", 94, 4096, 64, 151936, 4096, n_kv_head=4, head_dim=128,
+              ffn_hidden=12288, n_experts=128, top_k=8, expert_ffn=1536, qk_norm=True,
+              rope_theta=1e6, norm_eps=1e-6, source=_QWEN3),
     ModelSpec("deepseek-v3", 61, 7168, 128, 129280, 4096, head_dim=128, ffn_hidden=18432,
               params=671e9, active_params=37e9,
               source="DeepSeek-AI 2024, DeepSeek-V3 Technical Report, sec. 4.2",
@@ -149,8 +198,8 @@ def trainable(m: ModelSpec) -> str | None:
                 if m.learned_pos or m.bias else "not SwiGLU + RMSNorm")
     if m.params is not None or m.active_params is not None:
         return "its published size is not described by these dimensions (MoE or a custom part)"
-    if m.head_dim is not None and m.head_dim * m.n_head != m.d_model:
-        return f"head dim {m.head_dim} x {m.n_head} heads != d_model {m.d_model}"
+    if m.parallel_block:
+        return "its parallel attention + MLP block (PaLM) is not built by llmtk's model"
     return None
 
 

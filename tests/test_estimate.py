@@ -392,6 +392,8 @@ def test_flops_and_peak_helpers_for_train_mfu():
         spec_n = count_params(spec_from_config(cfg)).total
         assert spec_n == train_count(cfg), name
         n = train_count(cfg) - (0 if cfg.tie_embeddings else cfg.padded_vocab * cfg.d_model)
+        # MoE: the experts a token does not use do no FLOPs
+        n -= cfg.moe_layers * 3 * cfg.d_model * cfg.expert_ffn * (cfg.n_experts - cfg.top_k)
         want = 6 * n + 12 * cfg.n_layer * cfg.n_head * cfg.head_dim * cfg.seq_len
         assert flops.flops_per_token_for_config(cfg) == want, name
         causal = 6 * n + 6 * cfg.n_layer * cfg.n_head * cfg.head_dim * cfg.seq_len
@@ -597,3 +599,48 @@ def test_search_price_needs_both_options_and_a_proxy_file(tmp_path):
     r = llmtk("estimate", "--params", "1B", "--search-trials", "0", "--proxy",
               str(tmp_path / "none.toml"))
     assert r.returncode == 2 and b"--search-trials" in r.stderr
+
+
+# --- mixture of experts: counts from the shapes -------------------------------------------
+
+# (preset, total, active) as published (embeddings counted): Mixtral's paper and model card
+# (46.7B / 12.9B), the Qwen3 report and model cards (30.5B / 3.3B, 235B / 22B).
+MOE_PUBLISHED = [("mixtral-8x7b", 46.70e9, 12.88e9), ("qwen3-30b-a3b", 30.53e9, 3.35e9),
+                 ("qwen3-235b-a22b", 235.1e9, 22.2e9)]
+
+
+@pytest.mark.parametrize(("name", "total", "active"), MOE_PUBLISHED)
+def test_moe_presets_count_total_and_active_params_from_their_shapes(name, total, active):
+    spec = PRESETS[name]
+    assert spec.params is None and spec.active_params is None  # nothing typed in
+    c = count_params(spec)
+    assert rel(c.total, total) < 0.005 and rel(c.active, active) < 0.005
+    r = run_json("--model", name, "--tokens", "1T", "--gpus", "64xH100")
+    assert (r["model"]["params"], r["model"]["active_params"]) == (c.total, c.active)
+    # FLOPs from the active experts, memory for all of them
+    untied_table = spec.vocab_size * spec.d_model
+    assert r["model"]["matmul_params"] == c.active - untied_table
+    assert r["flops"]["total_6nd"] == 6 * (c.active - untied_table) * 1e12
+    assert r["memory"]["weights"] == 2 * c.total  # bf16, dp 64 without ZeRO: whole
+
+
+def test_moe_presets_train_as_built():
+    from llmtk.presets import trainable
+    from llmtk.train.model_config import PRESETS as TRAIN_PRESETS
+    from llmtk.train.model_config import count_params as train_count
+
+    for name in ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b"):
+        assert trainable(PRESETS[name]) is None
+        assert train_count(TRAIN_PRESETS[name]) == count_params(PRESETS[name]).total, name
+    qwen = TRAIN_PRESETS["qwen3-30b-a3b"]
+    assert (qwen.head_dim, qwen.qk_norm, qwen.n_experts, qwen.top_k, qwen.expert_ffn) == \
+        (128, True, 128, 8, 768)
+
+
+def test_moe_layouts_are_the_ones_llmtk_train_runs():
+    r = run_json("--model", "mixtral-8x7b", "--tokens", "1T", "--gpus", "64xH100",
+                 "--solve", "layout")
+    assert (r["run"]["tp"], r["run"]["pp"]) == (1, 1)  # data parallel only, for now
+    p = llmtk("estimate", "--model", "mixtral-8x7b", "--gpus", "64xH100", "--tp", "8",
+              "--emit-config", "-")
+    assert p.returncode == 2 and "mixture-of-experts" in p.stderr.decode()

@@ -47,7 +47,7 @@ def test_llama2_7b_and_llama3_8b_are_their_published_sizes():
 @pytest.mark.parametrize("name, why", [
     ("gpt2-124m", "GPT-2/3-style"),
     ("deepseek-v3", "MoE"),
-    ("palm-540b", "head dim 256"),
+    ("palm-540b", "parallel attention"),
 ])
 def test_presets_train_cannot_build_are_refused_with_the_reason(name, why):
     with pytest.raises(UsageError, match=why):

@@ -65,6 +65,7 @@ DATA, MODEL, OPTIM, RUN, LOG, CKPT, LAUNCH = (
     "Data", "Model", "Optimisation", "Runtime", "Logging, eval and sampling",
     "Checkpoints and numerical safety", "Launch (torchrun)")
 FT = "Fine-tuning (SFT, LoRA) and task evaluation"
+MOE = "Mixture of experts (docs/train.md, Mixture of experts)"
 PAR = "Parallel layout (device mesh: pp x dp-replicate x dp-shard x tp = processes)"
 
 
@@ -113,6 +114,24 @@ OPTIONS: dict[str, Opt] = {
         default="the preset's"),
     "ffn_hidden": Opt(MODEL, "SwiGLU hidden width.", default="8/3 d-model rounded up to 64"),
     "untied": Opt(MODEL, "Separate input and output embeddings."),
+    "experts": Opt(MOE, "Routed experts per MoE layer (0: a dense model).",
+        default="the preset's"),
+    "top_k": Opt(MOE, "Experts each token is routed to.", default="the preset's, else 2"),
+    "shared_experts": Opt(MOE, "Always-on experts per MoE layer.", default="the preset's"),
+    "expert_ffn_hidden": Opt(MOE, "An expert's SwiGLU hidden width.",
+        default="--ffn-hidden"),
+    "moe_every": Opt(MOE, "Every Nth layer (from --first-dense-layers on) is a MoE layer.",
+        default="1"),
+    "first_dense_layers": Opt(MOE, "The first N layers stay dense.", default="0"),
+    "router_score": Opt(MOE, "Router scores: softmax (Mixtral, Qwen3) or sigmoid "
+        "(DeepSeek-V3).", default="softmax"),
+    "router_bias_rate": Opt(MOE, "Auxiliary-loss-free balancing: the per-expert bias "
+        "step after each optimizer step (DeepSeek-V3; 0: off).", default="0.003"),
+    "router_aux_loss": Opt(MOE, "Switch/GShard load-balancing loss coefficient (0: off).",
+        default="0"),
+    "router_z_loss": Opt(MOE, "Router z-loss coefficient (0: off).", default="0"),
+    "capacity_factor": Opt(MOE, "Each expert takes at most this times its even share of "
+        "a micro-batch's tokens, the rest are dropped.", default="none: dropless"),
     "steps": Opt(OPTIM, "Optimizer steps."),
     "seq_len": Opt(OPTIM, "Tokens per sequence.", default="the preset's"),
     "batch_size": Opt(OPTIM,

@@ -41,22 +41,33 @@ def count_params(m: ModelSpec) -> ParamCounts:
     unless the spec carries published totals."""
     d, hd, H, K, f = m.d_model, m.hd, m.n_head, m.kv_heads, m.ffn
     attn = d * H * hd + 2 * d * K * hd + H * hd * d  # wq, wk, wv, wo
+    attn += 2 * hd if m.qk_norm else 0
     mlp = (3 if m.glu else 2) * d * f
     norm = 2 * d if m.norm == "layernorm" else d
     bias = (H * hd + 2 * K * hd + d + (0 if m.glu else f) + d) if m.bias else 0
-    per_layer = attn + mlp + 2 * norm + bias
+    dense = attn + mlp + 2 * norm + bias
+    # A MoE layer: the router, every routed expert and the shared ones; a token uses the
+    # router, top_k routed experts and the shared ones.
+    expert = 3 * d * m.expert_width
+    moe = dense - mlp + d * m.n_experts + expert * (m.n_experts + m.n_shared_experts)
+    moe_active = dense - mlp + d * m.n_experts + expert * (m.top_k + m.n_shared_experts)
+    n_moe = m.moe_layers
+    layers = (m.n_layer - n_moe) * dense + n_moe * moe
+    per_layer = layers / m.n_layer  # the mean block
     table = m.vocab_size * d
     embedding = table * (1 if m.tie_embeddings else 2)
     pos = m.seq_len * d if m.learned_pos else 0
-    total = m.n_layer * per_layer + embedding + pos + norm
+    total = layers + embedding + pos + norm
     # A lookup is not a matmul: with untied embeddings the input table does no FLOPs,
     # and the output head (the tied table, or the separate head) does.
     matmul = total - pos - (table if not m.tie_embeddings else 0)
+    if n_moe:
+        matmul -= n_moe * (moe - moe_active)  # the experts a token does not use
     published = m.params is not None
     if published:
         total = float(m.params)
         matmul = total - pos - (table if not m.tie_embeddings else 0)
-    active = total
+    active = total - (n_moe * (moe - moe_active) if n_moe and not published else 0)
     if m.active_params is not None:
         active = float(m.active_params)
         matmul = active - (table if not m.tie_embeddings else 0)
@@ -156,7 +167,13 @@ def spec_from_config(cfg) -> ModelSpec:
     no biases), duck-typed so this module needs neither torch nor llmtk.train. The vocabulary
     is the model's padded one (the rows it really holds, a multiple of 128)."""
     vocab = getattr(cfg, "padded_vocab", cfg.vocab_size)
+    moe = {}
+    if getattr(cfg, "n_experts", 0):
+        moe = {"n_experts": cfg.n_experts, "top_k": cfg.top_k,
+               "n_shared_experts": cfg.n_shared_experts, "expert_ffn": cfg.expert_ffn,
+               "moe_every": cfg.moe_every, "first_dense": cfg.first_dense}
     return ModelSpec("llmtk", cfg.n_layer, cfg.d_model, cfg.n_head, vocab,
                      cfg.seq_len, n_kv_head=cfg.kv_heads, ffn_hidden=cfg.hidden,
                      head_dim=cfg.head_dim, tie_embeddings=cfg.tie_embeddings,
-                     source="llmtk.train ModelConfig")
+                     qk_norm=getattr(cfg, "qk_norm", False),
+                     source="llmtk.train ModelConfig", **moe)

@@ -32,6 +32,14 @@ BLOCK_PLAN = {"attn_norm": REPLICATED, "attn.wqkv": COLWISE, "attn.wo": ROWWISE,
               "mlp_norm": REPLICATED, "mlp.w1": COLWISE, "mlp.w3": COLWISE,
               "mlp.w2": ROWWISE}
 
+# A MoE layer's parameters (llmtk.train.moe, in place of the MLP's), the dimension split
+# over tp as Megatron splits experts without expert parallelism: each expert's hidden
+# width, like the dense MLP's; the router and its bias whole. (llmtk train does not yet
+# run MoE under tp: `estimate` prices it, the dry run counts it.)
+MOE_PLAN = {"mlp.router": None, "mlp": None, "mlp.experts": 1,
+            "mlp.shared.w1": 0, "mlp.shared.w3": 0, "mlp.shared.w2": 1}
+EXPERT_DIM = {"w1": 1, "w3": 1, "w2": 2}  # (E, H, C), (E, H, C), (E, C, H)
+
 # the dimension of a base weight (and bias) split over tp, by style; None: whole
 WEIGHT_DIM = {COLWISE: 0, ROWWISE: 1, VOCAB: 0, REPLICATED: None}
 # the dimension of each adapter split over tp, by its base's style
@@ -51,6 +59,10 @@ def tp_dim(name: str) -> int | None:
         module = ".".join(parts[:parts.index(adapter)])
         return ADAPTER_DIM[BLOCK_PLAN[module]][adapter]
     module = ".".join(parts[:-1])
+    if module in ("attn.q_norm", "attn.k_norm"):
+        return None  # one head_dim weight, whole on every rank (tp refused for it yet)
+    if module in MOE_PLAN:
+        return MOE_PLAN[module] if module != "mlp.experts" else EXPERT_DIM[parts[-1]]
     style = BLOCK_PLAN.get(module) or MODEL_PLAN[module]
     return WEIGHT_DIM[style]
 

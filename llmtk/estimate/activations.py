@@ -59,7 +59,9 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
     gradient), and the frozen head gets no d/dW. Measured exact on CPU (tests/test_sft.py,
     tests/test_estimate_measure.py, tests/test_train_memory.py, docs/estimate.md).
     """
-    C, f = cfg.d_model, cfg.hidden
+    # MoE: the width a token passes through (top_k + shared experts), the layers' mean;
+    # the dispatch's k copies of each token and the router's scores are not counted
+    C, f = cfg.d_model, getattr(cfg, "active_ffn", cfg.hidden)
     Vp = getattr(cfg, "padded_vocab", cfg.vocab_size)
     H, K, D = cfg.n_head, cfg.kv_heads, cfg.head_dim
     t = tp
@@ -139,7 +141,8 @@ def llmtk_busiest_bytes(m: ModelSpec, micro_batch: int, *, tp: int, pp: int, n_m
     lora_rank: adapters on all seven projections (llmtk train's default targets)."""
     from types import SimpleNamespace
 
-    cfg = SimpleNamespace(d_model=m.d_model, hidden=m.ffn, vocab_size=m.vocab_size,
+    cfg = SimpleNamespace(d_model=m.d_model, hidden=m.ffn, active_ffn=m.active_ffn,
+                          vocab_size=m.vocab_size,
                           n_head=m.n_head, kv_heads=m.kv_heads, head_dim=m.hd,
                           n_layer=m.n_layer)
     a = llmtk_saved_bytes(cfg, micro_batch, m.seq_len, elem=2 if bf16 else 4,

@@ -57,6 +57,9 @@ def refusal(req, run: dict, spec) -> ConfigError | None:
         return ConfigError("head_dim", "is not a train setting (the head dim is d_model / "
                            "heads)")
     pp = run["pp"]
+    if spec.n_experts and (run["tp"] > 1 or pp > 1):
+        return ConfigError("tp" if run["tp"] > 1 else "pp", "llmtk train does not run a "
+                           "mixture-of-experts model under tensor or pipeline parallelism yet")
     if pp > 1 and run["grad_accum_steps"] < pp:  # train's pipeline: a microbatch per stage
         return ConfigError("global_batch", f"gives {run['grad_accum_steps']} micro-steps per "
                            f"step, but llmtk train's 1f1b pipeline needs at least one per "

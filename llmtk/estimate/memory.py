@@ -89,13 +89,18 @@ def adafactor_state_elems(m: ModelSpec) -> float:
     second moment for vectors (norm weights, biases)."""
     d, H, K, hd, f = m.d_model, m.n_head, m.kv_heads, m.hd, m.ffn
     mats = [(d, H * hd), (d, K * hd), (d, K * hd), (H * hd, d)]
-    mats += [(d, f)] * (3 if m.glu else 2)
+    dense = [(d, f)] * (3 if m.glu else 2)
     vectors = (4 * d if m.norm == "layernorm" else 2 * d)
     if m.bias:
         vectors += H * hd + 2 * K * hd + d + (0 if m.glu else f) + d
     per_layer = sum(r + c for r, c in mats) + vectors
+    # MoE layers: each expert's three matrices and the router instead of the dense MLP
+    experts = (3 * (d + m.expert_width) * (m.n_experts + m.n_shared_experts)
+               + d + m.n_experts)
+    mlps = (m.n_layer - m.moe_layers) * sum(r + c for r, c in dense) + m.moe_layers * experts
     embed = (m.vocab_size + d) * (1 if m.tie_embeddings else 2)
-    return float(m.n_layer * per_layer + embed + (m.seq_len + d if m.learned_pos else 0))
+    return float(m.n_layer * per_layer + mlps + embed
+                 + (m.seq_len + d if m.learned_pos else 0))
 
 
 def layer_activation_bytes(
@@ -113,7 +118,8 @@ def layer_activation_bytes(
     t = tp
     if recompute == "full":
         return elem * sb * h / (t if sp else 1)  # only the layer input is kept
-    hq, hkv, f = m.n_head * m.hd, m.kv_heads * m.hd, m.ffn
+    # MoE: the width a token passes through (its top_k + shared experts), layer mean
+    hq, hkv, f = m.n_head * m.hd, m.kv_heads * m.hd, m.active_ffn
     mask = 1  # dropout masks: one byte per element
     replicated = 2 * elem * sb * h + elem * sb * h + elem * sb * h  # 2 norms, QKV in, MLP in
     if m.dropout:
@@ -223,6 +229,11 @@ def block_params(m: ModelSpec, tp: int = 1) -> float:
              "mlp_norm": norm, "mlp.w1": d * f, "mlp.w3": d * f if m.glu else 0,
              "mlp.w2": f * d}
     bias = (H * hd + 2 * K * hd + d + (0 if m.glu else f) + d) if m.bias else 0
+    if m.n_experts:  # the largest block, a MoE one (FSDP gathers it whole): every expert's
+        # matrices split over tp as the dense MLP's would be, the router whole
+        e = d * m.expert_width * (m.n_experts + m.n_shared_experts)
+        numel.update({"mlp.w1": e, "mlp.w3": e, "mlp.w2": e})
+        bias += tp * d * m.n_experts
     return float(sum(tp_elements(f"{module}.weight", numel[module], tp)
                      for module in BLOCK_PLAN) + bias / tp)
 

@@ -309,6 +309,8 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
     # with full)
     modes = ("full",) if req.recompute == "full" else layout.RECOMPUTE
     for c in layout.candidates(spec, n_gpus, req.gpus_per_node, gb, recompute=modes):
+        if spec.n_experts and (c.tp > 1 or c.pp > 1):
+            continue  # llmtk train runs a MoE model data-parallel only (no --ep, tp, pp yet)
         r = replace(req, dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, micro_batch=c.micro_batch,
                     recompute=c.recompute, global_batch=gb, sequence_parallel=c.tp > 1)
         searched += 1
@@ -377,6 +379,9 @@ def _shape(spec: ModelSpec | None) -> dict | None:
     return {"n_layer": spec.n_layer, "d_model": spec.d_model, "n_head": spec.n_head,
             "n_kv_head": spec.kv_heads, "head_dim": spec.hd, "ffn": spec.ffn,
             "vocab_size": spec.vocab_size, "seq_len": spec.seq_len, "glu": spec.glu,
+            "n_experts": spec.n_experts, "top_k": spec.top_k,
+            "n_shared_experts": spec.n_shared_experts, "expert_ffn": spec.expert_width,
+            "moe_layers": spec.moe_layers,
             "norm": spec.norm, "tie_embeddings": spec.tie_embeddings, "dropout": spec.dropout,
             "text": spec.shape_text()}
 
@@ -480,6 +485,8 @@ def _stage_share(spec, counts, stored, trained, par, lora_shard=None) -> tuple[f
     if lora_shard is None:
         lora_shard = (stored - counts.total) / t  # no adapters: 0
     block = memory.block_params(spec, tp=t)
+    if spec.n_experts:  # the mean block (block_params: the largest, a MoE one)
+        block *= counts.per_layer / memory.block_params(spec)
     final_norm = 2 * spec.d_model if spec.norm == "layernorm" else spec.d_model
     if par.pp == 1:
         tables = (counts.total - spec.n_layer * counts.per_layer - final_norm) / t

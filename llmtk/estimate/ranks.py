@@ -82,6 +82,8 @@ def same_layout_estimate(mcfg, model: str | None, *, world: int, per_node: int, 
     from llmtk.errors import ConfigError
     from llmtk.estimate.plan import Request, estimate
 
+    if getattr(mcfg, "n_experts", 0) and not _preset_experts(mcfg, model):
+        return None  # estimate's dimension flags do not describe experts (yet)
     model, dims = _request_model(mcfg, model)
     req = Request(model=model, dims=dims, tokens=1e9, gpus=f"{world}x{gpu_name}",
                   gpus_per_node=per_node, dp=dp, tp=tp, pp=pp, zero=3 if sharded else 0,
@@ -92,6 +94,18 @@ def same_layout_estimate(mcfg, model: str | None, *, world: int, per_node: int, 
         return estimate(req)["memory"]["llmtk_train_total"]
     except ConfigError:
         return None
+
+
+def _preset_experts(mcfg, model: str | None) -> bool:
+    """Whether `mcfg`'s experts are those of preset `model`."""
+    from llmtk.compute.models import preset
+
+    if model is None:
+        return False
+    p = preset(model)
+    return (p.n_experts, p.top_k, p.n_shared_experts, p.expert_width, p.moe_every,
+            p.first_dense) == (mcfg.n_experts, mcfg.top_k, mcfg.n_shared_experts,
+                               mcfg.expert_ffn, mcfg.moe_every, mcfg.first_dense)
 
 
 def _request_model(mcfg, model: str | None):

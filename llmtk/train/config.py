@@ -49,6 +49,18 @@ class TrainConfig:
     kv_heads: int | None = None
     ffn_hidden: int | None = None
     untied: bool = False
+    # mixture of experts (llmtk.train.moe); None: the preset's (a dense model: experts 0)
+    experts: int | None = None
+    top_k: int | None = None
+    shared_experts: int | None = None
+    expert_ffn_hidden: int | None = None
+    moe_every: int | None = None
+    first_dense_layers: int | None = None
+    router_score: str | None = None       # softmax | sigmoid
+    router_bias_rate: float | None = None
+    router_aux_loss: float | None = None
+    router_z_loss: float | None = None
+    capacity_factor: float | None = None  # None: dropless
     # optimisation
     steps: int = 1000
     seq_len: int | None = None            # default: the preset's
@@ -246,6 +258,11 @@ RULES = {
     "nproc_per_node": _at_least(1), "nnodes": _at_least(1), "node_rank": _at_least(0),
     "max_restarts": _at_least(0), "rdzv_backend": _one_of("c10d", "static"),
     "rdzv_timeout": _at_least(1),
+    "experts": _at_least(0), "top_k": _at_least(1), "shared_experts": _at_least(0),
+    "expert_ffn_hidden": _at_least(1), "moe_every": _at_least(1),
+    "first_dense_layers": _at_least(0), "router_score": _one_of("softmax", "sigmoid"),
+    "router_bias_rate": _between(0.0, 1e6), "router_aux_loss": _between(0.0, 1e6),
+    "router_z_loss": _between(0.0, 1e6), "capacity_factor": _between(0.0, 1e6, low_open=True),
     "text_field": lambda v: None if v else "must not be empty",
     "out": lambda v: None if v else "must not be empty",
 }

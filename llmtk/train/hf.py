@@ -362,6 +362,9 @@ def export_hf(checkpoint: str, out: str) -> dict:
         raise ConfigError("hf", "exists and is not an empty directory", value=out)
     state = C.load_state(path)
     cfg = ModelConfig(**state["model_config"])
+    if cfg.n_experts or cfg.qk_norm or cfg.explicit_head_dim is not None:
+        raise UsageError(f"{path}: a mixture-of-experts or Qwen3-style (q/k norm, own head "
+                         "dim) model; its export to a Hugging Face folder is not built yet")
     tok_spec = state.get("train_config", {}).get("tokenizer", "bytes")
     tok = load_tokenizer(tok_spec)
     if tok.fingerprint() != state.get("tokenizer", tok.fingerprint()):
@@ -384,7 +387,9 @@ def export_hf(checkpoint: str, out: str) -> dict:
 # ------------------------------------------------------------------ continued pre-training
 
 
-SHAPE_FLAGS = ("layers", "d_model", "heads", "kv_heads", "ffn_hidden", "untied")
+SHAPE_FLAGS = ("layers", "d_model", "heads", "kv_heads", "ffn_hidden", "untied", "experts",
+               "top_k", "shared_experts", "expert_ffn_hidden", "moe_every",
+               "first_dense_layers")
 
 
 def resolve_init(cfg):

@@ -30,6 +30,7 @@ from torch import nn
 # The configuration half lives in a torch-free module so `llmtk estimate` can use
 # the presets and exact parameter counts without importing torch.
 from llmtk.train.model_config import PRESETS, ModelConfig, count_params, preset
+from llmtk.train.moe import MoE
 
 __all__ = ["GPT", "PRESETS", "ModelConfig", "count_params", "group_qkv", "preset",
            "ungroup_qkv"]
@@ -163,6 +164,9 @@ class Attention(nn.Module):
         H, K = cfg.n_head, cfg.kv_heads
         self.wqkv = nn.Linear(cfg.d_model, (H + 2 * K) * self.hd, bias=cfg.qkv_bias)
         self.wo = nn.Linear(H * self.hd, cfg.d_model, bias=False)
+        # Qwen3: each head's q and k RMS-normalised (one weight of head_dim) before rotary
+        self.q_norm = RMSNorm(self.hd, cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(self.hd, cfg.norm_eps) if cfg.qk_norm else None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -173,6 +177,8 @@ class Attention(nn.Module):
         q = qkv[:, :, :, :R].reshape(B, T, -1, D).transpose(1, 2)  # (B, H, T, D)
         k = qkv[:, :, :, R].transpose(1, 2)                        # (B, K, T, D)
         v = qkv[:, :, :, R + 1].transpose(1, 2)                    # (B, K, T, D)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         # GQA: each kv head serves H/K query heads; SDPA broadcasts them (no K/V copies).
         # mask (B, 1, T, T) bool, True = attend: causal within one packed example (SFT).
@@ -196,12 +202,13 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, moe: bool = False):
         super().__init__()
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = MLP(cfg)
+        # A mixture-of-experts layer in place of the MLP (llmtk.train.moe), same name.
+        self.mlp = MoE(cfg) if moe else MLP(cfg)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -221,7 +228,8 @@ class GPT(nn.Module):
         # Keyed "0".."n-1" (not a ModuleList): a pipeline stage keeps only its blocks and
         # their whole-model names (layers.5.attn.wqkv.weight), so checkpoints reshard
         # between pipeline layouts. Iterate with .values().
-        self.layers = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layer)})
+        self.layers = nn.ModuleDict({str(i): Block(cfg, cfg.is_moe(i))
+                                     for i in range(cfg.n_layer)})
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.padded_vocab, bias=False)
         if cfg.tie_embeddings:
@@ -252,7 +260,7 @@ class GPT(nn.Module):
             if isinstance(module, nn.Linear):
                 if module is self.lm_head and self.cfg.tie_embeddings:
                     continue  # shares tok_emb's weight, initialised below
-                std = residual_std if name.endswith(("attn.wo", "mlp.w2")) else 0.02
+                std = residual_std if name.endswith(("attn.wo", "mlp.w2", "shared.w2")) else 0.02
                 if name.endswith("attn.wqkv"):
                     # Drawn in the [q; k; v] order, then grouped: the same weights a run
                     # initialised with this seed had before the grouped layout.
@@ -262,6 +270,8 @@ class GPT(nn.Module):
                     _normal_(module.weight, std)
                 if module.bias is not None:  # only q/k/v with qkv_bias
                     nn.init.zeros_(module.bias)
+            elif isinstance(module, MoE):  # its experts (router, shared: Linears here)
+                module.init_weights(_normal_, 0.02, residual_std)
             elif isinstance(module, nn.Embedding):
                 _normal_(module.weight, 0.02)
             elif isinstance(module, RMSNorm):
@@ -275,7 +285,10 @@ class GPT(nn.Module):
 
         Without targets: (logits (B, T, vocab_size), None). With targets: (None, the mean
         cross-entropy over all target positions, targets == -1 ignored), computed in chunks
-        so the full fp32 logits never exist (see chunked_cross_entropy).
+        so the full fp32 logits never exist (see chunked_cross_entropy). A MoE model's
+        auxiliary losses join it as aux - aux.detach(): exactly 0 in value (the loss stays
+        the cross-entropy, comparable with a dense run's), aux's own gradient in backward,
+        scaled by whatever scales the loss (grad accumulation, SFT's token share).
 
         doc: (B, T) example ids of packed sequences (SFT): a token attends only to earlier
         tokens of its own example, and positions restart at 0 at every example.
@@ -290,7 +303,12 @@ class GPT(nn.Module):
         x = self.norm(x)  # (B, T, C)
         if targets is None:
             return self.lm_head(x)[..., :self.cfg.vocab_size], None  # (B, T, V)
-        return None, self.head_loss(x, targets)
+        loss = self.head_loss(x, targets)
+        aux = [b.mlp.aux for b in self.layers.values() if isinstance(b.mlp, MoE)]
+        if aux and self.training:
+            total = torch.stack(aux).sum().to(loss.dtype)
+            loss = loss + (total - total.detach())
+        return None, loss
 
     def head_loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy of lm_head(x) against targets (B, T); a method so that it can be

@@ -63,10 +63,11 @@ class Optimizer:
     """AdamW over the trainable parameters of `built` (parallelize.Parallelized, laid out
     by `plan` over `dist`), with `cfg`'s schedule (lr_at), betas, weight decay and clip."""
 
-    def __init__(self, cfg: OptimSpec, built, plan, dist):
+    def __init__(self, cfg: OptimSpec, built, plan, dist, log=None):
         import torch
 
         from llmtk.train.layout.mesh import replicas
+        from llmtk.train.moe import Balancer
 
         self.cfg, self.dist, self.parallel = cfg, dist, plan.parallel
         model = built.raw
@@ -94,6 +95,11 @@ class Optimizer:
                   {"params": no_decay, "weight_decay": 0.0}]
         self.opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                      fused=True)
+        # MoE: the experts' loads ride on the step's all-reduce (llmtk.train.moe.Balancer)
+        # and their share since the last row joins the metrics row (`log`: the StepLog).
+        self.balance = Balancer(model, getattr(plan.mcfg, "router_bias_rate", 0.0))
+        if self.balance and log is not None:
+            log.row_parts.append(self.balance.row)
 
     def _pipeline_norms(self, names: list[str], whole_names: list[str], pp: int) -> None:
         """Under pp: param_names become the whole model's, slots where this rank's go, and
@@ -138,7 +144,9 @@ class Optimizer:
         if self.slots is not None:  # pp: this stage's among the whole model's (P_all,)
             sq = torch.zeros(len(self.param_names), device=sq.device).index_copy_(
                 0, self.slots, sq)
-        vec = torch.cat([(loss_sum / self.cfg.grad_accum).view(1), sq])
+        n = 1 + sq.numel()  # then the MoE layers' expert counts, summed over the ranks too
+        loads = [self.balance.counts().to(sq.dtype)] if self.balance else []
+        vec = torch.cat([(loss_sum / self.cfg.grad_accum).view(1), sq, *loads])
         if self.dist.distributed:
             import torch.distributed as tdist
 
@@ -148,8 +156,9 @@ class Optimizer:
             # each shard is held by dp_replicate ranks; DDP: every rank holds the same full
             # gradients, the local norms are the global ones (kept as they are: exact).
             vec = torch.cat([reduced[:1] / self.loss_ranks,
-                             reduced[1:] / self.replicas if self.parallel == "fsdp" else sq])
-        loss, sq = vec[0], vec[1:]
+                             reduced[1:n] / self.replicas if self.parallel == "fsdp" else sq,
+                             reduced[n:]])
+        loss, sq, loads = vec[0], vec[1:n], vec[n:]
         norm = sq.sum().sqrt()
         not_finite = (~(torch.isfinite(norm) & torch.isfinite(loss))).float()
         if self.cfg.grad_clip > 0:  # clip_grad_norm_'s rule, without its host sync
@@ -157,4 +166,6 @@ class Optimizer:
         self.opt.found_inf = not_finite  # the fused kernel skips the update when it is 1
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        if self.balance:
+            self.balance.update(loads, not_finite)
         return torch.stack([loss, norm, not_finite]), sq

@@ -14,6 +14,16 @@ from llmtk.train.config import TrainConfig
 from llmtk.train.model_config import PRESETS, ModelConfig, check_model_name
 
 
+def moe_overrides(cfg: TrainConfig) -> dict:
+    """The mixture-of-experts flags as ModelConfig fields (None: not given)."""
+    return {"n_experts": cfg.experts, "top_k": cfg.top_k,
+            "n_shared_experts": cfg.shared_experts, "expert_hidden": cfg.expert_ffn_hidden,
+            "moe_every": cfg.moe_every, "first_dense": cfg.first_dense_layers,
+            "router_score": cfg.router_score, "router_bias_rate": cfg.router_bias_rate,
+            "router_aux_loss": cfg.router_aux_loss, "router_z_loss": cfg.router_z_loss,
+            "capacity_factor": cfg.capacity_factor}
+
+
 def model_config(cfg: TrainConfig, vocab_size: int) -> ModelConfig:
     from llmtk.train import hf
 
@@ -23,7 +33,8 @@ def model_config(cfg: TrainConfig, vocab_size: int) -> ModelConfig:
     mc = replace(PRESETS[cfg.model], vocab_size=vocab_size)
     overrides = {"n_layer": cfg.layers, "d_model": cfg.d_model, "n_head": cfg.heads,
                  "n_kv_head": cfg.kv_heads, "ffn_hidden": cfg.ffn_hidden, "seq_len": cfg.seq_len}
-    mc = replace(mc, **{k: v for k, v in overrides.items() if v is not None})
+    mc = replace(mc, **{k: v for k, v in {**overrides, **moe_overrides(cfg)}.items()
+                        if v is not None})
     if cfg.untied:
         mc = replace(mc, tie_embeddings=False)
     if cfg.heads is not None and cfg.kv_heads is None and PRESETS[cfg.model].n_kv_head:

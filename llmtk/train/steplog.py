@@ -64,6 +64,7 @@ class StepLog:
         self.phases = Phases()                # every rank's phase and time (steptime.py)
         self.load_s = 0.0                     # seconds the resumed checkpoint took to load
         self.t_start = time.perf_counter()    # the step line's elapsed time (this process)
+        self.row_parts: list = []             # () -> dict, more row entries (MoE: optim.py)
         # MFU: `llmtk estimate`'s formula (causal attention, model FLOPs only) and the peak
         # of the dtype the matmuls run in.
         self.flops_per_token = flops_per_token_for_config(mcfg, causal=True)
@@ -187,6 +188,8 @@ class StepLog:
         if val_loss is not None:
             row["val_loss"] = val_loss
         row.update(extra)
+        for part in self.row_parts:  # the experts' load (llmtk.train.moe.Balancer.row)
+            row.update(part())
         if hasattr(train_data, "source_tokens"):  # a blend: tokens/NAME
             row.update(train_data.source_tokens(st.position))
         if hasattr(train_data, "trained_tokens"):  # SFT: the loss-carrying tokens

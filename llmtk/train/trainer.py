@@ -157,7 +157,7 @@ class Trainer:
         self.phases = self.log.phases  # where each rank is and its time goes (steptime.py)
         if plan.parallel == "ddp" and not plan.compiled:
             self.phases.timed_ddp(self.model)
-        self.optim = Optimizer(section(OptimSpec, cfg), self.built, plan, dist)
+        self.optim = Optimizer(section(OptimSpec, cfg), self.built, plan, dist, self.log)
         self.autocast = (
             (lambda: torch.autocast(device_type=dist.device.split(":")[0], dtype=torch.bfloat16))
             if plan.bf16 else contextlib.nullcontext)

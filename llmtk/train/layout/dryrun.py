@@ -49,12 +49,14 @@ def plan_ranks(plan: RunPlan) -> list[RankPlan]:
     mcfg, layout = plan.mcfg, plan.layout
     model = meta_model(mcfg, plan.lora)  # parallelize's first steps
     tp, pp, shard = layout.tp, layout.pp, layout.dp_shard
-    per_block: dict[str, tuple[float, float]] = {}  # one block: (all, trainable) per tp shard
-    for name, p in model.layers["0"].named_parameters():
-        per_block[name] = (tp_elements(name, p.numel(), tp), tp_elements(name, p.numel(), tp)
-                           if p.requires_grad else 0.0)
-    block_all = sum(a for a, _ in per_block.values())
-    block_train = sum(t for _, t in per_block.values())
+    # each block's (all, trainable) per tp shard: blocks differ when some are MoE layers
+    blocks = []
+    for block in model.layers.values():
+        sizes = [(tp_elements(name, p.numel(), tp),
+                  tp_elements(name, p.numel(), tp) if p.requires_grad else 0.0)
+                 for name, p in block.named_parameters()]
+        blocks.append((sum(a for a, _ in sizes), sum(t for _, t in sizes)))
+    block_all = max(a for a, _ in blocks)  # the largest gather FSDP2 makes
 
     def outer(module, prefix: str) -> tuple[float, float]:
         n = t = 0.0
@@ -70,6 +72,9 @@ def plan_ranks(plan: RunPlan) -> list[RankPlan]:
     # blocks per pp rank: its stages' (interleaved-1f1b: stage s is on rank s % pp)
     split = plan.split
     layers = [sum(split[s::pp]) for s in range(pp)]
+    starts = [sum(split[:s]) for s in range(len(split))]
+    ids = [[i for s in range(r, len(split), pp) for i in range(starts[s], starts[s] + split[s])]
+           for r in range(pp)]
     # Every pipeline rank: a middle one may hold more than the first (--pp-layers), and
     # which middle rank is busiest depends on the activations in flight, which
     # llmtk.estimate.ranks prices; it shows the busiest of them.
@@ -79,8 +84,8 @@ def plan_ranks(plan: RunPlan) -> list[RankPlan]:
     plans = []
     for stage, kind in kinds:
         first, last = stage == 0, stage == pp - 1
-        n = layers[stage] * block_all
-        t = layers[stage] * block_train
+        n = sum(blocks[i][0] for i in ids[stage])
+        t = sum(blocks[i][1] for i in ids[stage])
         if first:
             n, t = n + emb[0], t + emb[1]
         if last:

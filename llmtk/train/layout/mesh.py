@@ -138,6 +138,15 @@ def check_model(layout: Layout, mcfg) -> None:
                     ("sequence length", mcfg.seq_len)):  # sequence-parallel norms
         if n % tp:
             raise ConfigError("tp", f"{tp} does not divide the model's {n} {what}")
+    if getattr(mcfg, "n_experts", 0):
+        # Not built yet: experts split over tp or an ep group, and the auxiliary loss of a
+        # pipeline stage before the last (it joins the loss inside GPT.forward).
+        for key, n in (("tp", layout.tp), ("pp", layout.pp)):
+            if n > 1:
+                raise ConfigError(key, f"{n} is not supported with a mixture-of-experts "
+                                  "model yet (data parallelism only: DDP, FSDP2, HSDP)")
+    if getattr(mcfg, "qk_norm", False) and layout.tp > 1:
+        raise ConfigError("tp", f"{layout.tp} is not supported with q/k norms (Qwen3) yet")
     if layout.pp > mcfg.n_layer:
         raise ConfigError("pp", f"{layout.pp} stages for {mcfg.n_layer} layers: each stage "
                           "needs at least one")

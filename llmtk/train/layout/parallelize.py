@@ -94,7 +94,11 @@ def parallelize(plan, dist) -> Parallelized:
     if plan.parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        run = DDP(model, device_ids=[dist.local_rank] if dist.cuda else None)
+        # No buffer broadcast: every buffer is the same on every rank by construction (the
+        # rotary tables; a MoE layer's bias, updated from all-reduced loads), and a MoE
+        # layer's load counter is each rank's own until the step sums it (train/moe.py).
+        run = DDP(model, device_ids=[dist.local_rank] if dist.cuda else None,
+                  broadcast_buffers=False)
     if plan.compiled and not fsdp:
         # Compiling the DDP wrapper (not the inner model) lets dynamo split the graph at
         # DDP's bucket boundaries, so gradient all-reduces overlap the backward.

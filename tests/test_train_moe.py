@@ -1,0 +1,241 @@
+"""The mixture-of-experts layer (llmtk/train/moe.py): routing and grouped compute against a
+per-token reference, capacity, the balancing bias and losses, exact parameter counts."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from llmtk.train.model import GPT, ModelConfig, count_params  # noqa: E402
+from llmtk.train.moe import Balancer, MoE, expert_matmul  # noqa: E402
+
+
+def small(**kw) -> ModelConfig:
+    base = dict(vocab_size=61, seq_len=16, n_layer=2, d_model=32, n_head=4, n_experts=4,
+                top_k=2, expert_hidden=16)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+def layer(**kw) -> MoE:
+    torch.manual_seed(0)
+    return GPT(small(**kw)).layers["0"].mlp
+
+
+def per_token(moe: MoE, x: torch.Tensor) -> torch.Tensor:
+    """The layer's output computed token by token, expert by expert (the definition)."""
+    h = x.reshape(-1, x.shape[-1])
+    _, _, chosen, weights = moe.route(h)
+    e = moe.experts
+    out = torch.zeros_like(h)
+    for t in range(h.shape[0]):
+        for slot in range(moe.k):
+            i = chosen[t, slot]
+            y = (F.silu(h[t] @ e.w1[i].t()) * (h[t] @ e.w3[i].t())) @ e.w2[i].t()
+            out[t] += weights[t, slot] * y
+    if moe.shared is not None:
+        out += moe.shared(h)
+    return out.view_as(x)
+
+
+@pytest.mark.parametrize("kw", [{}, {"n_shared_experts": 1}, {"router_score": "sigmoid"},
+                                {"top_k": 1}, {"top_k": 4}])
+def test_grouped_experts_equal_the_per_token_definition(kw):
+    moe = layer(**kw)
+    x = torch.randn(3, 5, 32)
+    assert torch.allclose(moe(x), per_token(moe, x), atol=1e-5)
+
+
+def test_grouped_kernel_and_fallback_loop_agree_in_values_and_gradients():
+    x = torch.randn(10, 16, requires_grad=True)
+    w = torch.randn(4, 8, 16, requires_grad=True)
+    counts = torch.tensor([3, 0, 4, 3])
+    r = torch.randn(10, 8)
+    grads = []
+    for grouped in (True, False):
+        y = expert_matmul(x, w, counts, grouped)
+        (y * r).sum().backward()
+        grads.append((y.detach(), x.grad.clone(), w.grad.clone()))
+        x.grad = w.grad = None
+    for a, b in zip(*grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    # the definition: rows 0-2 by expert 0, 3-6 by expert 2, 7-9 by expert 3
+    ref = torch.cat([x[:3] @ w[0].t(), x[3:7] @ w[2].t(), x[7:] @ w[3].t()])
+    assert torch.allclose(grads[0][0], ref, atol=1e-5)
+
+
+def test_capacity_drops_the_latest_assignments_of_a_full_expert():
+    moe = layer(capacity_factor=0.5, top_k=1)
+    x = torch.randn(1, 16, 32)
+    h = x.reshape(-1, 32)
+    _, _, chosen, _ = moe.route(h)
+    cap = math.ceil(0.5 * 16 * 1 / 4)  # 2 per expert
+    keep = torch.zeros(16, dtype=torch.bool)
+    for e in range(4):
+        keep[(chosen[:, 0] == e).nonzero().flatten()[:cap]] = True
+    moe.train()
+    y = moe(x).reshape(16, 32)
+    ref = per_token(moe, x).reshape(16, 32)
+    assert torch.allclose(y[keep], ref[keep], atol=1e-5)
+    assert torch.equal(y[~keep], torch.zeros_like(y[~keep]))
+    assert moe.dropped.item() == (~keep).sum().item() > 0
+
+
+def test_bias_steers_the_choice_but_not_the_weights():
+    moe = layer(top_k=1)
+    x = torch.randn(2, 8, 32)
+    h = x.reshape(-1, 32)
+    logits, scores, chosen, weights = moe.route(h)
+    moe.expert_bias[3] = 10.0
+    _, _, chosen2, _ = moe.route(h)
+    assert (chosen2 == 3).all()
+    # top-1: the normalised weight is 1 either way; top-2 keeps the scores' ratio
+    moe2 = layer(top_k=2)
+    moe2.expert_bias[0] = moe2.expert_bias[1] = 10.0
+    _, s, c, w = moe2.route(h)
+    assert set(c.flatten().tolist()) == {0, 1}
+    want = s[:, :2] / s[:, :2].sum(-1, keepdim=True)
+    got = torch.where(c[:, :1] == 0, w, w.flip(-1))  # reorder to (expert 0, expert 1)
+    assert torch.allclose(got, want, atol=1e-6)
+
+
+def test_balancer_moves_the_bias_against_the_load_and_skips_a_skipped_step():
+    torch.manual_seed(0)
+    model = GPT(small(n_layer=2, router_bias_rate=0.01))
+    model.train()
+    b = Balancer(model, 0.01)
+    assert len(b.layers) == 2
+    idx = torch.randint(0, 61, (2, 16))
+    model(idx, idx)
+    counts = b.counts()  # (2 * (4 + 1),)
+    assert counts.view(2, 5)[:, :4].sum(1).tolist() == [2 * 16 * 2] * 2  # N * K each
+    b.update(torch.tensor([10., 2., 2., 2., 0.] * 2), torch.tensor(1.0))  # a skipped step
+    assert all(m.expert_bias.abs().sum() == 0 for m in b.layers.values())
+    b.update(torch.tensor([10., 2., 2., 2., 0.] * 2), torch.tensor(0.0))
+    for m in b.layers.values():
+        assert m.expert_bias.tolist() == pytest.approx([-0.01, 0.01, 0.01, 0.01])
+        assert m.tokens_per_expert.sum() == 0  # consumed
+    row = b.row()
+    assert row["expert_load/0"] == pytest.approx([10 / 16, 2 / 16, 2 / 16, 2 / 16])
+    assert row["expert_imbalance/0"] == pytest.approx(2.5)
+    assert row["expert_imbalance"] == pytest.approx(2.5)
+    assert b.row() == {}  # a window is reported once
+
+
+def test_aux_losses_change_the_gradient_but_not_the_loss_value():
+    idx = torch.randint(0, 61, (2, 16))
+    out = {}
+    for name, kw in (("plain", {}), ("aux", {"router_aux_loss": 0.1, "router_z_loss": 0.01})):
+        torch.manual_seed(0)
+        model = GPT(small(**kw))
+        _, loss = model(idx, idx)
+        loss.backward()
+        out[name] = (loss.item(), model.layers["0"].mlp.router.weight.grad.clone(),
+                     model.layers["0"].mlp.aux.item())
+    assert out["aux"][0] == out["plain"][0]  # the value is the cross-entropy
+    assert out["plain"][2] == 0.0 and out["aux"][2] > 0.1  # E * sum f P >= 1 at any load
+    assert not torch.allclose(out["aux"][1], out["plain"][1])
+
+
+def test_balance_loss_is_its_coefficient_at_a_uniform_load():
+    moe = layer(router_aux_loss=0.01, top_k=1)
+    logits = torch.zeros(8, 4)
+    scores = logits.softmax(-1)
+    assert moe.aux_loss(logits, scores, torch.tensor([2, 2, 2, 2]), 8).item() == \
+        pytest.approx(0.01)
+
+
+def test_activation_checkpointing_gives_the_same_gradients_and_counts_twice():
+    idx = torch.randint(0, 61, (2, 16))
+    grads, counts = [], []
+    for recompute in (False, True):
+        torch.manual_seed(0)
+        model = GPT(small(router_aux_loss=0.01))
+        model.activation_checkpointing = recompute
+        _, loss = model(idx, idx)
+        loss.backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+        counts.append(model.layers["0"].mlp.tokens_per_expert.clone())
+    for n, g in grads[0].items():
+        assert torch.allclose(g, grads[1][n], atol=1e-6), n
+    # the recomputed forward counts again: every count doubles, no share changes
+    assert torch.equal(counts[1], 2 * counts[0])
+
+
+def test_deterministic_on_cpu():
+    idx = torch.randint(0, 61, (2, 16))
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = GPT(small(n_shared_experts=1))
+        _, loss = model(idx, idx)
+        loss.backward()
+        runs.append([p.grad for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
+
+
+@pytest.mark.parametrize("kw", [{}, {"n_shared_experts": 2}, {"first_dense": 1},
+                                {"n_layer": 4, "moe_every": 2, "first_dense": 1},
+                                {"tie_embeddings": False, "expert_hidden": None}])
+def test_count_params_is_exact(kw):
+    cfg = small(**kw)
+    assert count_params(cfg) == sum(p.numel() for p in GPT(cfg).parameters())
+
+
+def test_layer_placement_and_validation():
+    cfg = small(n_layer=5, first_dense=1, moe_every=2)
+    assert [cfg.is_moe(i) for i in range(5)] == [False, True, False, True, False]
+    with pytest.raises(ValueError, match="top_k"):
+        small(top_k=5).validate()
+    with pytest.raises(ValueError, match="no layer"):
+        small(first_dense=2).validate()
+
+
+def test_init_is_seeded_and_scaled():
+    torch.manual_seed(0)
+    a = GPT(small())
+    torch.manual_seed(0)
+    b = GPT(small())
+    assert torch.equal(a.layers["1"].mlp.experts.w2, b.layers["1"].mlp.experts.w2)
+    e = a.layers["1"].mlp.experts
+    assert e.w1.std().item() == pytest.approx(0.02, rel=0.1)
+    assert e.w2.std().item() == pytest.approx(0.02 / math.sqrt(4), rel=0.1)
+    assert a.layers["1"].mlp.expert_bias.abs().sum() == 0
+    assert "layers.1.mlp.expert_bias" in a.state_dict()
+    assert "layers.1.mlp.tokens_per_expert" not in a.state_dict()
+
+
+@pytest.mark.parametrize(("layout", "flags", "key"), [
+    ({"tp": 2, "dp_shard": 1}, {}, "tp"), ({"pp": 2, "dp_shard": 1}, {}, "pp"),
+    ({"dp_shard": 2}, {"lora_rank": 4}, "lora_rank")])
+def test_layouts_not_built_for_experts_are_refused_naming_the_flag(layout, flags, key):
+    from llmtk.errors import ConfigError
+    from llmtk.train.layout.mesh import Layout
+    from tests.train_runs import planned
+
+    with pytest.raises(ConfigError) as e:
+        planned(small(n_layer=4), Layout(**layout), **flags)
+    assert e.value.key == key and "mixture-of-experts" in e.value.message
+    planned(small(n_layer=4), Layout(dp_shard=2))  # FSDP2 plans
+
+
+def test_qwen3_style_attention_own_head_dim_and_qk_norm():
+    """Head dim 16 x 4 heads != d_model 32, q and k RMS-normalised per head before rotary."""
+    cfg = small(explicit_head_dim=16, qk_norm=True, n_kv_head=2)
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    assert count_params(cfg) == sum(p.numel() for p in model.parameters())
+    attn = model.layers["0"].attn
+    assert attn.wqkv.weight.shape == ((4 + 2 * 2) * 16, 32) and attn.wo.weight.shape == (32, 64)
+    assert attn.q_norm.weight.shape == (16,)
+    idx = torch.randint(0, 61, (2, 16))
+    _, loss = model(idx, idx)
+    loss.backward()
+    assert attn.q_norm.weight.grad.abs().sum() > 0
+    # the norm is applied: scaling q_norm's weight changes the output
+    before = model(idx)[0]
+    with torch.no_grad():
+        attn.q_norm.weight.mul_(3.0)
+    assert not torch.allclose(model(idx)[0], before)
