@@ -202,7 +202,7 @@ def _clean(config: str | None, values: dict, print_config: bool, annotate: bool,
     cleaner = Cleaner(cfg, annotate=annotate, dry_run=dry_run)
     cleaner.load()
     with run:
-        for stage, key in cleaner.fitting():  # a first pass: the perplexity quantile
+        for stage, key in cleaner.fitting():  # a first pass: perplexity quantile, host lines
             if "-" in run.paths:
                 raise UsageError(f"{FLAGS[key]} reads the input twice: give files, not stdin")
             from llmtk.io import read_docs
@@ -210,7 +210,7 @@ def _clean(config: str | None, values: dict, print_config: bool, annotate: bool,
             # run.paths are this task's own files already; stdin is refused above
             first_pass = read_docs(run.paths, opts.text_field, lambda bad: None,
                                    run.record_shard, max_record=opts.max_record_bytes)
-            line = stage.fit(first_pass, opts.workers)
+            line = stage.fit(first_pass, opts.workers, cleaner.before(stage))
             if not opts.quiet:
                 from llmtk.io.console import stderr_console
 
