@@ -137,3 +137,19 @@ def test_the_same_bytes_for_any_workers(tmp_path):
         assert r.returncode == 0, r.stderr
         outs.append(out.read_bytes())
     assert outs[0] == outs[1] and HEADER.encode() not in outs[0].split(b"blog-0")[0]
+
+
+def test_the_first_pass_counts_the_text_as_extraction_leaves_it():
+    from llmtk.clean import CleanConfig, Cleaner
+    from llmtk.clean.stages.hostlines import HostLinesStage
+    from llmtk.io import Doc
+
+    cfg = CleanConfig().with_values({"host_lines.share": 0.3})
+    cleaner = Cleaner(cfg)
+    stage = next(s for s in cleaner.stages if isinstance(s, HostLinesStage))
+    page = ("<!DOCTYPE html><html><body><main><p>" + "The river town keeps its old bridge. " * 4
+            + "</p></main></body></html>")
+    doc = Doc({"url": "https://a.example/1", "content_type": "text/html", "text": page}, None,
+              "pages.jsonl", 1, 0)
+    work = cleaner.before(stage)(doc)
+    assert "<p>" not in work.text and work.text.startswith("The river town")
