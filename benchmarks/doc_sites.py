@@ -22,10 +22,10 @@ Scores per page, averaged over the pages of the half (macro):
     the two are measured side by side on the same pages.
 `--in-process` scores llmtk's `extract` in this process instead of the command (quicker
 when fitting; the command adds normalisation, which changes no word). `--per-site` prints
-each site's numbers; `--dump DIR` writes each page's output. `--host-lines` adds each
-extractor again with the lines that repeat on half or more of a site's pages (and on 3 or
-more) removed from its output (benchmarks/extract_quality.py's rule): what the cross-page
-signal would add.
+each site's numbers; `--dump DIR` writes each page's output. `--host-lines SHARE` adds
+`llmtk clean --host-lines SHARE` (the stage that removes the lines repeated at the top or
+bottom of SHARE of a host's pages; `--in-process`: its rule applied to `extract`'s output)
+and trafilatura's output with the same rule applied after it (llmtk.clean.hostlines).
 """
 
 from __future__ import annotations
@@ -85,13 +85,27 @@ def score(pages: list[dict], out: dict[str, str]) -> dict:
             "empty": len(pages) - len(ps)}
 
 
-def run_cli(data: Path) -> dict[str, str]:
+def run_cli(data: Path, *extra: str) -> dict[str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.jsonl"
         subprocess.run([sys.executable, "-m", "llmtk", "clean", str(data / "pages.warc.gz"),
                         "--filters", "none", "--no-langid", "--no-pii", "--on-error", "skip",
-                        "--workers", "1", "-q", "-o", str(out)], check=True, cwd=ROOT)
+                        "--workers", "1", "-q", "-o", str(out), *extra], check=True, cwd=ROOT)
         return {d["url"]: d["text"] for d in map(json.loads, out.read_text().splitlines())}
+
+
+def with_host_lines(texts: dict[str, str], share: float) -> tuple[dict[str, str], float]:
+    """The stage's rule (llmtk.clean.hostlines) applied to outputs keyed by URL: (the
+    outputs, CPU seconds it took)."""
+    from llmtk.clean.hostlines import HostCounts, HostLines, host, line_keys, strip
+
+    t = time.process_time()
+    counts = HostCounts()
+    for url, text in texts.items():
+        counts.add(host(url), line_keys(host(url), text))
+    common = counts.common(share, HostLines().min_pages)
+    out = {url: strip(host(url), text, common)[0] for url, text in texts.items()}
+    return out, time.process_time() - t
 
 
 def _llmtk(page: str) -> str:
@@ -126,9 +140,9 @@ def main() -> None:
     ap.add_argument("--no-trafilatura", action="store_true")
     ap.add_argument("--per-site", action="store_true")
     ap.add_argument("--dump", type=Path)
-    ap.add_argument("--host-lines", action="store_true",
-                    help="also score each output with the lines found on half or more of its "
-                         "site's pages (and on 3 or more) removed: the cross-page signal")
+    ap.add_argument("--host-lines", type=float, metavar="SHARE",
+                    help="also score llmtk clean --host-lines SHARE, and trafilatura with the "
+                         "same rule after it: the cross-page signal")
     args = ap.parse_args()
     pages = load(args.data)
     llmtk_inproc, llmtk_cpu = run_in_process(pages, _llmtk)
@@ -136,12 +150,11 @@ def main() -> None:
     if not args.no_trafilatura:
         results["trafilatura"] = run_in_process(pages, _trafilatura)
     if args.host_lines:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from extract_quality import without_host_repeats
-
         for name in list(results):
             out, cpu = results[name]
-            trimmed, seconds = without_host_repeats(out)
+            trimmed, seconds = with_host_lines(out, args.host_lines)
+            if name == "llmtk" and not args.in_process:  # the stage itself, as users run it
+                trimmed = run_cli(args.data, "--host-lines", str(args.host_lines))
             results[f"{name}+host"] = (trimmed, cpu)
             print(f"{name}: host lines counted and removed in {seconds:.2f} CPU-s "
                   f"({len(out)} pages)", file=sys.stderr)

@@ -4,15 +4,18 @@
     reason = cleaner(doc)        # None: keep (doc may be modified); else the drop reason
 
 The stages are `llmtk.clean.stages.PIPELINE`, in its order: URL filter -> code routing ->
-main-content extraction (HTML records) -> normalise -> language ID (+ --lang filter) ->
-Gopher quality -> Gopher repetition -> C4 -> FineWeb -> classifier -> perplexity -> secrets ->
-PII. A `Cleaner` holds the stages that are on, runs each document through them until one
-gives a reason, and writes the result back to the record. It is picklable and its stages
-load their models lazily in each worker process, so `StreamRun.apply(cleaner)` works with
-any --workers.
+main-content extraction (HTML records) -> normalise -> host lines (off unless asked) ->
+language ID (+ --lang filter) -> Gopher quality -> Gopher repetition -> C4 -> FineWeb ->
+classifier -> perplexity -> secrets -> PII. A `Cleaner` holds the stages that are on, runs
+each document through them until one gives a reason, and writes the result back to the
+record. It is picklable and its stages load their models lazily in each worker process, so
+`StreamRun.apply(cleaner)` works with any --workers.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
 
 from llmtk.clean.config import CleanConfig
 from llmtk.clean.stages import PIPELINE, Stage
@@ -48,6 +51,18 @@ class Cleaner:
     def fitting(self) -> list[tuple[Stage, str]]:
         """The stages that need a first pass over the input, with the key that asked."""
         return [(stage, key) for stage in self.stages if (key := stage.fits())]
+
+    def before(self, stage: Stage) -> Callable[[Doc], Work | None]:
+        """For a first pass: a picklable function that runs the stages before `stage` on a
+        record (its Work, or None if one of them dropped it)."""
+        return partial(self._upto, self.stages.index(stage))
+
+    def _upto(self, end: int, doc: Doc) -> Work | None:
+        work = Work(doc, None, False, self.plan)
+        for stage in self.stages[:end]:
+            if work.road in stage.roads and stage.check(work) is not None:
+                return None
+        return work
 
     def __call__(self, doc: Doc) -> str | None:
         notes: dict | None = {} if self.annotate else None

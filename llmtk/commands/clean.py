@@ -28,8 +28,9 @@ HELP = (
     "Normalise, language-ID, quality-filter and PII-scrub a document stream.\n\n"
     "Stages: URL filter -> main-content extraction from HTML (WARC responses, HTML "
     "documents; resiliparse or trafilatura, math and code kept) -> normalise (Unicode, "
-    "mojibake, ANSI/control characters, whitespace, width) -> "
-    "language ID (fastText lid.176 + script census) -> Gopher quality, Gopher repetition, C4 "
+    "mojibake, ANSI/control characters, whitespace, width) -> lines repeated at the top or "
+    "bottom of a host's pages (--host-lines, off by default) -> language ID (fastText "
+    "lid.176 + script census) -> Gopher quality, Gopher repetition, C4 "
     "and FineWeb rules (datatrove's thresholds, language-aware) -> fastText quality classifier "
     "-> perplexity under an llmtk train model -> secret and PII placeholders. Source code "
     "(--profile code) gets code rules (StarCoder / The Stack) instead. Every dropped record "
@@ -201,7 +202,7 @@ def _clean(config: str | None, values: dict, print_config: bool, annotate: bool,
     cleaner = Cleaner(cfg, annotate=annotate, dry_run=dry_run)
     cleaner.load()
     with run:
-        for stage, key in cleaner.fitting():  # a first pass: the perplexity quantile
+        for stage, key in cleaner.fitting():  # a first pass: perplexity quantile, host lines
             if "-" in run.paths:
                 raise UsageError(f"{FLAGS[key]} reads the input twice: give files, not stdin")
             from llmtk.io import read_docs
@@ -209,7 +210,7 @@ def _clean(config: str | None, values: dict, print_config: bool, annotate: bool,
             # run.paths are this task's own files already; stdin is refused above
             first_pass = read_docs(run.paths, opts.text_field, lambda bad: None,
                                    run.record_shard, max_record=opts.max_record_bytes)
-            line = stage.fit(first_pass, opts.workers)
+            line = stage.fit(first_pass, opts.workers, cleaner.before(stage))
             if not opts.quiet:
                 from llmtk.io.console import stderr_console
 

@@ -16,6 +16,7 @@ from llmtk.clean.stages.heuristic import (
     GopherQualityStage,
     GopherRepetitionStage,
 )
+from llmtk.clean.stages.hostlines import HostLinesStage
 from llmtk.clean.stages.langid import LangIdStage
 from llmtk.clean.stages.normalize import NormalizeStage
 from llmtk.clean.stages.perplexity import PerplexityStage
@@ -28,6 +29,7 @@ PIPELINE: tuple[type[Stage], ...] = (
     CodeStage,
     ExtractStage,
     NormalizeStage,
+    HostLinesStage,  # after normalising: the lines as the first pass counted them
     LangIdStage,
     GopherQualityStage,
     GopherRepetitionStage,

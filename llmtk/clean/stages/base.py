@@ -13,7 +13,7 @@ scrubber, ...), declared once in its own module:
 - `on(cfg, whole)`: whether it runs at all (a stage that is off costs nothing per document);
 - `reads(cfg)`: its model files (no output may be one); `load()`: load them before any
   input is read; `fit(docs, workers)`, for a stage with `fits()`: a first pass over the
-  input (the perplexity quantile);
+  input (the perplexity quantile, the host lines);
 - `check(work) -> reason | None`: the per-document step (datatrove's filter shape).
 
 `Work` is one document on its way through the stages: the text as the stages change it,
@@ -108,8 +108,9 @@ class Stage:
         """The config key that asks for a first pass over the input (None: no first pass)."""
         return None
 
-    def fit(self, docs: Iterable[Doc], workers: int) -> str:
-        """Learn from a first pass over the input; returns a line for the user."""
+    def fit(self, docs: Iterable[Doc], workers: int, before: Callable[[Doc], Work | None]) -> str:
+        """Learn from a first pass over the input; returns a line for the user. `before(doc)`
+        runs the stages before this one on a record: its Work, or None if one dropped it."""
         raise NotImplementedError
 
     def check(self, work: Work) -> str | None:

@@ -65,8 +65,9 @@ class PerplexityStage(ModelStage):
     def fits(self) -> str | None:
         return "perplexity.quantile" if self.cfg.quantile is not None else None
 
-    def fit(self, docs: Iterable[Doc], workers: int) -> str:
-        """The quantile of the (normalised) documents' perplexities becomes max_ppl."""
+    def fit(self, docs: Iterable[Doc], workers: int, before=None) -> str:
+        """The quantile of the (normalised) documents' perplexities becomes max_ppl. (It
+        normalises each text itself; `before`, the stages before it, is not used.)"""
         from llmtk.clean.perplexity import quantile
 
         values = list(ordered_map(partial(_scores, self.model, self.normalize), docs, workers))
