@@ -39,6 +39,25 @@ BOILERPLATE = (
     "#titlearea", ".navpath",  # Doxygen's project header and breadcrumb
 )
 _BOILERPLATE = ", ".join(BOILERPLATE)  # one selector, joined once (not per page)
+# Elements whose names say they are not the main text, however their text reads: comment
+# sections, share and subscribe boxes, related and recommended stories, captions, bylines,
+# hidden and pop-up elements, ads, navigation. Only a hint (llmtk.clean.density.main_text):
+# a prose block inside one weighs nothing when the main stretch is chosen and is kept when
+# the stretch runs through it; its other blocks go; an element that holds most of the
+# page's prose is no hint. They are marked, not removed, so the page is rendered once.
+HINTS = tuple(f"[{attr}*={word} i]" for word in (
+    "comments", "comment-", "disqus", "respond", "share", "sharing", "social", "related",
+    "recommend", "more-", "newsletter", "subscri", "signup", "sign-up", "promo", "sponsor",
+    "advert", "adblock", "cookie",
+    "consent", "gdpr", "footer", "sidebar", "widget", "breadcrumb", "modal", "popup",
+    "byline", "author", "dateline", "timestamp", "caption", "credit", "gallery", "carousel",
+    "slideshow", "trending", "popular", "most-read", "tags", "menu", "hidden", "sr-only",
+    "nav", "print", "login", "follow",
+) for attr in ("class", "id")) + (
+    "figcaption", "[hidden]", "[aria-hidden=true]", "[role=dialog]", "[role=alert]",
+    "[role=complementary]", "[id=header i]", "[style*=none i]",
+)
+_HINTS = ", ".join(HINTS)
 # Code listings whose lines are elements of their own (Doxygen's fragments), made <pre>.
 _CODE_LINES = "div.fragment"
 # Rendered copies of math next to its source: KaTeX's HTML, MathJax's previews and output
@@ -67,21 +86,18 @@ def extract(page: str, method: str = "resiliparse") -> str:
     """The main text of an HTML page, lines separated by newlines."""
     if method == "none":
         return page
-    tree = _prepare(page)
+    tree = _prepare(page, hints=method == "resiliparse")
     if method == "resiliparse":
         from resiliparse.extract.html2text import extract_plain_text
 
         from llmtk.clean.density import main_text
 
-        # rendered twice: with its blocks and links marked (what main_text reads), and by
-        # resiliparse's own main-content rules (a hint)
-        options = dict(list_bullets=False, alt_texts=False, comments=False, noscript=False,
-                       form_fields=False)
+        # rendered once, with its blocks, links and the hinted elements' edges marked
         rendered = extract_plain_text(tree, preserve_formatting="minimal_html",
-                                      main_content=False, links=True, **options)
-        hinted = extract_plain_text(tree, preserve_formatting=True, main_content=True,
-                                    **options)
-        text = main_text(rendered, hinted)
+                                      main_content=False, links=True, list_bullets=False,
+                                      alt_texts=False, comments=False, noscript=False,
+                                      form_fields=False)
+        text = main_text(rendered)
     elif method == "trafilatura":
         import trafilatura
 
@@ -93,9 +109,15 @@ def extract(page: str, method: str = "resiliparse") -> str:
     return _tidy(text)
 
 
-def _prepare(page: str):
-    """The parsed page with math as LaTeX text and rendered duplicates removed."""
+def _prepare(page: str, hints: bool = False):
+    """The parsed page with math as LaTeX text and rendered duplicates removed; with
+    `hints`, the elements HINTS names marked (llmtk.clean.density.HINT_START/END)."""
     from resiliparse.parse.html import HTMLTree
+
+    from llmtk.clean.density import HINT_END, HINT_START
+
+    if hints and (HINT_START in page or HINT_END in page):  # the marks are ours alone
+        page = page.replace(HINT_START, "").replace(HINT_END, "")
 
     # one scan for the common case of no math ("math" is in "<math" and "math/tex";
     # MathJax 3's output elements carry the class "MathJax")
@@ -106,16 +128,24 @@ def _prepare(page: str):
     body = tree.body
     if body is None:
         return tree
-    for node in body.query_selector_all(_BOILERPLATE):
+    for node in body.query_selector_all(_BOILERPLATE).values():
         if node.parent is not None:
             node.parent.remove_child(node)
-    for node in body.query_selector_all(_CODE_LINES):
-        _as_pre(tree, node)
+    if "fragment" in page:  # (a query walks the whole tree)
+        for node in body.query_selector_all(_CODE_LINES).values():
+            _as_pre(tree, node)
+    if hints:
+        # (values(): indexing the node list runs the query again for each item)
+        for node in body.query_selector_all(_HINTS).values():
+            # its first and last child: the rendering shows where the element starts and
+            # ends (resiliparse renders a one-character control text as it is)
+            node.prepend(tree.create_text_node(HINT_START))
+            node.append(tree.create_text_node(HINT_END))
     if maybe_math:
-        for node in body.query_selector_all(_RENDERED):
+        for node in body.query_selector_all(_RENDERED).values():
             if node.parent is not None:
                 node.parent.remove_child(node)
-        for node in body.query_selector_all("math"):
+        for node in body.query_selector_all("math").values():
             tex = _latex_of(node)
             display = node.getattr("display") == "block"
             text = f"$${tex}$$" if display else f"${tex}$"
