@@ -58,17 +58,20 @@ _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width
 # where an element that llmtk.clean.extract.HINTS names starts and ends (one control
 # character each, removed from the page before it is parsed)
 HINT_START, HINT_END = "\x02", "\x03"
+# where an element that llmtk.clean.extract.MAIN names (an article body) starts and ends
+MAIN_START, MAIN_END = "\x04", "\x05"
 _YEAR = re.compile(r"\b(?:19|20)\d\d\b")
 _DIGIT = re.compile(r"\d")
-_TOKEN = re.compile(r"<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n|[\x02\x03]")
+_TOKEN = re.compile(r"<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n|[\x02-\x05]")
 _HREF = re.compile(r'href="([^"]*)"')
 
 
 class Block:
-    __slots__ = ("parts", "kind", "chars", "links", "gap", "raw", "sentence", "hints")
+    __slots__ = ("parts", "kind", "chars", "links", "gap", "raw", "sentence", "hints", "mains")
 
     def __init__(self, gap: bool) -> None:
         self.hints: tuple[int, ...] = ()  # the hinted elements it lies in (by number)
+        self.mains: tuple[int, ...] = ()  # the article-body elements it lies in
         self.parts: list[str] = []
         self.kind = ""          # "p", "h", "pre" or "" (any other line)
         self.chars = 0
@@ -93,18 +96,29 @@ def blocks(rendered: str) -> list[Block]:
     link_start, link_href = 0, ""
     pos = count = 0
     stack: list[int] = []  # the hinted elements open here
+    mains: list[int] = []  # the article-body elements open here
     for m in _TOKEN.finditer(rendered):
         seg = rendered[pos:m.start()]
         pos = m.end()
         if seg:
             block.parts.append(seg)
             n = len(seg.strip().encode())
-            if n and not block.chars and stack and not in_pre:  # (code is content)
-                block.hints = tuple(stack)
+            if n and not block.chars:
+                if stack and not in_pre:  # (code is content)
+                    block.hints = tuple(stack)
+                block.mains = tuple(mains)
             block.chars += n
             if in_link:
                 block.links += n
         token = m.group(0)
+        if token == MAIN_START:
+            count += 1
+            mains.append(count)
+            continue
+        if token == MAIN_END:
+            if mains:
+                mains.pop()
+            continue
         if token == HINT_START:
             count += 1
             stack.append(count)
@@ -146,8 +160,10 @@ def blocks(rendered: str) -> list[Block]:
     if seg:
         block.parts.append(seg)
         n = len(seg.strip().encode())
-        if n and not block.chars and stack:
-            block.hints = tuple(stack)
+        if n and not block.chars:
+            if stack and not in_pre:
+                block.hints = tuple(stack)
+            block.mains = tuple(mains)
         block.chars += n
     if block.parts:
         out.append(block)
@@ -173,6 +189,8 @@ def weight(b: Block) -> float:
         return 0.0
     density = b.links / b.chars
     if density > BAD_LINKS:
+        if X_LINKED and b.sentence and density <= ALL_LINKS and b.chars >= GOOD_CHARS:
+            return X_LINKED * b.chars
         return -BAD_WEIGHT * b.chars
     if b.kind == "pre":
         return float(b.chars)
@@ -181,8 +199,16 @@ def weight(b: Block) -> float:
     if density <= GOOD_LINKS and b.sentence:
         if b.chars >= GOOD_CHARS:
             return float(b.chars)
-        return SHORT_PROSE * b.chars
+        if not X_END or (X_END == 2 and b.kind == "p") or _END.search(b.raw):
+            return SHORT_PROSE * b.chars
     return -SHORT_WEIGHT * b.chars
+
+
+X_END = False
+X_LINKED = False
+X_GUARD = 0
+X_REP = False
+_END = re.compile(r"[.!?。！？…:;][\"'”’»)\]]*\s*$")
 
 
 def main_text(rendered: str) -> str:
@@ -199,7 +225,11 @@ def main_text(rendered: str) -> str:
     # a page is read as prose when one block is a full paragraph; short sentences alone
     # (a reference page's one-line descriptions) are too weak to choose a stretch by
     prose = any(w >= GOOD_CHARS and b.kind != "pre" for b, w in zip(bs, ws, strict=True))
-    chosen = _stretches(ws, 0, len(ws), 0.0) if prose else [_hinted_span(bs, hinted)]
+    if prose:
+        first, last = _main_span(bs, ws) if X_MAIN else (0, len(ws) - 1)
+        chosen = _stretches(ws, first, last + 1, 0.0)
+    else:
+        chosen = [_hinted_span(bs, hinted)]
     lines: list[str] = []
     for i in (i for first, last in chosen for i in range(first, last + 1)):
         b = bs[i]
@@ -224,6 +254,13 @@ def _dropped(bs: list[Block], ws: list[float], hinted: list[bool]) -> set[int]:
             continue
         if (hinted[i] and ws[i] <= 0) or _dateline(b):
             drop.add(i)
+    if X_REP:
+        seen: dict[str, int] = {}
+        short = [i for i, b in enumerate(bs) if 0 < b.chars < LABEL_CHARS and not b.sentence and b.kind != "pre"]
+        for i in short:
+            k = bs[i].raw.strip().lower()
+            seen[k] = seen.get(k, 0) + 1
+        drop.update(i for i in short if seen[bs[i].raw.strip().lower()] > 1)
     labels = {i for i, b in enumerate(bs[:-1]) if i + 1 in drop and b.kind != "pre"
               and 0 < b.chars < LABEL_CHARS and not b.sentence}  # (one each, no chains)
     return drop | labels
@@ -235,6 +272,30 @@ def _dateline(b: Block) -> bool:
     return (b.chars < DATE_CHARS and _YEAR.search(b.raw) is not None
             and len(_DIGIT.findall(b.raw)) >= DATE_DIGITS
             and not b.raw.rstrip().endswith((".", "!", "?")))
+
+
+X_MAIN = True
+MAIN_SHARE = 0.85
+
+
+def _main_span(bs: list[Block], ws: list[float]) -> tuple[int, int]:
+    """The blocks of the innermost article-body element that holds MAIN_SHARE of the
+    page's prose, or all blocks."""
+    total = sum(w for w in ws if w > 0)
+    held: dict[int, float] = {}
+    span: dict[int, list[int]] = {}
+    for i, (b, w) in enumerate(zip(bs, ws, strict=True)):
+        for m in b.mains:
+            if w > 0:
+                held[m] = held.get(m, 0.0) + w
+            span.setdefault(m, [i, i])[1] = i
+    best = None
+    for m, w in held.items():
+        if w >= MAIN_SHARE * total:
+            size = span[m][1] - span[m][0]
+            if best is None or size < best[0]:
+                best = (size, m)
+    return tuple(span[best[1]]) if best else (0, len(bs) - 1)
 
 
 def _hinted(bs: list[Block], ws: list[float]) -> list[bool]:
@@ -249,6 +310,12 @@ def _hinted(bs: list[Block], ws: list[float]) -> list[bool]:
             for h in b.hints:
                 held[h] = held.get(h, 0.0) + w
     wrong = {h for h, w in held.items() if w > HINT_SHARE * total and w >= GOOD_CHARS}
+    if X_GUARD:
+        count: dict[int, int] = {}
+        for b in bs:
+            for h in b.hints:
+                count[h] = count.get(h, 0) + 1
+        wrong = {h for h, w in held.items() if w > HINT_SHARE * total and w >= GOOD_CHARS and count[h] > X_GUARD * len(bs)}
     return [any(h not in wrong for h in b.hints) for b in bs]
 
 

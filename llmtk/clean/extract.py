@@ -45,7 +45,7 @@ _BOILERPLATE = ", ".join(BOILERPLATE)  # one selector, joined once (not per page
 # a prose block inside one weighs nothing when the main stretch is chosen and is kept when
 # the stretch runs through it; its other blocks go; an element that holds most of the
 # page's prose is no hint. They are marked, not removed, so the page is rendered once.
-HINTS = tuple(f"[{attr}*={word} i]" for word in (
+HINTS = tuple(f"[{attr}*={word} i]:not(a)" for word in (
     "comments", "comment-", "disqus", "respond", "share", "sharing", "social", "related",
     "recommend", "more-", "newsletter", "subscri", "signup", "sign-up", "promo", "sponsor",
     "advert", "adblock", "cookie",
@@ -58,6 +58,15 @@ HINTS = tuple(f"[{attr}*={word} i]" for word in (
     "[role=complementary]", "[id=header i]", "[style*=none i]",
 )
 _HINTS = ", ".join(HINTS)
+# Elements whose names say they hold the article's body. Also a hint: the innermost one
+# that holds most of the page's prose bounds the stretch (llmtk.clean.density.main_text).
+MAIN = ("article", "main", "[role=main]", "[itemprop=articleBody]") + tuple(
+    f"[class*={word} i]" for word in (
+        "article-body", "articlebody", "article-content", "article__body", "entry-content",
+        "post-content", "post-body", "story-body", "story-content", "content-body",
+        "body-text", "article-text", "post-entry", "entry-body"))
+_MAIN = ", ".join(MAIN)
+_MARKS = re.compile("[\x02-\x05]")
 # Code listings whose lines are elements of their own (Doxygen's fragments), made <pre>.
 _CODE_LINES = "div.fragment"
 # Rendered copies of math next to its source: KaTeX's HTML, MathJax's previews and output
@@ -114,10 +123,10 @@ def _prepare(page: str, hints: bool = False):
     `hints`, the elements HINTS names marked (llmtk.clean.density.HINT_START/END)."""
     from resiliparse.parse.html import HTMLTree
 
-    from llmtk.clean.density import HINT_END, HINT_START
+    from llmtk.clean.density import HINT_END, HINT_START, MAIN_END, MAIN_START
 
-    if hints and (HINT_START in page or HINT_END in page):  # the marks are ours alone
-        page = page.replace(HINT_START, "").replace(HINT_END, "")
+    if hints and _MARKS.search(page):  # the marks are ours alone
+        page = _MARKS.sub("", page)
 
     # one scan for the common case of no math ("math" is in "<math" and "math/tex";
     # MathJax 3's output elements carry the class "MathJax")
@@ -141,6 +150,9 @@ def _prepare(page: str, hints: bool = False):
             # ends (resiliparse renders a one-character control text as it is)
             node.prepend(tree.create_text_node(HINT_START))
             node.append(tree.create_text_node(HINT_END))
+        for node in body.query_selector_all(_MAIN).values():
+            node.prepend(tree.create_text_node(MAIN_START))
+            node.append(tree.create_text_node(MAIN_END))
     if maybe_math:
         for node in body.query_selector_all(_RENDERED).values():
             if node.parent is not None:
