@@ -20,13 +20,15 @@ text and link density, jusText's length and context, readability's punctuation):
 The main text is the stretch of blocks with the largest sum (and any other stretch that
 weighs at least SECOND of it): short pieces between paragraphs (subheadings, list items,
 code) stay, those before the first and after the last paragraph (titles, bylines, share
-bars, related stories, footers) go. Inside it go: link-dense blocks without a sentence or
-almost all links, date lines, the non-prose blocks of hinted elements, and a short label
-just before a dropped block ("Related articles"). Header-link marks (the `¶` or `#` link to
-the heading's own anchor that Sphinx, MkDocs and others add) are removed anywhere. A page
-without a full paragraph (a listing, a reference page, a short snippet) keeps every block
-that is not furniture between the first and the last block outside the hinted elements
-(the text cannot say where such a page starts and ends; its markup can).
+bars, related stories, footers) go; when an element named as the article's body
+(llmtk.clean.extract.MAIN: `article`, `main`, `itemprop=articleBody`, `entry-content`...)
+holds MAIN_SHARE of the page's prose, the stretch is chosen inside the innermost such
+element. Inside the stretch, link-dense blocks without a sentence and the non-prose blocks
+of hinted elements are dropped. Header-link marks (the `¶` or `#` link to the heading's own
+anchor that Sphinx, MkDocs and others add) are removed anywhere. A page without a full
+paragraph (a listing, a reference page, a short snippet) keeps every block that is not
+furniture between the first and the last block outside the hinted elements (the text
+cannot say where such a page starts and ends; its markup can).
 
 Thresholds were chosen on the development half of the Article Extraction Benchmark's sites,
 the no-prose rule on the development half of the documentation sites (doc_sites.py), and
@@ -48,10 +50,7 @@ BAD_WEIGHT = 1.5    # ... and weighs minus this many times its length
 SHORT_PROSE = 0.3   # a shorter block with a sentence weighs plus this share of its length
 SHORT_WEIGHT = 0.2  # any other short block (a heading, a date, a label) minus this share
 HINT_SHARE = 0.5    # a hinted element holding more of the page's prose is no hint
-ALL_LINKS = 0.8     # a block this much links is furniture even with a sentence in it
-LABEL_CHARS = 40    # a label before a dropped block is shorter than this, without a sentence
-DATE_CHARS = 70     # a date line is shorter than this, has a year and DATE_DIGITS digits
-DATE_DIGITS = 6
+MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
 SECOND = 0.3        # a further stretch is kept when it weighs this share of the best one
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
 _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width space)
@@ -60,8 +59,6 @@ _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width
 HINT_START, HINT_END = "\x02", "\x03"
 # where an element that llmtk.clean.extract.MAIN names (an article body) starts and ends
 MAIN_START, MAIN_END = "\x04", "\x05"
-_YEAR = re.compile(r"\b(?:19|20)\d\d\b")
-_DIGIT = re.compile(r"\d")
 _TOKEN = re.compile(r"<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n|[\x02-\x05]")
 _HREF = re.compile(r'href="([^"]*)"')
 
@@ -189,8 +186,6 @@ def weight(b: Block) -> float:
         return 0.0
     density = b.links / b.chars
     if density > BAD_LINKS:
-        if X_LINKED and b.sentence and density <= ALL_LINKS and b.chars >= GOOD_CHARS:
-            return X_LINKED * b.chars
         return -BAD_WEIGHT * b.chars
     if b.kind == "pre":
         return float(b.chars)
@@ -199,16 +194,8 @@ def weight(b: Block) -> float:
     if density <= GOOD_LINKS and b.sentence:
         if b.chars >= GOOD_CHARS:
             return float(b.chars)
-        if not X_END or (X_END == 2 and b.kind == "p") or _END.search(b.raw):
-            return SHORT_PROSE * b.chars
+        return SHORT_PROSE * b.chars
     return -SHORT_WEIGHT * b.chars
-
-
-X_END = False
-X_LINKED = False
-X_GUARD = 0
-X_REP = False
-_END = re.compile(r"[.!?。！？…:;][\"'”’»)\]]*\s*$")
 
 
 def main_text(rendered: str) -> str:
@@ -226,7 +213,7 @@ def main_text(rendered: str) -> str:
     # (a reference page's one-line descriptions) are too weak to choose a stretch by
     prose = any(w >= GOOD_CHARS and b.kind != "pre" for b, w in zip(bs, ws, strict=True))
     if prose:
-        first, last = _main_span(bs, ws) if X_MAIN else (0, len(ws) - 1)
+        first, last = _main_span(bs, ws)
         chosen = _stretches(ws, first, last + 1, 0.0)
     else:
         chosen = [_hinted_span(bs, hinted)]
@@ -245,37 +232,10 @@ def main_text(rendered: str) -> str:
 
 
 def _dropped(bs: list[Block], ws: list[float], hinted: list[bool]) -> set[int]:
-    """The blocks left out even inside the stretch: furniture, dates and bylines with a
-    year, what a hinted element holds that is not prose, and the short label ("Related
-    articles", "More from UK") just before a dropped block."""
-    drop = {i for i, b in enumerate(bs) if _furniture(b)}
-    for i, b in enumerate(bs):
-        if b.kind == "pre" or not b.chars:
-            continue
-        if (hinted[i] and ws[i] <= 0) or _dateline(b):
-            drop.add(i)
-    if X_REP:
-        seen: dict[str, int] = {}
-        short = [i for i, b in enumerate(bs) if 0 < b.chars < LABEL_CHARS and not b.sentence and b.kind != "pre"]
-        for i in short:
-            k = bs[i].raw.strip().lower()
-            seen[k] = seen.get(k, 0) + 1
-        drop.update(i for i in short if seen[bs[i].raw.strip().lower()] > 1)
-    labels = {i for i, b in enumerate(bs[:-1]) if i + 1 in drop and b.kind != "pre"
-              and 0 < b.chars < LABEL_CHARS and not b.sentence}  # (one each, no chains)
-    return drop | labels
-
-
-def _dateline(b: Block) -> bool:
-    """A short line of numbers with a year in it and no full stop: a date, a time stamp,
-    "Published 11:34 PM EST Nov 19, 2019"."""
-    return (b.chars < DATE_CHARS and _YEAR.search(b.raw) is not None
-            and len(_DIGIT.findall(b.raw)) >= DATE_DIGITS
-            and not b.raw.rstrip().endswith((".", "!", "?")))
-
-
-X_MAIN = True
-MAIN_SHARE = 0.85
+    """The blocks left out even inside the stretch: furniture, and what a hinted element
+    holds that is not prose (its labels, dates, bylines, buttons)."""
+    return {i for i, b in enumerate(bs)
+            if _furniture(b) or (hinted[i] and ws[i] <= 0 and b.kind != "pre")}
 
 
 def _main_span(bs: list[Block], ws: list[float]) -> tuple[int, int]:
@@ -310,12 +270,6 @@ def _hinted(bs: list[Block], ws: list[float]) -> list[bool]:
             for h in b.hints:
                 held[h] = held.get(h, 0.0) + w
     wrong = {h for h, w in held.items() if w > HINT_SHARE * total and w >= GOOD_CHARS}
-    if X_GUARD:
-        count: dict[int, int] = {}
-        for b in bs:
-            for h in b.hints:
-                count[h] = count.get(h, 0) + 1
-        wrong = {h for h, w in held.items() if w > HINT_SHARE * total and w >= GOOD_CHARS and count[h] > X_GUARD * len(bs)}
     return [any(h not in wrong for h in b.hints) for b in bs]
 
 
@@ -331,7 +285,7 @@ def _furniture(b: Block) -> bool:
     """Link-dense and no sentence in it (a menu or a list of headlines, not a reference
     like "see Section 12.1, “Other documentation”"), and not a table row."""
     return (b.chars > 0 and b.links / b.chars > BAD_LINKS and "\t\t" not in b.raw
-            and (not b.sentence or b.links / b.chars > ALL_LINKS))
+            and not b.sentence)
 
 
 def _stretches(ws: list[float], lo: int, hi: int, floor: float) -> list[tuple[int, int]]:
