@@ -60,6 +60,8 @@ HINT_START, HINT_END = "\x02", "\x03"
 # where an element that llmtk.clean.extract.MAIN names (an article body) starts and ends
 MAIN_START, MAIN_END = "\x04", "\x05"
 _TOKEN = re.compile(r"<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n|[\x02-\x05]")
+# a run of spaces inside a line of prose (&nbsp;&nbsp;, table cells' tabs): one space
+_INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
 _HREF = re.compile(r'href="([^"]*)"')
 
 
@@ -82,7 +84,11 @@ class Block:
         self.sentence = _SENTENCE.search(self.raw) is not None
 
     def text(self) -> str:
-        return htmllib.unescape(self.raw).strip("\n")
+        text = htmllib.unescape(self.raw).strip("\n")
+        if self.kind == "pre":  # code keeps its spaces (clean's normalisation does too)
+            return text
+        return _INNER_SPACES.sub(" ", text) if "  " in text or "\xa0" in text or "\t" in text \
+            else text
 
 
 def blocks(rendered: str) -> list[Block]:
@@ -215,6 +221,8 @@ def main_text(rendered: str) -> str:
     if prose:
         first, last = _main_span(bs, ws)
         chosen = _stretches(ws, first, last + 1, 0.0)
+        if chosen:
+            chosen[0] = (_heading_before(bs, chosen[0][0], hinted), chosen[0][1])
     else:
         chosen = [_hinted_span(bs, hinted)]
     lines: list[str] = []
@@ -286,6 +294,17 @@ def _furniture(b: Block) -> bool:
     like "see Section 12.1, “Other documentation”"), and not a table row."""
     return (b.chars > 0 and b.links / b.chars > BAD_LINKS and "\t\t" not in b.raw
             and not b.sentence)
+
+
+def _heading_before(bs: list[Block], first: int, hinted: list[bool]) -> int:
+    """The stretch's first block, or the heading just before it (the article's title or a
+    chapter's): a heading weighs against the stretch, but the text it heads starts here."""
+    i = first - 1
+    while i >= 0 and not bs[i].chars:
+        i -= 1
+    if i >= 0 and bs[i].kind == "h" and not hinted[i] and not _furniture(bs[i]):
+        return i
+    return first
 
 
 def _stretches(ws: list[float], lo: int, hi: int, floor: float) -> list[tuple[int, int]]:

@@ -113,6 +113,8 @@ def extract(page: str, method: str = "resiliparse") -> str:
         # FineWeb's settings (datatrove's Trafilatura extractor as FineWeb configures it)
         text = trafilatura.extract(tree.document.html, favor_precision=True,
                                    include_comments=False, deduplicate=True) or ""
+        # (it does not say which lines are code: runs of spaces go, as before)
+        text = _INNER_SPACES.sub(" ", text)
     else:
         raise ValueError(method)
     return _tidy(text)
@@ -239,6 +241,7 @@ def _mathml(node) -> str:
 
 
 _BLANKS = re.compile(r"\n{3,}")
+_INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
 
 
 def _tidy(text: str) -> str:
