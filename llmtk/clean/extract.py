@@ -45,26 +45,25 @@ _BOILERPLATE = ", ".join(BOILERPLATE)  # one selector, joined once (not per page
 # a prose block inside one weighs nothing when the main stretch is chosen and is kept when
 # the stretch runs through it; its other blocks go; an element that holds most of the
 # page's prose is no hint. They are marked, not removed, so the page is rendered once.
-HINTS = tuple(f"[{attr}*={word} i]:not(a)" for word in (
+HINTS = tuple(f"[class*={word} i]:not(a)" for word in (
     "comments", "comment-", "disqus", "respond", "share", "sharing", "social", "related",
     "recommend", "more-", "newsletter", "subscri", "signup", "sign-up", "promo", "sponsor",
-    "advert", "adblock", "cookie",
-    "consent", "gdpr", "footer", "sidebar", "widget", "breadcrumb", "modal", "popup",
-    "byline", "author", "dateline", "timestamp", "caption", "credit", "gallery", "carousel",
-    "slideshow", "trending", "popular", "most-read", "tags", "menu", "hidden", "sr-only",
-    "nav", "print", "login", "follow",
-) for attr in ("class", "id")) + (
+    "advert", "adblock", "cookie", "consent", "gdpr", "footer", "sidebar", "widget",
+    "breadcrumb", "modal", "popup", "byline", "author", "dateline", "timestamp", "caption",
+    "credit", "gallery", "carousel", "slideshow", "trending", "popular", "most-read", "tags",
+    "hidden", "sr-only", "print", "login", "follow",
+)) + (
     "figcaption", "[hidden]", "[aria-hidden=true]", "[role=dialog]", "[role=alert]",
     "[role=complementary]", "[id=header i]", "[style*=none i]",
-)
+)  # (not <a>: DocBook's anchors carry ids made of section titles, "_sharing_copying";
+# class names only, and menus and navigation bars left to link density: each selector and
+# each marked node costs, and together they cost more than resiliparse's whole rendering)
 _HINTS = ", ".join(HINTS)
 # Elements whose names say they hold the article's body. Also a hint: the innermost one
 # that holds most of the page's prose bounds the stretch (llmtk.clean.density.main_text).
 MAIN = ("article", "main", "[role=main]", "[itemprop=articleBody]") + tuple(
     f"[class*={word} i]" for word in (
-        "article-body", "articlebody", "article-content", "article__body", "entry-content",
-        "post-content", "post-body", "story-body", "story-content", "content-body",
-        "body-text", "article-text", "post-entry", "entry-body"))
+        "article-body", "article-content", "post-content", "entry-content", "story-body"))
 _MAIN = ", ".join(MAIN)
 _MARKS = re.compile("[\x02-\x05]")
 # Code listings whose lines are elements of their own (Doxygen's fragments), made <pre>.
