@@ -48,13 +48,14 @@ _BOILERPLATE = ", ".join(BOILERPLATE)  # one selector, joined once (not per page
 HINTS = tuple(f"[class*={word} i]:not(a)" for word in (
     "comments", "comment-", "disqus", "respond", "share", "sharing", "social", "related",
     "recommend", "more-", "newsletter", "subscri", "signup", "sign-up", "promo", "sponsor",
-    "advert", "adblock", "cookie", "consent", "gdpr", "footer", "sidebar", "widget",
+    "advert", "adblock", "cookie", "consent", "gdpr", "footer", "sidebar",
     "breadcrumb", "modal", "popup", "byline", "author", "dateline", "timestamp", "caption",
     "credit", "gallery", "carousel", "slideshow", "trending", "popular", "most-read", "tags",
     "hidden", "sr-only", "print", "login", "follow",
 )) + (
     "figcaption", "[hidden]", "[aria-hidden=true]", "[role=dialog]", "[role=alert]",
-    "[role=complementary]", "[id=header i]", "[style*=none i]",
+    "[role=complementary]", "[id=header i]", "[style*=\"display:none\" i]",
+    "[style*=\"display: none\" i]",
 )  # (not <a>: DocBook's anchors carry ids made of section titles, "_sharing_copying";
 # class names only, and menus and navigation bars left to link density: each selector and
 # each marked node costs, and together they cost more than resiliparse's whole rendering)
