@@ -1,8 +1,10 @@
 """Main-content extraction: an HTML page in, its main text out (clean's first stage).
 
-Two real extractors. The default (`resiliparse`) parses and renders with resiliparse (C) and
+Two real extractors. The default (`resiliparse`) parses with resiliparse (C), marks the
+elements whose names are hints (HINTS: comments, share boxes, captions...; MAIN: an article's
+body) with a control character where each starts and ends, renders the page once, and
 decides what is main text from the text itself (llmtk.clean.density: link density, length,
-sentences, position; markup names only as hints). `trafilatura` is FineWeb's, with FineWeb's
+sentences, position; the marks only as hints). `trafilatura` is FineWeb's, with FineWeb's
 settings. Before either runs, math is turned into LaTeX text, because both
 would otherwise drop it or keep the rendered glyph soup: MathJax 2 `<script type="math/tex">`,
 KaTeX and MathJax 3 (`<annotation encoding="application/x-tex">` inside their MathML) and
