@@ -49,9 +49,9 @@ BAD_LINKS = 0.5     # a block with more than this share in links is furniture ..
 BAD_WEIGHT = 1.5    # ... and weighs minus this many times its length
 SHORT_PROSE = 0.3   # a shorter block with a sentence weighs plus this share of its length
 SHORT_WEIGHT = 0.2  # any other short block (a heading, a date, a label) minus this share
-HINT_SHARE = 0.5    # a hinted element holding more of the page's prose is no hint
+HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hint
 MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
-SECOND = 0.3        # a further stretch is kept when it weighs this share of the best one
+SECOND = 0.5        # a further stretch is kept when it weighs this share of the best one
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
 _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width space)
 # where an element that llmtk.clean.extract.HINTS names starts and ends (one control
