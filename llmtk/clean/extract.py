@@ -190,7 +190,7 @@ def _script_math(m: re.Match) -> str:
 
 def _latex_of(node) -> str:
     """LaTeX for a MathML element: its TeX annotation, its alttext, else rendered."""
-    for ann in node.query_selector_all("annotation"):
+    for ann in node.query_selector_all("annotation").values():
         if (ann.getattr("encoding") or "").lower() in ("application/x-tex", "tex",
                                                       "text/x-latex", "latex"):
             return ann.text.strip()
