@@ -12,18 +12,23 @@ text and link density, jusText's length and context, readability's punctuation):
 * link-dense (menus, related-article lists, tag clouds, share bars): minus a multiple of
   its length; headings and other short blocks (dates, bylines, labels): minus a little;
   a table row weighs nothing (a table of links is content as often as it is navigation);
-* a prose block that resiliparse's own main-content rules drop (they go by markup names:
-  comments, cookie notices, footers) weighs nothing: the names are a hint, not the rule.
+* a prose block inside an element whose markup names it furniture (llmtk.clean.extract.HINTS:
+  comments, share and subscribe boxes, related stories, captions, bylines...) weighs
+  nothing, unless that element holds most of the page's prose: the names are a hint, not
+  the rule. The elements are marked in the one rendering (HINT_START/HINT_END).
 
 The main text is the stretch of blocks with the largest sum (and any other stretch that
 weighs at least SECOND of it): short pieces between paragraphs (subheadings, list items,
 code) stay, those before the first and after the last paragraph (titles, bylines, share
-bars, related stories, footers) go. Inside it, link-dense blocks without a sentence are
-dropped. Header-link marks (the `¶` or `#` link to the heading's own anchor that Sphinx,
-MkDocs and others add) are removed anywhere. A page without a full paragraph (a listing, a
-reference page, a short snippet) keeps every block that is not furniture between the first
-and the last block resiliparse's main-content rules keep (the text cannot say where such a
-page starts and ends; its markup can), or every such block without those rules.
+bars, related stories, footers) go; when an element named as the article's body
+(llmtk.clean.extract.MAIN: `article`, `main`, `itemprop=articleBody`, `entry-content`...)
+holds MAIN_SHARE of the page's prose, the stretch is chosen inside the innermost such
+element. Inside the stretch, link-dense blocks without a sentence and the non-prose blocks
+of hinted elements are dropped. Header-link marks (the `¶` or `#` link to the heading's own
+anchor that Sphinx, MkDocs and others add) are removed anywhere. A page without a full
+paragraph (a listing, a reference page, a short snippet) keeps every block that is not
+furniture between the first and the last block outside the hinted elements (the text
+cannot say where such a page starts and ends; its markup can).
 
 Thresholds were chosen on the development half of the Article Extraction Benchmark's sites,
 the no-prose rule on the development half of the documentation sites (doc_sites.py), and
@@ -44,18 +49,28 @@ BAD_LINKS = 0.5     # a block with more than this share in links is furniture ..
 BAD_WEIGHT = 1.5    # ... and weighs minus this many times its length
 SHORT_PROSE = 0.3   # a shorter block with a sentence weighs plus this share of its length
 SHORT_WEIGHT = 0.2  # any other short block (a heading, a date, a label) minus this share
-SECOND = 0.3        # a further stretch is kept when it weighs this share of the best one
-KEY_CHARS = 16      # blocks are matched with the rules' rendering by this many characters
+HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hint
+MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
+SECOND = 0.5        # a further stretch is kept when it weighs this share of the best one
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
 _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width space)
-_TOKEN = re.compile(r"<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n")
+# where an element that llmtk.clean.extract.HINTS names starts and ends (one control
+# character each, removed from the page before it is parsed)
+HINT_START, HINT_END = "\x02", "\x03"
+# where an element that llmtk.clean.extract.MAIN names (an article body) starts and ends
+MAIN_START, MAIN_END = "\x04", "\x05"
+_TOKEN = re.compile(r"<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n|[\x02-\x05]")
+# a run of spaces inside a line of prose (&nbsp;&nbsp;, table cells' tabs): one space
+_INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
 _HREF = re.compile(r'href="([^"]*)"')
 
 
 class Block:
-    __slots__ = ("parts", "kind", "chars", "links", "gap", "raw", "sentence")
+    __slots__ = ("parts", "kind", "chars", "links", "gap", "raw", "sentence", "hints", "mains")
 
     def __init__(self, gap: bool) -> None:
+        self.hints: tuple[int, ...] = ()  # the hinted elements it lies in (by number)
+        self.mains: tuple[int, ...] = ()  # the article-body elements it lies in
         self.parts: list[str] = []
         self.kind = ""          # "p", "h", "pre" or "" (any other line)
         self.chars = 0
@@ -69,7 +84,11 @@ class Block:
         self.sentence = _SENTENCE.search(self.raw) is not None
 
     def text(self) -> str:
-        return htmllib.unescape(self.raw).strip("\n")
+        text = htmllib.unescape(self.raw).strip("\n")
+        if self.kind == "pre":  # code keeps its spaces (clean's normalisation does too)
+            return text
+        return _INNER_SPACES.sub(" ", text) if "  " in text or "\xa0" in text or "\t" in text \
+            else text
 
 
 def blocks(rendered: str) -> list[Block]:
@@ -78,17 +97,40 @@ def blocks(rendered: str) -> list[Block]:
     block = Block(False)
     in_link = in_pre = False
     link_start, link_href = 0, ""
-    pos = 0
+    pos = count = 0
+    stack: list[int] = []  # the hinted elements open here
+    mains: list[int] = []  # the article-body elements open here
     for m in _TOKEN.finditer(rendered):
         seg = rendered[pos:m.start()]
         pos = m.end()
         if seg:
             block.parts.append(seg)
             n = len(seg.strip().encode())
+            if n and not block.chars:
+                if stack and not in_pre:  # (code is content)
+                    block.hints = tuple(stack)
+                block.mains = tuple(mains)
             block.chars += n
             if in_link:
                 block.links += n
-        if m.group(0) == "\n":
+        token = m.group(0)
+        if token == MAIN_START:
+            count += 1
+            mains.append(count)
+            continue
+        if token == MAIN_END:
+            if mains:
+                mains.pop()
+            continue
+        if token == HINT_START:
+            count += 1
+            stack.append(count)
+            continue
+        if token == HINT_END:
+            if stack:
+                stack.pop()
+            continue
+        if token == "\n":
             if in_pre:
                 block.parts.append("\n")
                 continue
@@ -120,7 +162,12 @@ def blocks(rendered: str) -> list[Block]:
     seg = rendered[pos:]
     if seg:
         block.parts.append(seg)
-        block.chars += len(seg.strip().encode())
+        n = len(seg.strip().encode())
+        if n and not block.chars:
+            if stack and not in_pre:
+                block.hints = tuple(stack)
+            block.mains = tuple(mains)
+        block.chars += n
     if block.parts:
         out.append(block)
     for b in out:
@@ -157,32 +204,31 @@ def weight(b: Block) -> float:
     return -SHORT_WEIGHT * b.chars
 
 
-def main_text(rendered: str, hinted: str | None = None) -> str:
-    """The main text of a page rendered as resiliparse's minimal_html (with links).
-
-    `hinted`: the same page rendered by resiliparse's own main-content rules (they go by
-    markup names: navigation, footers, comments, cookie notices). A prose block those rules
-    dropped weighs nothing when the stretch is chosen; it is still kept inside it."""
+def main_text(rendered: str) -> str:
+    """The main text of a page rendered as resiliparse's minimal_html (with links), the
+    elements the markup hints name marked (HINT_START/HINT_END): a prose block inside one
+    weighs nothing when the stretch is chosen; it is still kept inside it."""
     bs = blocks(rendered)
     if not bs:
         return ""
     ws = [weight(b) for b in bs]
-    if hinted is not None:
-        # matched by how a block starts (the two renderings differ in spaces and in the
-        # inline elements the rules drop); a <pre> block by its first line
-        kept = {_key(line) for line in hinted.splitlines()}
-        for i, b in enumerate(bs):
-            if ws[i] > 0:
-                if _start_key(b) not in kept:
-                    ws[i] = 0.0
+    hinted = _hinted(bs, ws)
+    ws = [0.0 if h and w > 0 else w for h, w in zip(hinted, ws, strict=True)]
+    drop = _dropped(bs, ws, hinted)
     # a page is read as prose when one block is a full paragraph; short sentences alone
     # (a reference page's one-line descriptions) are too weak to choose a stretch by
     prose = any(w >= GOOD_CHARS and b.kind != "pre" for b, w in zip(bs, ws, strict=True))
-    chosen = _stretches(ws, 0, len(ws), 0.0) if prose else [_hinted_span(bs, hinted)]
+    if prose:
+        first, last = _main_span(bs, ws)
+        chosen = _stretches(ws, first, last + 1, 0.0)
+        if chosen:
+            chosen[0] = (_heading_before(bs, chosen[0][0], hinted), chosen[0][1])
+    else:
+        chosen = [_hinted_span(bs, hinted)]
     lines: list[str] = []
     for i in (i for first, last in chosen for i in range(first, last + 1)):
         b = bs[i]
-        if _furniture(b):
+        if i in drop:
             continue
         text = b.text()
         if not text.strip():
@@ -193,14 +239,53 @@ def main_text(rendered: str, hinted: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def _hinted_span(bs: list[Block], hinted: str | None) -> tuple[int, int]:
+def _dropped(bs: list[Block], ws: list[float], hinted: list[bool]) -> set[int]:
+    """The blocks left out even inside the stretch: furniture, and what a hinted element
+    holds that is not prose (its labels, dates, bylines, buttons)."""
+    return {i for i, b in enumerate(bs)
+            if _furniture(b) or (hinted[i] and ws[i] <= 0 and b.kind != "pre")}
+
+
+def _main_span(bs: list[Block], ws: list[float]) -> tuple[int, int]:
+    """The blocks of the innermost article-body element that holds MAIN_SHARE of the
+    page's prose, or all blocks."""
+    total = sum(w for w in ws if w > 0)
+    held: dict[int, float] = {}
+    span: dict[int, list[int]] = {}
+    for i, (b, w) in enumerate(zip(bs, ws, strict=True)):
+        for m in b.mains:
+            if w > 0:
+                held[m] = held.get(m, 0.0) + w
+            span.setdefault(m, [i, i])[1] = i
+    best = None
+    for m, w in held.items():
+        if w >= MAIN_SHARE * total:
+            size = span[m][1] - span[m][0]
+            if best is None or size < best[0]:
+                best = (size, m)
+    return tuple(span[best[1]]) if best else (0, len(bs) - 1)
+
+
+def _hinted(bs: list[Block], ws: list[float]) -> list[bool]:
+    """Whether each block lies in a hinted element that does not hold most of the page's
+    prose (a class name such as "post-share-enabled" on the article itself)."""
+    if not any(b.hints for b in bs):
+        return [False] * len(bs)
+    total = sum(w for w in ws if w > 0)
+    held: dict[int, float] = {}
+    for b, w in zip(bs, ws, strict=True):
+        if w > 0:
+            for h in b.hints:
+                held[h] = held.get(h, 0.0) + w
+    wrong = {h for h, w in held.items() if w > HINT_SHARE * total and w >= GOOD_CHARS}
+    return [any(h not in wrong for h in b.hints) for b in bs]
+
+
+def _hinted_span(bs: list[Block], hinted: list[bool]) -> tuple[int, int]:
     """Without prose the text cannot say where the main text starts and ends: the span from
-    the first to the last block the markup rules keep (a generator's header and footer
-    go; what lies between stays), or every block without the hint."""
-    if hinted is None:
-        return 0, len(bs) - 1
-    kept = {_key(line) for line in hinted.splitlines()}
-    inside = [i for i, b in enumerate(bs) if b.chars and _start_key(b) in kept]
+    the first to the last block outside the hinted elements (a generator's header and
+    footer go; what lies between stays), or every block when all are hinted."""
+    inside = [i for i, b in enumerate(bs) if b.chars and not hinted[i]]
     return (inside[0], inside[-1]) if inside else (0, len(bs) - 1)
 
 
@@ -211,13 +296,15 @@ def _furniture(b: Block) -> bool:
             and not b.sentence)
 
 
-def _start_key(b: Block) -> str:
-    start = htmllib.unescape(b.raw[:8 * KEY_CHARS]).lstrip()
-    return _key(start.partition("\n")[0])
-
-
-def _key(line: str) -> str:
-    return "".join(line[:4 * KEY_CHARS].split())[:KEY_CHARS]
+def _heading_before(bs: list[Block], first: int, hinted: list[bool]) -> int:
+    """The stretch's first block, or the heading just before it (the article's title or a
+    chapter's): a heading weighs against the stretch, but the text it heads starts here."""
+    i = first - 1
+    while i >= 0 and not bs[i].chars:
+        i -= 1
+    if i >= 0 and bs[i].kind == "h" and not hinted[i] and not _furniture(bs[i]):
+        return i
+    return first
 
 
 def _stretches(ws: list[float], lo: int, hi: int, floor: float) -> list[tuple[int, int]]:

@@ -1,8 +1,10 @@
 """Main-content extraction: an HTML page in, its main text out (clean's first stage).
 
-Two real extractors. The default (`resiliparse`) parses and renders with resiliparse (C) and
+Two real extractors. The default (`resiliparse`) parses with resiliparse (C), marks the
+elements whose names are hints (HINTS: comments, share boxes, captions...; MAIN: an article's
+body) with a control character where each starts and ends, renders the page once, and
 decides what is main text from the text itself (llmtk.clean.density: link density, length,
-sentences, position; markup names only as hints). `trafilatura` is FineWeb's, with FineWeb's
+sentences, position; the marks only as hints). `trafilatura` is FineWeb's, with FineWeb's
 settings. Before either runs, math is turned into LaTeX text, because both
 would otherwise drop it or keep the rendered glyph soup: MathJax 2 `<script type="math/tex">`,
 KaTeX and MathJax 3 (`<annotation encoding="application/x-tex">` inside their MathML) and
@@ -39,6 +41,34 @@ BOILERPLATE = (
     "#titlearea", ".navpath",  # Doxygen's project header and breadcrumb
 )
 _BOILERPLATE = ", ".join(BOILERPLATE)  # one selector, joined once (not per page)
+# Elements whose names say they are not the main text, however their text reads: comment
+# sections, share and subscribe boxes, related and recommended stories, captions, bylines,
+# hidden and pop-up elements, ads, navigation. Only a hint (llmtk.clean.density.main_text):
+# a prose block inside one weighs nothing when the main stretch is chosen and is kept when
+# the stretch runs through it; its other blocks go; an element that holds most of the
+# page's prose is no hint. They are marked, not removed, so the page is rendered once.
+HINTS = tuple(f"[class*={word} i]:not(a)" for word in (
+    "comments", "comment-", "disqus", "respond", "share", "sharing", "social", "related",
+    "recommend", "more-", "newsletter", "subscri", "signup", "sign-up", "promo", "sponsor",
+    "advert", "adblock", "cookie", "consent", "gdpr", "footer", "sidebar",
+    "breadcrumb", "modal", "popup", "byline", "author", "dateline", "timestamp", "caption",
+    "credit", "gallery", "carousel", "slideshow", "trending", "popular", "most-read", "tags",
+    "hidden", "sr-only", "print", "login", "follow",
+)) + (
+    "figcaption", "[hidden]", "[aria-hidden=true]", "[role=dialog]", "[role=alert]",
+    "[role=complementary]", "[id=header i]", "[style*=\"display:none\" i]",
+    "[style*=\"display: none\" i]",
+)  # (not <a>: DocBook's anchors carry ids made of section titles, "_sharing_copying";
+# class names only, and menus and navigation bars left to link density: each selector and
+# each marked node costs, and together they cost more than resiliparse's whole rendering)
+_HINTS = ", ".join(HINTS)
+# Elements whose names say they hold the article's body. Also a hint: the innermost one
+# that holds most of the page's prose bounds the stretch (llmtk.clean.density.main_text).
+MAIN = ("article", "main", "[role=main]", "[itemprop=articleBody]") + tuple(
+    f"[class*={word} i]" for word in (
+        "article-body", "article-content", "post-content", "entry-content", "story-body"))
+_MAIN = ", ".join(MAIN)
+_MARKS = re.compile("[\x02-\x05]")
 # Code listings whose lines are elements of their own (Doxygen's fragments), made <pre>.
 _CODE_LINES = "div.fragment"
 # Rendered copies of math next to its source: KaTeX's HTML, MathJax's previews and output
@@ -67,35 +97,40 @@ def extract(page: str, method: str = "resiliparse") -> str:
     """The main text of an HTML page, lines separated by newlines."""
     if method == "none":
         return page
-    tree = _prepare(page)
+    tree = _prepare(page, hints=method == "resiliparse")
     if method == "resiliparse":
         from resiliparse.extract.html2text import extract_plain_text
 
         from llmtk.clean.density import main_text
 
-        # rendered twice: with its blocks and links marked (what main_text reads), and by
-        # resiliparse's own main-content rules (a hint)
-        options = dict(list_bullets=False, alt_texts=False, comments=False, noscript=False,
-                       form_fields=False)
+        # rendered once, with its blocks, links and the hinted elements' edges marked
         rendered = extract_plain_text(tree, preserve_formatting="minimal_html",
-                                      main_content=False, links=True, **options)
-        hinted = extract_plain_text(tree, preserve_formatting=True, main_content=True,
-                                    **options)
-        text = main_text(rendered, hinted)
+                                      main_content=False, links=True, list_bullets=False,
+                                      alt_texts=False, comments=False, noscript=False,
+                                      form_fields=False)
+        text = main_text(rendered)
     elif method == "trafilatura":
         import trafilatura
 
         # FineWeb's settings (datatrove's Trafilatura extractor as FineWeb configures it)
         text = trafilatura.extract(tree.document.html, favor_precision=True,
                                    include_comments=False, deduplicate=True) or ""
+        # (it does not say which lines are code: runs of spaces go, as before)
+        text = _INNER_SPACES.sub(" ", text)
     else:
         raise ValueError(method)
     return _tidy(text)
 
 
-def _prepare(page: str):
-    """The parsed page with math as LaTeX text and rendered duplicates removed."""
+def _prepare(page: str, hints: bool = False):
+    """The parsed page with math as LaTeX text and rendered duplicates removed; with
+    `hints`, the elements HINTS names marked (llmtk.clean.density.HINT_START/END)."""
     from resiliparse.parse.html import HTMLTree
+
+    from llmtk.clean.density import HINT_END, HINT_START, MAIN_END, MAIN_START
+
+    if hints and _MARKS.search(page):  # the marks are ours alone
+        page = _MARKS.sub("", page)
 
     # one scan for the common case of no math ("math" is in "<math" and "math/tex";
     # MathJax 3's output elements carry the class "MathJax")
@@ -106,16 +141,27 @@ def _prepare(page: str):
     body = tree.body
     if body is None:
         return tree
-    for node in body.query_selector_all(_BOILERPLATE):
+    for node in body.query_selector_all(_BOILERPLATE).values():
         if node.parent is not None:
             node.parent.remove_child(node)
-    for node in body.query_selector_all(_CODE_LINES):
-        _as_pre(tree, node)
+    if "fragment" in page:  # (a query walks the whole tree)
+        for node in body.query_selector_all(_CODE_LINES).values():
+            _as_pre(tree, node)
+    if hints:
+        # (values(): indexing the node list runs the query again for each item)
+        for node in body.query_selector_all(_HINTS).values():
+            # its first and last child: the rendering shows where the element starts and
+            # ends (resiliparse renders a one-character control text as it is)
+            node.prepend(tree.create_text_node(HINT_START))
+            node.append(tree.create_text_node(HINT_END))
+        for node in body.query_selector_all(_MAIN).values():
+            node.prepend(tree.create_text_node(MAIN_START))
+            node.append(tree.create_text_node(MAIN_END))
     if maybe_math:
-        for node in body.query_selector_all(_RENDERED):
+        for node in body.query_selector_all(_RENDERED).values():
             if node.parent is not None:
                 node.parent.remove_child(node)
-        for node in body.query_selector_all("math"):
+        for node in body.query_selector_all("math").values():
             tex = _latex_of(node)
             display = node.getattr("display") == "block"
             text = f"$${tex}$$" if display else f"${tex}$"
@@ -144,7 +190,7 @@ def _script_math(m: re.Match) -> str:
 
 def _latex_of(node) -> str:
     """LaTeX for a MathML element: its TeX annotation, its alttext, else rendered."""
-    for ann in node.query_selector_all("annotation"):
+    for ann in node.query_selector_all("annotation").values():
         if (ann.getattr("encoding") or "").lower() in ("application/x-tex", "tex",
                                                       "text/x-latex", "latex"):
             return ann.text.strip()
@@ -197,6 +243,7 @@ def _mathml(node) -> str:
 
 
 _BLANKS = re.compile(r"\n{3,}")
+_INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
 
 
 def _tidy(text: str) -> str:

@@ -67,7 +67,9 @@ class Normalize:
     fold_width: str = "alnum"  # none, alnum (letters and digits) or all (incl. punctuation)
     zh_convert: str = "none"  # none, t2s or s2t (OpenCC)
 
-    def __call__(self, text: str) -> str:
+    def __call__(self, text: str, inner_spaces: bool = True) -> str:
+        """`inner_spaces=False` leaves runs of spaces inside a line as they are: text
+        extracted from HTML has them only in code (the extractor collapsed the rest)."""
         if self.strip_ansi and "\x1b" in text:
             text = _ANSI.sub("", text)
         ascii_only = text.isascii()
@@ -94,7 +96,7 @@ class Normalize:
         if self.whitespace:
             if " \n" in text or "\t\n" in text or text.endswith((" ", "\t")):
                 text = _TRAILING_WS.sub("", text)
-            if "  " in text or "\t" in text:
+            if inner_spaces and ("  " in text or "\t" in text):
                 text = _INNER_WS.sub(" ", text)
             if "\n\n\n" in text:
                 text = _BLANK_LINES.sub("\n\n", text)

@@ -35,7 +35,7 @@ class NormalizeStage(Stage):
     def check(self, work: Work) -> str | None:
         # runs when switched off too: an empty text leaves here either way
         if self.cfg.enabled:
-            work.text = self.cfg(work.text)
+            work.text = self.cfg(work.text, inner_spaces=not work.html)
         if not work.text.strip():
             return "normalize.empty"
         return None
