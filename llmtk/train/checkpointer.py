@@ -468,7 +468,7 @@ def check_shape(state: dict, path: str, mcfg, *, say: Callable[[str], None], for
 # a resume with other values is unremarkable.
 _NOT_NOTED = {"out", "cache_dir", "resume", "quiet", "seed", "threads", "log_every", "log_to",
               "nccl_timeout", "keep_checkpoints", "async_checkpoint", "dry_run", "gpu",
-              "verify_every"}
+              "verify_every", "hang_timeout"}
 
 
 def changed_settings(old: dict, new: dict) -> str:
