@@ -1,5 +1,5 @@
 """What the checkpoint manifest costs: xxh64 of every file read back after it is written
-(llmtk.train.checkpoint.write_manifest), against writing the same files (torch.save and
+(llmtk.train.checkpoint.files.write_manifest), against writing the same files (torch.save and
 fsync, the checkpointer's write_file) — the peer is the save itself.
 
     nice python benchmarks/checkpoint_manifest.py [--mb 400] [--dir /tmp]
@@ -28,7 +28,7 @@ def timed(fn) -> tuple[float, float]:
 def main() -> None:
     import torch
 
-    from llmtk.train import checkpoint as C
+    from llmtk.train.checkpoint import files as C
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=400)

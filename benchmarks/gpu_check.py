@@ -59,12 +59,12 @@ class SyntheticTokenizer:
 
 
 def synthetic_cache(root: str, vocab: int, tokens: int) -> str:
-    """A token cache (llmtk.train.data: one-task token datasets) of one document of random
+    """A token cache (llmtk.train.data.cache: one-task token datasets) of one document of random
     ids, and an empty validation split."""
     import numpy as np
 
-    from llmtk.train.data import CACHE_VERSION
-    from llmtk.train.tokens import PartWriter, dataset_meta, mark_done, part_name
+    from llmtk.train.data.cache import CACHE_VERSION
+    from llmtk.train.data.tokens import PartWriter, dataset_meta, mark_done, part_name
 
     d = os.path.join(root, "cache")
     ids = np.random.default_rng(0).integers(0, vocab, tokens - 1, dtype=np.uint16)
@@ -111,7 +111,7 @@ def bench_llmtk(args, model: str, compile_: bool, cache: str, tok, workdir: str)
     import torch
 
     from llmtk.train.config import TrainConfig
-    from llmtk.train.inputs import cache_source
+    from llmtk.train.data.inputs import cache_source
     from llmtk.train.runtime import Faults, setup_dist
     from llmtk.train.trainer import Trainer
 
@@ -191,7 +191,7 @@ def bench_plain(args, model: str, compile_: bool, cache: str, vocab: int) -> dic
     from llmtk.compute.flops import flops_per_token_for_config
     from llmtk.compute.hardware import device_peak_flops
     from llmtk.train.config import TrainConfig
-    from llmtk.train.model import GPT
+    from llmtk.train.model.gpt import GPT
     from llmtk.train.run_shape import model_config
 
     device = "cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"

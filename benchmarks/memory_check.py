@@ -57,7 +57,7 @@ def held_gradient_bytes(model) -> int:
 def measure_rank(cfg, work: str) -> tuple[dict, object]:
     """(this rank's measured bytes, the Dist) after one step and one measured micro-step."""
     from llmtk.train.measure import saved_for_backward, state_bytes
-    from llmtk.train.model_config import PRESETS
+    from llmtk.train.model.config import PRESETS
     from llmtk.train.runtime import Faults, setup_dist
     from llmtk.train.trainer import Trainer
 

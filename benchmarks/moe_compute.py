@@ -1,8 +1,8 @@
 """Grouped expert compute: the MoE layer's CPU time per token against a dense SwiGLU MLP with
 the same active parameters, same run (issue #41's goal: within 1.5x).
 
-The MoE layer (llmtk.train.moe.MoE: router, top-k, sort by expert, grouped matmuls,
-combine) with E experts of width H, top-k K, against llmtk.train.model.MLP of width K*H:
+The MoE layer (llmtk.train.model.moe.MoE: router, top-k, sort by expert, grouped matmuls,
+combine) with E experts of width H, top-k K, against llmtk.train.model.gpt.MLP of width K*H:
 the same matmul FLOPs per token (the router's d x E aside). Forward and backward of the
 same input, the two (and the MoE layer's per-expert-slice fallback, the path fp64 takes)
 interleaved round after round so machine load hits all alike; the median CPU time
@@ -38,8 +38,8 @@ def main() -> None:
 
     import torch
 
-    from llmtk.train.model import MLP, ModelConfig
-    from llmtk.train.moe import MoE, grouped_mm_ok
+    from llmtk.train.model.gpt import MLP, ModelConfig
+    from llmtk.train.model.moe import MoE, grouped_mm_ok
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -55,7 +55,7 @@ LLMTK = r'''
 import json, shutil, sys, time
 from llmtk.io import StreamOptions, StreamRun
 from llmtk.text.tokenizer import load_tokenizer
-from llmtk.train.tokens import tokenize_task
+from llmtk.train.data.tokens import tokenize_task
 src, tok_path, out, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 tok = load_tokenizer(tok_path)
 bare_tok = tok._tok  # the tokenizers.Tokenizer itself
@@ -179,8 +179,8 @@ def throughput(args, work: Path) -> None:
 STARTUP = r'''
 import json, sys, time
 import numpy, torch  # imported before the clock: what is timed is the data's own start-up
-from llmtk.train.data import Sampler
-from llmtk.train.tokens import TokenDataset
+from llmtk.train.data.cache import Sampler
+from llmtk.train.data.tokens import TokenDataset
 t0 = time.perf_counter()
 ds = TokenDataset.open(sys.argv[1])
 sampler = Sampler(ds.windows(int(sys.argv[2])), 8, 1, 0, seed=0)
@@ -192,7 +192,7 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "docs": ds.docs, "tokens"
 
 def synthetic(directory: Path, docs: int, tokens: int) -> None:
     """A one-part token dataset of sparse files (what start-up reads is the metadata)."""
-    from llmtk.train.tokens import KIND, VERSION, part_name
+    from llmtk.train.data.tokens import KIND, VERSION, part_name
 
     part = directory / part_name(0, 1)
     part.mkdir(parents=True)

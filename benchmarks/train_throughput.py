@@ -1,6 +1,6 @@
 """Training throughput: `llmtk train` against a minimal plain-PyTorch loop, same run.
 
-Both train the same GPT (llmtk.train.model) with the same batch, sequence length,
+Both train the same GPT (llmtk.train.model.gpt) with the same batch, sequence length,
 AdamW, gradient clipping and precision, on the same tokens; the plain loop is the
 nanoGPT shape (memmap -> random windows -> forward/backward/step) without
 checkpoints, logging, NaN checks or schedules. The rounds alternate (llmtk, plain,
@@ -89,7 +89,7 @@ def run_plain(args, cache_dir: str, mcfg) -> tuple[float, float]:
     import numpy as np
     import torch
 
-    from llmtk.train.model import GPT
+    from llmtk.train.model.gpt import GPT
 
     device = args.device
     torch.manual_seed(0)
@@ -101,7 +101,7 @@ def run_plain(args, cache_dir: str, mcfg) -> tuple[float, float]:
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": rest, "weight_decay": 0.0}], lr=3e-4, betas=(0.9, 0.95),
                             fused=True)  # as llmtk's (fused on CPU too)
-    from llmtk.train.data import open_cache
+    from llmtk.train.data.cache import open_cache
 
     tokens = open_cache(cache_dir)[0].parts[0].tokens  # the cache's one train part
     B, T = args.batch_size, mcfg.seq_len
@@ -157,7 +157,7 @@ def main() -> None:
     from llmtk.compute.hardware import device_peak_flops
     from llmtk.text.tokenizer import ByteTokenizer
     from llmtk.train.config import TrainConfig
-    from llmtk.train.data import build_cache
+    from llmtk.train.data.cache import build_cache
     from llmtk.train.run_shape import model_config
 
     tmp = tempfile.mkdtemp(prefix="llmtk-bench-")

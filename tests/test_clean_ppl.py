@@ -21,8 +21,8 @@ ARTICLES = [
 def checkpoint(tmp_path_factory):
     torch = pytest.importorskip("torch")
     from llmtk.text.tokenizer import ByteTokenizer
-    from llmtk.train.checkpointer import Checkpointer
-    from llmtk.train.model import GPT, ModelConfig
+    from llmtk.train.checkpoint.checkpointer import Checkpointer
+    from llmtk.train.model.gpt import GPT, ModelConfig
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -52,7 +52,7 @@ def dcp_checkpoint(checkpoint, tmp_path_factory):
     torch.compile's and DDP's key prefixes on top: --ppl-model must not care."""
     import torch.distributed.checkpoint as dcp
 
-    from llmtk.train import checkpoint as C
+    from llmtk.train.checkpoint import files as C
 
     src = C.resolve(str(checkpoint))
     weights = C.load_tensors(src, "model.pt")

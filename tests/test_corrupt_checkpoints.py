@@ -15,8 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from llmtk.errors import LlmtkError  # noqa: E402
-from llmtk.train import checkpoint as C  # noqa: E402
-from llmtk.train.checkpointer import Checkpointer  # noqa: E402
+from llmtk.train.checkpoint import files as C  # noqa: E402
+from llmtk.train.checkpoint.checkpointer import Checkpointer  # noqa: E402
 from llmtk.train.config import resolve_config  # noqa: E402
 from llmtk.train.runtime import CollectiveError, Dist  # noqa: E402
 from llmtk.train.trainer import train  # noqa: E402
@@ -281,7 +281,7 @@ def test_a_checkpoint_in_the_older_qkv_order_is_converted_as_it_loads(template, 
     qkv_layout in state.json): its weights and Adam moments are reordered as they load, so
     export reads the same model and the resumed run continues the reference bit for bit."""
     from llmtk.train import full_state_dict
-    from llmtk.train.model import ModelConfig, ungroup_qkv
+    from llmtk.train.model.gpt import ModelConfig, ungroup_qkv
 
     shutil.rmtree(ckpt(four, 4))  # step 2 then resumes to the reference's (a 6-step run's)
     C.set_latest(os.path.join(four, "checkpoints"), "step-0000002")
@@ -304,7 +304,7 @@ def test_a_checkpoint_in_the_older_qkv_order_is_converted_as_it_loads(template, 
     after = full_state_dict(path)
     assert all(torch.equal(after[k], before[k]) for k in before)
     # An `export` file of that time (no qkv_layout in its header) reads the same way.
-    from llmtk.train.state_dict import EXPORT_FORMAT
+    from llmtk.train.checkpoint.state_dict import EXPORT_FORMAT
 
     old_export = str(four / "old.pt")
     torch.save({"format": EXPORT_FORMAT, "model_config": state["model_config"],

@@ -164,7 +164,7 @@ def test_one_n_in_every_flops_row_the_json_and_train_mfu():
     """The Model section's N (the parameters in matmuls) is the N of 6·N·D, of PaLM's
     6N + attention and of llmtk train's MFU; the FLOPs row names the numbers it multiplies.
     Llama 2 7B's untied input table is not in it: N = 6.61 B of 6.74 B parameters."""
-    from llmtk.train.model_config import PRESETS as TRAIN_PRESETS
+    from llmtk.train.model.config import PRESETS as TRAIN_PRESETS
 
     r = run_json("--model", "llama2-7b")
     n, d, fl = r["model"]["matmul_params"], r["run"]["tokens"], r["flops"]
@@ -385,8 +385,8 @@ def test_device_name_matching_for_train_mfu():
 
 
 def test_flops_and_peak_helpers_for_train_mfu():
-    from llmtk.train.model_config import PRESETS as TRAIN_PRESETS
-    from llmtk.train.model_config import count_params as train_count
+    from llmtk.train.model.config import PRESETS as TRAIN_PRESETS
+    from llmtk.train.model.config import count_params as train_count
 
     for name, cfg in TRAIN_PRESETS.items():
         spec_n = count_params(spec_from_config(cfg)).total
@@ -626,8 +626,8 @@ def test_moe_presets_count_total_and_active_params_from_their_shapes(name, total
 
 def test_moe_presets_train_as_built():
     from llmtk.presets import trainable
-    from llmtk.train.model_config import PRESETS as TRAIN_PRESETS
-    from llmtk.train.model_config import count_params as train_count
+    from llmtk.train.model.config import PRESETS as TRAIN_PRESETS
+    from llmtk.train.model.config import count_params as train_count
 
     for name in ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b"):
         assert trainable(PRESETS[name]) is None

@@ -320,8 +320,8 @@ def test_llmtk_eval_logs_each_step_task_and_metric_once(tmp_path, capfd, monkeyp
     scored) adds no second row for the step: plot-loss would draw both."""
     import torch
 
-    from llmtk.train.checkpointer import Checkpointer
-    from llmtk.train.model import GPT, ModelConfig
+    from llmtk.train.checkpoint.checkpointer import Checkpointer
+    from llmtk.train.model.gpt import GPT, ModelConfig
     from tests.util import InProcess
 
     cli = InProcess()

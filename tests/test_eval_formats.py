@@ -166,8 +166,8 @@ def test_template_and_delimiter_are_exactly_what_the_sft_run_trained_on(facts):
     encoded it, and the continuation scored is exactly its trained span (the reply
     without the end-of-text token), from the template the checkpoint recorded."""
     from llmtk.evaluate.scoring import ModelScorer
-    from llmtk.train import checkpoint as C
     from llmtk.train import load_model
+    from llmtk.train.checkpoint import files as C
 
     m = load_model(facts["run"])
     assert C.load_state(m.source)["chat_template"] == {"name": "llmtk"}
@@ -220,7 +220,7 @@ def _logprob(model, ids, start):
 def test_a_hugging_face_folder_is_evaluated_like_the_run_it_came_from(facts, tmp_path):
     """Exported with `train export --hf`: the same scores without a template; with a
     chat template in its tokenizer_config.json it is asked through it by default."""
-    from llmtk.train.hf import export_hf
+    from llmtk.train.model.hf import export_hf
 
     hf = tmp_path / "hf"
     export_hf(facts["run"], str(hf))

@@ -6,9 +6,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llmtk.train.checkpointer import Checkpointer  # noqa: E402
-from llmtk.train.model import GPT, ModelConfig  # noqa: E402
-from llmtk.train.sample import SampleOptions, complete  # noqa: E402
+from llmtk.train.checkpoint.checkpointer import Checkpointer  # noqa: E402
+from llmtk.train.model.gpt import GPT, ModelConfig  # noqa: E402
+from llmtk.train.model.sample import SampleOptions, complete  # noqa: E402
 from tests.util import InProcess  # noqa: E402
 
 

@@ -10,8 +10,8 @@ from llmtk.compute.models import count_params as estimate_count
 from llmtk.errors import UsageError
 from llmtk.presets import PRESETS, trainable
 from llmtk.train.config import TrainConfig
-from llmtk.train.model_config import PRESETS as TRAIN_PRESETS
-from llmtk.train.model_config import count_params as train_count
+from llmtk.train.model.config import PRESETS as TRAIN_PRESETS
+from llmtk.train.model.config import count_params as train_count
 from llmtk.train.run_shape import model_config
 
 

@@ -10,10 +10,10 @@ import torch
 
 from llmtk.errors import DataError
 from llmtk.text.tokenizer import ByteTokenizer
-from llmtk.train import sft_data as S
-from llmtk.train.chat import JinjaTemplate, LlmtkTemplate
-from llmtk.train.lora import add_lora, merged_state_dict
-from llmtk.train.model import GPT, ModelConfig
+from llmtk.train.data import sft as S
+from llmtk.train.data.chat import JinjaTemplate, LlmtkTemplate
+from llmtk.train.model.gpt import GPT, ModelConfig
+from llmtk.train.model.lora import add_lora, merged_state_dict
 
 TOK = ByteTokenizer()
 CHAT = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
@@ -171,7 +171,7 @@ def test_lora_freezes_the_base_and_starts_as_the_base_model():
 
 def test_lora_on_the_meta_device_is_initialised_like_add_lora():
     """FSDP2's path: adapters added to a meta model, to_empty, init_weights, init_lora."""
-    from llmtk.train.lora import init_lora
+    from llmtk.train.model.lora import init_lora
 
     with torch.device("meta"):
         m = GPT(ModelConfig(vocab_size=257, seq_len=64, n_layer=2, d_model=32, n_head=4,
@@ -201,7 +201,7 @@ def test_lora_on_the_meta_device_is_initialised_like_add_lora():
 def test_a_tied_model_built_on_the_meta_device_stays_tied(lora):
     """A plain to_empty (no FSDP) gives each module its own new tensor; init_weights ties the
     head to the embedding again, so the model is the one GPT(cfg) builds with that seed."""
-    from llmtk.train.lora import init_lora
+    from llmtk.train.model.lora import init_lora
 
     cfg = ModelConfig(vocab_size=257, seq_len=64, n_layer=2, d_model=32, n_head=4)
     with torch.device("meta"):
@@ -231,7 +231,7 @@ def test_the_chunked_loss_of_a_frozen_head_gives_the_same_input_gradient():
     """LoRA freezes the (tied) head: the loss skips its d/dW, d/dh is unchanged."""
     import torch.nn.functional as F
 
-    from llmtk.train.model import chunked_cross_entropy
+    from llmtk.train.model.gpt import chunked_cross_entropy
 
     torch.manual_seed(0)
     h = torch.randn(10, 16, requires_grad=True)
@@ -386,7 +386,7 @@ def test_sft_with_lora_resumes_exactly_and_leaves_the_base_untouched(base, tmp_p
     assert [r[0] for r in train_rows(ref)] == [1, 2, 3, 4, 5, 6]
     assert train_rows(ref)[-1][3] > train_rows(ref)[0][3] > 0  # loss-carrying tokens counted
     # Frozen: every base weight in the final checkpoint is the base run's.
-    from llmtk.train import checkpoint as C
+    from llmtk.train.checkpoint import files as C
 
     before = C.load_tensors(C.resolve(base["run"]), "model.pt")
     after = C.load_tensors(C.resolve(ref), "model.pt")

@@ -10,7 +10,7 @@ from llmtk.compute.placement import stage_layers
 from llmtk.train.config import TrainConfig
 from llmtk.train.layout.dryrun import plan_ranks
 from llmtk.train.layout.mesh import Layout
-from llmtk.train.model_config import count_params, preset
+from llmtk.train.model.config import count_params, preset
 from tests.train_runs import planned
 from tests.util import llmtk
 

@@ -174,7 +174,7 @@ def test_launch_options_come_from_toml_too(tmp_path):
 
 def test_stale_cache_temp_dirs_of_dead_processes_are_swept(tmp_path):
     from llmtk.text.tokenizer import ByteTokenizer
-    from llmtk.train import data as D
+    from llmtk.train.data import cache as D
 
     root = tmp_path / "cache"
     host = socket.gethostname()
@@ -210,7 +210,7 @@ def test_a_failed_start_leaves_nothing_behind(tmp_path, data):
 @pytest.mark.parametrize("threaded", [False, True])
 def test_prefetcher_gives_the_samplers_batches_in_order(tmp_path, threaded):
     from llmtk.text.tokenizer import ByteTokenizer
-    from llmtk.train import data as D
+    from llmtk.train.data import cache as D
 
     d = D.build_cache([write_data(tmp_path)], [], ByteTokenizer(), str(tmp_path / "c"))
     sampler = D.Sampler(D.open_cache(d)[0].windows(16), 3, 1, 0, seed=1)

@@ -15,8 +15,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from llmtk.errors import UsageError  # noqa: E402
-from llmtk.train import hf  # noqa: E402
 from llmtk.train.config import resolve_config  # noqa: E402
+from llmtk.train.model import hf  # noqa: E402
 from llmtk.train.trainer import train  # noqa: E402
 from tests.util import InProcess, own_signal_handlers  # noqa: E402
 
@@ -74,7 +74,7 @@ def llmtk_logits(source, ids):
 ])
 def test_export_loads_in_transformers_with_the_same_logits_and_greedy_text(
         corpus, tmp_path, shape):
-    from llmtk.train.sample import SampleOptions, complete
+    from llmtk.train.model.sample import SampleOptions, complete
 
     run_train(corpus, tmp_path / "run", steps=3, **shape)
     out = tmp_path / "hf"

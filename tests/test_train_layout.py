@@ -5,7 +5,7 @@ import pytest
 
 from llmtk.errors import ConfigError
 from llmtk.train.layout.mesh import Layout, check_model, plan_layout
-from llmtk.train.model_config import PRESETS
+from llmtk.train.model.config import PRESETS
 from tests.util import llmtk
 
 

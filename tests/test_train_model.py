@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from llmtk.train.model import GPT, PRESETS, ModelConfig, count_params, preset  # noqa: E402
+from llmtk.train.model.gpt import GPT, PRESETS, ModelConfig, count_params, preset  # noqa: E402
 
 
 def small(**kw) -> ModelConfig:
@@ -85,7 +85,7 @@ def test_vocab_is_padded_to_128_and_padding_never_counts():
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, 10_000])
 def test_chunked_cross_entropy_equals_the_reference(chunk):
-    from llmtk.train.model import chunked_cross_entropy
+    from llmtk.train.model.gpt import chunked_cross_entropy
 
     torch.manual_seed(0)
     n, c, vocab, padded = 300, 32, 61, 128
@@ -190,7 +190,7 @@ def test_learns_a_repeating_sequence_and_generates_it():
 def test_config_module_does_not_import_torch():
     import subprocess
     import sys
-    code = ("import sys; from llmtk.train.model_config import count_params, PRESETS; "
+    code = ("import sys; from llmtk.train.model.config import count_params, PRESETS; "
             "count_params(PRESETS['1b']); assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 

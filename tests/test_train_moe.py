@@ -1,4 +1,4 @@
-"""The mixture-of-experts layer (llmtk/train/moe.py): routing and grouped compute against a
+"""The mixture-of-experts layer (llmtk/train/model/moe.py): routing and grouped compute against a
 per-token reference, capacity, the balancing bias and losses, exact parameter counts."""
 
 import math
@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from llmtk.train.model import GPT, ModelConfig, count_params  # noqa: E402
-from llmtk.train.moe import Balancer, MoE, expert_matmul  # noqa: E402
+from llmtk.train.model.gpt import GPT, ModelConfig, count_params  # noqa: E402
+from llmtk.train.model.moe import Balancer, MoE, expert_matmul  # noqa: E402
 
 
 def small(**kw) -> ModelConfig:

@@ -85,7 +85,7 @@ def test_dry_run_plans_a_ranks_stages():
     """--dry-run counts each pp rank's blocks from the same split the trainer uses:
     --pp-layers, and under interleaved-1f1b the stages s % pp of the rank."""
     from llmtk.train.layout.dryrun import plan_ranks
-    from llmtk.train.model_config import preset
+    from llmtk.train.model.config import preset
 
     mcfg = preset("tiny", vocab_size=256, n_layer=8)
     plans = plan_ranks(planned(mcfg, Layout(pp=2), pp_layers="1,7"))
@@ -99,7 +99,7 @@ def test_dry_run_plans_a_ranks_stages():
 
 
 def _tiny(**kw):
-    from llmtk.train.model import ModelConfig
+    from llmtk.train.model.gpt import ModelConfig
 
     return ModelConfig(vocab_size=256, n_layer=4, d_model=32, n_head=4, seq_len=16, **kw)
 
@@ -110,7 +110,7 @@ def test_stages_chain_to_the_whole_models_loss_and_keep_its_names():
     import torch
 
     from llmtk.train.layout.pipeline import StagePart
-    from llmtk.train.model import GPT
+    from llmtk.train.model.gpt import GPT
 
     torch.manual_seed(0)
     model = GPT(_tiny())
@@ -142,7 +142,7 @@ def test_a_stage_materialised_alone_gets_the_whole_models_initial_weights(tied):
     import torch
 
     from llmtk.train.layout.pipeline import StagePart
-    from llmtk.train.model import GPT
+    from llmtk.train.model.gpt import GPT
 
     cfg = _tiny(tie_embeddings=tied)
     whole = GPT(cfg)
@@ -333,9 +333,9 @@ def test_dcp_checkpoints_load_with_optimizer_groups_by_name_or_by_index(tmp_path
     import torch
     import torch.distributed.checkpoint as dcp
 
-    from llmtk.train import checkpoint as C
-    from llmtk.train.checkpointer import dcp_flat, load_states, sharded_states
-    from llmtk.train.model import GPT
+    from llmtk.train.checkpoint import files as C
+    from llmtk.train.checkpoint.checkpointer import dcp_flat, load_states, sharded_states
+    from llmtk.train.model.gpt import GPT
 
     def make():
         torch.manual_seed(0)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from llmtk.compute.placement import tp_dim, tp_elements
-from llmtk.train.lora import add_lora
-from llmtk.train.model import GPT, ModelConfig
+from llmtk.train.model.gpt import GPT, ModelConfig
+from llmtk.train.model.lora import add_lora
 
 CFG = ModelConfig(vocab_size=257, n_layer=2, d_model=32, n_head=4, n_kv_head=2, seq_len=16)
 

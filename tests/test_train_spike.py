@@ -13,7 +13,7 @@ import pytest
 
 from llmtk.curves.detect import diagnose
 from llmtk.curves.logs import load_run
-from llmtk.train.data import old_caches, window_order
+from llmtk.train.data.cache import old_caches, window_order
 from tests.train_runs import TINY, events
 from tests.util import env, llmtk, run_module
 
@@ -116,7 +116,7 @@ def test_the_planted_batch_is_found_named_and_rolled_back(planted, tmp_path):
 
 def test_an_old_cache_beside_a_new_one_is_noticed_in_one_line(tmp_path):
     from llmtk.text.tokenizer import ByteTokenizer
-    from llmtk.train.data import CACHE_VERSION, build_cache
+    from llmtk.train.data.cache import CACHE_VERSION, build_cache
 
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"text": f"document {i} " * 5}) + "\n"
@@ -138,9 +138,9 @@ def test_resuming_a_run_begun_on_an_older_cache_of_the_same_data_gives_no_warnin
     """The cache of the same inputs is rebuilt under a new CACHE_VERSION with a new name;
     a checkpoint naming the old one resumes on the same data, silently."""
     from llmtk.text.tokenizer import ByteTokenizer
-    from llmtk.train.checkpointer import check_shape
-    from llmtk.train.data import build_cache, cache_key
-    from llmtk.train.model_config import ModelConfig
+    from llmtk.train.checkpoint.checkpointer import check_shape
+    from llmtk.train.data.cache import build_cache, cache_key
+    from llmtk.train.model.config import ModelConfig
 
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"text": f"document {i} " * 5}) + "\n"

@@ -12,8 +12,8 @@ import pytest
 
 from llmtk.io import read_docs
 from llmtk.text.tokenizer import encode_batch, load_tokenizer
-from llmtk.train.blend import BLOCK, BlendSampler, parse_spec, pattern
-from llmtk.train.tokens import TokenDataset
+from llmtk.train.data.blend import BLOCK, BlendSampler, parse_spec, pattern
+from llmtk.train.data.tokens import TokenDataset
 from tests.train_runs import TINY, events, losses, rows
 from tests.util import env, invoke, llmtk, popen_module, run_module
 
@@ -119,7 +119,7 @@ def test_a_window_maps_back_to_its_documents(inputs, tmp_path):
 
 
 def test_killed_task_leaves_nothing_and_a_rerun_finishes(inputs, tmp_path, monkeypatch):
-    import llmtk.train.tokens as T
+    import llmtk.train.data.tokens as T
 
     out = tmp_path / "ds"
     tokenize(inputs, out, "--shard", "0/2")
@@ -223,7 +223,7 @@ def _train(out, *args, quiet=True):
 def test_the_cache_is_the_one_task_dataset_of_its_documents(inputs, tmp_path):
     """One token store: `train --data FILES` tokenizes into a one-task dataset, the files
     `train tokenize FILES` writes (the same stream, index, ids and checksum)."""
-    from llmtk.train.data import build_cache, open_cache
+    from llmtk.train.data.cache import build_cache, open_cache
 
     files = [str(p) for p in sorted(inputs.iterdir()) if p.name != "03.jsonl"]  # no bad line
     train, val = open_cache(build_cache(files, [], load_tokenizer("bytes"),
@@ -294,7 +294,7 @@ def _check_train_batch(run, dirs):
     """`llmtk train batch --json` lists each window's documents: their text, read back from
     the files and tokenized, gives the window's tokens; the ranks' shares make the batch."""
     from llmtk.train.config import section
-    from llmtk.train.inputs import DataSpec, open_training_data, recorded_source
+    from llmtk.train.data.inputs import DataSpec, open_training_data, recorded_source
     from llmtk.train.trainer import TrainConfig
 
     config = json.loads((run / "config.json").read_text())
@@ -324,7 +324,7 @@ def _check_train_batch(run, dirs):
 def test_a_large_epoch_is_ordered_without_an_array(monkeypatch):
     """Past ORDER_IN_MEMORY windows the epoch order is a keyed Feistel bijection: every
     window once per epoch, another order per epoch and seed, nothing held per window."""
-    import llmtk.train.data as D
+    import llmtk.train.data.cache as D
 
     for n in (1, 2, 3, 17, 1000, 4099):
         order = D.FeistelOrder(n, [5, 0])

@@ -136,7 +136,7 @@ def test_truncate_after_drops_redone_steps_and_torn_lines(tmp_path):
 def test_cache_packs_docs_with_eos_and_is_reused(tmp_path):
     import numpy as np
 
-    from llmtk.train import data as D
+    from llmtk.train.data import cache as D
 
     src = write_jsonl(tmp_path / "d.jsonl", TEXTS)
     tok = ByteTokenizer()
@@ -159,7 +159,7 @@ def test_cache_packs_docs_with_eos_and_is_reused(tmp_path):
 
 
 def test_val_fraction_split_is_stable_and_disjoint(tmp_path):
-    from llmtk.train import data as D
+    from llmtk.train.data import cache as D
 
     texts = [f"document number {i} " * 3 for i in range(200)]
     src = write_jsonl(tmp_path / "d.jsonl", texts)
@@ -172,7 +172,7 @@ def test_val_fraction_split_is_stable_and_disjoint(tmp_path):
 
 
 def test_bad_line_names_file_and_line(tmp_path):
-    from llmtk.train import data as D
+    from llmtk.train.data import cache as D
 
     src = tmp_path / "d.jsonl"
     src.write_text('{"text": "ok"}\n{"text": broken}\n')
@@ -183,7 +183,7 @@ def test_bad_line_names_file_and_line(tmp_path):
 
 
 def test_sampler_ranks_partition_the_global_batch(tmp_path):
-    from llmtk.train import data as D
+    from llmtk.train.data import cache as D
 
     src = write_jsonl(tmp_path / "d.jsonl", [f"text {i} " * 10 for i in range(50)])
     d = D.build_cache([src], [], ByteTokenizer(), str(tmp_path / "c"))
@@ -279,7 +279,7 @@ def test_data_error_exits_1(tmp_path):
 def test_mfu_flops_per_token_palm_formula():
     from llmtk.compute.flops import flops_per_token_for_config
     from llmtk.compute.hardware import device_peak_flops
-    from llmtk.train.model_config import PRESETS, count_params
+    from llmtk.train.model.config import PRESETS, count_params
 
     cfg = PRESETS["llmtk-124m"]
     n = count_params(cfg)  # tied: the embedding matrix is the output matmul, counted once
@@ -294,7 +294,7 @@ def test_mfu_counts_each_token_once_whatever_splits_it():
     token rate and the world's GPUs): model FLOPs per GPU. Two tensor-parallel GPUs that
     each do half of every token's work at twice one GPU's rate are as utilised as it is."""
     from llmtk.compute.flops import flops_per_token_for_config, mfu
-    from llmtk.train.model_config import PRESETS
+    from llmtk.train.model.config import PRESETS
 
     f = flops_per_token_for_config(PRESETS["llmtk-124m"], causal=True)
     peak = 989e12
@@ -308,7 +308,7 @@ def test_mfu_counts_each_token_once_whatever_splits_it():
 def test_cache_with_a_bpe_tokenizer(tmp_path):
     import numpy as np
 
-    from llmtk.train import data as D
+    from llmtk.train.data import cache as D
 
     tok_path = str(tmp_path / "tok.json")
     train_bpe(iter(TEXTS * 20), 300, tok_path, min_frequency=1)
@@ -340,9 +340,9 @@ def test_a_run_begun_on_an_older_cache_resumes_only_on_the_same_windows(tmp_path
     resume), and a run begun on one resumes; past one old shard (OLD_SHARD_TOKENS made
     small here) the earlier name is another data, and the run is refused with advice."""
     from llmtk.errors import ConfigError
-    from llmtk.train import data as D
     from llmtk.train.config import section
-    from llmtk.train.inputs import DataSpec, open_source
+    from llmtk.train.data import cache as D
+    from llmtk.train.data.inputs import DataSpec, open_source
 
     texts = [f"doc {i:03d} " * 8 for i in range(30)]  # 30 documents of 65 tokens
     src = write_jsonl(tmp_path / "d.jsonl", texts)
@@ -406,7 +406,7 @@ def test_non_logging_steps_never_read_the_device(tmp_path, monkeypatch):
     import torch
 
     from llmtk.train.config import TrainConfig, section
-    from llmtk.train.inputs import DataSpec, open_source
+    from llmtk.train.data.inputs import DataSpec, open_source
     from llmtk.train.runtime import Faults, setup_dist
     from llmtk.train.trainer import Trainer
 

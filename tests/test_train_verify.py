@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llmtk.train import checkpoint as C  # noqa: E402
+from llmtk.train.checkpoint import files as C  # noqa: E402
 from llmtk.train.config import resolve_config  # noqa: E402
 from llmtk.train.lock import DirLock, lock_run_dir, process_state  # noqa: E402
 from llmtk.train.runtime import CollectiveError, Faults  # noqa: E402
@@ -373,7 +373,7 @@ def test_a_running_holder_is_refused_at_once(tmp_path):
 
 def test_on_gpu_the_loss_must_agree_within_one_input_rounding_per_step():
     from llmtk.errors import LlmtkError
-    from llmtk.train.verify import compare
+    from llmtk.train.checkpoint.verify import compare
 
     logged = {"step": 9, "loss": 4.0}
     near = {"loss": 4.0 * (1 + 2 ** -9), "device": "cuda:0"}  # half a bf16 rounding

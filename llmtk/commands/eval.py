@@ -207,7 +207,7 @@ def _scorer(m, tasks, pools, chat, multiturn, num_fewshot, seed, batch_size, dev
     template = m.chat
     use_chat = template is not None if chat is None else chat
     if use_chat and template is None:
-        from llmtk.train.chat import chat_template
+        from llmtk.train.data.chat import chat_template
 
         template = chat_template(m.tokenizer, "auto")
     autocast = None

@@ -74,7 +74,7 @@ def command(
 
     from llmtk.io.writer import Sink
     from llmtk.train import load_model
-    from llmtk.train.sample import SampleOptions, complete
+    from llmtk.train.model.sample import SampleOptions, complete
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -11,7 +11,7 @@ from llmtk.estimate.activations import predict
 
 def compare(cfg, batch: int, recompute: str = "selective", lora_rank: int | None = None) -> dict:
     from llmtk.train.measure import measure
-    from llmtk.train.model_config import count_params
+    from llmtk.train.model.config import count_params
 
     got = measure(cfg, batch, recompute=recompute, lora_rank=lora_rank)
     want = predict(cfg, count_params(cfg), batch, recompute=recompute, lora_rank=lora_rank)

@@ -272,14 +272,14 @@ def _check_out(out: str, inputs: list[str]) -> None:
 
 
 def _vocab_size(path: str) -> int:
-    from llmtk.train.tokens import read_meta
+    from llmtk.train.data.tokens import read_meta
 
     return read_meta(path)["vocab_size"]
 
 
 def _dataset_tokens(name: str, path: str) -> int:
     from llmtk.errors import UsageError
-    from llmtk.train.tokens import TokenDataset, is_dataset
+    from llmtk.train.data.tokens import TokenDataset, is_dataset
 
     if not is_dataset(path):
         raise UsageError(f"{name}: {path} is not a token dataset (write one with `llmtk train "

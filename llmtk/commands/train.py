@@ -320,8 +320,8 @@ def _train(flags: dict, config: str | None) -> None:
     if cfg.dry_run:
         return _dry_run(cfg, launch)
     if (launch.nproc_per_node or launch.nnodes > 1) and not is_worker():
-        from llmtk.train.hf import resolve_init
         from llmtk.train.layout.plan import RunPlan, run_model
+        from llmtk.train.model.hf import resolve_init
 
         # A layout that cannot run starts nothing: the plan the workers will resolve (the
         # GPU count is theirs to find; the layout and the split do not depend on it).
@@ -358,7 +358,7 @@ def plan_rows(cfg, world: int, grad_accum: int | None = None):
     What `llmtk train --dry-run` prints, and benchmarks/memory_check.py's prediction."""
     from llmtk.estimate.ranks import rank_rows
     from llmtk.train.layout.dryrun import dry_run
-    from llmtk.train.lora import parse_targets
+    from llmtk.train.model.lora import parse_targets
 
     d = dry_run(cfg, world)
     lay = d.plan.layout
@@ -404,7 +404,7 @@ def _whole_copy_line(cfg, mcfg, result: dict) -> None:
     """Under tp or pp, sampling and task evaluation run a whole fp32 copy of the model on
     rank 0 (train/layout/whole.py), beside what rank 0 holds for training: say whether it fits
     before a run finds out at its first sampling step."""
-    from llmtk.train.model_config import count_params
+    from llmtk.train.model.config import count_params
 
     flag = "--sample-every" if cfg.sample_every else "--eval-tasks"
     copy = 4 * count_params(mcfg)
@@ -538,7 +538,7 @@ def tokenize_command(
 
     from llmtk.io import StreamRun
     from llmtk.text.tokenizer import load_tokenizer
-    from llmtk.train.tokens import tokenize_task
+    from llmtk.train.data.tokens import tokenize_task
 
     # The `tokenizers` library encodes a batch on its thread pool, sized once per process.
     os.environ.setdefault("RAYON_NUM_THREADS", str(stream.workers))
@@ -593,7 +593,7 @@ def batch_command(
 ) -> None:
     from llmtk.errors import UsageError
     from llmtk.io import Sink
-    from llmtk.train.batch import batch_documents, skipped_documents
+    from llmtk.train.data.batch import batch_documents, skipped_documents
 
     if (step is None) == (not skipped):
         raise UsageError("give --step N or --skipped (one of them)")
@@ -668,7 +668,7 @@ def export_command(
         raise UsageError("train export: give -o FILE (one consolidated file) or --hf OUT_DIR "
                          "(a Hugging Face folder)")
     if hf is not None:
-        from llmtk.train.hf import export_hf
+        from llmtk.train.model.hf import export_hf
 
         info = export_hf(checkpoint, hf)
         if not quiet:
@@ -726,7 +726,7 @@ def verify_command(
 ) -> None:
     import sys
 
-    from llmtk.train.verify import verify
+    from llmtk.train.checkpoint.verify import verify
 
     say = (lambda m: print(m, file=sys.stderr, flush=True)) if not quiet else None
     line = verify(run, step, checksums_only=checksums_only, say=say)

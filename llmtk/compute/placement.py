@@ -32,7 +32,7 @@ BLOCK_PLAN = {"attn_norm": REPLICATED, "attn.wqkv": COLWISE, "attn.wo": ROWWISE,
               "mlp_norm": REPLICATED, "mlp.w1": COLWISE, "mlp.w3": COLWISE,
               "mlp.w2": ROWWISE}
 
-# A MoE layer's parameters (llmtk.train.moe, in place of the MLP's), the dimension split
+# A MoE layer's parameters (llmtk.train.model.moe, in place of the MLP's), the dimension split
 # over tp as Megatron splits experts without expert parallelism: each expert's hidden
 # width, like the dense MLP's; the router and its bias whole. (llmtk train does not yet
 # run MoE under tp: `estimate` prices it, the dry run counts it.)

@@ -21,7 +21,7 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
                       recompute: str = "selective", lora_rank: int | None = None,
                       lora_parts: int = 7, tp: int = 1, weight_copies: bool = False,
                       residual: int = 4) -> dict[str, float]:
-    """Bytes autograd keeps for backward in `llmtk.train.model.GPT` on one rank: eager,
+    """Bytes autograd keeps for backward in `llmtk.train.model.gpt.GPT` on one rank: eager,
     fp32 (elem=4) or under bf16 autocast (elem=2), with tp-way tensor parallelism as
     `llmtk train --tp` runs it (sequence-parallel norms).
 
@@ -173,7 +173,7 @@ def predict(cfg, params: int, batch: int, recompute: str = "selective",
             lora_rank: int | None = None) -> dict:
     """What `llmtk estimate` predicts for the same step (with --lora-rank: the adapters'
     parameters, gradients and AdamW states on top of the frozen weights). params: the
-    model's exact parameter count (llmtk.train.model_config.count_params)."""
+    model's exact parameter count (llmtk.train.model.config.count_params)."""
     n = params
     trainable = memory.lora_params(spec_of(cfg), lora_rank) if lora_rank else None
     states = memory.model_state_bytes(n + (trainable or 0), precision="fp32", optimizer="adamw",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from llmtk.errors import DataError, UsageError
 from llmtk.io.atomic import atomic_name
-from llmtk.train.state_dict import (
+from llmtk.train.checkpoint.state_dict import (
     EXPORT_FORMAT,
     find_checkpoint,
     full_state_dict,
@@ -31,7 +31,7 @@ HF_PREFIX = "hf:"
 class LoadedModel:
     """What `load_model` returns. Unpacks as `model, tokenizer = load_model(path)`."""
 
-    model: object              # llmtk.train.model.GPT, in eval mode (LoRA merged)
+    model: object              # llmtk.train.model.gpt.GPT, in eval mode (LoRA merged)
     tokenizer: object          # llmtk.text.tokenizer.Tokenizer
     source: str                # the step directory, Hugging Face folder or exported file
     kind: str                  # "llmtk" (a checkpoint), "export" (a file) or "hf"
@@ -60,9 +60,9 @@ def load_model(path: str, device: str = "cpu", seq_len: int | None = None) -> Lo
     seq_len overrides the model's context length (rotary tables are derived, not stored).
     """
     from llmtk.text.tokenizer import load_tokenizer
-    from llmtk.train import checkpoint as C
-    from llmtk.train import hf
-    from llmtk.train.model import GPT
+    from llmtk.train.checkpoint import files as C
+    from llmtk.train.model import hf
+    from llmtk.train.model.gpt import GPT
 
     hf_dir = path[len(HF_PREFIX):] if path.startswith(HF_PREFIX) else None
     if not os.path.exists(hf_dir or path):
@@ -80,7 +80,7 @@ def load_model(path: str, device: str = "cpu", seq_len: int | None = None) -> Lo
             raise UsageError(f"{path}: not a Hugging Face model folder (config.json and "
                              "model.safetensors)")
         cfg, sd = hf.load_hf(hf_dir, seq_len)
-        from llmtk.train.chat import own_template
+        from llmtk.train.data.chat import own_template
 
         tok = load_tokenizer(hf.tokenizer_file(hf_dir))
         loaded = LoadedModel(GPT(cfg), tok, hf_dir, "hf", chat=own_template(tok))
@@ -94,7 +94,7 @@ def load_model(path: str, device: str = "cpu", seq_len: int | None = None) -> Lo
         tc = meta.get("train_config", {})
         chat = None
         if tc.get("sft"):
-            from llmtk.train.chat import chat_template, from_record
+            from llmtk.train.data.chat import chat_template, from_record
 
             recorded = meta.get("chat_template")  # older checkpoints: only the option
             chat = (from_record(tok, recorded) if recorded
@@ -122,7 +122,7 @@ def _config_and_tokenizer(path: str, meta: dict):
     """(ModelConfig, tokenizer, meta) of a checkpoint's state.json or an export's header,
     the tokenizer checked against the fingerprint training recorded."""
     from llmtk.text.tokenizer import load_tokenizer
-    from llmtk.train.model import ModelConfig
+    from llmtk.train.model.gpt import ModelConfig
 
     try:
         cfg = ModelConfig(**meta["model_config"])
@@ -139,7 +139,7 @@ def _config_and_tokenizer(path: str, meta: dict):
 def export(path: str, output: str) -> str:
     """Write the model of checkpoint `path` as one weights-only file (atomically); returns
     the checkpoint directory it came from."""
-    from llmtk.train import checkpoint as C
+    from llmtk.train.checkpoint import files as C
 
     ckpt = find_checkpoint(path)
     meta = C.load_state(ckpt)

@@ -49,7 +49,7 @@ class TrainConfig:
     kv_heads: int | None = None
     ffn_hidden: int | None = None
     untied: bool = False
-    # mixture of experts (llmtk.train.moe); None: the preset's (a dense model: experts 0)
+    # mixture of experts (llmtk.train.model.moe); None: the preset's (a dense model: experts 0)
     experts: int | None = None
     top_k: int | None = None
     shared_experts: int | None = None
@@ -146,8 +146,8 @@ class TrainConfig:
         from llmtk.train.loggers import parse_log_to
 
         parse_log_to(self.log_to)
-        from llmtk.train.hf import is_hf_spec
-        from llmtk.train.model_config import check_model_name
+        from llmtk.train.model.config import check_model_name
+        from llmtk.train.model.hf import is_hf_spec
 
         if not is_hf_spec(self.init_from):  # hf:PATH brings its own shape
             check_model_name(self.model)  # here, not after the tokenization pass
@@ -155,7 +155,7 @@ class TrainConfig:
 
     def _check_finetune(self) -> None:
         if self.lora_rank is not None:
-            from llmtk.train.lora import parse_targets
+            from llmtk.train.model.lora import parse_targets
 
             if self.lora_rank < 1:
                 raise ConfigError("lora_rank", f"must be >= 1, got {self.lora_rank}")

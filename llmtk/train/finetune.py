@@ -17,7 +17,7 @@ from llmtk.errors import ConfigError
 
 def _source_state(init_from: str | None) -> dict | None:
     """state.json of the --init-from checkpoint (None for none or a `hf:` folder)."""
-    from llmtk.train import checkpoint as C
+    from llmtk.train.checkpoint import files as C
 
     if not init_from or init_from.startswith("hf:"):
         return None
@@ -44,7 +44,7 @@ def inherited_tokenizer(cfg, state: dict | None):
 
 def inherited_model_config(cfg, vocab_size: int, state: dict | None):
     """The --init-from run's model shape (flags given here still apply), else the flags'."""
-    from llmtk.train.model_config import ModelConfig
+    from llmtk.train.model.config import ModelConfig
     from llmtk.train.run_shape import model_config
 
     if state is None:
@@ -60,7 +60,7 @@ def inherited_model_config(cfg, vocab_size: int, state: dict | None):
 class SFTData:
     """What --sft training reads instead of the token cache."""
 
-    chat: object                # the chat template (train/chat.py)
+    chat: object                # the chat template (train/data/chat.py)
     train_data: object          # SFTSampler
     val_data: object | None     # SFTSampler, or None without validation examples
     cache: str                  # names the data in checkpoints (a digest of the rows)
@@ -77,8 +77,8 @@ def sft_model(cfg):
 def setup_sft(cfg, tok, seq_len: int, dp: int, dp_rank: int, say) -> SFTData:
     """Instruction data for the run (see sft_data) in windows of seq_len tokens; this rank
     reads part dp_rank of dp; `say` reports the rows (rank 0)."""
-    from llmtk.train import sft_data as S
-    from llmtk.train.chat import chat_template
+    from llmtk.train.data import sft as S
+    from llmtk.train.data.chat import chat_template
 
     T = seq_len
     chat = chat_template(tok, cfg.chat_template)

@@ -12,7 +12,7 @@ import contextlib
 
 from llmtk.compute.models import Dims
 from llmtk.errors import UsageError
-from llmtk.train.model_config import PRESETS, ModelConfig, count_params, preset
+from llmtk.train.model.config import PRESETS, ModelConfig, count_params, preset
 
 MAX_PARAMS = 200e6  # a CPU check, not a benchmark: refuse shapes that would take minutes
 
@@ -103,13 +103,13 @@ def measure(cfg, batch: int, seed: int = 0, recompute: str = "selective",
     lora_rank, of llmtk train's LoRA model (frozen base, adapters on every linear layer)."""
     import torch
 
-    from llmtk.train.model import GPT
+    from llmtk.train.model.gpt import GPT
 
     n = count_params(cfg)
     torch.manual_seed(seed)
     model = GPT(cfg)
     if lora_rank:
-        from llmtk.train.lora import add_lora
+        from llmtk.train.model.lora import add_lora
 
         n += add_lora(model, lora_rank)
     model.activation_checkpointing = recompute == "full"

@@ -67,7 +67,7 @@ class Optimizer:
         import torch
 
         from llmtk.train.layout.mesh import replicas
-        from llmtk.train.moe import Balancer
+        from llmtk.train.model.moe import Balancer
 
         self.cfg, self.dist, self.parallel = cfg, dist, plan.parallel
         model = built.raw
@@ -95,7 +95,7 @@ class Optimizer:
                   {"params": no_decay, "weight_decay": 0.0}]
         self.opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                      fused=True)
-        # MoE: the experts' loads ride on the step's all-reduce (llmtk.train.moe.Balancer)
+        # MoE: the experts' loads ride on the step's all-reduce (llmtk.train.model.moe.Balancer)
         # and their share since the last row joins the metrics row (`log`: the StepLog).
         self.balance = Balancer(model, getattr(plan.mcfg, "router_bias_rate", 0.0))
         if self.balance and log is not None:
@@ -136,7 +136,7 @@ class Optimizer:
         [loss, grad_norm, not_finite] and the per-parameter squared norms (device)."""
         import torch
 
-        from llmtk.train.model import wide
+        from llmtk.train.model.gpt import wide
 
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         local = [g.to_local() if hasattr(g, "to_local") else g for g in grads]

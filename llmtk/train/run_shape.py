@@ -1,7 +1,7 @@
 """The model shape a training run asks for: a named preset, or the shape of the Hugging Face
 checkpoint it starts from, with the run's own overrides (layers, width, heads, ...).
 
-Apart from model_config.py (which hf.py builds on), so that the trainer and the fine-tuning
+Apart from model/config.py (which model/hf.py builds on), so that the trainer and the fine-tuning
 setup share it without importing each other.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from llmtk.errors import UsageError
 from llmtk.train.config import TrainConfig
-from llmtk.train.model_config import PRESETS, ModelConfig, check_model_name
+from llmtk.train.model.config import PRESETS, ModelConfig, check_model_name
 
 
 def moe_overrides(cfg: TrainConfig) -> dict:
@@ -25,7 +25,7 @@ def moe_overrides(cfg: TrainConfig) -> dict:
 
 
 def model_config(cfg: TrainConfig, vocab_size: int) -> ModelConfig:
-    from llmtk.train import hf
+    from llmtk.train.model import hf
 
     if hf.is_hf_spec(cfg.init_from):
         return hf.init_model_config(cfg, vocab_size)

@@ -188,7 +188,7 @@ class StepLog:
         if val_loss is not None:
             row["val_loss"] = val_loss
         row.update(extra)
-        for part in self.row_parts:  # the experts' load (llmtk.train.moe.Balancer.row)
+        for part in self.row_parts:  # the experts' load (llmtk.train.model.moe.Balancer.row)
             row.update(part())
         if hasattr(train_data, "source_tokens"):  # a blend: tokens/NAME
             row.update(train_data.source_tokens(st.position))

@@ -17,7 +17,7 @@ One optimizer step (every rank runs the same sequence of collectives):
 The loop calls components that decide their own timing: the model parallelize built for
 the run plan (layout/), the optimizer and its schedule (optim.py, steps 1, 3, 4), the
 run's health (health.py, step 5), the evaluator (evaluator.py: val loss, tasks,
-samples), the step log (steplog.py), the checkpointer (checkpointer.py), the phases each
+samples), the step log (steplog.py), the checkpointer (checkpoint/checkpointer.py), the phases each
 rank marks and the hang watchdog that reads them (steptime.py, watchdog.py), and the
 out-of-memory guard (oom.py).
 """
@@ -34,10 +34,15 @@ from functools import partial
 
 from llmtk.errors import LlmtkError
 from llmtk.io.paths import missing_dirs, remove_made
-from llmtk.train.batch import rollback_documents
-from llmtk.train.checkpoint import QKV_LAYOUT
-from llmtk.train.checkpointer import Checkpointer, check_resume, check_shape, set_full_model_state
+from llmtk.train.checkpoint.checkpointer import (
+    Checkpointer,
+    check_resume,
+    check_shape,
+    set_full_model_state,
+)
+from llmtk.train.checkpoint.files import QKV_LAYOUT
 from llmtk.train.config import TrainConfig, section
+from llmtk.train.data.batch import rollback_documents
 from llmtk.train.evaluator import EvalSpec, Evaluator
 from llmtk.train.health import Health, HealthRules
 from llmtk.train.layout.parallelize import parallelize
@@ -65,8 +70,8 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
     """Lock the run directory (rank 0), tokenize (before the process group exists, so its
     timeout does not run while one process tokenizes), then train."""
     from llmtk.text.tokenizer import load_tokenizer
-    from llmtk.train.hf import resolve_init
     from llmtk.train.lock import lock_run_dir
+    from llmtk.train.model.hf import resolve_init
 
     cfg = resolve_init(cfg)  # --init-from hf:PATH brings its tokenizer
     rank, _world, _local = ranks()
@@ -79,7 +84,7 @@ def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
             tok = load_tokenizer(cfg.tokenizer)
             say = (lambda m: print(m, file=sys.stderr, flush=True)) \
                 if rank == 0 and not cfg.quiet else None
-            from llmtk.train.inputs import DataSpec, open_source
+            from llmtk.train.data.inputs import DataSpec, open_source
 
             source = open_source(section(DataSpec, cfg), tok, log=say)  # documents: the cache
         data_ready = True
@@ -122,7 +127,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, dist: Dist, tok, source, faults: Faults):
         import torch
 
-        from llmtk.train import data as D
+        from llmtk.train.data import cache as D
 
         self.cfg, self.dist, self.faults, self.out = cfg, dist, faults, cfg.out
         self.chat, self.val_sets = None, {}  # --sft's chat template; --val-data NAME=DIR
@@ -139,7 +144,7 @@ class Trainer:
             self.chat, self.train_data, self.val_data = sft.chat, sft.train_data, sft.val_data
             self.cache, self.data_meta = sft.cache, sft.data_meta
         else:
-            from llmtk.train.inputs import DataSpec, epoch_warnings, open_training_data
+            from llmtk.train.data.inputs import DataSpec, epoch_warnings, open_training_data
 
             data = open_training_data(section(DataSpec, cfg), source, mcfg.seq_len, dp, dp_rank)
             self.train_data, self.val_data, self.val_sets = data.train, data.val, data.val_sets
@@ -239,7 +244,7 @@ class Trainer:
     def _micro_steps(self, st: TrainState):
         import torch
 
-        from llmtk.train.model import wide
+        from llmtk.train.model.gpt import wide
 
         ga = self.cfg.grad_accum
         loss_sum = torch.zeros((), device=self.dist.device)
@@ -294,8 +299,8 @@ class Trainer:
     def _start(self) -> TrainState | None:
         """Choose the checkpoint (rank 0, past corrupt ones), load it everywhere, open the
         metrics log and write the resolved configuration. None: the run is complete."""
-        from llmtk.train import checkpoint as C
-        from llmtk.train import hf
+        from llmtk.train.checkpoint import files as C
+        from llmtk.train.model import hf
 
         cfg, say = self.cfg, self.log.say
         path = self.dist.broadcast(self.ckpt.choose(cfg.resume)
@@ -335,7 +340,7 @@ class Trainer:
 
     def _restore(self, path: str, resume: bool = False) -> TrainState:
         """Restore weights, optimizer, RNG and TrainState from checkpoint `path` (collective)."""
-        from llmtk.train import checkpoint as C
+        from llmtk.train.checkpoint import files as C
 
         state = C.load_state(path)
         self._compat(state, path)

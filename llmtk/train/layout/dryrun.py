@@ -111,7 +111,7 @@ class DryRun:
 def dry_run(cfg, world: int) -> DryRun:
     """Plan `cfg` on `world` processes: the model shape, the layout (checked: a layout
     that cannot run is the same one-line error as at launch) and each kind of rank."""
-    from llmtk.train.model_config import PRESETS
+    from llmtk.train.model.config import PRESETS
     from llmtk.train.run_shape import model_config
 
     if cfg.tokenizer != "bytes" or cfg.model not in PRESETS:

@@ -39,12 +39,12 @@ def meta_model(mcfg, lora=None):
     `lora` (a plan.LoraSpec) is given (the base frozen)."""
     import torch
 
-    from llmtk.train.model import GPT
+    from llmtk.train.model.gpt import GPT
 
     with torch.device("meta"):
         model = GPT(mcfg)
     if lora is not None:
-        from llmtk.train.lora import add_lora
+        from llmtk.train.model.lora import add_lora
 
         add_lora(model, lora.rank, lora.alpha, lora.targets, lora.dropout)
     return model
@@ -84,7 +84,7 @@ def parallelize(plan, dist) -> Parallelized:
     torch.manual_seed(plan.seed)  # 8: a freshly seeded generator, not what was drawn before
     model.init_weights()  # the whole model's draws; a rank keeps only its own
     if plan.lora is not None:
-        from llmtk.train.lora import init_lora
+        from llmtk.train.model.lora import init_lora
 
         init_lora(model)
     raw, run, pipe = model, model, None
@@ -96,7 +96,7 @@ def parallelize(plan, dist) -> Parallelized:
 
         # No buffer broadcast: every buffer is the same on every rank by construction (the
         # rotary tables; a MoE layer's bias, updated from all-reduced loads), and a MoE
-        # layer's load counter is each rank's own until the step sums it (train/moe.py).
+        # layer's load counter is each rank's own until the step sums it (train/model/moe.py).
         run = DDP(model, device_ids=[dist.local_rank] if dist.cuda else None,
                   broadcast_buffers=False)
     if plan.compiled and not fsdp:

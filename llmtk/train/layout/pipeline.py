@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from llmtk.train.model import (
+from llmtk.train.model.gpt import (
     GPT,
     head_loss,
     positions,

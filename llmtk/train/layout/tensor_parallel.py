@@ -17,7 +17,7 @@ On the tp sub-mesh (torchtitan's plan for Llama, written for this model):
                    path: each rank's logits of its vocabulary rows, chunk by chunk, with the
                    log-sum-exp and the target logit combined over the tp group
 
-LoRA adapters (train/lora.py) follow their base matrix, so each rank computes its part of
+LoRA adapters (train/model/lora.py) follow their base matrix, so each rank computes its part of
 W x + s·B·A x with the base's own collectives and nothing more:
 
     column-wise base   A (r, in) replicated, B (out, r) split by rows like W: each rank's

@@ -79,12 +79,12 @@ def build_whole(mcfg, state: dict, device, lora: dict | None = None):
     meta device: it draws no random numbers (the run's RNG streams stay as they were)."""
     import torch
 
-    from llmtk.train.model import GPT, rotary_tables
+    from llmtk.train.model.gpt import GPT, rotary_tables
 
     with torch.device("meta"):
         model = GPT(mcfg)
     if lora:
-        from llmtk.train.lora import add_lora
+        from llmtk.train.model.lora import add_lora
 
         add_lora(model, **lora)
     model.to_empty(device=device)

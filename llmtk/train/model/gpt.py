@@ -29,8 +29,8 @@ from torch import nn
 
 # The configuration half lives in a torch-free module so `llmtk estimate` can use
 # the presets and exact parameter counts without importing torch.
-from llmtk.train.model_config import PRESETS, ModelConfig, count_params, preset
-from llmtk.train.moe import MoE
+from llmtk.train.model.config import PRESETS, ModelConfig, count_params, preset
+from llmtk.train.model.moe import MoE
 
 __all__ = ["GPT", "PRESETS", "ModelConfig", "count_params", "group_qkv", "preset",
            "ungroup_qkv"]
@@ -78,7 +78,7 @@ def _normal_(param: torch.Tensor, std: float) -> None:
 # tensor-parallel rank's contiguous slice of rows (Shard(0)) is then whole groups: the
 # q heads together with the k/v they attend with. Checkpoints written before this layout
 # (qkv_layout absent: all q rows, then all k, then all v, Hugging Face's order) are
-# converted on load (llmtk.train.checkpoint).
+# converted on load (llmtk.train.checkpoint.files).
 
 
 def group_qkv(t: torch.Tensor, cfg: ModelConfig, dim: int = 0) -> torch.Tensor:
@@ -207,7 +207,7 @@ class Block(nn.Module):
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        # A mixture-of-experts layer in place of the MLP (llmtk.train.moe), same name.
+        # A mixture-of-experts layer in place of the MLP (llmtk.train.model.moe), same name.
         self.mlp = MoE(cfg) if moe else MLP(cfg)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,

@@ -1,6 +1,6 @@
 """Model configuration, named presets and exact parameter counts (no torch import).
 
-`llmtk.train.model` re-exports everything here next to the GPT module itself.
+`llmtk.train.model.gpt` re-exports everything here next to the GPT module itself.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class ModelConfig:
     qkv_bias: bool = False    # biases on q/k/v only (Qwen2's one difference from Llama)
     explicit_head_dim: int | None = None  # None: d_model / n_head (Qwen3: 128 at any width)
     qk_norm: bool = False     # RMSNorm over each head's q and k before rotary (Qwen3)
-    # mixture of experts (llmtk.train.moe): n_experts > 0 makes layers first_dense,
+    # mixture of experts (llmtk.train.model.moe): n_experts > 0 makes layers first_dense,
     # first_dense + moe_every, ... MoE layers; the others stay dense
     n_experts: int = 0               # routed experts per MoE layer; 0: a dense model
     top_k: int = 2                   # experts per token

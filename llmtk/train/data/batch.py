@@ -24,7 +24,7 @@ SKIPPED_DOCS = 256  # documents a rollback's event names at most (train batch --
 
 def rollback_documents(source, sampler, seq_len: int, start: int, stop: int) -> list[dict]:
     """The documents (id, file, record) of windows [start, stop) of a pre-training run on
-    `source` (llmtk.train.inputs.DataSource), for a rollback's event; `llmtk train batch RUN
+    `source` (llmtk.train.data.inputs.DataSource), for a rollback's event; `llmtk train batch RUN
     --skipped` lists them all, with their text."""
     return DocumentFinder(source, sampler, seq_len).span(start, stop, SKIPPED_DOCS)
 
@@ -88,7 +88,7 @@ class DocumentFinder:
 def _open(run: str):
     """(config, TrainConfig, DocumentFinder) of a run directory."""
     from llmtk.train.config import TRAIN_FIELDS, TrainConfig, section
-    from llmtk.train.inputs import DataSpec, open_training_data, recorded_source
+    from llmtk.train.data.inputs import DataSpec, open_training_data, recorded_source
 
     config = _run_config(run)
     key = config.get("cache")

@@ -1,8 +1,8 @@
 """The checkpointer: the one way a run's checkpoints are chosen, saved and loaded.
 
-The trainer, `train export` (through llmtk.train.checkpoint's readers) and the tests all
+The trainer, `train export` (through llmtk.train.checkpoint.files's readers) and the tests all
 go through here; the on-disk format (layout, manifest, verification, RNG states) is
-llmtk.train.checkpoint's.
+llmtk.train.checkpoint.files's.
 
 Saving is collective (every rank calls `save`):
   full  rank 0 writes the consolidated model and optimizer state, every rank its RNG;
@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from llmtk.errors import ConfigError, DataError
 from llmtk.io.atomic import set_aside
-from llmtk.train import checkpoint as C
+from llmtk.train.checkpoint import files as C
 from llmtk.train.runtime import CollectiveError, Dist, Faults
 
 
@@ -429,7 +429,7 @@ def load_states(path: str, model, opt, *, sharded: bool) -> None:
 def check_shape(state: dict, path: str, mcfg, *, say: Callable[[str], None], for_init: bool,
                 windows_per_step: int, world: int, cache: str) -> None:
     """Refuse a checkpoint of another model shape (or, to resume, another global batch)."""
-    from llmtk.train.model_config import ModelConfig
+    from llmtk.train.model.config import ModelConfig
 
     mine = mcfg.to_dict()
     # fields added later (qkv_bias) take their defaults
@@ -458,7 +458,7 @@ def check_shape(state: dict, path: str, mcfg, *, say: Callable[[str], None], for
             f"{windows_per_step} x {mcfg.seq_len} (world size {world}). "
             "Keep batch-size x processes x grad-accum unchanged, or use --resume never",
             exit_code=2)
-    from llmtk.train.data import cache_names
+    from llmtk.train.data.cache import cache_names
 
     if state["data_cache"] not in cache_names(cache):
         say(f"warning: resuming {path} on different data (the data position is kept)")

@@ -1,7 +1,7 @@
 """The checkpoint format: crash-safe, verified (torchtitan's discipline, llm.c's exactness).
 
 What a checkpoint holds and how it is sealed, verified, found and read; the Checkpointer
-(llmtk.train.checkpointer) is the one writer and loader that uses these pieces.
+(llmtk.train.checkpoint.checkpointer) is the one writer and loader that uses these pieces.
 
 Layout: OUT/checkpoints/step-NNNNNNN/ holding
   model.pt      full (unsharded) model state_dict, CPU tensors      } "full" format
@@ -41,7 +41,7 @@ from llmtk.errors import LlmtkError
 from llmtk.io.atomic import publish_dir, set_aside
 
 STEP_DIR = re.compile(r"^step-(\d{7,})$")
-# The row order of every wqkv (llmtk.train.model.group_qkv), recorded in state.json and in
+# The row order of every wqkv (llmtk.train.model.gpt.group_qkv), recorded in state.json and in
 # `export` files as "qkv_layout". Weights without it were written in the older order (all
 # q rows, then all k, then all v) and are converted as they are read (upgrade_qkv).
 QKV_LAYOUT = "kv-grouped"
@@ -405,7 +405,7 @@ def needs_qkv_upgrade(meta: dict) -> bool:
 def upgrade_qkv(model_sd: dict, optim_sd: dict | None, model_config: dict) -> None:
     """Reorder, in place, the rows of every wqkv weight and bias, and of their optimizer
     moments, from the older [q; k; v] order to the grouped one (full state dicts)."""
-    from llmtk.train.model import ModelConfig, group_qkv
+    from llmtk.train.model.gpt import ModelConfig, group_qkv
 
     cfg = ModelConfig(**model_config)
     qkv = lambda k: k.endswith(("attn.wqkv.weight", "attn.wqkv.bias"))  # noqa: E731

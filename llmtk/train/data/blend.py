@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import xxhash
 
 from llmtk.errors import ConfigError, DataError
-from llmtk.train.data import Batches, window_order
+from llmtk.train.data.cache import Batches, window_order
 
 BLOCK = 1 << 16  # windows per pattern block: each source's share is exact to 1/BLOCK
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
@@ -79,7 +79,7 @@ def pattern(weights: list[float], length: int = BLOCK):
 class BlendSampler(Batches):
     """Micro-batches for one rank from several sources' windows, by the global position.
 
-    Same interface as llmtk.train.data.Sampler (rows, batch, split, global_batch), plus
+    Same interface as llmtk.train.data.cache.Sampler (rows, batch, split, global_batch), plus
     `source_tokens(position)` for the metrics rows and `epochs(position)`."""
 
     def __init__(self, names: list[str], windows: list, weights: list[float], micro_batch: int,

@@ -14,7 +14,7 @@ EXPORT_FORMAT = "llmtk-gpt-v1"
 
 def find_checkpoint(path: str) -> str:
     """The verified checkpoint directory for a run dir, checkpoints dir or step dir."""
-    from llmtk.train import checkpoint as C
+    from llmtk.train.checkpoint import files as C
 
     found = C.resolve(path) if os.path.isdir(path) else None
     if found is None:
@@ -32,7 +32,7 @@ def full_state_dict(path: str) -> dict:
     or from a file written by `export`."""
     import torch
 
-    from llmtk.train import checkpoint as C
+    from llmtk.train.checkpoint import files as C
 
     if os.path.isfile(path):
         blob = read_export(path)
@@ -45,7 +45,7 @@ def full_state_dict(path: str) -> dict:
     sd = _clean_keys({k: v.detach().to("cpu") if isinstance(v, torch.Tensor) else v
                       for k, v in model_sd.items()})
     if any(".lora_" in k for k in sd):
-        from llmtk.train.lora import merged_state_dict
+        from llmtk.train.model.lora import merged_state_dict
 
         meta = C.load_state(ckpt)
         tc = meta.get("train_config", {})
@@ -55,7 +55,7 @@ def full_state_dict(path: str) -> dict:
 
 
 def read_export(path: str) -> dict:
-    from llmtk.train import checkpoint as C
+    from llmtk.train.checkpoint import files as C
 
     blob = C.load_tensors(os.path.dirname(path) or ".", os.path.basename(path))
     if not isinstance(blob, dict) or blob.get("format") != EXPORT_FORMAT:

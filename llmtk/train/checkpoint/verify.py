@@ -30,7 +30,7 @@ import tempfile
 from collections.abc import Callable
 
 from llmtk.errors import LlmtkError, UsageError
-from llmtk.train import checkpoint as C
+from llmtk.train.checkpoint import files as C
 from llmtk.train.runtime import Faults
 
 # Relative difference allowed per recomputed step on GPU: one rounding of the bf16 matmul
@@ -216,7 +216,7 @@ def _torchrun(flags: dict, world: int, stop: int) -> None:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(flags.get("threads") or 1))
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={world}", "-m", "llmtk.train.verify", spec]
+            f"--nproc-per-node={world}", "-m", "llmtk.train.checkpoint.verify", spec]
     p = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE)
     if p.returncode != 0:

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from llmtk.errors import ConfigError
-from llmtk.train.model import ModelConfig, group_qkv, init_whole_
+from llmtk.train.model.gpt import ModelConfig, group_qkv, init_whole_
 
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 MODULE_OF = {"o": "attn.wo", "gate": "mlp.w1", "up": "mlp.w3", "down": "mlp.w2"}
@@ -184,7 +184,7 @@ def merged_state_dict(state: dict, model_config: dict, alpha: float) -> dict:
     """A LoRA checkpoint's state dict with the adapters folded in: the plain model's keys.
 
     model_config: the run's ModelConfig as a dict; alpha: the run's lora_alpha."""
-    from llmtk.train.model_config import ModelConfig
+    from llmtk.train.model.config import ModelConfig
 
     cfg = ModelConfig(**model_config)
     q, kv = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim

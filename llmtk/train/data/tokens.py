@@ -26,7 +26,7 @@ The dataset's token stream is the parts' streams in K order; since task K owns t
 K-th contiguous run of the sorted inputs, it is the same stream, byte for byte, that one
 task writes for all the inputs. Training windows are cut from that one stream (`Windows`),
 so an N-task dataset trains exactly as a 1-task one. The in-process cache
-(llmtk.train.data) is made of one-task datasets written by the same `PartWriter`.
+(llmtk.train.data.cache) is made of one-task datasets written by the same `PartWriter`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from llmtk.errors import AlreadyDone, DataError, UsageError
 from llmtk.io import write_json_atomically
 from llmtk.io.atomic import atomic_dir, pid_alive
 from llmtk.io.shard import RECORD_BITS, RECORD_MASK
-from llmtk.train.webpages import WebPageCheck
+from llmtk.train.data.webpages import WebPageCheck
 
 if TYPE_CHECKING:
     import numpy as np
@@ -165,7 +165,7 @@ def mark_done(part_dir: str, manifest: dict) -> None:
 
 def tokenize_task(run: StreamRun, tok, out_dir: str, allow_html: bool = False) -> dict:
     """Task K of N (run.opts.shard): tokenize its own files into OUT/part-K-of-N/. Files
-    that are web pages are refused (llmtk.train.webpages) unless allow_html."""
+    that are web pages are refused (llmtk.train.data.webpages) unless allow_html."""
     import numpy as np
 
     from llmtk.text.tokenizer import encode_batch
@@ -393,7 +393,7 @@ def documents_in(index, lo: int, hi: int, record_id, files) -> list[dict]:
 class Windows:
     """All (seq_len + 1)-token windows of one token stream held in several memory maps
     (a dataset's parts, in order): window i is tokens [i * seq_len, i * seq_len + seq_len
-    + 1), which may straddle two parts. What llmtk.train.data.Sampler draws from."""
+    + 1), which may straddle two parts. What llmtk.train.data.cache.Sampler draws from."""
 
     def __init__(self, arrays: list, seq_len: int):
         import numpy as np

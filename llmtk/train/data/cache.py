@@ -1,7 +1,7 @@
 """The token cache and the batch sampler.
 
 The cache: the documents `llmtk train --data` names are tokenized once, before step 1,
-into token datasets of one task each (llmtk.train.tokens: the files, writer and windows
+into token datasets of one task each (llmtk.train.data.tokens: the files, writer and windows
 of `llmtk train tokenize`), CACHE/KEY/train/ and CACHE/KEY/val/ (the held-out documents
 of --val-data or --val-fraction; empty without them). KEY is a hash of the inputs (paths,
 sizes, mtimes), the tokenizer's fingerprint, the text field and the validation split, so
@@ -13,7 +13,7 @@ the windows inside each shard, where a dataset cuts them across its whole stream
 same windows for a cache of one shard, others past 64M tokens. They are not read any
 more (`open_cache` says so); a run begun on one resumes on the version 3 cache of the
 same inputs silently when the windows are the same, and is refused when they are not
-(`earlier_names`, read by `cache_names` and llmtk.train.inputs).
+(`earlier_names`, read by `cache_names` and llmtk.train.data.inputs).
 
 Sampling: the train tokens are cut into fixed windows of seq_len + 1 tokens
 (packed across document boundaries). Window order is a seeded permutation per
@@ -43,7 +43,7 @@ from llmtk.errors import ConfigError, DataError
 from llmtk.io import expand_inputs, read_docs, write_json_atomically
 from llmtk.io.atomic import atomic_dir
 from llmtk.io.shard import doc_key
-from llmtk.train.tokens import (
+from llmtk.train.data.tokens import (
     PartWriter,
     TokenDataset,
     dataset_meta,
@@ -53,10 +53,10 @@ from llmtk.train.tokens import (
     sweep,
     temp_dir,
 )
-from llmtk.train.webpages import WebPageCheck
+from llmtk.train.data.webpages import WebPageCheck
 
 if TYPE_CHECKING:
-    from llmtk.train.tokens import Windows
+    from llmtk.train.data.tokens import Windows
 
 CACHE_VERSION = 3  # 2: document boundaries beside each shard; 3: one-task token datasets
 OLD_SHARD_TOKENS = 1 << 26  # tokens per shard file of a cache before version 3
@@ -100,7 +100,7 @@ def build_cache(data: list[str], val_data: list[str], tokenizer, cache_root: str
     reuse the result (on a shared filesystem whose flock works across hosts, once per job;
     otherwise once per node, and the first rename wins). The lock is a file lock, not a
     collective, so the wait is not bounded by the process group's NCCL timeout.
-    Inputs that are web pages are refused (llmtk.train.webpages) unless allow_html.
+    Inputs that are web pages are refused (llmtk.train.data.webpages) unless allow_html.
     """
     from llmtk.train.lock import DirLock
 

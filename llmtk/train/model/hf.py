@@ -31,8 +31,8 @@ import shutil
 
 from llmtk.errors import ConfigError, DataError, UsageError
 from llmtk.io.atomic import atomic_dir
-from llmtk.train.model_config import ModelConfig
-from llmtk.train.state_dict import full_state_dict
+from llmtk.train.checkpoint.state_dict import full_state_dict
+from llmtk.train.model.config import ModelConfig
 
 PREFIX = "hf:"
 SUPPORTED = ("llama", "mistral", "qwen2")
@@ -156,7 +156,7 @@ def hf_config(cfg: ModelConfig, eos_id: int | None, bos_id: int | None = None) -
 def to_hf_state(sd: dict, cfg: ModelConfig) -> dict:
     """llmtk state_dict -> transformers names (tensors are contiguous copies: safetensors
     stores no views)."""
-    from llmtk.train.model import ungroup_qkv
+    from llmtk.train.model.gpt import ungroup_qkv
 
     H, K, D, V = cfg.n_head, cfg.kv_heads, cfg.head_dim, cfg.vocab_size
     # llmtk pads the embedding and head rows to a multiple of 128; HF holds vocab_size rows
@@ -190,7 +190,7 @@ def from_hf_state(hf: dict, cfg: ModelConfig, where: str) -> dict:
     """transformers names -> llmtk state_dict; a missing or misshapen tensor is a DataError."""
     import torch
 
-    from llmtk.train.model import group_qkv
+    from llmtk.train.model.gpt import group_qkv
 
     def get(name: str):
         if name not in hf:
@@ -353,7 +353,7 @@ def export_hf(checkpoint: str, out: str) -> dict:
     from safetensors.torch import save_file
 
     from llmtk.text.tokenizer import load_tokenizer
-    from llmtk.train import checkpoint as C
+    from llmtk.train.checkpoint import files as C
 
     path = C.resolve(checkpoint)
     if path is None:

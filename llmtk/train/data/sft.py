@@ -4,7 +4,7 @@ Layouts, detected per record (`--template` forces one):
   chat    {"messages": [{"role": "system"|"user"|"assistant", "content": ...}, ...]}
   prompt  {"prompt": ..., "response": ...}            (optional "system")
   alpaca  {"instruction": ..., "input": ..., "output": ...}  (input may be empty)
-A conversation becomes token ids through the chat template (llmtk.train.chat); only
+A conversation becomes token ids through the chat template (llmtk.train.data.chat); only
 assistant tokens carry loss, every other target is the ignore index -1.
 
 Rows: seq_len + 1 tokens each. With packing (the default) whole examples are laid
@@ -28,8 +28,8 @@ import numpy as np
 import orjson
 
 from llmtk.errors import ConfigError, DataError
-from llmtk.train.chat import check_messages
-from llmtk.train.data import Sampler
+from llmtk.train.data.cache import Sampler
+from llmtk.train.data.chat import check_messages
 
 LAYOUTS = ("auto", "chat", "prompt", "alpaca")
 

@@ -1,12 +1,12 @@
 """What `--data` names, opened for training: documents, or token-shard datasets.
 
-Either way training reads token datasets (llmtk.train.tokens). Documents (JSONL/Parquet
+Either way training reads token datasets (llmtk.train.data.tokens). Documents (JSONL/Parquet
 files, directories, globs) are tokenized once into the in-process cache, one-task
-datasets (llmtk.train.data.build_cache). Token-shard datasets (folders written by
+datasets (llmtk.train.data.cache.build_cache). Token-shard datasets (folders written by
 `llmtk train tokenize`) are memory-mapped as they are: nothing is tokenized at start, and
 opening one reads its meta and one manifest per part, never its document index. One
-dataset (`--data DIR`, or the cache) is sampled by llmtk.train.data.Sampler; named ones
-(`--data NAME=DIR:WEIGHT`, repeated) are blended (llmtk.train.blend). `--val-data
+dataset (`--data DIR`, or the cache) is sampled by llmtk.train.data.cache.Sampler; named ones
+(`--data NAME=DIR:WEIGHT`, repeated) are blended (llmtk.train.data.blend). `--val-data
 NAME=DIR` gives each a validation loss of its own.
 
 `open_source(spec, tok)` opens them (a `DataSource`: the datasets and the key that names
@@ -21,9 +21,9 @@ import os
 from dataclasses import dataclass, field
 
 from llmtk.errors import ConfigError
-from llmtk.train.blend import BlendSampler, SourceSpec, parse_spec
-from llmtk.train.data import Sampler, build_cache, earlier_names, open_cache
-from llmtk.train.tokens import TokenDataset, is_dataset
+from llmtk.train.data.blend import BlendSampler, SourceSpec, parse_spec
+from llmtk.train.data.cache import Sampler, build_cache, earlier_names, open_cache
+from llmtk.train.data.tokens import TokenDataset, is_dataset
 
 TOKENS_KEY = "tokens-"  # the data key of a run on token datasets (vs a cache directory)
 
@@ -152,7 +152,7 @@ def recorded_source(spec: DataSpec, key: str) -> DataSource:
 
 def _refuse_other_windows(spec: DataSpec, cache: str) -> None:
     """A run begun on a cache of an earlier version whose windows were not these (a split
-    over 64M tokens: llmtk.train.data) is not resumed on these: it would train on other
+    over 64M tokens: llmtk.train.data.cache) is not resumed on these: it would train on other
     windows from its checkpoint on."""
     if spec.resume != "auto" or not spec.out:
         return
