@@ -13,6 +13,12 @@ import math
 from dataclasses import dataclass
 
 
+def is_moe_layer(layer: int, n_experts: int, first_dense: int, moe_every: int) -> bool:
+    """Whether block `layer` (0-based) is a mixture-of-experts layer: with experts, after
+    the first `first_dense` blocks, every `moe_every`-th block (the first one included)."""
+    return n_experts > 0 and layer >= first_dense and (layer - first_dense) % moe_every == 0
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer.
@@ -61,8 +67,7 @@ class ModelSpec:
     parallel_block: bool = False  # attention and MLP read the same input (PaLM)
 
     def is_moe(self, layer: int) -> bool:
-        return (self.n_experts > 0 and layer >= self.first_dense
-                and (layer - self.first_dense) % self.moe_every == 0)
+        return is_moe_layer(layer, self.n_experts, self.first_dense, self.moe_every)
 
     @property
     def moe_layers(self) -> int:

@@ -9,7 +9,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 from llmtk.presets import PRESETS as _SHARED
-from llmtk.presets import trainable
+from llmtk.presets import is_moe_layer, trainable
 
 VOCAB_MULTIPLE = 128
 
@@ -83,8 +83,7 @@ class ModelConfig:
 
     def is_moe(self, layer: int) -> bool:
         """Whether block `layer` (0-based) is a mixture-of-experts layer."""
-        return (self.n_experts > 0 and layer >= self.first_dense
-                and (layer - self.first_dense) % self.moe_every == 0)
+        return is_moe_layer(layer, self.n_experts, self.first_dense, self.moe_every)
 
     @property
     def moe_layers(self) -> int:
