@@ -18,7 +18,7 @@ import pytest
 from llmtk.curves.detect import diagnose
 from llmtk.curves.logs import load_run
 from llmtk.train.config import TrainConfig as TrainConfigForTest
-from llmtk.train.trainer import lr_at
+from llmtk.train.optim import lr_at
 from tests.train_runs import (
     TINY,
     events,

@@ -16,8 +16,8 @@ from llmtk.commands import train as train_command  # noqa: E402
 from llmtk.train import runtime  # noqa: E402
 from llmtk.train.checkpoint.checkpointer import changed_settings  # noqa: E402
 from llmtk.train.config import FIELDS, TrainConfig  # noqa: E402
+from llmtk.train.optim import warmup_warning  # noqa: E402
 from llmtk.train.report import duration, start_lines, step_line  # noqa: E402
-from llmtk.train.trainer import warmup_warning  # noqa: E402
 from tests.util import InProcess  # noqa: E402
 
 TINY = ["--layers", "1", "--d-model", "32", "--heads", "2", "--seq-len", "32",

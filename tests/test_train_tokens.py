@@ -293,9 +293,8 @@ def test_blended_run_resumes_bit_exactly_after_sigkill(inputs, tmp_path):
 def _check_train_batch(run, dirs):
     """`llmtk train batch --json` lists each window's documents: their text, read back from
     the files and tokenized, gives the window's tokens; the ranks' shares make the batch."""
-    from llmtk.train.config import section
+    from llmtk.train.config import TrainConfig, section
     from llmtk.train.data.inputs import DataSpec, open_training_data, recorded_source
-    from llmtk.train.trainer import TrainConfig
 
     config = json.loads((run / "config.json").read_text())
     p = llmtk("train", "batch", run, "--step", "4", "--json", in_process=True)

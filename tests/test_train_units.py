@@ -12,7 +12,7 @@ from llmtk.io.metrics import decode_row, encode_row, read_metrics, truncate_afte
 from llmtk.text.tokenizer import ByteTokenizer, load_tokenizer, sample_texts, train_bpe
 from llmtk.train.config import TrainConfig, resolve_config, resolve_launch
 from llmtk.train.launch import torchrun_argv
-from llmtk.train.trainer import lr_at
+from llmtk.train.optim import lr_at
 from tests.util import llmtk
 
 TEXTS = ["Hello, world. " * 5, "Grüße aus Köln — 東京 and Москва.", "def f(x):\n    return x\n"]

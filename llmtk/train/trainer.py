@@ -14,12 +14,11 @@ One optimizer step (every rank runs the same sequence of collectives):
   6. evaluate, sample, checkpoint as scheduled; SIGTERM/SIGUSR1 (agreed over a host-side
      gloo group, no device sync) checkpoint and exit.
 
-The loop calls components that decide their own timing: the model parallelize built for
-the run plan (layout/), the optimizer and its schedule (optim.py, steps 1, 3, 4), the
-run's health (health.py, step 5), the evaluator (evaluator.py: val loss, tasks,
-samples), the step log (steplog.py), the checkpointer (checkpoint/checkpointer.py), the phases each
-rank marks and the hang watchdog that reads them (steptime.py, watchdog.py), and the
-out-of-memory guard (oom.py).
+The loop calls components that decide their own timing: the model parallelize built for the run
+plan (layout/), the optimizer and its schedule (optim.py, steps 1, 3, 4), the run's health
+(health.py, step 5), the evaluator (evaluator.py: val loss, tasks, samples), the step log
+(steplog.py), the checkpointer (checkpoint/checkpointer.py), the phases each rank marks and the
+hang watchdog that reads them (steptime.py, watchdog.py), and the out-of-memory guard (oom.py).
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ import time
 from dataclasses import asdict
 from functools import partial
 
-from llmtk.errors import LlmtkError
 from llmtk.io.paths import missing_dirs, remove_made
 from llmtk.train.checkpoint.checkpointer import (
     Checkpointer,
@@ -49,7 +47,7 @@ from llmtk.train.layout.parallelize import parallelize
 from llmtk.train.layout.plan import RunPlan, run_model
 from llmtk.train.layout.whole import whole_model
 from llmtk.train.oom import OomGuard
-from llmtk.train.optim import Optimizer, OptimSpec, lr_at, warmup_warning
+from llmtk.train.optim import Optimizer, OptimSpec
 from llmtk.train.run_shape import model_config
 from llmtk.train.runtime import (
     CollectiveError,
@@ -342,8 +340,7 @@ class Trainer:
         """Restore weights, optimizer, RNG and TrainState from checkpoint `path` (collective)."""
         from llmtk.train.checkpoint import files as C
 
-        state = C.load_state(path)
-        self._compat(state, path)
+        self._compat(state := C.load_state(path), path)
         saved = TrainState.from_checkpoint(state)
         if resume:
             check_resume(state, saved.step, path, self.cfg, self.log.say)
@@ -400,5 +397,4 @@ class Trainer:
             raise KeyboardInterrupt  # interrupted, not done: exit status 130
 
 
-__all__ = ["LlmtkError", "StepResult", "TrainState", "Trainer", "lr_at", "model_config",
-           "train", "warmup_warning"]
+__all__ = ["StepResult", "TrainState", "Trainer", "model_config", "train"]
