@@ -56,6 +56,7 @@ def held_gradient_bytes(model) -> int:
 
 def measure_rank(cfg, work: str) -> tuple[dict, object]:
     """(this rank's measured bytes, the Dist) after one step and one measured micro-step."""
+    from llmtk.train.data.inputs import cache_source
     from llmtk.train.measure import saved_for_backward, state_bytes
     from llmtk.train.model.config import PRESETS
     from llmtk.train.runtime import Faults, setup_dist
@@ -64,7 +65,7 @@ def measure_rank(cfg, work: str) -> tuple[dict, object]:
     dist = setup_dist(cfg.device, cfg.nccl_timeout)
     vocab = PRESETS[cfg.model].vocab_size  # the vocabulary the dry-run plans with
     cache = synthetic_cache(os.path.join(work, f"rank-{dist.rank}"), vocab, 200_000)
-    trainer = Trainer(cfg, dist, SyntheticTokenizer(vocab), cache, Faults())
+    trainer = Trainer(cfg, dist, SyntheticTokenizer(vocab), cache_source(cache), Faults())
     st = trainer._start()
     trainer.health.pending.append(trainer._train_step(st))
     trainer.health.settle(st)

@@ -100,7 +100,8 @@ def test_the_per_rank_times_are_in_every_row(corpus, tmp_path):
         ranks = row["ranks"]
         assert set(ranks) == {"data_s", "compute_s", "comm_s", "stall_s", "loss", "mem_gb"}
         assert all(len(v) == 2 for v in ranks.values())
-        assert row["mem_gb"] == round(max(ranks["mem_gb"]), 3)
+        # the row keeps the peak to 3 decimals, each rank's to 5: they agree to both roundings
+        assert abs(row["mem_gb"] - max(ranks["mem_gb"])) <= 0.0005 + 0.000005 + 1e-12
         # the row's loss is the mean of the ranks' (DDP: the same number of tokens each)
         assert abs(sum(ranks["loss"]) / 2 - row["loss"]) < 1e-4 * row["loss"]
     r = llmtk("diagnose", out, "--json")
