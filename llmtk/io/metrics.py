@@ -24,7 +24,6 @@ from llmtk.io.atomic import atomic_file
 
 TRAIN_FIELDS = ("step", "loss", "lr", "grad_norm", "tokens", "tokens_per_s", "mfu", "mem_gb",
                 "data_s", "step_s", "time")
-EVENTS = ("resume", "checkpoint", "nan", "rollback", "preempt", "sample", "hang", "oom")
 # Events a resume keeps past its checkpoint's step: they tell what happened to the run
 # (why it restarted), not work that is done again.
 FAULT_EVENTS = ("hang", "oom")
