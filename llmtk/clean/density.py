@@ -60,6 +60,7 @@ HINT_START, HINT_END = "\x02", "\x03"
 # where an element that llmtk.clean.extract.MAIN names (an article body) starts and ends
 MAIN_START, MAIN_END = "\x04", "\x05"
 _TOKEN = re.compile(r"<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n|[\x02-\x05]")
+_ELEMENT_MARKS = frozenset((HINT_START, HINT_END, MAIN_START, MAIN_END))
 # a run of spaces inside a line of prose (&nbsp;&nbsp;, table cells' tabs): one space
 _INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
 _HREF = re.compile(r'href="([^"]*)"')
@@ -114,21 +115,13 @@ def blocks(rendered: str) -> list[Block]:
             if in_link:
                 block.links += n
         token = m.group(0)
-        if token == MAIN_START:
-            count += 1
-            mains.append(count)
-            continue
-        if token == MAIN_END:
-            if mains:
-                mains.pop()
-            continue
-        if token == HINT_START:
-            count += 1
-            stack.append(count)
-            continue
-        if token == HINT_END:
-            if stack:
-                stack.pop()
+        if token in _ELEMENT_MARKS:  # an article-body or a hinted element opens or closes
+            marked = mains if token in (MAIN_START, MAIN_END) else stack
+            if token in (MAIN_START, HINT_START):
+                count += 1  # each marked element gets its own number
+                marked.append(count)
+            elif marked:
+                marked.pop()
             continue
         if token == "\n":
             if in_pre:
