@@ -1,20 +1,21 @@
-"""The parallel layout (llmtk.train.layout.mesh): one mesh pp x dp_replicate x dp_shard x tp,
+"""The parallel layout (llmtk.train.layout.mesh): one mesh pp x dp_replicate x dp_shard x cp x tp,
 its inference and its one-line errors naming the flag, before anything starts."""
 
 import pytest
 
 from llmtk.errors import ConfigError
-from llmtk.train.layout.mesh import Layout, check_model, plan_layout
+from llmtk.train.layout.mesh import Layout, ParallelSpec, check_model, plan_layout
 from llmtk.train.model.config import PRESETS
 from tests.util import llmtk
 
 
 def test_dp_shard_is_the_rest_of_the_world():
-    assert plan_layout(32, tp=8, pp=2) == ("fsdp", Layout(pp=2, dp_shard=2, tp=8))
-    assert plan_layout(4, dp_replicate=2) == ("fsdp", Layout(dp_replicate=2, dp_shard=2))
-    assert plan_layout(4, parallel="fsdp") == ("fsdp", Layout(dp_shard=4))
+    assert plan_layout(32, ParallelSpec(tp=8, pp=2)) == ("fsdp", Layout(pp=2, dp_shard=2, tp=8))
+    assert plan_layout(4, ParallelSpec(dp_replicate=2)) == \
+        ("fsdp", Layout(dp_replicate=2, dp_shard=2))
+    assert plan_layout(4, ParallelSpec(parallel="fsdp")) == ("fsdp", Layout(dp_shard=4))
     assert plan_layout(4) == ("ddp", Layout(dp_replicate=4))  # auto, no mesh asked: DDP
-    assert plan_layout(1, parallel="fsdp") == ("none", Layout())
+    assert plan_layout(1, ParallelSpec(parallel="fsdp")) == ("none", Layout())
 
 
 def test_coordinates_put_tp_innermost_and_pp_outermost():
@@ -25,15 +26,32 @@ def test_coordinates_put_tp_innermost_and_pp_outermost():
     assert [layout.dp_rank(r) for r in range(8)] == [0, 0, 1, 1, 0, 0, 1, 1]
 
 
+def test_a_cp_group_sits_between_dp_shard_and_tp_and_reads_one_batch():
+    assert plan_layout(8, ParallelSpec(cp=2, tp=2)) == ("fsdp", Layout(dp_shard=2, cp=2, tp=2))
+    layout = Layout(dp_shard=2, cp=2, tp=2)
+    assert [layout.coords(r)["cp"] for r in range(8)] == [0, 0, 1, 1, 0, 0, 1, 1]
+    assert [layout.dp_rank(r) for r in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert layout.dp == 2
+
+
+def test_ep_is_borrowed_from_dp_shard_times_cp():
+    assert plan_layout(4, ParallelSpec(ep=4, cp=2)) == ("fsdp", Layout(dp_shard=2, cp=2, ep=4))
+    with pytest.raises(ConfigError) as e:
+        plan_layout(6, ParallelSpec(ep=4))
+    assert e.value.key == "ep" and "4 does not divide --dp-shard 6 x --cp 1 = 6" in str(e.value)
+
+
 @pytest.mark.parametrize("world,kw,key,words", [
     (4, {"tp": 3}, "tp", "--tp 3 x --pp 1 x --dp-replicate 1 = 3 does not divide the 4"),
     (8, {"dp_replicate": 2, "dp_shard": 2}, "dp_shard", "= 4 processes, but there are 8"),
     (4, {"parallel": "ddp", "dp_replicate": 2}, "dp_replicate", "needs --parallel fsdp"),
     (2, {"parallel": "none"}, "parallel", "none runs one process, but there are 2"),
+    (4, {"parallel": "ddp", "cp": 2}, "cp", "needs --parallel fsdp"),
+    (6, {"cp": 4}, "cp", "--dp-replicate 1 x --cp 4 = 4 does not divide the 6"),
 ])
 def test_a_layout_that_does_not_fit_names_its_flag(world, kw, key, words):
     with pytest.raises(ConfigError) as e:
-        plan_layout(world, **kw)
+        plan_layout(world, ParallelSpec(**kw))
     assert e.value.key == key and words in str(e.value)
 
 

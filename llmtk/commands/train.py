@@ -157,7 +157,10 @@ OPTIONS: dict[str, Opt] = {
     "dp_replicate": Opt(PAR,
         "HSDP: N replicas of the model, each sharded with FSDP2 over --dp-shard ranks."),
     "dp_shard": Opt(PAR, "FSDP2 degree (ranks sharding one replica).",
-        default="the world size / (tp x pp x dp-replicate)"),
+        default="the world size / (tp x pp x dp-replicate x cp)"),
+    "cp": Opt(PAR, "Context-parallel degree: each rank holds 1/N of every sequence."),
+    "ep": Opt(PAR, "Expert-parallel degree: split each MoE layer's experts over N ranks "
+        "borrowed from dp-shard x cp."),
     "pp_schedule": Opt(PAR,
         "Pipeline schedule: 1f1b or interleaved-1f1b (several stages per rank); the "
         "microbatches are the --grad-accum micro-steps.", metavar="NAME"),

@@ -80,11 +80,13 @@ class TrainConfig:
     device: str = "auto"                  # auto | cpu | cuda
     dtype: str = "auto"                   # auto (bf16 on GPU, fp32 on CPU) | fp32 | bf16 | fp64
     parallel: str = "auto"                # auto (ddp when world > 1) | none | ddp | fsdp
-    # the device mesh (llmtk.train.layout.mesh): pp x dp_replicate x dp_shard x tp = world
+    # the device mesh (llmtk.train.layout.mesh): pp x dp_replicate x dp_shard x cp x tp = world
     tp: int = 1                           # tensor-parallel degree (inside a node)
     pp: int = 1                           # pipeline stages
     dp_replicate: int = 1                 # HSDP: replicas, each sharded over dp_shard ranks
     dp_shard: int | None = None           # FSDP degree; None: the rest of the world
+    cp: int = 1                           # context-parallel degree: 1/cp of every sequence
+    ep: int = 1                           # expert-parallel degree (ranks of dp_shard x cp)
     pp_schedule: str = "1f1b"             # 1f1b | interleaved-1f1b
     pp_layers: str | None = None          # blocks per pipeline stage, "3,5"; None: even
     dry_run: bool = False                 # plan the layout per rank on the meta device, no run
@@ -246,7 +248,8 @@ RULES = {
     "spike_factor": _between(1.0, 1e6, low_open=True), "nccl_timeout": _at_least(1),
     "hang_timeout": _at_least(0),
     "threads": _at_least(1), "tp": _at_least(1), "pp": _at_least(1),
-    "dp_replicate": _at_least(1), "dp_shard": _at_least(1),
+    "dp_replicate": _at_least(1), "dp_shard": _at_least(1), "cp": _at_least(1),
+    "ep": _at_least(1),
     "pp_schedule": _one_of("1f1b", "interleaved-1f1b"),
     "schedule": _one_of("cosine", "wsd", "constant"), "device": _one_of("auto", "cpu", "cuda"),
     "dtype": _one_of("auto", "fp32", "bf16", "fp64"),

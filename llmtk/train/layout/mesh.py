@@ -1,14 +1,20 @@
-"""The parallel layout: one device mesh of four dimensions, in torchtitan's order.
+"""The parallel layout: one device mesh of five dimensions, in torchtitan's order.
 
     pp            pipeline stages (outermost: stages talk least, so they may span nodes)
     dp_replicate  data-parallel groups holding whole copies (HSDP's replicas)
     dp_shard      data-parallel ranks sharding one copy (FSDP2)
+    cp            context-parallel ranks, each holding 1/cp of every sequence
     tp            tensor-parallel ranks splitting every matrix (innermost: inside a node)
 
 A rank's coordinates follow from its global rank with tp varying fastest, so the ranks
 of one tp group are consecutive (one node) and a pipeline stage is a contiguous block.
-The product of the four is the world size; the FSDP degree (dp_shard) is inferred as the
-rest of the world unless given.
+The product of the five is the world size; the FSDP degree (dp_shard) is inferred as the
+rest of the world unless given. The ranks of one cp group read the same sequences, so
+the number of different batches a step sees is dp_replicate x dp_shard.
+
+Expert parallelism is not a dimension of its own: as in torchtitan, the ep ranks that
+split a mixture-of-experts layer's experts are borrowed from dp_shard x cp, so ep must
+divide their product.
 
 This module is torch-free except for `build_mesh`, so `llmtk estimate` and the launcher can
 plan and check a layout without importing torch.
@@ -22,7 +28,7 @@ from dataclasses import dataclass
 from llmtk.compute.placement import stage_layers
 from llmtk.errors import ConfigError
 
-DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
+DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,9 @@ class Layout:
     pp: int = 1
     dp_replicate: int = 1
     dp_shard: int = 1
+    cp: int = 1
     tp: int = 1
+    ep: int = 1  # experts split over ep ranks of dp_shard x cp (not a mesh dimension)
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -60,51 +68,63 @@ class Layout:
         return c["dp_replicate"] * self.dp_shard + c["dp_shard"]
 
     def to_dict(self) -> dict[str, int]:
-        return {d: getattr(self, d) for d in DIMS}
+        return {d: getattr(self, d) for d in (*DIMS, "ep")}
 
     def __str__(self) -> str:
         return " x ".join(f"{d} {getattr(self, d)}" for d in DIMS if getattr(self, d) > 1) \
-            or "one process"
+            + (f" (ep {self.ep})" if self.ep > 1 else "") or "one process"
 
 
-def plan_layout(world: int, *, parallel: str = "auto", tp: int = 1, pp: int = 1,
-                dp_replicate: int = 1, dp_shard: int | None = None) -> tuple[str, Layout]:
+@dataclass(frozen=True)
+class ParallelSpec:
+    """The configuration's parallel section: --parallel and the mesh's degrees."""
+
+    parallel: str = "auto"
+    tp: int = 1
+    pp: int = 1
+    dp_replicate: int = 1
+    dp_shard: int | None = None
+    cp: int = 1
+    ep: int = 1
+
+
+def plan_layout(world: int, spec: ParallelSpec = ParallelSpec()) -> tuple[str, Layout]:
     """(the data-parallel method, the layout) for `world` processes, or a ConfigError naming
     the flag that does not fit. Method: none (one process), ddp (every rank a whole copy)
     or fsdp (FSDP2, HSDP when dp_replicate > 1)."""
-    mesh_asked = tp > 1 or pp > 1 or dp_replicate > 1 or (dp_shard or 1) > 1
-    if parallel == "ddp" and mesh_asked:
-        what = next(k for k, v in (("tp", tp), ("pp", pp), ("dp_replicate", dp_replicate),
-                                   ("dp_shard", dp_shard or 1)) if v > 1)
+    tp, pp, cp, ep, dp_replicate = spec.tp, spec.pp, spec.cp, spec.ep, spec.dp_replicate
+    dp_shard = spec.dp_shard
+    asked = (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep), ("dp_replicate", dp_replicate),
+             ("dp_shard", dp_shard or 1))
+    mesh_asked = any(v > 1 for _, v in asked)
+    if spec.parallel == "ddp" and mesh_asked:
+        what = next(k for k, v in asked if v > 1)
         raise ConfigError(what, "needs --parallel fsdp (or auto): DDP keeps a whole copy on "
                           "every rank, without a device mesh")
-    if parallel == "none" and world > 1:
+    if spec.parallel == "none" and world > 1:
         raise ConfigError("parallel", f"none runs one process, but there are {world}")
-    fixed = tp * pp * dp_replicate
+    fixed = tp * pp * dp_replicate * cp
+    product = f"--tp {tp} x --pp {pp} x --dp-replicate {dp_replicate}" + \
+        (f" x --cp {cp}" if cp > 1 else "")
     if dp_shard is None:
         if world % fixed:
-            key = "tp" if tp > 1 else "pp" if pp > 1 else "dp_replicate"
-            raise ConfigError(key, f"--tp {tp} x --pp {pp} x --dp-replicate {dp_replicate} = "
-                              f"{fixed} does not divide the {world} processes "
-                              "(--nnodes x --nproc-per-node)")
+            key = next((k for k, v in asked[:3] if v > 1), "dp_replicate")
+            raise ConfigError(key, f"{product} = {fixed} does not divide the {world} "
+                              "processes (--nnodes x --nproc-per-node)")
         dp_shard = world // fixed
     elif fixed * dp_shard != world:
-        raise ConfigError("dp_shard", f"--tp {tp} x --pp {pp} x --dp-replicate "
-                          f"{dp_replicate} x {{0}} {dp_shard} = {fixed * dp_shard} processes, "
-                          f"but there are {world} (--nnodes x --nproc-per-node)",
+        raise ConfigError("dp_shard", f"{product} x {{0}} {dp_shard} = {fixed * dp_shard} "
+                          f"processes, but there are {world} (--nnodes x --nproc-per-node)",
                           also=("dp_shard",))
-    layout = Layout(pp=pp, dp_replicate=dp_replicate, dp_shard=dp_shard, tp=tp)
+    if (dp_shard * cp) % ep:
+        raise ConfigError("ep", f"{ep} does not divide --dp-shard {dp_shard} x --cp {cp} = "
+                          f"{dp_shard * cp}: the expert-parallel ranks are borrowed from them")
+    layout = Layout(pp=pp, dp_replicate=dp_replicate, dp_shard=dp_shard, cp=cp, tp=tp, ep=ep)
     if world == 1:
         return "none", layout
-    if parallel == "ddp" or (parallel == "auto" and not mesh_asked):
+    if spec.parallel == "ddp" or (spec.parallel == "auto" and not mesh_asked):
         return "ddp", Layout(dp_replicate=world)
     return "fsdp", layout
-
-
-def run_layout(cfg, world: int) -> tuple[str, Layout]:
-    """plan_layout for a TrainConfig's --parallel/--tp/--pp/--dp-replicate/--dp-shard."""
-    return plan_layout(world, parallel=cfg.parallel, tp=cfg.tp, pp=cfg.pp,
-                       dp_replicate=cfg.dp_replicate, dp_shard=cfg.dp_shard)
 
 
 def check_trainable(layout: Layout, cfg) -> None:
@@ -121,6 +141,8 @@ def check_trainable(layout: Layout, cfg) -> None:
         raise ConfigError("compile", f"is not supported with --tp {layout.tp} and "
                           "--lora-rank: compiled, the adapters' DTensor gradients came out "
                           "wrong (torch 2.13); leave --compile off (the default there)")
+    if layout.cp > 1:  # llmtk.train.layout: context parallelism is not built yet
+        raise ConfigError("cp", f"{layout.cp} is not supported yet")
 
 
 def compiles_by_default(layout: Layout, lora: bool, cuda: bool) -> bool:
@@ -145,6 +167,13 @@ def check_model(layout: Layout, mcfg) -> None:
             if n > 1:
                 raise ConfigError(key, f"{n} is not supported with a mixture-of-experts "
                                   "model yet (data parallelism only: DDP, FSDP2, HSDP)")
+    experts = getattr(mcfg, "n_experts", 0)
+    if layout.ep > 1 and not experts:
+        raise ConfigError("ep", f"{layout.ep} needs a mixture-of-experts model (--experts)")
+    if layout.ep > 1 and experts % layout.ep:
+        raise ConfigError("ep", f"{layout.ep} does not divide the model's {experts} experts")
+    if layout.ep > 1:  # expert parallelism is not built yet
+        raise ConfigError("ep", f"{layout.ep} is not supported yet")
     if getattr(mcfg, "qk_norm", False) and layout.tp > 1:
         raise ConfigError("tp", f"{layout.tp} is not supported with q/k norms (Qwen3) yet")
     if layout.pp > mcfg.n_layer:

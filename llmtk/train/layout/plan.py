@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 from llmtk.train.layout.mesh import (
     Layout,
+    ParallelSpec,
     check_model,
     check_trainable,
     compiles_by_default,
     pipeline_split,
-    run_layout,
+    plan_layout,
 )
 
 
@@ -63,7 +64,9 @@ class RunPlan:
     def resolve(cls, cfg, world: int, mcfg, cuda: bool) -> RunPlan:
         """The plan of TrainConfig `cfg` on `world` processes training model `mcfg`
         (`cuda`: on GPUs), or the ConfigError of the first option that cannot run."""
-        parallel, layout = run_layout(cfg, world)
+        from llmtk.train.config import section
+
+        parallel, layout = plan_layout(world, section(ParallelSpec, cfg))
         check_trainable(layout, cfg)
         check_model(layout, mcfg)
         if cfg.lora_rank and getattr(mcfg, "n_experts", 0):
