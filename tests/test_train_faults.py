@@ -90,6 +90,24 @@ def test_a_stopped_rank_ends_the_run_named_and_diagnose_names_it(corpus, tmp_pat
     assert "hang" in r.stdout.decode()
 
 
+def test_workers_of_a_launcher_killed_outright_checkpoint_and_exit(corpus, tmp_path):
+    """SIGKILL of the launcher alone (torchrun's workers run in sessions of their own, so
+    they used to train on, orphaned): each worker gets SIGTERM from the kernel
+    (launch.follow_launcher), the ranks checkpoint at the step together and exit, and the
+    same command resumes from that checkpoint."""
+    out = str(tmp_path / "run")
+    proc, pids = start(corpus, out, "--log-every", "1")
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 120
+    while time.time() < deadline and any(alive(p) for p in pids.values()):
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids.values())
+    (stop,) = events(out, "preempt")
+    assert stop["signal"] == "SIGTERM"
+    assert os.path.isdir(os.path.join(out, "checkpoints", f"step-{stop['step']:07d}"))
+
+
 def test_the_per_rank_times_are_in_every_row(corpus, tmp_path):
     """Each row: every rank's data wait, compute, comm wait, loss before reduction and
     peak memory; no straggler on a healthy run."""

@@ -348,6 +348,10 @@ def _train(flags: dict, config: str | None) -> None:
 
     from llmtk.train.trainer import train
 
+    if is_worker():
+        from llmtk.train.launch import follow_launcher
+
+        follow_launcher()
     train(cfg)
     if is_worker():
         from llmtk.train.runtime import exit_worker

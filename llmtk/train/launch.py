@@ -20,6 +20,28 @@ def is_worker() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def follow_launcher() -> None:
+    """Have the kernel send this worker SIGTERM when its parent (torchrun's agent) dies.
+
+    torchrun starts each worker in a session of its own, so a launcher killed outright
+    (`kill -9`, the OOM killer) used to leave its workers training, writing checkpoints
+    and holding the run's lock. With this a worker takes its launcher's death as a stop
+    signal: the ranks agree on it, checkpoint at the step and exit, as on SIGTERM (the
+    agent starts its workers from its main thread, which lives as long as it does).
+    Linux only (prctl); elsewhere nothing changes."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+        return  # not permitted (a seccomp sandbox): the old behaviour
+    if os.getppid() != parent:  # it died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def torchrun_argv(*, nproc_per_node: int, nnodes: int, node_rank: int | None,
                   rdzv_endpoint: str | None, rdzv_id: str | None, rdzv_backend: str,
                   max_restarts: int, worker_args: list[str],
