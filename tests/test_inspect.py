@@ -248,6 +248,41 @@ def test_near_sample_past_its_bound_merges_like_one_pass_and_estimates():
     assert (counts % 3 == 0).all()
 
 
+@pytest.mark.parametrize("verify", [0.5, 0.0])
+def test_signer_reuses_signatures_of_exact_duplicates_and_equals_dedup(verify):
+    """Signer.batch gives MinHasher.batch's arrays exactly, for exact duplicates inside a
+    batch and across batches, after evictions (a bound of 7 texts), for empty, short and
+    CJK texts (whose key does not fix their signature), with and without --verify bytes."""
+    import numpy as np
+
+    from llmtk.dedup.config import DedupConfig
+    from llmtk.dedup.minhash import MinHasher
+    from llmtk.inspect.dups import Signer
+
+    docs, _ = corpus()
+    pool = [d["text"] for d in docs[:40]] + [
+        "", " ", "a b", "Hello, World!", "hello world", "训练大模型时 Loss 曲线是判断模型收敛情况",
+        # one normalised text each, two signatures: the unit follows the raw length
+        "・・・・abc def", "abc def", "中文 abc!!!!!!!!!!!!!!!!!!!!", "中文 abc"]
+    rng = random.Random(3)
+    texts = [rng.choice(pool) for _ in range(400)]
+    config = DedupConfig(verify=verify)
+    hasher, reusing, tiny = MinHasher(config), Signer(config), Signer(config, limit=7)
+    for s in range(0, len(texts), 37):
+        chunk = texts[s:s + 37]
+        want = hasher.batch(chunk)
+        for got in (reusing.batch(chunk), tiny.batch(chunk)):
+            for name in ("exact", "bands", "shingles", "first"):
+                assert np.array_equal(getattr(got, name), getattr(want, name)), name
+                assert getattr(got, name).dtype == getattr(want, name).dtype
+            assert (got.low is None) == (want.low is None)
+            assert want.low is None or np.array_equal(got.low, want.low)
+    # One signature per normalised text without CJK ("" and " ", "Hello, World!" and
+    # "hello world", "abc def" twice); none kept for texts with CJK characters.
+    assert len(reusing.slot_of) == len(pool) - 3 - 3
+    assert len(tiny.slot_of) == 7
+
+
 def test_distinct_sketch_is_exact_below_k_and_merges_like_one_pass():
     import numpy as np
 
