@@ -283,6 +283,24 @@ def test_signer_reuses_signatures_of_exact_duplicates_and_equals_dedup(verify):
     assert len(tiny.slot_of) == 7
 
 
+def test_secrets_first_scan_finds_what_the_joint_and_keyword_scans_find():
+    """scrub_secrets returns early when its one scan finds nothing: that scan must find
+    every text in which the joint scan or the keyword scan finds something."""
+    from llmtk.text import secrets
+
+    joints = ['"AKIA12" + "34"', "'ab' 'cd'", '"ab" . "cd"', '"ab" .. "cd"', '"ab" & "cd"',
+              '"ab"\n  "cd"', '"ab" +\\\n "cd"', "x = 'a=' + 'b'"]
+    others = ["plain prose", '"Hello " + "world"', "'a' b 'c'", '"ab", "cd"', "", "it's 'x'"]
+    texts = [f"see {k} here" for k in secrets._keywords(None)] + joints + others
+    for only in (None, frozenset({"PASSWORD"}), frozenset({"AWS_KEY", "JWT"})):
+        for text in texts:
+            found = (secrets._JOINT.search(text) is not None
+                     or secrets._any_keyword(only).search(text) is not None)
+            assert (secrets._anything(only).search(text) is not None) == found, (only, text)
+    assert all(secrets._JOINT.search(t) for t in joints)
+    assert not any(secrets._anything(None).search(t) for t in others)
+
+
 def test_distinct_sketch_is_exact_below_k_and_merges_like_one_pass():
     import numpy as np
 
