@@ -283,9 +283,10 @@ def test_signer_reuses_signatures_of_exact_duplicates_and_equals_dedup(verify):
     assert len(tiny.slot_of) == 7
 
 
-def test_secrets_first_scan_finds_what_the_joint_and_keyword_scans_find():
+def test_secret_scans_find_what_their_slower_forms_find():
     """scrub_secrets returns early when its one scan finds nothing: that scan must find
-    every text in which the joint scan or the keyword scan finds something."""
+    every text in which the joint scan or the keyword scan finds something; and the
+    keywords present are those a test per keyword finds."""
     from llmtk.text import secrets
 
     joints = ['"AKIA12" + "34"', "'ab' 'cd'", '"ab" . "cd"', '"ab" .. "cd"', '"ab" & "cd"',
@@ -299,6 +300,16 @@ def test_secrets_first_scan_finds_what_the_joint_and_keyword_scans_find():
             assert (secrets._anything(only).search(text) is not None) == found, (only, text)
     assert all(secrets._JOINT.search(t) for t in joints)
     assert not any(secrets._anything(None).search(t) for t in others)
+    # present_keywords (one scan, keywords tested at their anchors) = a test per keyword:
+    # keywords inside keywords, at the very start, overlapping, in every rule selection.
+    rng = random.Random(5)
+    words = [*secrets._keywords(None), "a", "ss", "w", "_", " ", "PASSWORD=", "sk-", "hooks"]
+    texts += ["assword=", "PWD=x", "pwd", "ASSWORD=ASSW", "xoxox", "sk_live_sk_test_"]
+    texts += ["".join(rng.choice(words) for _ in range(rng.randrange(1, 6))) for _ in range(300)]
+    for only in (None, frozenset({"PASSWORD"}), frozenset({"AWS_KEY", "JWT"})):
+        for text in texts:
+            want = {k for k in secrets._keywords(only) if k in text}
+            assert secrets.present_keywords(text, only) == want, (only, text)
 
 
 def test_distinct_sketch_is_exact_below_k_and_merges_like_one_pass():

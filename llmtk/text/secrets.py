@@ -152,11 +152,31 @@ def _anything(only: frozenset[str] | None) -> re.Pattern:
     return re.compile(f"{_any_keyword(only).pattern}|{_JOINT_EITHER}")
 
 
+@cache
+def _by_anchor(only: frozenset[str] | None) -> dict[str, tuple[tuple[str, int], ...]]:
+    """Character -> the selected keywords anchored at it, each with the anchor's index."""
+    groups: dict[str, list[tuple[str, int]]] = {}
+    for k in _keywords(only):
+        i = _anchor(k)
+        groups.setdefault(k[i], []).append((k, i))
+    return {c: tuple(ks) for c, ks in groups.items()}
+
+
 def present_keywords(text: str, only: frozenset[str] | None = None) -> set[str]:
-    """The keywords of the selected rules that occur in `text` (the set `k in text` gives)."""
-    if _any_keyword(only).search(text) is None:
-        return set()
-    return {k for k in _keywords(only) if k in text}
+    """The keywords of the selected rules that occur in `text` (the set `k in text` gives).
+
+    Every occurrence of a keyword is a match of `_any_keyword` at its anchor character
+    (one character wide, so none is skipped); the keywords anchored at that character
+    are then tested there. One scan, where a test per keyword (47) scanned the text 47
+    times."""
+    found: set[str] = set()
+    anchored = _by_anchor(only)
+    for m in _any_keyword(only).finditer(text):
+        at = m.start()
+        for k, i in anchored[text[at]]:
+            if at >= i and text.startswith(k, at - i):
+                found.add(k)
+    return found
 
 
 def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, dict[str, int]]:
