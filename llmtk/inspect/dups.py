@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 SAMPLE_DOCS = 1 << 16  # ~260 bytes each: 17 MiB of signatures; dedup's index over them ~70 MiB
 _SALT = 0x2545F4914F6CDD1D
 TOP_CLUSTERS = 10
-KNOWN_TEXTS = 1 << 16  # signatures kept for reuse: ~200 bytes each, 13 MiB + the key dict
+KNOWN_TEXTS = 1 << 14  # signatures kept for reuse: ~200 bytes each + the key dict, ~5 MiB
 
 
 class Signer:
