@@ -100,13 +100,14 @@ class Profile:
         batch = self._signer.batch(stored)
         self.exact.add(batch.exact)
         self.near.add(batch, identity, ids)
+        who, counts = identity.tolist(), tokens.tolist()  # Python ints, converted at once
         for k, (doc, text) in enumerate(zip(docs, texts, strict=True)):
             html = pages[k] and not declares_html(doc.data)
             if pages[k] and not html:
                 self.web_pages += 1
             elif not pages[k]:
                 html = checks.html_left(text)
-            self._document(doc, text, html, int(identity[k]), int(tokens[k]), langid)
+            self._document(doc, text, html, who[k], counts[k], langid)
             if cleaner is not None:
                 self._quality(doc, cleaner)
 
