@@ -312,6 +312,15 @@ def test_secret_scans_find_what_their_slower_forms_find():
             assert secrets.present_keywords(text, only) == want, (only, text)
 
 
+def test_control_characters_found_as_the_regex_finds_them():
+    from llmtk.inspect import checks
+
+    texts = [chr(c) for c in range(0x200)] + [f"a{chr(c)}b\n\tc\r" for c in range(0x100)] + [
+        "", "plain\ttext\r\n", "caf\u00e9\x07", "\ud800 lone surrogate", "x" * 50 + "\x1f"]
+    for t in texts:
+        assert checks.has_control(t) == (checks._CONTROL.search(t) is not None), repr(t)
+
+
 def test_distinct_sketch_is_exact_below_k_and_merges_like_one_pass():
     import numpy as np
 
