@@ -248,6 +248,79 @@ def test_near_sample_past_its_bound_merges_like_one_pass_and_estimates():
     assert (counts % 3 == 0).all()
 
 
+@pytest.mark.parametrize("verify", [0.5, 0.0])
+def test_signer_reuses_signatures_of_exact_duplicates_and_equals_dedup(verify):
+    """Signer.batch gives MinHasher.batch's arrays exactly, for exact duplicates inside a
+    batch and across batches, after evictions (a bound of 7 texts), for empty, short and
+    CJK texts (whose key does not fix their signature), with and without --verify bytes."""
+    import numpy as np
+
+    from llmtk.dedup.config import DedupConfig
+    from llmtk.dedup.minhash import MinHasher
+    from llmtk.inspect.dups import Signer
+
+    docs, _ = corpus()
+    pool = [d["text"] for d in docs[:40]] + [
+        "", " ", "a b", "Hello, World!", "hello world", "训练大模型时 Loss 曲线是判断模型收敛情况",
+        # one normalised text each, two signatures: the unit follows the raw length
+        "・・・・abc def", "abc def", "中文 abc!!!!!!!!!!!!!!!!!!!!", "中文 abc"]
+    rng = random.Random(3)
+    texts = [rng.choice(pool) for _ in range(400)]
+    config = DedupConfig(verify=verify)
+    hasher, reusing, tiny = MinHasher(config), Signer(config), Signer(config, limit=7)
+    for s in range(0, len(texts), 37):
+        chunk = texts[s:s + 37]
+        want = hasher.batch(chunk)
+        for got in (reusing.batch(chunk), tiny.batch(chunk)):
+            for name in ("exact", "bands", "shingles", "first"):
+                assert np.array_equal(getattr(got, name), getattr(want, name)), name
+                assert getattr(got, name).dtype == getattr(want, name).dtype
+            assert (got.low is None) == (want.low is None)
+            assert want.low is None or np.array_equal(got.low, want.low)
+    # One signature per normalised text without CJK ("" and " ", "Hello, World!" and
+    # "hello world", "abc def" twice); none kept for texts with CJK characters.
+    assert len(reusing.slot_of) == len(pool) - 3 - 3
+    assert len(tiny.slot_of) == 7
+
+
+def test_secret_scans_find_what_their_slower_forms_find():
+    """scrub_secrets returns early when its one scan finds nothing: that scan must find
+    every text in which the joint scan or the keyword scan finds something; and the
+    keywords present are those a test per keyword finds."""
+    from llmtk.text import secrets
+
+    joints = ['"AKIA12" + "34"', "'ab' 'cd'", '"ab" . "cd"', '"ab" .. "cd"', '"ab" & "cd"',
+              '"ab"\n  "cd"', '"ab" +\\\n "cd"', "x = 'a=' + 'b'"]
+    others = ["plain prose", '"Hello " + "world"', "'a' b 'c'", '"ab", "cd"', "", "it's 'x'"]
+    texts = [f"see {k} here" for k in secrets._keywords(None)] + joints + others
+    for only in (None, frozenset({"PASSWORD"}), frozenset({"AWS_KEY", "JWT"})):
+        for text in texts:
+            found = (secrets._JOINT.search(text) is not None
+                     or secrets._any_keyword(only).search(text) is not None)
+            assert (secrets._anything(only).search(text) is not None) == found, (only, text)
+    assert all(secrets._JOINT.search(t) for t in joints)
+    assert not any(secrets._anything(None).search(t) for t in others)
+    # present_keywords (one scan, keywords tested at their anchors) = a test per keyword:
+    # keywords inside keywords, at the very start, overlapping, in every rule selection.
+    rng = random.Random(5)
+    words = [*secrets._keywords(None), "a", "ss", "w", "_", " ", "PASSWORD=", "sk-", "hooks"]
+    texts += ["assword=", "PWD=x", "pwd", "ASSWORD=ASSW", "xoxox", "sk_live_sk_test_"]
+    texts += ["".join(rng.choice(words) for _ in range(rng.randrange(1, 6))) for _ in range(300)]
+    for only in (None, frozenset({"PASSWORD"}), frozenset({"AWS_KEY", "JWT"})):
+        for text in texts:
+            want = {k for k in secrets._keywords(only) if k in text}
+            assert secrets.present_keywords(text, only) == want, (only, text)
+
+
+def test_control_characters_found_as_the_regex_finds_them():
+    from llmtk.inspect import checks
+
+    texts = [chr(c) for c in range(0x200)] + [f"a{chr(c)}b\n\tc\r" for c in range(0x100)] + [
+        "", "plain\ttext\r\n", "caf\u00e9\x07", "\ud800 lone surrogate", "x" * 50 + "\x1f"]
+    for t in texts:
+        assert checks.has_control(t) == (checks._CONTROL.search(t) is not None), repr(t)
+
+
 def test_distinct_sketch_is_exact_below_k_and_merges_like_one_pass():
     import numpy as np
 

@@ -116,11 +116,36 @@ def run_command(
         cleaner = Cleaner(CleanConfig(), dry_run=True)
         cleaner.load()
     stream = dataclasses.replace(stream, output=output)
+    _keep_freed_memory()
     with StreamRun("inspect", stream, outputs_also=[("--report", report)]) as run:
         profile = scan(run, settings, tokenizer=tok, langid=langid, sample=fraction,
                        cleaner=cleaner)
         result = _finish(profile, run, report)
     _show(result, json_out, stream.quiet)
+
+
+def _keep_freed_memory() -> None:
+    """Have glibc keep freed memory for the next batch instead of handing it back.
+
+    Every batch allocates ~10 MB of numpy temporaries (dedup's normaliser and signature
+    blocks); by default glibc maps the large ones afresh and trims the heap after them,
+    so each batch faults its pages in again: ~75,000 page faults on the 4x benchmark
+    corpus, ~25,000 with these two settings. Peak memory stays the same (the heap keeps
+    at most 64 MiB it could have returned, which the next batch reuses). Setting only
+    one of the two is worse than neither: each turns off glibc's own adjustment.
+    Elsewhere than glibc, nothing changes."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl has it; others may not)
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
+    mallopt(m_mmap_threshold, 32 << 20)  # glibc's most: HEAP_MAX_SIZE / 2
+    mallopt(m_trim_threshold, 64 << 20)
 
 
 def _finish(profile, run, report):

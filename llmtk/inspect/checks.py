@@ -25,6 +25,9 @@ _MOJIBAKE = re.compile(
 )
 # C0 controls but tab, newline and carriage return; DEL; C1 controls.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# The ASCII bytes that are not such controls: deleting them from an ASCII text leaves its
+# controls (bytes.translate, ~3x faster than the regex scan on docstrings).
+_NOT_CONTROL = bytes(b for b in range(128) if not _CONTROL.match(chr(b)))
 LONG_LINE = 10_000  # characters in one line: minified code, a table dumped on one line
 NEAR_EMPTY = 20  # non-space characters: fewer than this is a near-empty document
 
@@ -48,13 +51,20 @@ def broken(text: str, html: bool | None = None) -> list[str]:
             out.append("mojibake")
         if "\ufffd" in text:
             out.append("replacement_char")
-    if _CONTROL.search(text):
+    if has_control(text, ascii_only):
         out.append("control_chars")
     if len(text) > LONG_LINE and _longest_line(text) > LONG_LINE:
         out.append("long_line")
     if len(text) < NEAR_EMPTY * 8 and len("".join(text.split())) < NEAR_EMPTY:
         out.append("near_empty")
     return out
+
+
+def has_control(text: str, ascii_only: bool | None = None) -> bool:
+    """Does text hold a control character (_CONTROL)? ascii_only: text.isascii(), if known."""
+    if text.isascii() if ascii_only is None else ascii_only:
+        return bool(text.encode("ascii").translate(None, _NOT_CONTROL))
+    return _CONTROL.search(text) is not None
 
 
 def _longest_line(text: str) -> int:

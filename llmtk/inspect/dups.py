@@ -35,6 +35,142 @@ if TYPE_CHECKING:
 SAMPLE_DOCS = 1 << 16  # ~260 bytes each: 17 MiB of signatures; dedup's index over them ~70 MiB
 _SALT = 0x2545F4914F6CDD1D
 TOP_CLUSTERS = 10
+KNOWN_TEXTS = 1 << 14  # signatures kept for reuse: ~200 bytes each + the key dict, ~5 MiB
+
+
+class Signer:
+    """dedup's signature pass (`MinHasher.batch`: the same exact keys, band keys, shingle
+    counts, --verify bytes and first values), computed once per distinct normalised text.
+
+    Documents with the same exact key have the same normalised text. Without a CJK
+    character (the normaliser counts them) their unit is words whatever the raw text, so
+    they have the same shingles and signature: an exact duplicate of a recent such text
+    (one of the last `limit` distinct ones) copies that text's signature instead of
+    shingling and hashing it again. A text with CJK characters is always signed: its
+    unit (word or character) depends on its raw length, which normalisation changes
+    ("・・abc" and "abc" share a key, not a signature). The normaliser and the exact key
+    run for every document."""
+
+    def __init__(self, config: DedupConfig, limit: int = KNOWN_TEXTS) -> None:
+        from llmtk.dedup.stream import hasher_for
+
+        self.hasher = hasher_for(config)
+        self.verify = bool(config.verify)
+        self.limit = limit
+        self.slot_of: dict[int, int] = {}  # exact key -> its slot in the arrays below
+        self.keys: list[int] = []  # slot -> exact key, to evict the oldest (round robin)
+        self.next = 0  # the next slot to fill
+        p = config.permutations if self.verify else 0
+        self.known = _rows(0, config.bands, p)  # bands, shingles, low, first per slot
+
+    def batch(self, texts: list[str]) -> Batch:
+        import numpy as np
+
+        from llmtk.dedup.normalise import text_key
+
+        normalised, cjk = self.hasher.normalise.batch(texts)
+        exact = np.fromiter(map(text_key, normalised), np.uint64, len(texts))
+        src, sign, reusable = self._plan(exact.tolist(), cjk.tolist())
+        sign = np.array(sign, np.int64)
+        fresh = self._sign(texts, normalised, cjk, exact, sign)
+        if len(sign) == len(texts):  # every text signed, in order: the batch as dedup's
+            self._remember(fresh, reusable)
+            return fresh
+        src = np.array(src, np.int64)
+        out = _rows(len(texts), fresh.bands.shape[1], fresh.low.shape[1] if self.verify else 0)
+        new = np.flatnonzero(src < 0)
+        _copy(out, new, fresh, -1 - src[new])
+        old = np.flatnonzero(src >= 0)
+        _copy(out, old, self.known, src[old])
+        self._remember(fresh, reusable)  # after the copies: it may evict the slots just read
+        out.exact = exact
+        if not self.verify:
+            out.low = None
+        return out
+
+    def _plan(self, keys: list[int], cjk: list[int]) -> tuple[list[int], list[int], list[bool]]:
+        """Where each document's signature comes from: a known slot (>= 0) or row r of the
+        texts to sign (-1 - r); the documents to sign; whether each of those is reusable."""
+        get = self.slot_of.get
+        new: dict[int, int] = {}  # exact key -> its row among the texts to sign
+        src, sign, reusable = [], [], []
+        for i, (key, c) in enumerate(zip(keys, cjk, strict=True)):
+            if c == 0:
+                slot = get(key)
+                if slot is not None:
+                    src.append(slot)
+                    continue
+                row = new.get(key)
+                if row is None:
+                    row = new[key] = len(sign)
+                    sign.append(i)
+                    reusable.append(True)
+            else:
+                row = len(sign)
+                sign.append(i)
+                reusable.append(False)
+            src.append(-1 - row)
+        return src, sign, reusable
+
+    def _sign(self, texts, normalised, cjk, exact, rows) -> Batch:
+        """MinHasher.batch's signature part for texts[rows], from their normalised forms."""
+        import numpy as np
+
+        from llmtk.dedup.minhash import Batch
+
+        h = self.hasher
+        pick = rows.tolist()
+        x, counts = h.batch_shingles([texts[i] for i in pick], [normalised[i] for i in pick],
+                                     cjk[rows])
+        sig = h.signatures_flat(x, counts)  # (D, P)
+        bands = h.band_keys(sig)
+        bands[counts == 0] = 0  # no shingles, no band keys
+        low = (sig & np.uint64(0xFF)).astype(np.uint8) if self.verify else None
+        return Batch(exact[rows], bands, counts, low, sig[:, 0].copy())
+
+    def _remember(self, fresh: Batch, reusable: list[bool]) -> None:
+        """Keep the reusable new texts' signatures in the next slots, evicting the oldest."""
+        import numpy as np
+
+        rows = np.flatnonzero(np.array(reusable, bool))[-self.limit :]
+        keys = fresh.exact[rows].tolist()
+        slots = (self.next + np.arange(len(keys))) % self.limit
+        self.next = (self.next + len(keys)) % self.limit
+        if len(keys) and int(slots.max()) >= len(self.known):
+            self._grow(int(slots.max()) + 1)
+        for slot, key in zip(slots.tolist(), keys, strict=True):
+            if slot < len(self.keys):
+                del self.slot_of[self.keys[slot]]
+                self.keys[slot] = key
+            else:
+                self.keys.append(key)
+            self.slot_of[key] = slot
+        _copy(self.known, slots, fresh, rows)
+
+    def _grow(self, need: int) -> None:
+        size = min(self.limit, max(need, 2 * len(self.known)))
+        bigger = _rows(size, self.known.bands.shape[1], self.known.low.shape[1])
+        _copy(bigger, slice(0, len(self.known)), self.known, slice(None))
+        self.known = bigger
+
+
+def _rows(n: int, bands: int, low: int) -> Batch:
+    """An empty Batch of n rows to fill (exact keys all 0)."""
+    import numpy as np
+
+    from llmtk.dedup.minhash import Batch
+
+    return Batch(np.zeros(n, np.uint64), np.zeros((n, bands), np.uint64),
+                 np.zeros(n, np.int64), np.zeros((n, low), np.uint8), np.zeros(n, np.uint64))
+
+
+def _copy(dst: Batch, at, src: Batch, rows) -> None:
+    """dst's rows `at` = src's rows `rows` (all but the exact keys)."""
+    dst.bands[at] = src.bands[rows]
+    dst.shingles[at] = src.shingles[rows]
+    dst.first[at] = src.first[rows]
+    if src.low is not None and dst.low is not None:
+        dst.low[at] = src.low[rows]
 
 
 def sample_hash(first: np.ndarray) -> np.ndarray:

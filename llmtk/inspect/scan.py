@@ -17,7 +17,7 @@ from llmtk.clean.extract import Extract
 from llmtk.dedup.config import DedupConfig
 from llmtk.errors import DataError
 from llmtk.inspect import checks
-from llmtk.inspect.dups import NearSample
+from llmtk.inspect.dups import NearSample, Signer
 from llmtk.inspect.sketch import Capped, Distinct, Examples, Histogram
 from llmtk.io.record import Doc as Record
 from llmtk.io.shard import RECORD_BITS, RECORD_MASK
@@ -67,6 +67,7 @@ class Profile:
         self.would_drop: Counter[str] = Counter()  # clean's reason -> documents (--quality)
         self.inputs: list[str] = []  # the whole input list (identities refer to it)
         self.shard = (0, 1)
+        self._signer: Signer | None = None  # made on the first batch (merges need none)
 
     # -- one batch of documents ---------------------------------------------
 
@@ -74,8 +75,6 @@ class Profile:
         """identity: (D,) uint64 document identities (llmtk.io.shard); cleaner: clean's
         Cleaner in dry-run mode, for the share each of its rules would drop."""
         import numpy as np
-
-        from llmtk.dedup.stream import hasher_for
 
         stored = [d.text for d in docs]
         ids = [d.id for d in docs]
@@ -96,16 +95,19 @@ class Profile:
         self.lengths["characters"].add(chars)
         self.lengths["words"].add(words)
         self.lengths["tokens"].add(tokens)
-        batch = hasher_for(self.config).batch(stored)
+        if self._signer is None:
+            self._signer = Signer(self.config)
+        batch = self._signer.batch(stored)
         self.exact.add(batch.exact)
         self.near.add(batch, identity, ids)
+        who, counts = identity.tolist(), tokens.tolist()  # Python ints, converted at once
         for k, (doc, text) in enumerate(zip(docs, texts, strict=True)):
             html = pages[k] and not declares_html(doc.data)
             if pages[k] and not html:
                 self.web_pages += 1
             elif not pages[k]:
                 html = checks.html_left(text)
-            self._document(doc, text, html, int(identity[k]), int(tokens[k]), langid)
+            self._document(doc, text, html, who[k], counts[k], langid)
             if cleaner is not None:
                 self._quality(doc, cleaner)
 

@@ -72,8 +72,11 @@ def _line_of(text: str, start: int, end: int, near: int = 0) -> str:
 # Where code splits one string into several: "AKIA12" + "34", "ab" "cd" (C, Python),
 # "ab" . "cd" (PHP, Perl), "ab" .. "cd" (Lua), "ab" & "cd" (VB), across a line break too.
 # Only a joint between token characters can split a token (not `"Hello " + "world"`).
-_JOINT = re.compile(r"""(["'])(?<=[\w+/=.-]["'])[ \t]*(?:\+|\.\.?|&)?[ \t]*"""
-                    r"""(?:\\?\r?\n[ \t]*(?:\+|\.\.?|&)?[ \t]*)?\1(?=[\w+/=.-])""")
+_BETWEEN = r"""[ \t]*(?:\+|\.\.?|&)?[ \t]*(?:\\?\r?\n[ \t]*(?:\+|\.\.?|&)?[ \t]*)?"""
+_JOINT = re.compile(rf"""(["'])(?<=[\w+/=.-]["']){_BETWEEN}\1(?=[\w+/=.-])""")
+# The same joints, one alternative per quote character (no group, no backreference), so
+# that `_anything` can start every alternative with a literal.
+_JOINT_EITHER = "|".join(rf"{q}(?<=[\w+/=.-]{q}){_BETWEEN}{q}(?=[\w+/=.-])" for q in "\"'")
 _WINDOW = 600  # characters either side of a joint that a split secret can reach
 
 
@@ -141,16 +144,46 @@ def _any_keyword(only: frozenset[str] | None) -> re.Pattern:
     return re.compile("|".join(alternatives) or "(?!)")
 
 
+@cache
+def _anything(only: frozenset[str] | None) -> re.Pattern:
+    """Where a joint or a keyword of the selected rules occurs: one scan that tells that
+    `scrub_secrets` has nothing to do (most texts), instead of the joint scan and then the
+    keyword scan (~1.4x faster on docstrings, where most texts hold a quote)."""
+    return re.compile(f"{_any_keyword(only).pattern}|{_JOINT_EITHER}")
+
+
+@cache
+def _by_anchor(only: frozenset[str] | None) -> dict[str, tuple[tuple[str, int], ...]]:
+    """Character -> the selected keywords anchored at it, each with the anchor's index."""
+    groups: dict[str, list[tuple[str, int]]] = {}
+    for k in _keywords(only):
+        i = _anchor(k)
+        groups.setdefault(k[i], []).append((k, i))
+    return {c: tuple(ks) for c, ks in groups.items()}
+
+
 def present_keywords(text: str, only: frozenset[str] | None = None) -> set[str]:
-    """The keywords of the selected rules that occur in `text` (the set `k in text` gives)."""
-    if _any_keyword(only).search(text) is None:
-        return set()
-    return {k for k in _keywords(only) if k in text}
+    """The keywords of the selected rules that occur in `text` (the set `k in text` gives).
+
+    Every occurrence of a keyword is a match of `_any_keyword` at its anchor character
+    (one character wide, so none is skipped); the keywords anchored at that character
+    are then tested there. One scan, where a test per keyword (47) scanned the text 47
+    times."""
+    found: set[str] = set()
+    anchored = _by_anchor(only)
+    for m in _any_keyword(only).finditer(text):
+        at = m.start()
+        for k, i in anchored[text[at]]:
+            if at >= i and text.startswith(k, at - i):
+                found.add(k)
+    return found
 
 
 def scrub_secrets(text: str, only: frozenset[str] | None = None) -> tuple[str, dict[str, int]]:
     """(text with secrets replaced by <KIND>, {kind: count}); `only` limits the kinds."""
     counts: dict[str, int] = {}
+    if _anything(only).search(text) is None:  # no joint, no keyword: no rule can match
+        return text, counts
     # split secrets first: the first half of one can be a whole token's shape by itself
     text = _scrub_split(text, only, counts)
     present = present_keywords(text, only)
