@@ -20,15 +20,14 @@ another type is never extracted.
 
 from __future__ import annotations
 
-import html as htmllib
 import re
 from dataclasses import dataclass
 
 from llmtk.text.html import looks_like_html_page
 
 METHODS = ("resiliparse", "trafilatura", "none")
-_MATH_SCRIPT = re.compile(r"<script[^>]*type\s*=\s*[\"']math/tex(;\s*mode=display)?[\"'][^>]*>"
-                          r"(.*?)</script>", re.I | re.S)
+# MathJax 2's TeX sources (`<script type="math/tex">`, `math/tex; mode=display`)
+_MATH_SCRIPT = 'script[type^="math/tex" i]'
 # Page furniture that its markup names: HTML5 elements, ARIA roles and the navigation of
 # the documentation generators (DocBook, Sphinx, MediaWiki), removed before rendering with
 # one C query. A hint, not the rule: what decides the main text is the text itself
@@ -68,13 +67,16 @@ MAIN = ("article", "main", "[role=main]", "[itemprop=articleBody]") + tuple(
     f"[class*={word} i]" for word in (
         "article-body", "article-content", "post-content", "entry-content", "story-body"))
 _MAIN = ", ".join(MAIN)
-_MARKS = re.compile("[\x02-\x05]")
+_MARK_CHARS = "\x02\x03\x04\x05"
+_MARKS = re.compile(f"[{_MARK_CHARS}]")
 # Code listings whose lines are elements of their own (Doxygen's fragments), made <pre>.
 _CODE_LINES = "div.fragment"
 # Rendered copies of math next to its source: KaTeX's HTML, MathJax's previews and output
 # (they hold glyphs, not the formula's text); the MathML or script beside them is kept.
 _RENDERED = (".katex-html, .MathJax_Preview, .MathJax, .MathJax_Display, .MathJax_SVG, "
              "mjx-container > :not(mjx-assistive-mml)")
+# what _rewrite rewrites: any of it on a page
+_SPECIAL = ", ".join((_CODE_LINES, _MATH_SCRIPT, _RENDERED, "math"))
 
 
 @dataclass(frozen=True)
@@ -129,14 +131,10 @@ def _prepare(page: str, hints: bool = False):
 
     from llmtk.clean.density import HINT_END, HINT_START, MAIN_END, MAIN_START
 
-    if hints and _MARKS.search(page):  # the marks are ours alone
+    # the marks are ours alone (one `in` a character: a regex scan of a page costs more
+    # than its parse)
+    if hints and any(c in page for c in _MARK_CHARS):
         page = _MARKS.sub("", page)
-
-    # one scan for the common case of no math ("math" is in "<math" and "math/tex";
-    # MathJax 3's output elements carry the class "MathJax")
-    maybe_math = "math" in page or "MathJax" in page or "katex" in page
-    if maybe_math and "math/tex" in page:  # MathJax 2 sources, before parsing
-        page = _MATH_SCRIPT.sub(_script_math, page)
     tree = HTMLTree.parse(page)
     body = tree.body
     if body is None:
@@ -144,9 +142,10 @@ def _prepare(page: str, hints: bool = False):
     for node in body.query_selector_all(_BOILERPLATE).values():
         if node.parent is not None:
             node.parent.remove_child(node)
-    if "fragment" in page:  # (a query walks the whole tree)
-        for node in body.query_selector_all(_CODE_LINES).values():
-            _as_pre(tree, node)
+    # one walk finds whether the page has math or code listings to rewrite (cheaper than
+    # searching the page's text for them)
+    if body.query_selector(_SPECIAL) is not None:
+        _rewrite(tree, body)
     if hints:
         # (values(): indexing the node list runs the query again for each item)
         for node in body.query_selector_all(_HINTS).values():
@@ -157,17 +156,28 @@ def _prepare(page: str, hints: bool = False):
         for node in body.query_selector_all(_MAIN).values():
             node.prepend(tree.create_text_node(MAIN_START))
             node.append(tree.create_text_node(MAIN_END))
-    if maybe_math:
-        for node in body.query_selector_all(_RENDERED).values():
-            if node.parent is not None:
-                node.parent.remove_child(node)
-        for node in body.query_selector_all("math").values():
-            tex = _latex_of(node)
-            display = node.getattr("display") == "block"
-            text = f"$${tex}$$" if display else f"${tex}$"
-            if node.parent is not None:
-                node.parent.replace_child(tree.create_text_node(text), node)
     return tree
+
+
+def _rewrite(tree, body) -> None:
+    """Code listings made <pre>, math made LaTeX text, its rendered copies removed."""
+    for node in body.query_selector_all(_CODE_LINES).values():
+        _as_pre(tree, node)
+    for node in body.query_selector_all(_MATH_SCRIPT).values():  # MathJax 2's sources
+        if node.parent is not None:
+            tex = node.text.strip()
+            display = "mode=display" in (node.getattr("type") or "").replace(" ", "").lower()
+            text = f"$${tex}$$" if display else f"${tex}$"
+            node.parent.replace_child(tree.create_text_node(text), node)
+    for node in body.query_selector_all(_RENDERED).values():
+        if node.parent is not None:
+            node.parent.remove_child(node)
+    for node in body.query_selector_all("math").values():
+        tex = _latex_of(node)
+        display = node.getattr("display") == "block"
+        text = f"$${tex}$$" if display else f"${tex}$"
+        if node.parent is not None:
+            node.parent.replace_child(tree.create_text_node(text), node)
 
 
 def _as_pre(tree, node) -> None:
@@ -180,12 +190,6 @@ def _as_pre(tree, node) -> None:
     # query for the lines would cost more than the rest of the page)
     pre.append_child(tree.create_text_node(node.text))
     node.parent.replace_child(pre, node)
-
-
-def _script_math(m: re.Match) -> str:
-    tex = m.group(2).strip()
-    wrapped = f"$${tex}$$" if m.group(1) else f"${tex}$"
-    return f"<span>{htmllib.escape(wrapped, quote=False)}</span>"
 
 
 def _latex_of(node) -> str:
