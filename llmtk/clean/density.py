@@ -59,7 +59,8 @@ _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width
 HINT_START, HINT_END = "\x02", "\x03"
 # where an element that llmtk.clean.extract.MAIN names (an article body) starts and ends
 MAIN_START, MAIN_END = "\x04", "\x05"
-_TOKEN = re.compile(r"<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n|[\x02-\x05]")
+# (a run of newlines is one token: a page's rendering is a third blank lines)
+_TOKEN = re.compile(r"<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n+|[\x02-\x05]")
 _ELEMENT_MARKS = frozenset((HINT_START, HINT_END, MAIN_START, MAIN_END))
 # a run of spaces inside a line of prose (&nbsp;&nbsp;, table cells' tabs): one space
 _INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
@@ -102,11 +103,11 @@ def blocks(rendered: str) -> list[Block]:
     stack: list[int] = []  # the hinted elements open here
     mains: list[int] = []  # the article-body elements open here
     for m in _TOKEN.finditer(rendered):
-        seg = rendered[pos:m.start()]
-        pos = m.end()
-        if seg:
+        start = m.start()
+        if start > pos:
+            seg = rendered[pos:start]
             block.parts.append(seg)
-            n = len(seg.strip().encode())
+            n = _size(seg)
             if n and not block.chars:
                 if stack and not in_pre:  # (code is content)
                     block.hints = tuple(stack)
@@ -114,25 +115,27 @@ def blocks(rendered: str) -> list[Block]:
             block.chars += n
             if in_link:
                 block.links += n
+        pos = m.end()
         token = m.group(0)
-        if token in _ELEMENT_MARKS:  # an article-body or a hinted element opens or closes
+        first = token[0]
+        if first == "\n":
+            if in_pre:
+                block.parts.append(token)
+                continue
+            in_link = False  # a link never reaches past its block (nor does a bad one)
+            if block.parts:
+                out.append(block)
+                block = Block(len(token) > 1)  # (a blank line before it)
+            else:
+                block.gap = True
+            continue
+        if first != "<":  # an article-body or a hinted element opens or closes
             marked = mains if token in (MAIN_START, MAIN_END) else stack
             if token in (MAIN_START, HINT_START):
                 count += 1  # each marked element gets its own number
                 marked.append(count)
             elif marked:
                 marked.pop()
-            continue
-        if token == "\n":
-            if in_pre:
-                block.parts.append("\n")
-                continue
-            in_link = False  # a link never reaches past its block (nor does a bad one)
-            if block.parts:
-                out.append(block)
-                block = Block(False)
-            else:
-                block.gap = True
             continue
         closing, tag = m.group(1), m.group(2)
         if tag == "a":
@@ -155,7 +158,7 @@ def blocks(rendered: str) -> list[Block]:
     seg = rendered[pos:]
     if seg:
         block.parts.append(seg)
-        n = len(seg.strip().encode())
+        n = _size(seg)
         if n and not block.chars:
             if stack and not in_pre:
                 block.hints = tuple(stack)
@@ -166,6 +169,12 @@ def blocks(rendered: str) -> list[Block]:
     for b in out:
         b.seal()
     return out
+
+
+def _size(seg: str) -> int:
+    """The UTF-8 length of a piece of text without its outer spaces (most are ASCII)."""
+    seg = seg.strip()
+    return len(seg) if seg.isascii() else len(seg.encode())
 
 
 def _drop_mark(block: Block, start: int, href: str) -> None:

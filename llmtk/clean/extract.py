@@ -77,8 +77,9 @@ _CODE_LINES = "div.fragment"
 # (they hold glyphs, not the formula's text); the MathML or script beside them is kept.
 _RENDERED = (".katex-html, .MathJax_Preview, .MathJax, .MathJax_Display, .MathJax_SVG, "
              "mjx-container > :not(mjx-assistive-mml)")
-# what _rewrite rewrites: any of it on a page
-_SPECIAL = ", ".join((_CODE_LINES, _MATH_SCRIPT, _RENDERED, "math"))
+# whether a page has any of what _rewrite rewrites (or a little more: a cheaper query)
+_SPECIAL = ", ".join((_CODE_LINES, _MATH_SCRIPT, "math", "[class*=MathJax]", ".katex-html",
+                      "mjx-container"))
 
 
 @dataclass(frozen=True)
