@@ -271,3 +271,38 @@ def test_hinted_furniture_inside_the_stretch_goes_and_control_marks_are_harmless
     assert "Share this" not in text
     assert ARTICLE[0] in text and ARTICLE[-1] in text
     assert "\x02" not in text and "\x03" not in text
+
+
+def test_an_article_inside_an_aside_is_kept():
+    from llmtk.clean.extract import extract
+
+    # (as on a real German news site: the whole story in an `aside`; a markup name is a
+    # hint, so the text decides)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    page = (f"<!DOCTYPE html><html><body><nav>{LINKS}</nav><main><aside class=story>"
+            f"<h1>Council expands bus network</h1>{body}</aside>"
+            f"<aside class=more><ul>{RELATED}</ul></aside></main></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "Another headline" not in text and "Section 3" not in text
+
+
+def test_when_every_paragraph_lies_in_a_hinted_element_the_hints_say_nothing():
+    from llmtk.clean.extract import extract
+
+    # a layout class naming the sidebar on the wrapper and on the content column (as
+    # Drupal themes write them): no paragraph is outside a hinted element
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    # (and the sidebar holds a third of the prose: the content column is no majority)
+    side = "".join(f"<p>{s} Subscribe to our weekly letter, it is free to read.</p>" for s in (
+        "Our letter brings the week's council news to you.",
+        "Readers tell us the letter is the best part of the week.",
+        "The letter has the week's roadworks and timetable changes."))
+    page = (f"<!DOCTYPE html><html><body><div class=page-with-sidebar>"
+            f"<div class=hd-x>{LINKS}</div>"
+            f"<div class=content-beside-sidebar><h1>Council expands bus network</h1>{body}"
+            f"</div><div class=region-sidebar><ul>{RELATED}</ul>{side}</div>"
+            f"</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "Another headline" not in text and "Section 3" not in text

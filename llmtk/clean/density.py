@@ -215,11 +215,17 @@ def main_text(rendered: str) -> str:
         return ""
     ws = [weight(b) for b in bs]
     hinted = _hinted(bs, ws)
-    ws = [0.0 if h and w > 0 else w for h, w in zip(hinted, ws, strict=True)]
-    drop = _dropped(bs, ws, hinted)
+    unhinted = [0.0 if h and w > 0 else w for h, w in zip(hinted, ws, strict=True)]
     # a page is read as prose when one block is a full paragraph; short sentences alone
     # (a reference page's one-line descriptions) are too weak to choose a stretch by
-    prose = any(w >= GOOD_CHARS and b.kind != "pre" for b, w in zip(bs, ws, strict=True))
+    prose = _prose(bs, unhinted)
+    if not prose and _prose(bs, ws):
+        # every paragraph lies in a hinted element (a layout class such as "one-sidebar"
+        # on the page's wrapper, the article in an `aside`): here the names say nothing
+        hinted, prose = [False] * len(bs), True
+    else:
+        ws = unhinted
+    drop = _dropped(bs, ws, hinted)
     if prose:
         first, last = _main_span(bs, ws)
         chosen = _stretches(ws, first, last + 1, 0.0)
@@ -239,6 +245,11 @@ def main_text(rendered: str) -> str:
             lines.append("")
         lines.append(text)
     return "\n".join(lines)
+
+
+def _prose(bs: list[Block], ws: list[float]) -> bool:
+    """Whether a block (not code) weighs as a full paragraph."""
+    return any(w >= GOOD_CHARS and b.kind != "pre" for b, w in zip(bs, ws, strict=True))
 
 
 def _dropped(bs: list[Block], ws: list[float], hinted: list[bool]) -> set[int]:

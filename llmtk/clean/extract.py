@@ -32,9 +32,10 @@ _MATH_SCRIPT = 'script[type^="math/tex" i]'
 # the documentation generators (DocBook, Sphinx, MediaWiki), removed before rendering with
 # one C query. A hint, not the rule: what decides the main text is the text itself
 # (llmtk.clean.density), which also finds the furniture no markup names, so the generic
-# class names (menu, share, footer, sidebar, ...) are left to it.
+# class names (menu, share, footer, sidebar, ...) are left to it. (`aside` is only a hint,
+# below: some sites put the whole article in one.)
 BOILERPLATE = (
-    "nav", "aside", "body > header", "body > footer", "[role=navigation]", "[role=banner]",
+    "nav", "body > header", "body > footer", "[role=navigation]", "[role=banner]",
     "[role=contentinfo]", "[role=search]", ".navheader", ".navfooter", ".toc", "#toc",
     ".sphinxsidebar", "#mw-navigation", "#mw-panel", "#catlinks", ".mw-editsection", ".navbox",
     "#titlearea", ".navpath",  # Doxygen's project header and breadcrumb
@@ -56,7 +57,7 @@ HINTS = tuple(f"[class*={word} i]:not(a)" for word in (
     "promo", "cookie", "footer", "sidebar", "byline", "author", "caption", "credit",
     "gallery", "carousel", "slideshow", "popular", "tags", "hidden",
 )) + (
-    "figcaption", "[hidden]", "[aria-hidden=true]", "[role=dialog]", "[role=alert]",
+    "aside", "figcaption", "[hidden]", "[aria-hidden=true]", "[role=dialog]", "[role=alert]",
     "[role=complementary]", "[id=header i]", "[style*=\"display:none\" i]",
     "[style*=\"display: none\" i]",
 )  # (not <a>: DocBook's anchors carry ids made of section titles, "_sharing_copying";
