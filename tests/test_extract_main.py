@@ -277,8 +277,8 @@ def test_an_article_inside_an_aside_is_kept():
     from llmtk.clean.extract import extract
 
     # (as on a real German news site: the whole story in an `aside`; a markup name is a
-    # hint, so the text decides)
-    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    # hint, so the text decides; a short aside, a sidebar's box, is still removed)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE * 2)
     page = (f"<!DOCTYPE html><html><body><nav>{LINKS}</nav><main><aside class=story>"
             f"<h1>Council expands bus network</h1>{body}</aside>"
             f"<aside class=more><ul>{RELATED}</ul></aside></main></body></html>")
@@ -306,3 +306,22 @@ def test_when_every_paragraph_lies_in_a_hinted_element_the_hints_say_nothing():
     text = extract(page)
     assert ARTICLE[0] in text and ARTICLE[-1] in text
     assert "Another headline" not in text and "Section 3" not in text
+
+
+def test_class_words_in_layout_article_and_label_names_are_no_hint():
+    from llmtk.clean.extract import extract
+
+    # (as on real pages: a sidebar layout's row, a Drupal article "promoted" to the front
+    # page, its body field with the label hidden; and a long cookie notice outside them)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    notice = "".join(f"<p>{s} We use cookies to measure how this site is read and to show "
+                     "you offers, and you can refuse them in the settings.</p>"
+                     for s in ("Your privacy matters.", "About cookies.", "Your choice."))
+    page = (f"<!DOCTYPE html><html><body><div class=cc-x>{notice}</div>"
+            f"<div class='o-row c-fixed-sidebar-layout'><article class='node node--promoted'>"
+            f"<h1>Council expands bus network</h1><div class='field field--label-hidden'>"
+            f"{body}</div></article><div class=col-b><ul>{RELATED}</ul></div></div>"
+            f"</body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "Another headline" not in text

@@ -32,10 +32,12 @@ _MATH_SCRIPT = 'script[type^="math/tex" i]'
 # the documentation generators (DocBook, Sphinx, MediaWiki), removed before rendering with
 # one C query. A hint, not the rule: what decides the main text is the text itself
 # (llmtk.clean.density), which also finds the furniture no markup names, so the generic
-# class names (menu, share, footer, sidebar, ...) are left to it. (`aside` is only a hint,
-# below: some sites put the whole article in one.)
+# class names (menu, share, footer, sidebar, ...) are left to it. An `aside` with at least
+# ASIDE_TEXT characters of text is only a hint (HINTS): some sites write the whole article
+# in one. (Kept as a hint, every aside costs its rendering and its blocks.)
+ASIDE_TEXT = 1000
 BOILERPLATE = (
-    "nav", "body > header", "body > footer", "[role=navigation]", "[role=banner]",
+    "nav", "aside", "body > header", "body > footer", "[role=navigation]", "[role=banner]",
     "[role=contentinfo]", "[role=search]", ".navheader", ".navfooter", ".toc", "#toc",
     ".sphinxsidebar", "#mw-navigation", "#mw-panel", "#catlinks", ".mw-editsection", ".navbox",
     "#titlearea", ".navpath",  # Doxygen's project header and breadcrumb
@@ -47,7 +49,12 @@ _BOILERPLATE = ", ".join(BOILERPLATE)  # one selector, joined once (not per page
 # a prose block inside one weighs nothing when the main stretch is chosen and is kept when
 # the stretch runs through it; its other blocks go; an element that holds most of the
 # page's prose is no hint. They are marked, not removed, so the page is rendered once.
-HINTS = tuple(f"[class*={word} i]:not(a)" for word in (
+# A class word says nothing on an article or main element ("node--promoted"), in a layout
+# class ("c-fixed-sidebar-layout") or in Drupal's "field--label-hidden" (the field's label
+# is hidden, not its text): found on the development half of trafilatura's pages, where
+# each hid a whole article.
+_NOT_HINTS = "a, article, main, [class*=layout i], [class*=label-hidden i]"
+HINTS = tuple(f"[class*={word} i]:not({_NOT_HINTS})" for word in (
     # (each class word costs ~0.02 ms a page, the parse ~0.3 ms: kept are the words whose
     # removal lowered a score on the development halves of the Article Extraction
     # Benchmark, trafilatura's pages or the doc sites; disqus, respond, signup, sponsor,
@@ -144,6 +151,8 @@ def _prepare(page: str, hints: bool = False):
     if body is None:
         return tree
     for node in body.query_selector_all(_BOILERPLATE).values():
+        if node.tag == "aside" and len(node.text) >= ASIDE_TEXT:
+            continue  # (an article written in an aside: left to the hint below)
         if node.parent is not None:
             node.parent.remove_child(node)
     # one walk finds whether the page has math or code listings to rewrite (cheaper than
