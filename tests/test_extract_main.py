@@ -325,3 +325,21 @@ def test_class_words_in_layout_article_and_label_names_are_no_hint():
     text = extract(page)
     assert ARTICLE[0] in text and ARTICLE[-1] in text
     assert "Another headline" not in text
+
+
+def test_a_label_and_a_headline_link_inside_the_story_go_an_index_entry_stays():
+    from llmtk.clean.extract import extract
+
+    paras = [f"<p>{p}</p>" for p in ARTICLE]
+    related = ('<p><strong>Related:</strong> <a href="/news/9">Bus fares: what the new '
+               "routes will cost riders</a></p>")
+    page = (f"<!DOCTYPE html><html><body><div>{''.join(paras[:2])}{related}"
+            f"{''.join(paras[2:])}</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text and "Related" not in text
+    # a list item "name : <link>" (Doxygen's index) is not a label before a headline
+    index = "".join(f'<li>member{i}&#160;:&#160;<a href="f{i}.html">file{i}.cpp</a></li>'
+                    for i in range(3))
+    page = (f"<!DOCTYPE html><html><body><div>{''.join(paras[:2])}<ul>{index}</ul>"
+            f"{''.join(paras[2:])}</div></body></html>")
+    assert "member1\xa0:\xa0file1.cpp" in extract(page)

@@ -68,12 +68,14 @@ _HREF = re.compile(r'href="([^"]*)"')
 
 
 class Block:
-    __slots__ = ("parts", "kind", "chars", "links", "gap", "raw", "sentence", "hints", "mains")
+    __slots__ = ("parts", "plain", "kind", "chars", "links", "gap", "raw", "sentence", "hints",
+                 "mains")
 
     def __init__(self, gap: bool) -> None:
         self.hints: tuple[int, ...] = ()  # the hinted elements it lies in (by number)
         self.mains: tuple[int, ...] = ()  # the article-body elements it lies in
         self.parts: list[str] = []
+        self.plain: list[str] = []  # the parts outside links
         self.kind = ""          # "p", "h", "pre" or "" (any other line)
         self.chars = 0
         self.links = 0
@@ -115,6 +117,8 @@ def blocks(rendered: str) -> list[Block]:
             block.chars += n
             if in_link:
                 block.links += n
+            else:
+                block.plain.append(seg)
         pos = m.end()
         token = m.group(0)
         first = token[0]
@@ -158,6 +162,8 @@ def blocks(rendered: str) -> list[Block]:
     seg = rendered[pos:]
     if seg:
         block.parts.append(seg)
+        if not in_link:
+            block.plain.append(seg)
         n = _size(seg)
         if n and not block.chars:
             if stack and not in_pre:
@@ -304,9 +310,18 @@ def _hinted_span(bs: list[Block], hinted: list[bool]) -> tuple[int, int]:
 
 def _furniture(b: Block) -> bool:
     """Link-dense and no sentence in it (a menu or a list of headlines, not a reference
-    like "see Section 12.1, “Other documentation”"), and not a table row."""
-    return (b.chars > 0 and b.links / b.chars > BAD_LINKS and "\t\t" not in b.raw
-            and not b.sentence)
+    like "see Section 12.1, “Other documentation”"), or a paragraph with no more outside
+    its links than a label ("Related: <headline>", "READ MORE: <headline>"; an index
+    entry "name : <file>" is a list item); not a table row."""
+    if not b.chars or b.links / b.chars <= BAD_LINKS or "\t\t" in b.raw:
+        return False
+    return not b.sentence or (b.kind == "p" and _label("".join(b.plain).strip()))
+
+
+def _label(plain: str) -> bool:
+    """Whether the text outside a block's links is one label: words and a colon."""
+    return (plain.endswith((":", "：")) and _SENTENCE.search(plain[:-1]) is None
+            and any(c.isalpha() for c in plain))
 
 
 def _heading_before(bs: list[Block], first: int, hinted: list[bool]) -> int:
