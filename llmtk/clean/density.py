@@ -15,7 +15,9 @@ text and link density, jusText's length and context, readability's punctuation):
 * a prose block inside an element whose markup names it furniture (llmtk.clean.extract.HINTS:
   comments, share and subscribe boxes, related stories, captions, bylines...) weighs
   nothing, unless that element holds most of the page's prose: the names are a hint, not
-  the rule. The elements are marked in the one rendering (HINT_START/HINT_END).
+  the rule; and when every paragraph lies in a hinted element, the page's hints say
+  nothing (a layout class on its wrapper). The elements are marked in the one rendering
+  (HINT_START/HINT_END).
 
 The main text is the stretch of blocks with the largest sum (and any other stretch that
 weighs at least SECOND of it): short pieces between paragraphs (subheadings, list items,
@@ -23,18 +25,20 @@ code) stay, those before the first and after the last paragraph (titles, bylines
 bars, related stories, footers) go; when an element named as the article's body
 (llmtk.clean.extract.MAIN: `article`, `main`, `itemprop=articleBody`, `entry-content`...)
 holds MAIN_SHARE of the page's prose, the stretch is chosen inside the innermost such
-element. Inside the stretch, link-dense blocks without a sentence and the non-prose blocks
-of hinted elements are dropped. Header-link marks (the `¶` or `#` link to the heading's own
+element. Inside the stretch, link-dense blocks without a sentence (or with no more than a
+label outside their links: "Related: <headline>") and the non-prose blocks of hinted
+elements are dropped. Header-link marks (the `¶` or `#` link to the heading's own
 anchor that Sphinx, MkDocs and others add) are removed anywhere. A page without a full
 paragraph (a listing, a reference page, a short snippet) keeps every block that is not
 furniture between the first and the last block outside the hinted elements (the text
 cannot say where such a page starts and ends; its markup can).
 
 Thresholds were chosen on the development half of the Article Extraction Benchmark's sites,
-the no-prose rule on the development half of the documentation sites (doc_sites.py), and
-checked on the Debian manuals (benchmarks/article_extraction.py, extract_quality.py;
-numbers in docs/clean.md). Lengths are UTF-8 bytes: a CJK character (3 bytes) says about as
-much as a short word, so one threshold serves both kinds of script.
+the no-prose rule on the development half of the documentation sites (doc_sites.py), the
+hint rules and the label rule also on the development half of trafilatura's evaluation
+pages (trafilatura_eval.py), and checked on the Debian manuals (article_extraction.py,
+extract_quality.py; numbers in docs/clean.md). Lengths are UTF-8 bytes: a CJK character
+(3 bytes) says about as much as a short word, so one threshold serves both kinds of script.
 """
 
 from __future__ import annotations
