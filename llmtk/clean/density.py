@@ -63,9 +63,9 @@ _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width
 HINT_START, HINT_END = "\x02", "\x03"
 # where an element that llmtk.clean.extract.MAIN names (an article body) starts and ends
 MAIN_START, MAIN_END = "\x04", "\x05"
-# (a run of newlines is one token: a page's rendering is a third blank lines)
-_TOKEN = re.compile(r"<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n+|[\x02-\x05]")
-_ELEMENT_MARKS = frozenset((HINT_START, HINT_END, MAIN_START, MAIN_END))
+# (a run of newlines is one token: a page's rendering is a third blank lines; the page is
+# split by it in one call, each token followed by its groups: closing slash, tag, attributes)
+_TOKEN = re.compile(r"(<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n+|[\x02-\x05])")
 # a run of spaces inside a line of prose (&nbsp;&nbsp;, table cells' tabs): one space
 _INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
 _HREF = re.compile(r'href="([^"]*)"')
@@ -105,13 +105,13 @@ def blocks(rendered: str) -> list[Block]:
     block = Block(False)
     in_link = in_pre = False
     link_start, link_href = 0, ""
-    pos = count = 0
+    count = 0
     stack: list[int] = []  # the hinted elements open here
     mains: list[int] = []  # the article-body elements open here
-    for m in _TOKEN.finditer(rendered):
-        start = m.start()
-        if start > pos:
-            seg = rendered[pos:start]
+    pieces = _TOKEN.split(rendered)  # text, token, slash, tag, attributes, text, ...
+    for i in range(0, len(pieces) - 1, 5):
+        seg = pieces[i]
+        if seg:
             block.parts.append(seg)
             n = _size(seg)
             if n and not block.chars:
@@ -123,8 +123,7 @@ def blocks(rendered: str) -> list[Block]:
                 block.links += n
             else:
                 block.plain.append(seg)
-        pos = m.end()
-        token = m.group(0)
+        token = pieces[i + 1]
         first = token[0]
         if first == "\n":
             if in_pre:
@@ -145,12 +144,12 @@ def blocks(rendered: str) -> list[Block]:
             elif marked:
                 marked.pop()
             continue
-        closing, tag = m.group(1), m.group(2)
+        closing, tag = pieces[i + 2], pieces[i + 3]
         if tag == "a":
             if not closing:
                 # an anchor without a target (`<a id=…></a>`) is rendered as an empty,
                 # unclosed link: it is not a link
-                href = _HREF.search(m.group(3))
+                href = _HREF.search(pieces[i + 4])
                 link_href = href.group(1) if href else ""
                 in_link, link_start = bool(link_href), len(block.parts)
             elif in_link:
@@ -163,7 +162,7 @@ def blocks(rendered: str) -> list[Block]:
             block.kind = "p"
         elif tag[0] == "h" and tag != "br":
             block.kind = "h"
-    seg = rendered[pos:]
+    seg = pieces[-1]
     if seg:
         block.parts.append(seg)
         if not in_link:
