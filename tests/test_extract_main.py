@@ -271,3 +271,75 @@ def test_hinted_furniture_inside_the_stretch_goes_and_control_marks_are_harmless
     assert "Share this" not in text
     assert ARTICLE[0] in text and ARTICLE[-1] in text
     assert "\x02" not in text and "\x03" not in text
+
+
+def test_an_article_inside_an_aside_is_kept():
+    from llmtk.clean.extract import extract
+
+    # (as on a real German news site: the whole story in an `aside`; a markup name is a
+    # hint, so the text decides; a short aside, a sidebar's box, is still removed)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE * 2)
+    page = (f"<!DOCTYPE html><html><body><nav>{LINKS}</nav><main><aside class=story>"
+            f"<h1>Council expands bus network</h1>{body}</aside>"
+            f"<aside class=more><ul>{RELATED}</ul></aside></main></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "Another headline" not in text and "Section 3" not in text
+
+
+def test_when_every_paragraph_lies_in_a_hinted_element_the_hints_say_nothing():
+    from llmtk.clean.extract import extract
+
+    # a layout class naming the sidebar on the wrapper and on the content column (as
+    # Drupal themes write them): no paragraph is outside a hinted element
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    # (and the sidebar holds a third of the prose: the content column is no majority)
+    side = "".join(f"<p>{s} Subscribe to our weekly letter, it is free to read.</p>" for s in (
+        "Our letter brings the week's council news to you.",
+        "Readers tell us the letter is the best part of the week.",
+        "The letter has the week's roadworks and timetable changes."))
+    page = (f"<!DOCTYPE html><html><body><div class=page-with-sidebar>"
+            f"<div class=hd-x>{LINKS}</div>"
+            f"<div class=content-beside-sidebar><h1>Council expands bus network</h1>{body}"
+            f"</div><div class=region-sidebar><ul>{RELATED}</ul>{side}</div>"
+            f"</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "Another headline" not in text and "Section 3" not in text
+
+
+def test_class_words_in_layout_article_and_label_names_are_no_hint():
+    from llmtk.clean.extract import extract
+
+    # (as on real pages: a sidebar layout's row, a Drupal article "promoted" to the front
+    # page, its body field with the label hidden; and a long cookie notice outside them)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    notice = "".join(f"<p>{s} We use cookies to measure how this site is read and to show "
+                     "you offers, and you can refuse them in the settings.</p>"
+                     for s in ("Your privacy matters.", "About cookies.", "Your choice."))
+    page = (f"<!DOCTYPE html><html><body><div class=cc-x>{notice}</div>"
+            f"<div class='o-row c-fixed-sidebar-layout'><article class='node node--promoted'>"
+            f"<h1>Council expands bus network</h1><div class='field field--label-hidden'>"
+            f"{body}</div></article><div class=col-b><ul>{RELATED}</ul></div></div>"
+            f"</body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "Another headline" not in text
+
+
+def test_a_label_and_a_headline_link_inside_the_story_go_an_index_entry_stays():
+    from llmtk.clean.extract import extract
+
+    paras = [f"<p>{p}</p>" for p in ARTICLE]
+    related = ('<p><strong>Related:</strong> <a href="/news/9">Bus fares: what the new '
+               "routes will cost riders</a></p>")
+    page = (f"<!DOCTYPE html><html><body><div>{''.join(paras[:2])}{related}"
+            f"{''.join(paras[2:])}</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text and "Related" not in text
+    # a list item "name : <link>" (Doxygen's index) is not a label before a headline
+    index = "".join(f'<li>member{i}&#160;:&#160;<a href="f{i}.html">file{i}.cpp</a></li>'
+                    for i in range(3))
+    page = (f"<!DOCTYPE html><html><body><div>{''.join(paras[:2])}<ul>{index}</ul>"
+            f"{''.join(paras[2:])}</div></body></html>")
+    assert "member1\xa0:\xa0file1.cpp" in extract(page)

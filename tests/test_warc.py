@@ -167,7 +167,9 @@ def test_math_becomes_latex_and_code_keeps_its_lines():
             "<mi>π</mi></mrow></msup><mo>+</mo><mn>1</mn><mo>=</mo><mn>0</mn></mrow>"
             "<annotation encoding='application/x-tex'>e^{i\\pi}+1=0</annotation></semantics>"
             "</math>; bare MathML <math><mfrac><mn>1</mn><mi>x</mi></mfrac></math>; MathJax "
-            "<script type='math/tex'>a^2+b^2</script>; KaTeX <span class='katex'><span "
+            "<script type='math/tex'>a^2+b^2</script>; displayed <span class='MathJax_Preview'>"
+            "c²</span><script type='math/tex; mode=display'>c^2</script>; KaTeX "
+            "<span class='katex'><span "
             "class='katex-mathml'><math><semantics><mi>y</mi><annotation encoding="
             "'application/x-tex'>\\sqrt{y}</annotation></semantics></math></span><span "
             "class='katex-html' aria-hidden='true'>√y</span></span>.")
@@ -176,7 +178,7 @@ def test_math_becomes_latex_and_code_keeps_its_lines():
             pytest.importorskip("trafilatura")
         text = extract(page("Math", body), method)
         assert ("Euler: $$e^{i\\pi}+1=0$$; bare MathML $\\frac{1}{x}$; MathJax $a^2+b^2$; "
-                "KaTeX $\\sqrt{y}$.") in text, method
+                "displayed $$c^2$$; KaTeX $\\sqrt{y}$.") in text, method
         assert "def add(a, b):\n    return a + b" in text
 
 

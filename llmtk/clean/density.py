@@ -15,7 +15,9 @@ text and link density, jusText's length and context, readability's punctuation):
 * a prose block inside an element whose markup names it furniture (llmtk.clean.extract.HINTS:
   comments, share and subscribe boxes, related stories, captions, bylines...) weighs
   nothing, unless that element holds most of the page's prose: the names are a hint, not
-  the rule. The elements are marked in the one rendering (HINT_START/HINT_END).
+  the rule; and when every paragraph lies in a hinted element, the page's hints say
+  nothing (a layout class on its wrapper). The elements are marked in the one rendering
+  (HINT_START/HINT_END).
 
 The main text is the stretch of blocks with the largest sum (and any other stretch that
 weighs at least SECOND of it): short pieces between paragraphs (subheadings, list items,
@@ -23,18 +25,20 @@ code) stay, those before the first and after the last paragraph (titles, bylines
 bars, related stories, footers) go; when an element named as the article's body
 (llmtk.clean.extract.MAIN: `article`, `main`, `itemprop=articleBody`, `entry-content`...)
 holds MAIN_SHARE of the page's prose, the stretch is chosen inside the innermost such
-element. Inside the stretch, link-dense blocks without a sentence and the non-prose blocks
-of hinted elements are dropped. Header-link marks (the `¶` or `#` link to the heading's own
+element. Inside the stretch, link-dense blocks without a sentence (or with no more than a
+label outside their links: "Related: <headline>") and the non-prose blocks of hinted
+elements are dropped. Header-link marks (the `¶` or `#` link to the heading's own
 anchor that Sphinx, MkDocs and others add) are removed anywhere. A page without a full
 paragraph (a listing, a reference page, a short snippet) keeps every block that is not
 furniture between the first and the last block outside the hinted elements (the text
 cannot say where such a page starts and ends; its markup can).
 
 Thresholds were chosen on the development half of the Article Extraction Benchmark's sites,
-the no-prose rule on the development half of the documentation sites (doc_sites.py), and
-checked on the Debian manuals (benchmarks/article_extraction.py, extract_quality.py;
-numbers in docs/clean.md). Lengths are UTF-8 bytes: a CJK character (3 bytes) says about as
-much as a short word, so one threshold serves both kinds of script.
+the no-prose rule on the development half of the documentation sites (doc_sites.py), the
+hint rules and the label rule also on the development half of trafilatura's evaluation
+pages (trafilatura_eval.py), and checked on the Debian manuals (article_extraction.py,
+extract_quality.py; numbers in docs/clean.md). Lengths are UTF-8 bytes: a CJK character
+(3 bytes) says about as much as a short word, so one threshold serves both kinds of script.
 """
 
 from __future__ import annotations
@@ -59,20 +63,23 @@ _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width
 HINT_START, HINT_END = "\x02", "\x03"
 # where an element that llmtk.clean.extract.MAIN names (an article body) starts and ends
 MAIN_START, MAIN_END = "\x04", "\x05"
-_TOKEN = re.compile(r"<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n|[\x02-\x05]")
-_ELEMENT_MARKS = frozenset((HINT_START, HINT_END, MAIN_START, MAIN_END))
+# (a run of newlines is one token: a page's rendering is a third blank lines; the page is
+# split by it in one call, each token followed by its groups: closing slash, tag, attributes)
+_TOKEN = re.compile(r"(<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n+|[\x02-\x05])")
 # a run of spaces inside a line of prose (&nbsp;&nbsp;, table cells' tabs): one space
 _INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
 _HREF = re.compile(r'href="([^"]*)"')
 
 
 class Block:
-    __slots__ = ("parts", "kind", "chars", "links", "gap", "raw", "sentence", "hints", "mains")
+    __slots__ = ("parts", "plain", "kind", "chars", "links", "gap", "raw", "sentence", "hints",
+                 "mains")
 
     def __init__(self, gap: bool) -> None:
         self.hints: tuple[int, ...] = ()  # the hinted elements it lies in (by number)
         self.mains: tuple[int, ...] = ()  # the article-body elements it lies in
         self.parts: list[str] = []
+        self.plain: list[str] = []  # the parts outside links
         self.kind = ""          # "p", "h", "pre" or "" (any other line)
         self.chars = 0
         self.links = 0
@@ -98,15 +105,15 @@ def blocks(rendered: str) -> list[Block]:
     block = Block(False)
     in_link = in_pre = False
     link_start, link_href = 0, ""
-    pos = count = 0
+    count = 0
     stack: list[int] = []  # the hinted elements open here
     mains: list[int] = []  # the article-body elements open here
-    for m in _TOKEN.finditer(rendered):
-        seg = rendered[pos:m.start()]
-        pos = m.end()
+    pieces = _TOKEN.split(rendered)  # text, token, slash, tag, attributes, text, ...
+    for i in range(0, len(pieces) - 1, 5):
+        seg = pieces[i]
         if seg:
             block.parts.append(seg)
-            n = len(seg.strip().encode())
+            n = _size(seg)
             if n and not block.chars:
                 if stack and not in_pre:  # (code is content)
                     block.hints = tuple(stack)
@@ -114,8 +121,22 @@ def blocks(rendered: str) -> list[Block]:
             block.chars += n
             if in_link:
                 block.links += n
-        token = m.group(0)
-        if token in _ELEMENT_MARKS:  # an article-body or a hinted element opens or closes
+            else:
+                block.plain.append(seg)
+        token = pieces[i + 1]
+        first = token[0]
+        if first == "\n":
+            if in_pre:
+                block.parts.append(token)
+                continue
+            in_link = False  # a link never reaches past its block (nor does a bad one)
+            if block.parts:
+                out.append(block)
+                block = Block(len(token) > 1)  # (a blank line before it)
+            else:
+                block.gap = True
+            continue
+        if first != "<":  # an article-body or a hinted element opens or closes
             marked = mains if token in (MAIN_START, MAIN_END) else stack
             if token in (MAIN_START, HINT_START):
                 count += 1  # each marked element gets its own number
@@ -123,23 +144,12 @@ def blocks(rendered: str) -> list[Block]:
             elif marked:
                 marked.pop()
             continue
-        if token == "\n":
-            if in_pre:
-                block.parts.append("\n")
-                continue
-            in_link = False  # a link never reaches past its block (nor does a bad one)
-            if block.parts:
-                out.append(block)
-                block = Block(False)
-            else:
-                block.gap = True
-            continue
-        closing, tag = m.group(1), m.group(2)
+        closing, tag = pieces[i + 2], pieces[i + 3]
         if tag == "a":
             if not closing:
                 # an anchor without a target (`<a id=…></a>`) is rendered as an empty,
                 # unclosed link: it is not a link
-                href = _HREF.search(m.group(3))
+                href = _HREF.search(pieces[i + 4])
                 link_href = href.group(1) if href else ""
                 in_link, link_start = bool(link_href), len(block.parts)
             elif in_link:
@@ -152,10 +162,12 @@ def blocks(rendered: str) -> list[Block]:
             block.kind = "p"
         elif tag[0] == "h" and tag != "br":
             block.kind = "h"
-    seg = rendered[pos:]
+    seg = pieces[-1]
     if seg:
         block.parts.append(seg)
-        n = len(seg.strip().encode())
+        if not in_link:
+            block.plain.append(seg)
+        n = _size(seg)
         if n and not block.chars:
             if stack and not in_pre:
                 block.hints = tuple(stack)
@@ -166,6 +178,12 @@ def blocks(rendered: str) -> list[Block]:
     for b in out:
         b.seal()
     return out
+
+
+def _size(seg: str) -> int:
+    """The UTF-8 length of a piece of text without its outer spaces (most are ASCII)."""
+    seg = seg.strip()
+    return len(seg) if seg.isascii() else len(seg.encode())
 
 
 def _drop_mark(block: Block, start: int, href: str) -> None:
@@ -206,11 +224,17 @@ def main_text(rendered: str) -> str:
         return ""
     ws = [weight(b) for b in bs]
     hinted = _hinted(bs, ws)
-    ws = [0.0 if h and w > 0 else w for h, w in zip(hinted, ws, strict=True)]
-    drop = _dropped(bs, ws, hinted)
+    unhinted = [0.0 if h and w > 0 else w for h, w in zip(hinted, ws, strict=True)]
     # a page is read as prose when one block is a full paragraph; short sentences alone
     # (a reference page's one-line descriptions) are too weak to choose a stretch by
-    prose = any(w >= GOOD_CHARS and b.kind != "pre" for b, w in zip(bs, ws, strict=True))
+    prose = _prose(bs, unhinted)
+    if not prose and _prose(bs, ws):
+        # every paragraph lies in a hinted element (a layout class such as "one-sidebar"
+        # on the page's wrapper, the article in an `aside`): here the names say nothing
+        hinted, prose = [False] * len(bs), True
+    else:
+        ws = unhinted
+    drop = _dropped(bs, ws, hinted)
     if prose:
         first, last = _main_span(bs, ws)
         chosen = _stretches(ws, first, last + 1, 0.0)
@@ -230,6 +254,11 @@ def main_text(rendered: str) -> str:
             lines.append("")
         lines.append(text)
     return "\n".join(lines)
+
+
+def _prose(bs: list[Block], ws: list[float]) -> bool:
+    """Whether a block (not code) weighs as a full paragraph."""
+    return any(w >= GOOD_CHARS and b.kind != "pre" for b, w in zip(bs, ws, strict=True))
 
 
 def _dropped(bs: list[Block], ws: list[float], hinted: list[bool]) -> set[int]:
@@ -284,9 +313,18 @@ def _hinted_span(bs: list[Block], hinted: list[bool]) -> tuple[int, int]:
 
 def _furniture(b: Block) -> bool:
     """Link-dense and no sentence in it (a menu or a list of headlines, not a reference
-    like "see Section 12.1, “Other documentation”"), and not a table row."""
-    return (b.chars > 0 and b.links / b.chars > BAD_LINKS and "\t\t" not in b.raw
-            and not b.sentence)
+    like "see Section 12.1, “Other documentation”"), or a paragraph with no more outside
+    its links than a label ("Related: <headline>", "READ MORE: <headline>"; an index
+    entry "name : <file>" is a list item); not a table row."""
+    if not b.chars or b.links / b.chars <= BAD_LINKS or "\t\t" in b.raw:
+        return False
+    return not b.sentence or (b.kind == "p" and _label("".join(b.plain).strip()))
+
+
+def _label(plain: str) -> bool:
+    """Whether the text outside a block's links is one label: words and a colon."""
+    return (plain.endswith((":", "：")) and _SENTENCE.search(plain[:-1]) is None
+            and any(c.isalpha() for c in plain))
 
 
 def _heading_before(bs: list[Block], first: int, hinted: list[bool]) -> int:
