@@ -31,23 +31,22 @@ class OptimSpec:
     grad_accum: int
 
 
-def lr_at(step: int, cfg) -> float:
+def lr_at(step: int, spec: OptimSpec) -> float:
     """Learning rate for the 0-based step: linear warmup, then cosine / WSD / constant
-    (`cfg`: an OptimSpec, or a TrainConfig: its lr, min_lr, warmup, schedule,
-    decay_fraction and steps)."""
-    min_lr = cfg.lr / 10 if cfg.min_lr is None else cfg.min_lr
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    if cfg.schedule == "constant":
-        return cfg.lr
-    if cfg.schedule == "wsd":  # warmup, stable, then a linear decay over the last fraction
-        decay_start = cfg.steps - max(1, int(cfg.decay_fraction * cfg.steps))
+    (`spec`: its lr, min_lr, warmup, schedule, decay_fraction and steps)."""
+    min_lr = spec.lr / 10 if spec.min_lr is None else spec.min_lr
+    if step < spec.warmup:
+        return spec.lr * (step + 1) / spec.warmup
+    if spec.schedule == "constant":
+        return spec.lr
+    if spec.schedule == "wsd":  # warmup, stable, then a linear decay over the last fraction
+        decay_start = spec.steps - max(1, int(spec.decay_fraction * spec.steps))
         if step < decay_start:
-            return cfg.lr
-        frac = (step - decay_start + 1) / (cfg.steps - decay_start)
-        return cfg.lr + frac * (min_lr - cfg.lr)
-    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))) * (cfg.lr - min_lr)
+            return spec.lr
+        frac = (step - decay_start + 1) / (spec.steps - decay_start)
+        return spec.lr + frac * (min_lr - spec.lr)
+    progress = (step - spec.warmup) / max(1, spec.steps - spec.warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))) * (spec.lr - min_lr)
 
 
 def warmup_warning(spec: OptimSpec) -> str:
