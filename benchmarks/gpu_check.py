@@ -190,12 +190,12 @@ def bench_plain(args, model: str, compile_: bool, cache: str, vocab: int) -> dic
 
     from llmtk.compute.flops import flops_per_token_for_config
     from llmtk.compute.hardware import device_peak_flops
-    from llmtk.train.config import TrainConfig
+    from llmtk.train.config import TrainConfig, section
     from llmtk.train.model.gpt import GPT
-    from llmtk.train.run_shape import model_config
+    from llmtk.train.run_shape import ModelSpec, model_config
 
     device = "cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
-    mcfg = model_config(TrainConfig(model=model, seq_len=args.seq_len), vocab)
+    mcfg = model_config(section(ModelSpec, TrainConfig(model=model, seq_len=args.seq_len)), vocab)
     torch.manual_seed(0)
     net = GPT(mcfg).to(device)
     if compile_:
@@ -350,10 +350,10 @@ def predict_layout(args, model: str, layout: dict, device_name: str, per_node: i
     from llmtk.compute.flops import flops_per_token_for_config, model_flops_per_token
     from llmtk.compute.models import count_params, spec_from_config
     from llmtk.estimate.layout import Candidate, step_time
-    from llmtk.train.config import TrainConfig
-    from llmtk.train.run_shape import model_config
+    from llmtk.train.config import TrainConfig, section
+    from llmtk.train.run_shape import ModelSpec, model_config
 
-    mcfg = model_config(TrainConfig(model=model, seq_len=args.seq_len), 257)
+    mcfg = model_config(section(ModelSpec, TrainConfig(model=model, seq_len=args.seq_len)), 257)
     spec = spec_from_config(mcfg)
     counts = count_params(spec)
     gpu = hardware.match_device_name(device_name)

@@ -92,12 +92,15 @@ def predicted(cfg, world: int) -> dict:
     """The dry-run's row for these ranks (pp = 1: one kind of rank), priced as `llmtk train
     --dry-run` prices it (commands.train.plan_rows)."""
     from llmtk.commands.train import plan_rows
+    from llmtk.train.layout.dryrun import dry_run
 
-    d, result = plan_rows(cfg, world)
+    d = dry_run(cfg, world)
+    result = plan_rows(d, cfg.gpu, cfg.dtype != "fp32")
     row = result["rows"][0]
     out = {"layout": str(d.plan.layout), "parallel": d.plan.parallel, **{k: row[k] for k in PARTS}}
     if d.plan.parallel == "fsdp":  # the gradient bytes held through a step of micro-steps
-        out["held_gradients"] = plan_rows(cfg, world, grad_accum=2)[1]["rows"][0]["fsdp_held"]
+        again = plan_rows(d, cfg.gpu, cfg.dtype != "fp32", grad_accum=2)
+        out["held_gradients"] = again["rows"][0]["fsdp_held"]
     return out
 
 

@@ -156,9 +156,9 @@ def main() -> None:
     from llmtk.compute.flops import flops_per_token_for_config
     from llmtk.compute.hardware import device_peak_flops
     from llmtk.text.tokenizer import ByteTokenizer
-    from llmtk.train.config import TrainConfig
+    from llmtk.train.config import TrainConfig, section
     from llmtk.train.data.cache import build_cache
-    from llmtk.train.run_shape import model_config
+    from llmtk.train.run_shape import ModelSpec, model_config
 
     tmp = tempfile.mkdtemp(prefix="llmtk-bench-")
     data = args.data
@@ -167,9 +167,9 @@ def main() -> None:
         stdlib_corpus(data)
     cache_root = os.path.join(tmp, "cache")
     cache = build_cache([data], [], ByteTokenizer(), cache_root)
-    mcfg = model_config(TrainConfig(model=args.model, seq_len=args.seq_len, layers=args.layers,
-                                    d_model=args.d_model, heads=args.heads),
-                        ByteTokenizer().vocab_size)
+    shape = TrainConfig(model=args.model, seq_len=args.seq_len, layers=args.layers,
+                        d_model=args.d_model, heads=args.heads)
+    mcfg = model_config(section(ModelSpec, shape), ByteTokenizer().vocab_size)
     print(f"model {args.model} ({mcfg.n_layer}x{mcfg.d_model}, "
           f"seq {mcfg.seq_len}), batch {args.batch_size}, {args.steps} steps x {args.rounds} "
           f"rounds, device {args.device}, torch {torch.__version__}, "

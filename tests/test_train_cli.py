@@ -15,8 +15,8 @@ torch = pytest.importorskip("torch")
 from llmtk.commands import train as train_command  # noqa: E402
 from llmtk.train import runtime  # noqa: E402
 from llmtk.train.checkpoint.checkpointer import changed_settings  # noqa: E402
-from llmtk.train.config import FIELDS, TrainConfig  # noqa: E402
-from llmtk.train.optim import warmup_warning  # noqa: E402
+from llmtk.train.config import FIELDS, TrainConfig, section  # noqa: E402
+from llmtk.train.optim import OptimSpec, warmup_warning  # noqa: E402
 from llmtk.train.report import duration, start_lines, step_line  # noqa: E402
 from tests.util import InProcess  # noqa: E402
 
@@ -158,7 +158,7 @@ def test_warmup_not_shorter_than_the_run_is_warned_with_what_happens(data, tmp_p
 
 def test_warmup_warning_text_names_the_last_lr():
     cfg = TrainConfig(steps=100, warmup=100, lr=1e-3, schedule="wsd")
-    assert warmup_warning(cfg) == (
+    assert warmup_warning(section(OptimSpec, cfg)) == (
         "warning: --warmup 100 >= --steps 100: the whole run warms up (lr rises linearly to "
         "0.001 at the last step, peak --lr 0.001) and never decays; lower --warmup to use "
         "the wsd schedule")

@@ -95,38 +95,44 @@ def test_the_command_refuses_a_model_the_layout_cannot_split_before_starting_pro
     assert not (tmp_path / "o").exists()
 
 
+def plan_spec(**flags):
+    """The run plan's section (plan.PlanSpec) of a TrainConfig with these flags."""
+    from llmtk.train.config import TrainConfig, section
+    from llmtk.train.layout.plan import PlanSpec
+
+    return section(PlanSpec, TrainConfig(**flags))
+
+
 @pytest.mark.parametrize("layout,flags,key", [
     (Layout(pp=2), {"checkpoint_format": "full"}, "checkpoint_format"),
     (Layout(pp=2), {"grad_accum": 1}, "grad_accum"),  # 1f1b: a microbatch per stage
     (Layout(pp=2), {"grad_accum": 5, "pp_schedule": "interleaved-1f1b"}, "grad_accum"),
 ])
 def test_what_is_not_trained_yet_is_refused_naming_its_flag(layout, flags, key):
-    from llmtk.train.config import TrainConfig
     from llmtk.train.layout.mesh import check_trainable
 
     base = {"grad_accum": 2}
     with pytest.raises(ConfigError) as e:
-        check_trainable(layout, TrainConfig(**{**base, **flags}))
+        check_trainable(layout, plan_spec(**{**base, **flags}))
     assert e.value.key == key
     # Tensor and pipeline parallelism take LoRA, sampling and task evaluation like any
     # other layout (tests/test_train_parallel.py and test_train_pipeline.py train them).
     for more in ({"lora_rank": 8}, {"sample_every": 10}, {"eval_tasks": ["t.jsonl"]}):
-        check_trainable(Layout(tp=2, dp_shard=2), TrainConfig(**{**base, **more}))
-        check_trainable(Layout(pp=2), TrainConfig(**{**base, **more}))
-    check_trainable(Layout(pp=2, tp=2), TrainConfig(**base))
+        check_trainable(Layout(tp=2, dp_shard=2), plan_spec(**{**base, **more}))
+        check_trainable(Layout(pp=2), plan_spec(**{**base, **more}))
+    check_trainable(Layout(pp=2, tp=2), plan_spec(**base))
     # interleaved-1f1b runs the microbatches in rounds of pp: 3 is one round, 6 three
     for ga in (3, 6):
-        check_trainable(Layout(pp=2), TrainConfig(grad_accum=ga,
-                                                  pp_schedule="interleaved-1f1b"))
+        check_trainable(Layout(pp=2), plan_spec(grad_accum=ga,
+                                                pp_schedule="interleaved-1f1b"))
 
 
 def test_lora_under_tensor_parallel_is_not_compiled():
     """Compiled, the adapters' DTensor gradients came out wrong (docs/train.md): --compile is
     refused with --lora-rank under --tp, and its GPU default is off there."""
-    from llmtk.train.config import TrainConfig
     from llmtk.train.layout.mesh import check_trainable, compiles_by_default
 
-    cfg = TrainConfig(lora_rank=4, compile=True)
+    cfg = plan_spec(lora_rank=4, compile=True)
     with pytest.raises(ConfigError) as e:
         check_trainable(Layout(tp=2), cfg)
     assert e.value.key == "compile" and "--tp 2 and --lora-rank" in str(e.value)

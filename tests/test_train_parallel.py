@@ -155,7 +155,8 @@ def test_hsdp_2x2_matches_one(hsdp_run, single_ref):
     _parallel_matches(single_ref, hsdp_run)
     config = json.load(open(os.path.join(hsdp_run, "config.json")))
     assert config["parallel"] == "fsdp" and config["checkpoint_format"] == "dcp"
-    assert config["layout"] == {"pp": 1, "dp_replicate": 2, "dp_shard": 2, "tp": 1}
+    assert config["layout"] == {"pp": 1, "dp_replicate": 2, "dp_shard": 2, "cp": 1,
+                                "tp": 1, "ep": 1}
     _same_weights(hsdp_run, single_ref)  # its DCP checkpoint holds 2-D DTensors
 
 
@@ -253,7 +254,8 @@ def test_tensor_parallel_two_processes_match_one(tp_run, single_ref):
     the one-process run's weights."""
     _parallel_matches(single_ref, tp_run)
     config = json.load(open(os.path.join(tp_run, "config.json")))
-    assert config["layout"] == {"pp": 1, "dp_replicate": 1, "dp_shard": 1, "tp": 2}
+    assert config["layout"] == {"pp": 1, "dp_replicate": 1, "dp_shard": 1, "cp": 1,
+                                "tp": 2, "ep": 1}
     _same_weights(tp_run, single_ref)
 
 
@@ -342,7 +344,7 @@ def test_tensor_parallel_checkpoint_resumes_resharded_under_fsdp2(corpus, tmp_pa
     run_train(corpus, resumed, "--steps", "5", "--batch-size", "1", "--nproc-per-node", "4",
               "--parallel", "fsdp", *FP64)
     assert json.load(open(os.path.join(resumed, "config.json")))["layout"] == {
-        "pp": 1, "dp_replicate": 1, "dp_shard": 4, "tp": 1}
+        "pp": 1, "dp_replicate": 1, "dp_shard": 4, "cp": 1, "tp": 1, "ep": 1}
     assert events(resumed, "resume")[0]["path"] == "checkpoints/step-0000003"
     _continues(resumed, tp_dp_run)
 

@@ -10,9 +10,9 @@ import pytest
 from llmtk.errors import DataError, UsageError
 from llmtk.io.metrics import decode_row, encode_row, read_metrics, truncate_after
 from llmtk.text.tokenizer import ByteTokenizer, load_tokenizer, sample_texts, train_bpe
-from llmtk.train.config import TrainConfig, resolve_config, resolve_launch
+from llmtk.train.config import TrainConfig, resolve_config, resolve_launch, section
 from llmtk.train.launch import torchrun_argv
-from llmtk.train.optim import lr_at
+from llmtk.train.optim import OptimSpec, lr_at
 from tests.util import llmtk
 
 TEXTS = ["Hello, world. " * 5, "Grüße aus Köln — 東京 and Москва.", "def f(x):\n    return x\n"]
@@ -223,13 +223,13 @@ def test_toml_config_then_flags_win(tmp_path):
 
 
 def test_lr_schedules():
-    cfg = TrainConfig(lr=1.0, min_lr=0.1, warmup=10, steps=110)
+    cfg = section(OptimSpec, TrainConfig(lr=1.0, min_lr=0.1, warmup=10, steps=110))
     assert lr_at(0, cfg) == pytest.approx(0.1) and lr_at(9, cfg) == pytest.approx(1.0)
     assert lr_at(10, cfg) == pytest.approx(1.0)
     assert lr_at(60, cfg) == pytest.approx(0.55)  # half way down the cosine
     assert lr_at(109, cfg) == pytest.approx(0.1, abs=1e-3)
-    wsd = TrainConfig(lr=1.0, min_lr=0.0, warmup=10, steps=110, schedule="wsd",
-                      decay_fraction=0.1)
+    wsd = section(OptimSpec, TrainConfig(lr=1.0, min_lr=0.0, warmup=10, steps=110,
+                                         schedule="wsd", decay_fraction=0.1))
     assert lr_at(50, wsd) == 1.0 and lr_at(98, wsd) == 1.0
     # 11 decay steps (99..109), linear to min_lr
     assert lr_at(104, wsd) == pytest.approx(1 - 6 / 11) and lr_at(109, wsd) == pytest.approx(0.0)

@@ -72,23 +72,20 @@ clean_app = groups.group(help=HELP, short_help=HELP.splitlines()[0])
 # fields: each stage's `flags` say which fields are options and in what words; the type and
 # the default (`[default: X]` in the help) are the field's. A value given sets `stage.field`.
 # --filters picks among the per-language filter stages. The rest are the command's own.
-OWN = {
-    "config": (str | None, None, typer.Option(
-        "--config", help="TOML file with stage settings (see --print-config).",
-        rich_help_panel=STAGES)),
-    "print_config": (bool, False, typer.Option(
-        "--print-config", help="Print the effective configuration as TOML and exit.",
-        rich_help_panel=STAGES)),
-    "filters": (str | None, None, typer.Option(
-        "--filters", help=configs.with_default(
-            f"Heuristic filters to run: any of {', '.join(PER_LANG)}, comma-separated, or "
-            "none.", "all"), rich_help_panel=STAGES)),
-    "annotate": (bool, False, typer.Option(
-        "--annotate", help="Add llmtk.lang, llmtk.lang_score, llmtk.quality and per-filter "
-        "values to each written record.", rich_help_panel=STAGES)),
-    "dry_run": (bool, False, typer.Option(
-        "--dry-run", help="Drop and change nothing; count what would be dropped (with "
-        "--annotate: llmtk.reason).", rich_help_panel=STAGES)),
+OWN: dict[str, tuple[object, object, o.Opt]] = {
+    "config": (str | None, None, o.Opt(STAGES,
+        "TOML file with stage settings (see --print-config).")),
+    "print_config": (bool, False, o.Opt(STAGES,
+        "Print the effective configuration as TOML and exit.")),
+    "filters": (str | None, None, o.Opt(STAGES, configs.with_default(
+        f"Heuristic filters to run: any of {', '.join(PER_LANG)}, comma-separated, or "
+        "none.", "all"))),
+    "annotate": (bool, False, o.Opt(STAGES,
+        "Add llmtk.lang, llmtk.lang_score, llmtk.quality and per-filter values to each "
+        "written record.")),
+    "dry_run": (bool, False, o.Opt(STAGES,
+        "Drop and change nothing; count what would be dropped (with --annotate: "
+        "llmtk.reason).")),
 }
 
 
@@ -111,8 +108,8 @@ def _stage_parameter(name: str, stage, flag: Flag) -> inspect.Parameter:
     kind = flag.kind or _plain(typing.get_type_hints(stage.config)[flag.key])
     shown = None if flag.off or not flag.show_default else configs.default_words(
         getattr(cfg, flag.key))
-    option = typer.Option(*flag.flags, help=configs.with_default(flag.help, shown),
-                          show_default=False, rich_help_panel=STAGES)
+    option = o.declare(name, o.Opt(STAGES, flag.help, flags=flag.flags),
+                       help=configs.with_default(flag.help, shown), show_default=False)
     if flag.off:
         return inspect.Parameter(name, KEYWORD, default=False, annotation=Annotated[bool, option])
     return inspect.Parameter(name, KEYWORD, default=None, annotation=Annotated[kind | None, option])
@@ -125,8 +122,9 @@ def _plain(kind):
 
 
 def _own(name: str) -> inspect.Parameter:
-    kind, default, option = OWN[name]
-    return inspect.Parameter(name, KEYWORD, default=default, annotation=Annotated[kind, option])
+    kind, default, opt = OWN[name]
+    return inspect.Parameter(name, KEYWORD, default=default,
+                             annotation=Annotated[kind, o.declare(name, opt)])
 
 
 def _parameters() -> list[inspect.Parameter]:

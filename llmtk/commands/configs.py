@@ -18,14 +18,8 @@ import inspect
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 
-from llmtk.commands.options import STREAM_OPTIONS
+from llmtk.commands.options import STREAM_OPTIONS, dashed
 from llmtk.errors import ConfigError, UsageError
-
-
-def dashed(key: str) -> str | None:
-    """`batch_size` -> `--batch-size`: the flag of a key where the two share a name (never
-    a dotted section key such as clean's `quality.model`)."""
-    return None if "." in key else "--" + key.replace("_", "-")
 
 
 @contextmanager

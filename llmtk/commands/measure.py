@@ -9,12 +9,12 @@ from llmtk.estimate import memory
 from llmtk.estimate.activations import predict
 
 
-def compare(cfg, batch: int, recompute: str = "selective", lora_rank: int | None = None) -> dict:
+def compare(mcfg, batch: int, recompute: str = "selective", lora_rank: int | None = None) -> dict:
     from llmtk.train.measure import measure
     from llmtk.train.model.config import count_params
 
-    got = measure(cfg, batch, recompute=recompute, lora_rank=lora_rank)
-    want = predict(cfg, count_params(cfg), batch, recompute=recompute, lora_rank=lora_rank)
+    got = measure(mcfg, batch, recompute=recompute, lora_rank=lora_rank)
+    want = predict(mcfg, count_params(mcfg), batch, recompute=recompute, lora_rank=lora_rank)
     rows = {}
     for k in ("weights", "gradients", "optimizer", "activations"):
         rows[k] = {"measured": got[k], "predicted": want[k],
@@ -23,7 +23,7 @@ def compare(cfg, batch: int, recompute: str = "selective", lora_rank: int | None
     states = ("weights", "gradients", "optimizer")
     m, p = sum(got[k] for k in states), sum(want[k] for k in states)
     rows["model_states"] = {"measured": m, "predicted": p, "error": (p - m) / m}
-    return {"config": cfg.to_dict(), "batch": batch, "params": got["params"],
+    return {"config": mcfg.to_dict(), "batch": batch, "params": got["params"],
             "precision": "fp32 (CPU)", "recompute": recompute, "lora_rank": lora_rank,
             "rows": rows}
 

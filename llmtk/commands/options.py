@@ -1,7 +1,8 @@
 """The shared option vocabulary, declared once (sqlite-utils' option bundles).
 
-Every streaming command spells these the same way; use the aliases in a
-command's signature and pass the values to `stream_options(...)`.
+Every streaming command spells these the same way: `@stream_command()` adds them to a
+command and hands it a StreamOptions. `Opt` is the one way an option is worded, here as
+for train's fields and clean's stages: the type and the default are the field's.
 """
 
 import dataclasses
@@ -11,6 +12,7 @@ import inspect
 import os
 import typing
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
@@ -23,56 +25,40 @@ IO_PANEL = "Input and output"
 # The main help's second list: commands beside the tools (job arrays, the I/O layer alone).
 PLUMBING_PANEL = "Plumbing"
 
-Inputs = Annotated[
-    list[str] | None,
-    typer.Argument(
-        help="Input files, directories or globs: JSON Lines (.jsonl, .ndjson; plain, .zst, "
-        ".gz, .xz, .bz2), Parquet, web archives (WARC/ARC/WET), Hugging Face save_to_disk "
-        "folders; '-' or nothing reads stdin.",
-        metavar="FILES",
-        show_default=False,
-    ),
-]
-Output = Annotated[
-    str | None,
-    typer.Option(
-        "-o",
-        "--output",
-        help="Write here instead of stdout; .zst/.gz/.xz/.bz2 pick the compression, .parquet "
-        "writes Parquet. "
-        "Written to a temporary file and renamed when complete.",
-        rich_help_panel=IO_PANEL,
-    ),
-]
-Compress = Annotated[
-    str | None,
-    typer.Option(
-        "--compress",
-        help="Compression for the output: none, zstd, gzip, xz or bz2 (default: from the -o "
-        "extension; none on stdout).",
-        rich_help_panel=IO_PANEL,
-    ),
-]
-Rejects = Annotated[
-    str | None,
-    typer.Option(
-        "--rejects",
-        help="Write dropped records here, each with llmtk.reason.",
-        rich_help_panel=IO_PANEL,
-    ),
-]
-Stats = Annotated[
-    str | None,
-    typer.Option(
-        "--stats",
-        help="Write the run summary as JSON (sorted keys; counts add across shards).",
-        rich_help_panel=IO_PANEL,
-    ),
-]
-TextField = Annotated[
-    str,
-    typer.Option("--text-field", help="The field that holds the text.", rich_help_panel=IO_PANEL),
-]
+
+def dashed(key: str) -> str | None:
+    """`batch_size` -> `--batch-size`: the flag of a key where the two share a name (never
+    a dotted section key such as clean's `quality.model`)."""
+    return None if "." in key else "--" + key.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Opt:
+    """How a command shows one field (of TrainConfig, LaunchConfig, StreamOptions, a clean
+    stage) as an option: only the words. The option's name, type and default are the
+    field's own (its name, annotation and default), so they are written in one place.
+    `default` words a default the field leaves None because it is derived at run time."""
+
+    panel: str | None
+    help: str
+    default: str | None = None
+    metavar: str | None = None
+    flags: tuple[str, ...] = ()  # default: the field's name, dashed
+    argument: bool = False       # a positional argument (FILES...), not an option
+    min: int | None = None       # the smallest number accepted
+
+
+def declare(name: str, opt: Opt, *, help: str | None = None, show_default: bool = True,
+            metavar: str | None = None):
+    """The typer.Option (typer.Argument) that shows field `name` as `opt` says; `help`
+    instead of opt.help (with its `[default: X]`), `metavar` where opt has none."""
+    if opt.argument:
+        return typer.Argument(help=help or opt.help, metavar=opt.metavar, show_default=False)
+    return typer.Option(*(opt.flags or (dashed(name),)), help=help or opt.help,
+                        rich_help_panel=opt.panel, show_default=show_default,
+                        metavar=opt.metavar or metavar, min=opt.min)
+
+
 def choice(name: str, *values: str) -> type[enum.StrEnum]:
     """A fixed set of values as an enum: typer lists them in help and click checks them
     (one `llmtk: error: Invalid value for '--x'` line naming the choices)."""
@@ -80,56 +66,78 @@ def choice(name: str, *values: str) -> type[enum.StrEnum]:
 
 
 OnErrorChoice = choice("OnErrorChoice", "fail", "skip", "reject")
+QUIET_FLAGS = ("-q", "--quiet")
+QUIET_HELP = ("No summary or progress on stderr; errors, and warnings about the input "
+              "(files skipped, no records), still show.")
 
-
-OnError = Annotated[
-    OnErrorChoice,
-    typer.Option(
-        "--on-error",
-        help="On a bad input line: fail (stop with FILE:LINE), skip (count it) or "
-        "reject (count it and write it to --rejects).",
-        rich_help_panel=IO_PANEL,
-    ),
-]
-Shard = Annotated[
-    str | None,
-    typer.Option(
-        "--shard",
-        help="K/N: handle only task K of N (0-based). File inputs: whole files, a "
+# The shared stream options: one entry per StreamOptions field a command takes, in the
+# order they appear in a command's signature, as train's options are made from TrainConfig's
+# fields. The type and the default are the field's (_FORMS: where the option's own form
+# differs); every streaming command spells them the same way.
+STREAM_OPTIONS: dict[str, Opt] = {
+    "inputs": Opt(None,
+        "Input files, directories or globs: JSON Lines (.jsonl, .ndjson; plain, .zst, "
+        ".gz, .xz, .bz2), Parquet, web archives (WARC/ARC/WET), Hugging Face save_to_disk "
+        "folders; '-' or nothing reads stdin.", metavar="FILES", argument=True),
+    "output": Opt(IO_PANEL,
+        "Write here instead of stdout; .zst/.gz/.xz/.bz2 pick the compression, .parquet "
+        "writes Parquet. Written to a temporary file and renamed when complete.",
+        flags=("-o", "--output")),
+    "compress": Opt(IO_PANEL,
+        "Compression for the output: none, zstd, gzip, xz or bz2 (default: from the -o "
+        "extension; none on stdout)."),
+    "rejects": Opt(IO_PANEL, "Write dropped records here, each with llmtk.reason."),
+    "stats": Opt(IO_PANEL,
+        "Write the run summary as JSON (sorted keys; counts add across shards)."),
+    "text_field": Opt(IO_PANEL, "The field that holds the text."),
+    "on_error": Opt(IO_PANEL,
+        "On a bad input line: fail (stop with FILE:LINE), skip (count it) or "
+        "reject (count it and write it to --rejects)."),
+    "shard": Opt(IO_PANEL,
+        "K/N: handle only task K of N (0-based). File inputs: whole files, a "
         "contiguous size-balanced run of the sorted list per task; stdin: records by a "
         "stable hash of the id (or position). With -o, OUTPUT.done marks a finished task "
-        "and a rerun skips it.",
-        rich_help_panel=IO_PANEL,
-    ),
-]
-Workers = Annotated[
-    int,
-    typer.Option(
-        "--workers",
-        "-j",
-        min=1,
-        help="Worker processes; output order and bytes do not depend on it.",
-        rich_help_panel=IO_PANEL,
-    ),
-]
-MaxRecordBytes = Annotated[
-    str,
-    typer.Option(
-        "--max-record-bytes",
-        help="Longest record (line) accepted, e.g. 64Mi or 1e6; a longer one is a bad "
-        "record (io.record_too_long), handled per --on-error.",
-        rich_help_panel=IO_PANEL,
-    ),
-]
+        "and a rerun skips it."),
+    "workers": Opt(IO_PANEL, "Worker processes; output order and bytes do not depend on it.",
+        flags=("--workers", "-j"), min=1),
+    "quiet": Opt(None, QUIET_HELP, flags=QUIET_FLAGS),
+    "max_record_bytes": Opt(IO_PANEL,
+        "Longest record (line) accepted, e.g. 64Mi or 1e6; a longer one is a bad "
+        "record (io.record_too_long), handled per --on-error."),
+}
+
+
+def _default(name: str):
+    """StreamOptions' default for a field: the one place the shared defaults are written."""
+    return next(f.default for f in dataclasses.fields(StreamOptions) if f.name == name)
+
+
+# (type, default) of the options whose form is not their field's: no inputs is stdin, the
+# choices of --on-error, the shard is K/N text, the record limit a size with a binary suffix.
+_FORMS: dict[str, tuple[object, object]] = {
+    "inputs": (list[str] | None, None),
+    "on_error": (OnErrorChoice, _default("on_error")),
+    "shard": (str | None, None),
+    "max_record_bytes": (str, f"{_default('max_record_bytes') >> 20}Mi"),
+}
+
+
+def _stream_parameter(name: str) -> tuple[object, object]:
+    """(`Annotated[type, typer.Option(...)]`, default) of stream option `name`."""
+    kind, default = _FORMS.get(name) or (typing.get_type_hints(StreamOptions)[name],
+                                         _default(name))
+    return Annotated[kind, declare(name, STREAM_OPTIONS[name])], default
+
+
+STREAM_PARAMETERS = {name: _stream_parameter(name) for name in STREAM_OPTIONS}
+# The same options as aliases, for a command that takes one of them on its own.
+Inputs, Output, TextField, Quiet = (STREAM_PARAMETERS[n][0] for n in (
+    "inputs", "output", "text_field", "quiet"))
 Seed = Annotated[int, typer.Option("--seed", help="Random seed.")]
 # The Ray executor's cluster (`llmtk run`, `llmtk mix search`)
 RayAddress = Annotated[str | None, typer.Option(
     "--address", help="Ray cluster address (e.g. auto, or ray://head:10001); default: "
                       "$RAY_ADDRESS, else a local Ray instance.")]
-QUIET_FLAGS = ("-q", "--quiet")
-QUIET_HELP = ("No summary or progress on stderr; errors, and warnings about the input "
-              "(files skipped, no records), still show.")
-Quiet = Annotated[bool, typer.Option(*QUIET_FLAGS, help=QUIET_HELP)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of a table.")]
 
 
@@ -235,29 +243,6 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     return k, n
 
 
-def _default(name: str):
-    """StreamOptions' default for a field: the one place the shared defaults are written."""
-    return next(f.default for f in dataclasses.fields(StreamOptions) if f.name == name)
-
-
-# The shared stream options, in the order they appear in a command's signature, with their
-# defaults from StreamOptions (in the option's own form where it differs: no inputs is
-# stdin, the shard is K/N text, the record limit a size with a binary suffix).
-STREAM_OPTIONS: dict[str, tuple[object, object]] = {
-    "inputs": (Inputs, None),
-    "output": (Output, _default("output")),
-    "compress": (Compress, _default("compress")),
-    "rejects": (Rejects, _default("rejects")),
-    "stats": (Stats, _default("stats")),
-    "text_field": (TextField, _default("text_field")),
-    "on_error": (OnError, _default("on_error")),
-    "shard": (Shard, None),
-    "workers": (Workers, _default("workers")),
-    "quiet": (Quiet, _default("quiet")),
-    "max_record_bytes": (MaxRecordBytes, f"{_default('max_record_bytes') >> 20}Mi"),
-}
-
-
 def option_bundle(name: str, options: dict[str, tuple[object, object]],
                   build: Callable[..., object], *, pass_command_options: bool = False
                   ) -> Callable:
@@ -324,5 +309,5 @@ def _long_flags(sig: inspect.Signature) -> dict[str, str]:
 
 
 # `@stream_command()`: the shared stream options, handed over as `stream: StreamOptions`.
-stream_command = option_bundle("stream", STREAM_OPTIONS, stream_options,
+stream_command = option_bundle("stream", STREAM_PARAMETERS, stream_options,
                                pass_command_options=True)

@@ -30,8 +30,9 @@ def read_proxy(option: str, path: str, vocab_size: int,
         LaunchConfig,
         TrainConfig,
         load_toml,
+        section,
     )
-    from llmtk.train.run_shape import model_config
+    from llmtk.train.run_shape import ModelSpec, model_config
 
     if not os.path.isfile(path):
         raise UsageError(f"{option}: {path}: no such file")
@@ -42,7 +43,7 @@ def read_proxy(option: str, path: str, vocab_size: int,
         vocab_size = load_tokenizer(values["tokenizer"]).vocab_size
     cfg = TrainConfig(**{k: v for k, v in values.items() if k in TRAIN_FIELDS})
     launch = LaunchConfig(**{k: v for k, v in values.items() if k in LAUNCH_FIELDS})
-    shape = model_config(cfg, vocab_size=vocab_size)
+    shape = model_config(section(ModelSpec, cfg), vocab_size=vocab_size)
     world = (launch.nproc_per_node or 1) * launch.nnodes
     tokens = cfg.steps * cfg.batch_size * cfg.grad_accum * world * shape.seq_len
     return ProxyRun(path, values, cfg.steps, tokens, cfg.threads or 1, shape)

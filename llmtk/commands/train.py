@@ -69,22 +69,11 @@ MOE = "Mixture of experts (docs/train.md, Mixture of experts)"
 PAR = "Parallel layout (device mesh: pp x dp-replicate x dp-shard x tp = processes)"
 
 
-@dataclass(frozen=True)
-class Opt:
-    """How `llmtk train` shows one TrainConfig/LaunchConfig field as an option. The flag's
-    name, type and default and the value's range and choices are the field's own (its
-    annotation, its default, its RULES entry): only the words are written here.
-    `default` words a default the field leaves None because it is derived at run time."""
-
-    panel: str
-    help: str
-    default: str | None = None
-    metavar: str | None = None
-    flags: tuple[str, ...] = ()  # default: the field's name, dashed
-
+Opt = o.Opt
 
 # One entry per TrainConfig and LaunchConfig field (and --config), in the order of the
-# help; a field without one, or an entry without a field, fails at import.
+# help; a field without one, or an entry without a field, fails at import. The value's
+# range and choices are the field's too (its RULES entry).
 OPTIONS: dict[str, Opt] = {
     "data": Opt(DATA,
         "Training documents (JSONL(.zst/.gz) files, directories or globs), or a token "
@@ -288,9 +277,8 @@ def _parameters() -> list[inspect.Parameter]:
         shown = opt.default or _default_words(name)
         help = configs.with_default(opt.help, shown)
         # the help words the choices: listed as the metavar they would widen every panel
-        option = typer.Option(*(opt.flags or (configs.dashed(name),)), help=help,
-                              rich_help_panel=opt.panel, show_default=False,
-                              metavar=opt.metavar or ("TEXT" if choices else None))
+        option = o.declare(name, opt, help=help, show_default=False,
+                           metavar="TEXT" if choices else None)
         params.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                         default=None, annotation=Annotated[kind | None, option]))
     return params
@@ -315,21 +303,26 @@ command = groups.main(app, help=HELP, no_args_is_help=True)(configs.signed(comma
 
 
 def _train(flags: dict, config: str | None) -> None:
-    from llmtk.train.config import resolve_config, resolve_launch
+    from llmtk.train.config import resolve_config, resolve_launch, section
     from llmtk.train.launch import is_worker, run_torchrun, torchrun_argv, worker_args
 
     cfg = resolve_config(flags, config)  # checked before torchrun starts anything
     launch = resolve_launch(flags, config, planning=cfg.dry_run)
     if cfg.dry_run:
-        return _dry_run(cfg, launch)
+        from llmtk.train.layout.dryrun import dry_run
+
+        d = dry_run(cfg, (launch.nproc_per_node or 1) * launch.nnodes)
+        return _dry_run(d, section(Shown, cfg), launch)
     if (launch.nproc_per_node or launch.nnodes > 1) and not is_worker():
         from llmtk.train.layout.plan import RunPlan, run_model
         from llmtk.train.model.hf import resolve_init
+        from llmtk.train.run_shape import ModelSpec
 
         # A layout that cannot run starts nothing: the plan the workers will resolve (the
         # GPU count is theirs to find; the layout and the split do not depend on it).
+        resolved = resolve_init(cfg)
         RunPlan.resolve(cfg, (launch.nproc_per_node or 1) * launch.nnodes,
-                        run_model(resolve_init(cfg))[1], cuda=False)
+                        run_model(section(ModelSpec, resolved), resolved.sft)[1], cuda=False)
         import os
 
         if cfg.threads is None and "OMP_NUM_THREADS" not in os.environ:
@@ -359,61 +352,72 @@ def _train(flags: dict, config: str | None) -> None:
         exit_worker()
 
 
-def plan_rows(cfg, world: int, grad_accum: int | None = None):
-    """`cfg` planned on `world` processes (train.layout.dryrun: what each kind of rank holds, on
-    the meta device) and priced with estimate's formulas: (the DryRun, rank_rows' result).
-    What `llmtk train --dry-run` prints, and benchmarks/memory_check.py's prediction."""
+@dataclass(frozen=True)
+class Shown:
+    """What the dry run's report reads of the configuration beside the plan (the model's
+    name, the GPU, the dtype asked for, whether rank 0 samples or scores a whole copy)."""
+
+    model: str
+    init_from: str | None
+    gpu: str
+    dtype: str
+    sample_every: int
+    eval_tasks: list[str]
+
+
+def plan_rows(d, gpu: str, bf16: bool, grad_accum: int | None = None) -> dict:
+    """Dry run `d` (train.layout.dryrun.dry_run: what each kind of rank holds, on the meta
+    device) priced with estimate's formulas for `gpu` (rank_rows' result; `grad_accum`:
+    instead of the plan's). What `llmtk train --dry-run` prints, and
+    benchmarks/memory_check.py's prediction."""
     from llmtk.estimate.ranks import rank_rows
-    from llmtk.train.layout.dryrun import dry_run
     from llmtk.train.model.lora import parse_targets
 
-    d = dry_run(cfg, world)
-    lay = d.plan.layout
-    return d, rank_rows(
-        d.plan.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=d.plan.parallel == "fsdp",
-        dp_shard=lay.dp_shard, micro_batch=cfg.batch_size,
-        grad_accum=grad_accum or cfg.grad_accum,
-        recompute="full" if cfg.activation_checkpointing else "selective",
-        bf16=cfg.dtype != "fp32",  # a GPU run: bf16 autocast unless fp32 is asked for
-        gpu_name=cfg.gpu, lora_rank=cfg.lora_rank,
-        lora_parts=len(parse_targets(cfg.lora_targets)))
+    plan, lay = d.plan, d.plan.layout
+    return rank_rows(
+        plan.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=plan.parallel == "fsdp",
+        dp_shard=lay.dp_shard, micro_batch=plan.batch_size,
+        grad_accum=grad_accum or plan.grad_accum,
+        recompute="full" if plan.activation_checkpointing else "selective",
+        bf16=bf16, gpu_name=gpu, lora_rank=plan.lora.rank if plan.lora else None,
+        **({"lora_parts": len(parse_targets(plan.lora.targets))} if plan.lora else {}))
 
 
-def _dry_run(cfg, launch) -> None:
-    """The layout per kind of rank (train counts what each holds on the meta device) priced
-    with estimate's formulas, and estimate's own table for the same layout beside it."""
+def _dry_run(d, shown: Shown, launch) -> None:
+    """The layout per kind of rank of dry run `d` (train counts what each holds on the meta
+    device) priced with estimate's formulas, and estimate's own table for the same layout
+    beside it."""
     import sys
 
     from llmtk.estimate.ranks import render, same_layout_estimate, same_layout_line
 
     per_node = launch.nproc_per_node or 1
     world = per_node * launch.nnodes
-    d, result = plan_rows(cfg, world)
-    bf16 = cfg.dtype != "fp32"
-    recompute = "full" if cfg.activation_checkpointing else "selective"
-    lay = d.plan.layout
-    m = d.plan.mcfg
-    render(result, f"{cfg.model}: {m.n_layer} layers x {m.d_model}, vocab {m.vocab_size} "
+    bf16 = shown.dtype != "fp32"  # a GPU run: bf16 autocast unless fp32 is asked for
+    result = plan_rows(d, shown.gpu, bf16)
+    plan, lay, m = d.plan, d.plan.layout, d.plan.mcfg
+    recompute = "full" if plan.activation_checkpointing else "selective"
+    lora_rank = plan.lora.rank if plan.lora else None
+    render(result, f"{shown.model}: {m.n_layer} layers x {m.d_model}, vocab {m.vocab_size} "
            f"({d.vocab_from}); {world} processes ({launch.nnodes} x {per_node}): {lay}; "
-           f"{d.plan.parallel}; micro-batch {cfg.batch_size}, grad-accum {cfg.grad_accum}, "
+           f"{plan.parallel}; micro-batch {plan.batch_size}, grad-accum {plan.grad_accum}, "
            f"{'bf16' if bf16 else 'fp32'}, recompute {recompute}", sys.stdout)
-    est = same_layout_estimate(m, None if cfg.init_from else cfg.model, world=world,
-                               per_node=per_node, gpu_name=cfg.gpu,
+    est = same_layout_estimate(m, None if shown.init_from else shown.model, world=world,
+                               per_node=per_node, gpu_name=shown.gpu,
                                tp=lay.tp, pp=lay.pp, dp=lay.dp, sharded=lay.dp_shard > 1,
-                               micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
-                               recompute=recompute, bf16=bf16, lora_rank=cfg.lora_rank)
+                               micro_batch=plan.batch_size, grad_accum=plan.grad_accum,
+                               recompute=recompute, bf16=bf16, lora_rank=lora_rank)
     print(same_layout_line(est, max(r["total"] for r in result["rows"])), file=sys.stdout)
-    if (lay.tp > 1 or lay.pp > 1) and (cfg.sample_every or cfg.eval_tasks):
-        _whole_copy_line(cfg, m, result)
+    if (lay.tp > 1 or lay.pp > 1) and (shown.sample_every or shown.eval_tasks):
+        _whole_copy_line("--sample-every" if shown.sample_every else "--eval-tasks", m, result)
 
 
-def _whole_copy_line(cfg, mcfg, result: dict) -> None:
-    """Under tp or pp, sampling and task evaluation run a whole fp32 copy of the model on
-    rank 0 (train/layout/whole.py), beside what rank 0 holds for training: say whether it fits
-    before a run finds out at its first sampling step."""
+def _whole_copy_line(flag: str, mcfg, result: dict) -> None:
+    """Under tp or pp, sampling and task evaluation (`flag` asks for them) run a whole fp32
+    copy of the model on rank 0 (train/layout/whole.py), beside what rank 0 holds for
+    training: say whether it fits before a run finds out at its first sampling step."""
     from llmtk.train.model.config import count_params
 
-    flag = "--sample-every" if cfg.sample_every else "--eval-tasks"
     copy = 4 * count_params(mcfg)
     own = result["rows"][0]["total"]  # the first stage's rank: rank 0
     fits = own + copy <= result["capacity"]

@@ -1,7 +1,8 @@
 """The trainer's fine-tuning and evaluation hooks, kept out of the loop itself.
 
-- `sft_model(cfg)`, `setup_sft(...)`: `--sft` data instead of the pre-training token cache; with
-  `--init-from RUN_DIR` the model shape and tokenizer come from that run unless given.
+- `sft_model(model)`, `setup_sft(spec, ...)`: `--sft` data instead of the pre-training token
+  cache; with `--init-from RUN_DIR` the model shape and tokenizer come from that run unless
+  given.
 - `TaskEvaluator`: `--eval-tasks FILE...` scored at every `--eval-every` step and at the
   end, through `llmtk.evaluate` (files under OUT/eval/STEP/, `eval` rows in the log).
 """
@@ -13,6 +14,7 @@ import os
 from dataclasses import dataclass, replace
 
 from llmtk.errors import ConfigError
+from llmtk.train.run_shape import ModelSpec
 
 
 def _source_state(init_from: str | None) -> dict | None:
@@ -27,33 +29,47 @@ def _source_state(init_from: str | None) -> dict | None:
     return C.load_state(src)
 
 
-def inherited_tokenizer(cfg, state: dict | None):
+def inherited_tokenizer(model: ModelSpec, state: dict | None):
     """The run's tokenizer: --tokenizer if given, else the one the --init-from run used."""
     from llmtk.text.tokenizer import load_tokenizer
 
-    spec = cfg.tokenizer
+    spec = model.tokenizer
     if state is not None and spec == "bytes":
         spec = state.get("train_config", {}).get("tokenizer", "bytes")
     tok = load_tokenizer(spec)
     if state is not None and state.get("tokenizer") not in (None, tok.fingerprint()):
         raise ConfigError("init_from", f"was trained with another tokenizer "
                           f"({state['tokenizer']}); pass the same {{0}}", also=("tokenizer",),
-                          value=cfg.init_from)
+                          value=model.init_from)
     return tok
 
 
-def inherited_model_config(cfg, vocab_size: int, state: dict | None):
+def inherited_model_config(model: ModelSpec, vocab_size: int, state: dict | None):
     """The --init-from run's model shape (flags given here still apply), else the flags'."""
     from llmtk.train.model.config import ModelConfig
-    from llmtk.train.run_shape import model_config
+    from llmtk.train.run_shape import model_config, shape_overrides
 
     if state is None:
-        return model_config(cfg, vocab_size)
+        return model_config(model, vocab_size)
     mc = ModelConfig(**state["model_config"])
-    given = {"n_layer": cfg.layers, "d_model": cfg.d_model, "n_head": cfg.heads,
-             "n_kv_head": cfg.kv_heads, "ffn_hidden": cfg.ffn_hidden, "seq_len": cfg.seq_len}
-    mc = replace(mc, **{k: v for k, v in given.items() if v is not None})
+    mc = replace(mc, **{k: v for k, v in shape_overrides(model).items() if v is not None})
     return mc
+
+
+@dataclass(frozen=True)
+class SftSpec:
+    """The configuration's sft section (config.section(SftSpec, cfg)): the instruction
+    data, its layout and chat template, packing, and the sampler's batch and seed."""
+
+    data: list[str]
+    val_data: list[str]
+    val_fraction: float
+    template: str
+    chat_template: str
+    packing: bool
+    batch_size: int
+    seed: int
+    out: str | None
 
 
 @dataclass
@@ -67,44 +83,44 @@ class SFTData:
     data_meta: dict             # config.json's "data"
 
 
-def sft_model(cfg):
+def sft_model(model: ModelSpec):
     """(tokenizer, ModelConfig) of an --sft run: the --init-from run's unless given."""
-    state = _source_state(cfg.init_from)
-    tok = inherited_tokenizer(cfg, state)
-    return tok, inherited_model_config(cfg, tok.vocab_size, state)
+    state = _source_state(model.init_from)
+    tok = inherited_tokenizer(model, state)
+    return tok, inherited_model_config(model, tok.vocab_size, state)
 
 
-def setup_sft(cfg, tok, seq_len: int, dp: int, dp_rank: int, say) -> SFTData:
+def setup_sft(spec: SftSpec, tok, seq_len: int, dp: int, dp_rank: int, say) -> SFTData:
     """Instruction data for the run (see sft_data) in windows of seq_len tokens; this rank
     reads part dp_rank of dp; `say` reports the rows (rank 0)."""
     from llmtk.train.data import sft as S
     from llmtk.train.data.chat import chat_template
 
     T = seq_len
-    chat = chat_template(tok, cfg.chat_template)
-    convs = S.read_conversations(cfg.data, cfg.template)
-    if cfg.val_data:
-        val = S.read_conversations(cfg.val_data, cfg.template)
+    chat = chat_template(tok, spec.chat_template)
+    convs = S.read_conversations(spec.data, spec.template)
+    if spec.val_data:
+        val = S.read_conversations(spec.val_data, spec.template)
     else:
-        convs, val = S.split_val(convs, cfg.val_fraction)
-    rows = S.build_rows(convs, chat, T, tok.eos_id, packing=cfg.packing)
-    train_data = S.SFTSampler(rows, cfg.batch_size, dp, dp_rank, cfg.seed)
+        convs, val = S.split_val(convs, spec.val_fraction)
+    rows = S.build_rows(convs, chat, T, tok.eos_id, packing=spec.packing)
+    train_data = S.SFTSampler(rows, spec.batch_size, dp, dp_rank, spec.seed)
     val_data = vrows = None
     if val:
-        vrows = S.build_rows(val, chat, T, tok.eos_id, packing=cfg.packing)
-        val_data = S.SFTSampler(vrows, cfg.batch_size, dp, dp_rank, cfg.seed,
+        vrows = S.build_rows(val, chat, T, tok.eos_id, packing=spec.packing)
+        val_data = S.SFTSampler(vrows, spec.batch_size, dp, dp_rank, spec.seed,
                                 shuffle=False)
     digest = hashlib.sha1(rows.tokens.tobytes() + rows.trained.tobytes()).hexdigest()[:16]
     s = rows.stats
     say(f"sft: {s['examples']} examples in {s['rows']} rows of {T + 1} tokens "
-        f"({'packed' if cfg.packing else 'padded'}, {s['fill']:.0%} full), "
+        f"({'packed' if spec.packing else 'padded'}, {s['fill']:.0%} full), "
         f"{s['trained_tokens']} trained tokens, {s['truncated']} truncated, "
         f"{s['dropped']} dropped; chat template {chat.name}")
     return SFTData(
         chat=chat, train_data=train_data, val_data=val_data,
-        cache=os.path.join(cfg.out, f"sft-{digest}"),
+        cache=os.path.join(spec.out, f"sft-{digest}"),
         data_meta={"sft": rows.stats, "sft_val": vrows.stats if val else None,
-                   "template": cfg.template, "chat_template": chat.name})
+                   "template": spec.template, "chat_template": chat.name})
 
 
 class TaskEvaluator:

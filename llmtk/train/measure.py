@@ -97,17 +97,17 @@ def saved_for_backward(model):
     out["bytes"] = sum(saved.values())
 
 
-def measure(cfg, batch: int, seed: int = 0, recompute: str = "selective",
+def measure(mcfg: ModelConfig, batch: int, seed: int = 0, recompute: str = "selective",
             lora_rank: int | None = None) -> dict:
-    """Measure one training step of GPT(cfg) on CPU in fp32 (torch imported here); with
+    """Measure one training step of GPT(mcfg) on CPU in fp32 (torch imported here); with
     lora_rank, of llmtk train's LoRA model (frozen base, adapters on every linear layer)."""
     import torch
 
     from llmtk.train.model.gpt import GPT
 
-    n = count_params(cfg)
+    n = count_params(mcfg)
     torch.manual_seed(seed)
-    model = GPT(cfg)
+    model = GPT(mcfg)
     if lora_rank:
         from llmtk.train.model.lora import add_lora
 
@@ -115,7 +115,7 @@ def measure(cfg, batch: int, seed: int = 0, recompute: str = "selective",
     model.activation_checkpointing = recompute == "full"
     params = [p for p in model.parameters() if p.requires_grad]
     g = torch.Generator().manual_seed(seed)
-    idx = torch.randint(0, cfg.vocab_size, (batch, cfg.seq_len), generator=g)
+    idx = torch.randint(0, mcfg.vocab_size, (batch, mcfg.seq_len), generator=g)
     with saved_for_backward(model) as saved:
         _, loss = model(idx, idx)
     loss.backward()

@@ -27,14 +27,14 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, getattr(torch, "OutOfMemoryError", ()))
 
 
-def cheapest_fix(cfg) -> str:
-    """The cheapest change that lowers the peak: recompute activations (about a third more
-    compute), else half the micro-batch with twice the accumulation (the same global batch,
-    slower), else another layout."""
-    if not cfg.activation_checkpointing:
+def cheapest_fix(plan) -> str:
+    """The cheapest change to the run plan that lowers the peak: recompute activations
+    (about a third more compute), else half the micro-batch with twice the accumulation
+    (the same global batch, slower), else another layout."""
+    if not plan.activation_checkpointing:
         return "--activation-checkpointing (recomputes activations: about a third more compute)"
-    if cfg.batch_size > 1:
-        return (f"--batch-size {cfg.batch_size // 2} --grad-accum {cfg.grad_accum * 2} "
+    if plan.batch_size > 1:
+        return (f"--batch-size {plan.batch_size // 2} --grad-accum {plan.grad_accum * 2} "
                 "(the same global batch in smaller micro-batches)")
     return ("another layout: `llmtk estimate --solve layout` (more --tp, --pp or FSDP "
             "sharding), or a GPU with more memory")
@@ -70,10 +70,10 @@ def planned_gb(plan, rank: int) -> float | None:
 
 class OomGuard:
     """Around the loop: an out-of-memory error becomes the event, the heartbeat that ends
-    the other ranks, and OutOfMemory's one line."""
+    the other ranks, and OutOfMemory's one line (`out`: the run directory)."""
 
-    def __init__(self, cfg, plan, dist, phases, watchdog):
-        self.cfg, self.plan, self.dist = cfg, plan, dist
+    def __init__(self, out: str, plan, dist, phases, watchdog):
+        self.out, self.plan, self.dist = out, plan, dist
         self.phases, self.watchdog = phases, watchdog
 
     def __enter__(self) -> OomGuard:
@@ -87,10 +87,10 @@ class OomGuard:
         rank, step, phase = self.dist.rank, self.phases.step, self.phases.phase
         allocated, reserved = memory_now(self.dist.device)
         planned = planned_gb(self.plan, rank)
-        fix = cheapest_fix(self.cfg)
+        fix = cheapest_fix(self.plan)
         self.watchdog.failed(f"out of memory ({phase})")
         try:
-            append_event(self.cfg.out, "oom", step, rank=rank, phase=phase,
+            append_event(self.out, "oom", step, rank=rank, phase=phase,
                          allocated_gb=round(allocated, 3),
                          reserved_gb=None if reserved is None else round(reserved, 3),
                          planned_gb=None if planned is None else round(planned, 3),

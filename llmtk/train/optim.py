@@ -31,39 +31,40 @@ class OptimSpec:
     grad_accum: int
 
 
-def lr_at(step: int, cfg) -> float:
+def lr_at(step: int, spec: OptimSpec) -> float:
     """Learning rate for the 0-based step: linear warmup, then cosine / WSD / constant
-    (`cfg`: an OptimSpec, or a TrainConfig: its lr, min_lr, warmup, schedule,
-    decay_fraction and steps)."""
-    min_lr = cfg.lr / 10 if cfg.min_lr is None else cfg.min_lr
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    if cfg.schedule == "constant":
-        return cfg.lr
-    if cfg.schedule == "wsd":  # warmup, stable, then a linear decay over the last fraction
-        decay_start = cfg.steps - max(1, int(cfg.decay_fraction * cfg.steps))
+    (`spec`: its lr, min_lr, warmup, schedule, decay_fraction and steps)."""
+    min_lr = spec.lr / 10 if spec.min_lr is None else spec.min_lr
+    if step < spec.warmup:
+        return spec.lr * (step + 1) / spec.warmup
+    if spec.schedule == "constant":
+        return spec.lr
+    if spec.schedule == "wsd":  # warmup, stable, then a linear decay over the last fraction
+        decay_start = spec.steps - max(1, int(spec.decay_fraction * spec.steps))
         if step < decay_start:
-            return cfg.lr
-        frac = (step - decay_start + 1) / (cfg.steps - decay_start)
-        return cfg.lr + frac * (min_lr - cfg.lr)
-    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))) * (cfg.lr - min_lr)
+            return spec.lr
+        frac = (step - decay_start + 1) / (spec.steps - decay_start)
+        return spec.lr + frac * (min_lr - spec.lr)
+    progress = (step - spec.warmup) / max(1, spec.steps - spec.warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))) * (spec.lr - min_lr)
 
 
-def warmup_warning(cfg) -> str:
+def warmup_warning(spec: OptimSpec) -> str:
     """What a run whose warmup is not shorter than the run does (it is allowed: a short
     smoke test may want it, but it is never what a long run meant)."""
-    last = lr_at(cfg.steps - 1, cfg)
-    return (f"warning: --warmup {cfg.warmup} >= --steps {cfg.steps}: the whole run warms up "
-            f"(lr rises linearly to {last:.3g} at the last step, peak --lr {cfg.lr:g}) and "
-            f"never decays; lower --warmup to use the {cfg.schedule} schedule")
+    last = lr_at(spec.steps - 1, spec)
+    return (f"warning: --warmup {spec.warmup} >= --steps {spec.steps}: the whole run warms up "
+            f"(lr rises linearly to {last:.3g} at the last step, peak --lr {spec.lr:g}) and "
+            f"never decays; lower --warmup to use the {spec.schedule} schedule")
 
 
 class Optimizer:
     """AdamW over the trainable parameters of `built` (parallelize.Parallelized, laid out
-    by `plan` over `dist`), with `cfg`'s schedule (lr_at), betas, weight decay and clip."""
+    by `plan` over `dist`), with `cfg`'s schedule (lr_at), betas, weight decay and clip.
+    `row_parts`: the metrics row's extra parts (StepLog.row_parts), where a MoE model's
+    Balancer adds the experts' load."""
 
-    def __init__(self, cfg: OptimSpec, built, plan, dist, log=None):
+    def __init__(self, cfg: OptimSpec, built, plan, dist, row_parts: list | None = None):
         import torch
 
         from llmtk.train.layout.mesh import replicas
@@ -96,10 +97,10 @@ class Optimizer:
         self.opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                      fused=True)
         # MoE: the experts' loads ride on the step's all-reduce (llmtk.train.model.moe.Balancer)
-        # and their share since the last row joins the metrics row (`log`: the StepLog).
+        # and their share since the last row joins the metrics row (`row_parts`).
         self.balance = Balancer(model, getattr(plan.mcfg, "router_bias_rate", 0.0))
-        if self.balance and log is not None:
-            log.row_parts.append(self.balance.row)
+        if self.balance and row_parts is not None:
+            row_parts.append(self.balance.row)
 
     def _pipeline_norms(self, names: list[str], whole_names: list[str], pp: int) -> None:
         """Under pp: param_names become the whole model's, slots where this rank's go, and

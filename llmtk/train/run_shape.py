@@ -7,37 +7,69 @@ setup share it without importing each other.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from llmtk.errors import UsageError
-from llmtk.train.config import TrainConfig
 from llmtk.train.model.config import PRESETS, ModelConfig, check_model_name
 
 
-def moe_overrides(cfg: TrainConfig) -> dict:
+@dataclass(frozen=True)
+class ModelSpec:
+    """The configuration's model section (config.section(ModelSpec, cfg)): the preset, its
+    overrides (the mixture-of-experts ones too), --seq-len, and where the model and its
+    tokenizer may come from instead (--init-from, --tokenizer)."""
+
+    model: str
+    layers: int | None
+    d_model: int | None
+    heads: int | None
+    kv_heads: int | None
+    ffn_hidden: int | None
+    untied: bool
+    seq_len: int | None
+    experts: int | None
+    top_k: int | None
+    shared_experts: int | None
+    expert_ffn_hidden: int | None
+    moe_every: int | None
+    first_dense_layers: int | None
+    router_score: str | None
+    router_bias_rate: float | None
+    router_aux_loss: float | None
+    router_z_loss: float | None
+    capacity_factor: float | None
+    init_from: str | None
+    tokenizer: str
+
+
+def shape_overrides(spec: ModelSpec) -> dict:
+    """The dense shape flags as ModelConfig fields (None: not given)."""
+    return {"n_layer": spec.layers, "d_model": spec.d_model, "n_head": spec.heads,
+            "n_kv_head": spec.kv_heads, "ffn_hidden": spec.ffn_hidden, "seq_len": spec.seq_len}
+
+
+def moe_overrides(spec: ModelSpec) -> dict:
     """The mixture-of-experts flags as ModelConfig fields (None: not given)."""
-    return {"n_experts": cfg.experts, "top_k": cfg.top_k,
-            "n_shared_experts": cfg.shared_experts, "expert_hidden": cfg.expert_ffn_hidden,
-            "moe_every": cfg.moe_every, "first_dense": cfg.first_dense_layers,
-            "router_score": cfg.router_score, "router_bias_rate": cfg.router_bias_rate,
-            "router_aux_loss": cfg.router_aux_loss, "router_z_loss": cfg.router_z_loss,
-            "capacity_factor": cfg.capacity_factor}
+    return {"n_experts": spec.experts, "top_k": spec.top_k,
+            "n_shared_experts": spec.shared_experts, "expert_hidden": spec.expert_ffn_hidden,
+            "moe_every": spec.moe_every, "first_dense": spec.first_dense_layers,
+            "router_score": spec.router_score, "router_bias_rate": spec.router_bias_rate,
+            "router_aux_loss": spec.router_aux_loss, "router_z_loss": spec.router_z_loss,
+            "capacity_factor": spec.capacity_factor}
 
 
-def model_config(cfg: TrainConfig, vocab_size: int) -> ModelConfig:
+def model_config(spec: ModelSpec, vocab_size: int) -> ModelConfig:
     from llmtk.train.model import hf
 
-    if hf.is_hf_spec(cfg.init_from):
-        return hf.init_model_config(cfg, vocab_size)
-    check_model_name(cfg.model)
-    mc = replace(PRESETS[cfg.model], vocab_size=vocab_size)
-    overrides = {"n_layer": cfg.layers, "d_model": cfg.d_model, "n_head": cfg.heads,
-                 "n_kv_head": cfg.kv_heads, "ffn_hidden": cfg.ffn_hidden, "seq_len": cfg.seq_len}
-    mc = replace(mc, **{k: v for k, v in {**overrides, **moe_overrides(cfg)}.items()
+    if hf.is_hf_spec(spec.init_from):
+        return hf.init_model_config(spec, vocab_size)
+    check_model_name(spec.model)
+    mc = replace(PRESETS[spec.model], vocab_size=vocab_size)
+    mc = replace(mc, **{k: v for k, v in {**shape_overrides(spec), **moe_overrides(spec)}.items()
                         if v is not None})
-    if cfg.untied:
+    if spec.untied:
         mc = replace(mc, tie_embeddings=False)
-    if cfg.heads is not None and cfg.kv_heads is None and PRESETS[cfg.model].n_kv_head:
+    if spec.heads is not None and spec.kv_heads is None and PRESETS[spec.model].n_kv_head:
         mc = replace(mc, n_kv_head=None)
     try:
         mc.validate()

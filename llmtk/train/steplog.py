@@ -18,6 +18,22 @@ from llmtk.compute.flops import mfu as model_mfu
 from llmtk.train.steptime import Phases, gather_row
 
 
+@dataclass(frozen=True)
+class LogSpec:
+    """The configuration's logging section as the start lines and the --log-to backends
+    read it (config.section(LogSpec, cfg))."""
+
+    model: str
+    init_from: str | None
+    steps: int
+    batch_size: int
+    grad_accum: int
+    lr: float
+    schedule: str
+    warmup: int
+    log_to: str
+
+
 @dataclass
 class Meter:
     """Throughput of the training work since the last row (evaluation, sampling and
@@ -84,8 +100,10 @@ class StepLog:
                  validates: bool, busy: str | None) -> None:
         """Rank 0: `start` with the run's resolved configuration (the config, the run plan
         and `facts`: params, world_size, device, threads, tokenizer, data, cache), the start
-        lines and warnings. validates: there is validation data; busy: a note on threads."""
-        from llmtk.train.optim import warmup_warning
+        lines and warnings. validates: there is validation data; busy: a note on threads.
+        The whole `cfg` is what config.json records."""
+        from llmtk.train.config import section
+        from llmtk.train.optim import OptimSpec, warmup_warning
 
         resolved = {"train": cfg.to_dict(), "model": plan.mcfg.to_dict(),
                     "params": facts["params"], "world_size": facts["world_size"],
@@ -93,15 +111,16 @@ class StepLog:
                     "compiled": plan.compiled, "checkpoint_format": plan.ckpt_format,
                     **{k: facts[k] for k in ("device", "threads", "tokenizer", "data",
                                              "cache")}}
-        warnings = [warmup_warning(cfg)] if cfg.warmup >= cfg.steps else []
+        warnings = [warmup_warning(section(OptimSpec, cfg))] if cfg.warmup >= cfg.steps else []
         if cfg.eval_every and not validates and not cfg.eval_tasks:
             warnings.append(f"warning: --eval-every {cfg.eval_every} evaluates nothing: there "
                             f"is no validation data (give --val-data, or hold some of --data "
                             f"out with --val-fraction) and no --eval-tasks")
-        self.start(step, resumed, resolved, cfg, facts["threads"], [*warnings, busy])
+        self.start(step, resumed, resolved, section(LogSpec, cfg), facts["threads"],
+                   [*warnings, busy])
 
-    def start(self, step: int, resumed: str | None, resolved: dict, cfg, threads: int,
-              notes: list[str | None]) -> None:
+    def start(self, step: int, resumed: str | None, resolved: dict, spec: LogSpec,
+              threads: int, notes: list[str | None]) -> None:
         """Rank 0, as the run starts at `step` (resumed from checkpoint `resumed`, or
         None): open OUT/metrics.jsonl (cut after the checkpoint's step on a resume, else
         with an older log set aside), write config.json (`resolved`), say the start lines
@@ -116,18 +135,18 @@ class StepLog:
         elif os.path.exists(path):
             set_aside(path, "old", numbered=False)
         self.metrics = MetricsWriter(path)
-        self._write_config(resolved, cfg, threads)
+        self._write_config(resolved, spec, threads)
         for note in notes:
             if note:
                 self.say(note)
-        self.mirrors = open_mirrors(cfg.log_to, self.out, resolved, step)
+        self.mirrors = open_mirrors(spec.log_to, self.out, resolved, step)
         self.metrics.mirror = self.mirrors.log if self.mirrors else None
         if resumed is not None:
             self.event("resume", step=step, path=os.path.relpath(resumed, self.out),
                        seconds=round(self.load_s, 3))
             self.say(f"resumed from {resumed} at step {step}")
 
-    def _write_config(self, resolved: dict, cfg, threads: int) -> None:
+    def _write_config(self, resolved: dict, spec: LogSpec, threads: int) -> None:
         """OUT/config.json (the `resolved` configuration) and the start lines."""
         from llmtk.io.atomic import atomic_file
         from llmtk.train.report import start_lines
@@ -137,11 +156,11 @@ class StepLog:
             f.write((json.dumps(resolved, indent=1, sort_keys=True) + "\n").encode())
         m = resolved["model"]
         for line in start_lines(
-                model=cfg.model if not cfg.init_from else cfg.init_from,
+                model=spec.model if not spec.init_from else spec.init_from,
                 shape=f"{m['n_layer']}x{m['d_model']}", params=resolved["params"],
-                steps=cfg.steps, batch=cfg.batch_size, procs=self.dist.world,
-                grad_accum=cfg.grad_accum, seq_len=m["seq_len"], lr=cfg.lr,
-                schedule=cfg.schedule, warmup=cfg.warmup, device=self.dist.device,
+                steps=spec.steps, batch=spec.batch_size, procs=self.dist.world,
+                grad_accum=spec.grad_accum, seq_len=m["seq_len"], lr=spec.lr,
+                schedule=spec.schedule, warmup=spec.warmup, device=self.dist.device,
                 dtype="bf16" if self.bf16 else "fp32", compiled=resolved["compiled"],
                 threads=threads, config_path=path):
             self.say(line)

@@ -42,13 +42,14 @@ from llmtk.train.checkpoint.files import QKV_LAYOUT
 from llmtk.train.config import TrainConfig, section
 from llmtk.train.data.batch import rollback_documents
 from llmtk.train.evaluator import EvalSpec, Evaluator
+from llmtk.train.finetune import SftSpec, setup_sft
 from llmtk.train.health import Health, HealthRules
 from llmtk.train.layout.parallelize import parallelize
 from llmtk.train.layout.plan import RunPlan, run_model
 from llmtk.train.layout.whole import whole_model
 from llmtk.train.oom import OomGuard
 from llmtk.train.optim import Optimizer, OptimSpec
-from llmtk.train.run_shape import model_config
+from llmtk.train.run_shape import ModelSpec, model_config
 from llmtk.train.runtime import (
     CollectiveError,
     Dist,
@@ -130,15 +131,14 @@ class Trainer:
         self.cfg, self.dist, self.faults, self.out = cfg, dist, faults, cfg.out
         self.chat, self.val_sets = None, {}  # --sft's chat template; --val-data NAME=DIR
         # --sft: the tokenizer and shape of the --init-from run unless given (finetune.py)
-        self.tok, mcfg = run_model(cfg) if cfg.sft else (tok, model_config(cfg, tok.vocab_size))
+        self.tok, mcfg = run_model(section(ModelSpec, cfg), cfg.sft, tok)
         self.plan = plan = RunPlan.resolve(cfg, dist.world, mcfg, dist.cuda)
         self.log = StepLog(cfg.out, dist, cfg.steps, cfg.quiet, mcfg, plan.bf16)
         # Each data-parallel rank reads its own part of the global batch (a tp group the same).
         dp, dp_rank = plan.layout.dp, plan.layout.dp_rank(dist.rank)
         if cfg.sft:  # instruction data instead of the token cache (train/finetune.py)
-            from llmtk.train.finetune import setup_sft
-
-            sft = setup_sft(cfg, self.tok, mcfg.seq_len, dp, dp_rank, self.log.say)
+            sft = setup_sft(section(SftSpec, cfg), self.tok, mcfg.seq_len, dp, dp_rank,
+                            self.log.say)
             self.chat, self.train_data, self.val_data = sft.chat, sft.train_data, sft.val_data
             self.cache, self.data_meta = sft.cache, sft.data_meta
         else:
@@ -160,7 +160,7 @@ class Trainer:
         self.phases = self.log.phases  # where each rank is and its time goes (steptime.py)
         if plan.parallel == "ddp" and not plan.compiled:
             self.phases.timed_ddp(self.model)
-        self.optim = Optimizer(section(OptimSpec, cfg), self.built, plan, dist, self.log)
+        self.optim = Optimizer(section(OptimSpec, cfg), self.built, plan, dist, self.log.row_parts)
         self.autocast = (
             (lambda: torch.autocast(device_type=dist.device.split(":")[0], dtype=torch.bfloat16))
             if plan.bf16 else contextlib.nullcontext)
@@ -187,7 +187,7 @@ class Trainer:
                                    val_sets=self.val_sets, tok=self.tok, log=self.log)
         self.stopper = Stopper(dist)
         self.watchdog = Watchdog(dist, self.phases, cfg.hang_timeout, cfg.out, self.log.say)
-        self.oom = OomGuard(cfg, plan, dist, self.phases, self.watchdog)
+        self.oom = OomGuard(cfg.out, plan, dist, self.phases, self.watchdog)
 
     def _whole(self):
         return whole_model(self.built, self.plan, self.dist)
@@ -343,7 +343,7 @@ class Trainer:
         self._compat(state := C.load_state(path), path)
         saved = TrainState.from_checkpoint(state)
         if resume:
-            check_resume(state, saved.step, path, self.cfg, self.log.say)
+            check_resume(state, saved.step, path, self.cfg.to_dict(), self.log.say)
         self.ckpt.load(path, self.model, self.optim.opt, sharded=self.plan.sharded)
         return saved
 

@@ -482,23 +482,25 @@ def changed_settings(old: dict, new: dict) -> str:
                      for k, v in new.items() if k in old and old[k] != v and k not in _NOT_NOTED)
 
 
-def check_resume(state: dict, saved_step: int, path: str, cfg,
+def check_resume(state: dict, saved_step: int, path: str, settings: dict,
                  say: Callable[[str], None]) -> None:
-    """Refuse --steps below the checkpoint's step; note a changed seed and settings."""
-    if cfg.steps < saved_step:
+    """Refuse --steps below the checkpoint's step; note a changed seed and settings
+    (`settings`: the run's configuration as a dict, TrainConfig.to_dict)."""
+    steps, seed = settings["steps"], settings["seed"]
+    if steps < saved_step:
         raise CollectiveError(
-            f"--steps {cfg.steps} is below the step of the checkpoint to resume, "
+            f"--steps {steps} is below the step of the checkpoint to resume, "
             f"{saved_step} ({path}); raise --steps, or start over with --resume never",
             exit_code=2)
     old = state.get("train_config", {})
-    old_seed = old.get("seed", cfg.seed)
-    if old_seed != cfg.seed:
-        say(f"note: --seed {cfg.seed} differs from the checkpoint's {old_seed}: the "
-            f"data order from step {saved_step} on follows seed {cfg.seed}")
-    changed = changed_settings(old, cfg.to_dict())
+    old_seed = old.get("seed", seed)
+    if old_seed != seed:
+        say(f"note: --seed {seed} differs from the checkpoint's {old_seed}: the "
+            f"data order from step {saved_step} on follows seed {seed}")
+    changed = changed_settings(old, settings)
     if changed:
         say(f"note: resuming {os.path.basename(path)} with changed settings (they "
             f"apply from step {saved_step} on): {changed}")
-    if cfg.init_from:
+    if settings["init_from"]:
         say(f"note: resuming {path}; --init-from only applies to a fresh start "
             "(--resume never)")

@@ -111,8 +111,9 @@ class DryRun:
 def dry_run(cfg, world: int) -> DryRun:
     """Plan `cfg` on `world` processes: the model shape, the layout (checked: a layout
     that cannot run is the same one-line error as at launch) and each kind of rank."""
+    from llmtk.train.config import section
     from llmtk.train.model.config import PRESETS
-    from llmtk.train.run_shape import model_config
+    from llmtk.train.run_shape import ModelSpec, model_config
 
     if cfg.tokenizer != "bytes" or cfg.model not in PRESETS:
         from llmtk.text.tokenizer import load_tokenizer
@@ -121,5 +122,5 @@ def dry_run(cfg, world: int) -> DryRun:
     else:  # a planned run names no tokenizer yet: the preset's own vocabulary
         vocab, vocab_from = PRESETS[cfg.model].vocab_size, f"the {cfg.model} preset's"
     # what the launch refuses, the plan refuses (planned for GPUs)
-    plan = RunPlan.resolve(cfg, world, model_config(cfg, vocab), cuda=True)
+    plan = RunPlan.resolve(cfg, world, model_config(section(ModelSpec, cfg), vocab), cuda=True)
     return DryRun(plan, vocab_from, plan_ranks(plan))

@@ -127,17 +127,17 @@ def plan_layout(world: int, spec: ParallelSpec = ParallelSpec()) -> tuple[str, L
     return "fsdp", layout
 
 
-def check_trainable(layout: Layout, cfg) -> None:
+def check_trainable(layout: Layout, spec) -> None:
     """What `llmtk train` runs: data parallelism (DDP, FSDP2, HSDP), tensor and pipeline
     parallelism under it, with LoRA, sampling and task evaluation; what was not tested
-    under a layout is refused naming its flag."""
+    under a layout is refused naming its flag (`spec`: the run plan's plan.PlanSpec)."""
     if layout.pp > 1:
-        if cfg.checkpoint_format == "full":  # rank 0 holds only the first stage
+        if spec.checkpoint_format == "full":  # rank 0 holds only the first stage
             raise ConfigError("checkpoint_format", f"full is not possible with --pp "
                               f"{layout.pp}: no rank holds the whole model; use dcp (the "
                               "default), and `llmtk train export` for one file")
-        check_microbatches(layout.pp, cfg.grad_accum, cfg.pp_schedule)
-    if layout.tp > 1 and cfg.lora_rank and cfg.compile:
+        check_microbatches(layout.pp, spec.grad_accum, spec.pp_schedule)
+    if layout.tp > 1 and spec.lora_rank and spec.compile:
         raise ConfigError("compile", f"is not supported with --tp {layout.tp} and "
                           "--lora-rank: compiled, the adapters' DTensor gradients came out "
                           "wrong (torch 2.13); leave --compile off (the default there)")

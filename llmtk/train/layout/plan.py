@@ -1,11 +1,12 @@
 """The run plan: every fact derived from the configuration, worked out (and checked) once.
 
-`RunPlan.resolve(cfg, world, mcfg, cuda)` decides the data-parallel method and the mesh
-layout, splits the layers between pipeline stages, and fixes the checkpoint format, the
-compile switch, the autocast dtype and the step's windows. The launcher resolves it to
-refuse a layout before torchrun starts anything, `--dry-run` to plan each rank, the
-trainer to build (train/layout/parallelize.py) and run the model; none of them derives these
-facts again.
+`RunPlan.resolve(cfg, world, mcfg, cuda)` cuts the configuration into its parallel
+section (mesh.ParallelSpec) and the rest the plan reads (PlanSpec), decides the
+data-parallel method and the mesh layout, splits the layers between pipeline stages, and
+fixes the checkpoint format, the compile switch, the autocast dtype and the step's
+windows. The launcher resolves it to refuse a layout before torchrun starts anything,
+`--dry-run` to plan each rank, the trainer to build (train/layout/parallelize.py) and run
+the model; none of them derives these facts again.
 
 Torch-free, so the launcher and `llmtk estimate` can plan without importing torch.
 """
@@ -26,6 +27,27 @@ from llmtk.train.layout.mesh import (
 
 
 @dataclass(frozen=True)
+class PlanSpec:
+    """What the run plan reads of the configuration beside its parallel section (ParallelSpec):
+    the pipeline's split and schedule, the checkpoint format, compile, dtype, the step's
+    batch, the seed, recomputation and LoRA (config.section(PlanSpec, cfg))."""
+
+    pp_layers: str | None
+    pp_schedule: str
+    checkpoint_format: str
+    compile: bool | None
+    dtype: str
+    batch_size: int
+    grad_accum: int
+    seed: int
+    activation_checkpointing: bool
+    lora_rank: int | None
+    lora_alpha: float | None
+    lora_targets: str
+    lora_dropout: float
+
+
+@dataclass(frozen=True)
 class LoraSpec:
     """--lora-rank/-alpha/-targets/-dropout: add_lora's arguments."""
 
@@ -35,11 +57,11 @@ class LoraSpec:
     dropout: float
 
     @classmethod
-    def of(cls, cfg) -> LoraSpec | None:
-        """The config's LoRA section; None when LoRA is off."""
-        if not cfg.lora_rank:
+    def of(cls, spec: PlanSpec) -> LoraSpec | None:
+        """The plan section's LoRA settings; None when LoRA is off."""
+        if not spec.lora_rank:
             return None
-        return cls(cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets, cfg.lora_dropout)
+        return cls(spec.lora_rank, spec.lora_alpha, spec.lora_targets, spec.lora_dropout)
 
 
 @dataclass(frozen=True)
@@ -67,25 +89,27 @@ class RunPlan:
         from llmtk.train.config import section
 
         parallel, layout = plan_layout(world, section(ParallelSpec, cfg))
-        check_trainable(layout, cfg)
+        spec = section(PlanSpec, cfg)
+        check_trainable(layout, spec)
         check_model(layout, mcfg)
-        if cfg.lora_rank and getattr(mcfg, "n_experts", 0):
+        if spec.lora_rank and getattr(mcfg, "n_experts", 0):
             from llmtk.errors import ConfigError
 
             raise ConfigError("lora_rank", "is not supported with a mixture-of-experts "
                               "model yet (its adapters target the dense MLP's matrices)")
-        split = pipeline_split(layout, mcfg.n_layer, cfg.pp_layers, cfg.pp_schedule)
+        split = pipeline_split(layout, mcfg.n_layer, spec.pp_layers, spec.pp_schedule)
         return cls(
             parallel=parallel, layout=layout, mcfg=mcfg, split=tuple(split),
-            ckpt_format=cfg.checkpoint_format if cfg.checkpoint_format != "auto" else (
+            ckpt_format=spec.checkpoint_format if spec.checkpoint_format != "auto" else (
                 "dcp" if parallel == "fsdp" else "full"),
-            compiled=cfg.compile if cfg.compile is not None else
-            compiles_by_default(layout, bool(cfg.lora_rank), cuda),
-            bf16=cfg.dtype == "bf16" or (cfg.dtype == "auto" and cuda),
-            windows_per_step=cfg.batch_size * layout.dp * cfg.grad_accum,
-            seed=cfg.seed, lora=LoraSpec.of(cfg),
-            activation_checkpointing=cfg.activation_checkpointing,
-            pp_schedule=cfg.pp_schedule, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum)
+            compiled=spec.compile if spec.compile is not None else
+            compiles_by_default(layout, bool(spec.lora_rank), cuda),
+            bf16=spec.dtype == "bf16" or (spec.dtype == "auto" and cuda),
+            windows_per_step=spec.batch_size * layout.dp * spec.grad_accum,
+            seed=spec.seed, lora=LoraSpec.of(spec),
+            activation_checkpointing=spec.activation_checkpointing,
+            pp_schedule=spec.pp_schedule, batch_size=spec.batch_size,
+            grad_accum=spec.grad_accum)
 
     @property
     def tokens_per_step(self) -> int:
@@ -103,15 +127,18 @@ class RunPlan:
         return self.parallel == "fsdp" and (self.layout.tp > 1 or self.layout.pp > 1)
 
 
-def run_model(cfg):
-    """(tokenizer, ModelConfig) of the run `cfg` (its --init-from hf: folder resolved, see
-    hf.resolve_init): --sft inherits both from an --init-from run unless given."""
-    if cfg.sft:
+def run_model(model, sft: bool, tok=None):
+    """(tokenizer, ModelConfig) of the run whose model section (run_shape.ModelSpec) is
+    `model` (its --init-from hf: folder resolved, see hf.resolve_init): --sft inherits both
+    from an --init-from run unless given; else `tok` (loaded from --tokenizer if None)."""
+    if sft:
         from llmtk.train.finetune import sft_model
 
-        return sft_model(cfg)
-    from llmtk.text.tokenizer import load_tokenizer
+        return sft_model(model)
     from llmtk.train.run_shape import model_config
 
-    tok = load_tokenizer(cfg.tokenizer)
-    return tok, model_config(cfg, tok.vocab_size)
+    if tok is None:
+        from llmtk.text.tokenizer import load_tokenizer
+
+        tok = load_tokenizer(model.tokenizer)
+    return tok, model_config(model, tok.vocab_size)
