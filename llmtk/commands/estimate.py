@@ -23,7 +23,8 @@ Give a model by preset (--model), by size (--params) or by shape (--layers,
 6ND and PaLM FLOPs, time and cost at --mfu, per-GPU memory with ZeRO/TP/PP and a
 fits / does-not-fit verdict with the largest micro-batch, inference weight sizes,
 and the Chinchilla-optimal budget. --solve layout picks the fastest data, tensor and
-pipeline layout (and context/expert parallel, for long sequences and MoE) that fits. --measure checks the memory model against the
+pipeline layout (and context/expert parallel, for long sequences and MoE) that
+fits. --measure checks the memory model against the
 real llmtk model built on CPU.
 
 [bold]Examples[/bold]

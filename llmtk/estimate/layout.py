@@ -11,7 +11,8 @@ needs one per stage); cp (context parallelism) a divisor of what tp leaves that 
 every sequence into 2·cp equal chunks (each rank a head and a tail chunk: the causal
 work balanced) of at least MIN_CP_TOKENS/2 tokens; ep (expert parallelism, MoE models
 only) a divisor of dp x cp (the ranks it borrows) and of the experts; cp and ep under
-ZeRO 3 only (llmtk train shards over dp_shard x cp with FSDP2); recompute selective (llmtk's SDPA attention never
+ZeRO 3 only (llmtk train shards over dp_shard x cp with FSDP2); recompute selective
+(llmtk's SDPA attention never
 stores the scores, so "none" is "selective") or full (activation checkpointing). Memory is
 priced by the caller as `llmtk train --dry-run` counts it (plan._memory, llmtk_model), and
 the caller asks llmtk train's own layout rules (llmtk.estimate.rules) whether it runs each.
@@ -46,7 +47,8 @@ The step time (`step_time`), per optimizer step of `global_batch` sequences:
             no rank holds whole gradients; a pipeline stage once a step, at the last
             micro-batch), one collective per block, over dp x cp ranks (the cp
             ranks hold the same parameters), a MoE layer's experts (1/ep of them per
-            rank) over dp x cp / ep; ZeRO 0: one fp32 gradient all-reduce per step. Over the network when the data-parallel group spans
+            rank) over dp x cp / ep; ZeRO 0: one fp32 gradient all-reduce per step.
+            Over the network when the data-parallel group spans
             nodes, NVLink otherwise. The gathers overlap the step's compute (FSDP2
             prefetches the next block), FSDP2's reductions each micro-step's backward,
             DDP's one reduction the last micro-step's backward (it buckets it), and

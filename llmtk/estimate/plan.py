@@ -79,7 +79,8 @@ def validate(req: Request) -> None:
         raise ConfigError("lora_rank", f"must be >= 1, got {req.lora_rank}")
     if req.solve == "layout":
         searched = {"dp": req.dp is not None, "tp": req.tp != 1, "pp": req.pp != 1,
-                    "cp": req.cp != 1, "ep": req.ep != 1, "zero": req.zero != 0, "micro_batch": req.micro_batch != 1,
+                    "cp": req.cp != 1, "ep": req.ep != 1, "zero": req.zero != 0,
+                    "micro_batch": req.micro_batch != 1,
                     "sequence_parallel": req.sequence_parallel}
         for key, given in searched.items():
             if given:
