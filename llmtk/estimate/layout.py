@@ -21,7 +21,7 @@ The step time (`step_time`), per optimizer step of `global_batch` sequences:
   compute   model FLOPs (6N + attention) of the step's tokens, + one forward (1/3) under
             full recompute, over all GPUs at peak x MFU;
   tp        per layer and micro-batch, sequence parallelism's all-gathers and
-            reduce-scatters of the (b, s, h) activations: 4 in forward, 4 in backward,
+            reduce-scatters of the (b, s/cp, h) activations: 4 in forward, 4 in backward,
             4 more under full recompute, each moving (tp-1)/tp of it over NVLink; not
             overlapped (no async TP);
   bubble    1F1B: the pipeline's compute and tp time x (pp - 1)/m, m micro-batches (a
@@ -72,10 +72,12 @@ LINK_EFFICIENCY = 0.8
 LATENCY_INTRA = 10e-6
 LATENCY_INTER = 20e-6
 RECOMPUTE = ("selective", "full")
-# The fewest tokens of each sequence a cp rank holds (two chunks of half that): shorter
-# chunks make matmuls too small to run near the assumed MFU (Llama 3's 128K stage gave
-# each of its 16 cp ranks 8K tokens). It also keeps the search small at short contexts.
-MIN_CP_TOKENS = 1024
+# The fewest tokens of each sequence a cp rank holds (two chunks of half that). The cost
+# model's MFU is a constant, so it cannot see that short chunks run matmuls and attention
+# kernels below it, and with GQA's small K/V the cp all-gather looks cheaper than tp's
+# traffic at any length: unbounded, it splits 8K sequences 4 ways. Llama 3 used no cp at
+# 8K and cp 16 at 128K, 8K tokens per rank (Table 4): the bound is that published choice.
+MIN_CP_TOKENS = 8192
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,8 @@ def step_time(spec: ModelSpec, c: Candidate, *, global_batch: int, flops_per_tok
     hw_flops = tokens * flops_per_token * (4 / 3 if c.recompute == "full" else 1.0)
     compute = hw_flops / (n * peak * mfu)
 
-    act = c.micro_batch * spec.seq_len * spec.d_model * elem  # one (b, s, h) tensor, bytes
+    # one (b, s, h) tensor of the rank's s/cp tokens, bytes
+    act = c.micro_batch * spec.seq_len / c.cp * spec.d_model * elem
     layers = max(stage_layers(spec.n_layer, c.pp))  # the busiest stage
     per_layer = (12 if c.recompute == "full" else 8)
     tp = m * layers * per_layer * _collective(c.tp, act, nvlink, LATENCY_INTRA)
