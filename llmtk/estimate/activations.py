@@ -135,22 +135,23 @@ def stage_bytes(a: dict, n_layer: int, layers: int, *, embedding: bool, head: bo
     """Pipeline rank `pp_rank`'s share of `a` (llmtk_saved_bytes of the whole model): its
     layers, the token ids on the first stage (with LoRA's lighter first layer), times the
     microbatches it holds in flight (in_flight), and the head on the last stage (its loss's
-    backward runs as soon as its forward: one microbatch); under full recompute, once, the
-    layer being recomputed (`recompute_peak`: backward runs one layer at a time)."""
+    backward runs as soon as its forward: one microbatch). What forward saves: the layer
+    recomputed in backward under full recompute is a["recompute_peak"], on top."""
     act = layers * a["per_layer"]
     if embedding:
         act += a["inputs"] + (a["layers"] - n_layer * a["per_layer"])
     act *= in_flight(pp, pp_rank, n_micro, local_stages)
     if head:
         act += a["head"]
-    return act + a.get("recompute_peak", 0.0)
+    return act
 
 
 def llmtk_busiest_bytes(m: ModelSpec, micro_batch: int, *, tp: int, pp: int, n_micro: int,
                         recompute: str, bf16: bool, fsdp: bool,
-                        lora_rank: int | None = None, cp: int = 1) -> float:
-    """The llmtk model's activations on its busiest rank for a layout, as `llmtk train
-    --dry-run` counts them: `--solve layout` prices layouts for llmtk train with this.
+                        lora_rank: int | None = None, cp: int = 1) -> tuple[float, float]:
+    """(the llmtk model's activations on its busiest rank for a layout, the layer
+    recomputed in backward under full recompute, 0 otherwise), as `llmtk train --dry-run`
+    counts them: `--solve layout` prices layouts for llmtk train with this.
     fsdp: the run's weights are FSDP2's (bf16 gathers), not one copy under autocast.
     lora_rank: adapters on all seven projections (llmtk train's default targets)."""
     from types import SimpleNamespace
@@ -163,8 +164,9 @@ def llmtk_busiest_bytes(m: ModelSpec, micro_batch: int, *, tp: int, pp: int, n_m
                           recompute=recompute, tp=tp, weight_copies=bf16 and not fsdp,
                           residual=2 if bf16 and fsdp else 4, lora_rank=lora_rank, cp=cp)
     per_stage = stage_layers(m.n_layer, pp)  # llmtk train's default split
-    return max(stage_bytes(a, m.n_layer, layers, embedding=s == 0, head=s == pp - 1, pp=pp,
-                           n_micro=n_micro, pp_rank=s) for s, layers in enumerate(per_stage))
+    busiest = max(stage_bytes(a, m.n_layer, layers, embedding=s == 0, head=s == pp - 1, pp=pp,
+                              n_micro=n_micro, pp_rank=s) for s, layers in enumerate(per_stage))
+    return busiest, a["recompute_peak"]
 
 
 def korthikanti_style_bytes(cfg, batch: int, seq: int, elem: int = 4,

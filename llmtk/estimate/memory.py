@@ -195,8 +195,8 @@ def activation_bytes(
     m: ModelSpec, micro_batch: int, *, par: Parallel, recompute: str, elem: int,
     n_micro: int = 1,
 ) -> float:
-    """Activation bytes on the busiest GPU (under full recompute + one layer's recomputed
-    activations: a layer's backward first runs its forward again).
+    """Activation bytes on the busiest GPU (what forward saves; recompute_layer_bytes adds
+    the layer recomputed in backward).
 
     With pipeline parallelism under 1F1B the first stage holds min(pp, n_micro)
     micro-batches of its L/pp layers in flight (L layers' worth when n_micro >= pp);
@@ -207,15 +207,24 @@ def activation_bytes(
     layers = math.ceil(m.n_layer / par.pp)
     emb = embedding_activation_bytes(m, micro_batch, tp=par.tp, sp=par.sp, cp=par.cp)
     out = output_activation_bytes(m, micro_batch, tp=par.tp, sp=par.sp, elem=elem, cp=par.cp)
-    # full recompute: the layer whose backward runs holds its recomputed activations
-    redo = layer_activation_bytes(m, micro_batch, tp=par.tp, sp=par.sp, recompute="selective",
-                                  elem=elem, cp=par.cp) if recompute == "full" else 0.0
     if par.pp == 1:
-        return layers * per_layer + emb + out + redo
+        return layers * per_layer + emb + out
     in_flight = min(par.pp, n_micro)
     first = in_flight * (layers * per_layer + emb)
     last = layers * per_layer + out
-    return max(first, last) + redo
+    return max(first, last)
+
+
+def recompute_layer_bytes(m: ModelSpec, micro_batch: int, *, par: Parallel, recompute: str,
+                          elem: int) -> float:
+    """Under full recompute, a layer's backward first runs its forward again, so for that
+    moment it holds everything it would have saved: one layer's selective activations on
+    top of the checkpointed inputs (at 128K context ~31 GB for a llama3-8b layer in llmtk's
+    model, as much as all the inputs). 0 otherwise."""
+    if recompute != "full":
+        return 0.0
+    return layer_activation_bytes(m, micro_batch, tp=par.tp, sp=par.sp, recompute="selective",
+                                  elem=elem, cp=par.cp)
 
 
 def fsdp_buffer_bytes(block_params: float, *, precision: str, full_grads: bool = True) -> float:

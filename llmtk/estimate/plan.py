@@ -533,21 +533,25 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
     if llmtk_model:
         from llmtk.estimate.activations import llmtk_busiest_bytes
 
-        def activations(b: int) -> float:
+        def activations(b: int) -> tuple[float, float]:
             return llmtk_busiest_bytes(spec, b, tp=par.tp, pp=par.pp, n_micro=accum,
                                        recompute=req.recompute, bf16=elem == 2,
                                        fsdp=par.zero == 3 or par.tp * par.pp > 1,
                                        lora_rank=req.lora_rank, cp=par.cp)
     else:
-        def activations(b: int) -> float:
-            return memory.activation_bytes(spec, b, par=par, recompute=req.recompute,
-                                           elem=elem, n_micro=accum)
-    act, act1 = activations(req.micro_batch), activations(1)
+        def activations(b: int) -> tuple[float, float]:
+            return (memory.activation_bytes(spec, b, par=par, recompute=req.recompute,
+                                            elem=elem, n_micro=accum),
+                    memory.recompute_layer_bytes(spec, b, par=par, recompute=req.recompute,
+                                                 elem=elem))
+    (act, redo), (act1, redo1) = activations(req.micro_batch), activations(1)
     out["activations_from"] = "llmtk" if llmtk_model else "korthikanti"
-    overhead, total_bytes = memory.with_overhead(fixed + act)
-    out.update(activations=act, activations_per_sample=act1, overhead=overhead,
-               total=total_bytes, capacity=capacity, fits=total_bytes <= capacity,
-               max_micro_batch=memory.max_micro_batch(fixed, act1, capacity), note="")
+    overhead, total_bytes = memory.with_overhead(fixed + act + redo)
+    # activations: what forward saves; recompute_layer: the layer recomputed in backward
+    out.update(activations=act, recompute_layer=redo, activations_per_sample=act1 + redo1,
+               overhead=overhead, total=total_bytes, capacity=capacity,
+               fits=total_bytes <= capacity,
+               max_micro_batch=memory.max_micro_batch(fixed, act1 + redo1, capacity), note="")
     return out
 
 

@@ -20,7 +20,9 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro
               grad_accum: int, recompute: str, bf16: bool, gpu_name: str,
               lora_rank: int | None = None, lora_parts: int = 7, cp: int = 1) -> dict:
     """{"gpu", "capacity", "rows": [{kind, rank, layers, params, weights, gradients,
-    optimizer, fsdp_buffers, fsdp_held, activations, overhead, total, fits}]} in bytes: the
+    optimizer, recompute, fsdp_buffers, fsdp_held, activations, overhead, total, fits}]} in
+    bytes (recompute: under full recompute the layer recomputed in backward, which holds
+    its whole activations for that moment; activations: what forward saves): the
     first and the last pipeline stage and the busiest middle one (`shown`).
 
     Activations are the llmtk model's own (llmtk.estimate.activations.llmtk_saved_bytes:
@@ -51,11 +53,13 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro
                                       dp_shard=dp_shard, pp=pp) \
             if fsdp else 0.0
         states = plan.weights + plan.gradients + plan.optimizer
-        overhead, total = memory.with_overhead(states + buffers + held + act)
+        redo = a["recompute_peak"]  # full recompute: the layer recomputed in backward
+        overhead, total = memory.with_overhead(states + buffers + held + act + redo)
         rows.append({"kind": plan.kind, "rank": plan.rank, "layers": plan.layers,
                      "params": plan.params, "weights": plan.weights,
                      "gradients": plan.gradients, "optimizer": plan.optimizer,
-                     "fsdp_buffers": buffers, "fsdp_held": held, "activations": act,
+                     "recompute": redo, "fsdp_buffers": buffers, "fsdp_held": held,
+                     "activations": act,
                      "overhead": overhead,
                      "total": total, "fits": total <= gpu.mem_bytes})
     return {"gpu": gpu.name, "capacity": gpu.mem_bytes, "rows": shown(rows)}
@@ -138,8 +142,8 @@ def render(result: dict, title: str, file) -> None:
     """The per-rank table: GB (10^9 bytes) and GiB of the total."""
     gb = 1e9
     print(title, file=file)
-    cols = ("weights", "gradients", "optimizer", "fsdp_buffers", "fsdp_held", "activations",
-            "overhead")
+    cols = ("weights", "gradients", "optimizer", "recompute", "fsdp_buffers", "fsdp_held",
+            "activations", "overhead")
     head = ["rank kind (rank)", "layers", "params", *cols, "total GB", "total GiB", "fits"]
     lines = [head]
     for r in result["rows"]:

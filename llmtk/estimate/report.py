@@ -161,6 +161,10 @@ def render(r: dict, file) -> None:
                   "the llmtk model's own, as llmtk train --dry-run counts them (--solve "
                   f"layout), recompute {run['recompute']}"
                   if mem.get("activations_from") == "llmtk" else _RECOMPUTE_NOTE[run["recompute"]])
+    if mem.get("recompute_layer"):
+        t.add_row("  recomputed layer", gb(mem["recompute_layer"]),
+                  "full recompute: a layer's backward runs its forward again and holds its "
+                  "activations for that moment")
     t.add_row("  overhead", gb(mem["overhead"]),
               f"{OVERHEAD_FIXED / 2**30:g} GiB context/workspaces + "
               f"{OVERHEAD_FRACTION:.0%} fragmentation")
