@@ -372,7 +372,7 @@ def plan_rows(cfg, world: int, grad_accum: int | None = None):
         recompute="full" if cfg.activation_checkpointing else "selective",
         bf16=cfg.dtype != "fp32",  # a GPU run: bf16 autocast unless fp32 is asked for
         gpu_name=cfg.gpu, lora_rank=cfg.lora_rank,
-        lora_parts=len(parse_targets(cfg.lora_targets)))
+        lora_parts=len(parse_targets(cfg.lora_targets)), cp=lay.cp)
 
 
 def _dry_run(cfg, launch) -> None:
@@ -395,7 +395,8 @@ def _dry_run(cfg, launch) -> None:
            f"{'bf16' if bf16 else 'fp32'}, recompute {recompute}", sys.stdout)
     est = same_layout_estimate(m, None if cfg.init_from else cfg.model, world=world,
                                per_node=per_node, gpu_name=cfg.gpu,
-                               tp=lay.tp, pp=lay.pp, dp=lay.dp, sharded=lay.dp_shard > 1,
+                               tp=lay.tp, pp=lay.pp, dp=lay.dp,
+                               sharded=lay.dp_shard * lay.cp > 1, cp=lay.cp, ep=lay.ep,
                                micro_batch=cfg.batch_size, grad_accum=cfg.grad_accum,
                                recompute=recompute, bf16=bf16, lora_rank=cfg.lora_rank)
     print(same_layout_line(est, max(r["total"] for r in result["rows"])), file=sys.stdout)
