@@ -136,7 +136,9 @@ def _check_cp_ep(req: Request, spec: ModelSpec | None, dp: int) -> None:
     if req.ep == 1:
         return
     if spec is not None and not spec.n_experts:
-        raise ConfigError("ep", f"{req.ep} needs a mixture-of-experts model")
+        why = (f": the {spec.name} preset carries its published counts, not its experts' "
+               "shape" if spec.active_params is not None else "")
+        raise ConfigError("ep", f"{req.ep} needs a mixture-of-experts model{why}")
     if spec is not None and spec.n_experts % req.ep:
         raise ConfigError("ep", f"{req.ep} does not divide the model's {spec.n_experts} "
                           "experts")
