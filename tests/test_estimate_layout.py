@@ -3,6 +3,7 @@ TOML it writes, which `llmtk train --config FILE --dry-run` plans."""
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -149,13 +150,20 @@ def test_full_recompute_costs_a_forward_and_more_tensor_parallel_traffic():
 
 def test_candidates_respect_the_node_and_the_model():
     """tp stays inside a node and divides the heads; pp leaves a layer per stage; dp
-    divides the global batch; ZeRO 3 only with dp > 1."""
-    spec = preset("llama3-8b")  # 32 heads, 8 kv heads, 32 layers
+    divides the global batch; ZeRO 3 only with something to shard over (dp x cp > 1),
+    and the only ZeRO under cp; no cp for 8K sequences, up to 16 at 128K (each cp rank
+    keeps 8K tokens at least, MIN_CP_TOKENS)."""
+    spec = preset("llama3-8b")  # 32 heads, 8 kv heads, 32 layers, seq 8192
     cs = list(candidates(spec, 64, 8, 64))
     assert {c.tp for c in cs} == {1, 2, 4, 8}
     assert max(c.pp for c in cs) == 32
     assert all(64 % c.dp == 0 and (c.zero == 0 or c.dp > 1) for c in cs)
     assert all(c.dp * c.tp * c.pp == 64 for c in cs)
+    assert {c.cp for c in cs} == {1} and {c.ep for c in cs} == {1}  # dense
+    long = list(candidates(replace(spec, seq_len=131072), 64, 8, 64))
+    assert {c.cp for c in long} == {1, 2, 4, 8, 16}
+    assert all(c.zero == 3 for c in long if c.cp > 1)
+    assert all(c.dp * c.tp * c.pp * c.cp == 64 for c in long)
 
 
 def test_70b_on_256_h100_in_torchtitans_layout_fits(tmp_path):

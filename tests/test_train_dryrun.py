@@ -37,7 +37,11 @@ def test_estimated_70b_layout_plans_per_rank_within_5_percent_of_estimate(tmp_pa
     row = next(line for line in out.splitlines() if line.startswith("all layers (0)"))
     total_gb = float(row.split()[-3])
     assert float(row.split()[-6]) == 0  # fsdp_held
-    assert total_gb * 1e9 == pytest.approx(estimated, rel=0.05)
+    # two activation models (Korthikanti's block, the llmtk model's own) agree within 10%:
+    # both now count the layer recomputed in backward under full recompute, 0.29 GB by
+    # Korthikanti's 34sbh/t and 0.71 GB by the llmtk model's (its norms keep fp32 inputs),
+    # which moved them from 3.0% to 7.3% apart
+    assert total_gb * 1e9 == pytest.approx(estimated, rel=0.10)
     # the quote is estimate's own number for llmtk train: the file's header's
     quoted = f"{mem['llmtk_train_total'] / 1e9:.2f} GB per GPU"
     assert f"as llmtk train holds it: {quoted}" in text

@@ -23,7 +23,8 @@ Give a model by preset (--model), by size (--params) or by shape (--layers,
 6ND and PaLM FLOPs, time and cost at --mfu, per-GPU memory with ZeRO/TP/PP and a
 fits / does-not-fit verdict with the largest micro-batch, inference weight sizes,
 and the Chinchilla-optimal budget. --solve layout picks the fastest data, tensor and
-pipeline layout that fits the GPUs. --measure checks the memory model against the
+pipeline layout (and context/expert parallel, for long sequences and MoE) that
+fits. --measure checks the memory model against the
 real llmtk model built on CPU.
 
 [bold]Examples[/bold]
@@ -38,6 +39,9 @@ real llmtk model built on CPU.
 
   llmtk estimate --model llama3-70b --gpus 256xH100 --global-batch 512 \\
     --solve layout --emit-config run.toml
+
+  llmtk estimate --model llama3-8b --seq-len 131072 --cp 8 --tokens 1T \\
+    --gpus 64xH100 --zero 3 --recompute full
 
   llmtk estimate --params 535e9 --gpus 8xH200 --json | jq .inference.weights
 
@@ -113,6 +117,10 @@ def command(
                              PAR)] = None,
     tp: Annotated[str, _opt("--tp", "N", "Tensor-parallel size.", PAR)] = "1",
     pp: Annotated[str, _opt("--pp", "N", "Pipeline-parallel stages.", PAR)] = "1",
+    cp: Annotated[str, _opt("--cp", "N", "Context-parallel size: each GPU holds 1/N of every "
+                            "sequence (long context).", PAR)] = "1",
+    ep: Annotated[str, _opt("--ep", "N", "Expert-parallel size (MoE): experts split over N "
+                            "of the dp x cp GPUs.", PAR)] = "1",
     zero: Annotated[str, _opt("--zero", "STAGE", "ZeRO stage 0-3 (FSDP full sharding = 3).",
                               PAR)] = "0",
     sequence_parallel: Annotated[bool, typer.Option(
@@ -170,6 +178,7 @@ def command(
         gpus_per_node=whole("--gpus-per-node", gpus_per_node),
         price_per_gpu_hour=num("--price-per-gpu-hour", price, allow_zero=True),
         dp=whole("--dp", dp), tp=whole("--tp", tp), pp=whole("--pp", pp),
+        cp=whole("--cp", cp), ep=whole("--ep", ep),
         zero=whole("--zero", zero, lo=0), sequence_parallel=sequence_parallel,
         micro_batch=whole("--micro-batch", micro_batch),
         global_batch=whole("--global-batch", global_batch), recompute=recompute,

@@ -379,7 +379,7 @@ def plan_rows(d, gpu: str, bf16: bool, grad_accum: int | None = None) -> dict:
         dp_shard=lay.dp_shard, micro_batch=plan.batch_size,
         grad_accum=grad_accum or plan.grad_accum,
         recompute="full" if plan.activation_checkpointing else "selective",
-        bf16=bf16, gpu_name=gpu, lora_rank=plan.lora.rank if plan.lora else None,
+        bf16=bf16, gpu_name=gpu, lora_rank=plan.lora.rank if plan.lora else None, cp=lay.cp,
         **({"lora_parts": len(parse_targets(plan.lora.targets))} if plan.lora else {}))
 
 
@@ -404,7 +404,8 @@ def _dry_run(d, shown: Shown, launch) -> None:
            f"{'bf16' if bf16 else 'fp32'}, recompute {recompute}", sys.stdout)
     est = same_layout_estimate(m, None if shown.init_from else shown.model, world=world,
                                per_node=per_node, gpu_name=shown.gpu,
-                               tp=lay.tp, pp=lay.pp, dp=lay.dp, sharded=lay.dp_shard > 1,
+                               tp=lay.tp, pp=lay.pp, dp=lay.dp,
+                               sharded=lay.dp_shard * lay.cp > 1, cp=lay.cp, ep=lay.ep,
                                micro_batch=plan.batch_size, grad_accum=plan.grad_accum,
                                recompute=recompute, bf16=bf16, lora_rank=lora_rank)
     print(same_layout_line(est, max(r["total"] for r in result["rows"])), file=sys.stdout)

@@ -9,8 +9,12 @@ utilisation: recomputation is not counted, so MFU does not reward it.
 
 `causal=True` halves the attention term: with a causal mask only the lower triangle
 of the T x T score matrix is work a causal kernel (flash attention) does, so
-`llmtk train` reports MFU with it (as torchtitan and Megatron's MFU do); `estimate`
-keeps PaLM's full count unless asked.
+`llmtk train` reports MFU with it (as Megatron's causal count and FlashAttention's
+benchmarks do). `estimate` prints both: PaLM's full count as the model FLOPs (the
+published totals are checked against it) and the causal count as the work its time
+model divides by peak x MFU (its --mfu is llmtk train's MFU). At 2K context the
+difference is a few percent; at 128K attention is most of the work (llama3-8b: the
+causal term is 2.3x 6N), so the choice matters there.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from llmtk.estimate import memory
 def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
                       recompute: str = "selective", lora_rank: int | None = None,
                       lora_parts: int = 7, tp: int = 1, weight_copies: bool = False,
-                      residual: int = 4) -> dict[str, float]:
+                      residual: int = 4, cp: int = 1) -> dict[str, float]:
     """Bytes autograd keeps for backward in `llmtk.train.model.gpt.GPT` on one rank: eager,
     fp32 (elem=4) or under bf16 autocast (elem=2), with tp-way tensor parallelism as
     `llmtk train --tp` runs it (sequence-parallel norms).
@@ -39,7 +39,14 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
     Once per model: the token ids (int64), the final norm's fp32 input and x·rstd (2C +
     rstd, split over tp; its output is not kept), and the chunked cross-entropy's
     gradients computed in forward: d/dh (C per token, whole) and d/dW of the padded head
-    (fp32, Vp·C, a 1/tp row shard) plus its token count. With recompute="full" (the
+    (fp32, Vp·C, a 1/tp row shard) plus its token count.
+
+    cp: context parallelism as `llmtk train --cp` runs it (Llama 3's all-gather variant):
+    every per-token term above counts the rank's seq/cp tokens, and each layer's
+    attention all-gathers K and V of the whole sequence, which SDPA keeps for backward:
+    + 2·K·D·seq per layer (split over tp by heads). Not measured against the cp trainer
+    yet (built beside this); the local q, k and the fused qkv output are still counted
+    whole, so the cp figure errs high by at most their share. With recompute="full" (the
     model's activation checkpointing) a layer keeps only its fp32 input, C per token (the
     rank's 1/tp of the sequence). SDPA never stores the attention scores, so "none" =
     "selective". weight_copies: bf16 autocast over fp32 weights (one process, DDP) saves
@@ -65,7 +72,7 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
     Vp = getattr(cfg, "padded_vocab", cfg.vocab_size)
     H, K, D = cfg.n_head, cfg.kv_heads, cfg.head_dim
     t = tp
-    n = batch * seq
+    n = batch * seq / cp  # the rank's tokens
     # The MLP norm's output: one tensor both MLP matmuls read, unless autocast casts an
     # fp32 one to bf16 for each of them.
     casts = 2 if elem < residual else 1
@@ -73,20 +80,25 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
     norms = 2 * norm_split / t + (1 + casts) * C * elem
     attn = ((4 * C + 3 * K * D) * elem + 4 * H) / t  # + the fp32 log-sum-exp
     mlp = 4 * f * elem / t
+    gathered = batch * seq * 2 * K * D * elem / t if cp > 1 else 0.0  # whole-sequence K, V
     first = 0  # the first layer's difference from the others
     if lora_rank:
         norms -= 2 * C * 4 / t  # frozen norm weights: x·rstd is not kept
         per_layer_lora = lora_parts * lora_rank * elem  # A·x of every adapter
-        per_layer = n * (norms + attn + mlp + per_layer_lora)
+        per_layer = n * (norms + attn + mlp + per_layer_lora) + gathered
         first = -n * (C * 4 + 4) / t
     else:
-        per_layer = n * (norms + attn + mlp)
+        per_layer = n * (norms + attn + mlp) + gathered
     copies = 0.0
     if weight_copies and recompute != "full":
         copies = 2.0 * (C * (H * D + 2 * K * D) + H * D * C + 3 * C * f) / t
     per_layer += copies
     if residual < 4:  # bf16 weights (FSDP2): each norm's weight.float(), the rotary tables
-        per_layer += 2 * C * 4 + 2 * seq * (D // 2) * residual  # cast to bf16 (per layer)
+        per_layer += 2 * C * 4 + 2 * seq / cp * (D // 2) * residual  # cast to bf16
+    # Under full recompute a layer's backward first runs its forward again: for that
+    # moment one layer holds everything it would have saved (the peak's transient; at
+    # 128K context one llama3-8b layer is ~31 GB, as much as all the checkpointed inputs)
+    recompute_peak = per_layer if recompute == "full" else 0.0
     if recompute == "full":
         per_layer, first = n * C * residual / t, 0
     inputs = 0 if lora_rank else n * 8 + 0.0  # token ids (int64): the embedding's gradient
@@ -98,7 +110,8 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
         head += C * 4  # the final norm's weight.float()
     layers = cfg.n_layer * per_layer + first
     return {"per_layer": per_layer, "layers": layers, "inputs": inputs, "head": head,
-            "once": inputs + head, "total": layers + inputs + head}
+            "once": inputs + head, "total": layers + inputs + head,
+            "recompute_peak": recompute_peak}
 
 
 def in_flight(pp: int, pp_rank: int, n_micro: int, local_stages: int = 1) -> float:
@@ -122,7 +135,8 @@ def stage_bytes(a: dict, n_layer: int, layers: int, *, embedding: bool, head: bo
     """Pipeline rank `pp_rank`'s share of `a` (llmtk_saved_bytes of the whole model): its
     layers, the token ids on the first stage (with LoRA's lighter first layer), times the
     microbatches it holds in flight (in_flight), and the head on the last stage (its loss's
-    backward runs as soon as its forward: one microbatch)."""
+    backward runs as soon as its forward: one microbatch). What forward saves: the layer
+    recomputed in backward under full recompute is a["recompute_peak"], on top."""
     act = layers * a["per_layer"]
     if embedding:
         act += a["inputs"] + (a["layers"] - n_layer * a["per_layer"])
@@ -134,9 +148,10 @@ def stage_bytes(a: dict, n_layer: int, layers: int, *, embedding: bool, head: bo
 
 def llmtk_busiest_bytes(m: ModelSpec, micro_batch: int, *, tp: int, pp: int, n_micro: int,
                         recompute: str, bf16: bool, fsdp: bool,
-                        lora_rank: int | None = None) -> float:
-    """The llmtk model's activations on its busiest rank for a layout, as `llmtk train
-    --dry-run` counts them: `--solve layout` prices layouts for llmtk train with this.
+                        lora_rank: int | None = None, cp: int = 1) -> tuple[float, float]:
+    """(the llmtk model's activations on its busiest rank for a layout, the layer
+    recomputed in backward under full recompute, 0 otherwise), as `llmtk train --dry-run`
+    counts them: `--solve layout` prices layouts for llmtk train with this.
     fsdp: the run's weights are FSDP2's (bf16 gathers), not one copy under autocast.
     lora_rank: adapters on all seven projections (llmtk train's default targets)."""
     from types import SimpleNamespace
@@ -147,10 +162,11 @@ def llmtk_busiest_bytes(m: ModelSpec, micro_batch: int, *, tp: int, pp: int, n_m
                           n_layer=m.n_layer)
     a = llmtk_saved_bytes(cfg, micro_batch, m.seq_len, elem=2 if bf16 else 4,
                           recompute=recompute, tp=tp, weight_copies=bf16 and not fsdp,
-                          residual=2 if bf16 and fsdp else 4, lora_rank=lora_rank)
+                          residual=2 if bf16 and fsdp else 4, lora_rank=lora_rank, cp=cp)
     per_stage = stage_layers(m.n_layer, pp)  # llmtk train's default split
-    return max(stage_bytes(a, m.n_layer, layers, embedding=s == 0, head=s == pp - 1, pp=pp,
-                           n_micro=n_micro, pp_rank=s) for s, layers in enumerate(per_stage))
+    busiest = max(stage_bytes(a, m.n_layer, layers, embedding=s == 0, head=s == pp - 1, pp=pp,
+                              n_micro=n_micro, pp_rank=s) for s, layers in enumerate(per_stage))
+    return busiest, a["recompute_peak"]
 
 
 def korthikanti_style_bytes(cfg, batch: int, seq: int, elem: int = 4,

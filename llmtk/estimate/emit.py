@@ -14,6 +14,7 @@ import json
 
 from llmtk.compute.models import preset
 from llmtk.errors import ConfigError
+from llmtk.estimate import rules
 from llmtk.presets import trainable
 
 
@@ -56,10 +57,15 @@ def refusal(req, run: dict, spec) -> ConfigError | None:
     if req.dims.head_dim is not None:
         return ConfigError("head_dim", "is not a train setting (the head dim is d_model / "
                            "heads)")
-    pp = run["pp"]
-    if spec.n_experts and (run["tp"] > 1 or pp > 1):
-        return ConfigError("tp" if run["tp"] > 1 else "pp", "llmtk train does not run a "
-                           "mixture-of-experts model under tensor or pipeline parallelism yet")
+    pp, cp, ep = run["pp"], run.get("cp", 1), run.get("ep", 1)
+    if (cp > 1 or ep > 1) and run["zero"] != 3:
+        return ConfigError("zero", f"must be 3 with --{'cp' if cp > 1 else 'ep'}: llmtk train "
+                           "shards the states over dp_shard x cp (FSDP2)")
+    # the trainer's own rules (its plan_layout and check_model), not a copy of them
+    why = rules.refusal(spec, dp=run["dp"], tp=run["tp"], pp=pp, cp=cp, ep=ep,
+                        zero=run["zero"])
+    if why is not None:
+        return why
     if pp > 1 and run["grad_accum_steps"] < pp:  # train's pipeline: a microbatch per stage
         return ConfigError("global_batch", f"gives {run['grad_accum_steps']} micro-steps per "
                            f"step, but llmtk train's 1f1b pipeline needs at least one per "
@@ -100,6 +106,10 @@ def train_config(req, result: dict, spec) -> str:
         "activation-checkpointing": recompute == "full",
         "tp": tp, "pp": pp,
     })
+    if run["cp"] > 1:
+        keys["cp"] = run["cp"]
+    if run["ep"] > 1:
+        keys["ep"] = run["ep"]
     if zero == 3:
         keys.update({"parallel": "fsdp", "dp-replicate": 1, "dp-shard": dp})
     elif tp * pp == 1:
@@ -115,7 +125,9 @@ def train_config(req, result: dict, spec) -> str:
     nodes = run["gpus"] // per_node
     head = [
         f"# llmtk estimate's layout for {spec.name}: {run['gpus']} x {run['gpu']}, dp {dp} x "
-        f"tp {tp} x pp {pp}, ZeRO {zero}; {run['steps']:,} steps",
+        f"tp {tp} x pp {pp}" + (f" x cp {run['cp']}" if run["cp"] > 1 else "")
+        + (f" (ep {run['ep']})" if run["ep"] > 1 else "")
+        + f", ZeRO {zero}; {run['steps']:,} steps",
         f"# memory as llmtk train holds it: {gb2(result['memory']['llmtk_train_total'])} per "
         "GPU (its busiest rank; what --dry-run quotes as llmtk estimate's)",
     ]

@@ -18,12 +18,22 @@ hidden h, a heads and tensor-parallel size t, 16-bit activations:
 `layer_activation_bytes` derives those numbers term by term, so it also covers
 SwiGLU MLPs, grouped-query attention, no-dropout models and fp32 activations, and
 reduces to the paper's formulas for a GPT-3 block (tests check that).
+
+Context parallelism (cp ranks, Llama 3's all-gather variant, what `llmtk train --cp`
+runs): each rank holds s/cp of every sequence, so every term above is taken at s/cp,
+and each layer all-gathers the keys and values of the whole sequence for its attention,
+which keeps them for backward: + 2·s·b·(kv heads x head dim)/t elements per layer (not
+under full recompute, where a layer keeps only its input).
+
+Expert parallelism (ep ranks borrowed from dp x cp, torchtitan's arrangement): a MoE
+layer's experts are split over the ep ranks, then FSDP/ZeRO shards each rank's experts
+over the remaining dp·cp/ep ranks; every other parameter is sharded over dp·cp.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmtk.compute.models import ModelSpec
 
@@ -56,28 +66,53 @@ class Parallel:
     pp: int = 1
     zero: int = 0
     sp: bool = False  # Megatron sequence parallelism (only meaningful with tp > 1)
+    cp: int = 1       # context parallelism: each rank holds 1/cp of every sequence
+    ep: int = 1       # expert parallelism: experts split over ep of the dp x cp ranks
+
+    @property
+    def shard_group(self) -> int:
+        """The ranks that share one copy of the states under ZeRO/FSDP: the data-parallel
+        ranks and the context-parallel ones (they hold the same parameters: FSDP2 shards
+        over dp_shard x cp, as torchtitan does)."""
+        return self.dp * self.cp
 
 
 def model_state_bytes(
     n_params: float, *, precision: str, optimizer: str, par: Parallel,
     trainable: float | None = None, adafactor_elems: float | None = None,
+    expert_params: float = 0.0,
 ) -> dict[str, float]:
     """Per-GPU bytes of weights, gradients, fp32 master weights and optimizer states.
 
     n_params: all parameters stored. trainable: those that get gradients (LoRA
     adapters; default all). adafactor_elems: fp32 elements of Adafactor's factored
     state for the trainable parameters (required for optimizer='adafactor').
+    expert_params: how many of n_params (all trained) are routed experts, split over
+    par.ep ranks and then sharded over the shard group's other shard_group/ep ranks.
     """
+    if expert_params and par.ep > 1:
+        dense = model_state_bytes(n_params - expert_params, precision=precision,
+                                  optimizer=optimizer, par=par,
+                                  trainable=None if trainable is None
+                                  else trainable - expert_params,
+                                  adafactor_elems=adafactor_elems)
+        # ep ranks each hold 1/ep of the experts; ZeRO then shards over the dp·cp/ep
+        # ranks that hold the same experts
+        expert = model_state_bytes(expert_params / par.ep, precision=precision,
+                                   optimizer=optimizer, par=replace(
+                                       par, dp=par.shard_group // par.ep, cp=1, ep=1))
+        return {k: dense[k] + expert[k] for k in dense}
     w, g, m = PRECISION_BYTES[precision]
     trainable = n_params if trainable is None else trainable
     per_opt = OPTIMIZER_BYTES[optimizer]
     opt = 4.0 * (adafactor_elems or 0.0) if per_opt is None else per_opt * trainable
     mp = par.tp * par.pp  # tensor and pipeline parallelism split every state first
+    group = par.shard_group
     shard = {  # the data-parallel divisor of each state at each ZeRO stage
-        "weights": par.dp if par.zero >= 3 else 1,
-        "gradients": par.dp if par.zero >= 2 else 1,
-        "master_weights": par.dp if par.zero >= 1 else 1,
-        "optimizer": par.dp if par.zero >= 1 else 1,
+        "weights": group if par.zero >= 3 else 1,
+        "gradients": group if par.zero >= 2 else 1,
+        "master_weights": group if par.zero >= 1 else 1,
+        "optimizer": group if par.zero >= 1 else 1,
     }
     full = {"weights": w * n_params, "gradients": g * trainable,
             "master_weights": m * trainable, "optimizer": opt}
@@ -105,15 +140,17 @@ def adafactor_state_elems(m: ModelSpec) -> float:
 
 def layer_activation_bytes(
     m: ModelSpec, micro_batch: int, *, tp: int = 1, sp: bool = False,
-    recompute: str = "none", elem: int = 2,
+    recompute: str = "none", elem: int = 2, cp: int = 1,
 ) -> float:
     """Activation bytes one transformer layer keeps for backward (Korthikanti's accounting).
 
     Replicated across tensor-parallel ranks unless sequence parallel: the two norm
     inputs, the QKV and MLP inputs, the dropout masks. Split by tp: Q, K, V, the output
-    projection input, the MLP intermediates, the attention scores.
+    projection input, the MLP intermediates, the attention scores. Under cp the rank's
+    s/cp tokens, plus the keys and values of the whole sequence its attention gathered.
     """
-    s, b, h = m.seq_len, micro_batch, m.d_model
+    s_all, b, h = m.seq_len, micro_batch, m.d_model
+    s = s_all / cp  # the rank's share of the sequence
     sb = s * b
     t = tp
     if recompute == "full":
@@ -128,25 +165,29 @@ def layer_activation_bytes(
     # GELU: its input and the fc2 input. SwiGLU (fused, as Megatron does): gate and up
     # projections (silu recomputed) and the fc2 input.
     split += (3 if m.glu else 2) * elem * sb * f
+    if cp > 1:  # the all-gathered K and V of the whole sequence, kept for backward
+        split += elem * s_all * b * 2 * hkv
     if recompute == "none":
-        scores = m.n_head * s * s * b  # a·s²·b
+        scores = m.n_head * s * s_all * b  # a·s²·b (the rank's queries x all keys)
         split += elem * scores  # softmax output (needed by the AV matmul)
         if m.dropout:
             split += mask * scores + elem * scores  # dropout mask and output
     return (replicated / (t if sp else 1)) + split / t
 
 
-def embedding_activation_bytes(m: ModelSpec, micro_batch: int, *, tp: int, sp: bool) -> float:
+def embedding_activation_bytes(m: ModelSpec, micro_batch: int, *, tp: int, sp: bool,
+                               cp: int = 1) -> float:
     """First stage: the embedding dropout mask (Korthikanti sec. 4.3)."""
-    return (m.seq_len * micro_batch * m.d_model / (tp if sp else 1)) if m.dropout else 0.0
+    return (m.seq_len / cp * micro_batch * m.d_model / (tp if sp else 1)) if m.dropout \
+        else 0.0
 
 
 def output_activation_bytes(
-    m: ModelSpec, micro_batch: int, *, tp: int, sp: bool, elem: int,
+    m: ModelSpec, micro_batch: int, *, tp: int, sp: bool, elem: int, cp: int = 1,
 ) -> float:
     """Last stage: final norm input, output projection input, and fp32 logits for the
-    cross-entropy (vocab-parallel over tp), Korthikanti sec. 4.3."""
-    sb = m.seq_len * micro_batch
+    cross-entropy (vocab-parallel over tp), Korthikanti sec. 4.3; the rank's s/cp tokens."""
+    sb = m.seq_len / cp * micro_batch
     return 2 * elem * sb * m.d_model / (tp if sp else 1) + 4 * sb * m.vocab_size / tp
 
 
@@ -154,23 +195,36 @@ def activation_bytes(
     m: ModelSpec, micro_batch: int, *, par: Parallel, recompute: str, elem: int,
     n_micro: int = 1,
 ) -> float:
-    """Activation bytes on the busiest GPU.
+    """Activation bytes on the busiest GPU (what forward saves; recompute_layer_bytes adds
+    the layer recomputed in backward).
 
     With pipeline parallelism under 1F1B the first stage holds min(pp, n_micro)
     micro-batches of its L/pp layers in flight (L layers' worth when n_micro >= pp);
     the last stage holds one micro-batch plus the output layer. pp = 1: one GPU holds all.
     """
     per_layer = layer_activation_bytes(m, micro_batch, tp=par.tp, sp=par.sp,
-                                       recompute=recompute, elem=elem)
+                                       recompute=recompute, elem=elem, cp=par.cp)
     layers = math.ceil(m.n_layer / par.pp)
-    emb = embedding_activation_bytes(m, micro_batch, tp=par.tp, sp=par.sp)
-    out = output_activation_bytes(m, micro_batch, tp=par.tp, sp=par.sp, elem=elem)
+    emb = embedding_activation_bytes(m, micro_batch, tp=par.tp, sp=par.sp, cp=par.cp)
+    out = output_activation_bytes(m, micro_batch, tp=par.tp, sp=par.sp, elem=elem, cp=par.cp)
     if par.pp == 1:
         return layers * per_layer + emb + out
     in_flight = min(par.pp, n_micro)
     first = in_flight * (layers * per_layer + emb)
     last = layers * per_layer + out
     return max(first, last)
+
+
+def recompute_layer_bytes(m: ModelSpec, micro_batch: int, *, par: Parallel, recompute: str,
+                          elem: int) -> float:
+    """Under full recompute, a layer's backward first runs its forward again, so for that
+    moment it holds everything it would have saved: one layer's selective activations on
+    top of the checkpointed inputs (at 128K context ~31 GB for a llama3-8b layer in llmtk's
+    model, as much as all the inputs). 0 otherwise."""
+    if recompute != "full":
+        return 0.0
+    return layer_activation_bytes(m, micro_batch, tp=par.tp, sp=par.sp, recompute="selective",
+                                  elem=elem, cp=par.cp)
 
 
 def fsdp_buffer_bytes(block_params: float, *, precision: str, full_grads: bool = True) -> float:
@@ -216,11 +270,12 @@ def max_micro_batch(fixed: float, act_per_sample: float, capacity: float) -> int
     return int(room // act_per_sample)
 
 
-def block_params(m: ModelSpec, tp: int = 1) -> float:
+def block_params(m: ModelSpec, tp: int = 1, ep: int = 1) -> float:
     """One transformer block's parameters on one tensor-parallel rank, placed as the
     placement table says (llmtk.compute.placement): the matrices split over tp, the two
     norms whole on every rank (biases, which llmtk's GPT does not have, split with their
-    matrices)."""
+    matrices). ep: a MoE block's routed experts split over ep ranks (what FSDP gathers
+    of them is the rank's E/ep)."""
     from llmtk.compute.placement import BLOCK_PLAN, tp_elements
 
     d, H, K, hd, f = m.d_model, m.n_head, m.kv_heads, m.hd, m.ffn
@@ -231,7 +286,7 @@ def block_params(m: ModelSpec, tp: int = 1) -> float:
     bias = (H * hd + 2 * K * hd + d + (0 if m.glu else f) + d) if m.bias else 0
     if m.n_experts:  # the largest block, a MoE one (FSDP gathers it whole): every expert's
         # matrices split over tp as the dense MLP's would be, the router whole
-        e = d * m.expert_width * (m.n_experts + m.n_shared_experts)
+        e = d * m.expert_width * (m.n_experts / ep + m.n_shared_experts)
         numel.update({"mlp.w1": e, "mlp.w3": e, "mlp.w2": e})
         bias += tp * d * m.n_experts
     return float(sum(tp_elements(f"{module}.weight", numel[module], tp)
@@ -255,3 +310,9 @@ def lora_params(m: ModelSpec, rank: int, tp: int = 1) -> float:
         total += sum(i / (tp if a_split else 1) + o / (tp if b_split else 1)
                      for i, o in shapes)
     return float(m.n_layer * rank * total)
+
+
+def expert_params(m: ModelSpec) -> float:
+    """The routed experts' parameters of the whole model (what ep splits): three SwiGLU
+    matrices per expert per MoE layer; 0 for a dense model."""
+    return float(m.moe_layers * m.n_experts * 3 * m.d_model * m.expert_width)

@@ -14,7 +14,7 @@ from llmtk.compute import hardware
 from llmtk.compute.models import Dims, ModelSpec, build_spec, count_params
 from llmtk.compute.placement import stage_layers
 from llmtk.errors import ConfigError
-from llmtk.estimate import layout, memory, scaling
+from llmtk.estimate import layout, memory, rules, scaling
 from llmtk.estimate.emit import refusal
 
 SOLVE = ("gpus", "days", "tokens", "layout")
@@ -37,6 +37,8 @@ class Request:
     dp: int | None = None
     tp: int = 1
     pp: int = 1
+    cp: int = 1
+    ep: int = 1
     zero: int = 0
     sequence_parallel: bool = False
     micro_batch: int = 1
@@ -68,7 +70,7 @@ def validate(req: Request) -> None:
         raise ConfigError("mfu", f"must be in (0, 1], got {req.mfu:g}")
     if req.zero not in (0, 1, 2, 3):
         raise ConfigError("zero", f"expected 0, 1, 2 or 3 (FSDP = 3), got {req.zero}")
-    for key in ("tp", "pp", "micro_batch", "gpus_per_node"):
+    for key in ("tp", "pp", "cp", "ep", "micro_batch", "gpus_per_node"):
         if getattr(req, key) < 1:
             raise ConfigError(key, f"must be >= 1, got {getattr(req, key)}")
     if req.dp is not None and req.dp < 1:
@@ -77,7 +79,8 @@ def validate(req: Request) -> None:
         raise ConfigError("lora_rank", f"must be >= 1, got {req.lora_rank}")
     if req.solve == "layout":
         searched = {"dp": req.dp is not None, "tp": req.tp != 1, "pp": req.pp != 1,
-                    "zero": req.zero != 0, "micro_batch": req.micro_batch != 1,
+                    "cp": req.cp != 1, "ep": req.ep != 1, "zero": req.zero != 0,
+                    "micro_batch": req.micro_batch != 1,
                     "sequence_parallel": req.sequence_parallel}
         for key, given in searched.items():
             if given:
@@ -109,16 +112,39 @@ def gpus_to_buy(need: float, model_parallel: int, per_node: int) -> tuple[int, s
 
 
 def _layout(req: Request, n_gpus: int) -> tuple[int, int, int]:
-    """(dp, tp, pp) with dp·tp·pp = n_gpus."""
-    mp = req.tp * req.pp
+    """(dp, tp, pp) with dp·tp·pp·cp = n_gpus (the cp ranks of a group read the same
+    sequences, so dp counts the different batches of a step, as llmtk train's does)."""
+    mp = req.tp * req.pp * req.cp
+    names = "tp x pp" + (" x cp" if req.cp > 1 else "")
+    sizes = f"{req.tp} x {req.pp}" + (f" x {req.cp}" if req.cp > 1 else "")
     if req.dp is not None:
         if req.dp * mp != n_gpus:
-            raise ConfigError("dp", f"dp x tp x pp = {req.dp} x {req.tp} x {req.pp} = "
+            raise ConfigError("dp", f"dp x {names} = {req.dp} x {sizes} = "
                               f"{req.dp * mp} is not the {n_gpus} GPUs of {{0}}", also=("gpus",))
         return req.dp, req.tp, req.pp
     if n_gpus % mp:
-        raise ConfigError("gpus", f"{n_gpus} GPUs are not a multiple of tp x pp = {mp}")
+        raise ConfigError("gpus", f"{n_gpus} GPUs are not a multiple of {names} = {mp}")
     return n_gpus // mp, req.tp, req.pp
+
+
+def _check_cp_ep(req: Request, spec: ModelSpec | None, dp: int) -> None:
+    """The context- and expert-parallel sizes fit the model and the layout."""
+    if spec is not None and req.cp > 1 and spec.seq_len % (2 * req.cp):
+        raise ConfigError("cp", f"{req.cp} does not split the {spec.seq_len}-token sequence "
+                          f"into 2 x {req.cp} equal chunks (a head and a tail chunk per rank, "
+                          "the causal work balanced)", also=("seq_len",))
+    if req.ep == 1:
+        return
+    if spec is not None and not spec.n_experts:
+        why = (f": the {spec.name} preset carries its published counts, not its experts' "
+               "shape" if spec.active_params is not None else "")
+        raise ConfigError("ep", f"{req.ep} needs a mixture-of-experts model{why}")
+    if spec is not None and spec.n_experts % req.ep:
+        raise ConfigError("ep", f"{req.ep} does not divide the model's {spec.n_experts} "
+                          "experts")
+    if (dp * req.cp) % req.ep:
+        raise ConfigError("ep", f"{req.ep} does not divide dp x cp = {dp} x {req.cp}: the "
+                          "expert-parallel ranks are borrowed from them")
 
 
 def estimate(req: Request) -> dict:
@@ -158,9 +184,14 @@ def estimate(req: Request) -> dict:
                                             spec.seq_len,
                                             trainable_fraction=trainable / n if lora else 1.0)
         attn = F.attention_flops_per_token(spec.n_layer, spec.n_head, spec.hd, spec.seq_len)
+        attn_causal = F.attention_flops_per_token(spec.n_layer, spec.n_head, spec.hd,
+                                                  spec.seq_len, causal=True)
     else:
         per_token = 6.0 * n
-        attn = 0.0
+        attn = attn_causal = 0.0
+    # The work a causal kernel does, what llmtk train's MFU (and so --mfu) is measured on:
+    # the time rows divide it by peak x MFU (llmtk.compute.flops)
+    work_per_token = per_token - attn + attn_causal
     per_token_6n = 6.0 * n
 
     # --- what to solve for --------------------------------------------------------------
@@ -170,12 +201,12 @@ def estimate(req: Request) -> dict:
     if req.solve == "gpus":
         if tokens is None:
             tokens, tokens_from = scaling.chinchilla_tokens(total), "chinchilla"
-        need = tokens * per_token / (peak * req.mfu * req.days * 86400)
-        n_gpus, rounding = gpus_to_buy(need, req.tp * req.pp, req.gpus_per_node)
+        need = tokens * work_per_token / (peak * req.mfu * req.days * 86400)
+        n_gpus, rounding = gpus_to_buy(need, req.tp * req.pp * req.cp, req.gpus_per_node)
         solved = {"for": "gpus", "value": n_gpus, "exact": need, "days": req.days,
                   "rounded_to": rounding}
     elif req.solve == "tokens":
-        tokens = n_gpus * peak * req.mfu * req.days * 86400 / per_token
+        tokens = n_gpus * peak * req.mfu * req.days * 86400 / work_per_token
         tokens_from = "solved"
         solved = {"for": "tokens", "value": tokens, "days": req.days}
     if tokens is None:
@@ -185,10 +216,11 @@ def estimate(req: Request) -> dict:
 
     if req.solve == "layout":
         solved, req = _solve_layout(req, spec, counts, total, trainable, n_gpus, gpu, peak,
-                                    per_token)
+                                    work_per_token)
     dp, tp, pp = _layout(replace(req, dp=None) if req.solve == "gpus" else req, n_gpus)
+    _check_cp_ep(req, spec, dp)
     par = memory.Parallel(dp=dp, tp=tp, pp=pp, zero=req.zero,
-                          sp=req.sequence_parallel and tp > 1)
+                          sp=req.sequence_parallel and tp > 1, cp=req.cp, ep=req.ep)
     seq = spec.seq_len if spec is not None else None
     global_batch = req.global_batch if req.global_batch is not None else req.micro_batch * dp
     if global_batch < 1:
@@ -202,10 +234,11 @@ def estimate(req: Request) -> dict:
     # JSON's and the emitted config's `steps`.
     steps = math.ceil(tokens / (global_batch * seq)) if seq else None
     total_flops = tokens * per_token
-    seconds = F.time_seconds(total_flops, n_gpus, peak, req.mfu)
+    work = tokens * work_per_token
+    seconds = F.time_seconds(work, n_gpus, peak, req.mfu)
     if req.solve == "layout":  # the modelled step: compute + communication + bubble
         seconds = steps * solved["chosen"]["step_s"]
-        solved["mfu_effective"] = total_flops / (seconds * n_gpus * peak)
+        solved["mfu_effective"] = work / (seconds * n_gpus * peak)
     if req.solve == "days":
         solved = {"for": "days", "value": seconds / 86400}
     gpu_hours = seconds * n_gpus / 3600
@@ -227,7 +260,9 @@ def estimate(req: Request) -> dict:
             "tokens": tokens, "tokens_from": tokens_from,
             "gpus": n_gpus, "gpu": gpu.name, "gpu_memory_bytes": gpu.mem_bytes,
             "precision": req.precision, "peak_flops_per_gpu": peak, "mfu": req.mfu,
-            "dp": dp, "tp": tp, "pp": pp, "zero": req.zero, "sequence_parallel": par.sp,
+            "dp": dp, "tp": tp, "pp": pp, "cp": req.cp, "ep": req.ep, "zero": req.zero,
+            "sequence_parallel": par.sp,
+            "tokens_per_rank": seq / req.cp if seq else None,  # of each sequence
             "micro_batch": req.micro_batch, "global_batch": global_batch,
             # (--solve layout fills in req's global batch: the solver says where it is from)
             "global_batch_from": solved["global_batch_from"] if req.solve == "layout"
@@ -243,9 +278,14 @@ def estimate(req: Request) -> dict:
             "per_token_6n": per_token_6n,
             "per_token": per_token,
             "attention_per_token": attn,
+            # the causal kernel's work (half PaLM's attention term): what --mfu is of
+            "attention_per_token_causal": attn_causal,
+            "per_token_causal": work_per_token,
+            "attention_share_causal": attn_causal / work_per_token,
             "total_6nd": F.flops_6nd(n, tokens),
             "total": total_flops,
-            "hardware_total": total_flops * recompute_factor,
+            "total_causal": work,
+            "hardware_total": work * recompute_factor,
         },
         "time": {
             "seconds": seconds, "days": seconds / 86400, "gpu_hours": gpu_hours,
@@ -262,6 +302,9 @@ def estimate(req: Request) -> dict:
         },
         "scaling": _scaling(req.fit, total, tokens),
         "solve": solved,
+        "step": (solved["chosen"] if req.solve == "layout"
+                 else _step(spec, counts, total, trainable, req, dp, n_gpus, gpu, peak,
+                            work_per_token, global_batch)),
     }
     result["memory"]["llmtk_train_total"] = (
         result["memory"]["total"] if req.solve == "layout"
@@ -281,6 +324,32 @@ def _llmtk_train_total(result, spec, counts, total, trainable, req, par, accum,
         return None
     return _memory(spec, counts, total, trainable, req, par, accum, gpu,
                    llmtk_model=True)["total"]
+
+
+def _step(spec, counts, total, trainable, req, dp, n_gpus, gpu, peak, work_per_token,
+          global_batch) -> dict | None:
+    """The cost model's optimizer step for the layout as given (llmtk.estimate.layout:
+    compute at --mfu, and the tp, cp, ep, pipeline and data-parallel traffic), with the
+    bytes a rank moves for cp and ep; None without a shape. The time rows above are
+    FLOPs / MFU instead (an MFU measured on a real run already includes its traffic)."""
+    if spec is None:
+        return None
+    c = layout.Candidate(dp, req.tp, req.pp, 3 if req.zero == 3 else 0, req.micro_batch,
+                         "full" if req.recompute == "full" else "selective", req.cp, req.ep)
+    t = layout.step_time(spec, c, global_batch=global_batch, flops_per_token=work_per_token,
+                         params=total, peak=peak, mfu=req.mfu, gpu=gpu,
+                         per_node=req.gpus_per_node,
+                         elem=memory.ACTIVATION_BYTES[req.precision], trainable=trainable,
+                         expert_params=_experts(spec, counts))
+    tokens_step = global_batch * spec.seq_len
+    return {**t, "text": str(c), "tokens_per_s_per_gpu": tokens_step / t["step_s"] / n_gpus}
+
+
+def _experts(spec, counts) -> float:
+    """The routed experts' parameters (0 for a dense model or a published count)."""
+    if spec is None or not spec.n_experts or counts.published:
+        return 0.0
+    return memory.expert_params(spec)
 
 
 def n_flops(counts, active: float, lora: float | None) -> float:
@@ -308,13 +377,20 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
     # --recompute full is the user's: search only it (selective is the default, searched
     # with full)
     modes = ("full",) if req.recompute == "full" else layout.RECOMPUTE
+    ruled: dict[tuple, bool] = {}  # llmtk train's verdict per mesh (not per micro-batch)
     for c in layout.candidates(spec, n_gpus, req.gpus_per_node, gb, recompute=modes):
-        if spec.n_experts and (c.tp > 1 or c.pp > 1):
-            continue  # llmtk train runs a MoE model data-parallel only (no --ep, tp, pp yet)
-        r = replace(req, dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, micro_batch=c.micro_batch,
-                    recompute=c.recompute, global_batch=gb, sequence_parallel=c.tp > 1)
+        mesh = (c.dp, c.tp, c.pp, c.cp, c.ep, c.zero)
+        if mesh not in ruled:
+            ruled[mesh] = rules.runs(spec, dp=c.dp, tp=c.tp, pp=c.pp, cp=c.cp, ep=c.ep,
+                                     zero=c.zero)
+        if not ruled[mesh]:
+            continue  # llmtk train refuses it (its plan_layout / check_model)
+        r = replace(req, dp=c.dp, tp=c.tp, pp=c.pp, cp=c.cp, ep=c.ep, zero=c.zero,
+                    micro_batch=c.micro_batch, recompute=c.recompute, global_batch=gb,
+                    sequence_parallel=c.tp > 1)
         searched += 1
-        par = memory.Parallel(dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, sp=c.tp > 1)
+        par = memory.Parallel(dp=c.dp, tp=c.tp, pp=c.pp, zero=c.zero, sp=c.tp > 1, cp=c.cp,
+                              ep=c.ep)
         mem = _memory(spec, counts, total, trainable, r, par, gb // (c.micro_batch * c.dp),
                       gpu, llmtk_model=True)
         if smallest is None or mem["total"] < smallest[1]:
@@ -325,7 +401,7 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
                              params=total, peak=peak, mfu=req.mfu, gpu=gpu,
                              per_node=req.gpus_per_node,
                              elem=memory.ACTIVATION_BYTES[req.precision],
-                             trainable=trainable)
+                             trainable=trainable, expert_params=_experts(spec, counts))
         rows.append((c, t, mem["total"]))
     if not rows:
         if smallest is None:
@@ -339,11 +415,12 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
     # communication that is exposed anyway); then no recompute, fewer micro-steps (bigger
     # matmuls run nearer the assumed MFU than the constant-MFU model can see), less memory.
     rows.sort(key=lambda x: (round(math.log(x[1]["step_s"]) / math.log(1.001)),
-                             x[0].recompute == "full", x[1]["micro_batches"], x[2]))
+                             x[0].recompute == "full", x[0].cp, x[0].ep,
+                             x[1]["micro_batches"], x[2]))
     tokens_step = gb * spec.seq_len
 
     def row(c, t, mem_total) -> dict:
-        return {"dp": c.dp, "tp": c.tp, "pp": c.pp, "zero": c.zero,
+        return {"dp": c.dp, "tp": c.tp, "pp": c.pp, "cp": c.cp, "ep": c.ep, "zero": c.zero,
                 "micro_batch": c.micro_batch, "recompute": c.recompute, "text": str(c),
                 "memory_bytes": mem_total, "tokens_per_s_per_gpu":
                 tokens_step / t["step_s"] / n_gpus, **t}
@@ -355,7 +432,8 @@ def _solve_layout(req: Request, spec, counts, total, trainable, n_gpus, gpu, pea
               "searched": searched,
               "fit": len(rows), "chosen": row(*rows[0]),
               "alternatives": [row(*x) for x in _distinct(rows)[1:6]]}
-    chosen = replace(req, dp=best.dp, tp=best.tp, pp=best.pp, zero=best.zero,
+    chosen = replace(req, dp=best.dp, tp=best.tp, pp=best.pp, cp=best.cp, ep=best.ep,
+                     zero=best.zero,
                      micro_batch=best.micro_batch, recompute=best.recompute, global_batch=gb,
                      sequence_parallel=best.tp > 1)
     return answer, chosen
@@ -366,7 +444,7 @@ def _distinct(rows: list) -> list:
     more than the micro-batch."""
     seen, out = set(), []
     for x in rows:
-        key = (x[0].dp, x[0].tp, x[0].pp, x[0].zero, x[0].recompute)
+        key = (x[0].dp, x[0].tp, x[0].pp, x[0].cp, x[0].ep, x[0].zero, x[0].recompute)
         if key not in seen:
             seen.add(key)
             out.append(x)
@@ -404,6 +482,7 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
             ada = memory.adafactor_state_elems(spec)
     stored = total + (trainable if req.lora_rank else 0)
     mp = par.tp * par.pp
+    experts = _experts(spec, counts)
     lora_shard = None
     if llmtk_model:
         # llmtk train keeps fp32 parameters and gradients under bf16 autocast (its masters
@@ -412,24 +491,28 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
         lora_shard = (memory.lora_params(spec, req.lora_rank, tp=par.tp)
                       if req.lora_rank is not None and spec is not None else None)
         stage, stage_trained = _stage_share(spec, counts, stored, trainable, par, lora_shard)
+        stage_experts = experts / par.tp * (
+            max(stage_layers(spec.n_layer, par.pp)) / spec.n_layer if par.pp > 1 else 1.0)
         states = memory.model_state_bytes(
             stage, precision="fp32", optimizer=req.optimizer,
             par=replace(par, tp=1, pp=1), trainable=stage_trained,
-            adafactor_elems=None if ada is None else ada / mp)
+            adafactor_elems=None if ada is None else ada / mp, expert_params=stage_experts)
     else:
         states = memory.model_state_bytes(
             stored, precision=req.precision, optimizer=req.optimizer, par=par,
-            trainable=trainable, adafactor_elems=ada)
+            trainable=trainable, adafactor_elems=ada, expert_params=experts)
     fully_shard = req.zero == 3 or (llmtk_model and mp > 1)
     buffers = held = 0.0
     if fully_shard and counts is not None:
         # one block on one tp rank, as the placement table splits it (and its adapters)
-        block = memory.block_params(spec, tp=par.tp) + (lora_shard or 0.0) / spec.n_layer
+        block = memory.block_params(spec, tp=par.tp, ep=par.ep) \
+            + (lora_shard or 0.0) / spec.n_layer
         buffers = memory.fsdp_buffer_bytes(block, precision=req.precision,
                                            full_grads=req.lora_rank is None)
     if fully_shard and llmtk_model:
         held = memory.fsdp_held_bytes(stage, stage_trained, precision=req.precision,
-                                      dp_shard=par.dp if req.zero == 3 else 1, pp=par.pp)
+                                      dp_shard=par.shard_group if req.zero == 3 else par.cp,
+                                      pp=par.pp)
     elem = memory.ACTIVATION_BYTES[req.precision]
     fixed = sum(states.values()) + buffers + held
     out = dict(states)
@@ -452,21 +535,25 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
     if llmtk_model:
         from llmtk.estimate.activations import llmtk_busiest_bytes
 
-        def activations(b: int) -> float:
+        def activations(b: int) -> tuple[float, float]:
             return llmtk_busiest_bytes(spec, b, tp=par.tp, pp=par.pp, n_micro=accum,
                                        recompute=req.recompute, bf16=elem == 2,
                                        fsdp=par.zero == 3 or par.tp * par.pp > 1,
-                                       lora_rank=req.lora_rank)
+                                       lora_rank=req.lora_rank, cp=par.cp)
     else:
-        def activations(b: int) -> float:
-            return memory.activation_bytes(spec, b, par=par, recompute=req.recompute,
-                                           elem=elem, n_micro=accum)
-    act, act1 = activations(req.micro_batch), activations(1)
+        def activations(b: int) -> tuple[float, float]:
+            return (memory.activation_bytes(spec, b, par=par, recompute=req.recompute,
+                                            elem=elem, n_micro=accum),
+                    memory.recompute_layer_bytes(spec, b, par=par, recompute=req.recompute,
+                                                 elem=elem))
+    (act, redo), (act1, redo1) = activations(req.micro_batch), activations(1)
     out["activations_from"] = "llmtk" if llmtk_model else "korthikanti"
-    overhead, total_bytes = memory.with_overhead(fixed + act)
-    out.update(activations=act, activations_per_sample=act1, overhead=overhead,
-               total=total_bytes, capacity=capacity, fits=total_bytes <= capacity,
-               max_micro_batch=memory.max_micro_batch(fixed, act1, capacity), note="")
+    overhead, total_bytes = memory.with_overhead(fixed + act + redo)
+    # activations: what forward saves; recompute_layer: the layer recomputed in backward
+    out.update(activations=act, recompute_layer=redo, activations_per_sample=act1 + redo1,
+               overhead=overhead, total=total_bytes, capacity=capacity,
+               fits=total_bytes <= capacity,
+               max_micro_batch=memory.max_micro_batch(fixed, act1 + redo1, capacity), note="")
     return out
 
 

@@ -18,9 +18,11 @@ from llmtk.estimate.emit import CUSTOM_BASE, gb2
 
 def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro_batch: int,
               grad_accum: int, recompute: str, bf16: bool, gpu_name: str,
-              lora_rank: int | None = None, lora_parts: int = 7) -> dict:
+              lora_rank: int | None = None, lora_parts: int = 7, cp: int = 1) -> dict:
     """{"gpu", "capacity", "rows": [{kind, rank, layers, params, weights, gradients,
-    optimizer, fsdp_buffers, fsdp_held, activations, overhead, total, fits}]} in bytes: the
+    optimizer, recompute, fsdp_buffers, fsdp_held, activations, overhead, total, fits}]} in
+    bytes (recompute: under full recompute the layer recomputed in backward, which holds
+    its whole activations for that moment; activations: what forward saves): the
     first and the last pipeline stage and the busiest middle one (`shown`).
 
     Activations are the llmtk model's own (llmtk.estimate.activations.llmtk_saved_bytes:
@@ -33,7 +35,7 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro
     a = llmtk_saved_bytes(mcfg, micro_batch, mcfg.seq_len, elem=2 if bf16 else 4,
                           recompute=recompute, lora_rank=lora_rank, lora_parts=lora_parts,
                           tp=tp, weight_copies=bf16 and not fsdp,
-                          residual=2 if bf16 and fsdp else 4)
+                          residual=2 if bf16 and fsdp else 4, cp=cp)
     rows = []
     for plan in plans:
         act = stage_bytes(a, mcfg.n_layer, plan.layers, embedding=plan.embedding,
@@ -51,11 +53,13 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro
                                       dp_shard=dp_shard, pp=pp) \
             if fsdp else 0.0
         states = plan.weights + plan.gradients + plan.optimizer
-        overhead, total = memory.with_overhead(states + buffers + held + act)
+        redo = a["recompute_peak"]  # full recompute: the layer recomputed in backward
+        overhead, total = memory.with_overhead(states + buffers + held + act + redo)
         rows.append({"kind": plan.kind, "rank": plan.rank, "layers": plan.layers,
                      "params": plan.params, "weights": plan.weights,
                      "gradients": plan.gradients, "optimizer": plan.optimizer,
-                     "fsdp_buffers": buffers, "fsdp_held": held, "activations": act,
+                     "recompute": redo, "fsdp_buffers": buffers, "fsdp_held": held,
+                     "activations": act,
                      "overhead": overhead,
                      "total": total, "fits": total <= gpu.mem_bytes})
     return {"gpu": gpu.name, "capacity": gpu.mem_bytes, "rows": shown(rows)}
@@ -73,7 +77,8 @@ def shown(rows: list[dict]) -> list[dict]:
 def same_layout_estimate(mcfg, model: str | None, *, world: int, per_node: int, gpu_name: str,
                          tp: int, pp: int,
                          dp: int, sharded: bool, micro_batch: int, grad_accum: int,
-                         recompute: str, bf16: bool, lora_rank: int | None) -> float | None:
+                         recompute: str, bf16: bool, lora_rank: int | None, cp: int = 1,
+                         ep: int = 1) -> float | None:
     """`llmtk estimate`'s per-GPU bytes of this layout as llmtk train holds it: the number
     `estimate --solve layout` and `--emit-config` print for it, computed by the same
     function from the same request: the preset and only the dimensions that differ from
@@ -86,7 +91,8 @@ def same_layout_estimate(mcfg, model: str | None, *, world: int, per_node: int, 
         return None  # estimate's dimension flags do not describe experts (yet)
     model, dims = _request_model(mcfg, model)
     req = Request(model=model, dims=dims, tokens=1e9, gpus=f"{world}x{gpu_name}",
-                  gpus_per_node=per_node, dp=dp, tp=tp, pp=pp, zero=3 if sharded else 0,
+                  gpus_per_node=per_node, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep,
+                  zero=3 if sharded else 0,
                   sequence_parallel=tp > 1, micro_batch=micro_batch,
                   global_batch=micro_batch * dp * grad_accum, recompute=recompute,
                   precision="bf16-mixed" if bf16 else "fp32", lora_rank=lora_rank)
@@ -136,8 +142,8 @@ def render(result: dict, title: str, file) -> None:
     """The per-rank table: GB (10^9 bytes) and GiB of the total."""
     gb = 1e9
     print(title, file=file)
-    cols = ("weights", "gradients", "optimizer", "fsdp_buffers", "fsdp_held", "activations",
-            "overhead")
+    cols = ("weights", "gradients", "optimizer", "recompute", "fsdp_buffers", "fsdp_held",
+            "activations", "overhead")
     head = ["rank kind (rank)", "layers", "params", *cols, "total GB", "total GiB", "fits"]
     lines = [head]
     for r in result["rows"]:

@@ -81,8 +81,14 @@ def render(r: dict, file) -> None:
         dense = "4N + 2 x adapters" if model["lora_params"] else "6N"  # frozen: no dW
         t.add_row("  FLOPs with attention", sci(fl["total"]),
                   f"PaLM: ({dense} + 12·L·H·Q·T)·D; attention is {share:.1%} of it")
-    t.add_row("  model FLOPs per token", sci(fl["per_token"]), "what MFU is measured against")
-    if fl["hardware_total"] != fl["total"]:
+        t.add_row("  causal work", sci(fl["total_causal"]),
+                  f"({dense} + 6·L·H·Q·T)·D: a causal kernel does half the attention term; "
+                  f"attention is {fl['attention_share_causal']:.1%} of it; the time rows "
+                  "divide it by peak x MFU (llmtk train's MFU counts it so)")
+    t.add_row("  model FLOPs per token", sci(fl["per_token"]),
+              f"PaLM's count; causal {sci(fl['per_token_causal'])}, what --mfu (llmtk train's "
+              "MFU) is measured against")
+    if fl["hardware_total"] != fl["total_causal"]:
         t.add_row("  hardware FLOPs", sci(fl["hardware_total"]),
                   "+ one forward pass recomputed")
 
@@ -121,8 +127,14 @@ def render(r: dict, file) -> None:
     if r.get("search"):
         _search_rows(t, section, r["search"], run)
 
+    step = r.get("step")
+    if step and (run["cp"] > 1 or run["ep"] > 1) and not (solve and solve["for"] == "layout"):
+        _traffic_rows(t, section, step, run)
+
     sp = " +sp" if run["sequence_parallel"] else ""
-    section(f"Memory per GPU (dp {run['dp']} · tp {run['tp']}{sp} · pp {run['pp']} · "
+    cp = f" · cp {run['cp']}" if run["cp"] > 1 else ""
+    ep = f" · ep {run['ep']}" if run["ep"] > 1 else ""
+    section(f"Memory per GPU (dp {run['dp']} · tp {run['tp']}{sp} · pp {run['pp']}{cp}{ep} · "
             f"ZeRO-{run['zero']} · micro-batch {run['micro_batch']})")
     trainer = mem.get("activations_from") == "llmtk"  # --solve layout: llmtk train's bytes
     wb = "fp32" if run["precision"] == "fp32" or trainer else "bf16"
@@ -149,6 +161,10 @@ def render(r: dict, file) -> None:
                   "the llmtk model's own, as llmtk train --dry-run counts them (--solve "
                   f"layout), recompute {run['recompute']}"
                   if mem.get("activations_from") == "llmtk" else _RECOMPUTE_NOTE[run["recompute"]])
+    if mem.get("recompute_layer"):
+        t.add_row("  recomputed layer", gb(mem["recompute_layer"]),
+                  "full recompute: a layer's backward runs its forward again and holds its "
+                  "activations for that moment")
     t.add_row("  overhead", gb(mem["overhead"]),
               f"{OVERHEAD_FIXED / 2**30:g} GiB context/workspaces + "
               f"{OVERHEAD_FRACTION:.0%} fragmentation")
@@ -217,7 +233,12 @@ def render(r: dict, file) -> None:
 def _layout_rows(t, solve: dict, run: dict) -> None:
     """`--solve layout`: the chosen layout, its step time by part, and the runners-up."""
     c = solve["chosen"]
-    t.add_row("  layout (dp x tp x pp)", f"[bold]{c['dp']} x {c['tp']} x {c['pp']}[/bold]",
+    names, sizes = "dp x tp x pp", f"{c['dp']} x {c['tp']} x {c['pp']}"
+    extra = [dim for dim in ("cp", "ep") if c[dim] > 1]
+    if extra:  # the label column is 26 wide
+        names = "·".join(["dp", "tp", "pp", *extra])
+        sizes = " x ".join(str(c[d]) for d in ("dp", "tp", "pp", *extra))
+    t.add_row(f"  layout ({names})", f"[bold]{sizes}[/bold]",
               f"{c['text']}: the fastest of the {solve['fit']:,} layouts that fit "
               f"({solve['searched']:,} searched); global batch {solve['global_batch']:,} "
               f"sequences ({solve['global_batch_from']})")
@@ -232,6 +253,22 @@ def _layout_rows(t, solve: dict, run: dict) -> None:
                   f"{gb(a['memory_bytes'])}")
 
 
+def _traffic_rows(t, section, step: dict, run: dict) -> None:
+    """--cp/--ep given: their traffic per optimizer step in the cost model (docs/estimate.md)."""
+    section("Context and expert parallel traffic (the cost model's step)")
+    m = step["micro_batches"]
+    if run["cp"] > 1:
+        t.add_row("  cp K/V", gb(step["cp_bytes"]),
+                  f"per GPU per step, {_s(step['cp_s'])}: all-gather K, V of the whole "
+                  f"sequence and reduce-scatter dK, dV, per layer, {m} micro-batch"
+                  f"{'es' if m > 1 else ''}")
+    if run["ep"] > 1:
+        t.add_row("  ep all-to-all", gb(step["ep_bytes"]),
+                  f"per GPU per step, {_s(step['ep_s'])}: dispatch and combine, forward and "
+                  "backward, per MoE layer")
+    t.add_row("  modelled step", _s(step["step_s"]), _parts(step))
+
+
 def _s(seconds: float) -> str:
     return f"{seconds:,.2f} s" if seconds >= 1 else f"{seconds * 1e3:,.2f} ms"
 
@@ -240,6 +277,10 @@ def _parts(c: dict) -> str:
     parts = [f"compute {_s(c['compute_s'])}"]
     if c["tp_s"]:
         parts.append(f"tp {_s(c['tp_s'])}")
+    if c.get("cp_s"):
+        parts.append(f"cp K/V {_s(c['cp_s'])}")
+    if c.get("ep_s"):
+        parts.append(f"ep all-to-all {_s(c['ep_s'])}")
     if c["bubble_s"]:
         parts.append(f"bubble {_s(c['bubble_s'])} ({c['bubble']:.0%})")
     if c["pp_s"]:
