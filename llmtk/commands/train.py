@@ -323,13 +323,17 @@ def _train(flags: dict, config: str | None) -> None:
     if cfg.dry_run:
         return _dry_run(cfg, launch)
     if (launch.nproc_per_node or launch.nnodes > 1) and not is_worker():
+        from dataclasses import replace
+
+        from llmtk.train.config import section
         from llmtk.train.layout.plan import RunPlan, run_model
-        from llmtk.train.model.hf import resolve_init
+        from llmtk.train.model.hf import InitSpec, resolve_init
 
         # A layout that cannot run starts nothing: the plan the workers will resolve (the
         # GPU count is theirs to find; the layout and the split do not depend on it).
+        tok = resolve_init(section(InitSpec, cfg))  # --init-from hf:PATH brings its own
         RunPlan.resolve(cfg, (launch.nproc_per_node or 1) * launch.nnodes,
-                        run_model(resolve_init(cfg))[1], cuda=False)
+                        run_model(replace(cfg, tokenizer=tok))[1], cuda=False)
         import os
 
         if cfg.threads is None and "OMP_NUM_THREADS" not in os.environ:

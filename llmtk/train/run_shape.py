@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from llmtk.errors import UsageError
-from llmtk.train.config import TrainConfig
+from llmtk.train.config import TrainConfig, section
 from llmtk.train.model.config import PRESETS, ModelConfig, check_model_name
 
 
@@ -28,7 +28,7 @@ def model_config(cfg: TrainConfig, vocab_size: int) -> ModelConfig:
     from llmtk.train.model import hf
 
     if hf.is_hf_spec(cfg.init_from):
-        return hf.init_model_config(cfg, vocab_size)
+        return hf.init_model_config(section(hf.InitSpec, cfg), vocab_size)
     check_model_name(cfg.model)
     mc = replace(PRESETS[cfg.model], vocab_size=vocab_size)
     overrides = {"n_layer": cfg.layers, "d_model": cfg.d_model, "n_head": cfg.heads,
