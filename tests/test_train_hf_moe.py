@@ -162,3 +162,77 @@ def test_layer_patterns_llmtk_cannot_express_are_refused(tmp_path):
 
     with pytest.raises(UsageError, match=r"MoE layers \[1, 2\]"):
         load_model(str(tmp_path / "m"))
+
+
+# ---------------------------------------------------------------- LoRA on MoE models
+
+
+def moe_gpt(**over):
+    from llmtk.train.model.gpt import GPT, ModelConfig
+
+    cfg = dict(vocab_size=257, seq_len=32, n_layer=3, d_model=32, n_head=4, n_experts=4,
+               top_k=2, expert_hidden=32, first_dense=1)
+    torch.manual_seed(0)
+    return GPT(ModelConfig(**{**cfg, **over})).eval()
+
+
+def test_lora_on_a_moe_model_adapts_attention_dense_and_shared_experts_only():
+    from llmtk.train.model.lora import add_lora, merged_state_dict
+
+    m = moe_gpt(n_shared_experts=1)
+    x = torch.randint(0, 256, (2, 16))
+    with torch.no_grad():
+        before = m(x)[0]
+    add_lora(m, rank=4, alpha=8)
+    trainable = {k for k, p in m.named_parameters() if p.requires_grad}
+    bases = {k.split(".lora_")[0] for k in trainable}
+    assert all(".lora_" in k for k in trainable)
+    assert bases == {f"layers.{i}.attn.{w}" for i in range(3) for w in ("wqkv", "wo")} | {
+        "layers.0.mlp.w1", "layers.0.mlp.w3", "layers.0.mlp.w2"} | {
+        f"layers.{i}.mlp.shared.{w}" for i in (1, 2) for w in ("w1", "w3", "w2")}
+    assert not m.layers["1"].mlp.router.weight.requires_grad  # the router stays frozen
+    with torch.no_grad():
+        assert torch.equal(m(x)[0], before)  # B = 0: the base model
+        for p in m.parameters():
+            if p.requires_grad:
+                p.normal_(std=0.1)  # as after training
+        adapted = m(x)[0]
+    plain = moe_gpt(n_shared_experts=1)
+    plain.load_state_dict(merged_state_dict(m.state_dict(), m.cfg.to_dict(), alpha=8))
+    with torch.no_grad():
+        assert torch.allclose(plain(x)[0], adapted, atol=1e-5)
+
+
+def test_lora_targets_that_find_nothing_in_a_moe_model_are_refused():
+    from llmtk.errors import ConfigError
+    from llmtk.train.model.lora import add_lora
+
+    with pytest.raises(ConfigError, match="adapt no matrix"):
+        add_lora(moe_gpt(first_dense=0), rank=4, targets="gate,up,down")
+    assert add_lora(moe_gpt(first_dense=0), rank=4, targets="q,v") > 0
+
+
+def test_lora_continues_an_hf_moe_model_training_only_the_adapters(corpus, tmp_path):  # noqa: F811
+    """LoRA from a Qwen3-MoE folder: the first step's loss is the full model's (B = 0, the
+    same forward), the loss falls, and every base weight (routers and experts included)
+    ends exactly as it started."""
+    from llmtk.train.checkpoint import files as C
+
+    save_tiny_moe(tmp_path / "base", "qwen3_moe")
+    spec = f"hf:{tmp_path / 'base'}"
+    run_train(corpus, tmp_path / "full", steps=1, init_from=spec)
+    run_train(corpus, tmp_path / "lora", steps=6, init_from=spec, lora_rank=4, lr=1e-2)
+
+    def losses(run):
+        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        return [r["loss"] for r in rows if "loss" in r and "event" not in r]
+
+    lora = losses(tmp_path / "lora")
+    assert lora[0] == losses(tmp_path / "full")[0]
+    assert lora[-1] < lora[0]
+    start = hf.init_weights(spec, hf.load_hf(str(tmp_path / "base"))[0])
+    end, _ = C.load_full_state(str(tmp_path / "lora" / "checkpoints" / "step-0000006"),
+                               with_optim=False)  # the adapters apart (not merged)
+    assert any(".lora_B." in k and v.abs().sum() > 0 for k, v in end.items())
+    for key, value in start.items():
+        assert torch.equal(end[key], value), key

@@ -69,11 +69,6 @@ class RunPlan:
         parallel, layout = plan_layout(world, section(ParallelSpec, cfg))
         check_trainable(layout, cfg)
         check_model(layout, mcfg)
-        if cfg.lora_rank and getattr(mcfg, "n_experts", 0):
-            from llmtk.errors import ConfigError
-
-            raise ConfigError("lora_rank", "is not supported with a mixture-of-experts "
-                              "model yet (its adapters target the dense MLP's matrices)")
         split = pipeline_split(layout, mcfg.n_layer, cfg.pp_layers, cfg.pp_schedule)
         return cls(
             parallel=parallel, layout=layout, mcfg=mcfg, split=tuple(split),
