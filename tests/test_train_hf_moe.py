@@ -156,6 +156,45 @@ def test_export_refuses_what_the_folders_cannot_hold(corpus, tmp_path):  # noqa:
     assert close(theirs, mine[:, :257])
 
 
+def test_a_dense_qwen3_folder_maps_both_ways(corpus, tmp_path):  # noqa: F811
+    """Qwen3ForCausalLM (q/k norms, head dim 32 != 64/4) in, trained at a vanishing rate,
+    and out again as Qwen3ForCausalLM with the original's logits."""
+    torch.manual_seed(0)
+    model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
+        vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=64,
+        rms_norm_eps=1e-6, tie_word_embeddings=False, eos_token_id=256)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(tmp_path / "base")
+    (tmp_path / "base" / "tokenizer.json").write_text(hf.byte_tokenizer_json())
+    ids = list(range(5, 45))
+    with torch.no_grad():
+        original = model(torch.tensor([ids])).logits[0]
+    mine, loaded = llmtk_logits(tmp_path / "base", ids)
+    assert loaded.model.cfg.qk_norm and loaded.model.cfg.head_dim == 32
+    assert close(original, mine[:, :300])
+    run_train(corpus, tmp_path / "run", steps=1, lr=1e-12, min_lr=1e-12, weight_decay=0.0,
+              init_from=f"hf:{tmp_path / 'base'}")
+    hf.export_hf(str(tmp_path / "run"), str(tmp_path / "back"))
+    exported, again = hf_logits(tmp_path / "back", ids)
+    assert type(again).__name__ == "Qwen3ForCausalLM" and close(original, exported)
+
+
+def test_router_flags_apply_and_shape_flags_are_refused_with_hf(tmp_path):
+    """--router-* training options override the folder's defaults; --router-score is the
+    folder's (part of its shape) and refused like --experts."""
+    save_tiny_moe(tmp_path / "m", "mixtral")
+    spec = f"hf:{tmp_path / 'm'}"
+    mc = hf.init_model_config(hf.InitSpec(init_from=spec, router_bias_rate=1e-3,
+                                          router_z_loss=1e-4), 257)
+    assert (mc.router_bias_rate, mc.router_z_loss, mc.router_aux_loss) == (1e-3, 1e-4, 0.002)
+    for flag in ({"router_score": "sigmoid"}, {"experts": 8}):
+        with pytest.raises(UsageError, match=f"drop {next(iter(flag)).replace('_', '.')}"):
+            hf.resolve_init(hf.InitSpec(init_from=spec, **flag))
+
+
 def test_layer_patterns_llmtk_cannot_express_are_refused(tmp_path):
     save_tiny_moe(tmp_path / "m", "qwen3_moe", num_hidden_layers=4, mlp_only_layers=[0, 3])
     from llmtk.train import load_model
