@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from llmtk.curves.logs import load_run  # noqa: E402
 from llmtk.curves.routing import (  # noqa: E402
-    _after_warmup,
+    after_warmup,
     detect_collapsed_routing,
     layer_extremes,
     layer_loads,
@@ -36,7 +36,7 @@ def main() -> None:
         name = os.path.relpath(path.rstrip("/"), os.path.dirname(os.path.dirname(
             path.rstrip("/"))))
         for layer, rows in sorted(layer_loads(run).items()):
-            late = _after_warmup(rows)
+            late = after_warmup(rows)
             E = len(late[0][1])
             hi, _lo = layer_extremes(late)
             idlest = min(median(s[e] for _, s in late) * E for e in range(E))

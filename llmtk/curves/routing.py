@@ -40,7 +40,7 @@ def layer_loads(run: Run) -> dict[str, list[tuple[float, list[float]]]]:
     return out
 
 
-def _after_warmup(rows: list[tuple[float, list[float]]]) -> list[tuple[float, list[float]]]:
+def after_warmup(rows: list[tuple[float, list[float]]]) -> list[tuple[float, list[float]]]:
     first, last = rows[0][0], rows[-1][0]
     start = first + WARM_SHARE * (last - first)
     return [r for r in rows if r[0] > start]
@@ -56,7 +56,7 @@ def detect_collapsed_routing(run: Run) -> list[Finding]:
     loads = layer_loads(run)
     bad, details, start = [], [], None
     for layer, rows in sorted(loads.items(), key=lambda kv: _order(kv[0])):
-        late = _after_warmup(rows)
+        late = after_warmup(rows)
         if len(late) < MIN_ROWS:
             continue
         E = len(late[0][1])
