@@ -636,9 +636,10 @@ this one process, no GPUs or process group needed. `-o FILE` holds the model's f
 state dict, its configuration and its tokenizer's fingerprint; \
 `llmtk.train.load_model(FILE)` loads it (torch.load with weights_only=True works too). \
 `--hf OUT_DIR` writes config.json (LlamaForCausalLM; Qwen2ForCausalLM for q/k/v-bias \
-models), model.safetensors (fp32) and the tokenizer files (a byte-level run gets a \
-tokenizer.json with the same ids, so text round-trips); the folder is written under a \
-temporary name and renamed when complete, and loads with transformers' \
+models, Qwen3ForCausalLM for q/k-norm ones; MixtralForCausalLM or Qwen3MoeForCausalLM \
+for mixture-of-experts models), model.safetensors (fp32) and the tokenizer files (a \
+byte-level run gets a tokenizer.json with the same ids, so text round-trips); the \
+folder is written under a temporary name and renamed when complete, and loads with transformers' \
 AutoModelForCausalLM.from_pretrained.
 
 [bold]Examples[/bold]

@@ -14,10 +14,15 @@ against `transformers`' LlamaForCausalLM (tests/test_train_hf.py compares logits
   head its query heads' rows, its k rows, its v rows: model.group_qkv), so that a
   tensor-parallel slice holds whole groups;
 - tied embeddings = `tie_word_embeddings` (lm_head is then not stored).
-Qwen2 adds biases to q/k/v (`qkv_bias`); Mistral is Llama with an optional sliding
-window, accepted when the window covers the whole context. Anything else (other
-activations, rope scaling, q/k norms, explicit head_dim != d_model / heads, MoE) is
-refused with the field that does not map.
+Qwen2 adds biases to q/k/v (`qkv_bias`); Qwen3 RMS-normalises each head's q and k
+(`qk_norm`) and has its own head_dim; Mistral is Llama with an optional sliding window,
+accepted when the window covers the whole context. Mixture of experts (moe.py; checked
+against MixtralForCausalLM and Qwen3MoeForCausalLM, tests/test_train_hf_moe.py): the
+router is the `gate`, the E per-expert matrices of the folders are stacked into llmtk's
+(E, out, in) tensors, and the routing is the same (softmax in fp32, top-k, Mixtral's
+renormalised weights; Qwen3-MoE's only with norm_topk_prob). Anything else (other
+activations, rope scaling, shared or jittered experts, other layer patterns) is refused
+with the field that does not map.
 
 Only `safetensors`, `tokenizers` and torch are needed: transformers itself is never
 imported here (it is a test dependency, and what users load the export with).
