@@ -18,9 +18,8 @@ The router stays frozen (its weight is a base parameter; the auxiliary-loss-free
 bias is not a parameter and keeps its update unless --router-bias-rate 0). The routed
 experts take no adapters: their weights are stacked (E, out, in) tensors that the grouped
 kernel multiplies directly, so an adapter per expert would need grouped matmuls of its own
-(and expert-parallel sharding of A and B); each expert also sees only K/E of the tokens,
-which is why LoRA recipes for MoE models (e.g. for Mixtral) commonly adapt attention
-alone. A model whose targets find no matrix (all layers MoE without shared experts, and
+(and expert-parallel sharding of A and B) that the expert-parallel layout does not have
+yet; and each expert's adapter would learn from only K/E of the tokens. A model whose targets find no matrix (all layers MoE without shared experts, and
 only gate/up/down asked for) is refused.
 
 State-dict keys keep the base names (`layers.0.attn.wqkv.weight`) and add
