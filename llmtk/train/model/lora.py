@@ -19,8 +19,9 @@ bias is not a parameter and keeps its update unless --router-bias-rate 0). The r
 experts take no adapters: their weights are stacked (E, out, in) tensors that the grouped
 kernel multiplies directly, so an adapter per expert would need grouped matmuls of its own
 (and expert-parallel sharding of A and B) that the expert-parallel layout does not have
-yet; and each expert's adapter would learn from only K/E of the tokens. A model whose targets find no matrix (all layers MoE without shared experts, and
-only gate/up/down asked for) is refused.
+yet; and each expert's adapter would learn from only K/E of the tokens. A model whose
+targets find no matrix (all layers MoE without shared experts, and only gate/up/down
+asked for) is refused.
 
 State-dict keys keep the base names (`layers.0.attn.wqkv.weight`) and add
 `layers.0.attn.wqkv.lora_A.q` / `lora_B.q`, so a plain checkpoint loads into a
