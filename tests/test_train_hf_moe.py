@@ -116,7 +116,8 @@ def test_moe_round_trip_through_llmtk_keeps_logits_and_greedy_text(corpus, tmp_p
               init_from=f"hf:{tmp_path / 'base'}")
     state = json.loads((tmp_path / "run" / "config.json").read_text())["model"]
     assert state["router_bias_rate"] == 0.0
-    assert state["router_aux_loss"] == pytest.approx(0.001 * 2)  # transformers' loss, K x ours
+    # transformers' coefficient 0.001 x top-k 2 / 2 MoE layers (hf._aux_scale)
+    assert state["router_aux_loss"] == pytest.approx(0.001)
     hf.export_hf(str(tmp_path / "run"), str(tmp_path / "back"))
     back = json.loads((tmp_path / "back" / "config.json").read_text())
     assert back["model_type"] == kind and back["router_aux_loss_coef"] == pytest.approx(0.001)
@@ -189,10 +190,30 @@ def test_router_flags_apply_and_shape_flags_are_refused_with_hf(tmp_path):
     spec = f"hf:{tmp_path / 'm'}"
     mc = hf.init_model_config(hf.InitSpec(init_from=spec, router_bias_rate=1e-3,
                                           router_z_loss=1e-4), 257)
-    assert (mc.router_bias_rate, mc.router_z_loss, mc.router_aux_loss) == (1e-3, 1e-4, 0.002)
+    assert (mc.router_bias_rate, mc.router_z_loss, mc.router_aux_loss) == (1e-3, 1e-4, 0.001)
+    mc = hf.init_model_config(hf.InitSpec(init_from=spec, router_aux_loss=0.05), 257)
+    assert mc.router_aux_loss == 0.05
     for flag in ({"router_score": "sigmoid"}, {"experts": 8}):
         with pytest.raises(UsageError, match=f"drop {next(iter(flag)).replace('_', '.')}"):
             hf.resolve_init(hf.InitSpec(init_from=spec, **flag))
+
+
+def test_an_imported_balance_loss_is_transformers_own(tmp_path):
+    """With one MoE layer (nothing pooled across layers) the balance loss an imported
+    Mixtral trains with equals router_aux_loss_coef x transformers' aux_loss."""
+    from llmtk.train.model.gpt import GPT
+
+    model = save_tiny_moe(tmp_path / "m", "mixtral", num_hidden_layers=1,
+                          router_aux_loss_coef=0.02)
+    ids = torch.tensor([list(range(5, 45))])
+    with torch.no_grad():
+        theirs = model(ids, output_router_logits=True).aux_loss.item()
+    cfg, sd = hf.load_hf(str(tmp_path / "m"))
+    mine = GPT(cfg).train()
+    mine.load_state_dict(sd)
+    with torch.no_grad():
+        mine(ids, ids)
+    assert mine.layers["0"].mlp.aux.item() == pytest.approx(0.02 * theirs, rel=1e-6)
 
 
 def test_layer_patterns_llmtk_cannot_express_are_refused(tmp_path):

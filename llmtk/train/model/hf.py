@@ -103,8 +103,8 @@ def _moe_fields(hf: dict, kind: str, n_layer: int) -> dict:
     Both route as llmtk does (softmax over the E logits, top-k, Mixtral renormalising the
     K weights, Qwen3 when norm_topk_prob). Training defaults differ from llmtk's own: the
     balancing bias is off (these folders' routers hold no bias, so a trained bias could not
-    be exported) and the balance loss is the folder's router_aux_loss_coef x top-k, which
-    is transformers' load_balancing_loss_func (it sums f_e over the K slots: K x ours)."""
+    be exported) and the balance loss is on at the scale transformers trains with
+    (_aux_scale)."""
     n = int(hf.get("num_local_experts") or hf.get("num_experts") or 0)
     k = int(hf["num_experts_per_tok"])
     if kind == "mixtral":
@@ -115,9 +115,22 @@ def _moe_fields(hf: dict, kind: str, n_layer: int) -> dict:
     else:
         first, every = _moe_layers(hf, n_layer)
         hidden, norm = int(hf["moe_intermediate_size"]), bool(hf.get("norm_topk_prob"))
+    moe = sum(is_moe_layer(i, n, first, every) for i in range(n_layer))
     return dict(n_experts=n, top_k=k, expert_hidden=hidden, first_dense=first,
                 moe_every=every, router_norm_topk=norm, router_bias_rate=0.0,
-                router_aux_loss=float(hf.get("router_aux_loss_coef") or 0.0) * k)
+                router_aux_loss=float(hf.get("router_aux_loss_coef") or 0.0)
+                * _aux_scale(k, moe))
+
+
+def _aux_scale(top_k: int, moe_layers: int) -> float:
+    """llmtk's --router-aux-loss per unit of transformers' router_aux_loss_coef.
+
+    transformers' load_balancing_loss_func is E * sum_e f'_e * P_e with the counts and
+    probabilities of all MoE layers pooled, f'_e = assignments / tokens (summing to K);
+    llmtk adds a * E * sum_e f_e * P_e per layer, f_e = assignments / (tokens * K). So one
+    layer's term is K x ours and the pooled loss is about the layers' mean, not their sum:
+    coef * K / L gives the same scale (the same loss when the layers route alike)."""
+    return top_k / max(moe_layers, 1)
 
 
 def config_from_hf(hf: dict, seq_len: int | None = None) -> ModelConfig:
@@ -230,7 +243,7 @@ def hf_config(cfg: ModelConfig, eos_id: int | None, bos_id: int | None = None) -
     if kind == "llama":
         out.update(mlp_bias=False, pretraining_tp=1)
     # the balance loss back in transformers' terms (see _moe_fields)
-    aux = cfg.router_aux_loss / cfg.top_k if cfg.n_experts else 0.0
+    aux = cfg.router_aux_loss / _aux_scale(cfg.top_k, cfg.moe_layers) if cfg.n_experts else 0.0
     if kind == "mixtral":
         out.update(num_local_experts=cfg.n_experts, num_experts_per_tok=cfg.top_k,
                    intermediate_size=cfg.expert_ffn, router_jitter_noise=0.0,
