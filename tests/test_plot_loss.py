@@ -325,3 +325,31 @@ def test_a_blended_runs_sources_share_the_loss_and_a_tokens_panel(tmp_path):
     assert [line.get_marker() for line in loss.get_lines()] == ["None", "o", "o", "o"]
     assert [list(line.get_ydata())[-1] for line in tokens.get_lines()] == [48 * 40, 16 * 40]
     assert len({line.get_color() for line in tokens.get_lines()}) == 2  # a colour a source
+
+
+def test_a_moe_runs_expert_load_gets_its_own_panel_by_default(tmp_path):
+    """Each MoE layer's busiest (solid) and idlest (dashed) expert, share x E, in one panel
+    drawn by default; a layer's two lines share its colour."""
+    from llmtk.curves.plot import EXPERT_PANEL, figure
+
+    rows = [{"step": s, "loss": 5 - s / 20,
+             "expert_load/0": [0.25, 0.25, 0.25, 0.25],
+             "expert_load/1": [0.5 - s / 100, 0.25, 0.25, s / 100]} for s in range(1, 21)]
+    path = tmp_path / "moe" / "metrics.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    p = llmtk("plot-loss", path, in_process=True)
+    assert p.returncode == 0 and b"expert load" in p.stdout
+    assert b"expert_load_max/1" in p.stdout and b"expert_load_min/1" in p.stdout
+    fig = figure(runs_of(path), ["loss", "expert_load_max/0", "expert_load_max/1",
+                                 "expert_load_min/0", "expert_load_min/1"])
+    assert [ax.get_ylabel() for ax in fig.axes] == ["loss", EXPERT_PANEL]
+    lines = fig.axes[1].get_lines()
+    ends = [list(line.get_ydata())[-1] for line in lines]
+    assert ends == [1.0, pytest.approx(4 * 0.3), 1.0, pytest.approx(4 * 0.2)]
+    assert [line.get_linestyle() for line in lines] == ["-", "-", "--", "--"]
+    assert lines[1].get_color() == lines[3].get_color() != lines[0].get_color()
+    # a dense run's default chart has no such panel
+    dense = tmp_path / "dense" / "metrics.jsonl"
+    write_run(dense, n=20, val=False)
+    assert b"expert load" not in llmtk("plot-loss", dense, in_process=True).stdout

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from llmtk.errors import UsageError  # noqa: E402
-from llmtk.train.config import resolve_config  # noqa: E402
+from llmtk.train.config import resolve_config, section  # noqa: E402
 from llmtk.train.model import hf  # noqa: E402
 from llmtk.train.trainer import train  # noqa: E402
 from tests.util import InProcess, own_signal_handlers  # noqa: E402
@@ -240,10 +240,9 @@ def test_init_from_hf_refuses_shape_flags_and_other_tokenizers(corpus, tmp_path)
     cfg = resolve_config({**flags, "data": ["x"], "out": "o", "tokenizer": "other.json",
                           "init_from": f"hf:{tmp_path / 'base'}"}, None)
     with pytest.raises(UsageError, match="drop tokenizer"):
-        hf.resolve_init(cfg)
+        hf.resolve_init(section(hf.InitSpec, cfg))
     with pytest.raises(UsageError, match="not a Hugging Face model folder"):
-        hf.resolve_init(resolve_config({"data": ["x"], "out": "o",
-                                        "init_from": f"hf:{tmp_path}"}, None))
+        hf.resolve_init(hf.InitSpec(init_from=f"hf:{tmp_path}"))
 
 
 def test_byte_tokenizer_json_matches_llmtk_bytes():

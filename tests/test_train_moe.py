@@ -208,8 +208,7 @@ def test_init_is_seeded_and_scaled():
 
 
 @pytest.mark.parametrize(("layout", "flags", "key"), [
-    ({"tp": 2, "dp_shard": 1}, {}, "tp"), ({"pp": 2, "dp_shard": 1}, {}, "pp"),
-    ({"dp_shard": 2}, {"lora_rank": 4}, "lora_rank")])
+    ({"tp": 2, "dp_shard": 1}, {}, "tp"), ({"pp": 2, "dp_shard": 1}, {}, "pp")])
 def test_layouts_not_built_for_experts_are_refused_naming_the_flag(layout, flags, key):
     from llmtk.errors import ConfigError
     from llmtk.train.layout.mesh import Layout

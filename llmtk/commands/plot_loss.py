@@ -29,6 +29,8 @@ Writes PNG, SVG or PDF (by the -o extension), or draws in the terminal.
 """
 
 DEFAULT = ["loss", "val_loss", "val/*/loss"]  # val/NAME/loss: a blended run's sources
+# a mixture-of-experts run's load per layer (busiest and idlest expert), where logged
+EXPERTS = ["expert_load_max/*", "expert_load_min/*"]
 
 EPILOG = "Exit status: 0 success, 1 unreadable log or plot error, 2 bad usage."
 
@@ -41,11 +43,13 @@ def command(
                                "terminal.")] = None,
     metric: Annotated[list[str] | None, typer.Option(
         "--metric", "-m", help="Metric to draw, repeatable (default: loss, val_loss and a "
-                               "blend's val/NAME/loss, in one panel); a pattern such as "
+                               "blend's val/NAME/loss, in one panel, and a MoE run's "
+                               "expert load per layer); a pattern such as "
                                "'grad_norm/*' or 'tokens/*' draws every per-layer norm or "
                                "per-source token count in one panel.")] = None,
     all_metrics: Annotated[bool, typer.Option(
-        "--all", help="Draw loss, val_loss, lr, grad_norm and a blend's tokens/NAME.")]
+        "--all", help="Draw loss, val_loss, lr, grad_norm, a blend's tokens/NAME and a MoE "
+                 "run's expert load.")]
     = False,
     x: Annotated[o.choice("XAxis", "step", "tokens", "time"), typer.Option(
         "--x", help="X axis: step, tokens or time.")] = "step",
@@ -66,7 +70,8 @@ def command(
     from llmtk.io.atomic import atomic_file
     from llmtk.io.paths import check_paths, parents_made
 
-    metrics = [*DEFAULT, "lr", "grad_norm", "tokens/*"] if all_metrics else (metric or DEFAULT)
+    metrics = ([*DEFAULT, "lr", "grad_norm", "tokens/*", *EXPERTS] if all_metrics
+               else metric or [*DEFAULT, *EXPERTS])
     if output and os.path.splitext(output)[1].lower() not in (".png", ".svg", ".pdf"):
         raise UsageError(f"--output: expected a .png, .svg or .pdf file, got {output!r}")
     if output:  # checked before the logs are read

@@ -314,13 +314,16 @@ def _train(flags: dict, config: str | None) -> None:
         d = dry_run(cfg, (launch.nproc_per_node or 1) * launch.nnodes)
         return _dry_run(d, section(Shown, cfg), launch)
     if (launch.nproc_per_node or launch.nnodes > 1) and not is_worker():
+        from dataclasses import replace
+
+        from llmtk.train.config import section
         from llmtk.train.layout.plan import RunPlan, run_model
-        from llmtk.train.model.hf import resolve_init
+        from llmtk.train.model.hf import InitSpec, resolve_init
         from llmtk.train.run_shape import ModelSpec
 
         # A layout that cannot run starts nothing: the plan the workers will resolve (the
         # GPU count is theirs to find; the layout and the split do not depend on it).
-        resolved = resolve_init(cfg)
+        resolved = replace(cfg, tokenizer=resolve_init(section(InitSpec, cfg)))  # hf: its own
         RunPlan.resolve(cfg, (launch.nproc_per_node or 1) * launch.nnodes,
                         run_model(section(ModelSpec, resolved), resolved.sft)[1], cuda=False)
         import os
@@ -641,9 +644,10 @@ this one process, no GPUs or process group needed. `-o FILE` holds the model's f
 state dict, its configuration and its tokenizer's fingerprint; \
 `llmtk.train.load_model(FILE)` loads it (torch.load with weights_only=True works too). \
 `--hf OUT_DIR` writes config.json (LlamaForCausalLM; Qwen2ForCausalLM for q/k/v-bias \
-models), model.safetensors (fp32) and the tokenizer files (a byte-level run gets a \
-tokenizer.json with the same ids, so text round-trips); the folder is written under a \
-temporary name and renamed when complete, and loads with transformers' \
+models, Qwen3ForCausalLM for q/k-norm ones; MixtralForCausalLM or Qwen3MoeForCausalLM \
+for mixture-of-experts models), model.safetensors (fp32) and the tokenizer files (a \
+byte-level run gets a tokenizer.json with the same ids, so text round-trips); the \
+folder is written under a temporary name and renamed when complete, and loads with transformers' \
 AutoModelForCausalLM.from_pretrained.
 
 [bold]Examples[/bold]

@@ -22,6 +22,7 @@ from llmtk.curves.common import fmt as _fmt
 from llmtk.curves.common import window as _window
 from llmtk.curves.logs import Run
 from llmtk.curves.ranks import RANK_DETECTORS
+from llmtk.curves.routing import detect_collapsed_routing
 from llmtk.curves.spikes import (
     SPIKE_HARM_REL,
     SPIKE_HARM_SIGMAS,
@@ -667,7 +668,7 @@ DETECTORS = (detect_nan, detect_spikes, detect_divergence_and_rebound, detect_co
              detect_plateau,
              detect_noise, detect_grad_explosions, detect_overfitting, detect_resume_jumps,
              detect_eval_regression, detect_layer_grads, detect_rollbacks,
-             detect_checkpoint_failed)
+             detect_checkpoint_failed, detect_collapsed_routing)
 DETECTORS += RANK_DETECTORS  # the ranks of a multi-process run (curves/ranks.py)
 
 

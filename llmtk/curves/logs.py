@@ -255,6 +255,8 @@ def load_run(path: str, name: str | None = None) -> Run:
             # `llmtk eval` / `train --eval-tasks` rows become the series eval/TASK/METRIC.
             run.rows.append({"step": row.get("step"),
                              f"eval/{row.get('task')}/{row.get('metric')}": row["value"]})
+        if "event" not in row and any(k.startswith("expert_load/") for k in row):
+            row.update(expert_extremes(row))
         if row.get("event") == "grad_stats":
             # `train --grad-stats per-layer`: the series grad_norm/LAYER (plot-loss draws them)
             run.rows.append({"step": row.get("step"), **{
@@ -266,6 +268,20 @@ def load_run(path: str, name: str | None = None) -> Run:
             row["step"] = i
         run.notes.append("no step column: rows numbered 0, 1, 2, ...")
     return run
+
+
+def expert_extremes(row: dict) -> dict:
+    """llmtk's mixture-of-experts rows (`expert_load/N`: each expert's share of layer N's
+    assignments) as numbers to draw: the busiest and the idlest expert's share x E (1:
+    uniform), `expert_load_max/N` and `expert_load_min/N`."""
+    out = {}
+    for key, shares in row.items():
+        if key.startswith("expert_load/") and isinstance(shares, list) and shares and all(
+                _is_number(s) for s in shares):
+            layer, n = key.split("/", 1)[1], len(shares)
+            out[f"expert_load_max/{layer}"] = max(shares) * n
+            out[f"expert_load_min/{layer}"] = min(shares) * n
+    return out
 
 
 def _file_rows(path: str, run: Run) -> list[dict]:

@@ -3,7 +3,9 @@
 One panel per quantity: `loss` (with `val_loss` on the same axes), `lr`,
 `grad_norm`, or any other logged metric; a blended run's per-source series share a
 panel: `tokens/NAME` the "tokens per source" one, `val/NAME/loss` the loss panel
-(dashed with markers, as `val_loss`). Non-finite points are left out of
+(dashed with markers, as `val_loss`); a mixture-of-experts run's busiest and idlest
+expert per layer (`expert_load_max/N` solid, `expert_load_min/N` dashed, share x E:
+1 is uniform) the "expert load" one. Non-finite points are left out of
 the lines; NaN/skip events are marked as vermillion dashed lines and resumes as
 grey dotted lines, each named in the legend, so a spike or a restart is easy to
 place. Colours, smoothing and tick labels live in `llmtk.curves.style`.
@@ -40,7 +42,12 @@ def is_val(metric: str) -> bool:
     return metric == "val_loss" or (metric.startswith("val/") and metric.endswith("/loss"))
 
 
+EXPERT_PANEL = "expert load (share x E)"  # each MoE layer's busiest and idlest expert
+
+
 def panel_of(metric: str) -> str:
+    if metric.startswith(("expert_load_max/", "expert_load_min/")):
+        return EXPERT_PANEL
     if metric.startswith("grad_norm/"):
         return LAYER_PANEL
     if metric.startswith("tokens/"):
@@ -141,6 +148,15 @@ def _mark_findings(ax, run: Run, label: _Labels) -> None:
                 va="top", ha="right", fontsize=7, color=colour)
 
 
+def _colour_index(names: list[str], metric: str, j: int) -> int:
+    """The colour of a series of a one-run panel: its own (j), or in the expert panel its
+    layer's, shared by the layer's busiest and idlest expert."""
+    if panel_of(metric) != EXPERT_PANEL:
+        return j
+    layers = list(dict.fromkeys(n.split("/", 1)[1] for n in names))
+    return layers.index(metric.split("/", 1)[1])
+
+
 def _draw_run(ax, i: int, run: Run, names: list[str], x: str, weight: float,
               alone: bool = False) -> bool:
     """alone: the only run drawn, so several series of one panel (sources, layers) get a
@@ -154,8 +170,9 @@ def _draw_run(ax, i: int, run: Run, names: list[str], x: str, weight: float,
         drawn = True
         val = is_val(metric)
         if alone and len(series) > 1 and metric not in ("loss", "val_loss"):
-            colour = run_style(j)[0]
-        style = val_style if val else train_style
+            colour = run_style(_colour_index(list(series), metric, j))[0]
+        # an expert panel: the idlest expert dashed under the busiest, in its layer's colour
+        style = val_style if val or metric.startswith("expert_load_min/") else train_style
         if weight > 0:  # the raw curve, faint, under the smoothed one
             ax.plot(xs, ys, color=colour, linestyle=style, linewidth=0.8, alpha=RAW_ALPHA,
                     label="_raw")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from llmtk.errors import UsageError
+from llmtk.train.config import section
 from llmtk.train.model.config import PRESETS, ModelConfig, check_model_name
 
 
@@ -62,7 +63,7 @@ def model_config(spec: ModelSpec, vocab_size: int) -> ModelConfig:
     from llmtk.train.model import hf
 
     if hf.is_hf_spec(spec.init_from):
-        return hf.init_model_config(spec, vocab_size)
+        return hf.init_model_config(section(hf.InitSpec, spec), vocab_size)
     check_model_name(spec.model)
     mc = replace(PRESETS[spec.model], vocab_size=vocab_size)
     mc = replace(mc, **{k: v for k, v in {**shape_overrides(spec), **moe_overrides(spec)}.items()

@@ -68,11 +68,13 @@ from llmtk.train.watchdog import Watchdog
 def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
     """Lock the run directory (rank 0), tokenize (before the process group exists, so its
     timeout does not run while one process tokenizes), then train."""
+    from dataclasses import replace
+
     from llmtk.text.tokenizer import load_tokenizer
     from llmtk.train.lock import lock_run_dir
-    from llmtk.train.model.hf import resolve_init
+    from llmtk.train.model.hf import InitSpec, resolve_init
 
-    cfg = resolve_init(cfg)  # --init-from hf:PATH brings its tokenizer
+    cfg = replace(cfg, tokenizer=resolve_init(section(InitSpec, cfg)))  # hf:PATH brings its own
     rank, _world, _local = ranks()
     made = missing_dirs(cfg.out)  # what mkdir -p OUT creates: removed if the start fails
     lock = lock_run_dir(cfg.out) if rank == 0 else None  # before anything touches OUT
@@ -313,7 +315,7 @@ class Trainer:
             st = self._restore(path, resume=True)
             self.log.load_s = time.perf_counter() - t0  # the resume event's `seconds`
         elif hf.is_hf_spec(cfg.init_from):
-            set_full_model_state(self.model, hf.init_weights(cfg, self.plan.mcfg))
+            set_full_model_state(self.model, hf.init_weights(cfg.init_from, self.plan.mcfg))
             say(f"initialised weights from {cfg.init_from} (fresh optimizer and schedule)")
         elif cfg.init_from:
             src = self.ckpt.init_from(cfg.init_from, self.model, sharded=self.plan.sharded,

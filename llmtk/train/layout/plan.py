@@ -92,11 +92,6 @@ class RunPlan:
         spec = section(PlanSpec, cfg)
         check_trainable(layout, spec)
         check_model(layout, mcfg)
-        if spec.lora_rank and getattr(mcfg, "n_experts", 0):
-            from llmtk.errors import ConfigError
-
-            raise ConfigError("lora_rank", "is not supported with a mixture-of-experts "
-                              "model yet (its adapters target the dense MLP's matrices)")
         split = pipeline_split(layout, mcfg.n_layer, spec.pp_layers, spec.pp_schedule)
         return cls(
             parallel=parallel, layout=layout, mcfg=mcfg, split=tuple(split),

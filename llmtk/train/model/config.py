@@ -38,6 +38,8 @@ class ModelConfig:
     moe_every: int = 1
     first_dense: int = 0
     router_score: str = "softmax"    # softmax (Mixtral, Qwen3) | sigmoid (DeepSeek-V3)
+    router_norm_topk: bool = True    # the K chosen weights renormalised to 1 (Mixtral;
+                                     # Qwen3-MoE's norm_topk_prob, false in Qwen1.5/2-MoE)
     router_bias_rate: float = 3e-3   # aux-loss-free balancing bias step (DeepSeek-V3); 0: off
                                      # (benchmarks/moe_balance.py chose it; DeepSeek: 1e-3)
     router_aux_loss: float = 0.0     # Switch/GShard balance loss coefficient

@@ -12,6 +12,17 @@ Targets: q, k, v (slices of attn.wqkv), o (attn.wo), gate (mlp.w1), up (mlp.w3),
 down (mlp.w2). Init as in the paper and peft: A ~ kaiming-uniform(a=sqrt(5)), B = 0,
 so step 0 computes exactly the base model. Embeddings and norms stay frozen too.
 
+Mixture-of-experts layers (llmtk.train.model.moe): gate/up/down adapt the shared experts'
+MLP (mlp.shared.w1/w3/w2) where the layer has one, and the dense layers' MLPs as usual.
+The router stays frozen (its weight is a base parameter; the auxiliary-loss-free balancing
+bias is not a parameter and keeps its update unless --router-bias-rate 0). The routed
+experts take no adapters: their weights are stacked (E, out, in) tensors that the grouped
+kernel multiplies directly, so an adapter per expert would need grouped matmuls of its own
+(and expert-parallel sharding of A and B) that the expert-parallel layout does not have
+yet; and each expert's adapter would learn from only K/E of the tokens. A model whose
+targets find no matrix (all layers MoE without shared experts, and only gate/up/down
+asked for) is refused.
+
 State-dict keys keep the base names (`layers.0.attn.wqkv.weight`) and add
 `layers.0.attn.wqkv.lora_A.q` / `lora_B.q`, so a plain checkpoint loads into a
 LoRA model (the adapters keep their init) and `merged_state_dict` turns a LoRA
@@ -28,6 +39,7 @@ from torch import nn
 
 from llmtk.errors import ConfigError
 from llmtk.train.model.gpt import ModelConfig, group_qkv, init_whole_
+from llmtk.train.model.moe import MoE
 
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 MODULE_OF = {"o": "attn.wo", "gate": "mlp.w1", "up": "mlp.w3", "down": "mlp.w2"}
@@ -146,7 +158,12 @@ def _parts(model, block) -> dict[str, tuple[str, list[tuple[str, int]]]]:
     cfg = model.cfg
     q, kv = cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     out = {"attn.wqkv": [("q", q), ("k", kv), ("v", kv)]}
+    moe = isinstance(block.mlp, MoE)  # its shared experts' MLP, if it has one
     for name, path in MODULE_OF.items():
+        if moe and name != "o":
+            if block.mlp.shared is None:
+                continue
+            path = path.replace("mlp.", "mlp.shared.")
         out[path] = [(name, _get(block, path).out_features)]
     return out
 
@@ -177,7 +194,12 @@ def add_lora(model, rank: int, alpha: float | None = None, targets: str = ",".jo
             setattr(parent, leaf, LoRALinear(getattr(parent, leaf), parts, adapted, rank,
                                              alpha, dropout,
                                              model.cfg if path == "attn.wqkv" else None))
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+    n = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if not n:
+        raise ConfigError("lora_targets", f"{','.join(names)} adapt no matrix of this model "
+                          "(a mixture-of-experts layer's routed experts take no adapters; "
+                          "target q,k,v,o)")
+    return n
 
 
 def merged_state_dict(state: dict, model_config: dict, alpha: float) -> dict:

@@ -5,8 +5,9 @@ Routing (Mixtral, Qwen3-MoE, DeepSeek-V3): the router is one linear map d_model 
 in fp32 (bf16 logits flip near-tied top-k choices); its scores are softmax(logits)
 (Mixtral, Qwen3) or sigmoid(logits) (DeepSeek-V3, `router_score`). Each token goes to the
 K experts of highest score (+ the balancing bias below, for the choice only), and their
-outputs are summed with the chosen scores renormalised to 1. Dropless by default: every
-token reaches its K experts. With `capacity_factor` c an expert takes at most
+outputs are summed with the chosen scores renormalised to 1 (unless `router_norm_topk` is
+off: Qwen3-MoE's norm_topk_prob false weights them by the scores themselves). Dropless by
+default: every token reaches its K experts. With `capacity_factor` c an expert takes at most
 ceil(c * N * K / E) of the N tokens' assignments of a micro-batch, the earliest first
 (Switch); a dropped assignment adds nothing (the token keeps its residual and its other
 experts).
@@ -137,7 +138,7 @@ class MoE(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.n, self.k = cfg.n_experts, cfg.top_k
-        self.score = cfg.router_score
+        self.score, self.norm_topk = cfg.router_score, cfg.router_norm_topk
         self.aux_coef, self.z_coef = cfg.router_aux_loss, cfg.router_z_loss
         self.capacity_factor = cfg.capacity_factor
         self.router = nn.Linear(cfg.d_model, self.n, bias=False)
@@ -160,7 +161,8 @@ class MoE(nn.Module):
         choice = scores.detach() + self.expert_bias.to(scores.dtype)
         chosen = choice.topk(self.k, dim=-1).indices  # (N, K)
         weights = scores.gather(1, chosen)  # (N, K)
-        weights = weights / weights.sum(-1, keepdim=True)
+        if self.norm_topk:
+            weights = weights / weights.sum(-1, keepdim=True)
         return logits, scores, chosen, weights
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
