@@ -159,9 +159,10 @@ class AllToAll:
         arrived = all_to_all_single(rows, recv, send, group=self.group)  # (R, C + 1)
         # 3. expert-major, through this rank's experts, and back to the arrival order
         order, per_expert = regroup(got)
-        mine = arrived[order]
-        out = compute(mine[:, :cols].contiguous(), per_expert,
-                      None if scale is None else mine[:, cols])  # (R, C)
+        # (indexing makes new rows with a row stride of C: a (1, C) slice of the (R, C + 1)
+        # rows counts as contiguous with a stride of C + 1, which the grouped kernel refuses)
+        out = compute(arrived[:, :cols][order], per_expert,
+                      None if scale is None else arrived[:, cols][order])  # (R, C)
         back = torch.empty_like(out).index_copy(0, order, out)
         # 4. to the ranks the rows came from, in the order they were sent
         return all_to_all_single(back, send, recv, group=self.group)  # (M, C)
