@@ -20,8 +20,11 @@ Gradients. The all-to-all's backward sends each row's gradient back to the rank 
 token it was, so the gradient of a rank's experts sums the tokens of its whole ep group;
 FSDP2's reduce-scatter over efsdp (and all-reduce over dp_replicate) adds the other groups'.
 That is a sum over all dp_replicate x dp_shard x cp ranks, which the other parameters'
-FSDP2 averages over; the experts' group is told to divide by the same number
-(set_gradient_divide_factor), not by its own size. In the global grad norm each shard
+FSDP2 averages over. FSDP2 divides the experts' sum by its own group's size
+(dp_replicate x efsdp), so the experts' weight gradients are scaled by 1/ep on the way
+out of the backward (GroupedExperts.grad_scale; exact for a power-of-two ep). Not
+set_gradient_divide_factor(dp): torch 2.13's FSDP2 divides an fp64 gradient twice then
+(measured: 1/4 for a factor of 2; fp32 right). In the global grad norm each shard
 counts once (optim.py divides the all-reduced squares by replicas(), the world over the
 shards of a parameter's placements: efsdp x ep (x tp) for an expert weight).
 
@@ -59,7 +62,6 @@ class ExpertMeshes:
     ep: object            # (ep,) the ranks whose experts together make one copy
     experts: object       # the experts' DTensor mesh: (ep,), or (ep, tp) under tp
     fsdp: object          # FSDP2's mesh for the experts: (efsdp,), or (dp_replicate, efsdp)
-    divide: float         # the data-parallel ranks whose gradients the step averages
 
 
 def expert_meshes(world_mesh, layout) -> ExpertMeshes:
@@ -76,8 +78,7 @@ def expert_meshes(world_mesh, layout) -> ExpertMeshes:
     return ExpertMeshes(
         ep=sparse["ep"],
         experts=sparse["ep", "tp"] if layout.tp > 1 else sparse["ep"],
-        fsdp=sparse["dp_replicate", "efsdp"] if layout.dp_replicate > 1 else sparse["efsdp"],
-        divide=float(layout.dp_replicate * layout.dp_shard * layout.cp))
+        fsdp=sparse["dp_replicate", "efsdp"] if layout.dp_replicate > 1 else sparse["efsdp"])
 
 
 def apply_ep(model, meshes: ExpertMeshes) -> None:
@@ -100,12 +101,12 @@ def apply_ep(model, meshes: ExpertMeshes) -> None:
             setattr(experts, name, nn.Parameter(distribute_tensor(
                 p.detach(), meshes.experts, place), requires_grad=p.requires_grad))
         experts.dispatch = AllToAll(meshes.ep.get_group(), meshes.ep.size(), module.n)
+        experts.grad_scale = 1.0 / meshes.ep.size()
 
 
 def shard_experts(model, meshes: ExpertMeshes, mp) -> None:
     """FSDP2 over each MoE layer's experts on the efsdp mesh (before the block's own
-    fully_shard, which then leaves them out), averaging gradients over every data-parallel
-    rank (the module docstring)."""
+    fully_shard, which then leaves them out)."""
     from torch.distributed.fsdp import fully_shard
 
     from llmtk.train.model.moe import MoE
@@ -113,7 +114,6 @@ def shard_experts(model, meshes: ExpertMeshes, mp) -> None:
     for module in model.modules():
         if isinstance(module, MoE):
             fully_shard(module.experts, mesh=meshes.fsdp, mp_policy=mp)
-            module.experts.set_gradient_divide_factor(meshes.divide)
 
 
 def regroup(counts):

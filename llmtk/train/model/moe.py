@@ -105,6 +105,23 @@ def local(t: torch.Tensor, grad_partial: bool = False) -> torch.Tensor:
     return t.to_local(grad_placements=[Partial()] * len(t.placements))
 
 
+class _GradScale(torch.autograd.Function):
+    """x in forward; the gradient times `scale` in backward."""
+
+    @staticmethod
+    def forward(ctx, x, scale: float):
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.scale, None
+
+
+def grad_scaled(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return x if scale == 1.0 else _GradScale.apply(x, scale)
+
+
 class GroupedExperts(nn.Module):
     """E SwiGLU experts, stored stacked as nn.Linear weights are, (E, out, in):
     w1 gate and w3 up (E, H, C), w2 down (E, C, H).
@@ -121,6 +138,7 @@ class GroupedExperts(nn.Module):
         self.w2 = nn.Parameter(torch.empty(n, d, hidden))
         self.grouped: bool | None = None  # None: the kernel where it works (tests force)
         self.dispatch = None  # expert parallel: expert_parallel.AllToAll
+        self.grad_scale = 1.0  # expert parallel: 1/ep (expert_parallel.apply_ep says why)
 
     def forward(self, x: torch.Tensor, counts: torch.Tensor,
                 scale: torch.Tensor | None = None) -> torch.Tensor:
@@ -134,7 +152,7 @@ class GroupedExperts(nn.Module):
     def compute(self, x: torch.Tensor, counts: torch.Tensor,
                 scale: torch.Tensor | None) -> torch.Tensor:
         """forward's rows on this rank's experts: counts (E_local,) rows each."""
-        w1, w3, w2 = local(self.w1), local(self.w3), local(self.w2)
+        w1, w3, w2 = (grad_scaled(local(w), self.grad_scale) for w in (self.w1, self.w3, self.w2))
         if torch.is_autocast_enabled(x.device.type):  # the kernel is not on autocast's list
             dt = torch.get_autocast_dtype(x.device.type)
             x, w1, w3, w2 = x.to(dt), w1.to(dt), w3.to(dt), w2.to(dt)

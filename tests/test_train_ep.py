@@ -1,0 +1,143 @@
+"""`llmtk train --ep`: a mixture-of-experts model's experts split over expert-parallel
+ranks (llmtk/train/layout/expert_parallel.py) match one process over 20 steps, alone and
+under tensor parallelism (and MoE under tp alone); an ep2 run killed with SIGKILL resumes
+bit-exactly, and its DCP checkpoint resumes in one process on the same curve."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from tests.train_runs import (
+    events,
+    losses,
+    rows,
+    run_train,
+    torchrun_with_faults,
+    train_corpus,  # noqa: F401 (the corpus fixture)
+)
+
+# 4 experts, top-2, one shared expert, the balance loss and the bias: every part of the
+# layer that crosses ranks (the shared expert and the router under tp, the bias's counts)
+MOE = ["--experts", "4", "--top-k", "2", "--expert-ffn-hidden", "64", "--shared-experts", "1",
+       "--router-aux-loss", "0.01", "--router-bias-rate", "0.01"]
+FP64 = ["--dtype", "fp64"]
+# Each rank of a 2-way data-parallel run trains on one micro-batch of 2 windows: one
+# process sees the same micro-batches as 2 micro-steps (the balance loss is per
+# micro-batch, so the split matters to it).
+ONE = ["--batch-size", "2", "--grad-accum", "2"]
+STEPS = ["--steps", "20", "--checkpoint-every", "10", "--no-async-checkpoint"]
+# Layouts are compared in fp64, as tests/test_train_parallel.py compares them (its
+# PARITY_REL argument: fp32 rounding amplified x170 over 20 steps, in fp64 still 10^4 times
+# inside 1e-9). Dropless routing sends every token to the same experts in every layout and
+# adds each token's expert outputs in the same (expert) order; what differs is where the
+# experts' weight gradients are summed over tokens (one matmul over both ranks' tokens
+# instead of two accumulated ones, a reduce-scatter; under tp two half sums of each hidden
+# layer). In fp32 (issue 41's goal, 1e-5 over 20 steps) these runs measured losses within
+# 1.2e-7 and grad norms within 4e-7 on this machine's corpus file, but the test corpus
+# (built in the test process) drifted one grad norm 1.7e-5 apart at step 18: fp32 parity
+# over 20 steps is a measurement (docs/train.md), not a bound.
+PARITY_REL = 1e-9
+
+
+def _matches(ref, out, steps=range(1, 21)):
+    a = {r[0]: r for r in losses(ref)}
+    b = losses(out)
+    assert [x[0] for x in b] == list(steps)
+    for s, loss, grad, lr, tokens in b:
+        assert loss == pytest.approx(a[s][1], rel=PARITY_REL), s
+        assert grad == pytest.approx(a[s][2], rel=PARITY_REL), s
+        assert (lr, tokens) == (a[s][3], a[s][4])
+    # every layout counted the same loads for the bias (rounded to 5 places in the row)
+    load = {r["step"]: r["expert_load/0"] for r in rows(ref) if "expert_load/0" in r}
+    for r in rows(out):
+        if "expert_load/0" in r:
+            assert r["expert_load/0"] == pytest.approx(load[r["step"]], abs=2e-5)
+
+
+@pytest.fixture(scope="module")
+def one_ref(corpus, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("ep_one") / "run")
+    run_train(corpus, out, *MOE, *FP64, *ONE, "--steps", "20")
+    return out
+
+
+@pytest.fixture(scope="module")
+def ep2_run(corpus, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("ep2") / "run")
+    run_train(corpus, out, *MOE, *FP64, *STEPS, "--batch-size", "2", "--nproc-per-node",
+              "2", "--ep", "2")
+    return out
+
+
+@pytest.mark.integration
+def test_ep2_matches_one_process_and_its_checkpoint_resumes_in_one(corpus, tmp_path,
+                                                                  one_ref, ep2_run):
+    """2 processes, --ep 2: each holds 2 of the 4 experts (dp_shard 2 = ep 2, so FSDP2
+    over the experts' own efsdp dimension has one rank); 20 steps within PARITY_REL of one
+    process. Its step-10 DCP checkpoint (experts as DTensors split over ep) resumes in one
+    process, which holds all 4, and continues the curve."""
+    config = json.load(open(os.path.join(ep2_run, "config.json")))
+    assert config["layout"]["ep"] == 2 and config["parallel"] == "fsdp"
+    _matches(one_ref, ep2_run)
+    resumed = str(tmp_path / "one")
+    os.makedirs(os.path.join(resumed, "checkpoints"))
+    shutil.copytree(os.path.join(ep2_run, "checkpoints", "step-0000010"),
+                    os.path.join(resumed, "checkpoints", "step-0000010"))
+    run_train(corpus, resumed, *MOE, *FP64, *ONE, "--steps", "20")
+    assert events(resumed, "resume")[0]["path"] == "checkpoints/step-0000010"
+    _matches(ep2_run, resumed, steps=range(11, 21))
+
+
+@pytest.mark.integration
+def test_ep2_killed_resumes_bit_exactly(corpus, tmp_path):
+    """fp32 (the grouped expert kernel; fp64 takes the fallback loop): SIGKILL on both
+    ranks after step 13; the restart resumes step 10's sharded checkpoint (each rank its
+    experts, their Adam moments, the balancing bias) and logs steps 11-13 exactly as the
+    killed run did."""
+    out = str(tmp_path / "killed")
+    flags = [*MOE, *STEPS, "--batch-size", "2", "--ep", "2"]
+    p = torchrun_with_faults(corpus, out, 2, {"kill_after": 13}, *flags)
+    assert p.returncode != 0
+    before = {r["step"]: r for r in rows(out) if "loss" in r and "event" not in r}
+    assert max(before) == 13
+    run_train(corpus, out, *flags, "--nproc-per-node", "2")
+    assert events(out, "resume")[0]["path"] == "checkpoints/step-0000010"
+    after = {r["step"]: r for r in rows(out) if "loss" in r and "event" not in r}
+    assert sorted(after) == list(range(1, 21))
+    for step in (11, 12, 13):
+        for key in ("loss", "grad_norm", "expert_load/0", "expert_load/1"):
+            assert after[step][key] == before[step][key], (step, key)
+
+
+@pytest.mark.integration
+@pytest.mark.slow  # a 4-process and a 2-process run of 20 steps
+def test_ep2_tp2_and_tp2_match_one_process(corpus, tmp_path, one_ref):
+    """--ep 2 --tp 2 on 4 processes: experts [Shard(0), Shard(hidden)] over (ep, tp), the
+    all-to-all within each tp coordinate's ep group; and --tp 2 alone (experts split by
+    hidden width, the router whole, the shared expert column/row-wise)."""
+    both, tp = str(tmp_path / "ep2tp2"), str(tmp_path / "tp2")
+    run_train(corpus, both, *MOE, *FP64, "--steps", "20", "--batch-size", "2",
+              "--nproc-per-node", "4", "--ep", "2", "--tp", "2")
+    _matches(one_ref, both)
+    run_train(corpus, tp, *MOE, *FP64, *ONE, "--steps", "20", "--nproc-per-node", "2",
+              "--tp", "2")
+    _matches(one_ref, tp)
+
+
+def test_regroup_orders_arrivals_by_expert_then_source():
+    """Rows arrive grouped by source rank, each source's rows by expert; the experts want
+    them grouped by expert, each expert's rows by source rank."""
+    import torch
+
+    from llmtk.train.layout.expert_parallel import regroup
+
+    counts = torch.tensor([[2, 0, 1], [1, 3, 0]])  # (sources, local experts)
+    # arrival order: src0 e0 e0, src0 e2, src1 e0, src1 e1 e1 e1
+    tags = ["0a", "0b", "0c", "1a", "1b", "1c", "1d"]
+    order, per_expert = regroup(counts)
+    assert [tags[i] for i in order] == ["0a", "0b", "1a", "1b", "1c", "1d", "0c"]
+    assert per_expert.tolist() == [3, 3, 1]
+    empty, none = regroup(torch.zeros(2, 2, dtype=torch.long))
+    assert empty.numel() == 0 and none.tolist() == [0, 0]
