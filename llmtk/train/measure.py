@@ -91,9 +91,22 @@ def saved_for_backward(model):
                 saved[ptr] = max(saved.get(ptr, 0), storage.nbytes())
         return t
 
+    def gathered(module, args) -> None:
+        # FSDP2 gathers a DTensor parameter (expert or tensor parallel) as a DTensor: the
+        # local tensor a forward computes with (moe.local) is neither a Parameter nor a
+        # view of one. Its storage, gathered by now, is a parameter's all the same.
+        for p in module.parameters(recurse=False):
+            if hasattr(p, "to_local"):
+                not_activations.add(local(p).untyped_storage().data_ptr())
+
     out: dict = {}
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        yield out
+    hooks = [m.register_forward_pre_hook(gathered) for m in model.modules()]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            yield out
+    finally:
+        for h in hooks:
+            h.remove()
     out["bytes"] = sum(saved.values())
 
 

@@ -150,13 +150,13 @@ class AllToAll:
         counts = counts.to(torch.int64)
         # 1. how many rows each rank receives, from whom, for which of its experts
         got = all_to_all_single(counts, None, None, group=self.group)  # (ep * e,)
-        got = torch.ops._c10d_functional.wait_tensor(got).view(ep, e)
+        got = _plain(got).view(ep, e)
         send = counts.view(ep, e).sum(1).tolist()  # rows to each rank (host: split sizes)
         recv = got.sum(1).tolist()
         # 2. the rows with their routing weights, to their experts' ranks
         cols = x.shape[1]
         rows = x if scale is None else torch.cat([x, scale.to(x.dtype).unsqueeze(1)], 1)
-        arrived = all_to_all_single(rows, recv, send, group=self.group)  # (R, C + 1)
+        arrived = _plain(all_to_all_single(rows, recv, send, group=self.group))  # (R, C+1)
         # 3. expert-major, through this rank's experts, and back to the arrival order
         order, per_expert = regroup(got)
         # (indexing makes new rows with a row stride of C: a (1, C) slice of the (R, C + 1)
@@ -165,4 +165,14 @@ class AllToAll:
                       None if scale is None else arrived[:, cols][order])  # (R, C)
         back = torch.empty_like(out).index_copy(0, order, out)
         # 4. to the ranks the rows came from, in the order they were sent
-        return all_to_all_single(back, send, recv, group=self.group)  # (M, C)
+        return _plain(all_to_all_single(back, send, recv, group=self.group))  # (M, C)
+
+
+def _plain(t):
+    """A functional collective's result waited for, as a plain tensor on the autograd graph
+    (wait_tensor's backward is the identity). Left an AsyncCollectiveTensor, it would be
+    waited for at its first use, but tools that look at the tensors autograd saves
+    (llmtk.train.measure) find a wrapper without storage."""
+    import torch
+
+    return torch.ops._c10d_functional.wait_tensor(t)
