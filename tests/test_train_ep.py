@@ -128,18 +128,21 @@ def test_ep2_tp2_and_tp2_match_one_process(corpus, tmp_path, one_ref):
 
 @pytest.mark.integration
 @pytest.mark.slow  # three 4-process runs
-@pytest.mark.parametrize("layout", [["--ep", "2"], ["--ep", "4"],
-                                    ["--ep", "2", "--dp-replicate", "2"]],
-                         ids=["efsdp2", "ep4", "hsdp"])
-def test_ep_over_four_ranks_matches_one_process(corpus, tmp_path, layout):
+@pytest.mark.parametrize("layout,both", [
+    (["--ep", "2"], ["--activation-checkpointing", "--capacity-factor", "1.0"]),
+    (["--ep", "4"], []), (["--ep", "2", "--dp-replicate", "2"], [])],
+    ids=["efsdp2-recompute-capacity", "ep4", "hsdp"])
+def test_ep_over_four_ranks_matches_one_process(corpus, tmp_path, layout, both):
     """dp_shard 4 with ep 2: FSDP2 shards each rank's 2 experts over efsdp 2 (their own
-    group, gradients scaled by 1/ep); ep 4: one expert per rank; HSDP 2 x 2 with ep 2:
-    the experts replicated over dp_replicate. One window per rank, as 4 micro-steps of
-    one process."""
+    group, gradients scaled by 1/ep), with activation checkpointing (every MoE forward
+    and its all-to-alls run again in backward) and a capacity (each rank drops from its
+    own micro-batch, as one process from each micro-step's); ep 4: one expert per rank;
+    HSDP 2 x 2 with ep 2: the experts replicated over dp_replicate. One window per rank,
+    as 4 micro-steps of one process."""
     ref, out = str(tmp_path / "one"), str(tmp_path / "four")
-    run_train(corpus, ref, *MOE, *FP64, "--steps", "4", "--batch-size", "1",
+    run_train(corpus, ref, *MOE, *FP64, *both, "--steps", "4", "--batch-size", "1",
               "--grad-accum", "4")
-    run_train(corpus, out, *MOE, *FP64, "--steps", "4", "--batch-size", "1",
+    run_train(corpus, out, *MOE, *FP64, *both, "--steps", "4", "--batch-size", "1",
               "--nproc-per-node", "4", *layout)
     _matches(ref, out, steps=range(1, 5))
 
