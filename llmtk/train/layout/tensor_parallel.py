@@ -31,6 +31,12 @@ A replicated adapter's gradient leaves the backward as a partial sum over the tp
 placement before its reduce-scatter. Adapters are initialised whole and sliced
 (lora.init_lora), so a tp run starts from one process's adapters.
 
+A mixture-of-experts layer (train/model/moe.py) in place of the MLP (_split_moe): its
+input gathered to the whole sequence as the MLP's is, every token routed on every rank
+(the router whole), each expert's hidden width split as the MLP's (w1, w3 by rows, w2 by
+columns; under --ep over (ep, tp) together: expert_parallel.py), the shared experts
+column- then row-wise; the rank's output, a partial sum, reduce-scattered back once.
+
 Every rank of a tp group reads the same batch (Layout.dp_rank). A replicated parameter's
 gradient (the norms') is the same on every rank of the group: DTensor all-reduces the
 partial gradients of the sequence shards.
