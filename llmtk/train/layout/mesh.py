@@ -146,8 +146,10 @@ def check_trainable(layout: Layout, cfg) -> None:
 
 
 def compiles_by_default(layout: Layout, lora: bool, cuda: bool) -> bool:
-    """--compile's default: on GPU, except for LoRA under tensor parallelism (above)."""
-    return cuda and not (layout.tp > 1 and lora)
+    """--compile's default: on GPU, except for LoRA under tensor parallelism (above) and
+    under expert parallelism (never run compiled on a GPU yet: the dispatch reads its
+    split sizes on the host, a graph break in every MoE layer; --compile still asks)."""
+    return cuda and not (layout.tp > 1 and lora) and layout.ep == 1
 
 
 def check_model(layout: Layout, mcfg) -> None:
