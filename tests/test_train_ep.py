@@ -226,3 +226,12 @@ def test_memory_check_of_an_ep2_run_is_the_dry_runs(tmp_path):
     for measured in r["measured"]:
         for part in ("weights", "gradients", "optimizer"):
             assert measured[part] == r["predicted"][part]
+
+
+def test_compile_is_off_by_default_under_ep():
+    """--ep has never run compiled on a GPU (the dispatch reads its split sizes on the
+    host): the GPU default leaves it off; dense layouts keep theirs."""
+    from llmtk.train.layout.mesh import Layout, compiles_by_default
+
+    assert not compiles_by_default(Layout(dp_shard=2, ep=2), lora=False, cuda=True)
+    assert compiles_by_default(Layout(dp_shard=2), lora=False, cuda=True)
