@@ -213,15 +213,19 @@ def test_moe_activations_are_counted_exactly(kw):
 
 
 @pytest.mark.integration
-def test_memory_check_of_an_ep2_run_is_the_dry_runs(tmp_path):
-    """benchmarks/memory_check.py with 4 experts, top-2, --ep 2 on 2 gloo processes:
-    weights, gradients and AdamW states to the byte, activations within 10% (each rank
-    computes the rows its experts received, which routing need not split evenly; the
-    dry-run counts the mean: measured 0.97 and 1.02 of it)."""
+@pytest.mark.parametrize("nproc,args,layout", [
+    (2, ["--ep", "2"], "dp_shard 2 (ep 2)"), (2, ["--tp", "2"], "tp 2"),
+    (4, ["--ep", "2", "--tp", "2"], "dp_shard 2 x tp 2 (ep 2)")])
+def test_memory_check_of_moe_layouts_is_the_dry_runs(tmp_path, nproc, args, layout):
+    """benchmarks/memory_check.py with 4 experts, top-2 on gloo processes: weights,
+    gradients and AdamW states to the byte, activations within 10%: under tp alone they
+    agree to 16 bytes; under ep each rank computes the rows its experts received, which
+    routing need not split evenly, where the dry run counts the mean (measured 0.97 and
+    1.02 under ep 2, 1.07 under ep 2 x tp 2)."""
     from tests.test_train_memory import assert_within, memory_check
 
-    r = memory_check(tmp_path, 2, "--experts", "4", "--top-k", "2", "--ep", "2")
-    assert r["layout"] == "dp_shard 2 (ep 2)"
+    r = memory_check(tmp_path, nproc, "--experts", "4", "--top-k", "2", *args)
+    assert r["layout"] == layout
     assert_within(r)
     for measured in r["measured"]:
         for part in ("weights", "gradients", "optimizer"):
