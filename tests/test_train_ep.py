@@ -127,6 +127,22 @@ def test_ep2_tp2_and_tp2_match_one_process(corpus, tmp_path, one_ref):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # a 4-process run
+def test_ep2_checkpoint_resumes_resharded_under_ep2_tp2(corpus, tmp_path, ep2_run):
+    """The ep 2 run's step-10 DCP checkpoint (experts Shard(0) over 2 ranks) resumes on
+    4 processes under --ep 2 --tp 2 (experts [Shard(0), Shard(hidden)] over (ep, tp), the
+    router and the norms whole over tp) and continues the ep 2 run's curve."""
+    resumed = str(tmp_path / "eptp")
+    os.makedirs(os.path.join(resumed, "checkpoints"))
+    shutil.copytree(os.path.join(ep2_run, "checkpoints", "step-0000010"),
+                    os.path.join(resumed, "checkpoints", "step-0000010"))
+    run_train(corpus, resumed, *MOE, *FP64, "--steps", "20", "--batch-size", "2",
+              "--nproc-per-node", "4", "--ep", "2", "--tp", "2")
+    assert events(resumed, "resume")[0]["path"] == "checkpoints/step-0000010"
+    _matches(ep2_run, resumed, steps=range(11, 21))
+
+
+@pytest.mark.integration
 @pytest.mark.slow  # three 4-process runs
 @pytest.mark.parametrize("layout,both", [
     (["--ep", "2"], ["--activation-checkpointing", "--capacity-factor", "1.0"]),
