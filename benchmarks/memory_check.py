@@ -17,6 +17,8 @@ Reproduce:
         benchmarks/memory_check.py --parallel fsdp
     .venv/bin/python -m torch.distributed.run --nproc-per-node 2 \
         benchmarks/memory_check.py --tp 2 --dtype bf16 --activation-checkpointing
+    .venv/bin/python -m torch.distributed.run --nproc-per-node 2 \
+        benchmarks/memory_check.py --experts 4 --top-k 2 --ep 2
 The numbers: docs/train.md, "Measured against a real run".
 """
 
@@ -119,6 +121,10 @@ def main() -> None:
                     help="bf16: autocast on CPU, as a GPU run trains")
     ap.add_argument("--activation-checkpointing", action="store_true")
     ap.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters on every linear")
+    ap.add_argument("--experts", type=int, default=None, help="a mixture-of-experts model")
+    ap.add_argument("--top-k", type=int, default=None)
+    ap.add_argument("--expert-ffn-hidden", type=int, default=None)
+    ap.add_argument("--ep", type=int, default=1, help="expert parallelism (with --experts)")
     ap.add_argument("--json", help="also write the report here (rank 0)")
     args = ap.parse_args()
 
@@ -127,12 +133,15 @@ def main() -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     work = tempfile.mkdtemp(prefix="llmtk-memory-check-")
     dims = {k: v for k, v in (("layers", args.layers), ("d_model", args.d_model),
-                              ("heads", args.heads), ("kv_heads", args.kv_heads))
+                              ("heads", args.heads), ("kv_heads", args.kv_heads),
+                              ("experts", args.experts), ("top_k", args.top_k),
+                              ("expert_ffn_hidden", args.expert_ffn_hidden))
             if v is not None}
     cfg = TrainConfig(data=["synthetic"], out=os.path.join(work, "run"), model=args.model,
                       seq_len=args.seq_len, batch_size=args.batch_size, steps=2, warmup=1,
                       log_every=10**6, compile=False, device="cpu", dtype=args.dtype,
                       quiet=True, resume="never", parallel=args.parallel, tp=args.tp,
+                      ep=args.ep,
                       activation_checkpointing=args.activation_checkpointing,
                       lora_rank=args.lora_rank, **dims)
     mine, dist = measure_rank(cfg, work)

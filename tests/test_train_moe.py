@@ -208,7 +208,7 @@ def test_init_is_seeded_and_scaled():
 
 
 @pytest.mark.parametrize(("layout", "flags", "key"), [
-    ({"tp": 2, "dp_shard": 1}, {}, "tp"), ({"pp": 2, "dp_shard": 1}, {}, "pp")])
+    ({"pp": 2, "dp_shard": 1}, {}, "pp")])
 def test_layouts_not_built_for_experts_are_refused_naming_the_flag(layout, flags, key):
     from llmtk.errors import ConfigError
     from llmtk.train.layout.mesh import Layout
@@ -218,6 +218,7 @@ def test_layouts_not_built_for_experts_are_refused_naming_the_flag(layout, flags
         planned(small(n_layer=4), Layout(**layout), **flags)
     assert e.value.key == key and "mixture-of-experts" in e.value.message
     planned(small(n_layer=4), Layout(dp_shard=2))  # FSDP2 plans
+    planned(small(n_layer=4), Layout(tp=2, dp_shard=2), ep=2)  # and tp, ep (test_train_ep)
 
 
 def test_qwen3_style_attention_own_head_dim_and_qk_norm():

@@ -66,8 +66,8 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
     gradient), and the frozen head gets no d/dW. Measured exact on CPU (tests/test_sft.py,
     tests/test_estimate_measure.py, tests/test_train_memory.py, docs/estimate.md).
     """
-    # MoE: the width a token passes through (top_k + shared experts), the layers' mean;
-    # the dispatch's k copies of each token and the router's scores are not counted
+    # MoE: the width a token passes through (top_k + shared experts), the layers' mean,
+    # and moe_layer_bytes for what a MoE layer keeps beyond a dense MLP of that width
     C, f = cfg.d_model, getattr(cfg, "active_ffn", cfg.hidden)
     Vp = getattr(cfg, "padded_vocab", cfg.vocab_size)
     H, K, D = cfg.n_head, cfg.kv_heads, cfg.head_dim
@@ -89,6 +89,7 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
         first = -n * (C * 4 + 4) / t
     else:
         per_layer = n * (norms + attn + mlp) + gathered
+    per_layer += moe_layer_bytes(cfg, n, elem, t)
     copies = 0.0
     if weight_copies and recompute != "full":
         copies = 2.0 * (C * (H * D + 2 * K * D) + H * D * C + 3 * C * f) / t
@@ -112,6 +113,30 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
     return {"per_layer": per_layer, "layers": layers, "inputs": inputs, "head": head,
             "once": inputs + head, "total": layers + inputs + head,
             "recompute_peak": recompute_peak}
+
+
+def moe_layer_bytes(cfg, n: int, elem: int = 4, tp: int = 1) -> float:
+    """What a mixture-of-experts layer (llmtk.train.model.moe) keeps for n tokens beyond a
+    dense SwiGLU MLP of its active width, averaged over the layers as active_ffn is: per
+    (token, expert) assignment its copy of the token and its expert output (2C, whole on
+    every tp rank: the layer gathers the sequence), the routing-weighted hidden activation
+    (H, split over tp) and four int64 indices (its expert, its token, its sorted position,
+    its kept position); per token the router's fp32 scores (E) and the weights' sum, with
+    the z-loss its logits and log-sum-exp too; per layer the expert counts (12 bytes an
+    expert), 16 bytes with the balance loss. Dropless (a capacity keeps fewer rows).
+    Measured exact on CPU in fp32, one process (tests/test_train_ep.py). Under --ep a rank
+    computes the rows its experts received instead of its own: the same on average."""
+    experts = getattr(cfg, "n_experts", 0)
+    if not experts:
+        return 0.0
+    k, h = cfg.top_k, cfg.expert_ffn
+    token = k * (2 * cfg.d_model * elem + h * elem / tp + 32) + experts * 4 + 4
+    layer = 12 * experts
+    if getattr(cfg, "router_z_loss", 0):
+        token += experts * 4 + 4
+    if getattr(cfg, "router_aux_loss", 0):
+        layer += 16
+    return (n * token + layer) * cfg.moe_layers / cfg.n_layer
 
 
 def in_flight(pp: int, pp_rank: int, n_micro: int, local_stages: int = 1) -> float:

@@ -8,6 +8,7 @@ storage counted once (views share it), parameters and buffers excluded.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 
 from llmtk.compute.models import Dims
@@ -83,17 +84,39 @@ def saved_for_backward(model):
     def is_param(t) -> bool:
         return isinstance(t, torch.nn.Parameter) or isinstance(t._base, torch.nn.Parameter)
 
+    # FSDP2 gathers a DTensor parameter (expert or tensor parallel) as a DTensor: the local
+    # tensor a forward computes with (moe.local) is neither a Parameter nor a view of one,
+    # but its storage is a parameter's while the module that holds it runs. Only then: once
+    # FSDP2 frees it, an activation may be given the same address.
+    live: collections.Counter = collections.Counter()
+    running: list[list[int]] = []
+
+    def enter(module, args) -> None:
+        ptrs = [local(p).untyped_storage().data_ptr() for p in module.parameters()
+                if hasattr(p, "to_local")]
+        live.update(ptrs)
+        running.append(ptrs)
+
+    def leave(module, args, output) -> None:
+        live.subtract(running.pop())
+
     def pack(t):
         if not is_param(t):
             storage = local(t).untyped_storage()
             ptr = storage.data_ptr()
-            if ptr not in not_activations:
+            if ptr not in not_activations and live[ptr] <= 0:
                 saved[ptr] = max(saved.get(ptr, 0), storage.nbytes())
         return t
 
     out: dict = {}
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        yield out
+    hooks = [h for m in model.modules() for h in (m.register_forward_pre_hook(enter),
+                                                  m.register_forward_hook(leave))]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            yield out
+    finally:
+        for h in hooks:
+            h.remove()
     out["bytes"] = sum(saved.values())
 
 

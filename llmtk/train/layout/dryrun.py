@@ -10,7 +10,8 @@ table says (llmtk/compute/placement.py: matrices and adapters' halves split, nor
 whole, the table apply_tp applies), and everything sharded over dp_shard by FSDP2. The
 byte counts are the trainer's own: fp32 master weights, fp32 gradients and AdamW's two
 fp32 moments per trainable parameter (16 bytes; LoRA's frozen base: 4), bf16 or fp32
-activations.
+activations. Under --ep each MoE layer's experts are split over the ep ranks and sharded
+over the rest of dp_shard x cp, as expert_parallel.py places them.
 
 Every pipeline rank is planned (one tp shard each; tp shards of a stage hold the same
 amounts); llmtk.estimate.ranks prices them and shows the first, the busiest middle one
@@ -49,14 +50,25 @@ def plan_ranks(plan: RunPlan) -> list[RankPlan]:
     mcfg, layout = plan.mcfg, plan.layout
     model = meta_model(mcfg, plan.lora)  # parallelize's first steps
     tp, pp, shard = layout.tp, layout.pp, layout.dp_shard
-    # each block's (all, trainable) per tp shard: blocks differ when some are MoE layers
+    # Under --ep a MoE layer's experts are split over ep ranks, each rank's E/ep then
+    # sharded by FSDP2 over the rest of dp_shard x cp (train/layout/expert_parallel.py):
+    # a rank holds 1/(dp_shard x cp) of them, as of every other parameter, but gathers
+    # only E/ep experts before the block runs.
+    ep, expert_shard = layout.ep, layout.dp_shard * layout.cp
+    # each block's (all, trainable, gathered) per tp shard, the experts per rank already
+    # divided by their own sharding over `shard`: blocks differ when some are MoE layers
     blocks = []
     for block in model.layers.values():
-        sizes = [(tp_elements(name, p.numel(), tp),
-                  tp_elements(name, p.numel(), tp) if p.requires_grad else 0.0)
-                 for name, p in block.named_parameters()]
-        blocks.append((sum(a for a, _ in sizes), sum(t for _, t in sizes)))
-    block_all = max(a for a, _ in blocks)  # the largest gather FSDP2 makes
+        n = t = gathered = 0.0
+        for name, p in block.named_parameters():
+            size = tp_elements(name, p.numel(), tp)
+            expert = ".experts." in f".{name}" and ep > 1
+            held = size * shard / expert_shard if expert else size
+            n += held
+            t += held if p.requires_grad else 0.0
+            gathered += size / ep if expert else size
+        blocks.append((n, t, gathered))
+    block_all = max(g for _, _, g in blocks)  # the largest gather FSDP2 makes
 
     def outer(module, prefix: str) -> tuple[float, float]:
         n = t = 0.0
@@ -84,7 +96,7 @@ def plan_ranks(plan: RunPlan) -> list[RankPlan]:
     plans = []
     for stage, kind in kinds:
         first, last = stage == 0, stage == pp - 1
-        n = sum(blocks[i][0] for i in ids[stage])
+        n = sum(blocks[i][0] for i in ids[stage])  # /shard below: experts' own share
         t = sum(blocks[i][1] for i in ids[stage])
         if first:
             n, t = n + emb[0], t + emb[1]

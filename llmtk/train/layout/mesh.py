@@ -146,8 +146,10 @@ def check_trainable(layout: Layout, spec) -> None:
 
 
 def compiles_by_default(layout: Layout, lora: bool, cuda: bool) -> bool:
-    """--compile's default: on GPU, except for LoRA under tensor parallelism (above)."""
-    return cuda and not (layout.tp > 1 and lora)
+    """--compile's default: on GPU, except for LoRA under tensor parallelism (above) and
+    under expert parallelism (never run compiled on a GPU yet: the dispatch reads its
+    split sizes on the host, a graph break in every MoE layer; --compile still asks)."""
+    return cuda and not (layout.tp > 1 and lora) and layout.ep == 1
 
 
 def check_model(layout: Layout, mcfg) -> None:
@@ -160,20 +162,19 @@ def check_model(layout: Layout, mcfg) -> None:
                     ("sequence length", mcfg.seq_len)):  # sequence-parallel norms
         if n % tp:
             raise ConfigError("tp", f"{tp} does not divide the model's {n} {what}")
-    if getattr(mcfg, "n_experts", 0):
-        # Not built yet: experts split over tp or an ep group, and the auxiliary loss of a
-        # pipeline stage before the last (it joins the loss inside GPT.forward).
-        for key, n in (("tp", layout.tp), ("pp", layout.pp)):
-            if n > 1:
-                raise ConfigError(key, f"{n} is not supported with a mixture-of-experts "
-                                  "model yet (data parallelism only: DDP, FSDP2, HSDP)")
     experts = getattr(mcfg, "n_experts", 0)
+    if experts and layout.pp > 1:
+        # Not built: the auxiliary loss of a pipeline stage before the last joins the loss
+        # inside GPT.forward, which only the last stage computes.
+        raise ConfigError("pp", f"{layout.pp} is not supported with a mixture-of-experts "
+                          "model yet (data, tensor and expert parallelism are)")
+    if experts and layout.tp > 1 and mcfg.expert_ffn % layout.tp:
+        raise ConfigError("tp", f"{layout.tp} does not divide the experts' hidden width "
+                          f"{mcfg.expert_ffn}")
     if layout.ep > 1 and not experts:
         raise ConfigError("ep", f"{layout.ep} needs a mixture-of-experts model (--experts)")
     if layout.ep > 1 and experts % layout.ep:
         raise ConfigError("ep", f"{layout.ep} does not divide the model's {experts} experts")
-    if layout.ep > 1:  # expert parallelism is not built yet
-        raise ConfigError("ep", f"{layout.ep} is not supported yet")
     if getattr(mcfg, "qk_norm", False) and layout.tp > 1:
         raise ConfigError("tp", f"{layout.tp} is not supported with q/k norms (Qwen3) yet")
     if layout.pp > mcfg.n_layer:

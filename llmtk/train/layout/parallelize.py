@@ -3,6 +3,7 @@
     1. build on the meta device (no memory, no init: any size)      meta_model
     2. LoRA adapters (before sharding, so tp and FSDP2 split them too)
     3. tensor parallelism over the mesh's tp dimension               tensor_parallel.apply_tp
+       and the experts over the ep ranks (--ep)                      expert_parallel.apply_ep
     4. the pipeline split: this rank's stages                        pipeline.split_stages
     5. compile (each block's forward, the loss)
     6. FSDP2 / HSDP over the dp sub-mesh (fully_shard: lazy, fine on the meta device)
@@ -68,7 +69,13 @@ def parallelize(plan, dist) -> Parallelized:
     if layout.tp > 1:  # 3: tensor parallel first, then FSDP2 over the dp sub-mesh
         from llmtk.train.layout.tensor_parallel import apply_tp
 
-        apply_tp(model, world_mesh["tp"])
+        apply_tp(model, world_mesh["tp"], experts=layout.ep == 1)
+    experts = None
+    if layout.ep > 1:  # 3b: experts over the ep ranks (and tp), their own FSDP2 group
+        from llmtk.train.layout.expert_parallel import apply_ep, expert_meshes
+
+        experts = expert_meshes(world_mesh, layout)
+        apply_ep(model, experts)
     stages = None
     parts = [model]
     if layout.pp > 1:  # 4: each stage is sharded by FSDP2 as the whole model is
@@ -78,7 +85,7 @@ def parallelize(plan, dist) -> Parallelized:
                                        layout.pp)
         parts = stages.parts
     if fsdp:  # 5-6
-        _compile_and_shard(parts, plan, world_mesh, whole=stages is None)
+        _compile_and_shard(parts, plan, world_mesh, whole=stages is None, experts=experts)
     for part in parts:  # 7
         part.to_empty(device=dist.device)
     torch.manual_seed(plan.seed)  # 8: a freshly seeded generator, not what was drawn before
@@ -107,7 +114,7 @@ def parallelize(plan, dist) -> Parallelized:
     return Parallelized(run, raw, pipe, n_params, trainable)
 
 
-def _compile_and_shard(parts, plan, world_mesh, whole: bool) -> None:
+def _compile_and_shard(parts, plan, world_mesh, whole: bool, experts=None) -> None:
     """Steps 5-6 under FSDP2: compile each block's forward and shard it, then the root
     (the whole model, or each pipeline stage). bf16: gather parameters in bf16, reduce
     gradients in fp32 (torchtitan's policy); the sharded master weights and the optimizer
@@ -126,6 +133,10 @@ def _compile_and_shard(parts, plan, world_mesh, whole: bool) -> None:
                 # FSDP's all-gather/reshard hooks run around the compiled forward (eagerly,
                 # in Module.__call__), never inside a graph, so nothing breaks it.
                 block.forward = torch.compile(block.forward)
+            if experts is not None:  # the experts first: the block's group leaves them out
+                from llmtk.train.layout.expert_parallel import shard_experts
+
+                shard_experts(block, experts, mp)
             fully_shard(block, mesh=mesh, mp_policy=mp)
         if whole and plan.compiled and plan.layout.tp == 1:
             # Under tensor parallelism the loss runs eagerly: its vocab-parallel chunks

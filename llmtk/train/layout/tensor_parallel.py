@@ -31,6 +31,12 @@ A replicated adapter's gradient leaves the backward as a partial sum over the tp
 placement before its reduce-scatter. Adapters are initialised whole and sliced
 (lora.init_lora), so a tp run starts from one process's adapters.
 
+A mixture-of-experts layer (train/model/moe.py) in place of the MLP (_split_moe): its
+input gathered to the whole sequence as the MLP's is, every token routed on every rank
+(the router whole), each expert's hidden width split as the MLP's (w1, w3 by rows, w2 by
+columns; under --ep over (ep, tp) together: expert_parallel.py), the shared experts
+column- then row-wise; the rank's output, a partial sum, reduce-scattered back once.
+
 Every rank of a tp group reads the same batch (Layout.dp_rank). A replicated parameter's
 gradient (the norms') is the same on every rank of the group: DTensor all-reduces the
 partial gradients of the sequence shards.
@@ -39,8 +45,10 @@ partial gradients of the sequence shards.
 from __future__ import annotations
 
 
-def apply_tp(model, tp_mesh) -> None:
-    """Split `model` (a llmtk GPT, on any device, before fully_shard) over `tp_mesh`."""
+def apply_tp(model, tp_mesh, experts: bool = True) -> None:
+    """Split `model` (a llmtk GPT, on any device, before fully_shard) over `tp_mesh`;
+    `experts`: split the MoE layers' experts too (False: expert parallelism places them,
+    over ep and tp together: expert_parallel.apply_ep)."""
     from torch import nn
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     from torch.distributed.tensor.parallel import (
@@ -58,6 +66,7 @@ def apply_tp(model, tp_mesh) -> None:
         VOCAB,
         WEIGHT_DIM,
     )
+    from llmtk.train.model.moe import MoE
 
     ColwiseParallel, RowwiseParallel = _adapter_styles()
     # each module's split is the placement table's (llmtk/compute/placement.py)
@@ -85,12 +94,17 @@ def apply_tp(model, tp_mesh) -> None:
                                         if name != "lm_head"})
     for block in model.layers.values():
         plan = {}
+        moe = isinstance(block.mlp, MoE)
         for name, style in BLOCK_PLAN.items():
             parent = name.partition(".")[0]
+            if moe and parent == "mlp":
+                continue  # split below
             if parent in inputs and parent not in plan:
                 plan[parent] = inputs[parent]()
             plan[name] = styles[style]()  # column- and row-wise: a LoRALinear's adapters too
         parallelize_module(block, tp_mesh, plan)
+        if moe:
+            _split_moe(block.mlp, tp_mesh, experts)
     # RowwiseParallel hands the embedding's reduce-scatter on as an AsyncCollectiveTensor;
     # a compiled first block given that subclass as its input returns a gradient that
     # DTensor's redistribute backward cannot take (torch 2.13). A copy is a plain tensor,
@@ -148,3 +162,37 @@ def _adapter_styles():
             adapters(module, device_mesh, ROWWISE, self.src_data_rank)
 
     return Colwise, Rowwise
+
+
+def _split_moe(moe, tp_mesh, experts: bool) -> None:
+    """A MoE layer over the tp group, as the placement table says (MOE_PLAN: Megatron's
+    split of experts without ep): its input gathered whole from the sequence-sharded
+    stream, every token routed on every rank (the router whole), each expert's hidden
+    width split like the dense MLP's (w1, w3 by rows, w2 by columns; `experts` False:
+    apply_ep places them), the shared experts column- then row-wise. Each rank's output is
+    then a partial sum over the group, reduce-scattered back to (B, T/tp, C) once."""
+    from torch import nn
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import PrepareModuleInputOutput, parallelize_module
+
+    from llmtk.compute.placement import EXPERT_DIM
+
+    Colwise, Rowwise = _adapter_styles()
+    plan = {"": PrepareModuleInputOutput(
+        input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
+        use_local_input=False, output_layouts=(Partial(),),
+        desired_output_layouts=(Shard(1),), use_local_output=True)}
+    if moe.shared is not None:  # (N, C) Replicate -> (N, H/tp) -> partial (N, C), local
+        plan.update({"shared.w1": Colwise(), "shared.w3": Colwise(),
+                     "shared.w2": Rowwise(input_layouts=Shard(-1), output_layouts=Partial())})
+    parallelize_module(moe, tp_mesh, plan)
+    moe.router.weight = nn.Parameter(distribute_tensor(  # whole: its gradient a partial sum
+        moe.router.weight.detach(), tp_mesh, [Replicate()]),
+        requires_grad=moe.router.weight.requires_grad)
+    if experts:
+        for name, dim in EXPERT_DIM.items():
+            p = getattr(moe.experts, name)
+            setattr(moe.experts, name, nn.Parameter(distribute_tensor(
+                p.detach(), tp_mesh, [Shard(dim)]), requires_grad=p.requires_grad))
+    # each rank computes the auxiliary losses whole; their gradients join the partial sums
+    moe.aux_scale = 1.0 / tp_mesh.size()

@@ -91,9 +91,46 @@ def expert_matmul(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor,
     return torch.cat([p @ w[e].t() for e, p in enumerate(pieces)])  # (M, out)
 
 
+def local(t: torch.Tensor, grad_partial: bool = False) -> torch.Tensor:
+    """The piece of `t` this rank holds: a DTensor's local tensor (tensor or expert
+    parallel layouts, llmtk.train.layout), a plain tensor as it is. `grad_partial`: every
+    rank of `t`'s mesh computes with the same values, but its gradient is only its part
+    of the sum (a tp rank's experts see 1/tp of each hidden layer), so the gradient that
+    comes back is marked Partial and summed over the mesh where it is reduced."""
+    if not hasattr(t, "to_local"):
+        return t
+    if not grad_partial:
+        return t.to_local()
+    from torch.distributed.tensor import Partial
+
+    return t.to_local(grad_placements=[Partial()] * len(t.placements))
+
+
+class _GradScale(torch.autograd.Function):
+    """x in forward; the gradient times `scale` in backward."""
+
+    @staticmethod
+    def forward(ctx, x, scale: float):
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.scale, None
+
+
+def grad_scaled(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return x if scale == 1.0 else _GradScale.apply(x, scale)
+
+
 class GroupedExperts(nn.Module):
     """E SwiGLU experts, stored stacked as nn.Linear weights are, (E, out, in):
-    w1 gate and w3 up (E, H, C), w2 down (E, C, H)."""
+    w1 gate and w3 up (E, H, C), w2 down (E, C, H).
+
+    Under expert parallelism (llmtk.train.layout.expert_parallel) each weight is a DTensor
+    whose local piece holds E/ep of the experts (and under tp 1/tp of their hidden width),
+    and `dispatch` sends each row to the rank holding its expert and brings the outputs
+    back in the rows' order; otherwise it is None and the rows are computed here."""
 
     def __init__(self, n: int, d: int, hidden: int):
         super().__init__()
@@ -101,13 +138,22 @@ class GroupedExperts(nn.Module):
         self.w3 = nn.Parameter(torch.empty(n, hidden, d))
         self.w2 = nn.Parameter(torch.empty(n, d, hidden))
         self.grouped: bool | None = None  # None: the kernel where it works (tests force)
+        self.dispatch = None  # expert parallel: expert_parallel.AllToAll
+        self.grad_scale = 1.0  # expert parallel: 1/ep (expert_parallel.apply_ep says why)
 
     def forward(self, x: torch.Tensor, counts: torch.Tensor,
                 scale: torch.Tensor | None = None) -> torch.Tensor:
         """x (M, C) sorted by expert, counts (E,), scale (M,) each row's routing weight
         -> (M, C), scale[m] * expert(x[m]) (applied to the hidden activation: the down
         projection is linear, and H is the narrower side of a fine-grained expert)."""
-        w1, w3, w2 = self.w1, self.w3, self.w2
+        if self.dispatch is not None:
+            return self.dispatch(self.compute, x, counts, scale)
+        return self.compute(x, counts, scale)
+
+    def compute(self, x: torch.Tensor, counts: torch.Tensor,
+                scale: torch.Tensor | None) -> torch.Tensor:
+        """forward's rows on this rank's experts: counts (E_local,) rows each."""
+        w1, w3, w2 = (grad_scaled(local(w), self.grad_scale) for w in (self.w1, self.w3, self.w2))
         if torch.is_autocast_enabled(x.device.type):  # the kernel is not on autocast's list
             dt = torch.get_autocast_dtype(x.device.type)
             x, w1, w3, w2 = x.to(dt), w1.to(dt), w3.to(dt), w2.to(dt)
@@ -151,11 +197,15 @@ class MoE(nn.Module):
         self.register_buffer("tokens_per_expert", torch.zeros(self.n), persistent=False)
         self.register_buffer("dropped", torch.zeros(()), persistent=False)
         self.aux: torch.Tensor | None = None
+        # Under tp every rank computes the auxiliary losses whole, and their gradients are
+        # summed over the tp group with the experts' partial ones: 1/tp each (apply_tp).
+        self.aux_scale = 1.0
 
     def route(self, h: torch.Tensor):
         """h (N, C) -> (logits (N, E) fp32, scores (N, E), chosen (N, K), weights (N, K))."""
         with torch.autocast(h.device.type, enabled=False):
-            logits = F.linear(_wide(h), _wide(self.router.weight))  # (N, E)
+            w = local(self.router.weight, grad_partial=True)  # tp: whole on every rank
+            logits = F.linear(_wide(h), _wide(w))  # (N, E)
         scores = logits.softmax(-1) if self.score == "softmax" else logits.sigmoid()
         # The bias steers the choice only; the weights are the scores themselves.
         choice = scores.detach() + self.expert_bias.to(scores.dtype)
@@ -166,8 +216,13 @@ class MoE(nn.Module):
         return logits, scores, chosen, weights
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, T, C) -> (B, T, C). Under tp (apply_tp) x is the whole sequence, a
+        Replicate DTensor, on every rank of the group; each computes every token's routing
+        and its 1/tp of each expert's hidden width, so its output is a partial sum (the
+        caller's reduce-scatter adds them), and so is x's gradient."""
         B, T, C = x.shape
-        h = x.reshape(-1, C)  # (N, C)
+        shared_in = x.reshape(-1, C)  # (N, C) tp: a DTensor for the shared experts' split
+        h = local(shared_in, grad_partial=True)  # (N, C)
         N, K, E = h.shape[0], self.k, self.n
         logits, scores, chosen, weights = self.route(h)
         flat = chosen.reshape(-1)  # (N*K,) expert of each assignment, token-major
@@ -188,12 +243,12 @@ class MoE(nn.Module):
         M = kept.shape[0]
         y = torch.zeros(N, C, dtype=out.dtype, device=h.device).index_add(0, token, out)
         if self.shared is not None:
-            y = y + self.shared(h)
+            y = y + local(self.shared(shared_in))  # tp: a partial sum too
         if self.training and torch.is_grad_enabled():
             with torch.no_grad():  # this micro-batch's load, for the step's bias update
                 self.tokens_per_expert += counts.to(self.tokens_per_expert.dtype)
                 self.dropped += N * K - M
-        self.aux = self.aux_loss(logits, scores, counts, N)
+        self.aux = self.aux_loss(logits, scores, counts, N) * self.aux_scale
         return y.view(B, T, C).to(x.dtype)
 
     def aux_loss(self, logits, scores, counts, N: int) -> torch.Tensor:
