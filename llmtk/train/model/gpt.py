@@ -181,9 +181,14 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         # GQA: each kv head serves H/K query heads; SDPA broadcasts them (no K/V copies).
-        # mask (B, 1, T, T) bool, True = attend: causal within one packed example (SFT).
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
-                                           enable_gqa=R > 1)  # (B, H, T, D)
+        # mask (B, 1, T, T) bool, True = attend: causal within one packed example (SFT,
+        # --doc-mask). Under --cp it is the rank's context-parallel attention instead, which
+        # gathers the keys and values of its group (train/layout/context_parallel.py).
+        if hasattr(mask, "attend"):
+            y = mask.attend(q, k, v, R > 1)  # (B, H, T/cp, D)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                               enable_gqa=R > 1)  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B, T, -1)  # (B, T, H*D)
         return self.wo(y)
 
@@ -239,6 +244,9 @@ class GPT(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.activation_checkpointing = False
+        # --cp: this rank's layout.context_parallel.ContextParallel, set by parallelize; a
+        # forward with targets then trains on the rank's share of each window
+        self.cp = None
         if not self.rope_cos.is_meta:  # a meta model is initialised once materialised
             self.init_weights()
 
@@ -290,13 +298,21 @@ class GPT(nn.Module):
         the cross-entropy, comparable with a dense run's), aux's own gradient in backward,
         scaled by whatever scales the loss (grad accumulation, SFT's token share).
 
-        doc: (B, T) example ids of packed sequences (SFT): a token attends only to earlier
-        tokens of its own example, and positions restart at 0 at every example.
+        doc: (B, T) example ids of packed sequences (SFT, --doc-mask): a token attends only
+        to earlier tokens of its own example, and positions restart at 0 at every example.
+
+        Under --cp (self.cp set) a forward with targets takes the whole window on every
+        rank of the cp group and runs the rank's share of it (its loss: the mean over its
+        tokens); without targets (sampling, task scores) every rank runs the whole window.
         """
         B, T = idx.shape
         if T > self.cfg.seq_len:
             raise ValueError(f"sequence length {T} exceeds the model's seq_len {self.cfg.seq_len}")
-        cos, sin, mask = positions(self.rope_cos, self.rope_sin, T, doc)
+        if self.cp is not None and targets is not None:
+            idx, targets, cos, sin, mask = self.cp.window(idx, targets, doc, self.rope_cos,
+                                                          self.rope_sin)
+        else:
+            cos, sin, mask = positions(self.rope_cos, self.rope_sin, T, doc)
         x = self.tok_emb(idx)  # (B, T, C)
         x = run_blocks(self.layers.values(), x, cos, sin, mask,
                        self.activation_checkpointing and self.training)
