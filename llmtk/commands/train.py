@@ -175,10 +175,13 @@ OPTIONS: dict[str, Opt] = {
     "gpu": Opt(PAR, "--dry-run: the GPU whose memory every rank must fit (as `llmtk estimate "
         "--gpus`).", metavar="NAME"),
     "compile": Opt(RUN, "torch.compile the model.",
-        default="on with CUDA (not for --lora-rank under --tp), off on CPU",
+        default="on with CUDA (not for --lora-rank under --tp, nor under --cp), off on CPU",
         flags=("--compile/--no-compile",)),
     "activation_checkpointing": Opt(MODEL,
         "Recompute block activations in backward (less memory, about a third more compute)."),
+    "doc_mask": Opt(MODEL,
+        "Attention stays inside each document of a packed window (EOS boundaries; rotary "
+        "positions restart per document)."),
     "nccl_timeout": Opt(RUN,
         "Seconds a collective may wait for the slowest rank (a 7B checkpoint write included)."),
     "hang_timeout": Opt(RUN,

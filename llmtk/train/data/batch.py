@@ -29,6 +29,41 @@ def rollback_documents(source, sampler, seq_len: int, start: int, stop: int) -> 
     return DocumentFinder(source, sampler, seq_len).span(start, stop, SKIPPED_DOCS)
 
 
+def document_ids(x, eos: int):
+    """(B, T) token ids -> (B, T) document ids: a document's tokens end with its EOS (the
+    token datasets' layout), so a token's id is the number of EOS tokens before it."""
+    ends = (x == eos).long()
+    return ends.cumsum(dim=1) - ends
+
+
+class DocMasked:
+    """A sampler whose batches carry the documents' ids, (x, y, doc), for --doc-mask: the
+    model then keeps attention inside each document and restarts positions at each one
+    (GPT.forward's `doc`, as SFT's packed examples)."""
+
+    def __init__(self, sampler, eos: int):
+        self.sampler, self.eos = sampler, eos
+
+    def __getattr__(self, name: str):  # everything else is the sampler's
+        return getattr(self.sampler, name)
+
+    def split(self, t):
+        x, y = self.sampler.split(t)
+        return x, y, document_ids(x, self.eos)
+
+    def batch(self, position: int):
+        return self.split(self.sampler.rows(position))
+
+
+def doc_masked(data, on: bool, eos: int) -> tuple:
+    """(train, val, val_sets) of `data` (inputs.TrainingData), their batches with document
+    ids when `on` (--doc-mask)."""
+    if not on:
+        return data.train, data.val, data.val_sets
+    return (DocMasked(data.train, eos), data.val and DocMasked(data.val, eos),
+            {name: DocMasked(s, eos) for name, s in data.val_sets.items()})
+
+
 def _run_config(run: str) -> dict:
     path = os.path.join(run, "config.json")
     try:

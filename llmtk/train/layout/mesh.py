@@ -141,6 +141,9 @@ def check_trainable(layout: Layout, cfg) -> None:
         raise ConfigError("compile", f"is not supported with --tp {layout.tp} and "
                           "--lora-rank: compiled, the adapters' DTensor gradients came out "
                           "wrong (torch 2.13); leave --compile off (the default there)")
+    if cfg.doc_mask and cfg.sft:
+        raise ConfigError("doc_mask", "is for pre-training windows: --sft's packing keeps "
+                          "attention inside each example already")
     if layout.cp > 1:
         check_context_parallel(layout, cfg)
 
