@@ -18,7 +18,7 @@ from tests.train_runs import (
 
 PARITY_REL = 1e-9  # as tests/test_train_parallel.py: 4.5e6 units of fp64 rounding
 LONG = ["--seq-len", "256", "--dtype", "fp64", "--schedule", "constant"]
-SAMPLED = ["--sample-every", "20", "--sample-tokens", "8", "--prompt", "def",
+SAMPLED = ["--sample-every", "10", "--sample-tokens", "8", "--prompt", "def",
            "--eval-max-new-tokens", "4", "--val-fraction", "0.05", "--eval-every", "10",
            "--eval-batches", "2"]
 
@@ -160,11 +160,13 @@ def test_cp2_matches_one_process_and_resumes_in_one(corpus, tmp_path, one, cp2):
     import shutil
 
     _matches(one, cp2)
-    assert _val(cp2) == pytest.approx(_val(one), rel=PARITY_REL) and len(_val(one)) == 2
-    same_samples_and_scores(one, cp2, [20])
+    val = [_val(r) for r in (one, cp2)]
+    assert [s for s, _ in val[0]] == [s for s, _ in val[1]] == [10, 20]
+    assert [v for _, v in val[1]] == pytest.approx([v for _, v in val[0]], rel=PARITY_REL)
+    same_samples_and_scores(one, cp2, [10, 20])
     resumed = str(tmp_path / "cp1")
     shutil.copytree(f"{cp2}/checkpoints/step-0000010", f"{resumed}/checkpoints/step-0000010")
-    run_train(corpus, resumed, "--steps", "20", "--batch-size", "2", *LONG)
+    run_train(corpus, resumed, "--steps", "20", "--batch-size", "2", *LONG, *SAMPLED)
     assert events(resumed, "resume")[0]["path"] == "checkpoints/step-0000010"
     after = losses(resumed)
     assert [x[0] for x in after] == list(range(11, 21))

@@ -363,14 +363,17 @@ def plan_rows(cfg, world: int, grad_accum: int | None = None):
     the meta device) and priced with estimate's formulas: (the DryRun, rank_rows' result).
     What `llmtk train --dry-run` prints, and benchmarks/memory_check.py's prediction."""
     from llmtk.estimate.ranks import rank_rows
-    from llmtk.train.layout.dryrun import dry_run
+    from llmtk.train.layout.dryrun import cp_activation_bytes, cp_share, dry_run
     from llmtk.train.model.lora import parse_targets
 
     d = dry_run(cfg, world)
     lay = d.plan.layout
     return d, rank_rows(
-        d.plan.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=d.plan.parallel == "fsdp",
-        dp_shard=lay.dp_shard, micro_batch=cfg.batch_size,
+        cp_share(d.plan.mcfg, lay.cp), d.plans, tp=lay.tp, pp=lay.pp,
+        fsdp=d.plan.parallel == "fsdp", dp_shard=lay.dp_shard * lay.cp,
+        micro_batch=cfg.batch_size, cp_per_layer=cp_activation_bytes(
+            d.plan.mcfg, lay, cfg.batch_size, 4 if cfg.dtype == "fp32" else 2,
+            "full" if cfg.activation_checkpointing else "selective"),
         grad_accum=grad_accum or cfg.grad_accum,
         recompute="full" if cfg.activation_checkpointing else "selective",
         bf16=cfg.dtype != "fp32",  # a GPU run: bf16 autocast unless fp32 is asked for
