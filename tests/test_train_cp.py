@@ -192,10 +192,13 @@ def test_doc_mask_under_cp2_matches_one_process(corpus, tmp_path):
 @pytest.mark.integration
 @pytest.mark.slow  # a 4-process run of 20 steps
 def test_cp2_with_tp2_matches_one_process(corpus, tmp_path, one):
+    """cp 2 x tp 2 on 4 processes: one process's losses; sampling and task scores on rank
+    0's gathered whole copy (as under tp alone)."""
     out = str(tmp_path / "cptp")
-    run_train(corpus, out, "--steps", "20", "--batch-size", "2", *LONG, "--cp", "2", "--tp",
-              "2", "--nproc-per-node", "4")
+    run_train(corpus, out, "--steps", "20", "--batch-size", "2", *LONG, *SAMPLED,
+              *task_files(tmp_path), "--cp", "2", "--tp", "2", "--nproc-per-node", "4")
     _matches(one, out)
+    same_samples_and_scores(one, out, [10, 20])
 
 
 @pytest.mark.integration

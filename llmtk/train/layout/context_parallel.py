@@ -90,11 +90,15 @@ class CPAttention:
         self.order = None  # the natural order of the gathered keys, built on first use
         self.masks = None
         if doc is not None:  # (B, 1, L, (c + 1) L) bool per local chunk, True = attend
-            L = self.L
-            causal = torch.ones(T, T, dtype=torch.bool, device=doc.device).tril()
-            same = doc[:, None, :, None] == doc[:, None, None, :]  # (B, 1, T, T)
-            self.masks = [(same & causal)[:, :, c * L:(c + 1) * L, :(c + 1) * L]
-                          for c in cp.chunks()]
+            self.masks = [self._chunk_mask(doc, c) for c in cp.chunks()]
+
+    def _chunk_mask(self, doc: torch.Tensor, c: int) -> torch.Tensor:
+        """Chunk c's rows of the document mask, without the whole (T, T) one."""
+        L, end = self.L, (c + 1) * self.L
+        q = torch.arange(c * L, end, device=doc.device)
+        causal = torch.arange(end, device=doc.device)[None, :] <= q[:, None]  # (L, end)
+        same = doc[:, None, c * L:end, None] == doc[:, None, None, :end]  # (B, 1, L, end)
+        return same & causal
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                gqa: bool) -> torch.Tensor:
