@@ -83,6 +83,32 @@ def test_doc_mask_keeps_a_document_independent_of_the_one_before():
     assert not torch.allclose(plain[0], plain[1])
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_attention_document_mask_is_the_sdpa_one():
+    """The GPU's --doc-mask path (FlexAttention's block mask, here its eager reference on
+    CPU) attends as the bool mask given to SDPA does: outputs within fp32 rounding of
+    sums of 48 terms (48 x 2^-24 ~ 3e-6 relative; 1e-5 absolute on values of order 1).
+    Its backward runs only on GPU (not tested here)."""
+    import torch
+
+    from llmtk.train.model.gpt import DocumentAttention, positions
+
+    model = _tiny_gpt()
+    attn = model.layers["0"].attn
+    doc = torch.zeros(2, 48, dtype=torch.long)
+    doc[:, 17:] = 1
+    doc[0, 30:] = 2
+    x = torch.randn(2, 48, 32, generator=torch.Generator().manual_seed(3))
+    out = []
+    for flex in (False, True):
+        cos, sin, mask = positions(model.rope_cos, model.rope_sin, 48, doc, flex=flex)
+        assert isinstance(mask, DocumentAttention) == flex
+        with torch.no_grad():
+            out.append(attn(x, cos, sin, mask))
+    torch.testing.assert_close(out[1], out[0], rtol=0, atol=1e-5)
+    assert out[0].abs().max() > 0.01  # not trivially equal
+
+
 def test_document_ids_count_the_eos_tokens_before_each_token():
     import torch
 

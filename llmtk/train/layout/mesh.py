@@ -273,13 +273,12 @@ def dp_mesh(mesh, layout: Layout):
     Under --cp the cp ranks shard the model too, and their gradients (each from its own
     part of the same sequences) are averaged with the dp ranks': dp_shard x cp flattened
     into one dimension, "dp_shard_cp" (torchtitan's)."""
-    shard = "dp_shard"
-    if layout.cp > 1:
-        mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
-        shard = "dp_shard_cp"
-    if layout.dp_replicate > 1:
-        return mesh["dp_replicate", shard]
-    return mesh[shard]
+    if layout.cp == 1:
+        return mesh["dp_replicate", "dp_shard"] if layout.dp_replicate > 1 else mesh["dp_shard"]
+    flat = mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
+    # (torch warns that slicing a flattened dimension from the root will be deprecated;
+    # HSDP has no other way to pair it with dp_replicate yet)
+    return mesh["dp_replicate", "dp_shard_cp"] if layout.dp_replicate > 1 else flat
 
 
 def shards(param) -> int:
