@@ -15,6 +15,7 @@ from tests.train_runs import (
     torchrun_with_faults,
     train_corpus,  # noqa: F401 (the corpus fixture)
 )
+from tests.util import llmtk
 
 PARITY_REL = 1e-9  # as tests/test_train_parallel.py: 4.5e6 units of fp64 rounding
 LONG = ["--seq-len", "256", "--dtype", "fp64", "--schedule", "constant"]
@@ -180,9 +181,9 @@ def cp2(corpus, tmp_path_factory):
 @pytest.mark.integration
 def test_cp2_matches_one_process_and_resumes_in_one(corpus, tmp_path, one, cp2):
     """--cp 2 on 2 processes: 20 steps of seq 256 with one process's losses and grad
-    norms, its validation losses (the cp forward) and its sample and task scores (every
-    rank runs the whole window); its step-10 DCP checkpoint resumes in one process (DCP
-    reshards the dp_shard x cp shards) on the same curve."""
+    norms, its validation losses (the cp forward), its sample and task scores (every
+    rank runs the whole window) and `train batch`'s windows; its step-10 DCP checkpoint
+    resumes in one process (DCP reshards the dp_shard x cp shards) on the same curve."""
     import shutil
 
     _matches(one, cp2)
@@ -190,6 +191,10 @@ def test_cp2_matches_one_process_and_resumes_in_one(corpus, tmp_path, one, cp2):
     assert [s for s, _ in val[0]] == [s for s, _ in val[1]] == [10, 20]
     assert [v for _, v in val[1]] == pytest.approx([v for _, v in val[0]], rel=PARITY_REL)
     same_samples_and_scores(one, cp2, [10, 20])
+    # `train batch`: the cp ranks share their windows (2 windows a step, as one process)
+    listed = [llmtk("train", "batch", r, "--step", "3", "--json",
+                    in_process=True) for r in (one, cp2)]
+    assert listed[0].returncode == 0 and listed[0].stdout and listed[1].stdout == listed[0].stdout
     resumed = str(tmp_path / "cp1")
     shutil.copytree(f"{cp2}/checkpoints/step-0000010", f"{resumed}/checkpoints/step-0000010")
     run_train(corpus, resumed, "--steps", "20", "--batch-size", "2", *LONG, *SAMPLED)
@@ -202,17 +207,18 @@ def test_cp2_matches_one_process_and_resumes_in_one(corpus, tmp_path, one, cp2):
 
 
 @pytest.mark.integration
-def test_doc_mask_under_cp2_matches_one_process(corpus, tmp_path):
+def test_doc_mask_under_cp2_matches_one_process(corpus, tmp_path, one):
     """--doc-mask: the cp ranks build the mask from the whole window's document ids and
     their tokens' global positions: the one-process losses."""
-    flags = ["--steps", "4", "--batch-size", "2", "--doc-mask", *LONG]
+    flags = ["--steps", "3", "--batch-size", "2", "--doc-mask", *LONG, "--val-fraction",
+             "0.05"]
     ref, out = str(tmp_path / "one"), str(tmp_path / "cp2")
     run_train(corpus, ref, *flags)
     run_train(corpus, out, *flags, "--cp", "2", "--nproc-per-node", "2")
     _matches(ref, out)
-    plain = str(tmp_path / "plain")
-    run_train(corpus, plain, "--steps", "1", "--batch-size", "2", *LONG)
-    assert losses(plain)[0][1] != losses(ref)[0][1]  # the mask changes what is computed
+    # the mask changes what is computed (from step 3: the windows of steps 1 and 2 lie
+    # inside one document each)
+    assert [x[1] for x in losses(ref)] != [x[1] for x in losses(one)[:3]]
 
 
 @pytest.mark.integration
