@@ -19,6 +19,8 @@ Reproduce:
         benchmarks/memory_check.py --tp 2 --dtype bf16 --activation-checkpointing
     .venv/bin/python -m torch.distributed.run --nproc-per-node 2 \
         benchmarks/memory_check.py --experts 4 --top-k 2 --ep 2
+    .venv/bin/python -m torch.distributed.run --nproc-per-node 2 \
+        benchmarks/memory_check.py --cp 2 --seq-len 256
 The numbers: docs/train.md, "Measured against a real run".
 """
 
@@ -71,9 +73,9 @@ def measure_rank(cfg, work: str) -> tuple[dict, object]:
     st = trainer._start()
     trainer.health.pending.append(trainer._train_step(st))
     trainer.health.settle(st)
-    x, y = trainer.batches.get(st.position)
+    batch = trainer.batches.get(st.position)  # (x, y), and the document ids (--doc-mask)
     with trainer.autocast(), saved_for_backward(trainer.built.raw) as saved:
-        _, loss = trainer.model(x, y)
+        _, loss = trainer.model(*batch)
     loss.backward()
     params = list(trainer.built.raw.parameters())
     out = {**state_bytes(params, trainer.optim.opt), "activations": saved["bytes"]}
@@ -83,7 +85,7 @@ def measure_rank(cfg, work: str) -> tuple[dict, object]:
         trainer.optim.opt.zero_grad(set_to_none=True)
         with trainer._gradient_sync(last=False):
             with trainer.autocast():
-                _, loss = trainer.model(x, y)
+                _, loss = trainer.model(*batch)
             loss.backward()
         out["held_gradients"] = held_gradient_bytes(trainer.built.raw)
     trainer.batches.close()
@@ -117,6 +119,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--parallel", default="auto", choices=["auto", "fsdp", "ddp", "none"])
     ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--cp", type=int, default=1, help="context parallel (FSDP2 over dp x cp)")
+    ap.add_argument("--doc-mask", action="store_true")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
                     help="bf16: autocast on CPU, as a GPU run trains")
     ap.add_argument("--activation-checkpointing", action="store_true")
@@ -141,7 +145,7 @@ def main() -> None:
                       seq_len=args.seq_len, batch_size=args.batch_size, steps=2, warmup=1,
                       log_every=10**6, compile=False, device="cpu", dtype=args.dtype,
                       quiet=True, resume="never", parallel=args.parallel, tp=args.tp,
-                      ep=args.ep,
+                      ep=args.ep, cp=args.cp, doc_mask=args.doc_mask,
                       activation_checkpointing=args.activation_checkpointing,
                       lora_rank=args.lora_rank, **dims)
     mine, dist = measure_rank(cfg, work)

@@ -164,10 +164,13 @@ OPTIONS: dict[str, Opt] = {
     "gpu": Opt(PAR, "--dry-run: the GPU whose memory every rank must fit (as `llmtk estimate "
         "--gpus`).", metavar="NAME"),
     "compile": Opt(RUN, "torch.compile the model.",
-        default="on with CUDA (not for --lora-rank under --tp), off on CPU",
+        default="on with CUDA (not for --lora-rank under --tp, nor under --cp), off on CPU",
         flags=("--compile/--no-compile",)),
     "activation_checkpointing": Opt(MODEL,
         "Recompute block activations in backward (less memory, about a third more compute)."),
+    "doc_mask": Opt(MODEL,
+        "Attention stays inside each document of a packed window (EOS boundaries; rotary "
+        "positions restart per document)."),
     "nccl_timeout": Opt(RUN,
         "Seconds a collective may wait for the slowest rank (a 7B checkpoint write included)."),
     "hang_timeout": Opt(RUN,
@@ -374,15 +377,18 @@ def plan_rows(d, gpu: str, bf16: bool, grad_accum: int | None = None) -> dict:
     instead of the plan's). What `llmtk train --dry-run` prints, and
     benchmarks/memory_check.py's prediction."""
     from llmtk.estimate.ranks import rank_rows
+    from llmtk.train.layout.dryrun import cp_activation_bytes, cp_share
     from llmtk.train.model.lora import parse_targets
 
     plan, lay = d.plan, d.plan.layout
+    recompute = "full" if plan.activation_checkpointing else "selective"
     return rank_rows(
-        plan.mcfg, d.plans, tp=lay.tp, pp=lay.pp, fsdp=plan.parallel == "fsdp",
-        dp_shard=lay.dp_shard, micro_batch=plan.batch_size,
-        grad_accum=grad_accum or plan.grad_accum,
-        recompute="full" if plan.activation_checkpointing else "selective",
-        bf16=bf16, gpu_name=gpu, lora_rank=plan.lora.rank if plan.lora else None, cp=lay.cp,
+        cp_share(plan.mcfg, lay.cp), d.plans, tp=lay.tp, pp=lay.pp,
+        fsdp=plan.parallel == "fsdp", dp_shard=lay.dp_shard * lay.cp,
+        micro_batch=plan.batch_size, cp_per_layer=cp_activation_bytes(
+            plan.mcfg, lay, plan.batch_size, 2 if bf16 else 4, recompute),
+        grad_accum=grad_accum or plan.grad_accum, recompute=recompute,
+        bf16=bf16, gpu_name=gpu, lora_rank=plan.lora.rank if plan.lora else None,
         **({"lora_parts": len(parse_targets(plan.lora.targets))} if plan.lora else {}))
 
 

@@ -93,6 +93,7 @@ class TrainConfig:
     gpu: str = "H100"                     # --dry-run: the GPU whose memory each rank must fit
     compile: bool | None = None           # None: on for CUDA, off on CPU
     activation_checkpointing: bool = False
+    doc_mask: bool = False                # attention kept inside each document of a window
     nccl_timeout: int = 3600              # seconds a collective may wait (checkpoint of a 7B)
     hang_timeout: int = 600               # seconds without progress on a rank (0: no watchdog)
     threads: int | None = None            # torch threads per process; None: runtime.pick_threads

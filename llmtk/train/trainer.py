@@ -40,7 +40,7 @@ from llmtk.train.checkpoint.checkpointer import (
 )
 from llmtk.train.checkpoint.files import QKV_LAYOUT
 from llmtk.train.config import TrainConfig, section
-from llmtk.train.data.batch import rollback_documents
+from llmtk.train.data.batch import doc_masked, rollback_documents
 from llmtk.train.evaluator import EvalSpec, Evaluator
 from llmtk.train.finetune import SftSpec, setup_sft
 from llmtk.train.health import Health, HealthRules
@@ -147,7 +147,8 @@ class Trainer:
             from llmtk.train.data.inputs import DataSpec, epoch_warnings, open_training_data
 
             data = open_training_data(section(DataSpec, cfg), source, mcfg.seq_len, dp, dp_rank)
-            self.train_data, self.val_data, self.val_sets = data.train, data.val, data.val_sets
+            self.train_data, self.val_data, self.val_sets = doc_masked(data, cfg.doc_mask,
+                                                                       self.tok.eos_id)
             self.cache, self.data_meta = source.key, data.meta
             for line in epoch_warnings(data, cfg.steps * plan.windows_per_step, cfg.max_epochs):
                 self.log.say(line)
@@ -183,16 +184,14 @@ class Trainer:
                                  rollback_documents, source, self.train_data,
                                  mcfg.seq_len), param_names=self.optim.param_names,
                              grad_stats=grad_stats)
-        self.evaluator = Evaluator(section(EvalSpec, cfg), built=self.built, whole=self._whole,
+        self.evaluator = Evaluator(section(EvalSpec, cfg), built=self.built,
+                                   whole=partial(whole_model, self.built, plan, dist),
                                    dist=dist, autocast=self.autocast,
                                    loss_ranks=self.optim.loss_ranks, val_data=self.val_data,
                                    val_sets=self.val_sets, tok=self.tok, log=self.log)
         self.stopper = Stopper(dist)
         self.watchdog = Watchdog(dist, self.phases, cfg.hang_timeout, cfg.out, self.log.say)
         self.oom = OomGuard(cfg.out, plan, dist, self.phases, self.watchdog)
-
-    def _whole(self):
-        return whole_model(self.built, self.plan, self.dist)
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> None:

@@ -3,7 +3,7 @@
 Computed, not recorded: the run's config.json names its data, batch shape, world size and
 seed, so the data position of step N is (N - 1) x windows per step, plus the windows a
 `--on-spike rollback` skipped before it (its `rollback` events in metrics.jsonl say how
-many). Micro-batch m of the step starts at that position + m x (batch-size x world), and
+many). Micro-batch m of the step starts at that position + m x (batch-size x dp), and
 rank r takes its batch-size windows after r x batch-size. Each window's tokens map back to
 the documents they came from through the token datasets' index (the in-process cache's
 too, from version 3: file, record, id and the span of the document's tokens used), and
@@ -29,6 +29,41 @@ def rollback_documents(source, sampler, seq_len: int, start: int, stop: int) -> 
     return DocumentFinder(source, sampler, seq_len).span(start, stop, SKIPPED_DOCS)
 
 
+def document_ids(x, eos: int):
+    """(B, T) token ids -> (B, T) document ids: a document's tokens end with its EOS (the
+    token datasets' layout), so a token's id is the number of EOS tokens before it."""
+    ends = (x == eos).long()
+    return ends.cumsum(dim=1) - ends
+
+
+class DocMasked:
+    """A sampler whose batches carry the documents' ids, (x, y, doc), for --doc-mask: the
+    model then keeps attention inside each document and restarts positions at each one
+    (GPT.forward's `doc`, as SFT's packed examples)."""
+
+    def __init__(self, sampler, eos: int):
+        self.sampler, self.eos = sampler, eos
+
+    def __getattr__(self, name: str):  # everything else is the sampler's
+        return getattr(self.sampler, name)
+
+    def split(self, t):
+        x, y = self.sampler.split(t)
+        return x, y, document_ids(x, self.eos)
+
+    def batch(self, position: int):
+        return self.split(self.sampler.rows(position))
+
+
+def doc_masked(data, on: bool, eos: int) -> tuple:
+    """(train, val, val_sets) of `data` (inputs.TrainingData), their batches with document
+    ids when `on` (--doc-mask)."""
+    if not on:
+        return data.train, data.val, data.val_sets
+    return (DocMasked(data.train, eos), data.val and DocMasked(data.val, eos),
+            {name: DocMasked(s, eos) for name, s in data.val_sets.items()})
+
+
 def _run_config(run: str) -> dict:
     path = os.path.join(run, "config.json")
     try:
@@ -38,6 +73,13 @@ def _run_config(run: str) -> dict:
         raise UsageError(f"{run}: not a run directory ({path}: {e.strerror})") from None
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: corrupt ({e})") from None
+
+
+def _data_parallel(config: dict) -> int:
+    """How many ranks of the run read different windows: its world size over the ranks
+    that share each window (a tp group, pipeline stages, a cp group)."""
+    lay = config.get("layout") or {}
+    return int(config["world_size"]) // (lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1))
 
 
 def _skipped_before(run: str, step: int) -> int:
@@ -95,7 +137,7 @@ def _open(run: str):
     cfg = TrainConfig(**{k: v for k, v in config["train"].items() if k in TRAIN_FIELDS})
     if not key or cfg.sft:
         raise UsageError(f"{run}: an --sft run (its examples are not token windows)")
-    world, T = int(config["world_size"]), int(config["model"]["seq_len"])
+    world, T = _data_parallel(config), int(config["model"]["seq_len"])
     spec = section(DataSpec, cfg)
     try:
         source = recorded_source(spec, key)
@@ -112,7 +154,7 @@ def batch_documents(run: str, step: int, rank: int | None = None,
     step, rank, micro, window (its data position), source, id, file, record, tokens (the
     [first, last) span of the document's tokens in the window) and text."""
     config, cfg, finder = _open(run)
-    world = int(config["world_size"])
+    world = _data_parallel(config)  # the ranks reading different windows
     B, ga = cfg.batch_size, cfg.grad_accum
     if step < 1 or step > cfg.steps:
         raise UsageError(f"--step {step}: the run has steps 1 to {cfg.steps}")

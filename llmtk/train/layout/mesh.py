@@ -141,15 +141,34 @@ def check_trainable(layout: Layout, spec) -> None:
         raise ConfigError("compile", f"is not supported with --tp {layout.tp} and "
                           "--lora-rank: compiled, the adapters' DTensor gradients came out "
                           "wrong (torch 2.13); leave --compile off (the default there)")
-    if layout.cp > 1:  # llmtk.train.layout: context parallelism is not built yet
-        raise ConfigError("cp", f"{layout.cp} is not supported yet")
+    if spec.doc_mask and spec.sft:
+        raise ConfigError("doc_mask", "is for pre-training windows: --sft's packing keeps "
+                          "attention inside each example already")
+    if layout.cp > 1:
+        check_context_parallel(layout, spec)
+
+
+def check_context_parallel(layout: Layout, spec) -> None:
+    """--cp N runs pre-training under FSDP2/HSDP and tp (train/layout/context_parallel.py);
+    what was not built or tested with it is refused naming its flag."""
+    cp = layout.cp
+    for flag, on, why in (
+            ("pp", layout.pp > 1, "a pipeline stage's schedule does not split the sequence"),
+            ("sft", spec.sft, "its loss is weighted by each example's trained tokens, which "
+             "the cp ranks' shares of a window do not divide evenly"),
+            ("compile", spec.compile, "the attention's key/value gather has not been tested "
+             "compiled; leave --compile off (the default under --cp)"),
+            ("lora_rank", spec.lora_rank, "not tested with context parallelism")):
+        if on:
+            raise ConfigError(flag, f"is not supported with --cp {cp} ({why})")
 
 
 def compiles_by_default(layout: Layout, lora: bool, cuda: bool) -> bool:
-    """--compile's default: on GPU, except for LoRA under tensor parallelism (above) and
-    under expert parallelism (never run compiled on a GPU yet: the dispatch reads its
-    split sizes on the host, a graph break in every MoE layer; --compile still asks)."""
-    return cuda and not (layout.tp > 1 and lora) and layout.ep == 1
+    """--compile's default: on GPU, except for LoRA under tensor parallelism (above), under
+    context parallelism (above) and under expert parallelism (never run compiled on a GPU
+    yet: the dispatch reads its split sizes on the host, a graph break in every MoE layer;
+    --compile still asks)."""
+    return cuda and not (layout.tp > 1 and lora) and layout.cp == 1 and layout.ep == 1
 
 
 def check_model(layout: Layout, mcfg) -> None:
@@ -162,6 +181,11 @@ def check_model(layout: Layout, mcfg) -> None:
                     ("sequence length", mcfg.seq_len)):  # sequence-parallel norms
         if n % tp:
             raise ConfigError("tp", f"{tp} does not divide the model's {n} {what}")
+    cp = layout.cp
+    if cp > 1 and mcfg.seq_len % (2 * cp * tp):
+        raise ConfigError("cp", f"{cp}: the sequence length {mcfg.seq_len} must be a multiple "
+                          f"of 2 x cp x tp = {2 * cp * tp} (each rank holds 2 chunks of every "
+                          "sequence, split again over tp by the norms)")
     experts = getattr(mcfg, "n_experts", 0)
     if experts and layout.pp > 1:
         # Not built: the auxiliary loss of a pipeline stage before the last joins the loss
@@ -246,10 +270,16 @@ def build_mesh(layout: Layout, device: str):
 
 
 def dp_mesh(mesh, layout: Layout):
-    """The sub-mesh FSDP2 shards over: dp_shard, or (dp_replicate, dp_shard) for HSDP."""
-    if layout.dp_replicate > 1:
-        return mesh["dp_replicate", "dp_shard"]
-    return mesh["dp_shard"]
+    """The sub-mesh FSDP2 shards over: dp_shard, or (dp_replicate, dp_shard) for HSDP.
+    Under --cp the cp ranks shard the model too, and their gradients (each from its own
+    part of the same sequences) are averaged with the dp ranks': dp_shard x cp flattened
+    into one dimension, "dp_shard_cp" (torchtitan's)."""
+    if layout.cp == 1:
+        return mesh["dp_replicate", "dp_shard"] if layout.dp_replicate > 1 else mesh["dp_shard"]
+    flat = mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
+    # (torch warns that slicing a flattened dimension from the root will be deprecated;
+    # HSDP has no other way to pair it with dp_replicate yet)
+    return mesh["dp_replicate", "dp_shard_cp"] if layout.dp_replicate > 1 else flat
 
 
 def shards(param) -> int:

@@ -66,6 +66,10 @@ def parallelize(plan, dist) -> Parallelized:
         from llmtk.train.layout.mesh import build_mesh
 
         world_mesh = build_mesh(layout, dist.device)
+    if layout.cp > 1:  # each rank trains on its share of every window (context_parallel.py)
+        from llmtk.train.layout.context_parallel import ContextParallel
+
+        model.cp = ContextParallel.of_mesh(world_mesh["cp"])
     if layout.tp > 1:  # 3: tensor parallel first, then FSDP2 over the dp sub-mesh
         from llmtk.train.layout.tensor_parallel import apply_tp
 

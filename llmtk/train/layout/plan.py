@@ -30,7 +30,8 @@ from llmtk.train.layout.mesh import (
 class PlanSpec:
     """What the run plan reads of the configuration beside its parallel section (ParallelSpec):
     the pipeline's split and schedule, the checkpoint format, compile, dtype, the step's
-    batch, the seed, recomputation and LoRA (config.section(PlanSpec, cfg))."""
+    batch, the seed, recomputation, LoRA, --sft and --doc-mask (config.section(PlanSpec,
+    cfg))."""
 
     pp_layers: str | None
     pp_schedule: str
@@ -45,6 +46,8 @@ class PlanSpec:
     lora_alpha: float | None
     lora_targets: str
     lora_dropout: float
+    sft: bool = False
+    doc_mask: bool = False
 
 
 @dataclass(frozen=True)

@@ -181,9 +181,14 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         # GQA: each kv head serves H/K query heads; SDPA broadcasts them (no K/V copies).
-        # mask (B, 1, T, T) bool, True = attend: causal within one packed example (SFT).
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
-                                           enable_gqa=R > 1)  # (B, H, T, D)
+        # mask (B, 1, T, T) bool, True = attend: causal within one packed example (SFT,
+        # --doc-mask). Under --cp it is the rank's context-parallel attention instead, which
+        # gathers the keys and values of its group (train/layout/context_parallel.py).
+        if hasattr(mask, "attend"):
+            y = mask.attend(q, k, v, R > 1)  # (B, H, T/cp, D)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                               enable_gqa=R > 1)  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B, T, -1)  # (B, T, H*D)
         return self.wo(y)
 
@@ -239,6 +244,9 @@ class GPT(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.activation_checkpointing = False
+        # --cp: this rank's layout.context_parallel.ContextParallel, set by parallelize; a
+        # forward with targets then trains on the rank's share of each window
+        self.cp = None
         if not self.rope_cos.is_meta:  # a meta model is initialised once materialised
             self.init_weights()
 
@@ -290,13 +298,21 @@ class GPT(nn.Module):
         the cross-entropy, comparable with a dense run's), aux's own gradient in backward,
         scaled by whatever scales the loss (grad accumulation, SFT's token share).
 
-        doc: (B, T) example ids of packed sequences (SFT): a token attends only to earlier
-        tokens of its own example, and positions restart at 0 at every example.
+        doc: (B, T) example ids of packed sequences (SFT, --doc-mask): a token attends only
+        to earlier tokens of its own example, and positions restart at 0 at every example.
+
+        Under --cp (self.cp set) a forward with targets takes the whole window on every
+        rank of the cp group and runs the rank's share of it (its loss: the mean over its
+        tokens); without targets (sampling, task scores) every rank runs the whole window.
         """
         B, T = idx.shape
         if T > self.cfg.seq_len:
             raise ValueError(f"sequence length {T} exceeds the model's seq_len {self.cfg.seq_len}")
-        cos, sin, mask = positions(self.rope_cos, self.rope_sin, T, doc)
+        if self.cp is not None and targets is not None:
+            idx, targets, cos, sin, mask = self.cp.window(idx, targets, doc, self.rope_cos,
+                                                          self.rope_sin)
+        else:
+            cos, sin, mask = positions(self.rope_cos, self.rope_sin, T, doc)
         x = self.tok_emb(idx)  # (B, T, C)
         x = run_blocks(self.layers.values(), x, cos, sin, mask,
                        self.activation_checkpointing and self.training)
@@ -338,16 +354,68 @@ class GPT(nn.Module):
 
 
 def positions(rope_cos: torch.Tensor, rope_sin: torch.Tensor, T: int,
-              doc: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+              doc: torch.Tensor | None, flex: bool | None = None):
     """(cos, sin, mask) for a sequence of T tokens: the rotary tables' first T rows and no
-    mask (causal attention), or with doc (B, T) example ids (packed SFT sequences) each
-    token's position within its example and a mask that keeps attention inside it."""
+    mask (causal attention), or with doc (B, T) example ids (packed SFT sequences,
+    --doc-mask) each token's position within its example and what keeps attention inside
+    it: on CUDA where FlexAttention exists (`flex` None: decide so; True: also on CPU,
+    for tests) a DocumentAttention, else a (B, 1, T, T) bool mask for SDPA."""
     if doc is None:
         return rope_cos[:T], rope_sin[:T], None  # (T, D/2)
     pos = example_positions(doc)  # (B, T)
+    if flex or (flex is None and doc.is_cuda and DocumentAttention.available()):
+        return rope_cos[pos][:, None], rope_sin[pos][:, None], DocumentAttention(doc)
     causal = torch.ones(T, T, dtype=torch.bool, device=doc.device).tril()
     mask = (doc[:, None, :, None] == doc[:, None, None, :]) & causal  # (B, 1, T, T)
     return rope_cos[pos][:, None], rope_sin[pos][:, None], mask  # (B, 1, T, D/2)
+
+
+class DocumentAttention:
+    """Attention kept inside each document with FlexAttention: a block mask built once per
+    forward from the (B, T) document ids (every layer reuses it) lets the kernel skip the
+    blocks where no two tokens share a document, so no (T, T) mask exists and the cost
+    follows the documents' lengths. Compiled (the fused kernel) on CUDA; on CPU eager,
+    the unfused reference, used only by tests to check the mask (tests/test_train_cp.py)."""
+
+    def __init__(self, doc: torch.Tensor):
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        def same_document(b, h, q_idx, kv_idx):
+            return (doc[b, q_idx] == doc[b, kv_idx]) & (kv_idx <= q_idx)
+
+        # Built here, once per forward, before the (compiled) blocks that read it.
+        B, T = doc.shape
+        self.doc = doc
+        self.block_mask = create_block_mask(same_document, B, None, T, T, device=doc.device)
+
+    @staticmethod
+    def available() -> bool:
+        try:
+            from torch.nn.attention import flex_attention  # noqa: F401
+        except ImportError:
+            return False
+        return True
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               gqa: bool) -> torch.Tensor:
+        """q (B, H, T, D), k, v (B, K, T, D) -> (B, H, T, D)."""
+        from torch.nn.attention.flex_attention import flex_attention
+
+        attend = _compiled_flex() if self.doc.is_cuda else flex_attention
+        return attend(q, k, v, block_mask=self.block_mask, enable_gqa=gqa)
+
+
+_FLEX = None
+
+
+def _compiled_flex():
+    """flex_attention compiled once per process (its fused kernel)."""
+    global _FLEX
+    if _FLEX is None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        _FLEX = torch.compile(flex_attention, dynamic=False)
+    return _FLEX
 
 
 def run_blocks(blocks, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
