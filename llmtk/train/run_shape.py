@@ -10,37 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from llmtk.errors import UsageError
-from llmtk.train.config import section
 from llmtk.train.model.config import PRESETS, ModelConfig, check_model_name
+from llmtk.train.model.hf import InitSpec
 
 
 @dataclass(frozen=True)
-class ModelSpec:
-    """The configuration's model section (config.section(ModelSpec, cfg)): the preset, its
-    overrides (the mixture-of-experts ones too), --seq-len, and where the model and its
-    tokenizer may come from instead (--init-from, --tokenizer)."""
+class ModelSpec(InitSpec):
+    """The configuration's model section (config.section(ModelSpec, cfg)): the preset named
+    by --model, and InitSpec's fields: its overrides (the mixture-of-experts ones too),
+    --seq-len, and where the model and its tokenizer may come from instead (--init-from,
+    --tokenizer)."""
 
-    model: str
-    layers: int | None
-    d_model: int | None
-    heads: int | None
-    kv_heads: int | None
-    ffn_hidden: int | None
-    untied: bool
-    seq_len: int | None
-    experts: int | None
-    top_k: int | None
-    shared_experts: int | None
-    expert_ffn_hidden: int | None
-    moe_every: int | None
-    first_dense_layers: int | None
-    router_score: str | None
-    router_bias_rate: float | None
-    router_aux_loss: float | None
-    router_z_loss: float | None
-    capacity_factor: float | None
-    init_from: str | None
-    tokenizer: str
+    model: str = "tiny"
 
 
 def shape_overrides(spec: ModelSpec) -> dict:
@@ -63,7 +44,7 @@ def model_config(spec: ModelSpec, vocab_size: int) -> ModelConfig:
     from llmtk.train.model import hf
 
     if hf.is_hf_spec(spec.init_from):
-        return hf.init_model_config(section(hf.InitSpec, spec), vocab_size)
+        return hf.init_model_config(spec, vocab_size)
     check_model_name(spec.model)
     mc = replace(PRESETS[spec.model], vocab_size=vocab_size)
     mc = replace(mc, **{k: v for k, v in {**shape_overrides(spec), **moe_overrides(spec)}.items()
