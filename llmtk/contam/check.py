@@ -53,10 +53,6 @@ class EvalIndex:
         for it in items:
             it.seen = np.zeros(len(it.ngrams), dtype=bool)
 
-    @property
-    def n_ngrams(self) -> int:
-        return len(self.hashes)
-
     def match(self, text: str):
         """The distinct n-gram hashes of `text` that occur in some evaluation item."""
         import numpy as np
