@@ -28,7 +28,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import partial
 
 from llmtk.io.paths import missing_dirs, remove_made
@@ -68,8 +68,6 @@ from llmtk.train.watchdog import Watchdog
 def train(cfg: TrainConfig, faults: Faults | None = None) -> None:
     """Lock the run directory (rank 0), tokenize (before the process group exists, so its
     timeout does not run while one process tokenizes), then train."""
-    from dataclasses import replace
-
     from llmtk.text.tokenizer import load_tokenizer
     from llmtk.train.lock import lock_run_dir
     from llmtk.train.model.hf import InitSpec, resolve_init
