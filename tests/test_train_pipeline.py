@@ -213,7 +213,8 @@ def test_two_stages_1f1b_match_one_process(pp2, one):
     # and task scores as one process
     same_samples_and_scores(one, pp2, [10, 20])
     config = json.load(open(os.path.join(pp2, "config.json")))
-    assert config["layout"] == {"pp": 2, "dp_replicate": 1, "dp_shard": 1, "tp": 1}
+    assert config["layout"] == {"pp": 2, "dp_replicate": 1, "dp_shard": 1, "cp": 1, "tp": 1,
+                                "ep": 1}
     assert config["params"] == json.load(open(os.path.join(one, "config.json")))["params"]
 
 
