@@ -208,7 +208,7 @@ def test_init_is_seeded_and_scaled():
 
 
 @pytest.mark.parametrize(("layout", "flags", "key"), [
-    ({"pp": 2, "dp_shard": 1}, {}, "pp")])
+    ({"pp": 2, "dp_shard": 1}, {}, "pp"), ({"cp": 2, "dp_shard": 1}, {}, "cp")])
 def test_layouts_not_built_for_experts_are_refused_naming_the_flag(layout, flags, key):
     from llmtk.errors import ConfigError
     from llmtk.train.layout.mesh import Layout

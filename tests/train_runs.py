@@ -120,6 +120,6 @@ def planned(mcfg, layout, **flags):
     from llmtk.train.layout.plan import RunPlan
 
     mesh = dict(tp=layout.tp, pp=layout.pp, dp_replicate=layout.dp_replicate,
-                dp_shard=layout.dp_shard)
+                dp_shard=layout.dp_shard, cp=layout.cp)
     cfg = TrainConfig(**{"grad_accum": 2 * layout.pp, **mesh, **flags})
     return RunPlan.resolve(cfg, layout.world, mcfg, cuda=False)
