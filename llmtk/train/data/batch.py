@@ -76,10 +76,13 @@ def _run_config(run: str) -> dict:
 
 
 def _data_parallel(config: dict) -> int:
-    """How many ranks of the run read different windows: its world size over the ranks
-    that share each window (a tp group, pipeline stages, a cp group)."""
-    lay = config.get("layout") or {}
-    return int(config["world_size"]) // (lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1))
+    """How many ranks of the run read different windows: its layout's dp (the ranks of a
+    tp group, pipeline stages and a cp group share each window); a run written before
+    config.json recorded the layout had every rank read its own."""
+    from llmtk.train.layout.mesh import Layout
+
+    lay = config.get("layout")
+    return Layout(**lay).dp if lay else int(config["world_size"])
 
 
 def _skipped_before(run: str, step: int) -> int:
