@@ -311,7 +311,9 @@ def _check_train_batch(run, dirs):
             assert d["file"].endswith(".jsonl") and isinstance(d["record"], int)
             got += [*tok.encode(d["text"]), tok.eos_id][d["tokens"][0]:d["tokens"][1]]
         assert got == sampler.windows_at(w)[0].tolist()
-    config["world_size"], config["train"]["batch_size"] = 2, 1  # the same batch on 2 ranks
+    # The same batch on 2 data-parallel ranks, as a 2-process run records it.
+    config["world_size"], config["train"]["batch_size"] = 2, 1
+    config["layout"]["dp_shard"] = 2
     (run / "config.json").write_text(json.dumps(config))
     shares = [llmtk("train", "batch", run, "--step", "4", "--json", "--rank", r,
                     in_process=True).stdout for r in (0, 1)]
