@@ -1,0 +1,90 @@
+"""Tolerances for numerical comparisons, derived from the arithmetic compared.
+
+Two results of the same function computed along different code paths (another summation
+order, another process layout, another library) differ by rounding only. For a sum of n
+terms of magnitude sum(|t_i|), any order lies within gamma_n * sum(|t_i|) of the exact sum,
+gamma_n = n * u / (1 - n * u), u the unit roundoff (Higham, "Accuracy and Stability of
+Numerical Algorithms", 2nd ed., Lemma 3.1 and eq. 3.5); two orders within twice that.
+A CPU's vector units (AVX2 or AVX-512, Intel or AMD) choose the order, so a comparison
+between code paths must allow that bound, never the difference one machine measured.
+
+Where a bound through a whole network or many optimizer steps is hard to state, the
+comparison runs in fp64: the same rounding argument with u = 2^-53 leaves so much room that
+a worst case amplified a thousandfold still sits far below any bug (see PARITY_REL).
+"""
+
+U32 = 2.0 ** -24  # unit roundoff of fp32: half the gap between 1 and the next float
+U64 = 2.0 ** -53  # unit roundoff of fp64
+
+
+def gamma(n: int, u: float = U32) -> float:
+    """The relative error bound of a sum (or dot product) of n terms in any order."""
+    assert n * u < 1
+    return n * u / (1 - n * u)
+
+
+# Layout parity in fp64 (the reason, measured amplification included, is in
+# tests/test_train_parallel.py): AdamW turns a rounding difference in a tiny gradient into
+# a full-size update, and over 20 steps one fp32 run measured x170 amplification. 1e-9 is
+# 4.5e6 units of fp64 rounding: that amplification with 10^4 to spare, while any layout bug
+# moves a loss or a grad norm by more than 1e-3.
+PARITY_REL = 1e-9
+FP64 = ["--dtype", "fp64"]
+
+
+def max_abs_diff(a, b) -> float:
+    """The largest elementwise difference of two tensors, computed in fp64."""
+    return (a.double() - b.double()).abs().max().item()
+
+
+def forward_chain(cfg, seq_len: int) -> int:
+    """How many accumulated roundings lie on the longest path from a GPT's input to one of
+    its logits, layer by layer (ModelConfig `cfg`, a sequence of seq_len tokens): the two
+    RMS norms' sums of squares (d_model each; head_dim more each for q/k norms), the q/k/v
+    projection (d_model terms), the scores (head_dim), the softmax's denominator and the
+    weighted sum of values (seq_len each), the output projection (n_head x head_dim), then
+    the MLP: the router (d_model) and the top-k combination (k) in a MoE layer, the
+    up-projections (d_model) and the down-projection (its hidden width); at the end the
+    final norm (d_model) and the head (d_model)."""
+    d, hd = cfg.d_model, cfg.head_dim
+    n = 0
+    for layer in range(cfg.n_layer):
+        n += 2 * d + (2 * hd if cfg.qk_norm else 0)
+        n += d + hd + 2 * seq_len + cfg.n_head * hd
+        if cfg.is_moe(layer):
+            n += d + cfg.top_k + 1 + d + max(cfg.expert_ffn,
+                                             cfg.n_shared_experts * cfg.expert_ffn)
+        else:
+            n += d + cfg.hidden
+    return n + 2 * d
+
+
+def logit_bound(model, idx, extra: int = 0, **forward_kw) -> float:
+    """How far two fp32 forwards of the GPT `model` on `idx` (model(idx, **forward_kw))
+    that differ only in summation order (another kernel, another library's implementation
+    of the same arithmetic) may put any logit apart. `extra`: roundings one of the two
+    forwards adds on the path (a merged LoRA adapter: r + 2 per adapted matrix).
+
+    Each of the forward_chain(...) = N accumulated roundings on a logit's path is one
+    relative error of at most u of the magnitudes it adds up. Through the residual stream a
+    relative error passes a layer with gain about 1 (each branch reads an RMS-normalised
+    copy, so its scale is divided out, and adds its output to the stream), so the final
+    hidden state x is within gamma_N of exact, relatively, and a logit v within
+    gamma_N * sum_k |W[v, k]| |x[k]|; two such forwards within twice that. The bound grows
+    linearly in N where real rounding errors mostly cancel (about sqrt(N)): a tiny model
+    (N ~ 1200) measured 1.3e-6 apart where this gives 9e-4, room for the gains the argument
+    leaves out, and still far below any mapping bug (a wrong weight or a flipped expert
+    moves logits by 0.1 or more)."""
+    import torch
+
+    seen = {}
+    hook = model.norm.register_forward_hook(lambda mod, args, out: seen.update(x=out))
+    try:
+        with torch.no_grad():
+            model(idx, **forward_kw)
+    finally:
+        hook.remove()
+    x = seen["x"].double()  # (B, T, C)
+    w = model.lm_head.weight.double()  # (V, C)
+    scale = (x.abs() @ w.abs().t()).max().item()  # max over logits of sum_k |W||x|
+    return 2 * gamma(forward_chain(model.cfg, idx.shape[-1]) + extra) * scale
