@@ -14,6 +14,7 @@ from llmtk.train.data import sft as S
 from llmtk.train.data.chat import JinjaTemplate, LlmtkTemplate
 from llmtk.train.model.gpt import GPT, ModelConfig
 from llmtk.train.model.lora import add_lora, merged_state_dict
+from tests.tolerance import FP64, PARITY_REL, assert_close64, logit_bound, max_abs_diff
 
 TOK = ByteTokenizer()
 CHAT = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
@@ -127,10 +128,12 @@ def test_packed_examples_see_only_themselves():
     packed, _ = m(torch.cat([a, b], 1), doc=doc)
     alone_a, _ = m(a)
     alone_b, _ = m(b)
-    assert torch.allclose(packed[0, :10], alone_a[0], atol=1e-5)
-    assert torch.allclose(packed[0, 10:], alone_b[0], atol=1e-5)
+    # the same arithmetic up to summation order (other sequence lengths, other blocking)
+    bound = logit_bound(m, torch.cat([a, b], 1), doc=doc)
+    assert max_abs_diff(packed[0, :10], alone_a[0]) <= bound
+    assert max_abs_diff(packed[0, 10:], alone_b[0]) <= bound
     unmasked, _ = m(torch.cat([a, b], 1))
-    assert not torch.allclose(unmasked[0, 10:], alone_b[0], atol=1e-3)
+    assert max_abs_diff(unmasked[0, 10:], alone_b[0]) > 10 * bound
 
 
 def test_prompt_tokens_get_no_gradient():
@@ -234,15 +237,17 @@ def test_the_chunked_loss_of_a_frozen_head_gives_the_same_input_gradient():
     from llmtk.train.model.gpt import chunked_cross_entropy
 
     torch.manual_seed(0)
-    h = torch.randn(10, 16, requires_grad=True)
-    w = torch.randn(128, 16)  # frozen: no requires_grad
+    # fp64: the chunks sum in another order than one matmul (tests/tolerance.py)
+    h = torch.randn(10, 16, requires_grad=True, dtype=torch.float64)
+    w = torch.randn(128, 16, dtype=torch.float64)  # frozen: no requires_grad
     t = torch.randint(0, 100, (10,))
     t[3] = -1
     chunked_cross_entropy(h, w, t, 100, chunk=4).backward()
     ref_h = h.detach().clone().requires_grad_(True)
     logits = (ref_h @ w.t())[:, :100]
     F.cross_entropy(logits, t, ignore_index=-1).backward()
-    assert torch.allclose(h.grad, ref_h.grad, atol=1e-6) and w.grad is None
+    assert_close64(h.grad, ref_h.grad)
+    assert w.grad is None
 
 
 def test_merged_lora_equals_adapter_inference():
@@ -258,7 +263,10 @@ def test_merged_lora_equals_adapter_inference():
     plain = tiny(n_kv_head=2).eval()
     plain.load_state_dict(merged_state_dict(m.state_dict(), m.cfg.to_dict(), alpha=8))
     merged, _ = plain(x)
-    assert torch.allclose(with_adapters, merged, atol=1e-5)
+    # merging rounds each adapted matrix's W + s B A once more (r + 2 roundings, rank 4):
+    # on a layer's path q/k/v, o and down are adapted
+    bound = logit_bound(plain, x, extra=m.cfg.n_layer * 3 * (4 + 2))
+    assert max_abs_diff(with_adapters, merged) <= bound
 
 
 def test_lora_size_and_memory_match_llmtk_estimate():
@@ -427,14 +435,16 @@ def test_sft_steps_do_not_depend_on_how_the_batch_is_split(base, tmp_path, lora,
     # mean of per-micro-batch means would differ from the step's token mean.
     data = write_jsonl(tmp_path / "sft.jsonl", [
         {"prompt": f"say {i}", "response": "x" * (1 + i % 7)} for i in range(40)])
-    common = ["--steps", "3", *lora]
+    # fp64: the splits sum the step's tokens in other orders, and AdamW carries a rounding
+    # difference in a tiny gradient into a full-size update (tests/tolerance.py PARITY_REL)
+    common = ["--steps", "3", *FP64, *lora]
     ref, out = str(tmp_path / "ref"), str(tmp_path / "split")
     sft(base, ref, data, *common, "--batch-size", "4")
     sft(base, out, data, *common, "--batch-size", "2", *extra)
     a, b = _losses(ref), _losses(out)
     assert [x[0] for x in a] == [x[0] for x in b] == [1, 2, 3]
     for (_, la, ga, ta), (_, lb, gb, tb) in zip(a, b, strict=True):
-        assert lb == pytest.approx(la, rel=1e-5) and gb == pytest.approx(ga, rel=1e-4)
+        assert lb == pytest.approx(la, rel=PARITY_REL) and gb == pytest.approx(ga, rel=PARITY_REL)
         assert ta == tb
 
 

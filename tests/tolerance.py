@@ -13,6 +13,8 @@ comparison runs in fp64: the same rounding argument with u = 2^-53 leaves so muc
 a worst case amplified a thousandfold still sits far below any bug (see PARITY_REL).
 """
 
+from contextlib import contextmanager
+
 U32 = 2.0 ** -24  # unit roundoff of fp32: half the gap between 1 and the next float
 U64 = 2.0 ** -53  # unit roundoff of fp64
 
@@ -30,6 +32,31 @@ def gamma(n: int, u: float = U32) -> float:
 # moves a loss or a grad norm by more than 1e-3.
 PARITY_REL = 1e-9
 FP64 = ["--dtype", "fp64"]
+
+
+@contextmanager
+def fp64():
+    """Build and run models in fp64 inside (torch's default dtype, as `--dtype fp64` runs)."""
+    import torch
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def assert_close64(got, want) -> None:
+    """Two fp64 results of the same arithmetic in other orders agree within PARITY_REL of
+    the largest |want|. Their rounding bound, 2 gamma_n(u64) sum|terms| with n up to 10^4
+    roundings on a path and sum|terms| up to 100 times the values, is 2e-10 of them at
+    most; a bug (a wrong mask, a missing term) moves them by 1e-3 or more."""
+    import torch
+
+    assert got.dtype == want.dtype == torch.float64, (got.dtype, want.dtype)
+    scale = want.abs().max().item()
+    assert max_abs_diff(got, want) <= PARITY_REL * scale, (max_abs_diff(got, want), scale)
 
 
 def max_abs_diff(a, b) -> float:
