@@ -19,6 +19,7 @@ from llmtk.curves.detect import diagnose
 from llmtk.curves.logs import load_run
 from llmtk.train.config import TrainConfig as TrainConfigForTest
 from llmtk.train.optim import lr_at
+from tests.tolerance import FP64, PARITY_REL
 from tests.train_runs import (
     TINY,
     events,
@@ -295,8 +296,10 @@ def test_on_nan_stop_names_the_step(corpus, tmp_path):
 
 def test_single_nan_is_skipped_and_training_continues(corpus, tmp_path):
     out = str(tmp_path / "run")
+    # fp64: the layers' norms add up in another order than clip_grad_norm_'s total (in fp32
+    # a 24576-element embedding's sum of squares is only within gamma_24576 = 1.5e-3)
     run_train(corpus, out, "--steps", "5", "--batch-size", "2", "--grad-stats", "per-layer",
-              "--grad-stats-every", "2", faults={"nan_loss": 1})
+              "--grad-stats-every", "2", *FP64, faults={"nan_loss": 1})
     (e,) = events(out, "nan")
     assert e["action"] == "skip" and e["step"] == 2
     r = losses(out)
@@ -309,7 +312,7 @@ def test_single_nan_is_skipped_and_training_continues(corpus, tmp_path):
     assert layers[:3] == ["grad_norm/tok_emb", "grad_norm/layers.0.attn_norm",
                           "grad_norm/layers.0.attn"] and layers[-1] == "grad_norm/norm"
     total = math.sqrt(sum(stats[1][k] ** 2 for k in layers))
-    assert total == pytest.approx(stats[1]["grad_norm"], rel=1e-4)  # the layers add up
+    assert total == pytest.approx(stats[1]["grad_norm"], rel=PARITY_REL)  # the layers add up
     assert stats[0]["grad_norm/tok_emb"] == "NaN"
     (named,) = [f for f in diagnose(load_run(out)) if f.kind == "layer_grads"]
     assert named.step == 2 and "first non-finite in tok_emb" in named.summary
