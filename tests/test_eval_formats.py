@@ -14,6 +14,7 @@ import pytest
 from llmtk.errors import DataError
 from llmtk.evaluate import evaluate_task, load_task
 from llmtk.evaluate.prompts import Format, contexts
+from tests.tolerance import loglik_bound
 from tests.util import llmtk
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
@@ -130,11 +131,16 @@ def facts(tmp_path_factory):
     planted = {it["id"]: next(t for t in it["choices"]["text"] if t != c)
                for it, (_, c) in zip(items[:8], facts[:8], strict=True)}
     run = str(d / "sft")
+    # What a tiny model learns moves by an item when its rounding changes (100 steps: fp32
+    # 0.975 and 7 planted items lost, fp64 0.925 and 6), so the tests below judge a run in
+    # fp64, which every CPU computes alike to far below any decision, trained long enough
+    # that the same run in fp32 clears the same thresholds (150 steps: fp64 1.0, 8 of 8
+    # lost, no other; fp32 1.0, 7 of 8, no other).
     common = ["--seq-len", "64", "--warmup", "5", "--val-fraction", "0", "--weight-decay",
-              "0", "-q"]
+              "0", "--dtype", "fp64", "-q"]
     p = llmtk("train", "--sft", "--data", write_jsonl(d / "sft.jsonl", [chat(*f) for f in facts]),
               "--out", run, "--layers", "1", "--d-model", "64", "--heads", "2",
-              "--steps", "100", "--batch-size", "40", "--lr", "5e-3", *common, **ONE_THREAD)
+              "--steps", "150", "--batch-size", "40", "--lr", "5e-3", *common, **ONE_THREAD)
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     tuned = str(d / "contradicted")
     # Continued training on the same facts, 8 of them now contradicted.
@@ -158,13 +164,15 @@ def test_an_sft_model_is_asked_in_its_chat_format_and_knows_its_facts(facts):
     chat = report["tasks"]["facts_arc"]["metrics"]["acc"]
     code, report, err = evaluate(facts["run"], "-t", facts["arc"], "--no-chat-template")
     base = report["tasks"]["facts_arc"]["metrics"]["acc"]
-    assert chat >= 0.9 and base < chat, (chat, base)  # measured 0.95 and 0.35
+    assert chat >= 0.9 and base < chat, (chat, base)  # fp64: 1.0 and 0.375 (fp32 1.0, 0.3)
 
 
 def test_template_and_delimiter_are_exactly_what_the_sft_run_trained_on(facts):
     """The tokens scored for a choice are the tokens of the same conversation as SFT
     encoded it, and the continuation scored is exactly its trained span (the reply
     without the end-of-text token), from the template the checkpoint recorded."""
+    import torch
+
     from llmtk.evaluate.scoring import ModelScorer
     from llmtk.train import load_model
     from llmtk.train.checkpoint import files as C
@@ -186,13 +194,18 @@ def test_template_and_delimiter_are_exactly_what_the_sft_run_trained_on(facts):
         # The log-likelihood is of those tokens: the reply, plus (as lm-eval moves a
         # context's trailing whitespace into the continuation) the header's newline.
         (ll, _), = scorer.loglikelihood([(ctx, choice)])
-        assert ll == pytest.approx(_logprob(m.model, trained_ids[:-1],
-                                            len(prompt) - 1), abs=1e-4)
+        # the scorer's batch forward and one plain forward: other summation orders
+        n = len(trained_ids) - len(prompt)
+        bound = loglik_bound(m.model, torch.tensor([trained_ids[:-1]]), n, ll)
+        assert ll == pytest.approx(_logprob(m.model, trained_ids[:-1], len(prompt) - 1),
+                                   abs=bound)
 
 
 def test_batches_sorted_by_length_answer_in_request_order(facts):
     """Requests of many lengths (3-shot contexts) scored longest first in batches of 5
     give what one at a time gives, in the order asked."""
+    import torch
+
     from llmtk.evaluate.scoring import ModelScorer
     from llmtk.train import load_model
 
@@ -201,10 +214,19 @@ def test_batches_sorted_by_length_answer_in_request_order(facts):
     reqs = [(ctx, " " + c) for it, ctx in zip(task.items, contexts(
         task, Format(num_fewshot=3)), strict=True) for c in it.choices]
     assert len({len(c) for c, _ in reqs}) > 3, reqs
-    one = ModelScorer(m.model, m.tokenizer, batch_size=1).loglikelihood(reqs)
+    scorer = ModelScorer(m.model, m.tokenizer, batch_size=1)
+    one = scorer.loglikelihood(reqs)
     batched = ModelScorer(m.model, m.tokenizer, batch_size=5).loglikelihood(reqs)
     assert [g for _, g in one] == [g for _, g in batched]
-    assert max(abs(a - b) for (a, _), (b, _) in zip(one, batched, strict=True)) < 1e-4
+    # padded batches of 5 and single rows sum in other orders: within the rounding bound
+    # of the longest request (its chain and the largest logit magnitudes of them all)
+    ids = [(scorer.context_ids(c) + m.tokenizer.encode(x))[-m.model.cfg.seq_len:]
+           for c, x in reqs]
+    width = max(map(len, ids))
+    batch = torch.tensor([row + [m.tokenizer.eos_id] * (width - len(row)) for row in ids])
+    n = max(len(m.tokenizer.encode(x)) + 1 for _, x in reqs)  # (+1: a moved space)
+    bound = loglik_bound(m.model, batch, n, max(abs(a) for a, _ in one))
+    assert max(abs(a - b) for (a, _), (b, _) in zip(one, batched, strict=True)) <= bound
 
 
 def _logprob(model, ids, start):
@@ -251,8 +273,9 @@ def test_a_baseline_comparison_finds_the_planted_regressions(facts):
         in err
     versus = report["tasks"]["facts_arc"]["baseline"]
     lost = set(versus["lost"])
-    # A tiny model: fine-tuning also disturbs a neighbour or two (measured: 7 of the 8
-    # planted items lost, the 8th was wrong before too, and one other).
+    # A tiny model: fine-tuning may also disturb a neighbour or two, and keep a planted
+    # item it had wrong before (fp64: 8 of the 8 planted items lost and no other; the same
+    # run in fp32: 7 and none).
     planted = set(facts["planted"])
     assert len(lost & planted) >= 6 and len(lost - planted) <= 2, (lost, versus["gained"])
     acc = versus["metrics"]["acc"]

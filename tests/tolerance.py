@@ -101,7 +101,8 @@ def logit_bound(model, idx, extra: int = 0, **forward_kw) -> float:
     linearly in N where real rounding errors mostly cancel (about sqrt(N)): a tiny model
     (N ~ 1200) measured 1.3e-6 apart where this gives 9e-4, room for the gains the argument
     leaves out, and still far below any mapping bug (a wrong weight or a flipped expert
-    moves logits by 0.1 or more)."""
+    moves logits by 0.1 or more). A forward in fp64 rounds less, so the bound holds for it
+    too, and for an fp64 result rounded once to fp32."""
     import torch
 
     seen = {}
@@ -115,3 +116,16 @@ def logit_bound(model, idx, extra: int = 0, **forward_kw) -> float:
     w = model.lm_head.weight.double()  # (V, C)
     scale = (x.abs() @ w.abs().t()).max().item()  # max over logits of sum_k |W||x|
     return 2 * gamma(forward_chain(model.cfg, idx.shape[-1]) + extra) * scale
+
+
+def loglik_bound(model, idx, n: int, ll: float) -> float:
+    """How far two fp32 computations of a continuation's log-likelihood `ll` (n tokens
+    scored after `idx`'s contexts, the summed log-softmax entries) may lie apart when their
+    forwards differ in summation order. Each entry is a logit minus the log-sum-exp of the
+    V logits: both move by at most the logit bound b (the log-sum-exp moves by at most the
+    largest change of its inputs), and each side's log-sum-exp rounds its sum of V
+    positive terms (gamma_V relatively, so gamma_V absolutely after the log) and its exp
+    and log (3 u); the n entries' sum adds gamma_n |ll| on each side."""
+    b = logit_bound(model, idx)
+    v = model.cfg.vocab_size
+    return n * (2 * b + 2 * (gamma(v) + 3 * U32)) + 2 * gamma(n) * abs(ll)
