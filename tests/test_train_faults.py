@@ -127,8 +127,13 @@ def test_the_per_rank_times_are_in_every_row(corpus, tmp_path):
 
 
 def test_a_rank_slowed_at_every_step_is_named_the_straggler(corpus, tmp_path):
-    """Rank 1 sleeps 50 ms in every forward (a step takes ~30 ms otherwise): diagnose
-    names rank 1 as the straggler, slow while computing."""
+    """Rank 1 sleeps at least 50 ms in every forward (a step takes ~30 ms otherwise), and
+    twice its own working time when the machine is slower (tests/train_driver.py): the
+    others wait for it about two thirds of the step on any machine, far above diagnose's
+    20%. diagnose names rank 1 as the straggler, slow while computing. Whether it also
+    names rank 0 on a loaded machine is not asserted (rank 0 starved of CPU is a straggler
+    too); that a healthy rank is not named is specified on rows written by hand in
+    tests/test_diagnose_ranks.py."""
     out = str(tmp_path / "run")
     p = torchrun_with_faults(corpus, out, 2, {"slow_rank": [1, 0.05]}, "--steps", "60",
                              "--log-every", "5", "--batch-size", "2", "--threads", "1")
@@ -136,7 +141,7 @@ def test_a_rank_slowed_at_every_step_is_named_the_straggler(corpus, tmp_path):
     r = llmtk("diagnose", out)
     text = r.stdout.decode()
     assert r.returncode == 3 and "rank 1 is a straggler" in text, text
-    assert "slow computing" in text and "rank 0 is a straggler" not in text
+    assert "slow computing" in text
 
 
 def test_out_of_memory_at_a_step_is_an_event_and_names_the_fix(corpus, tmp_path):
@@ -176,13 +181,18 @@ def test_a_rank_killed_mid_run_is_restarted_and_continues_the_curve_exactly(corp
 
 def test_the_stall_clock_counts_the_time_its_process_was_stopped():
     """steptime.Stalls: this process stopped for 0.3 s (SIGSTOP, then SIGCONT from a
-    shell) is 0.3 s of stall, whatever the loop was doing."""
-    from llmtk.train.steptime import Phases, Stalls
+    shell) is 0.3 s of stall, whatever the loop was doing. The bounds follow from the
+    clock, not from a machine's speed: the stop lasts at least the shell's 0.3 s sleep, of
+    which the ticker loses at most one TICK (its last tick may fall just before the stop),
+    and a stall is never longer than the time that passed."""
+    from llmtk.train.steptime import TICK, Phases, Stalls
 
     p = Phases()
+    start = time.monotonic()
     with Stalls(p):
         time.sleep(0.1)
         subprocess.run(["sh", "-c", f"kill -STOP {os.getpid()}; sleep 0.3; "
                         f"kill -CONT {os.getpid()}"], check=True)
         time.sleep(0.1)
-    assert 0.2 < p.stalled < 2.0
+    elapsed = time.monotonic() - start
+    assert 0.3 - TICK <= p.stalled <= elapsed

@@ -15,7 +15,10 @@ The faults come from LLMTK_TEST_FAULTS, a JSON object (every key optional):
                         a killed run that is still exiting
   kill_rank_once: [FILE, R, S]  rank R SIGKILLs itself after step S unless FILE exists
                         (then it creates it first): one rank of a torchrun job dies
-  slow_rank: [R, SECONDS]  rank R sleeps SECONDS in every micro-step's forward (a straggler)
+  slow_rank: [R, SECONDS]  rank R sleeps in every micro-step's forward (a straggler):
+                        SECONDS, or twice the time it worked since its last sleep if that
+                        is longer, so it stays the one the others wait for however slowly
+                        a loaded machine runs them all
   oom_at: [R, S]        rank R's forward of 0-based step S raises MemoryError (as a failed
                         allocation does; the trainer's out-of-memory path handles it)
 They reach the loop through the `faults` object `llmtk.train.trainer.train` takes; the
@@ -36,11 +39,14 @@ from llmtk.train.runtime import Faults
 class TestFaults(Faults):
     def __init__(self, spec: dict):
         self.spec, self.spiked = spec, False
+        self.slept_at: float | None = None  # slow_rank: when its last sleep ended
 
     def loss(self, step, loss):
         rank = int(os.environ.get("RANK", 0))
         if self.spec.get("slow_rank", [None])[0] == rank:
-            time.sleep(self.spec["slow_rank"][1])
+            worked = 0.0 if self.slept_at is None else time.monotonic() - self.slept_at
+            time.sleep(max(self.spec["slow_rank"][1], 2 * worked))
+            self.slept_at = time.monotonic()
         if self.spec.get("oom_at") == [rank, step]:
             raise MemoryError("injected: a failed allocation")
         if self.spec.get("nan_loss") == step:
