@@ -24,6 +24,7 @@ from tests.train_runs import (
     TINY,
     events,
     losses,
+    nothing_half_written,
     rows,
     run_train,
     torchrun_with_faults,
@@ -189,6 +190,7 @@ def test_signal_checkpoints_and_exits_cleanly_then_resumes(corpus, tmp_path, res
     step = pre[0]["step"]
     assert 1 <= step < 12
     assert os.path.exists(os.path.join(out, "checkpoints", f"step-{step:07d}", "COMPLETE"))
+    nothing_half_written(out)
     run_train(corpus, out, *args)
     assert losses(out) == losses(ref)
 

@@ -18,6 +18,7 @@ from tests.train_runs import (
     events,
     free_port,
     losses,
+    nothing_half_written,
     rows,
     run_train,
     same_samples_and_scores,
@@ -499,3 +500,4 @@ def test_ctrl_c_at_the_launcher_checkpoints_every_worker_and_exits_130(corpus, t
     assert pre["signal"] == "SIGINT"
     step = os.path.join(out, "checkpoints", f"step-{pre['step']:07d}")
     assert os.path.exists(os.path.join(step, "COMPLETE"))
+    nothing_half_written(out)

@@ -66,6 +66,22 @@ def rows(out):
         return [json.loads(line) for line in f]
 
 
+def nothing_half_written(out):
+    """A stopped run left no file half-written: no temporary file or checkpoint folder
+    (llmtk.io.atomic's TARGET.tmp-PID, checkpoints/.tmp-step-N), every checkpoint folder
+    complete, every line of metrics.jsonl whole."""
+    left = [os.path.join(d, n) for d, dirs, files in os.walk(out) for n in dirs + files
+            if ".tmp-" in n]
+    assert left == [], left
+    ckpts = os.path.join(out, "checkpoints")
+    for name in os.listdir(ckpts):
+        if name.startswith("step-"):
+            assert os.path.exists(os.path.join(ckpts, name, "COMPLETE")), name
+    with open(os.path.join(out, "metrics.jsonl"), "rb") as f:
+        data = f.read()
+    assert data.endswith(b"\n") and all(json.loads(x) for x in data.splitlines())
+
+
 def losses(out):
     return [(r["step"], r["loss"], r["grad_norm"], r["lr"], r["tokens"])
             for r in rows(out) if "loss" in r and "event" not in r]
