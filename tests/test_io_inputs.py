@@ -7,6 +7,7 @@ import bz2
 import gzip
 import json
 import lzma
+import socket
 
 import orjson
 import pytest
@@ -69,6 +70,26 @@ def test_a_folder_is_read_whole_and_what_is_not_data_is_named_and_counted(mixed,
         assert f"{mixed / name} ({why}" in err, (name, err)
     s = json.loads(stats.read_text())
     assert (s["files_in"], s["files_skipped"], s["records_in"]) == (6, 3, 6)
+
+
+def test_a_dangling_link_or_a_socket_in_a_folder_is_named_and_counted(tmp_path):
+    """A folder input passes over nothing in silence: a symbolic link to a deleted file
+    (named like data) and a socket are named on stderr and counted in --stats."""
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "a.jsonl").write_bytes(lines("a"))
+    (d / "gone.jsonl").symlink_to(tmp_path / "deleted.jsonl")
+    stats = tmp_path / "s.json"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(d / "s.sock"))
+        r = llmtk("cat", d, "-q", "--stats", stats)
+    assert r.returncode == 0 and texts(r.stdout) == ["a"], r.stderr
+    err = r.stderr.decode()
+    assert "warning: skipped 2 files" in err, err
+    assert f"{d / 'gone.jsonl'} (a dangling symbolic link)" in err, err
+    assert f"{d / 's.sock'} (not a regular file)" in err, err
+    s = json.loads(stats.read_text())
+    assert (s["files_in"], s["files_skipped"], s["records_in"]) == (1, 2, 1)
 
 
 def test_skipped_files_are_counted_once_across_the_shards_of_a_job_array(tmp_path):

@@ -156,6 +156,8 @@ def walk(top: str, suffixes: tuple[str, ...] | None = INPUT_SUFFIXES,
                     found.append(entry.path)
                 else:
                     others.append(entry.path)
+            else:  # a dangling link, a socket, a device: named, never passed over in silence
+                others.append(entry.path)
 
     visit(top)
     if skipped is not None:
@@ -167,7 +169,11 @@ def walk(top: str, suffixes: tuple[str, ...] | None = INPUT_SUFFIXES,
 
 
 def skip_reason(path: str) -> str:
-    """Why a file of a folder was not read, from its name."""
+    """Why a file of a folder was not read: what it is, else what its name says."""
+    if os.path.islink(path) and not os.path.exists(path):
+        return "a dangling symbolic link"
+    if os.path.exists(path) and not os.path.isfile(path):
+        return "not a regular file"
     if _TEMPORARY.search(path):
         return "the temporary file of an llmtk run that was killed"
     for suffixes, reason in _SKIP_REASONS:
@@ -218,13 +224,16 @@ def _is_fifo(entry: os.DirEntry) -> bool:
 
 
 def _once(paths: list[str]) -> list[str]:
-    """Keep the first name of each real file (device, inode)."""
+    """Keep the first name of each real file (device, inode). A path that cannot be
+    stat'ed (a dangling link, a file deleted since the listing) stays: reading it fails
+    in words, a skipped one is named; neither vanishes."""
     seen: set[tuple[int, int]] = set()
     out = []
     for p in paths:
         try:
             st = os.stat(p)
         except OSError:
+            out.append(p)
             continue
         key = (st.st_dev, st.st_ino)
         if key not in seen:
