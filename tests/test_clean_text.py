@@ -199,7 +199,8 @@ NEVER_PERSONAL = [
     "Standards-Version: 4.6.1.0", "1.0.0.127.in-addr.arpa", "+1.0000000", "+48.8566",
     "+20 000 000", "+1234567890", "15000000000", "-1.19099999999", "252.227-7013",
     "fuzz.com/testcase/5390364397928448", "4044404959645932768", "+10000-12-31",
-    "101.102.103.104", "123.45.67.89",
+    "101.102.103.104", "123.45.67.89", "pkg==1.2.3.4", "pip install numpy>=1.26.4.1",
+    "requests~=2.31.0.1",
 ]
 # Real-shaped personal data in several countries' formats, which must still go.
 REAL_SHAPED = [
