@@ -1,7 +1,8 @@
 """Hugging Face models in and out of llmtk: export -> transformers, transformers -> llmtk.
 
 The proof the issue asks for: an llmtk run exported with `train export --hf` loads in
-transformers (CPU, fp32) with logits within 1e-4 of llmtk's own forward pass and the
+transformers (CPU, fp32) with logits within the rounding bound of llmtk's own forward
+pass (tests/tolerance.py logit_bound) and the
 same greedy continuation; a tiny random Llama / Qwen2 / Mistral saved by
 `save_pretrained` loads into llmtk with the same logits, trains, and exports back.
 """
@@ -18,6 +19,7 @@ from llmtk.errors import UsageError  # noqa: E402
 from llmtk.train.config import resolve_config, section  # noqa: E402
 from llmtk.train.model import hf  # noqa: E402
 from llmtk.train.trainer import train  # noqa: E402
+from tests.tolerance import logit_bound, max_abs_diff  # noqa: E402
 from tests.util import InProcess, own_signal_handlers  # noqa: E402
 
 TEXT = ("The quick brown fox jumps over the lazy dog. Zwölf Boxkämpfer jagen Viktor quer "
@@ -89,7 +91,8 @@ def test_export_loads_in_transformers_with_the_same_logits_and_greedy_text(
     theirs, model = hf_logits(out, ids)
     mine, loaded = llmtk_logits(tmp_path / "run", ids)
     assert theirs.shape == mine.shape == (len(ids), 257)
-    assert (theirs - mine).abs().max().item() <= 1e-4
+    # the same arithmetic up to summation order (tests/tolerance.py logit_bound)
+    assert max_abs_diff(theirs, mine) <= logit_bound(loaded.model, torch.tensor([ids]))
 
     # The same greedy continuation, token for token.
     prompt = "The quick brown"
@@ -170,8 +173,11 @@ def test_hf_folder_loads_into_llmtk_with_identical_logits(tmp_path, kind, extra)
     ids = list(range(5, 45))
     with torch.no_grad():
         theirs = model(torch.tensor([ids])).logits[0]
-    mine, _ = llmtk_logits(tmp_path / "m", ids)
-    assert (theirs - mine).abs().max().item() <= 1e-5
+    mine, loaded = llmtk_logits(tmp_path / "m", ids)
+    # "identical" up to summation order: within the rounding bound of the forward
+    # (tests/tolerance.py logit_bound; the weights are randomised to ~0.1, logits ~3, and
+    # an fp32 ulp of them is 2.4e-7: a fixed 1e-5 was only a few measured differences)
+    assert max_abs_diff(theirs, mine) <= logit_bound(loaded.model, torch.tensor([ids]))
 
 
 @pytest.mark.parametrize("kind, extra, message", [
@@ -220,7 +226,10 @@ def test_init_from_hf_trains_and_exports_back(corpus, tmp_path):
     with torch.no_grad():
         original = model(torch.tensor([ids])).logits[0]
     exported, _ = hf_logits(tmp_path / "back", ids)
-    assert (original - exported).abs().max().item() <= 1e-4
+    from llmtk.train import load_model
+
+    bound = logit_bound(load_model(str(tmp_path / "still")).model, torch.tensor([ids]))
+    assert max_abs_diff(original, exported) <= bound
 
     run_train(corpus, tmp_path / "cpt", steps=8, init_from=f"hf:{tmp_path / 'base'}")
     rows = [json.loads(x) for x in (tmp_path / "cpt" / "metrics.jsonl").read_text().splitlines()]
