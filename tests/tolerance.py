@@ -100,8 +100,9 @@ def logit_bound(model, idx, extra: int = 0, **forward_kw) -> float:
     gamma_N * sum_k |W[v, k]| |x[k]|; two such forwards within twice that. The bound grows
     linearly in N where real rounding errors mostly cancel (about sqrt(N)): a tiny model
     (N ~ 1200) measured 1.3e-6 apart where this gives 9e-4, room for the gains the argument
-    leaves out, and still far below any mapping bug (a wrong weight or a flipped expert
-    moves logits by 0.1 or more). A forward in fp64 rounds less, so the bound holds for it
+    leaves out, and below the mapping bugs the tests look for (measured: a wrong rope
+    theta or a flipped expert moves logits by 0.1 or more, a norm eps of 1e-5 for 1e-6 by
+    2e-3, where the bound is 4e-4). A forward in fp64 rounds less, so the bound holds for it
     too, and for an fp64 result rounded once to fp32."""
     import torch
 
