@@ -92,6 +92,22 @@ def test_a_dangling_link_or_a_socket_in_a_folder_is_named_and_counted(tmp_path):
     assert (s["files_in"], s["files_skipped"], s["records_in"]) == (1, 2, 1)
 
 
+def test_a_glob_names_the_dangling_links_it_matches(tmp_path):
+    """A quoted glob passes over nothing in silence either: a link to a deleted file it
+    matches is named and counted, and a glob that matches nothing else says so."""
+    (tmp_path / "a.jsonl").write_bytes(lines("a"))
+    (tmp_path / "b.jsonl").symlink_to(tmp_path / "deleted.jsonl")
+    stats = tmp_path / "s.json"
+    r = llmtk("cat", tmp_path / "*.jsonl", "-q", "--stats", stats)
+    assert r.returncode == 0 and texts(r.stdout) == ["a"], r.stderr
+    assert f"skipped 1 file: {tmp_path / 'b.jsonl'} (a dangling symbolic link)" in \
+        r.stderr.decode(), r.stderr
+    s = json.loads(stats.read_text())
+    assert (s["files_in"], s["files_skipped"]) == (1, 1)
+    r = llmtk("cat", tmp_path / "b*.jsonl", "-q")
+    assert r.returncode == 2 and b"no files match; it matches 1 file: " in r.stderr, r.stderr
+
+
 def test_skipped_files_are_counted_once_across_the_shards_of_a_job_array(tmp_path):
     d = tmp_path / "in"
     d.mkdir()

@@ -107,11 +107,15 @@ def expand_inputs(inputs: list[str], skipped: list[str] | None = None) -> list[s
         elif os.path.exists(item):
             paths.append(item)
         elif glob.has_magic(item):
-            matches = _once(sorted(p for p in glob.glob(item, recursive=True)
-                                   if os.path.isfile(p)))
+            hits = sorted(glob.glob(item, recursive=True))
+            matches = _once([p for p in hits if os.path.isfile(p)])
+            # a link to a deleted file is named with the skipped ones, not dropped
+            dangling = [p for p in hits if os.path.islink(p) and not os.path.exists(p)]
             if not matches:
-                raise UsageError(f"{item}: no files match")
+                held = f"; it matches {describe_skipped(dangling)}" if dangling else ""
+                raise UsageError(f"{item}: no files match{held}")
             paths.extend(matches)
+            passed_over.extend(dangling)
         else:
             raise UsageError(f"{item}: no such file or directory")
     if skipped is None:
