@@ -204,7 +204,27 @@ PAGES = {
 }
 
 # The cases the default extractor gets wrong today: (page, string) -> what is wrong.
-WRONG_TODAY: dict[tuple[str, str], str] = {}
+WRONG_TODAY: dict[tuple[str, str], str] = {
+    ("zh_faq_support.html", "12.1. Debian 系统中还能获得哪些有针对性的文档？"):
+        "the chapter's first section heading is dropped (with the chapter title and the "
+        "section's first list item): the start of the text is cut too late",
+    ("shop_books_toscrape.html", "£51.77"):
+        "a product page keeps only its description: the price is dropped",
+    ("shop_books_toscrape.html", "a897fe39b1053632"):
+        "a product page keeps only its description: the product information table "
+        "(UPC, prices, availability) is dropped",
+    ("product_firefox_developer.html",
+     "Examine the HTML and CSS of any Web page and easily modify the structure and "
+     "layout of a page."):
+        "the product page's feature list (a description under each feature's name) is "
+        "dropped: the text stops after the first section",
+    ("product_firefox_developer.html",
+     "View and edit CSS styles associated with a Web page, create new ones and apply "
+     "existing CSS stylesheets to any page."):
+        "the product page's feature list is dropped (its last item)",
+    ("ja_news_afpbb.html", "このニュースをシェア"):
+        "the share line just above the article (\"share this news\") is kept",
+}
 
 CASES = [(name, "kept", s) for name, p in PAGES.items() for s in p.kept] + [
     (name, "furniture", s) for name, p in PAGES.items() for s in p.furniture]
@@ -272,9 +292,13 @@ def test_main_text_is_kept(extracted, name, s):
 
 @pytest.mark.parametrize("name", list(PAGES))
 def test_main_text_keeps_its_order(extracted, name):
-    text = _norm(extracted[name])
-    found = [text.find(_norm(s)) for s in PAGES[name].kept if _norm(s) in text]
-    assert found == sorted(found)
+    text, pos = _norm(extracted[name]), 0
+    for s in map(_norm, PAGES[name].kept):
+        if s in text:  # (one that is missing fails its own case)
+            # found after the one before it (a later heading may repeat earlier words)
+            pos = text.find(s, pos)
+            assert pos >= 0, f"out of order: {s!r}"
+            pos += len(s)
 
 
 @pytest.mark.parametrize(("name", "s"),
