@@ -13,6 +13,7 @@ import html
 import json
 import re
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -243,6 +244,7 @@ def _param(name: str, kind: str, s: str):
     return pytest.param(name, s, marks=marks, id=f"{name.split('.')[0]}-{s[:40]}")
 
 
+@cache
 def _page_text(name: str) -> str:
     """The page's own text, read without the extractor: tags out, entities decoded, and no
     white space at all (a tag may fall inside a word: a highlighted name, a link)."""
