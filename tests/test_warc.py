@@ -361,3 +361,48 @@ def test_header_ends_are_found_across_any_buffer_refill(tmp_path, monkeypatch, c
     assert whole == ["http://a.org/", "http://lf.org/", "http://b.org/", "http://lf.org/"]
     monkeypatch.setattr(warc, "CHUNK", chunk)
     assert urls() == whole
+
+
+@pytest.mark.parametrize(("chunk", "feed"), [(1 << 20, 1), (1 << 20, 7), (1 << 20, 1 << 16),
+                                             (5, 3), (4096, 1 << 16)])
+def test_gzip_members_read_alike_at_any_chunk_and_feed(tmp_path, monkeypatch, chunk, feed):
+    """zlib is given FEED bytes a call (a chunk holds many members; fed whole, the rest of it
+    was copied at each member's end): a member larger than a feed, many small ones in one
+    chunk, zero padding and a damaged member read the same at any sizes, offsets and all."""
+    import random
+
+    from llmtk.io import warc
+
+    rng = random.Random(0)
+    noise = "".join(rng.choice("abcdefghij ") for _ in range(150_000))  # ~70 KB compressed
+    recs = [record("response", f"http://z.org/{i}",
+                   page(f"Page {i}", noise if i == 2 else f"<p>Text {i}.</p>").encode())
+            for i in range(6)]
+    data, offsets = members(recs)
+    broken = bytearray(data)
+    broken[offsets[4] + 12:offsets[4] + 20] = b"\xff" * 8  # the 5th member gives nothing
+    f = tmp_path / "z.warc.gz"
+    f.write_bytes(bytes(broken[:offsets[1]]) + b"\0" * 9 + bytes(broken[offsets[1]:]))
+
+    def events() -> list:
+        return [(type(e).__name__, e.line, getattr(e, "offset", None),
+                 e.data["url"] if hasattr(e, "data") else getattr(e, "reason", None))
+                for e in warc.read_warc(str(f), "warc", 1 << 20) if not isinstance(e, int)]
+
+    monkeypatch.setattr(warc, "CHUNK", chunk)
+    monkeypatch.setattr(warc, "FEED", feed)
+    got = events()
+    assert got == [("Parsed", 1, None, "http://z.org/0"), ("Parsed", 2, None, "http://z.org/1"),
+                   ("Parsed", 3, None, "http://z.org/2"), ("Parsed", 4, None, "http://z.org/3"),
+                   ("Invalid", 5, offsets[4] + 9, "io.corrupt"),
+                   ("Parsed", 6, None, "http://z.org/5")]
+
+
+def test_header_fields_folded_repeated_and_odd_lines():
+    from llmtk.io.warc import _parse_headers
+
+    plain = b"Content-Type: text/html; charset=utf-8\r\nX-A:1\r\nno colon here\r\nx-a: 2 \r\n"
+    assert _parse_headers(plain) == {"content-type": "text/html; charset=utf-8", "x-a": "2"}
+    folded = b"Content-Type: text/html;\r\n  charset=latin-1\r\nServer: \xff\r\n"
+    assert _parse_headers(folded) == {"content-type": "text/html; charset=latin-1",
+                                      "server": "\ufffd"}

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from llmtk.io.record import Invalid, Parsed, Skipped
 
 CHUNK = 1 << 20
+FEED = 1 << 16  # compressed bytes given to zlib a call (_Stream._gzip_pieces)
 MAX_HEADER = 64 << 10  # a WARC or HTTP header block longer than this is not one
 # A record header line, for resync: _Stream.find takes a match only at a line's start.
 # The WARC one opens with a literal, so the regex engine skips ahead by a fast search.
@@ -89,42 +90,45 @@ class _Stream:
     def _gzip_pieces(self, f) -> Iterator[bytes]:
         d = None
         start = 0  # file offset of the current member
-        offset = 0  # file offset of `chunk`'s first byte
-        chunk = b""
+        offset = 0  # file offset of chunk[pos]
+        chunk, pos = b"", 0
+        view = memoryview(chunk)
         while True:
-            if not chunk:
-                chunk = f.read1(CHUNK)
+            if pos >= len(chunk):
+                chunk, pos = f.read1(CHUNK), 0
                 if not chunk:
                     break
+                view = memoryview(chunk)
             if d is None:
-                stripped = chunk.lstrip(b"\0")  # zero padding between members, as gzip allows
-                offset += len(chunk) - len(stripped)
-                chunk = stripped
-                if not chunk:
-                    continue
+                if chunk[pos] == 0:  # zero padding between members, as gzip allows
+                    pad = len(chunk) - pos - len(chunk[pos:].lstrip(b"\0"))
+                    pos, offset = pos + pad, offset + pad
+                    if pos >= len(chunk):
+                        continue
                 d, start = zlib.decompressobj(wbits=31), offset
                 self.members[self._pending] = start
+            # FEED bytes at most a call: at a member's end zlib copies the rest of its input
+            # to unused_data, and a chunk holds many members (Common Crawl gzips each
+            # record): fed whole, a chunk was copied once per member in it
+            piece = view[pos:pos + FEED]
             try:
-                out = d.decompress(chunk)
+                out = d.decompress(piece)
             except zlib.error as e:
                 self.breaks.append((self._pending, f"corrupt gzip member at byte offset "
                                     f"{start} ({e})", start))
                 # go on at the next gzip member header after the damaged member's start
                 skip = 1 if offset == start else 0
-                chunk, offset = _next_member(f, chunk, offset, skip)
+                chunk, offset = _next_member(f, chunk[pos:], offset, skip)
+                pos, view = 0, memoryview(chunk)
                 d = None
                 continue
             if out:
                 self._pending += len(out)
                 yield out
+            used = len(piece) - len(d.unused_data) if d.eof else len(piece)
+            pos, offset = pos + used, offset + used
             if d.eof:
-                used = len(chunk) - len(d.unused_data)
-                offset += used
-                chunk = d.unused_data
                 d = None
-            else:
-                offset += len(chunk)
-                chunk = b""
         if d is not None:
             self.breaks.append((self._pending, f"truncated gzip member at byte offset "
                                 f"{start} (the file ends inside it)", start))
@@ -151,7 +155,8 @@ class _Stream:
 
     def at(self, pos: int, n: int) -> bytes:
         i = pos - self.base
-        return bytes(self.buf[i:i + n])
+        with memoryview(self.buf) as view:  # one copy (a bytearray slice, then bytes: two)
+            return view[i:i + n].tobytes()
 
     def drop_before(self, pos: int) -> None:
         """Forget the bytes before pos; they leave memory in batches (each `del` moves
@@ -317,7 +322,7 @@ def _warc_record(s: _Stream, pos: int, number: int, max_record: int):
     if b"\nWARC/1." in head:  # a header cut short, and the next record's header after it
         return bad("io.warc_header", "record header is cut short (another record header "
                    "starts inside it)", pos + 1)
-    headers = _parse_headers(head.split(b"\n")[1:])
+    headers = _parse_headers(head[head.index(b"\n") + 1:])
     try:
         length = int(headers.get("content-length", ""))
         if length < 0:
@@ -364,21 +369,35 @@ def _break_reason(message: str) -> str:
     return "io.truncated" if message.startswith("truncated") else "io.corrupt"
 
 
-def _parse_headers(lines: list[bytes]) -> dict[str, str]:
+_FIELD = re.compile(r"^([^:\n]+):(.*)", re.M)  # (lines split at LF alone, as before)
+_SPACE = " \t\r\n\x0b\x0c"  # what bytes.strip() strips (str.strip() strips more)
+
+
+def _parse_headers(block: bytes) -> dict[str, str]:
+    """`name: value` lines (after a header's first line) as {lowercase name: value}; the
+    last of a repeated name wins, a line without a colon is passed over."""
+    text = block.decode("utf-8", "replace")  # one decode a block, not two a line
+    if "\n " in text or "\n\t" in text or text[:1] in (" ", "\t"):
+        return _parse_folded(text)
+    return {k.strip(_SPACE).lower(): v.strip(_SPACE) for k, v in _FIELD.findall(text)}
+
+
+def _parse_folded(text: str) -> dict[str, str]:
+    """_parse_headers for a block with folded continuation lines (obsolete, still seen)."""
     headers: dict[str, str] = {}
     name = None
-    for raw in lines:
-        line = raw.rstrip(b"\r")
+    for raw in text.split("\n"):
+        line = raw.rstrip("\r")
         if not line:
             continue
-        if line[:1] in b" \t" and name is not None:  # a folded continuation line
-            headers[name] += " " + line.strip().decode("utf-8", "replace")
+        if line[:1] in (" ", "\t") and name is not None:  # a folded continuation line
+            headers[name] += " " + line.strip(_SPACE)
             continue
-        key, sep, value = line.partition(b":")
+        key, sep, value = line.partition(":")
         if not sep:
             continue
-        name = key.strip().decode("latin-1").lower()
-        headers[name] = value.strip().decode("utf-8", "replace")
+        name = key.strip(_SPACE).lower()
+        headers[name] = value.strip(_SPACE)
     return headers
 
 
@@ -487,13 +506,13 @@ def _split_http(block: bytes) -> tuple[int | None, dict[str, str], bytes]:
     end, sep = _blank_line(block, 0, MAX_HEADER + 4)
     if end < 0 or end > MAX_HEADER:
         return None, {}, b""
-    lines = block[:end].split(b"\n")
-    parts = lines[0].split(None, 2)
+    first, _, rest = block[:end].partition(b"\n")
+    parts = first.split(None, 2)
     try:
         status = int(parts[1]) if parts[0].startswith(b"HTTP/") else None
     except (IndexError, ValueError):
         status = None
-    return status, _parse_headers(lines[1:]), block[end + sep:]
+    return status, _parse_headers(rest), block[end + sep:]
 
 
 def _decode_transfer(headers: dict[str, str], body: bytes, max_record: int) -> bytes | None:
