@@ -58,7 +58,7 @@ def load(data: Path) -> list[dict]:
         sys.exit(f"{path}: missing (build it with benchmarks/doc_sites_corpus.py {data})")
     pages = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     for p in pages:
-        p["half"] = half(p["site"])
+        p["half"] = p.get("group") or half(p["site"])
     return pages
 
 
@@ -162,8 +162,10 @@ def main() -> None:
         args.dump.mkdir(parents=True, exist_ok=True)
         for name, (out, _) in results.items():
             (args.dump / f"{name}.json").write_text(json.dumps(out, ensure_ascii=False))
-    for h in ("held-out", "dev"):
+    for h in ("held2", "held-out", "dev"):
         chosen = [p for p in pages if p["half"] == h]
+        if not chosen:
+            continue
         sites = sorted({p["site"] for p in chosen})
         print(f"\n{h}: {len(chosen)} pages, {len(sites)} sites "
               f"({', '.join(sorted({p['generator'] for p in chosen}))})")
