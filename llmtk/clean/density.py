@@ -203,7 +203,7 @@ def weight(b: Block) -> float:
         return 0.0
     density = b.links / b.chars
     if density > BAD_LINKS:
-        return -BAD_WEIGHT * b.chars
+        return 0.0 if _api_links(b) else -BAD_WEIGHT * b.chars
     if b.kind == "pre":
         return float(b.chars)
     if b.kind == "h":  # a title, however long, is not the text it heads
@@ -316,9 +316,29 @@ def _furniture(b: Block) -> bool:
     like "see Section 12.1, “Other documentation”"), or a paragraph with no more outside
     its links than a label ("Related: <headline>", "READ MORE: <headline>"; an index
     entry "name : <file>" is a list item); not a table row."""
-    if not b.chars or b.links / b.chars <= BAD_LINKS or "\t\t" in b.raw:
+    if not b.chars or b.links / b.chars <= BAD_LINKS or "\t\t" in b.raw or _api_links(b):
         return False
     return not b.sentence or (b.kind == "p" and _label("".join(b.plain).strip()))
+
+
+# An API reference's linked code: a signature (`val make : int -> t`, `elements()`,
+# `std::string`, `java.util.List<Connection.KeyVal>`, `Date_sig.S.week`) ...
+_CODE_MARK = re.compile(r"\w\(|\(\)|->|::|\w<\w|\w_\w|[a-z]\.[a-zA-Z_]\w*\.|\s[:=]\s")
+# ... or a list of identifiers ("addClass, after, append, appendChild, ..."), one of them
+# in a programmer's spelling (camelCase, snake_case, dotted)
+_IDENT = re.compile(r"[\w$.]+")
+_CODE_IDENT = re.compile(r"[a-z][A-Z]|\w_\w|\w\.\w")
+
+
+def _api_links(b: Block) -> bool:
+    """Whether a link-dense block is an API reference's linked code, not furniture: its
+    links are the types and members it names (weighed as a table row is: by nothing)."""
+    text = b.raw.replace("\u200b", "").replace("\xa0", " ")
+    if _CODE_MARK.search(text):
+        return True
+    items = [x.strip() for x in text.split(",")]
+    return (len(items) >= 3 and all(_IDENT.fullmatch(x) for x in items)
+            and any(_CODE_IDENT.search(x) for x in items))
 
 
 def _label(plain: str) -> bool:
