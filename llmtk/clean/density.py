@@ -73,7 +73,7 @@ _HREF = re.compile(r'href="([^"]*)"')
 
 class Block:
     __slots__ = ("parts", "plain", "kind", "chars", "links", "gap", "raw", "sentence", "hints",
-                 "mains")
+                 "mains", "term")
 
     def __init__(self, gap: bool) -> None:
         self.hints: tuple[int, ...] = ()  # the hinted elements it lies in (by number)
@@ -86,6 +86,7 @@ class Block:
         self.gap = gap          # a blank line before it
         self.raw = ""           # the parts joined, once the block is complete (seal)
         self.sentence = False   # whether raw holds a sentence
+        self.term = False       # an API member's linked name before its description
 
     def seal(self) -> None:
         self.raw = "".join(self.parts)
@@ -222,6 +223,7 @@ def main_text(rendered: str) -> str:
     bs = blocks(rendered)
     if not bs:
         return ""
+    _mark_terms(bs)
     ws = [weight(b) for b in bs]
     hinted = _hinted(bs, ws)
     unhinted = [0.0 if h and w > 0 else w for h, w in zip(hinted, ws, strict=True)]
@@ -265,7 +267,7 @@ def _dropped(bs: list[Block], ws: list[float], hinted: list[bool]) -> set[int]:
     """The blocks left out even inside the stretch: furniture, and what a hinted element
     holds that is not prose (its labels, dates, bylines, buttons)."""
     return {i for i, b in enumerate(bs)
-            if _furniture(b) or (hinted[i] and ws[i] <= 0 and b.kind != "pre")}
+            if _furniture(b) or (hinted[i] and ws[i] <= 0 and b.kind != "pre") or _notice(b)}
 
 
 def _main_span(bs: list[Block], ws: list[float]) -> tuple[int, int]:
@@ -333,12 +335,33 @@ _CODE_IDENT = re.compile(r"[a-z][A-Z]|\w_\w|\w\.\w")
 def _api_links(b: Block) -> bool:
     """Whether a link-dense block is an API reference's linked code, not furniture: its
     links are the types and members it names (weighed as a table row is: by nothing)."""
+    if b.term:
+        return True
     text = b.raw.replace("\u200b", "").replace("\xa0", " ")
     if _CODE_MARK.search(text):
         return True
     items = [x.strip() for x in text.split(",")]
     return (len(items) >= 3 and all(_IDENT.fullmatch(x) for x in items)
             and any(_CODE_IDENT.search(x) for x in items))
+
+
+def _mark_terms(bs: list[Block]) -> None:
+    """Mark the linked names of an API summary's members, each followed by its one-line
+    description ("Attribute" / "A single key + value attribute."): a glossary's terms,
+    not a menu (whose items are followed by more links)."""
+    for b, after in zip(bs, bs[1:], strict=False):
+        if (b.chars and b.links * 2 > b.chars and after.sentence and not after.links
+                and _IDENT.fullmatch(b.raw.strip().replace("\u200b", ""))):
+            b.term = True
+
+
+# a copyright line ("Copyright © 2003–2017. All rights reserved.", "© 2020 Example Inc.")
+_NOTICE = re.compile(r"\s*(?:copyright\b|©|\(c\)\s*\d)", re.IGNORECASE)
+
+
+def _notice(b: Block) -> bool:
+    """A short copyright notice: a page's footer, wherever the stretch ends."""
+    return b.chars < 200 and _NOTICE.match(b.raw) is not None
 
 
 def _label(plain: str) -> bool:
