@@ -318,7 +318,9 @@ def _furniture(b: Block) -> bool:
     like "see Section 12.1, “Other documentation”"), or a paragraph with no more outside
     its links than a label ("Related: <headline>", "READ MORE: <headline>"; an index
     entry "name : <file>" is a list item); not a table row."""
-    if not b.chars or b.links / b.chars <= BAD_LINKS or "\t\t" in b.raw or _api_links(b):
+    if "\t\t" in b.raw:
+        return _link_row(b)
+    if not b.chars or b.links / b.chars <= BAD_LINKS or _api_links(b):
         return False
     return not b.sentence or (b.kind == "p" and _label("".join(b.plain).strip()))
 
@@ -343,6 +345,13 @@ def _api_links(b: Block) -> bool:
     items = [x.strip() for x in text.split(",")]
     return (len(items) >= 3 and all(_IDENT.fullmatch(x) for x in items)
             and any(_CODE_IDENT.search(x) for x in items))
+
+
+def _link_row(b: Block) -> bool:
+    """A table row that is all links and no code: a navigation bar laid out as a table
+    (a Doxygen project's own header: "Project page | Classes | Namespace | Home page").
+    A row with any text outside its links (a member's type, a description) is content."""
+    return b.chars > 0 and b.links >= 0.95 * b.chars and not _api_links(b)
 
 
 def _mark_terms(bs: list[Block]) -> None:
