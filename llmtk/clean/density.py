@@ -56,6 +56,7 @@ SHORT_WEIGHT = 0.2  # any other short block (a heading, a date, a label) minus t
 HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hint
 MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
 SECOND = 0.5        # a further stretch is kept when it weighs this share of the best one
+API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
 _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width space)
 # where an element that llmtk.clean.extract.HINTS names starts and ends (one control
@@ -201,10 +202,10 @@ def weight(b: Block) -> float:
     if b.chars == 0:
         return 0.0
     if "\t\t" in b.raw:  # a table row (cells are tab-separated): its links say little
-        return 0.0
+        return API_WEIGHT * b.chars if _api_links(b) else 0.0
     density = b.links / b.chars
     if density > BAD_LINKS:
-        return 0.0 if _api_links(b) else -BAD_WEIGHT * b.chars
+        return API_WEIGHT * b.chars if _api_links(b) else -BAD_WEIGHT * b.chars
     if b.kind == "pre":
         return float(b.chars)
     if b.kind == "h":  # a title, however long, is not the text it heads
