@@ -202,7 +202,7 @@ def weight(b: Block) -> float:
     if b.chars == 0:
         return 0.0
     if "\t\t" in b.raw:  # a table row (cells are tab-separated): its links say little
-        return API_WEIGHT * b.chars if _api_links(b) else 0.0
+        return API_WEIGHT * b.chars if b.links and _api_links(b) else 0.0
     density = b.links / b.chars
     if density > BAD_LINKS:
         return API_WEIGHT * b.chars if _api_links(b) else -BAD_WEIGHT * b.chars
@@ -329,6 +329,8 @@ def _furniture(b: Block) -> bool:
 # An API reference's linked code: a signature (`val make : int -> t`, `elements()`,
 # `std::string`, `java.util.List<Connection.KeyVal>`, `Date_sig.S.week`) ...
 _CODE_MARK = re.compile(r"\w\(|\(\)|->|::|\w<\w|\w_\w|[a-z]\.[a-zA-Z_]\w*\.|\s[:=]\s")
+# (not in addresses and handles: "http://po.st/TP_615", "@tasty_food")
+_ADDRESS = re.compile(r"\S*(?:://|www\.|@)\S*")
 # ... or a list of identifiers ("addClass, after, append, appendChild, ..."), one of them
 # in a programmer's spelling (camelCase, snake_case, dotted)
 _IDENT = re.compile(r"[\w$.]+")
@@ -340,7 +342,7 @@ def _api_links(b: Block) -> bool:
     links are the types and members it names (weighed as a table row is: by nothing)."""
     if b.term:
         return True
-    text = b.raw.replace("\u200b", "").replace("\xa0", " ")
+    text = _ADDRESS.sub(" ", b.raw.replace("\u200b", "").replace("\xa0", " "))
     if _CODE_MARK.search(text):
         return True
     items = [x.strip() for x in text.split(",")]
@@ -357,12 +359,17 @@ def _link_row(b: Block) -> bool:
 
 def _mark_terms(bs: list[Block]) -> None:
     """Mark the linked names of an API summary's members, each followed by its one-line
-    description ("Attribute" / "A single key + value attribute."): a glossary's terms,
-    not a menu (whose items are followed by more links)."""
-    for b, after in zip(bs, bs[1:], strict=False):
-        if (b.chars and b.links * 2 > b.chars and after.sentence and not after.links
-                and _IDENT.fullmatch(b.raw.strip().replace("\u200b", ""))):
-            b.term = True
+    description ("Attribute" / "A single key + value attribute." / "Attributes" / "The
+    attributes of an Element."): a glossary's terms, not a menu (whose items are followed
+    by more links)."""
+    full = [b for b in bs if b.chars]
+    pairs = [b.links * 2 > b.chars and after.sentence and not after.links
+             and _IDENT.fullmatch(b.raw.strip().replace("\u200b", "")) is not None
+             for b, after in zip(full, full[1:], strict=False)]
+    for i, pair in enumerate(pairs):
+        # (one pair is a menu's last item before a paragraph; a summary has a run of them)
+        if pair and ((i >= 2 and pairs[i - 2]) or (i + 2 < len(pairs) and pairs[i + 2])):
+            full[i].term = True
 
 
 # a copyright line ("Copyright © 2003–2017. All rights reserved.", "© 2020 Example Inc.")
