@@ -202,7 +202,7 @@ def weight(b: Block) -> float:
     if b.chars == 0:
         return 0.0
     if "\t\t" in b.raw:  # a table row (cells are tab-separated): its links say little
-        return API_WEIGHT * b.chars if b.links and _api_links(b) else 0.0
+        return API_WEIGHT * b.chars if _api_row(b) else 0.0
     density = b.links / b.chars
     if density > BAD_LINKS:
         return API_WEIGHT * b.chars if _api_links(b) else -BAD_WEIGHT * b.chars
@@ -348,6 +348,18 @@ def _api_links(b: Block) -> bool:
     items = [x.strip() for x in text.split(",")]
     return (len(items) >= 3 and all(_IDENT.fullmatch(x) for x in items)
             and any(_CODE_IDENT.search(x) for x in items))
+
+
+# a member as Doxygen lists it: its name, a space, its arguments ("decide (const Event &)")
+_ROW_CALL = re.compile(r"\w \([^()]*\)")
+
+
+def _api_row(b: Block) -> bool:
+    """A table row of an API's member summary: linked code ("virtual int\t\tsize () const")
+    or a member's one-line description ("\t\tReturns the size. More...")."""
+    if b.sentence and b.links <= GOOD_LINKS * b.chars and not _notice(b):
+        return True
+    return b.links > 0 and (_api_links(b) or _ROW_CALL.search(b.raw) is not None)
 
 
 def _link_row(b: Block) -> bool:
