@@ -204,8 +204,10 @@ def weight(b: Block) -> float:
     if "\t\t" in b.raw:  # a table row (cells are tab-separated): its links say little
         return API_WEIGHT * b.chars if _api_row(b) else 0.0
     density = b.links / b.chars
+    if density > GOOD_LINKS and _api_links(b):  # (an index entry "NODEDATA : mdb.c" too)
+        return API_WEIGHT * b.chars
     if density > BAD_LINKS:
-        return API_WEIGHT * b.chars if _api_links(b) else -BAD_WEIGHT * b.chars
+        return -BAD_WEIGHT * b.chars
     if b.kind == "pre":
         return float(b.chars)
     if b.kind == "h":  # a title, however long, is not the text it heads
@@ -327,10 +329,12 @@ def _furniture(b: Block) -> bool:
 
 
 # An API reference's linked code: a signature (`val make : int -> t`, `elements()`,
-# `std::string`, `java.util.List<Connection.KeyVal>`, `Date_sig.S.week`) ...
-_CODE_MARK = re.compile(r"\w\(|\(\)|->|::|\w<\w|\w_\w|[a-z]\.[a-zA-Z_]\w*\.|\s[:=]\s")
-# (not in addresses and handles: "http://po.st/TP_615", "@tasty_food")
-_ADDRESS = re.compile(r"\S*(?:://|www\.|@)\S*")
+# `std::string`, `java.util.List<Connection.KeyVal>`, `Date_sig.S.week`, `MDB_val *key`;
+# not one snake_case word alone: an image's file name "dp3_1_en") ...
+_CODE_MARK = re.compile(r"\w\(|\(\)|->|::|\w<\w|\w_\w\S* |[a-z]\.[a-zA-Z_]\w*\.|\s[:=]\s")
+# (not in addresses, paths and handles: "http://po.st/TP_615", "pic.twitter.com/x1",
+# "@tasty_food")
+_ADDRESS = re.compile(r"\S*(?:/|www\.|@)\S*")
 # ... or a list of identifiers ("addClass, after, append, appendChild, ..."), one of them
 # in a programmer's spelling (camelCase, snake_case, dotted)
 _IDENT = re.compile(r"[\w$.]+")
