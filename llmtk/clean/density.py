@@ -346,7 +346,8 @@ def _api_links(b: Block) -> bool:
     links are the types and members it names (weighed as a table row is: by nothing)."""
     if b.term:
         return True
-    text = _ADDRESS.sub(" ", b.raw.replace("\u200b", "").replace("\xa0", " "))
+    raw = htmllib.unescape(b.raw) if "&" in b.raw else b.raw  # ("Iterable&lt;E&gt;")
+    text = _ADDRESS.sub(" ", raw.replace("\u200b", "").replace("\xa0", " "))
     if _CODE_MARK.search(text):
         return True
     items = [x.strip() for x in text.split(",")]
