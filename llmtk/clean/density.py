@@ -330,8 +330,8 @@ def _furniture(b: Block) -> bool:
 
 # An API reference's linked code: a signature (`val make : int -> t`, `elements()`,
 # `std::string`, `java.util.List<Connection.KeyVal>`, `Date_sig.S.week`, `MDB_val *key`;
-# not one snake_case word alone: an image's file name "dp3_1_en") ...
-_CODE_MARK = re.compile(r"\w\(|\(\)|->|::|\w<\w|\w_\w\S* |[a-z]\.[a-zA-Z_]\w*\.|\s[:=]\s")
+# `ssh_channel_open`; not an image's file name alone, "dp3_1_en") ...
+_CODE_MARK = re.compile(r"\w\(|\(\)|->|::|\w<\w|[A-Za-z]{2}_[A-Za-z]{2}|\w_\w\S* |[a-z]\.[a-zA-Z_]\w*\.|\s[:=]\s")
 # (not in addresses, paths and handles: "http://po.st/TP_615", "pic.twitter.com/x1",
 # "@tasty_food")
 _ADDRESS = re.compile(r"\S*(?:/|www\.|@)\S*")
