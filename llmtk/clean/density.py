@@ -331,7 +331,9 @@ def _furniture(b: Block) -> bool:
 # An API reference's linked code: a signature (`val make : int -> t`, `elements()`,
 # `std::string`, `java.util.List<Connection.KeyVal>`, `Date_sig.S.week`, `MDB_val *key`;
 # `ssh_channel_open`; not an image's file name alone, "dp3_1_en") ...
-_CODE_MARK = re.compile(r"\w\(|\(\)|->|::|\w<\w|[A-Za-z]{2}_[A-Za-z]{2}|\w_\w\S* |[a-z]\.[a-zA-Z_]\w*\.|\s[:=]\s")
+_CODE_MARK = re.compile(r"\w\(|\(\)|->|::|\w<\w|\s[:=]\s"  # calls, arrows, generics
+                        r"|[A-Za-z]{2}_[A-Za-z]{2}|\w_\w\S* "  # snake_case
+                        r"|[a-z]\.[a-zA-Z_]\w*\.")  # dotted paths
 # (not in addresses, paths and handles: "http://po.st/TP_615", "pic.twitter.com/x1",
 # "@tasty_food")
 _ADDRESS = re.compile(r"\S*(?:/|www\.|@)\S*")
