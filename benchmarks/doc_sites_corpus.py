@@ -8,8 +8,11 @@ Reproduce (Debian/Ubuntu with apt-get and dpkg-deb; nothing is installed):
 It runs `apt-get download` for one Debian -doc package per site (SITES below: MkDocs in its
 own theme and in Material, Doxygen three times, RDoc, AsciiDoc, javadoc, texinfo/makeinfo,
 gtk-doc, Node.js's doc tool, SQLite's own Tcl generator; the Sphinx and DocBook manuals the
-older rules were fitted on are not among them), unpacks them into DATA_DIR/debs with
-`dpkg-deb -x` and takes up to --per-site (40) pages of each, chosen by a hash of the path.
+older rules were fitted on are not among them; and LATER: API references added once the first
+held-out half had been read, javadoc (its current and its older JDK 8 markup), Doxygen,
+haddock and odoc, in a `dev` group and a fresh held-out group `held2`), unpacks them into
+DATA_DIR/debs with `dpkg-deb -x` and takes up to --per-site (40) pages of each, chosen by a
+hash of the path.
 
 The truth, per page:
   * `truth`: the page's own content, the element(s) the generator puts the document in
@@ -29,8 +32,8 @@ more than half link text (tables of contents, indexes: a page that is all naviga
 main text to score).
 
 Written: DATA_DIR/pages.jsonl, one record per page
-  {"url", "site" (the package), "generator", "content_type", "text" (the HTML), "truth",
-   "nav"}
+  {"url", "site" (the package), "group" (LATER's group, else null: doc_sites.py splits those
+   by hash), "generator", "content_type", "text" (the HTML), "truth", "nav"}
 and the same pages as DATA_DIR/pages.warc.gz, one gzip member per `response` record, as
 Common Crawl packs them (benchmarks/extract_quality.py's `response`). URLs are
 https://PACKAGE.docs.example/PATH.

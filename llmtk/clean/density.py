@@ -12,6 +12,12 @@ text and link density, jusText's length and context, readability's punctuation):
 * link-dense (menus, related-article lists, tag clouds, share bars): minus a multiple of
   its length; headings and other short blocks (dates, bylines, labels): minus a little;
   a table row weighs nothing (a table of links is content as often as it is navigation);
+* an API reference's linked code (a signature `val make : int -> t`, `size (const Event &)`,
+  a list of member names `addClass, after, appendChild`, an index entry `NODEDATA : mdb.c`,
+  a member table's row or one-line description, a linked member name before its
+  description): plus a little, like a short sentence, and never furniture: its links are
+  the types and members it names. A table row that is all links and no code (a project's
+  navigation bar laid out as a table) and a short copyright line are furniture;
 * a prose block inside an element whose markup names it furniture (llmtk.clean.extract.HINTS:
   comments, share and subscribe boxes, related stories, captions, bylines...) weighs
   nothing, unless that element holds most of the page's prose: the names are a hint, not
@@ -34,7 +40,9 @@ furniture between the first and the last block outside the hinted elements (the 
 cannot say where such a page starts and ends; its markup can).
 
 Thresholds were chosen on the development half of the Article Extraction Benchmark's sites,
-the no-prose rule on the development half of the documentation sites (doc_sites.py), the
+the no-prose rule and the API rules on the development sites of the documentation sites
+(doc_sites.py: the API rules on its `dev` group of javadoc, Doxygen, odoc and haddock
+sites, reported on two held-out groups), the
 hint rules and the label rule also on the development half of trafilatura's evaluation
 pages (trafilatura_eval.py), and checked on the Debian manuals (article_extraction.py,
 extract_quality.py; numbers in docs/clean.md). Lengths are UTF-8 bytes: a CJK character
