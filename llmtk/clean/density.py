@@ -17,7 +17,8 @@ text and link density, jusText's length and context, readability's punctuation):
   a member table's row or one-line description, a linked member name before its
   description): plus a little, like a short sentence, and never furniture: its links are
   the types and members it names. A table row that is all links and no code (a project's
-  navigation bar laid out as a table) and a short copyright line are furniture;
+  navigation bar laid out as a table) is furniture, and so is a short copyright line on a
+  page without prose;
 * a prose block inside an element whose markup names it furniture (llmtk.clean.extract.HINTS:
   comments, share and subscribe boxes, related stories, captions, bylines...) weighs
   nothing, unless that element holds most of the page's prose: the names are a hint, not
@@ -255,6 +256,9 @@ def main_text(rendered: str) -> str:
             chosen[0] = (_heading_before(bs, chosen[0][0], hinted), chosen[0][1])
     else:
         chosen = [_hinted_span(bs, hinted)]
+        # (nothing else ends a page without prose: its generator's copyright line goes; on
+        # a page of prose the stretch decides, and a news site's notice is the article's)
+        drop |= {i for i, b in enumerate(bs) if _notice(b)}
     lines: list[str] = []
     for i in (i for first, last in chosen for i in range(first, last + 1)):
         b = bs[i]
@@ -278,7 +282,7 @@ def _dropped(bs: list[Block], ws: list[float], hinted: list[bool]) -> set[int]:
     """The blocks left out even inside the stretch: furniture, and what a hinted element
     holds that is not prose (its labels, dates, bylines, buttons)."""
     return {i for i, b in enumerate(bs)
-            if _furniture(b) or (hinted[i] and ws[i] <= 0 and b.kind != "pre") or _notice(b)}
+            if _furniture(b) or (hinted[i] and ws[i] <= 0 and b.kind != "pre")}
 
 
 def _main_span(bs: list[Block], ws: list[float]) -> tuple[int, int]:
@@ -404,7 +408,7 @@ _NOTICE = re.compile(r"\s*(?:copyright\b|©|\(c\)\s*\d)", re.IGNORECASE)
 
 
 def _notice(b: Block) -> bool:
-    """A short copyright notice: a page's footer, wherever the stretch ends."""
+    """A short copyright notice: the footer of a page without prose."""
     return b.chars < 200 and _NOTICE.match(b.raw) is not None
 
 
