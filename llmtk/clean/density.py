@@ -83,7 +83,7 @@ _HREF = re.compile(r'href="([^"]*)"')
 
 class Block:
     __slots__ = ("parts", "plain", "kind", "chars", "links", "gap", "raw", "sentence", "hints",
-                 "mains", "term")
+                 "mains", "term", "api")
 
     def __init__(self, gap: bool) -> None:
         self.hints: tuple[int, ...] = ()  # the hinted elements it lies in (by number)
@@ -97,6 +97,7 @@ class Block:
         self.raw = ""           # the parts joined, once the block is complete (seal)
         self.sentence = False   # whether raw holds a sentence
         self.term = False       # an API member's linked name before its description
+        self.api: bool | None = None  # whether it is linked code (_api_links, once)
 
     def seal(self) -> None:
         self.raw = "".join(self.parts)
@@ -357,9 +358,13 @@ _CODE_IDENT = re.compile(r"[a-z][A-Z]|\w_\w|\w\.\w")
 
 def _api_links(b: Block) -> bool:
     """Whether a link-dense block is an API reference's linked code, not furniture: its
-    links are the types and members it names (weighed as a table row is: by nothing)."""
-    if b.term:
-        return True
+    links are the types and members it names."""
+    if b.api is None:  # (asked by the weight, the furniture and the row rules)
+        b.api = b.term or _linked_code(b)
+    return b.api
+
+
+def _linked_code(b: Block) -> bool:
     raw = htmllib.unescape(b.raw) if "&" in b.raw else b.raw  # ("Iterable&lt;E&gt;")
     text = _ADDRESS.sub(" ", raw.replace("\u200b", "").replace("\xa0", " "))
     if _CODE_MARK.search(text):
