@@ -333,7 +333,8 @@ def _furniture(b: Block) -> bool:
     """Link-dense and no sentence in it (a menu or a list of headlines, not a reference
     like "see Section 12.1, “Other documentation”"), or a paragraph with no more outside
     its links than a label ("Related: <headline>", "READ MORE: <headline>"; an index
-    entry "name : <file>" is a list item); not a table row."""
+    entry "name : <file>" is a list item); not an API's linked code (_api_links); a table
+    row only when it is all links (_link_row)."""
     if "\t\t" in b.raw:
         return _link_row(b)
     if not b.chars or b.links / b.chars <= BAD_LINKS or _api_links(b):
