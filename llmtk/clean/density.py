@@ -12,6 +12,13 @@ text and link density, jusText's length and context, readability's punctuation):
 * link-dense (menus, related-article lists, tag clouds, share bars): minus a multiple of
   its length; headings and other short blocks (dates, bylines, labels): minus a little;
   a table row weighs nothing (a table of links is content as often as it is navigation);
+* an API reference's linked code (a signature `val make : int -> t`, `size (const Event &)`,
+  a list of member names `addClass, after, appendChild`, an index entry `NODEDATA : mdb.c`,
+  a member table's row or one-line description, a linked member name before its
+  description): plus a little, like a short sentence, and never furniture: its links are
+  the types and members it names. A table row that is all links and no code (a project's
+  navigation bar laid out as a table) is furniture, and so is a short copyright line on a
+  page without prose;
 * a prose block inside an element whose markup names it furniture (llmtk.clean.extract.HINTS:
   comments, share and subscribe boxes, related stories, captions, bylines...) weighs
   nothing, unless that element holds most of the page's prose: the names are a hint, not
@@ -34,7 +41,9 @@ furniture between the first and the last block outside the hinted elements (the 
 cannot say where such a page starts and ends; its markup can).
 
 Thresholds were chosen on the development half of the Article Extraction Benchmark's sites,
-the no-prose rule on the development half of the documentation sites (doc_sites.py), the
+the no-prose rule and the API rules on the development sites of the documentation sites
+(doc_sites.py: the API rules on its `dev` group of javadoc, Doxygen, odoc and haddock
+sites, reported on two held-out groups), the
 hint rules and the label rule also on the development half of trafilatura's evaluation
 pages (trafilatura_eval.py), and checked on the Debian manuals (article_extraction.py,
 extract_quality.py; numbers in docs/clean.md). Lengths are UTF-8 bytes: a CJK character
@@ -56,6 +65,7 @@ SHORT_WEIGHT = 0.2  # any other short block (a heading, a date, a label) minus t
 HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hint
 MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
 SECOND = 0.5        # a further stretch is kept when it weighs this share of the best one
+API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
 _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width space)
 # where an element that llmtk.clean.extract.HINTS names starts and ends (one control
@@ -73,7 +83,7 @@ _HREF = re.compile(r'href="([^"]*)"')
 
 class Block:
     __slots__ = ("parts", "plain", "kind", "chars", "links", "gap", "raw", "sentence", "hints",
-                 "mains")
+                 "mains", "term", "api")
 
     def __init__(self, gap: bool) -> None:
         self.hints: tuple[int, ...] = ()  # the hinted elements it lies in (by number)
@@ -86,6 +96,8 @@ class Block:
         self.gap = gap          # a blank line before it
         self.raw = ""           # the parts joined, once the block is complete (seal)
         self.sentence = False   # whether raw holds a sentence
+        self.term = False       # an API member's linked name before its description
+        self.api: bool | None = None  # whether it is linked code (_api_links, once)
 
     def seal(self) -> None:
         self.raw = "".join(self.parts)
@@ -200,8 +212,10 @@ def weight(b: Block) -> float:
     if b.chars == 0:
         return 0.0
     if "\t\t" in b.raw:  # a table row (cells are tab-separated): its links say little
-        return 0.0
+        return API_WEIGHT * b.chars if _api_row(b) else 0.0
     density = b.links / b.chars
+    if density > GOOD_LINKS and _api_links(b):  # (an index entry "NODEDATA : mdb.c" too)
+        return API_WEIGHT * b.chars
     if density > BAD_LINKS:
         return -BAD_WEIGHT * b.chars
     if b.kind == "pre":
@@ -222,6 +236,7 @@ def main_text(rendered: str) -> str:
     bs = blocks(rendered)
     if not bs:
         return ""
+    _mark_terms(bs)
     ws = [weight(b) for b in bs]
     hinted = _hinted(bs, ws)
     unhinted = [0.0 if h and w > 0 else w for h, w in zip(hinted, ws, strict=True)]
@@ -242,6 +257,9 @@ def main_text(rendered: str) -> str:
             chosen[0] = (_heading_before(bs, chosen[0][0], hinted), chosen[0][1])
     else:
         chosen = [_hinted_span(bs, hinted)]
+        # (nothing else ends a page without prose: its generator's copyright line goes; on
+        # a page of prose the stretch decides, and a news site's notice is the article's)
+        drop |= {i for i, b in enumerate(bs) if _notice(b)}
     lines: list[str] = []
     for i in (i for first, last in chosen for i in range(first, last + 1)):
         b = bs[i]
@@ -315,10 +333,89 @@ def _furniture(b: Block) -> bool:
     """Link-dense and no sentence in it (a menu or a list of headlines, not a reference
     like "see Section 12.1, “Other documentation”"), or a paragraph with no more outside
     its links than a label ("Related: <headline>", "READ MORE: <headline>"; an index
-    entry "name : <file>" is a list item); not a table row."""
-    if not b.chars or b.links / b.chars <= BAD_LINKS or "\t\t" in b.raw:
+    entry "name : <file>" is a list item); not an API's linked code (_api_links); a table
+    row only when it is all links (_link_row)."""
+    if "\t\t" in b.raw:
+        return _link_row(b)
+    if not b.chars or b.links / b.chars <= BAD_LINKS or _api_links(b):
         return False
     return not b.sentence or (b.kind == "p" and _label("".join(b.plain).strip()))
+
+
+# An API reference's linked code: a signature (`val make : int -> t`, `elements()`,
+# `std::string`, `java.util.List<Connection.KeyVal>`, `Date_sig.S.week`, `MDB_val *key`;
+# `ssh_channel_open`; not an image's file name alone, "dp3_1_en") ...
+_CODE_MARK = re.compile(r"\w\(|\(\)|->|::|\w<\w|\s[:=]\s"  # calls, arrows, generics
+                        r"|[A-Za-z]{2}_[A-Za-z]{2}|\w_\w\S* "  # snake_case
+                        r"|[a-z]\.[a-zA-Z_]\w*\.")  # dotted paths
+# (not in addresses, paths and handles: "http://po.st/TP_615", "pic.twitter.com/x1",
+# "@tasty_food")
+_ADDRESS = re.compile(r"\S*(?:/|www\.|@)\S*")
+# ... or a list of identifiers ("addClass, after, append, appendChild, ..."), one of them
+# in a programmer's spelling (camelCase, snake_case, dotted)
+_IDENT = re.compile(r"[\w$.]+")
+_CODE_IDENT = re.compile(r"[a-z][A-Z]|\w_\w|\w\.\w")
+
+
+def _api_links(b: Block) -> bool:
+    """Whether a link-dense block is an API reference's linked code, not furniture: its
+    links are the types and members it names."""
+    if b.api is None:  # (asked by the weight, the furniture and the row rules)
+        b.api = b.term or _linked_code(b)
+    return b.api
+
+
+def _linked_code(b: Block) -> bool:
+    raw = htmllib.unescape(b.raw) if "&" in b.raw else b.raw  # ("Iterable&lt;E&gt;")
+    text = _ADDRESS.sub(" ", raw.replace("\u200b", "").replace("\xa0", " "))
+    if _CODE_MARK.search(text):
+        return True
+    items = [x.strip() for x in text.split(",")]
+    return (len(items) >= 3 and all(_IDENT.fullmatch(x) for x in items)
+            and any(_CODE_IDENT.search(x) for x in items))
+
+
+# a member as Doxygen lists it: its name, a space, its arguments ("decide (const Event &)")
+_ROW_CALL = re.compile(r"\w \([^()]*\)")
+
+
+def _api_row(b: Block) -> bool:
+    """A table row of an API's member summary: linked code ("virtual int\t\tsize () const")
+    or a member's one-line description ("\t\tReturns the size. More...")."""
+    if b.sentence and b.links <= GOOD_LINKS * b.chars and not _notice(b):
+        return True
+    return b.links > 0 and (_api_links(b) or _ROW_CALL.search(b.raw) is not None)
+
+
+def _link_row(b: Block) -> bool:
+    """A table row that is all links and no code: a navigation bar laid out as a table
+    (a Doxygen project's own header: "Project page | Classes | Namespace | Home page").
+    A row with any text outside its links (a member's type, a description) is content."""
+    return b.chars > 0 and b.links >= 0.95 * b.chars and not _api_links(b)
+
+
+def _mark_terms(bs: list[Block]) -> None:
+    """Mark the linked names of an API summary's members, each followed by its one-line
+    description ("Attribute" / "A single key + value attribute." / "Attributes" / "The
+    attributes of an Element."): a glossary's terms, not a menu (whose items are followed
+    by more links)."""
+    full = [b for b in bs if b.chars]
+    pairs = [b.links * 2 > b.chars and after.sentence and not after.links
+             and _IDENT.fullmatch(b.raw.strip().replace("\u200b", "")) is not None
+             for b, after in zip(full, full[1:], strict=False)]
+    for i, pair in enumerate(pairs):
+        # (one pair is a menu's last item before a paragraph; a summary has a run of them)
+        if pair and ((i >= 2 and pairs[i - 2]) or (i + 2 < len(pairs) and pairs[i + 2])):
+            full[i].term = True
+
+
+# a copyright line ("Copyright © 2003–2017. All rights reserved.", "© 2020 Example Inc.")
+_NOTICE = re.compile(r"\s*(?:copyright\b|©|\(c\)\s*\d)", re.IGNORECASE)
+
+
+def _notice(b: Block) -> bool:
+    """A short copyright notice: the footer of a page without prose."""
+    return b.chars < 200 and _NOTICE.match(b.raw) is not None
 
 
 def _label(plain: str) -> bool:

@@ -67,7 +67,7 @@ HINTS = tuple(f"[class*={word} i]:not({_NOT_HINTS})" for word in (
     "gallery", "carousel", "slideshow", "popular", "tags", "hidden",
 )) + (
     "aside", "figcaption", "[hidden]", "[aria-hidden=true]", "[role=dialog]", "[role=alert]",
-    "[role=complementary]", "[id=header i]", "[style*=\"display:none\" i]",
+    "[role=complementary]", "[id=header i]", "[id=footer i]", "[style*=\"display:none\" i]",
     "[style*=\"display: none\" i]",
 )  # (not <a>: DocBook's anchors carry ids made of section titles, "_sharing_copying";
 # class names only, and menus and navigation bars left to link density: each selector and
@@ -167,11 +167,20 @@ def _prepare(page: str, hints: bool = False):
             # its first and last child: the rendering shows where the element starts and
             # ends (resiliparse renders a one-character control text as it is)
             node.prepend(tree.create_text_node(HINT_START))
-            node.append(tree.create_text_node(HINT_END))
+            _end_of(node).append(tree.create_text_node(HINT_END))
         for node in body.query_selector_all(_MAIN).values():
             node.prepend(tree.create_text_node(MAIN_START))
             node.append(tree.create_text_node(MAIN_END))
     return tree
+
+
+def _end_of(node):
+    """Where an element's end mark goes: the element, or a table row's last cell (the
+    rendering drops a text node after a row's last cell, and a hint left open would run to
+    the end of the page: Doxygen's inherited-member rows, class "...SharedObject")."""
+    if node.tag == "tr":
+        return node.last_element_child or node
+    return node
 
 
 def _rewrite(tree, body) -> None:
