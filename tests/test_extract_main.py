@@ -343,3 +343,51 @@ def test_a_label_and_a_headline_link_inside_the_story_go_an_index_entry_stays():
     page = (f"<!DOCTYPE html><html><body><div>{''.join(paras[:2])}<ul>{index}</ul>"
             f"{''.join(paras[2:])}</div></body></html>")
     assert "member1\xa0:\xa0file1.cpp" in extract(page)
+
+
+def test_a_dateline_above_the_story_is_not_prose():
+    from llmtk.clean.extract import extract
+
+    # (as on a press release: title, date and a dateline above the first paragraph; a
+    # comma and a space made the date "a sentence", and the stretch started at it)
+    paras = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    page = (f"<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>"
+            f"<div class=d-x>October 12, 2017</div><div class=d-y>Published Monday, "
+            f"November 18, 2019 8:22AM</div>{paras}</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "2017" not in text and "8:22AM" not in text
+    # a short sentence with a digit and a full stop is still one
+    page = page.replace("Published Monday, November 18, 2019 8:22AM",
+                        "Since 2019, the council met 12 times.")
+    assert "the council met 12 times." in extract(page)
+
+
+def test_the_label_of_a_dropped_link_list_goes_with_it():
+    from llmtk.clean.extract import extract
+
+    # (as on news sites in many languages: "Read also", "Zobacz także", "Weitere Themen"
+    # above a list of headlines between two paragraphs of the story)
+    paras = [f"<p>{p}</p>" for p in ARTICLE]
+    short = "".join(f'<li><a href="/news/{i}">Another headline {i}</a></li>' for i in range(2))
+    page = (f"<!DOCTYPE html><html><body><div>{''.join(paras[:2])}"
+            f"<div class=lbl-q>Zobacz także</div><ul>{short}</ul>"
+            f"{''.join(paras[2:])}</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "Zobacz" not in text and "Another headline" not in text
+    # a subheading followed by prose stays
+    page = page.replace(f"<ul>{short}</ul>", "")
+    assert "Zobacz także" in extract(page)
+
+
+def test_an_element_whose_id_names_the_article_body_bounds_the_text():
+    from llmtk.clean.extract import extract
+
+    teasers = "".join(f"<div class=t{i}><p>{p} This teaser is another story.</p></div>"
+                      for i, p in enumerate(ARTICLE[:2]))
+    page = (f"<!DOCTYPE html><html><body><div id=article-body-x1><h1>Council expands bus "
+            f"network</h1>{''.join(f'<p>{p}</p>' for p in ARTICLE * 6)}</div>"
+            f"<div class=x9>{teasers}</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and "teaser" not in text
