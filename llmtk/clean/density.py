@@ -57,7 +57,6 @@ HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hi
 MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
 SECOND = 0.5        # a further stretch is kept when it weighs this share of the best one
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
-_FULL_STOP = re.compile(r"[.!?。！？…]")
 _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width space)
 # where an element that llmtk.clean.extract.HINTS names starts and ends (one control
 # character each, removed from the page before it is parsed)
@@ -212,8 +211,6 @@ def weight(b: Block) -> float:
     if density <= GOOD_LINKS and b.sentence:
         if b.chars >= GOOD_CHARS:
             return float(b.chars)
-        if _dateline(b.raw):
-            return -SHORT_WEIGHT * b.chars
         return SHORT_PROSE * b.chars
     return -SHORT_WEIGHT * b.chars
 
@@ -245,8 +242,6 @@ def main_text(rendered: str) -> str:
             chosen[0] = (_heading_before(bs, chosen[0][0], hinted), chosen[0][1])
     else:
         chosen = [_hinted_span(bs, hinted)]
-    if prose:
-        drop |= _list_labels(bs, ws, chosen, drop)
     lines: list[str] = []
     for i in (i for first, last in chosen for i in range(first, last + 1)):
         b = bs[i]
@@ -369,21 +364,3 @@ def _stretch(ws: list[float]) -> tuple[int, int]:
         if total > best:
             best, best_first, best_last = total, first, i
     return best_first, best_last
-
-
-def _dateline(raw: str) -> bool:
-    """A short block whose only sentence mark is a comma and that holds a digit: a date or
-    a dateline ("October 12, 2017", "Published Monday, November 18, 2019 8:22AM"), not a
-    sentence."""
-    return _FULL_STOP.search(raw) is None and any(c.isdigit() for c in raw)
-
-
-def _list_labels(bs: list[Block], ws: list[float], chosen: list[tuple[int, int]],
-                 drop: set[int]) -> set[int]:
-    """The label of a list that is furniture ("Read more", "Related", "Zobacz także" above
-    a list of links): a short block without a sentence just before a dropped link-dense
-    block, inside the stretch (its link list goes; alone it would stay as a subheading)."""
-    inside = [i for first, last in chosen for i in range(first, last + 1) if bs[i].chars]
-    return {i for i, nxt in zip(inside, inside[1:], strict=False)
-            if i not in drop and ws[i] <= 0 and bs[i].kind != "pre" and not bs[i].sentence
-            and nxt in drop and _furniture(bs[nxt])}

@@ -75,12 +75,9 @@ HINTS = tuple(f"[class*={word} i]:not({_NOT_HINTS})" for word in (
 _HINTS = ", ".join(HINTS)
 # Elements whose names say they hold the article's body. Also a hint: the innermost one
 # that holds most of the page's prose bounds the stretch (llmtk.clean.density.main_text).
-# (the ids: words of trafilatura's BODY_XPATH, each kept because leaving it out lowered
-# the development score of the Article Extraction Benchmark)
 MAIN = ("article", "main", "[role=main]", "[itemprop=articleBody]") + tuple(
     f"[class*={word} i]" for word in (
-        "article-body", "article-content", "post-content", "entry-content", "story-body")) + (
-    "[id*=article-body i]", "[id*=article-content i]")
+        "article-body", "article-content", "post-content", "entry-content", "story-body"))
 _MAIN = ", ".join(MAIN)
 _MARK_CHARS = "\x02\x03\x04\x05"
 _MARKS = re.compile(f"[{_MARK_CHARS}]")
