@@ -156,8 +156,6 @@ def check_context_parallel(layout: Layout, spec) -> None:
             ("pp", layout.pp > 1, "a pipeline stage's schedule does not split the sequence"),
             ("sft", spec.sft, "its loss is weighted by each example's trained tokens, which "
              "the cp ranks' shares of a window do not divide evenly"),
-            ("compile", spec.compile, "the attention's key/value gather has not been tested "
-             "compiled; leave --compile off (the default under --cp)"),
             ("lora_rank", spec.lora_rank, "not tested with context parallelism")):
         if on:
             raise ConfigError(flag, f"is not supported with --cp {cp} ({why})")
@@ -165,9 +163,9 @@ def check_context_parallel(layout: Layout, spec) -> None:
 
 def compiles_by_default(layout: Layout, lora: bool, cuda: bool) -> bool:
     """--compile's default: on GPU, except for LoRA under tensor parallelism (above), under
-    context parallelism (above) and under expert parallelism (never run compiled on a GPU
-    yet: the dispatch reads its split sizes on the host, a graph break in every MoE layer;
-    --compile still asks)."""
+    context parallelism (compiled runs tested on CPU only, never on a GPU yet) and under
+    expert parallelism (never run compiled on a GPU yet: the dispatch reads its split
+    sizes on the host, a graph break in every MoE layer); --compile still asks."""
     return cuda and not (layout.tp > 1 and lora) and layout.cp == 1 and layout.ep == 1
 
 
