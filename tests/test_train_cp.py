@@ -134,7 +134,9 @@ def test_context_parallel_balances_the_causal_load():
 
 
 @pytest.mark.parametrize("flags,flag", [
-    (dict(pp=2, grad_accum=2), "pp"), (dict(sft=True), "sft"), (dict(lora_rank=4), "lora_rank")])
+    (dict(pp=2, grad_accum=2), "pp"), (dict(sft=True), "sft"),
+    (dict(lora_rank=4, lora_dropout=0.1), "lora_dropout"),
+    (dict(lora_rank=4, compile=True), "compile")])
 def test_cp_refuses_what_it_was_not_built_for(flags, flag):
     from llmtk.errors import ConfigError
     from llmtk.train.config import TrainConfig
@@ -152,6 +154,7 @@ def test_cp_compiles_when_asked_but_not_by_default():
     from llmtk.train.layout.mesh import Layout, check_trainable, compiles_by_default
 
     check_trainable(Layout(cp=2), TrainConfig(cp=2, compile=True))
+    check_trainable(Layout(cp=2), TrainConfig(cp=2, lora_rank=4))  # LoRA: tested below
     assert not compiles_by_default(Layout(cp=2), lora=False, cuda=True)
 
 
@@ -289,6 +292,19 @@ def test_doc_mask_under_cp2_matches_one_process(corpus, tmp_path, one):
     # the mask changes what is computed (from step 3: the windows of steps 1 and 2 lie
     # inside one document each)
     assert [x[1] for x in losses(ref)] != [x[1] for x in losses(one)[:3]]
+
+
+@pytest.mark.integration
+def test_lora_under_cp2_matches_one_process(corpus, tmp_path):
+    """--lora-rank under cp 2 (no dropout: the cp ranks share one random stream, refused):
+    the adapters see the rank's tokens like every other linear, FSDP2 averages their
+    gradients over dp_shard x cp: one process's losses and grad norms."""
+    flags = ["--steps", "3", "--batch-size", "2", "--lora-rank", "4", *LONG,
+             "--val-fraction", "0.05"]
+    ref, out = str(tmp_path / "one"), str(tmp_path / "cp2")
+    run_train(corpus, ref, *flags)
+    run_train(corpus, out, *flags, "--cp", "2", "--nproc-per-node", "2")
+    _matches(ref, out)
 
 
 @pytest.mark.integration

@@ -156,7 +156,9 @@ def check_context_parallel(layout: Layout, spec) -> None:
             ("pp", layout.pp > 1, "a pipeline stage's schedule does not split the sequence"),
             ("sft", spec.sft, "its loss is weighted by each example's trained tokens, which "
              "the cp ranks' shares of a window do not divide evenly"),
-            ("lora_rank", spec.lora_rank, "not tested with context parallelism")):
+            ("lora_dropout", spec.lora_rank and spec.lora_dropout, "the ranks of a cp "
+             "group share one random stream, so their tokens would get the same masks"),
+            ("compile", spec.lora_rank and spec.compile, "with --lora-rank: not tested")):
         if on:
             raise ConfigError(flag, f"is not supported with --cp {cp} ({why})")
 
