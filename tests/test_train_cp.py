@@ -6,6 +6,7 @@ measurements."""
 
 import pytest
 
+from tests.test_sft import base as sft_base  # noqa: F401 (a fixture: a run to fine-tune)
 from tests.train_runs import (
     events,
     losses,
@@ -134,7 +135,7 @@ def test_context_parallel_balances_the_causal_load():
 
 
 @pytest.mark.parametrize("flags,flag", [
-    (dict(pp=2, grad_accum=2), "pp"), (dict(sft=True), "sft"),
+    (dict(pp=2, grad_accum=2), "pp"),
     (dict(lora_rank=4, lora_dropout=0.1), "lora_dropout"),
     (dict(lora_rank=4, compile=True), "compile")])
 def test_cp_refuses_what_it_was_not_built_for(flags, flag):
@@ -222,6 +223,28 @@ def test_dry_run_and_estimate_price_cp_activations_alike(recompute):
     assert len(rows) == 1 and rows[0]["total"] == pytest.approx(est, rel=1e-12)
 
 
+def test_sft_loss_scale_counts_each_cp_ranks_trained_tokens():
+    """--sft under cp: a rank's loss is the mean over the trained targets of its chunks, so
+    its scale counts those (on the host, at chunk_positions) against the step's: shares
+    of 2 ranks that sum to the cp size, as the dp ranks' do, and validation's cp_share the
+    same within its micro-batch. Without cp: the scale one process always had."""
+    import numpy as np
+
+    from llmtk.train.data.sft import Rows, SFTSampler
+
+    T = 16  # targets 1..16 of a 17-token row; chunks of 4: rank 0 holds 0-3 and 12-15
+    trained = np.zeros((2, T + 1), dtype=bool)
+    trained[0, 1:9] = True  # targets 0..7: rank 0 has 4 of them, rank 1 the other 4
+    trained[1, 2:4] = True  # targets 1, 2: both rank 0's
+    rows = Rows(np.zeros((2, T + 1), np.int32), trained, np.zeros((2, T + 1), np.int32), T,
+                {})
+    one = SFTSampler(rows, 2, 1, 0, 0, shuffle=False)
+    cp = [SFTSampler(rows, 2, 1, 0, 0, shuffle=False, cp=(2, r)) for r in range(2)]
+    assert one.loss_scale(0, 0, 1) == 1.0 and one.cp_share(0) == 1.0
+    assert [s.loss_scale(0, 0, 1) for s in cp] == [6 * 2 / 10, 4 * 2 / 10]
+    assert [s.cp_share(0) for s in cp] == [6 * 2 / 10, 4 * 2 / 10]
+
+
 # ---------------------------------------------------------------- across processes (gloo)
 
 
@@ -305,6 +328,32 @@ def test_lora_under_cp2_matches_one_process(corpus, tmp_path):
     run_train(corpus, ref, *flags)
     run_train(corpus, out, *flags, "--cp", "2", "--nproc-per-node", "2")
     _matches(ref, out)
+
+
+@pytest.mark.integration
+def test_sft_under_cp2_matches_one_process(tmp_path, sft_base):  # noqa: F811 (the fixture)
+    """--sft under cp 2 (packed examples: each rank masks attention by the example ids
+    and scales its loss by its chunks' share of the step's trained tokens): one process's
+    losses, grad norms, trained tokens and validation loss. Responses of 1-7 tokens in
+    packed rows: the ranks' chunks hold different numbers of trained tokens."""
+    from tests.test_sft import _losses, sft, write_jsonl
+    from tests.test_sft import rows as sft_rows
+
+    data = write_jsonl(tmp_path / "sft.jsonl", [
+        {"prompt": f"say {i}", "response": "x" * (1 + i % 7)} for i in range(40)])
+    common = ["--steps", "3", "--batch-size", "4", "--dtype", "fp64", "--val-fraction",
+              "0.2", "--eval-every", "3"]
+    ref, out = str(tmp_path / "one"), str(tmp_path / "cp2")
+    sft(sft_base, ref, data, *common)
+    sft(sft_base, out, data, *common, "--cp", "2", "--nproc-per-node", "2")
+    a, b = _losses(ref), _losses(out)
+    assert [x[0] for x in a] == [x[0] for x in b] == [1, 2, 3]
+    for (_, la, ga, ta), (_, lb, gb, tb) in zip(a, b, strict=True):
+        assert lb == pytest.approx(la, rel=PARITY_REL) and ta == tb
+        assert gb == pytest.approx(ga, rel=PARITY_REL)
+    val = [[r["val_loss"] for r in sft_rows(run) if r.get("val_loss") is not None]
+           for run in (ref, out)]
+    assert len(val[0]) == 1 and val[1] == pytest.approx(val[0], rel=PARITY_REL)
 
 
 @pytest.mark.integration

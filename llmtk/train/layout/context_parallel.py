@@ -29,6 +29,14 @@ from __future__ import annotations
 import torch
 
 
+def chunk_positions(T: int, size: int, rank: int) -> list[range]:
+    """The global positions of cp rank `rank`'s tokens of a T-token window, in the order it
+    holds them: chunks rank and 2 size - 1 - rank of 2 size (torch-free: the SFT sampler
+    counts a rank's trained tokens on the host with it)."""
+    L = T // (2 * size)
+    return [range(c * L, (c + 1) * L) for c in (rank, 2 * size - 1 - rank)]
+
+
 class ContextParallel:
     """This rank's place in its cp group (a DeviceMesh's "cp" dimension or a process group,
     `rank` of `size`)."""
@@ -47,9 +55,8 @@ class ContextParallel:
 
     def index(self, T: int, device=None) -> torch.Tensor:
         """(T/cp,) the global positions of this rank's tokens, in the order it holds them."""
-        L = T // (2 * self.size)
-        return torch.cat([torch.arange(c * L, (c + 1) * L, device=device)
-                          for c in self.chunks()])
+        return torch.cat([torch.arange(r.start, r.stop, device=device)
+                          for r in chunk_positions(T, self.size, self.rank)])
 
     def natural_order(self, T: int, device=None) -> torch.Tensor:
         """(T,) for each global position, where it lies in the rank-ordered gather."""

@@ -149,13 +149,12 @@ def check_trainable(layout: Layout, spec) -> None:
 
 
 def check_context_parallel(layout: Layout, spec) -> None:
-    """--cp N runs pre-training under FSDP2/HSDP and tp (train/layout/context_parallel.py);
-    what was not built or tested with it is refused naming its flag."""
+    """--cp N runs pre-training and --sft under FSDP2/HSDP and tp
+    (train/layout/context_parallel.py); what was not built or tested with it is refused
+    naming its flag."""
     cp = layout.cp
     for flag, on, why in (
             ("pp", layout.pp > 1, "a pipeline stage's schedule does not split the sequence"),
-            ("sft", spec.sft, "its loss is weighted by each example's trained tokens, which "
-             "the cp ranks' shares of a window do not divide evenly"),
             ("lora_dropout", spec.lora_rank and spec.lora_dropout, "the ranks of a cp "
              "group share one random stream, so their tokens would get the same masks"),
             ("compile", spec.lora_rank and spec.compile, "with --lora-rank: not tested")):
