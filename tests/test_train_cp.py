@@ -155,7 +155,7 @@ def test_cp_compiles_when_asked_but_not_by_default():
     from llmtk.train.layout.mesh import Layout, check_trainable, compiles_by_default
 
     check_trainable(Layout(cp=2), TrainConfig(cp=2, compile=True))
-    check_trainable(Layout(cp=2), TrainConfig(cp=2, lora_rank=4))  # LoRA: tested below
+    check_trainable(Layout(cp=2), TrainConfig(cp=2, lora_rank=4))  # LoRA, SFT: tested below
     assert not compiles_by_default(Layout(cp=2), lora=False, cuda=True)
 
 
@@ -318,31 +318,20 @@ def test_doc_mask_under_cp2_matches_one_process(corpus, tmp_path, one):
 
 
 @pytest.mark.integration
-def test_lora_under_cp2_matches_one_process(corpus, tmp_path):
-    """--lora-rank under cp 2 (no dropout: the cp ranks share one random stream, refused):
-    the adapters see the rank's tokens like every other linear, FSDP2 averages their
-    gradients over dp_shard x cp: one process's losses and grad norms."""
-    flags = ["--steps", "3", "--batch-size", "2", "--lora-rank", "4", *LONG,
-             "--val-fraction", "0.05"]
-    ref, out = str(tmp_path / "one"), str(tmp_path / "cp2")
-    run_train(corpus, ref, *flags)
-    run_train(corpus, out, *flags, "--cp", "2", "--nproc-per-node", "2")
-    _matches(ref, out)
-
-
-@pytest.mark.integration
-def test_sft_under_cp2_matches_one_process(tmp_path, sft_base):  # noqa: F811 (the fixture)
-    """--sft under cp 2 (packed examples: each rank masks attention by the example ids
-    and scales its loss by its chunks' share of the step's trained tokens): one process's
-    losses, grad norms, trained tokens and validation loss. Responses of 1-7 tokens in
-    packed rows: the ranks' chunks hold different numbers of trained tokens."""
+def test_sft_with_lora_under_cp2_matches_one_process(tmp_path, sft_base):  # noqa: F811 (the fixture)
+    """--sft with --lora-rank under cp 2 (packed examples: each rank masks attention by
+    the example ids and scales its loss by its chunks' share of the step's trained
+    tokens; the adapters see the rank's tokens like every other linear, FSDP2 averages
+    their gradients over dp_shard x cp): one process's losses, grad norms, trained tokens
+    and validation loss. Responses of 1-7 tokens in packed rows: the ranks' chunks hold
+    different numbers of trained tokens."""
     from tests.test_sft import _losses, sft, write_jsonl
     from tests.test_sft import rows as sft_rows
 
     data = write_jsonl(tmp_path / "sft.jsonl", [
         {"prompt": f"say {i}", "response": "x" * (1 + i % 7)} for i in range(40)])
     common = ["--steps", "3", "--batch-size", "4", "--dtype", "fp64", "--val-fraction",
-              "0.2", "--eval-every", "3"]
+              "0.2", "--eval-every", "3", "--lora-rank", "4"]
     ref, out = str(tmp_path / "one"), str(tmp_path / "cp2")
     sft(sft_base, ref, data, *common)
     sft(sft_base, out, data, *common, "--cp", "2", "--nproc-per-node", "2")
