@@ -21,9 +21,9 @@ SEQ = 131072
 EIGHT_B = dict(model="llama3-8b", dims=Dims(seq_len=SEQ), tokens=800e9, gpus="64xH100",
                global_batch=128)
 # (dp, tp, pp, cp, recompute): the alternatives the docs table shows
-EIGHT_B_LAYOUTS = [(2, 8, 1, 4, "selective"), (8, 8, 1, 1, "selective"),
-                   (8, 8, 1, 1, "full"), (64, 1, 1, 1, "full"), (8, 1, 1, 8, "full"),
-                   (1, 8, 1, 8, "selective")]
+EIGHT_B_LAYOUTS = [(4, 2, 1, 8, "selective"), (2, 8, 1, 4, "selective"),
+                   (8, 8, 1, 1, "selective"), (8, 8, 1, 1, "full"), (64, 1, 1, 1, "full"),
+                   (8, 1, 1, 8, "full"), (1, 8, 1, 8, "selective")]
 BIG = dict(model="llama3-405b", dims=Dims(seq_len=SEQ), tokens=800e9, gpus="16384xH100",
            global_batch=128)
 LLAMA3_128K = (8, 8, 16, 16, "full")  # Table 4's TP 8, CP 16, PP 16, DP 8 (full: see docs)

@@ -12,18 +12,24 @@ logging, no NaN checks, no checkpoints) as the ceiling, with llmtk's ratio to it
 Tokens are random ids of a 50,257-token vocabulary (GPT-2's size, padded to 50,304),
 written straight into a token cache, so no tokenizer or corpus is needed.
 
-With --layout (tp2, pp2, tp2xpp2, fsdp8, fsdp4xtp2, ...) it checks a parallel layout on
-this node instead: `llmtk train` itself, launched through torchrun with the layout's
-flags (--nproc-per-node = the product, --tp, --pp, --dp-shard), on random text with
-the byte tokenizer (nothing to load on a bare node), logs tokens/s and MFU; they are
-printed beside `llmtk estimate`'s prediction for the same layout (the step-time model of
---solve layout, llmtk.estimate.layout, at --mfu for the matmuls). Without enough GPUs
-it says so in one line and records nothing (exit 1).
+With --layout (tp2, pp2, tp2xpp2, fsdp8, fsdp4xtp2, cp2, fsdp2xcp2xtp2, ...) it checks a
+parallel layout on this node instead: `llmtk train` itself, launched through torchrun
+with the layout's flags (--nproc-per-node = the product, --tp, --pp, --cp, --dp-shard),
+on random text with the byte tokenizer (nothing to load on a bare node), logs tokens/s
+and MFU; they are printed beside `llmtk estimate`'s prediction for the same layout (the
+step-time model of --solve layout, llmtk.estimate.layout, at --mfu for the matmuls; under
+cp with its K/V all-gather). --doc-mask trains with `llmtk train --doc-mask` on documents
+of about a quarter of the sequence (several per window): FlexAttention's block mask on
+one GPU or under tp/fsdp, the cp ranks' bool masks under cp (the estimate does not price
+the mask). Without enough GPUs it says so in one line and records nothing (exit 1). The
+cp and --doc-mask layouts have not been run on a GPU yet (none was lent).
 
 Reproduce:
     python benchmarks/gpu_check.py                   # one H100/H200: under 8 minutes
     python benchmarks/gpu_check.py --models 350m --steps 30
     python benchmarks/gpu_check.py --layout tp2 --models 1b --modes eager
+    python benchmarks/gpu_check.py --layout fsdp2xcp2xtp2 --models 1b --seq-len 16384
+    python benchmarks/gpu_check.py --layout fsdp1 --doc-mask --models 350m   # FlexAttention
     .venv/bin/python benchmarks/gpu_check.py --cpu-smoke   # tiny model on CPU (tests run it)
 """
 
@@ -246,10 +252,15 @@ def main() -> None:
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="a tiny model for a few steps on CPU: checks that the script runs")
     ap.add_argument("--layout", help="a parallel layout on this node, e.g. tp2, pp2, "
-                    "tp2xpp2, fsdp8: llmtk train through torchrun, against llmtk estimate")
+                    "tp2xpp2, fsdp8, cp2, fsdp2xcp2xtp2: llmtk train through torchrun, "
+                    "against llmtk estimate")
+    ap.add_argument("--doc-mask", action="store_true",
+                    help="--layout: train with --doc-mask on documents of ~seq-len/4")
     ap.add_argument("--mfu", type=float, default=0.4,
                     help="--layout: the matmul efficiency llmtk estimate assumes")
     args = ap.parse_args()
+    if args.doc_mask and not args.layout:
+        ap.error("--doc-mask: only with --layout (llmtk train runs it)")
     if args.layout:
         try:
             layout = parse_layout(args.layout)
@@ -293,22 +304,29 @@ def main() -> None:
 
 
 def parse_layout(text: str) -> dict[str, int]:
-    """'fsdp4xtp2' -> {"tp": 2, "pp": 1, "dp_shard": 4}: parts joined by x, each tpN, ppN
-    or fsdpN (FSDP2 over N ranks); the processes are their product."""
+    """'fsdp4xtp2' -> {"tp": 2, "pp": 1, "cp": 1, "dp_shard": 4}: parts joined by x, each
+    tpN, ppN, cpN or fsdpN (FSDP2 over N ranks); the processes are their product
+    (`world`)."""
     import re
 
-    sizes = {"tp": 1, "pp": 1, "dp_shard": 1}
+    sizes = {"tp": 1, "pp": 1, "cp": 1, "dp_shard": 1}
     for part in text.lower().split("x"):
-        m = re.fullmatch(r"(tp|pp|fsdp)([1-9]\d*)", part)
+        m = re.fullmatch(r"(tp|pp|cp|fsdp)([1-9]\d*)", part)
         if not m:
-            raise ValueError(f"expected parts like tp2, pp2, fsdp8 joined by x, got {text!r}")
+            raise ValueError(f"expected parts like tp2, pp2, cp2, fsdp8 joined by x, got "
+                             f"{text!r}")
         key = "dp_shard" if m[1] == "fsdp" else m[1]
         sizes[key] = int(m[2])
     return sizes
 
 
-def random_corpus(path: str, n_bytes: int) -> None:
-    """Documents of random lowercase words (byte tokenizer: one token per byte)."""
+def world(layout: dict) -> int:
+    """The processes (GPUs) of a layout."""
+    return layout["tp"] * layout["pp"] * layout["cp"] * layout["dp_shard"]
+
+
+def random_corpus(path: str, n_bytes: int, doc_bytes: int = 65536) -> None:
+    """Documents of `doc_bytes` random lowercase words (byte tokenizer: one token per byte)."""
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -316,7 +334,7 @@ def random_corpus(path: str, n_bytes: int) -> None:
     with open(path, "w") as f:
         written = 0
         while written < n_bytes:
-            text = letters[rng.integers(0, len(letters), 65536)].tobytes().decode()
+            text = letters[rng.integers(0, len(letters), doc_bytes)].tobytes().decode()
             f.write(json.dumps({"text": text}) + "\n")
             written += len(text)
 
@@ -329,7 +347,7 @@ def grad_accum_for(layout: dict) -> int:
 
 def train_command(args, layout: dict, model: str, mode: str, corpus: str, out: str) -> list:
     """The `llmtk train` arguments (after the Python executable) of one layout run."""
-    n = layout["tp"] * layout["pp"] * layout["dp_shard"]
+    n = world(layout)
     return ["-m", "llmtk", "train", "--data", corpus, "--out", out,
             "--model", model, "--seq-len", str(args.seq_len),
             "--batch-size", str(args.batch_size), "--grad-accum", str(grad_accum_for(layout)),
@@ -339,8 +357,9 @@ def train_command(args, layout: dict, model: str, mode: str, corpus: str, out: s
             "--dtype", "bf16" if args.dtype == "auto" else args.dtype,
             "--compile" if mode == "compile" else "--no-compile",
             "--nproc-per-node", str(n), "--parallel", "fsdp" if n > 1 else "none",
-            "--tp", str(layout["tp"]), "--pp", str(layout["pp"]),
-            "--dp-shard", str(layout["dp_shard"])]
+            "--tp", str(layout["tp"]), "--pp", str(layout["pp"]), "--cp", str(layout["cp"]),
+            "--dp-shard", str(layout["dp_shard"]),
+            *(["--doc-mask"] if args.doc_mask else [])]
 
 
 def predict_layout(args, model: str, layout: dict, device_name: str, per_node: int) -> dict:
@@ -361,19 +380,18 @@ def predict_layout(args, model: str, layout: dict, device_name: str, per_node: i
         return {}
     precision = "fp32" if args.dtype == "fp32" else "bf16-mixed"
     peak = hardware.peak_flops(gpu, precision)
-    dp = layout["dp_shard"]
-    c = Candidate(dp, layout["tp"], layout["pp"], 3 if dp > 1 else 0, args.batch_size,
-                  "selective")
+    dp, cp = layout["dp_shard"], layout["cp"]
+    c = Candidate(dp, layout["tp"], layout["pp"], 3 if dp * cp > 1 else 0, args.batch_size,
+                  "selective", cp=cp)  # FSDP2 shards over dp_shard x cp
     global_batch = args.batch_size * dp * grad_accum_for(layout)
     t = step_time(spec, c, global_batch=global_batch,
                   flops_per_token=model_flops_per_token(counts.matmul, spec.n_layer,
                                                         spec.n_head, spec.hd, spec.seq_len),
                   params=counts.total, peak=peak, mfu=args.mfu, gpu=gpu, per_node=per_node,
                   elem=4 if precision == "fp32" else 2)
-    n = dp * layout["tp"] * layout["pp"]
-    tps = global_batch * spec.seq_len / t["step_s"] / n
+    tps = global_batch * spec.seq_len / t["step_s"] / world(layout)
     # MFU as llmtk train reports it (causal attention), so the two columns compare
-    return {"tokens_per_s_per_gpu": tps, "step_s": t["step_s"],
+    return {"tokens_per_s_per_gpu": tps, "step_s": t["step_s"], "cp_s": t["cp_s"],
             "mfu": flops_per_token_for_config(mcfg, causal=True) * tps / peak}
 
 
@@ -382,7 +400,7 @@ def check_layout(args, layout: dict) -> None:
 
     import torch
 
-    n = layout["tp"] * layout["pp"] * layout["dp_shard"]
+    n = world(layout)
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if have < n:
         sys.exit(f"gpu_check --layout {args.layout}: needs {n} CUDA GPU"
@@ -392,8 +410,10 @@ def check_layout(args, layout: dict) -> None:
     work = tempfile.mkdtemp(prefix="llmtk-gpu-check-layout-")
     corpus = os.path.join(work, "random.jsonl")
     # the first logged window compiles and warms up; the second counts
+    # (the cp ranks of a group read the same sequences: dp_shard of them a micro-step)
     random_corpus(corpus, int(1.2 * 2 * args.steps * args.batch_size * layout["dp_shard"]
-                              * grad_accum_for(layout) * (args.seq_len + 1)) + 1_000_000)
+                              * grad_accum_for(layout) * (args.seq_len + 1)) + 1_000_000,
+                  doc_bytes=max(16, args.seq_len // 4) if args.doc_mask else 65536)
     print(f"llmtk gpu_check --layout {args.layout}: {n} x {device_name}, torch "
           f"{torch.__version__}, seq {args.seq_len}, micro-batch {args.batch_size}, "
           f"{args.steps} timed steps", file=sys.stderr)
@@ -404,7 +424,7 @@ def check_layout(args, layout: dict) -> None:
             cmd = [sys.executable, *train_command(args, layout, model, mode, corpus, out)]
             p = subprocess.run(cmd, capture_output=True, text=True)
             r = {"model": model, "layout": args.layout, "compile": mode == "compile",
-                 "gpus": n, "device": device_name}
+                 "doc_mask": args.doc_mask, "gpus": n, "device": device_name}
             if p.returncode != 0:
                 lines = [x for x in p.stderr.splitlines() if x.strip()]
                 r["error"] = lines[-1] if lines else f"exit {p.returncode}"
@@ -429,7 +449,8 @@ def check_layout(args, layout: dict) -> None:
 def _layout_line(r: dict) -> str:
     pred = r["predicted"]
     mfu = "n/a" if r["mfu"] is None else f"{r['mfu']:.1%}"
-    line = (f"{r['model']:>5} {'compile' if r['compile'] else 'eager':>7} {r['layout']}: "
+    layout = r["layout"] + (" doc-mask" if r.get("doc_mask") else "")
+    line = (f"{r['model']:>5} {'compile' if r['compile'] else 'eager':>7} {layout}: "
             f"{r['tokens_per_s_per_gpu']:,.0f} tok/s/GPU  MFU {mfu}  mem {r['mem_gb']:.1f} GB")
     if pred:
         line += (f"  | llmtk estimate: {pred['tokens_per_s_per_gpu']:,.0f} tok/s/GPU  MFU "

@@ -44,7 +44,9 @@ def test_cp_divides_a_layers_activations_and_adds_the_gathered_keys_and_values(t
 
 def test_cp_divides_the_llmtk_models_activations():
     """The llmtk model's own bytes (what --solve layout and train --dry-run price): every
-    per-token term at seq/cp tokens, + the gathered K and V per layer."""
+    per-token term at seq/cp tokens, + the gathered K and V per layer, - the fused qkv
+    output and the rotated keys (C + 3·K·D per local token), which the gather's own
+    copies replace (measured: tests/test_train_cp.py)."""
     from types import SimpleNamespace
 
     cfg = SimpleNamespace(d_model=4096, hidden=14336, active_ffn=14336, vocab_size=128256,
@@ -52,7 +54,8 @@ def test_cp_divides_the_llmtk_models_activations():
     seq = 131072
     whole = activations.llmtk_saved_bytes(cfg, 1, seq // 8, elem=2, residual=2)
     cp8 = activations.llmtk_saved_bytes(cfg, 1, seq, elem=2, residual=2, cp=8)
-    assert cp8["per_layer"] == pytest.approx(whole["per_layer"] + seq * 2 * 8 * 128 * 2)
+    assert cp8["per_layer"] == pytest.approx(
+        whole["per_layer"] + seq * 2 * 8 * 128 * 2 - seq // 8 * (4096 + 3 * 8 * 128) * 2)
     assert cp8["head"] == whole["head"] and cp8["inputs"] == whole["inputs"]
 
 

@@ -12,10 +12,11 @@ from tests.util import ROOT, env, run_module
 
 
 def test_layout_names_are_the_train_flags():
-    assert parse_layout("tp2") == {"tp": 2, "pp": 1, "dp_shard": 1}
-    assert parse_layout("tp2xpp2") == {"tp": 2, "pp": 2, "dp_shard": 1}
-    assert parse_layout("FSDP4xTP2") == {"tp": 2, "pp": 1, "dp_shard": 4}
-    for bad in ("tp", "tp0", "dp2", "tp2x"):
+    assert parse_layout("tp2") == {"tp": 2, "pp": 1, "cp": 1, "dp_shard": 1}
+    assert parse_layout("tp2xpp2") == {"tp": 2, "pp": 2, "cp": 1, "dp_shard": 1}
+    assert parse_layout("FSDP4xTP2") == {"tp": 2, "pp": 1, "cp": 1, "dp_shard": 4}
+    assert parse_layout("fsdp2xcp2xtp2") == {"tp": 2, "pp": 1, "cp": 2, "dp_shard": 2}
+    for bad in ("tp", "tp0", "dp2", "tp2x", "cp"):
         with pytest.raises(ValueError, match="expected parts like tp2"):
             parse_layout(bad)
 
@@ -34,26 +35,53 @@ def test_without_gpus_it_says_so_and_records_nothing(tmp_path):
     assert not report.exists()
 
 
-@pytest.mark.parametrize("name", ["pp2", "tp2xpp2", "fsdp4xtp2"])
-def test_the_launched_layout_is_one_train_accepts(tmp_path, name):
+@pytest.mark.parametrize("name,mode,doc_mask", [
+    ("pp2", "eager", False), ("tp2xpp2", "eager", False), ("fsdp4xtp2", "eager", False),
+    ("cp2", "compile", True), ("fsdp2xcp2xtp2", "compile", False)])
+def test_the_launched_layout_is_one_train_accepts(tmp_path, name, mode, doc_mask):
     """The `llmtk train` command --layout launches, planned by --dry-run (which checks a
     layout as a launch does): a pipeline needs a micro-step per stage at least (1F1B), so
-    pp layouts accumulate; the prediction prices the same global batch."""
+    pp layouts accumulate; the prediction prices the same global batch. cp layouts pass
+    --cp (compiled, and with --doc-mask: accepted, not refused)."""
     import argparse
 
     from benchmarks.gpu_check import grad_accum_for, train_command
     from tests.util import llmtk
 
     layout = parse_layout(name)
-    args = argparse.Namespace(seq_len=256, batch_size=2, steps=5, warmup=1, dtype="auto")
-    cmd = train_command(args, layout, "tiny", "eager", "corpus.jsonl", str(tmp_path / "run"))
+    args = argparse.Namespace(seq_len=256, batch_size=2, steps=5, warmup=1, dtype="auto",
+                              doc_mask=doc_mask)
+    cmd = train_command(args, layout, "tiny", mode, "corpus.jsonl", str(tmp_path / "run"))
     assert cmd[:3] == ["-m", "llmtk", "train"]
     accum = grad_accum_for(layout)
     assert accum >= layout["pp"] and f"--grad-accum {accum}" in " ".join(cmd)
-    n = layout["tp"] * layout["pp"] * layout["dp_shard"]
+    assert ("--doc-mask" in cmd) == doc_mask
+    n = layout["tp"] * layout["pp"] * layout["cp"] * layout["dp_shard"]
     p = llmtk(*cmd[2:], "--dry-run", in_process=True)
     assert p.returncode == 0, p.stderr
-    assert f"{n} processes (1 x {n})" in p.stdout.decode()
+    out = p.stdout.decode()
+    assert f"{n} processes (1 x {n})" in out
+    if layout["cp"] > 1:
+        assert f"cp {layout['cp']}" in out
+
+
+def test_the_cp_layout_is_predicted_with_its_key_value_gather():
+    """--layout cp2's prediction (llmtk estimate's step-time model for an H100 node) has
+    the K/V all-gather's time; fsdp2, the same two GPUs without cp, has none."""
+    import argparse
+
+    from benchmarks.gpu_check import predict_layout
+
+    args = argparse.Namespace(seq_len=8192, batch_size=1, dtype="auto", mfu=0.4)
+    cp = predict_layout(args, "1b", parse_layout("cp2"), "NVIDIA H100 80GB HBM3", 8)
+    dp = predict_layout(args, "1b", parse_layout("fsdp2"), "NVIDIA H100 80GB HBM3", 8)
+    assert cp["cp_s"] > 0 and dp["cp_s"] == 0
+    assert cp["tokens_per_s_per_gpu"] > 0 and cp["step_s"] > 0
+
+
+def test_doc_mask_needs_a_layout():
+    p = run_module("benchmarks.gpu_check", ["--doc-mask"], environ=env())
+    assert p.returncode == 2 and b"--doc-mask: only with --layout" in p.stderr
 
 
 @pytest.mark.slow  # torch.compile on CPU (inductor) takes a while

@@ -377,16 +377,14 @@ def plan_rows(d, gpu: str, bf16: bool, grad_accum: int | None = None) -> dict:
     instead of the plan's). What `llmtk train --dry-run` prints, and
     benchmarks/memory_check.py's prediction."""
     from llmtk.estimate.ranks import rank_rows
-    from llmtk.train.layout.dryrun import cp_activation_bytes, cp_share
     from llmtk.train.model.lora import parse_targets
 
     plan, lay = d.plan, d.plan.layout
     recompute = "full" if plan.activation_checkpointing else "selective"
     return rank_rows(
-        cp_share(plan.mcfg, lay.cp), d.plans, tp=lay.tp, pp=lay.pp,
+        plan.mcfg, d.plans, tp=lay.tp, pp=lay.pp, cp=lay.cp,
         fsdp=plan.parallel == "fsdp", dp_shard=lay.dp_shard * lay.cp,
-        micro_batch=plan.batch_size, cp_per_layer=cp_activation_bytes(
-            plan.mcfg, lay, plan.batch_size, 2 if bf16 else 4, recompute),
+        micro_batch=plan.batch_size,
         grad_accum=grad_accum or plan.grad_accum, recompute=recompute,
         bf16=bf16, gpu_name=gpu, lora_rank=plan.lora.rank if plan.lora else None,
         **({"lora_parts": len(parse_targets(plan.lora.targets))} if plan.lora else {}))

@@ -41,12 +41,17 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
     gradients computed in forward: d/dh (C per token, whole) and d/dW of the padded head
     (fp32, Vp·C, a 1/tp row shard) plus its token count.
 
-    cp: context parallelism as `llmtk train --cp` runs it (Llama 3's all-gather variant):
-    every per-token term above counts the rank's seq/cp tokens, and each layer's
-    attention all-gathers K and V of the whole sequence, which SDPA keeps for backward:
-    + 2·K·D·seq per layer (split over tp by heads). Not measured against the cp trainer
-    yet (built beside this); the local q, k and the fused qkv output are still counted
-    whole, so the cp figure errs high by at most their share. With recompute="full" (the
+    cp: context parallelism as `llmtk train --cp` runs it (Llama 3's all-gather variant,
+    llmtk/train/layout/context_parallel.py): every per-token term above counts the rank's
+    seq/cp tokens, and each layer keeps its cp group's gathered K and V for backward,
+    2·K·D per token of the whole sequence (split over tp by heads), and no longer the
+    fused qkv output and the rotated keys one process keeps (C + 3·K·D per local token:
+    the gather stacks its own copies of k and v). The one cp formula: `llmtk estimate` and
+    `llmtk train --dry-run` both price cp with it, measured on CPU within +2.5% (fp32 and
+    bf16 with GQA, tests/test_train_cp.py; not counted: the int64 index putting the
+    gathered keys in order, 8·seq bytes a forward, the CPU's fp32 lower-right causal mask
+    per chunk, which GPU kernels do not build, and --doc-mask's bool masks, B x L x
+    (c+1)L per chunk of length L). With recompute="full" (the
     model's activation checkpointing) a layer keeps only its fp32 input, C per token (the
     rank's 1/tp of the sequence). SDPA never stores the attention scores, so "none" =
     "selective". weight_copies: bf16 autocast over fp32 weights (one process, DDP) saves
@@ -80,7 +85,9 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
     norms = 2 * norm_split / t + (1 + casts) * C * elem
     attn = ((4 * C + 3 * K * D) * elem + 4 * H) / t  # + the fp32 log-sum-exp
     mlp = 4 * f * elem / t
-    gathered = batch * seq * 2 * K * D * elem / t if cp > 1 else 0.0  # whole-sequence K, V
+    gathered = 0.0
+    if cp > 1:  # whole-sequence K, V kept; the local qkv output and rotated k are not
+        gathered = (batch * seq * 2 * K * D - n * (C + 3 * K * D)) * elem / t
     first = 0  # the first layer's difference from the others
     if lora_rank:
         norms -= 2 * C * 4 / t  # frozen norm weights: x·rstd is not kept

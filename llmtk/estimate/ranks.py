@@ -18,8 +18,7 @@ from llmtk.estimate.emit import CUSTOM_BASE, gb2
 
 def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro_batch: int,
               grad_accum: int, recompute: str, bf16: bool, gpu_name: str,
-              lora_rank: int | None = None, lora_parts: int = 7,
-              cp_per_layer: float = 0.0) -> dict:
+              lora_rank: int | None = None, lora_parts: int = 7, cp: int = 1) -> dict:
     """{"gpu", "capacity", "rows": [{kind, rank, layers, params, weights, gradients,
     optimizer, recompute, fsdp_buffers, fsdp_held, activations, overhead, total, fits}]} in
     bytes (recompute: under full recompute the layer recomputed in backward, which holds
@@ -29,21 +28,20 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro
     Activations are the llmtk model's own (llmtk.estimate.activations.llmtk_saved_bytes:
     what its eager forward saves, measured exact on CPU in fp32 and bf16 autocast, one
     process, FSDP2 and tp 2: tests/test_train_memory.py), not Korthikanti's GPT-3 block,
-    which `llmtk estimate` uses for any model. Under --cp, `mcfg` is the model at the
-    rank's T/cp tokens and cp_per_layer what the key/value gather adds to each layer
-    (llmtk.train.layout.dryrun.cp_activation_bytes)."""
+    which `llmtk estimate` uses for any model. Under --cp each rank's T/cp tokens and the
+    gathered keys and values, as `llmtk estimate` prices them (the same function)."""
     from llmtk.estimate.activations import llmtk_saved_bytes, stage_bytes
 
     gpu = hardware.gpu(gpu_name)
     a = llmtk_saved_bytes(mcfg, micro_batch, mcfg.seq_len, elem=2 if bf16 else 4,
                           recompute=recompute, lora_rank=lora_rank, lora_parts=lora_parts,
                           tp=tp, weight_copies=bf16 and not fsdp,
-                          residual=2 if bf16 and fsdp else 4)
+                          residual=2 if bf16 and fsdp else 4, cp=cp)
     rows = []
     for plan in plans:
         act = stage_bytes(a, mcfg.n_layer, plan.layers, embedding=plan.embedding,
                           head=plan.head, pp=pp, n_micro=grad_accum, pp_rank=plan.pp_rank,
-                          local_stages=plan.stages) + plan.layers * cp_per_layer
+                          local_stages=plan.stages)
         # FSDP2 gathers a block's parameters (current + prefetched) and holds one block's
         # unsharded gradients before the reduce-scatter: estimate's formula.
         buffers = memory.fsdp_buffer_bytes(plan.block_params,

@@ -93,6 +93,8 @@ class Evaluator:
                         loss = pipe.forward_only(*batch)
                     else:
                         _, loss = model(*batch)
+                        if hasattr(sampler, "cp_share"):  # SFT under --cp: token-weighted
+                            loss = loss * sampler.cp_share(g * sampler.global_batch)
                 if loss is not None:
                     total += loss.double()
         model.train()

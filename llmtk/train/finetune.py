@@ -90,9 +90,11 @@ def sft_model(model: ModelSpec):
     return tok, inherited_model_config(model, tok.vocab_size, state)
 
 
-def setup_sft(spec: SftSpec, tok, seq_len: int, dp: int, dp_rank: int, say) -> SFTData:
+def setup_sft(spec: SftSpec, tok, seq_len: int, dp: int, dp_rank: int, say,
+              cp: tuple[int, int] = (1, 0)) -> SFTData:
     """Instruction data for the run (see sft_data) in windows of seq_len tokens; this rank
-    reads part dp_rank of dp; `say` reports the rows (rank 0)."""
+    reads part dp_rank of dp (and, under --cp, its chunks of them: cp = (size, rank));
+    `say` reports the rows (rank 0)."""
     from llmtk.train.data import sft as S
     from llmtk.train.data.chat import chat_template
 
@@ -104,12 +106,12 @@ def setup_sft(spec: SftSpec, tok, seq_len: int, dp: int, dp_rank: int, say) -> S
     else:
         convs, val = S.split_val(convs, spec.val_fraction)
     rows = S.build_rows(convs, chat, T, tok.eos_id, packing=spec.packing)
-    train_data = S.SFTSampler(rows, spec.batch_size, dp, dp_rank, spec.seed)
+    train_data = S.SFTSampler(rows, spec.batch_size, dp, dp_rank, spec.seed, cp=cp)
     val_data = vrows = None
     if val:
         vrows = S.build_rows(val, chat, T, tok.eos_id, packing=spec.packing)
         val_data = S.SFTSampler(vrows, spec.batch_size, dp, dp_rank, spec.seed,
-                                shuffle=False)
+                                shuffle=False, cp=cp)
     digest = hashlib.sha1(rows.tokens.tobytes() + rows.trained.tobytes()).hexdigest()[:16]
     s = rows.stats
     say(f"sft: {s['examples']} examples in {s['rows']} rows of {T + 1} tokens "

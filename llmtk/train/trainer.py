@@ -138,7 +138,7 @@ class Trainer:
         dp, dp_rank = plan.layout.dp, plan.layout.dp_rank(dist.rank)
         if cfg.sft:  # instruction data instead of the token cache (train/finetune.py)
             sft = setup_sft(section(SftSpec, cfg), self.tok, mcfg.seq_len, dp, dp_rank,
-                            self.log.say)
+                            self.log.say, (plan.layout.cp, plan.layout.coords(dist.rank)["cp"]))
             self.chat, self.train_data, self.val_data = sft.chat, sft.train_data, sft.val_data
             self.cache, self.data_meta = sft.cache, sft.data_meta
         else:

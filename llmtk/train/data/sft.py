@@ -171,21 +171,49 @@ class SFTSampler(Sampler):
         y = torch.where(trained[:, 1:], tokens[:, 1:], torch.full_like(tokens[:, 1:], -1))
         return tokens[:, :-1], y, doc[:, :-1]  # (B, T) each
 
-    def _trained(self, start: int, count: int) -> int:
-        """Loss-carrying tokens in rows [start, start + count) of the job's order."""
-        if not hasattr(self, "_per_row"):
-            self._per_row = self.w.trained.sum(axis=1)
-        return int(sum(self._per_row[self._index(start + j)] for j in range(count)))
+    def __init__(self, rows: Rows, micro_batch: int, world: int, rank: int, seed: int,
+                 shuffle: bool = True, cp: tuple[int, int] = (1, 0)):
+        super().__init__(rows, micro_batch, world, rank, seed, shuffle)
+        self.cp = cp  # (size, rank): --cp's ranks each take their chunks of every row
+
+    def _trained(self, start: int, count: int, mine: bool = False) -> int:
+        """Loss-carrying tokens in rows [start, start + count) of the job's order (`mine`:
+        only at this cp rank's positions of each row)."""
+        key = "_per_row_mine" if mine and self.cp[0] > 1 else "_per_row"
+        if not hasattr(self, key):
+            targets = self.w.trained[:, 1:]  # (rows, T): position 0 is never a target
+            if key == "_per_row_mine":
+                from llmtk.train.layout.context_parallel import chunk_positions
+
+                targets = targets[:, np.concatenate(
+                    [np.arange(r.start, r.stop) for r in chunk_positions(targets.shape[1],
+                                                                         *self.cp)])]
+            setattr(self, key, targets.sum(axis=1))
+        per_row = getattr(self, key)
+        return int(sum(per_row[self._index(start + j)] for j in range(count)))
 
     def loss_scale(self, step_position: int, micro: int, grad_accum: int) -> float:
         """The factor that turns this rank's micro-batch mean loss into its share of the
         mean over every trained token of the optimizer step (all ranks, all micro-batches),
         so a step's loss and gradient do not depend on how it is split across processes
-        and micro-steps. The trainer divides by grad_accum and DDP averages over ranks:
-        scale = n_micro * world * grad_accum / n_step."""
+        and micro-steps. The trainer divides by grad_accum and DDP/FSDP2 average over the
+        data-parallel and cp ranks: scale = n_micro * world * cp * grad_accum / n_step,
+        n_micro counted at this cp rank's positions (under --cp the ranks of a group read
+        the same rows, each its own chunks of them)."""
         n_step = self._trained(step_position, self.B * self.world * grad_accum)
-        n = self._trained(step_position + micro * self.global_batch + self.rank * self.B, self.B)
-        return n * self.world * grad_accum / max(1, n_step)
+        n = self._trained(step_position + micro * self.global_batch + self.rank * self.B,
+                          self.B, mine=True)
+        return n * self.world * self.cp[0] * grad_accum / max(1, n_step)
+
+    def cp_share(self, position: int) -> float:
+        """Under --cp, the factor that turns this rank's mean loss over its chunks of its
+        micro-batch at `position` into its share of the micro-batch's mean (validation
+        averages the cp ranks' losses); 1 without cp."""
+        if self.cp[0] == 1:
+            return 1.0
+        start = position + self.rank * self.B
+        return self._trained(start, self.B, mine=True) * self.cp[0] / max(
+            1, self._trained(start, self.B))
 
     def trained_tokens(self, position: int) -> int:
         """Loss-carrying tokens in the first `position` rows the job has consumed."""

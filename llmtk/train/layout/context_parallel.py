@@ -29,6 +29,14 @@ from __future__ import annotations
 import torch
 
 
+def chunk_positions(T: int, size: int, rank: int) -> list[range]:
+    """The global positions of cp rank `rank`'s tokens of a T-token window, in the order it
+    holds them: chunks rank and 2 size - 1 - rank of 2 size (torch-free: the SFT sampler
+    counts a rank's trained tokens on the host with it)."""
+    L = T // (2 * size)
+    return [range(c * L, (c + 1) * L) for c in (rank, 2 * size - 1 - rank)]
+
+
 class ContextParallel:
     """This rank's place in its cp group (a DeviceMesh's "cp" dimension or a process group,
     `rank` of `size`)."""
@@ -47,9 +55,8 @@ class ContextParallel:
 
     def index(self, T: int, device=None) -> torch.Tensor:
         """(T/cp,) the global positions of this rank's tokens, in the order it holds them."""
-        L = T // (2 * self.size)
-        return torch.cat([torch.arange(c * L, (c + 1) * L, device=device)
-                          for c in self.chunks()])
+        return torch.cat([torch.arange(r.start, r.stop, device=device)
+                          for r in chunk_positions(T, self.size, self.rank)])
 
     def natural_order(self, T: int, device=None) -> torch.Tensor:
         """(T,) for each global position, where it lies in the rank-ordered gather."""
@@ -75,7 +82,7 @@ class ContextParallel:
 
             pos = example_positions(doc)[:, mine]  # (B, Tl): positions restart per document
             cos, sin = rope_cos[pos][:, None], rope_sin[pos][:, None]  # (B, 1, Tl, D/2)
-        attn = CPAttention(self, T, doc)
+        attn = CPAttention(self, T, doc, idx.device)
         return idx[:, mine], targets[:, mine], cos, sin, attn
 
 
@@ -84,12 +91,17 @@ class CPAttention:
     chunk c (of length L) sees keys [0, (c + 1) L), causally aligned at its end; with
     document ids only keys of its own document."""
 
-    def __init__(self, cp: ContextParallel, T: int, doc: torch.Tensor | None):
+    def __init__(self, cp: ContextParallel, T: int, doc: torch.Tensor | None, device=None):
+        # Everything index-like is built here, eagerly, once per forward: the blocks that
+        # read it may be compiled (--compile), and a graph sees it as plain tensor inputs.
         self.cp, self.T = cp, T
         self.L = T // (2 * cp.size)
-        self.order = None  # the natural order of the gathered keys, built on first use
-        self.masks = None
-        if doc is not None:  # (B, 1, L, (c + 1) L) bool per local chunk, True = attend
+        self.order = cp.natural_order(T, device)  # (T,) the gathered keys' natural order
+        if doc is None:  # causal, aligned at the chunk's end (no (L, end) tensor)
+            from torch.nn.attention.bias import causal_lower_right
+
+            self.masks = [causal_lower_right(self.L, (c + 1) * self.L) for c in cp.chunks()]
+        else:  # (B, 1, L, (c + 1) L) bool per local chunk, True = attend
             self.masks = [self._chunk_mask(doc, c) for c in cp.chunks()]
 
     def _chunk_mask(self, doc: torch.Tensor, c: int) -> torch.Tensor:
@@ -104,41 +116,17 @@ class CPAttention:
                gqa: bool) -> torch.Tensor:
         """q (B, H, Tl, D), k, v (B, K, Tl, D) of this rank -> (B, H, Tl, D)."""
         import torch.nn.functional as F
-        from torch.nn.attention.bias import causal_lower_right
+        from torch.distributed._functional_collectives import all_gather_single_autograd
 
-        if self.order is None:
-            self.order = self.cp.natural_order(self.T, k.device)
-        kv = _Gather.apply(torch.stack([k, v]), self.cp.group, self.cp.size)  # (2,B,K,T,D)
+        # A functional collective (dynamo traces it: a compiled block keeps one graph);
+        # its backward reduce-scatters the gradient, each rank's queries read every key.
+        kv = all_gather_single_autograd(torch.stack([k, v]), 3, self.cp.group)  # (2,B,K,T,D)
         kv = kv.index_select(3, self.order)  # global positions in order
         L, out = self.L, []
         for h, c in enumerate(self.cp.chunks()):
             qc = q[:, :, h * L:(h + 1) * L]
             end = (c + 1) * L
-            mask = causal_lower_right(L, end) if self.masks is None else self.masks[h]
             out.append(F.scaled_dot_product_attention(qc, kv[0, :, :, :end], kv[1, :, :, :end],
-                                                      attn_mask=mask, enable_gqa=gqa))
+                                                      attn_mask=self.masks[h], enable_gqa=gqa))
         return torch.cat(out, dim=2)
 
-
-class _Gather(torch.autograd.Function):
-    """x (..., Tl, D) of every rank of `group`, concatenated along the sequence in rank
-    order; backward sums each rank's part of the gradient over the group (reduce-scatter),
-    since every rank's queries read every rank's keys."""
-
-    @staticmethod
-    def forward(ctx, x, group, size: int):
-        import torch.distributed as tdist
-
-        ctx.group, ctx.size = group, size
-        parts = [torch.empty_like(x) for _ in range(size)]
-        tdist.all_gather(parts, x.contiguous(), group=group)
-        return torch.cat(parts, dim=-2)
-
-    @staticmethod
-    def backward(ctx, grad):
-        import torch.distributed as tdist
-
-        parts = [p.contiguous() for p in grad.chunk(ctx.size, dim=-2)]
-        mine = torch.empty_like(parts[0])
-        tdist.reduce_scatter(mine, parts, group=ctx.group)
-        return mine, None, None

@@ -114,34 +114,6 @@ def plan_ranks(plan: RunPlan) -> list[RankPlan]:
     return plans
 
 
-def cp_share(mcfg, cp: int):
-    """The model as one rank of a cp group runs it: T/cp tokens of every sequence (what
-    its activations are priced at)."""
-    from dataclasses import replace
-
-    return mcfg if cp == 1 else replace(mcfg, seq_len=mcfg.seq_len // cp)
-
-
-def cp_activation_bytes(mcfg, layout, micro_batch: int, elem: int, recompute: str) -> float:
-    """What context parallelism changes in one layer's saved activations on a rank, in
-    bytes, beyond pricing them at T/cp tokens (llmtk.estimate.activations prices the
-    rest). Each layer keeps its cp group's gathered keys and values for backward, 2 K D
-    per token of the whole sequence T (the rank's K/tp kv heads), and no longer the
-    fused q/k/v output and the rotated keys that one process keeps (C + 3 K D per local
-    token, train/layout/context_parallel.py). With --activation-checkpointing a layer keeps
-    only its input: no change. Not counted: the int64 index putting the gathered keys in
-    order (8 T bytes a forward), the CPU's attention materialising a lower-right
-    causal mask per chunk (L x (c+1)L fp32, 2% of the measured tiny run; GPU kernels
-    build none), and --doc-mask's bool masks (B x L x (c+1)L per chunk)."""
-    cp, tp = layout.cp, layout.tp
-    if cp == 1 or recompute == "full":
-        return 0.0
-    T, C, KD = mcfg.seq_len, mcfg.d_model, mcfg.kv_heads * mcfg.head_dim
-    local = micro_batch * T // cp
-    gathered = 2 * micro_batch * T * KD / tp * elem
-    return gathered - local * (C + 3 * KD) / tp * elem
-
-
 @dataclass(frozen=True)
 class DryRun:
     plan: RunPlan            # the run plan the launch resolves too (layout, split, model)

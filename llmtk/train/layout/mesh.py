@@ -149,25 +149,24 @@ def check_trainable(layout: Layout, spec) -> None:
 
 
 def check_context_parallel(layout: Layout, spec) -> None:
-    """--cp N runs pre-training under FSDP2/HSDP and tp (train/layout/context_parallel.py);
-    what was not built or tested with it is refused naming its flag."""
+    """--cp N runs pre-training and --sft under FSDP2/HSDP and tp
+    (train/layout/context_parallel.py); what was not built or tested with it is refused
+    naming its flag."""
     cp = layout.cp
     for flag, on, why in (
             ("pp", layout.pp > 1, "a pipeline stage's schedule does not split the sequence"),
-            ("sft", spec.sft, "its loss is weighted by each example's trained tokens, which "
-             "the cp ranks' shares of a window do not divide evenly"),
-            ("compile", spec.compile, "the attention's key/value gather has not been tested "
-             "compiled; leave --compile off (the default under --cp)"),
-            ("lora_rank", spec.lora_rank, "not tested with context parallelism")):
+            ("lora_dropout", spec.lora_rank and spec.lora_dropout, "the ranks of a cp "
+             "group share one random stream, so their tokens would get the same masks"),
+            ("compile", spec.lora_rank and spec.compile, "with --lora-rank: not tested")):
         if on:
             raise ConfigError(flag, f"is not supported with --cp {cp} ({why})")
 
 
 def compiles_by_default(layout: Layout, lora: bool, cuda: bool) -> bool:
     """--compile's default: on GPU, except for LoRA under tensor parallelism (above), under
-    context parallelism (above) and under expert parallelism (never run compiled on a GPU
-    yet: the dispatch reads its split sizes on the host, a graph break in every MoE layer;
-    --compile still asks)."""
+    context parallelism (compiled runs tested on CPU only, never on a GPU yet) and under
+    expert parallelism (never run compiled on a GPU yet: the dispatch reads its split
+    sizes on the host, a graph break in every MoE layer); --compile still asks."""
     return cuda and not (layout.tp > 1 and lora) and layout.cp == 1 and layout.ep == 1
 
 
