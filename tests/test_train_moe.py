@@ -207,18 +207,90 @@ def test_init_is_seeded_and_scaled():
     assert "layers.1.mlp.tokens_per_expert" not in a.state_dict()
 
 
-@pytest.mark.parametrize(("layout", "flags", "key"), [
-    ({"pp": 2, "dp_shard": 1}, {}, "pp"), ({"cp": 2, "dp_shard": 1}, {}, "cp")])
-def test_layouts_not_built_for_experts_are_refused_naming_the_flag(layout, flags, key):
+@pytest.mark.parametrize(("layout", "kw", "key"), [
+    ({"cp": 2, "dp_shard": 1}, {"capacity_factor": 1.0}, "cp"),
+    ({"cp": 2, "pp": 2, "dp_shard": 1}, {}, "pp")])
+def test_layouts_not_built_for_experts_are_refused_naming_the_flag(layout, kw, key):
+    """A capacity under cp would cap each rank's part of a micro-batch (others dropped than
+    in one process); cp with pp is untested. Every layout of tests/test_train_moe_layouts.py
+    and tests/test_train_ep.py plans."""
     from llmtk.errors import ConfigError
     from llmtk.train.layout.mesh import Layout
     from tests.train_runs import planned
 
     with pytest.raises(ConfigError) as e:
-        planned(small(n_layer=4), Layout(**layout), **flags)
-    assert e.value.key == key and "mixture-of-experts" in e.value.message
-    planned(small(n_layer=4), Layout(dp_shard=2))  # FSDP2 plans
-    planned(small(n_layer=4), Layout(tp=2, dp_shard=2), ep=2)  # and tp, ep (test_train_ep)
+        planned(small(n_layer=4, **kw), Layout(**layout))
+    assert e.value.key == key
+    for ok, flags in ((Layout(dp_shard=2), {}), (Layout(tp=2, dp_shard=2), {"ep": 2}),
+                      (Layout(pp=2, dp_shard=2), {"ep": 2}), (Layout(pp=2, tp=2), {}),
+                      (Layout(cp=2), {"ep": 2}), (Layout(cp=2, tp=2), {"ep": 2})):
+        planned(small(n_layer=4), ok, **flags)
+
+
+def _stage_chain(model, x, y, scale=None):
+    """Two pipeline stages of `model` (blocks 0-1 with the embedding, 2-3 with the head)
+    run as the schedule runs them: the second's backward, then the first's from the
+    gradient of its output. Returns the loss."""
+    from llmtk.train.layout.pipeline import StagePart
+
+    first, last = StagePart(model, [0, 1], True, False), StagePart(model, [2, 3], False, True)
+    out = first(x, y, scale=scale)
+    received = out.detach().requires_grad_()
+    loss = last(received, y, scale=scale)
+    loss.backward()
+    out.backward(received.grad)
+    return loss
+
+
+@pytest.mark.parametrize("scale", [None, 0.25])
+def test_pipeline_stages_give_every_auxiliary_loss_its_gradient(scale):
+    """The auxiliary losses of the first stage's MoE layers reach the gradient in that
+    stage's own backward (moe.carry_aux), scaled as the loss is (SFT's micro-step share):
+    two stages give the whole model's loss and gradients (fp64, to rounding)."""
+    cfg = small(n_layer=4, router_aux_loss=0.1, router_z_loss=0.01, n_shared_experts=1)
+    idx = torch.randint(0, 61, (2, 16), generator=torch.Generator().manual_seed(1))
+    grads = []
+    for staged in (False, True):
+        torch.manual_seed(0)
+        model = GPT(cfg).double()
+        if staged:
+            loss = _stage_chain(model, idx, idx, None if scale is None
+                                else torch.tensor([scale], dtype=torch.float64))
+        else:
+            loss = model(idx, idx)[1] * (1.0 if scale is None else scale)
+            loss.backward()
+        grads.append((loss.item(), {n: p.grad for n, p in model.named_parameters()}))
+    (want_loss, want), (got_loss, got) = grads
+    assert got_loss == want_loss
+    assert want["layers.0.mlp.router.weight"].abs().sum() > 0
+    for name, g in want.items():
+        assert torch.allclose(got[name], g, rtol=1e-10, atol=1e-14), name
+
+
+def test_balancer_of_a_stage_spans_the_whole_models_layers():
+    """Under pp a stage holds some MoE layers: its count vector has every layer of the
+    model (zeros for the others', so every rank all-reduces the same length), its update
+    moves only its own layers' bias, and its metrics row has every layer's load."""
+    from llmtk.train.layout.pipeline import StagePart
+
+    cfg = small(n_layer=4, first_dense=1)  # layers 1, 2, 3 are MoE
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    part = StagePart(model, [2, 3], False, True)
+    b = Balancer(part, 0.01, cfg)
+    assert list(b.layers) == ["layers.1.mlp", "layers.2.mlp", "layers.3.mlp"]
+    part(torch.randn(2, 16, 32), torch.randint(0, 61, (2, 16)))
+    counts = b.counts().view(3, 5)
+    assert counts[0].sum() == 0 and counts[1:, :4].sum(1).tolist() == [2 * 16 * 2] * 2
+    loads = torch.tensor([[1., 2., 3., 4., 0.], [10., 2., 2., 2., 0.], [2., 2., 2., 10., 0.]])
+    b.update(loads.flatten(), torch.tensor(0.0))
+    assert model.layers["1"].mlp.expert_bias.abs().sum() == 0  # another stage's layer
+    assert model.layers["2"].mlp.expert_bias.tolist() == pytest.approx([-0.01, 0.01, 0.01, 0.01])
+    row = b.row()
+    assert row["expert_load/1"] == pytest.approx([0.1, 0.2, 0.3, 0.4])
+    assert row["expert_imbalance/3"] == pytest.approx(2.5)
+    empty = Balancer(StagePart(model, [0], True, False), 0.01, cfg)  # a dense stage
+    assert empty and empty.counts().tolist() == [0.0] * 15
 
 
 def test_qwen3_style_attention_own_head_dim_and_qk_norm():
