@@ -311,3 +311,87 @@ def test_qwen3_style_attention_own_head_dim_and_qk_norm():
     with torch.no_grad():
         attn.q_norm.weight.mul_(3.0)
     assert not torch.allclose(model(idx)[0], before)
+
+
+def test_lora_on_routed_experts_is_each_experts_own_low_rank_update():
+    """--lora-targets experts: expert e of each weight computes with w[e] + (alpha/r)·B[e]·A[e]
+    (checked against that sum for one expert, and the whole model against its merged
+    state dict), only the adapters get gradients, the grouped kernel and the per-expert
+    loop agree, and a plain checkpoint loads into the adapted model."""
+    from llmtk.train.model.lora import LoRAExperts, add_lora, merged_state_dict
+
+    cfg = small(n_layer=2, n_shared_experts=1)
+    idx = torch.randint(0, 61, (2, 16), generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    plain_state = {k: v.double() for k, v in model.state_dict().items()}
+    add_lora(model, rank=4, alpha=8, targets="experts")
+    model.double()
+    experts = model.layers["0"].mlp.experts
+    assert isinstance(experts, LoRAExperts) and experts.lora_A["w2"].shape == (4, 4, 16)
+    assert model.layers["0"].mlp.shared.w1.__class__ is torch.nn.Linear  # not a target
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.normal_(std=0.1)  # as after training (B = 0 at init)
+    _, loss = model(idx, idx)
+    loss.backward()
+    grads = {n for n, p in model.named_parameters() if p.grad is not None}
+    assert grads == {f"layers.{i}.mlp.experts.lora_{ab}.{w}" for i in "01" for ab in "AB"
+                     for w in ("w1", "w3", "w2")}
+    # the definition, in fp64: each expert's weight plus (8/4)·B[e]·A[e]
+    state = model.state_dict()
+    want = dict(plain_state)
+    for i in "01":
+        for w in ("w1", "w3", "w2"):
+            key = f"layers.{i}.mlp.experts"
+            want[f"{key}.{w}"] = plain_state[f"{key}.{w}"] + 2.0 * torch.bmm(
+                state[f"{key}.lora_B.{w}"], state[f"{key}.lora_A.{w}"])
+    plain = GPT(cfg).double()
+    plain.load_state_dict(want)
+    with torch.no_grad():  # fp64: only the summation order differs
+        assert torch.allclose(plain(idx)[0], model(idx)[0], rtol=0, atol=1e-12)
+    # train export's merge forms B·A in fp32 (as for every adapter): within a few fp32
+    # ulps of these weights (|w| < 1)
+    merged = merged_state_dict(state, cfg.to_dict(), alpha=8)
+    assert merged.keys() == want.keys()
+    assert all(torch.allclose(merged[k], want[k], rtol=0, atol=2 ** -20) for k in want)
+    fresh = GPT(cfg).double()
+    add_lora(fresh, rank=4, targets="experts")
+    # a plain checkpoint: the adapters (all that is missing) keep their init
+    assert all(".lora_" in k for k in fresh.load_state_dict(plain_state, strict=False)
+               .missing_keys)
+    base = GPT(cfg).double()
+    base.load_state_dict(plain_state)
+    with torch.no_grad():
+        assert torch.equal(fresh(idx)[0], base(idx)[0])  # B = 0: the base model
+
+    # fp32, widths the kernel takes (rank 4 x 4 bytes): the grouped kernel and the loop
+    outs = []
+    for grouped in (True, False):
+        torch.manual_seed(0)
+        m = GPT(cfg)
+        add_lora(m, rank=4, targets="experts")
+        with torch.no_grad():
+            for p in m.parameters():
+                if p.requires_grad:
+                    p.normal_(std=0.1)
+        for block in m.layers.values():
+            block.mlp.experts.grouped = grouped
+        _, loss = m(idx, idx)
+        loss.backward()
+        outs.append((loss.detach(), m.layers["1"].mlp.experts.lora_A["w1"].grad))
+    assert torch.allclose(outs[0][0], outs[1][0], rtol=1e-6)
+    assert torch.allclose(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-7)  # summation order
+
+
+def test_lora_on_routed_experts_under_tp_is_refused_naming_the_flag():
+    from llmtk.errors import ConfigError
+    from llmtk.train.layout.mesh import Layout
+    from tests.train_runs import planned
+
+    with pytest.raises(ConfigError) as e:
+        planned(small(n_layer=4), Layout(tp=2), lora_rank=4, lora_targets="q,experts")
+    assert e.value.key == "tp" and "experts" in e.value.message
+    planned(small(n_layer=4), Layout(tp=2), lora_rank=4, lora_targets="q,v")
+    planned(small(n_layer=4), Layout(dp_shard=2), lora_rank=4, lora_targets="experts", ep=2)

@@ -101,3 +101,33 @@ def test_four_process_moe_layouts_match_one_process(corpus, tmp_path, one, args)
     out = str(tmp_path / "run")
     run_train(corpus, out, *MOE, *ONE, "--nproc-per-node", "4", *args)
     _matches(one, out)
+
+
+LORA = ["--lora-rank", "4", "--lora-alpha", "8", "--lora-targets", "q,v,experts"]
+
+
+@pytest.mark.integration
+def test_lora_on_routed_experts_under_ep2_matches_one_process(corpus, tmp_path):
+    """--lora-targets experts (an adapter per routed expert, the base frozen) under --ep 2:
+    each rank holds its 2 experts' adapters (Shard(0) over ep, as the experts), their
+    gradients scaled by 1/ep as the experts' are; the losses, grad norms and loads are one
+    process's, and `train export` folds the sharded adapters into the experts as it does
+    one process's."""
+    import torch
+
+    from tests.util import llmtk
+
+    ref, out = str(tmp_path / "one"), str(tmp_path / "ep2")
+    run_train(corpus, ref, *MOE, *ONE, *LORA)
+    run_train(corpus, out, *MOE, *LORA, "--batch-size", "1", "--grad-accum", "2",
+              "--nproc-per-node", "2", "--ep", "2")
+    _matches(ref, out)
+    got = {}
+    for name, run in (("one", ref), ("ep2", out)):
+        p = llmtk("train", "export", run, "-o", str(tmp_path / f"{name}.pt"), in_process=True)
+        assert p.returncode == 0, p.stderr
+        got[name] = torch.load(tmp_path / f"{name}.pt", weights_only=True)["state_dict"]
+    assert got["ep2"].keys() == got["one"].keys()
+    assert not any(".lora_" in k for k in got["one"]) and "layers.0.mlp.experts.w2" in got["one"]
+    # the same adapters (within PARITY_REL), merged in fp32 by both
+    assert all(torch.allclose(got["ep2"][k], v, rtol=0, atol=1e-6) for k, v in got["one"].items())

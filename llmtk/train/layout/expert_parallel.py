@@ -100,6 +100,12 @@ def apply_ep(model, meshes: ExpertMeshes) -> None:
             place = [Shard(0), Shard(EXPERT_DIM[name])] if tp else [Shard(0)]
             setattr(experts, name, nn.Parameter(distribute_tensor(
                 p.detach(), meshes.experts, place), requires_grad=p.requires_grad))
+        for adapters in (getattr(experts, "lora_A", {}), getattr(experts, "lora_B", {})):
+            # LoRA's per-expert adapters (lora.LoRAExperts) go with the experts they adapt
+            # (not under tp: refused by plan.check_lora)
+            for name, p in adapters.items():
+                adapters[name] = nn.Parameter(distribute_tensor(
+                    p.detach(), meshes.ep, [Shard(0)]), requires_grad=p.requires_grad)
         experts.dispatch = AllToAll(meshes.ep.get_group(), meshes.ep.size(), module.n)
         experts.grad_scale = 1.0 / meshes.ep.size()
 

@@ -192,11 +192,18 @@ class GroupedExperts(nn.Module):
         if torch.is_autocast_enabled(x.device.type):  # the kernel is not on autocast's list
             dt = torch.get_autocast_dtype(x.device.type)
             x, w1, w3, w2 = x.to(dt), w1.to(dt), w3.to(dt), w2.to(dt)
-        h = F.silu(expert_matmul(x, w1, counts, self.grouped)) \
-            * expert_matmul(x, w3, counts, self.grouped)  # (M, H)
+        h = F.silu(self.project(x, "w1", w1, counts)) \
+            * self.project(x, "w3", w3, counts)  # (M, H)
         if scale is not None:
             h = h * scale.unsqueeze(-1).to(h.dtype)
-        return expert_matmul(h, w2, counts, self.grouped)  # (M, C)
+        return self.project(h, "w2", w2, counts)  # (M, C)
+
+    def project(self, x: torch.Tensor, name: str, w: torch.Tensor,
+                counts: torch.Tensor) -> torch.Tensor:
+        """x (M, in) sorted by expert through each expert's weight `name` (w, this rank's
+        local (E, out, in), in compute's dtype) -> (M, out). LoRA's adapters add to it
+        (lora.LoRAExperts)."""
+        return expert_matmul(x, w, counts, self.grouped)
 
 
 class SharedExperts(nn.Module):
