@@ -383,15 +383,3 @@ def test_lora_on_routed_experts_is_each_experts_own_low_rank_update():
         outs.append((loss.detach(), m.layers["1"].mlp.experts.lora_A["w1"].grad))
     assert torch.allclose(outs[0][0], outs[1][0], rtol=1e-6)
     assert torch.allclose(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-7)  # summation order
-
-
-def test_lora_on_routed_experts_under_tp_is_refused_naming_the_flag():
-    from llmtk.errors import ConfigError
-    from llmtk.train.layout.mesh import Layout
-    from tests.train_runs import planned
-
-    with pytest.raises(ConfigError) as e:
-        planned(small(n_layer=4), Layout(tp=2), lora_rank=4, lora_targets="q,experts")
-    assert e.value.key == "tp" and "experts" in e.value.message
-    planned(small(n_layer=4), Layout(tp=2), lora_rank=4, lora_targets="q,v")
-    planned(small(n_layer=4), Layout(dp_shard=2), lora_rank=4, lora_targets="experts", ep=2)

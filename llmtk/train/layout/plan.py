@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmtk.errors import ConfigError
 from llmtk.train.layout.mesh import (
     Layout,
     ParallelSpec,
@@ -68,17 +67,6 @@ class LoraSpec:
         return cls(spec.lora_rank, spec.lora_alpha, spec.lora_targets, spec.lora_dropout)
 
 
-def check_lora(layout: Layout, spec: PlanSpec, mcfg) -> None:
-    """LoRA's `experts` target (adapters on a MoE layer's routed experts) was built for
-    one process, data, expert and pipeline parallelism, not for tp (its adapters would
-    need the experts' split of the hidden width)."""
-    targets = {t.strip() for t in spec.lora_targets.split(",")}
-    if spec.lora_rank and "experts" in targets and layout.tp > 1 \
-            and getattr(mcfg, "n_experts", 0):
-        raise ConfigError("tp", f"{layout.tp} is not supported with --lora-targets experts "
-                          "(the routed experts' adapters are not split over tp yet)")
-
-
 @dataclass(frozen=True)
 class RunPlan:
     parallel: str                 # none | ddp | fsdp
@@ -107,7 +95,6 @@ class RunPlan:
         spec = section(PlanSpec, cfg)
         check_trainable(layout, spec)
         check_model(layout, mcfg)
-        check_lora(layout, spec, mcfg)
         split = pipeline_split(layout, mcfg.n_layer, spec.pp_layers, spec.pp_schedule)
         return cls(
             parallel=parallel, layout=layout, mcfg=mcfg, split=tuple(split),

@@ -20,8 +20,9 @@ experts are a target of their own, `experts` (opt-in: E adapters per weight, E t
 parameters of one, and each learns from only the tokens routed to its expert): each
 expert e gets A[e] (r x in) and B[e] (out x r) on each of its w1, w3, w2, stored stacked
 as the experts are, (E, r, in) and (E, out, r) (LoRAExperts), computed by the same
-grouped matmul over the rows sorted by expert, and under expert parallelism split over
-the ep ranks with the experts they adapt. A model whose targets find no matrix (all
+grouped matmul over the rows sorted by expert, under expert parallelism split over the
+ep ranks with the experts they adapt, and under tp along the experts' hidden width
+(TP_DIM). A model whose targets find no matrix (all
 layers MoE without shared experts, and only gate/up/down asked for) is refused.
 
 State-dict keys keep the base names (`layers.0.attn.wqkv.weight`) and add
@@ -40,7 +41,7 @@ from torch import nn
 
 from llmtk.errors import ConfigError
 from llmtk.train.model.gpt import ModelConfig, group_qkv, init_whole_
-from llmtk.train.model.moe import GroupedExperts, MoE, expert_matmul, grad_scaled, local
+from llmtk.train.model.moe import GroupedExperts, MoE, expert_matmul, grad_scaled
 
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down", "experts")
 DEFAULT_TARGETS = "q,k,v,o,gate,up,down"  # --lora-targets' default: not `experts` (opt-in)
@@ -192,7 +193,7 @@ class LoRAExperts(GroupedExperts):
     def project(self, x: torch.Tensor, name: str, w: torch.Tensor,
                 counts: torch.Tensor) -> torch.Tensor:
         y = super().project(x, name, w, counts)  # (M, out)
-        a, b = (grad_scaled(local(t), self.grad_scale)
+        a, b = (grad_scaled(_local(t), self.grad_scale)
                 for t in (self.lora_A[name], self.lora_B[name]))
         a, b = a.to(x.dtype), b.to(x.dtype)  # autocast: compute's dtype (a no-op otherwise)
         r = expert_matmul(self.drop(x), a, counts, self.grouped)  # (M, rank)
@@ -204,6 +205,42 @@ class LoRAExperts(GroupedExperts):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
         _tolerate_missing_adapters(list(self.lora_A), prefix, missing_keys, before)
+
+
+# Under tensor parallelism each expert's hidden width H is split (w1, w3 (E, H, C) by rows,
+# w2 (E, C, H) by columns); an adapter follows its weight's split on its H side and is
+# whole on the other: A of w1/w3 (E, r, C) whole, B (E, H, r) by H; A of w2 (E, r, H) by H,
+# B (E, C, r) whole. A whole one's gradient on a rank is then its part of the sum (that
+# rank's slice of H), marked Partial (_local).
+TP_DIM = {"lora_A": {"w1": None, "w3": None, "w2": 2}, "lora_B": {"w1": 1, "w3": 1, "w2": None}}
+
+
+def place_expert_adapters(experts, mesh, ep: bool, tp: bool) -> None:
+    """Distribute the adapters of `experts` (a LoRAExperts; others have none) over `mesh`,
+    the experts' own: (ep,), (tp,) or (ep, tp) - each expert's with the expert (Shard(0)
+    over ep), and over tp as TP_DIM says (expert_parallel.apply_ep,
+    tensor_parallel._split_moe)."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    for kind in ("lora_A", "lora_B"):
+        adapters = getattr(experts, kind, None)
+        for name, p in (adapters or {}).items():
+            dim = TP_DIM[kind][name]
+            place = ([Shard(0)] if ep else []) + (
+                [Replicate() if dim is None else Shard(dim)] if tp else [])
+            adapters[name] = nn.Parameter(distribute_tensor(p.detach(), mesh, place),
+                                          requires_grad=p.requires_grad)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """An adapter's local piece (a plain tensor as it is); where it is whole over a mesh
+    dimension (tp) its gradient comes back marked Partial there (see TP_DIM)."""
+    if not hasattr(t, "to_local"):
+        return t
+    from torch.distributed.tensor import Partial
+
+    return t.to_local(grad_placements=[Partial() if p.is_replicate() else p
+                                       for p in t.placements])
 
 
 def _expert_kaiming(a: torch.Tensor) -> None:
