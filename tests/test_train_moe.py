@@ -383,3 +383,19 @@ def test_lora_on_routed_experts_is_each_experts_own_low_rank_update():
         outs.append((loss.detach(), m.layers["1"].mlp.experts.lora_A["w1"].grad))
     assert torch.allclose(outs[0][0], outs[1][0], rtol=1e-6)
     assert torch.allclose(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-7)  # summation order
+
+
+def test_dry_run_counts_the_expert_adapters_as_they_are_placed():
+    """--dry-run with --lora-targets experts under --ep 2 --tp 2 (dp_shard 2): a rank holds
+    1/dp_shard of each adapter, and 1/tp more of those split over tp (placement's
+    EXPERT_ADAPTER_DIM: A of w2 and B of w1, w3, on the hidden width): per MoE layer A of
+    w1, w3 (4 x 4 x 32) and B of w2 (4 x 32 x 4) whole over tp, B of w1, w3 (4 x 16 x 4)
+    and A of w2 (4 x 4 x 16) split."""
+    from llmtk.train.layout.dryrun import plan_ranks
+    from llmtk.train.layout.mesh import Layout
+    from tests.train_runs import planned
+
+    (rank,) = plan_ranks(planned(small(n_layer=4), Layout(tp=2, dp_shard=2), ep=2,
+                                 lora_rank=4, lora_targets="experts"))
+    whole, split = 3 * 4 * 4 * 32, 3 * 4 * 16 * 4
+    assert rank.trainable == 4 * (whole / 2 + split / 4)

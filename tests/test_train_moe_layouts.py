@@ -111,10 +111,11 @@ def test_lora_on_routed_experts_under_ep2_tp2_matches_one_process(corpus, tmp_pa
     """--lora-targets experts (an adapter per routed expert, the base frozen) under --ep 2
     --tp 2 on 4 processes: each rank holds its 2 experts' adapters (Shard(0) over ep, as
     the experts), split over tp along the experts' hidden width where they touch it and
-    whole elsewhere (lora.TP_DIM; a whole one's gradient a partial sum over tp), their
-    gradients scaled by 1/ep as the experts' are. The losses, grad norms and loads are one
-    process's, and `train export` folds the sharded adapters into the experts as it does
-    one process's. (Without the Partial marks a --tp 2 run is 1.5e-2 off by step 6.)"""
+    whole elsewhere (placement.EXPERT_ADAPTER_DIM; a whole one's gradient a partial sum
+    over tp), their gradients scaled by 1/ep as the experts' are. The losses, grad norms
+    and loads are one process's, and `train export` folds the sharded adapters into the
+    experts as it does one process's. (Without the Partial marks a --tp 2 run is 1.5e-2
+    off by step 6.)"""
     import torch
 
     from tests.util import llmtk

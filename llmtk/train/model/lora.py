@@ -22,7 +22,7 @@ expert e gets A[e] (r x in) and B[e] (out x r) on each of its w1, w3, w2, stored
 as the experts are, (E, r, in) and (E, out, r) (LoRAExperts), computed by the same
 grouped matmul over the rows sorted by expert, under expert parallelism split over the
 ep ranks with the experts they adapt, and under tp along the experts' hidden width
-(TP_DIM). A model whose targets find no matrix (all
+(llmtk.compute.placement.EXPERT_ADAPTER_DIM). A model whose targets find no matrix (all
 layers MoE without shared experts, and only gate/up/down asked for) is refused.
 
 State-dict keys keep the base names (`layers.0.attn.wqkv.weight`) and add
@@ -207,25 +207,21 @@ class LoRAExperts(GroupedExperts):
         _tolerate_missing_adapters(list(self.lora_A), prefix, missing_keys, before)
 
 
-# Under tensor parallelism each expert's hidden width H is split (w1, w3 (E, H, C) by rows,
-# w2 (E, C, H) by columns); an adapter follows its weight's split on its H side and is
-# whole on the other: A of w1/w3 (E, r, C) whole, B (E, H, r) by H; A of w2 (E, r, H) by H,
-# B (E, C, r) whole. A whole one's gradient on a rank is then its part of the sum (that
-# rank's slice of H), marked Partial (_local).
-TP_DIM = {"lora_A": {"w1": None, "w3": None, "w2": 2}, "lora_B": {"w1": 1, "w3": 1, "w2": None}}
-
-
 def place_expert_adapters(experts, mesh, ep: bool, tp: bool) -> None:
     """Distribute the adapters of `experts` (a LoRAExperts; others have none) over `mesh`,
     the experts' own: (ep,), (tp,) or (ep, tp) - each expert's with the expert (Shard(0)
-    over ep), and over tp as TP_DIM says (expert_parallel.apply_ep,
-    tensor_parallel._split_moe)."""
+    over ep), and over tp along the experts' hidden width where the adapter touches it,
+    whole on the other side (llmtk.compute.placement.EXPERT_ADAPTER_DIM; a whole one's
+    gradient on a rank is its part of the sum, marked Partial by _local). Called by
+    expert_parallel.apply_ep and tensor_parallel._split_moe."""
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from llmtk.compute.placement import EXPERT_ADAPTER_DIM
 
     for kind in ("lora_A", "lora_B"):
         adapters = getattr(experts, kind, None)
         for name, p in (adapters or {}).items():
-            dim = TP_DIM[kind][name]
+            dim = EXPERT_ADAPTER_DIM[kind][name]
             place = ([Shard(0)] if ep else []) + (
                 [Replicate() if dim is None else Shard(dim)] if tp else [])
             adapters[name] = nn.Parameter(distribute_tensor(p.detach(), mesh, place),
@@ -234,7 +230,7 @@ def place_expert_adapters(experts, mesh, ep: bool, tp: bool) -> None:
 
 def _local(t: torch.Tensor) -> torch.Tensor:
     """An adapter's local piece (a plain tensor as it is); where it is whole over a mesh
-    dimension (tp) its gradient comes back marked Partial there (see TP_DIM)."""
+    dimension (tp) its gradient comes back marked Partial there."""
     if not hasattr(t, "to_local"):
         return t
     from torch.distributed.tensor import Partial
