@@ -218,18 +218,90 @@ def test_init_is_seeded_and_scaled():
     assert "layers.1.mlp.tokens_per_expert" not in a.state_dict()
 
 
-@pytest.mark.parametrize(("layout", "flags", "key"), [
-    ({"pp": 2, "dp_shard": 1}, {}, "pp"), ({"cp": 2, "dp_shard": 1}, {}, "cp")])
-def test_layouts_not_built_for_experts_are_refused_naming_the_flag(layout, flags, key):
+@pytest.mark.parametrize(("layout", "kw", "key"), [
+    ({"cp": 2, "dp_shard": 1}, {"capacity_factor": 1.0}, "cp"),
+    ({"cp": 2, "pp": 2, "dp_shard": 1}, {}, "pp")])
+def test_layouts_not_built_for_experts_are_refused_naming_the_flag(layout, kw, key):
+    """A capacity under cp would cap each rank's part of a micro-batch (others dropped than
+    in one process); cp with pp is untested. Every layout of tests/test_train_moe_layouts.py
+    and tests/test_train_ep.py plans."""
     from llmtk.errors import ConfigError
     from llmtk.train.layout.mesh import Layout
     from tests.train_runs import planned
 
     with pytest.raises(ConfigError) as e:
-        planned(small(n_layer=4), Layout(**layout), **flags)
-    assert e.value.key == key and "mixture-of-experts" in e.value.message
-    planned(small(n_layer=4), Layout(dp_shard=2))  # FSDP2 plans
-    planned(small(n_layer=4), Layout(tp=2, dp_shard=2), ep=2)  # and tp, ep (test_train_ep)
+        planned(small(n_layer=4, **kw), Layout(**layout))
+    assert e.value.key == key
+    for ok, flags in ((Layout(dp_shard=2), {}), (Layout(tp=2, dp_shard=2), {"ep": 2}),
+                      (Layout(pp=2, dp_shard=2), {"ep": 2}), (Layout(pp=2, tp=2), {}),
+                      (Layout(cp=2), {"ep": 2}), (Layout(cp=2, tp=2), {"ep": 2})):
+        planned(small(n_layer=4), ok, **flags)
+
+
+def _stage_chain(model, x, y, scale=None):
+    """Two pipeline stages of `model` (blocks 0-1 with the embedding, 2-3 with the head)
+    run as the schedule runs them: the second's backward, then the first's from the
+    gradient of its output. Returns the loss."""
+    from llmtk.train.layout.pipeline import StagePart
+
+    first, last = StagePart(model, [0, 1], True, False), StagePart(model, [2, 3], False, True)
+    out = first(x, y, scale=scale)
+    received = out.detach().requires_grad_()
+    loss = last(received, y, scale=scale)
+    loss.backward()
+    out.backward(received.grad)
+    return loss
+
+
+@pytest.mark.parametrize("scale", [None, 0.25])
+def test_pipeline_stages_give_every_auxiliary_loss_its_gradient(scale):
+    """The auxiliary losses of the first stage's MoE layers reach the gradient in that
+    stage's own backward (moe.carry_aux), scaled as the loss is (SFT's micro-step share):
+    two stages give the whole model's loss and gradients (fp64, to rounding)."""
+    cfg = small(n_layer=4, router_aux_loss=0.1, router_z_loss=0.01, n_shared_experts=1)
+    idx = torch.randint(0, 61, (2, 16), generator=torch.Generator().manual_seed(1))
+    grads = []
+    for staged in (False, True):
+        torch.manual_seed(0)
+        model = GPT(cfg).double()
+        if staged:
+            loss = _stage_chain(model, idx, idx, None if scale is None
+                                else torch.tensor([scale], dtype=torch.float64))
+        else:
+            loss = model(idx, idx)[1] * (1.0 if scale is None else scale)
+            loss.backward()
+        grads.append((loss.item(), {n: p.grad for n, p in model.named_parameters()}))
+    (want_loss, want), (got_loss, got) = grads
+    assert got_loss == want_loss
+    assert want["layers.0.mlp.router.weight"].abs().sum() > 0
+    for name, g in want.items():
+        assert torch.allclose(got[name], g, rtol=1e-10, atol=1e-14), name
+
+
+def test_balancer_of_a_stage_spans_the_whole_models_layers():
+    """Under pp a stage holds some MoE layers: its count vector has every layer of the
+    model (zeros for the others', so every rank all-reduces the same length), its update
+    moves only its own layers' bias, and its metrics row has every layer's load."""
+    from llmtk.train.layout.pipeline import StagePart
+
+    cfg = small(n_layer=4, first_dense=1)  # layers 1, 2, 3 are MoE
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    part = StagePart(model, [2, 3], False, True)
+    b = Balancer(part, 0.01, cfg)
+    assert list(b.layers) == ["layers.1.mlp", "layers.2.mlp", "layers.3.mlp"]
+    part(torch.randn(2, 16, 32), torch.randint(0, 61, (2, 16)))
+    counts = b.counts().view(3, 5)
+    assert counts[0].sum() == 0 and counts[1:, :4].sum(1).tolist() == [2 * 16 * 2] * 2
+    loads = torch.tensor([[1., 2., 3., 4., 0.], [10., 2., 2., 2., 0.], [2., 2., 2., 10., 0.]])
+    b.update(loads.flatten(), torch.tensor(0.0))
+    assert model.layers["1"].mlp.expert_bias.abs().sum() == 0  # another stage's layer
+    assert model.layers["2"].mlp.expert_bias.tolist() == pytest.approx([-0.01, 0.01, 0.01, 0.01])
+    row = b.row()
+    assert row["expert_load/1"] == pytest.approx([0.1, 0.2, 0.3, 0.4])
+    assert row["expert_imbalance/3"] == pytest.approx(2.5)
+    empty = Balancer(StagePart(model, [0], True, False), 0.01, cfg)  # a dense stage
+    assert empty and empty.counts().tolist() == [0.0] * 15
 
 
 def test_qwen3_style_attention_own_head_dim_and_qk_norm():
@@ -250,3 +322,91 @@ def test_qwen3_style_attention_own_head_dim_and_qk_norm():
     with torch.no_grad():
         attn.q_norm.weight.mul_(3.0)
     assert not torch.allclose(model(idx)[0], before)
+
+
+def test_lora_on_routed_experts_is_each_experts_own_low_rank_update():
+    """--lora-targets experts: expert e of each weight computes with w[e] + (alpha/r)·B[e]·A[e]
+    (checked against that sum for one expert, and the whole model against its merged
+    state dict), only the adapters get gradients, the grouped kernel and the per-expert
+    loop agree, and a plain checkpoint loads into the adapted model."""
+    from llmtk.train.model.lora import LoRAExperts, add_lora, merged_state_dict
+
+    cfg = small(n_layer=2, n_shared_experts=1)
+    idx = torch.randint(0, 61, (2, 16), generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    plain_state = {k: v.double() for k, v in model.state_dict().items()}
+    add_lora(model, rank=4, alpha=8, targets="experts")
+    model.double()
+    experts = model.layers["0"].mlp.experts
+    assert isinstance(experts, LoRAExperts) and experts.lora_A["w2"].shape == (4, 4, 16)
+    assert model.layers["0"].mlp.shared.w1.__class__ is torch.nn.Linear  # not a target
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.normal_(std=0.1)  # as after training (B = 0 at init)
+    _, loss = model(idx, idx)
+    loss.backward()
+    grads = {n for n, p in model.named_parameters() if p.grad is not None}
+    assert grads == {f"layers.{i}.mlp.experts.lora_{ab}.{w}" for i in "01" for ab in "AB"
+                     for w in ("w1", "w3", "w2")}
+    # the definition, in fp64: each expert's weight plus (8/4)·B[e]·A[e]
+    state = model.state_dict()
+    want = dict(plain_state)
+    for i in "01":
+        for w in ("w1", "w3", "w2"):
+            key = f"layers.{i}.mlp.experts"
+            want[f"{key}.{w}"] = plain_state[f"{key}.{w}"] + 2.0 * torch.bmm(
+                state[f"{key}.lora_B.{w}"], state[f"{key}.lora_A.{w}"])
+    plain = GPT(cfg).double()
+    plain.load_state_dict(want)
+    with torch.no_grad():  # fp64: only the summation order differs
+        assert torch.allclose(plain(idx)[0], model(idx)[0], rtol=0, atol=1e-12)
+    # train export's merge forms B·A in fp32 (as for every adapter): within a few fp32
+    # ulps of these weights (|w| < 1)
+    merged = merged_state_dict(state, cfg.to_dict(), alpha=8)
+    assert merged.keys() == want.keys()
+    assert all(torch.allclose(merged[k], want[k], rtol=0, atol=2 ** -20) for k in want)
+    fresh = GPT(cfg).double()
+    add_lora(fresh, rank=4, targets="experts")
+    # a plain checkpoint: the adapters (all that is missing) keep their init
+    assert all(".lora_" in k for k in fresh.load_state_dict(plain_state, strict=False)
+               .missing_keys)
+    base = GPT(cfg).double()
+    base.load_state_dict(plain_state)
+    with torch.no_grad():
+        assert torch.equal(fresh(idx)[0], base(idx)[0])  # B = 0: the base model
+
+    # fp32, widths the kernel takes (rank 4 x 4 bytes): the grouped kernel and the loop
+    outs = []
+    for grouped in (True, False):
+        torch.manual_seed(0)
+        m = GPT(cfg)
+        add_lora(m, rank=4, targets="experts")
+        with torch.no_grad():
+            for p in m.parameters():
+                if p.requires_grad:
+                    p.normal_(std=0.1)
+        for block in m.layers.values():
+            block.mlp.experts.grouped = grouped
+        _, loss = m(idx, idx)
+        loss.backward()
+        outs.append((loss.detach(), m.layers["1"].mlp.experts.lora_A["w1"].grad))
+    assert torch.allclose(outs[0][0], outs[1][0], rtol=1e-6)
+    assert torch.allclose(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-7)  # summation order
+
+
+def test_dry_run_counts_the_expert_adapters_as_they_are_placed():
+    """--dry-run with --lora-targets experts under --ep 2 --tp 2 (dp_shard 2): a rank holds
+    1/dp_shard of each adapter, and 1/tp more of those split over tp (placement's
+    EXPERT_ADAPTER_DIM: A of w2 and B of w1, w3, on the hidden width): per MoE layer A of
+    w1, w3 (4 x 4 x 32) and B of w2 (4 x 32 x 4) whole over tp, B of w1, w3 (4 x 16 x 4)
+    and A of w2 (4 x 4 x 16) split."""
+    from llmtk.train.layout.dryrun import plan_ranks
+    from llmtk.train.layout.mesh import Layout
+    from tests.train_runs import planned
+
+    (rank,) = plan_ranks(planned(small(n_layer=4), Layout(tp=2, dp_shard=2), ep=2,
+                                 lora_rank=4, lora_targets="experts"))
+    whole, split = 3 * 4 * 4 * 32, 3 * 4 * 16 * 4
+    assert rank.trainable == 4 * (whole / 2 + split / 4)

@@ -230,7 +230,8 @@ OPTIONS: dict[str, Opt] = {
         flags=("--packing/--no-packing",)),
     "lora_rank": Opt(FT, "Train LoRA adapters of this rank; the base stays frozen."),
     "lora_alpha": Opt(FT, "LoRA scale numerator (scale = alpha / rank).", default="the rank"),
-    "lora_targets": Opt(FT, "Adapted matrices, a comma list of q,k,v,o,gate,up,down."),
+    "lora_targets": Opt(FT, "Adapted matrices, a comma list of q,k,v,o,gate,up,down,experts "
+                         "(experts: a MoE layer's routed experts, one adapter each)."),
     "lora_dropout": Opt(FT, "Dropout on the adapters' input."),
     "eval_tasks": Opt(FT,
         "Task files scored at every --eval-every step and at the end, as `llmtk eval` "

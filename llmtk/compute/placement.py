@@ -39,6 +39,11 @@ BLOCK_PLAN = {"attn_norm": REPLICATED, "attn.wqkv": COLWISE, "attn.wo": ROWWISE,
 MOE_PLAN = {"mlp.router": None, "mlp": None, "mlp.experts": 1,
             "mlp.shared.w1": 0, "mlp.shared.w3": 0, "mlp.shared.w2": 1}
 EXPERT_DIM = {"w1": 1, "w3": 1, "w2": 2}  # (E, H, C), (E, H, C), (E, C, H)
+# LoRA's per-expert adapters (`--lora-targets experts`: A (E, r, in), B (E, out, r)) follow
+# their weight's split of the hidden width H on their H side and are whole on the other:
+# A of w1/w3 (E, r, C) whole, B (E, H, r) by H; A of w2 (E, r, H) by H, B (E, C, r) whole.
+EXPERT_ADAPTER_DIM = {"lora_A": {"w1": None, "w3": None, "w2": 2},
+                      "lora_B": {"w1": 1, "w3": 1, "w2": None}}
 
 # the dimension of a base weight (and bias) split over tp, by style; None: whole
 WEIGHT_DIM = {COLWISE: 0, ROWWISE: 1, VOCAB: 0, REPLICATED: None}
@@ -57,6 +62,8 @@ def tp_dim(name: str) -> int | None:
     adapter = next((p for p in parts if p in ("lora_A", "lora_B")), None)
     if adapter is not None:
         module = ".".join(parts[:parts.index(adapter)])
+        if module == "mlp.experts":
+            return EXPERT_ADAPTER_DIM[adapter][parts[-1]]
         return ADAPTER_DIM[BLOCK_PLAN[module]][adapter]
     module = ".".join(parts[:-1])
     if module in ("attn.q_norm", "attn.k_norm"):

@@ -98,7 +98,7 @@ class Optimizer:
                                      fused=True)
         # MoE: the experts' loads ride on the step's all-reduce (llmtk.train.model.moe.Balancer)
         # and their share since the last row joins the metrics row (`row_parts`).
-        self.balance = Balancer(model, getattr(plan.mcfg, "router_bias_rate", 0.0))
+        self.balance = Balancer(model, getattr(plan.mcfg, "router_bias_rate", 0.0), plan.mcfg)
         if self.balance and row_parts is not None:
             row_parts.append(self.balance.row)
 
@@ -146,7 +146,7 @@ class Optimizer:
             sq = torch.zeros(len(self.param_names), device=sq.device).index_copy_(
                 0, self.slots, sq)
         n = 1 + sq.numel()  # then the MoE layers' expert counts, summed over the ranks too
-        loads = [self.balance.counts().to(sq.dtype)] if self.balance else []
+        loads = [self.balance.counts(sq.device).to(sq.dtype)] if self.balance else []
         vec = torch.cat([(loss_sum / self.cfg.grad_accum).view(1), sq, *loads])
         if self.dist.distributed:
             import torch.distributed as tdist

@@ -88,6 +88,7 @@ def apply_ep(model, meshes: ExpertMeshes) -> None:
     from torch.distributed.tensor import Shard, distribute_tensor
 
     from llmtk.compute.placement import EXPERT_DIM
+    from llmtk.train.model.lora import place_expert_adapters
     from llmtk.train.model.moe import MoE
 
     tp = meshes.experts.ndim > 1
@@ -100,6 +101,8 @@ def apply_ep(model, meshes: ExpertMeshes) -> None:
             place = [Shard(0), Shard(EXPERT_DIM[name])] if tp else [Shard(0)]
             setattr(experts, name, nn.Parameter(distribute_tensor(
                 p.detach(), meshes.experts, place), requires_grad=p.requires_grad))
+        # LoRA's per-expert adapters (lora.LoRAExperts) go with the experts they adapt
+        place_expert_adapters(experts, meshes.experts, ep=True, tp=tp)
         experts.dispatch = AllToAll(meshes.ep.get_group(), meshes.ep.size(), module.n)
         experts.grad_scale = 1.0 / meshes.ep.size()
 

@@ -70,6 +70,9 @@ def parallelize(plan, dist) -> Parallelized:
         from llmtk.train.layout.context_parallel import ContextParallel
 
         model.cp = ContextParallel.of_mesh(world_mesh["cp"])
+        from llmtk.train.model.moe import count_over  # MoE: balance-loss shares over cp
+
+        count_over(model, world_mesh["cp"].get_group())
     if layout.tp > 1:  # 3: tensor parallel first, then FSDP2 over the dp sub-mesh
         from llmtk.train.layout.tensor_parallel import apply_tp
 

@@ -45,6 +45,7 @@ from llmtk.train.model.gpt import (
     wide,
     wide_dtype,
 )
+from llmtk.train.model.moe import carry_aux, layers_aux
 
 
 class StagePart(nn.Module):
@@ -82,11 +83,17 @@ class StagePart(nn.Module):
         cos, sin, mask = positions(*self._rope, targets.shape[1], doc)
         if self.first:
             x = self.tok_emb(x)  # (B, T, C); tensor parallel: (B, T/tp, C)
-        x = run_blocks(self.layers.values(), x, cos, sin, mask,
-                       self.recompute and torch.is_grad_enabled())
+        training = torch.is_grad_enabled()
+        x = run_blocks(self.layers.values(), x, cos, sin, mask, self.recompute and training)
+        # A MoE layer's auxiliary losses: as GPT.forward adds them to the loss (times the
+        # micro-step's scale, as the loss is), but in this stage's own backward.
+        aux = layers_aux(self.layers.values(), training)
         if not self.last:
-            return x
+            return carry_aux(x, aux if aux is None or scale is None else aux * scale[0])
         loss = head_loss(self.norm(x), self.lm_head.weight, targets, self.cfg.vocab_size)
+        if aux is not None:
+            aux = aux.to(loss.dtype)
+            loss = loss + (aux - aux.detach())  # 0 in value: the loss stays the cross-entropy
         return loss if scale is None else loss * scale[0]
 
 

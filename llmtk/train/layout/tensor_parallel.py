@@ -194,5 +194,8 @@ def _split_moe(moe, tp_mesh, experts: bool) -> None:
             p = getattr(moe.experts, name)
             setattr(moe.experts, name, nn.Parameter(distribute_tensor(
                 p.detach(), tp_mesh, [Shard(dim)]), requires_grad=p.requires_grad))
+        from llmtk.train.model.lora import place_expert_adapters  # LoRA's, if any
+
+        place_expert_adapters(moe.experts, tp_mesh, ep=False, tp=True)
     # each rank computes the auxiliary losses whole; their gradients join the partial sums
     moe.aux_scale = 1.0 / tp_mesh.size()

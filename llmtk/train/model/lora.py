@@ -16,12 +16,14 @@ Mixture-of-experts layers (llmtk.train.model.moe): gate/up/down adapt the shared
 MLP (mlp.shared.w1/w3/w2) where the layer has one, and the dense layers' MLPs as usual.
 The router stays frozen (its weight is a base parameter; the auxiliary-loss-free balancing
 bias is not a parameter and keeps its update unless --router-bias-rate 0). The routed
-experts take no adapters: their weights are stacked (E, out, in) tensors that the grouped
-kernel multiplies directly, so an adapter per expert would need grouped matmuls of its own
-(and expert-parallel sharding of A and B) that the expert-parallel layout does not have
-yet; and each expert's adapter would learn from only K/E of the tokens. A model whose
-targets find no matrix (all layers MoE without shared experts, and only gate/up/down
-asked for) is refused.
+experts are a target of their own, `experts` (opt-in: E adapters per weight, E times the
+parameters of one, and each learns from only the tokens routed to its expert): each
+expert e gets A[e] (r x in) and B[e] (out x r) on each of its w1, w3, w2, stored stacked
+as the experts are, (E, r, in) and (E, out, r) (LoRAExperts), computed by the same
+grouped matmul over the rows sorted by expert, under expert parallelism split over the
+ep ranks with the experts they adapt, and under tp along the experts' hidden width
+(llmtk.compute.placement.EXPERT_ADAPTER_DIM). A model whose targets find no matrix (all
+layers MoE without shared experts, and only gate/up/down asked for) is refused.
 
 State-dict keys keep the base names (`layers.0.attn.wqkv.weight`) and add
 `layers.0.attn.wqkv.lora_A.q` / `lora_B.q`, so a plain checkpoint loads into a
@@ -39,9 +41,10 @@ from torch import nn
 
 from llmtk.errors import ConfigError
 from llmtk.train.model.gpt import ModelConfig, group_qkv, init_whole_
-from llmtk.train.model.moe import MoE
+from llmtk.train.model.moe import GroupedExperts, MoE, expert_matmul, grad_scaled
 
-TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+TARGETS = ("q", "k", "v", "o", "gate", "up", "down", "experts")
+DEFAULT_TARGETS = "q,k,v,o,gate,up,down"  # --lora-targets' default: not `experts` (opt-in)
 MODULE_OF = {"o": "attn.wo", "gate": "mlp.w1", "up": "mlp.w3", "down": "mlp.w2"}
 
 
@@ -143,15 +146,104 @@ class LoRALinear(nn.Linear):
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):
-        # A plain (pre-trained) checkpoint has no adapters: they keep their init.
         before = len(missing_keys)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
-        lora_keys = {f"{prefix}lora_{ab}.{n}" for ab in "AB" for n in self.lora_A}
-        mine = [k for k in missing_keys[before:] if k in lora_keys]
-        if len(mine) == len(lora_keys):  # all adapters absent: the base alone
-            for k in mine:
-                missing_keys.remove(k)
+        _tolerate_missing_adapters(list(self.lora_A), prefix, missing_keys, before)
+
+
+def _tolerate_missing_adapters(names: list[str], prefix: str, missing_keys: list,
+                               before: int) -> None:
+    """A plain (pre-trained) checkpoint has no adapters: when all of a module's are
+    missing they keep their init (the base alone)."""
+    lora_keys = {f"{prefix}lora_{ab}.{n}" for ab in "AB" for n in names}
+    mine = [k for k in missing_keys[before:] if k in lora_keys]
+    if len(mine) == len(lora_keys):
+        for k in mine:
+            missing_keys.remove(k)
+
+
+class LoRAExperts(GroupedExperts):
+    """A MoE layer's routed experts with an adapter per expert on each of their weights:
+    expert e computes with w[e] + (alpha/r)·B[e]·A[e], as add_lora's target `experts`
+    asks. A (E, r, in), B (E, out, r), stored stacked like the weights; both adapter
+    matmuls are grouped over the same rows sorted by expert (moe.expert_matmul). Under
+    expert parallelism they are DTensors split over the ep ranks as the weights are
+    (expert_parallel.apply_ep), their gradients scaled as the weights' would be."""
+
+    def __init__(self, base: GroupedExperts, rank: int, alpha: float, dropout: float):
+        # Built on the meta device (no memory, no init), then given the base's own weights.
+        n = base.w1.shape[0]
+        super().__init__(0, 0, 0)
+        self.w1, self.w3, self.w2 = base.w1, base.w3, base.w2  # frozen by add_lora
+        self.grouped, self.dispatch, self.grad_scale = base.grouped, base.dispatch, \
+            base.grad_scale
+        self.scale = alpha / rank
+        self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.lora_A = nn.ParameterDict()
+        self.lora_B = nn.ParameterDict()
+        dev = base.w1.device
+        for name in ("w1", "w3", "w2"):
+            _, out, inp = getattr(self, name).shape
+            a = torch.empty(n, rank, inp, device=dev)
+            _expert_kaiming(a)
+            self.lora_A[name] = nn.Parameter(a)
+            self.lora_B[name] = nn.Parameter(torch.zeros(n, out, rank, device=dev))
+
+    def project(self, x: torch.Tensor, name: str, w: torch.Tensor,
+                counts: torch.Tensor) -> torch.Tensor:
+        y = super().project(x, name, w, counts)  # (M, out)
+        a, b = (grad_scaled(_local(t), self.grad_scale)
+                for t in (self.lora_A[name], self.lora_B[name]))
+        a, b = a.to(x.dtype), b.to(x.dtype)  # autocast: compute's dtype (a no-op otherwise)
+        r = expert_matmul(self.drop(x), a, counts, self.grouped)  # (M, rank)
+        return y + expert_matmul(r, b, counts, self.grouped) * self.scale  # (M, out)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        before = len(missing_keys)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+        _tolerate_missing_adapters(list(self.lora_A), prefix, missing_keys, before)
+
+
+def place_expert_adapters(experts, mesh, ep: bool, tp: bool) -> None:
+    """Distribute the adapters of `experts` (a LoRAExperts; others have none) over `mesh`,
+    the experts' own: (ep,), (tp,) or (ep, tp) - each expert's with the expert (Shard(0)
+    over ep), and over tp along the experts' hidden width where the adapter touches it,
+    whole on the other side (llmtk.compute.placement.EXPERT_ADAPTER_DIM; a whole one's
+    gradient on a rank is its part of the sum, marked Partial by _local). Called by
+    expert_parallel.apply_ep and tensor_parallel._split_moe."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from llmtk.compute.placement import EXPERT_ADAPTER_DIM
+
+    for kind in ("lora_A", "lora_B"):
+        adapters = getattr(experts, kind, None)
+        for name, p in (adapters or {}).items():
+            dim = EXPERT_ADAPTER_DIM[kind][name]
+            place = ([Shard(0)] if ep else []) + (
+                [Replicate() if dim is None else Shard(dim)] if tp else [])
+            adapters[name] = nn.Parameter(distribute_tensor(p.detach(), mesh, place),
+                                          requires_grad=p.requires_grad)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """An adapter's local piece (a plain tensor as it is); where it is whole over a mesh
+    dimension (tp) its gradient comes back marked Partial there."""
+    if not hasattr(t, "to_local"):
+        return t
+    from torch.distributed.tensor import Partial
+
+    return t.to_local(grad_placements=[Partial() if p.is_replicate() else p
+                                       for p in t.placements])
+
+
+def _expert_kaiming(a: torch.Tensor) -> None:
+    """Kaiming uniform (a=sqrt(5)) per expert: each (r, in) slice as an (r, in) A is drawn
+    (fan_in = in; the stacked tensor's own fan_in would be r·in)."""
+    for e in range(a.shape[0]):
+        nn.init.kaiming_uniform_(a[e], a=math.sqrt(5))
 
 
 def _parts(model, block) -> dict[str, tuple[str, list[tuple[str, int]]]]:
@@ -174,7 +266,7 @@ def _get(module, path: str):
     return module
 
 
-def add_lora(model, rank: int, alpha: float | None = None, targets: str = ",".join(TARGETS),
+def add_lora(model, rank: int, alpha: float | None = None, targets: str = DEFAULT_TARGETS,
              dropout: float = 0.0) -> int:
     """Freeze every parameter of `model` (a llmtk GPT) and add adapters; returns the number
     of trainable (adapter) parameters."""
@@ -194,11 +286,13 @@ def add_lora(model, rank: int, alpha: float | None = None, targets: str = ",".jo
             setattr(parent, leaf, LoRALinear(getattr(parent, leaf), parts, adapted, rank,
                                              alpha, dropout,
                                              model.cfg if path == "attn.wqkv" else None))
+        if "experts" in names and isinstance(block.mlp, MoE):
+            block.mlp.experts = LoRAExperts(block.mlp.experts, rank, alpha, dropout)
     n = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if not n:
         raise ConfigError("lora_targets", f"{','.join(names)} adapt no matrix of this model "
-                          "(a mixture-of-experts layer's routed experts take no adapters; "
-                          "target q,k,v,o)")
+                          "(a mixture-of-experts layer's routed experts are the target "
+                          "`experts`; or target q,k,v,o)")
     return n
 
 
@@ -218,6 +312,10 @@ def merged_state_dict(state: dict, model_config: dict, alpha: float) -> dict:
             continue
         prefix, part = key.split(".lora_A.")
         b = state[f"{prefix}.lora_B.{part}"]
+        if a.dim() == 3:  # a MoE layer's routed experts (LoRAExperts): per expert B[e]·A[e]
+            w = out[f"{prefix}.{part}"]
+            w += ((alpha / a.shape[1]) * torch.bmm(b.float(), a.float())).to(w.dtype)
+            continue
         w = out[f"{prefix}.weight"]
         d = deltas.setdefault(f"{prefix}.weight", torch.zeros(w.shape, dtype=torch.float32))
         start = offset.get(part, 0)
@@ -241,8 +339,13 @@ def init_lora(model) -> None:
     to_empty (FSDP2), right after GPT.init_weights with the run's seed."""
     with torch.no_grad():
         for module in model.modules():
-            if isinstance(module, LoRALinear):
+            if isinstance(module, LoRAExperts):
+                for a in module.lora_A.values():
+                    init_whole_(a, _expert_kaiming)
+            elif isinstance(module, LoRALinear):
                 for a in module.lora_A.values():
                     _kaiming_(a)
-                for b in module.lora_B.values():
-                    nn.init.zeros_(b)
+            else:
+                continue
+            for b in module.lora_B.values():
+                nn.init.zeros_(b)

@@ -123,6 +123,41 @@ def grad_scaled(x: torch.Tensor, scale: float) -> torch.Tensor:
     return x if scale == 1.0 else _GradScale.apply(x, scale)
 
 
+class _CarryAux(torch.autograd.Function):
+    """x in forward; in backward x's gradient, and a gradient of 1 for `aux` (Megatron-Core's
+    MoEAuxLossAutoScaler): the auxiliary losses of a pipeline stage before the last reach
+    the gradient in that stage's own backward, started from its output's gradient, without
+    crossing the stage boundary as values."""
+
+    @staticmethod
+    def forward(ctx, x, aux):
+        ctx.save_for_backward(aux)
+        # A copy, not a view: FSDP2 hooks the stage's output for its backward, and warns
+        # that an in-place op on a view would lose the hook. (One (B, T, C) copy per stage
+        # and microbatch, beside the blocks' many saved activations of that size.)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (aux,) = ctx.saved_tensors
+        return grad, torch.ones_like(aux)
+
+
+def carry_aux(x: torch.Tensor, aux: torch.Tensor | None) -> torch.Tensor:
+    """x, whose backward also gives `aux` (a 0-dim loss, or None: x as it is) the gradient
+    it would have as a term of the model's loss (the caller scales it as the loss is)."""
+    return x if aux is None else _CarryAux.apply(x, aux)
+
+
+def layers_aux(blocks, training: bool) -> torch.Tensor | None:
+    """The sum of the auxiliary losses of the MoE layers among `blocks` in their last
+    forward (0-dim), or None: no MoE layer, or not a training forward."""
+    aux = [b.mlp.aux for b in blocks if isinstance(b.mlp, MoE) and b.mlp.aux is not None]
+    if not aux or not training:
+        return None
+    return torch.stack(aux).sum()
+
+
 class GroupedExperts(nn.Module):
     """E SwiGLU experts, stored stacked as nn.Linear weights are, (E, out, in):
     w1 gate and w3 up (E, H, C), w2 down (E, C, H).
@@ -157,11 +192,18 @@ class GroupedExperts(nn.Module):
         if torch.is_autocast_enabled(x.device.type):  # the kernel is not on autocast's list
             dt = torch.get_autocast_dtype(x.device.type)
             x, w1, w3, w2 = x.to(dt), w1.to(dt), w3.to(dt), w2.to(dt)
-        h = F.silu(expert_matmul(x, w1, counts, self.grouped)) \
-            * expert_matmul(x, w3, counts, self.grouped)  # (M, H)
+        h = F.silu(self.project(x, "w1", w1, counts)) \
+            * self.project(x, "w3", w3, counts)  # (M, H)
         if scale is not None:
             h = h * scale.unsqueeze(-1).to(h.dtype)
-        return expert_matmul(h, w2, counts, self.grouped)  # (M, C)
+        return self.project(h, "w2", w2, counts)  # (M, C)
+
+    def project(self, x: torch.Tensor, name: str, w: torch.Tensor,
+                counts: torch.Tensor) -> torch.Tensor:
+        """x (M, in) sorted by expert through each expert's weight `name` (w, this rank's
+        local (E, out, in), in compute's dtype) -> (M, out). LoRA's adapters add to it
+        (lora.LoRAExperts)."""
+        return expert_matmul(x, w, counts, self.grouped)
 
 
 class SharedExperts(nn.Module):
@@ -200,6 +242,9 @@ class MoE(nn.Module):
         # Under tp every rank computes the auxiliary losses whole, and their gradients are
         # summed over the tp group with the experts' partial ones: 1/tp each (apply_tp).
         self.aux_scale = 1.0
+        # Under cp the ranks of this process group hold parts of the same micro-batch: the
+        # balance loss's shares f_e are counted over all of them (count_over).
+        self.count_group = None
 
     def route(self, h: torch.Tensor):
         """h (N, C) -> (logits (N, E) fp32, scores (N, E), chosen (N, K), weights (N, K))."""
@@ -248,15 +293,33 @@ class MoE(nn.Module):
             with torch.no_grad():  # this micro-batch's load, for the step's bias update
                 self.tokens_per_expert += counts.to(self.tokens_per_expert.dtype)
                 self.dropped += N * K - M
-        self.aux = self.aux_loss(logits, scores, counts, N) * self.aux_scale
+        self.aux = self.aux_loss(logits, scores, *self._balance_counts(counts, N * K)) \
+            * self.aux_scale
         return y.view(B, T, C).to(x.dtype)
 
-    def aux_loss(self, logits, scores, counts, N: int) -> torch.Tensor:
-        """The balance loss and the z-loss of one micro-batch (0-dim, fp32)."""
+    def _balance_counts(self, counts: torch.Tensor, NK: int):
+        """counts (E,) of this rank's NK = N * K assignments -> (counts, their total) for the
+        balance loss's shares. Under cp (count_group) the micro-batch's sequences are split over
+        the group: its counts are summed over it (one all-reduce of E numbers, training
+        forwards only), so that f_e is the whole micro-batch's, as in one process; P_e stays
+        the mean over this rank's tokens, and the gradients' average over the cp ranks
+        (FSDP2 over dp_shard x cp, equal token counts) makes it the whole one's."""
+        if self.count_group is None or not (self.aux_coef and self.training
+                                            and torch.is_grad_enabled()):
+            return counts, NK
+        import torch.distributed as tdist
+
+        total = counts.to(torch.float64)
+        tdist.all_reduce(total, group=self.count_group)
+        return total, total.sum()
+
+    def aux_loss(self, logits, scores, counts, total) -> torch.Tensor:
+        """The balance loss and the z-loss of one micro-batch (0-dim, fp32); counts (E,)
+        the assignments per expert, `total` their sum (_balance_counts)."""
         aux = logits.new_zeros(())
         if self.aux_coef:
             probs = scores if self.score == "softmax" else scores / scores.sum(-1, keepdim=True)
-            share = counts.to(probs.dtype) / (N * self.k)  # f_e (no gradient: a count)
+            share = counts.to(probs.dtype) / total  # f_e (no gradient: a count)
             aux = aux + self.aux_coef * self.n * (share * probs.mean(0)).sum()
         if self.z_coef:
             aux = aux + self.z_coef * torch.logsumexp(logits, -1).square().mean()
@@ -274,33 +337,65 @@ class MoE(nn.Module):
         self.dropped.zero_()
 
 
+def count_over(model, group) -> None:
+    """Context parallelism: the MoE layers of `model` count the balance loss's shares over
+    the process `group` (the cp ranks, which split each micro-batch's sequences)."""
+    for m in model.modules():
+        if isinstance(m, MoE):
+            m.count_group = group
+
+
 class Balancer:
     """The step's side of the balancing: every MoE layer's counts since the last step as
     one vector for the optimizer's all-reduce, the bias update from the reduced counts,
-    and the load since the last metrics row."""
+    and the load since the last metrics row.
 
-    def __init__(self, model, rate: float):
-        self.layers = {name: m for name, m in model.named_modules() if isinstance(m, MoE)}
+    `mcfg` (the ModelConfig): the vector spans the whole model's MoE layers, those of
+    `model` at their places and zeros for the rest. Under pipeline parallelism `model` is
+    a stage's (it holds some of the layers, or none), the vector has the same length on
+    every rank, the all-reduce sums each layer's counts over the ranks that run it, each
+    stage moves its own layers' bias, and every rank's metrics row has every layer's load.
+    Without `mcfg`: the layers of `model`."""
+
+    def __init__(self, model, rate: float, mcfg=None):
+        held = {name: m for name, m in model.named_modules() if isinstance(m, MoE)}
+        if not getattr(mcfg, "n_experts", 0):
+            self.names = list(held)
+            first = next(iter(held.values()), None)
+            self.n, capped = (first.n, first.capacity_factor is not None) if first else (0, False)
+        else:
+            self.names = [f"layers.{i}.mlp" for i in range(mcfg.n_layer) if mcfg.is_moe(i)]
+            self.n, capped = mcfg.n_experts, mcfg.capacity_factor is not None
+        self.layers = {name: held.get(name) for name in self.names}  # None: another stage's
+        self.capped = capped
         self.rate = rate
         self.window: torch.Tensor | None = None  # (L, E + 1) loads and drops since the row
 
     def __bool__(self) -> bool:
-        return bool(self.layers)
+        return bool(self.names)
 
-    def counts(self) -> torch.Tensor:
-        """(L * (E + 1),) each layer's per-expert counts, then its dropped count."""
-        return torch.cat([torch.cat([m.tokens_per_expert, m.dropped.view(1)])
+    def counts(self, device=None) -> torch.Tensor:
+        """(L * (E + 1),) each layer's per-expert counts, then its dropped count (zeros for
+        a layer of another pipeline stage), on `device` (None: the layers')."""
+        held = [m for m in self.layers.values() if m is not None]
+        if device is None:
+            device = held[0].tokens_per_expert.device if held else "cpu"
+        zeros = torch.zeros(self.n + 1, device=device)
+        return torch.cat([zeros if m is None else
+                          torch.cat([m.tokens_per_expert, m.dropped.view(1)]).to(device)
                           for m in self.layers.values()])
 
     @torch.no_grad()
     def update(self, reduced: torch.Tensor, skip: torch.Tensor) -> None:
         """reduced: counts() summed over the ranks; skip: 1.0 when the step was not taken.
         b_e += rate * sign(mean load - load_e), on the device; the counts restart."""
-        E = next(iter(self.layers.values())).n
+        E = self.n
         table = reduced.view(len(self.layers), E + 1)  # (L, E + 1)
         load = table[:, :E]
         step = self.rate * torch.sign(load.mean(1, keepdim=True) - load) * (1 - skip)
         for i, m in enumerate(self.layers.values()):
+            if m is None:
+                continue
             m.expert_bias += step[i].to(m.expert_bias.dtype)
             m.tokens_per_expert.zero_()
             m.dropped.zero_()
@@ -316,18 +411,18 @@ class Balancer:
             return {}
         table, self.window = self.window.cpu().tolist(), None
         out, worst = {}, 0.0
-        for name, m, counts in zip(self.layers, self.layers.values(), table, strict=True):
+        for name, counts in zip(self.names, table, strict=True):
             layer = name.split(".")[1] if name.startswith("layers.") else name
-            load, dropped = counts[:m.n], counts[m.n]
+            load, dropped = counts[:self.n], counts[self.n]
             total = sum(load)
             if not total:
                 continue
             share = [c / total for c in load]
-            imbalance = max(share) * m.n
+            imbalance = max(share) * self.n
             worst = max(worst, imbalance)
             out[f"expert_load/{layer}"] = [round(s, 5) for s in share]
             out[f"expert_imbalance/{layer}"] = round(imbalance, 4)
-            if m.capacity_factor is not None:
+            if self.capped:
                 out[f"expert_dropped/{layer}"] = round(dropped / total, 5)
         if out:
             out["expert_imbalance"] = round(worst, 4)
