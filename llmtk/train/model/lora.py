@@ -57,7 +57,23 @@ def parse_targets(spec: str) -> list[str]:
     return [t for t in TARGETS if t in names]
 
 
-class LoRALinear(nn.Linear):
+class _PlainCheckpointLoads:
+    """A plain (pre-trained) checkpoint has no adapters: when all of a module's are
+    missing they keep their init (the base alone). Mixed in before the torch base class."""
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        before = len(missing_keys)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+        lora_keys = {f"{prefix}lora_{ab}.{n}" for ab in "AB" for n in self.lora_A}
+        mine = [k for k in missing_keys[before:] if k in lora_keys]
+        if len(mine) == len(lora_keys):
+            for k in mine:
+                missing_keys.remove(k)
+
+
+class LoRALinear(_PlainCheckpointLoads, nn.Linear):
     """A bias-free Linear whose output parts (named, with their widths) may carry adapters."""
 
     def __init__(self, base: nn.Linear, parts: list[tuple[str, int]], adapted: list[str],
@@ -144,26 +160,8 @@ class LoRALinear(nn.Linear):
         mask = mask[tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))]
         return DTensor.from_local(local * mask, x.device_mesh, x.placements, run_check=False)
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
-                              unexpected_keys, error_msgs):
-        before = len(missing_keys)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
-                                      unexpected_keys, error_msgs)
-        _tolerate_missing_adapters(list(self.lora_A), prefix, missing_keys, before)
 
-
-def _tolerate_missing_adapters(names: list[str], prefix: str, missing_keys: list,
-                               before: int) -> None:
-    """A plain (pre-trained) checkpoint has no adapters: when all of a module's are
-    missing they keep their init (the base alone)."""
-    lora_keys = {f"{prefix}lora_{ab}.{n}" for ab in "AB" for n in names}
-    mine = [k for k in missing_keys[before:] if k in lora_keys]
-    if len(mine) == len(lora_keys):
-        for k in mine:
-            missing_keys.remove(k)
-
-
-class LoRAExperts(GroupedExperts):
+class LoRAExperts(_PlainCheckpointLoads, GroupedExperts):
     """A MoE layer's routed experts with an adapter per expert on each of their weights:
     expert e computes with w[e] + (alpha/r)·B[e]·A[e], as add_lora's target `experts`
     asks. A (E, r, in), B (E, out, r), stored stacked like the weights; both adapter
@@ -198,13 +196,6 @@ class LoRAExperts(GroupedExperts):
         a, b = a.to(x.dtype), b.to(x.dtype)  # autocast: compute's dtype (a no-op otherwise)
         r = expert_matmul(self.drop(x), a, counts, self.grouped)  # (M, rank)
         return y + expert_matmul(r, b, counts, self.grouped) * self.scale  # (M, out)
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
-                              unexpected_keys, error_msgs):
-        before = len(missing_keys)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
-                                      unexpected_keys, error_msgs)
-        _tolerate_missing_adapters(list(self.lora_A), prefix, missing_keys, before)
 
 
 def place_expert_adapters(experts, mesh, ep: bool, tp: bool) -> None:
