@@ -32,26 +32,6 @@ class Page:
 
 
 PAGES = {
-    # a regional news site: four nested menus, weather and sign-in boxes, a dining guide,
-    # "best of" links and a long footer around a short story with a bullet list
-    "news_cleveland.html": Page(
-        "http://www.cleveland.com/food/index.ssf/2014/12/let_me_google_that_for_you_201.html",
-        kept=(
-            "Chia seeds and goji berries are the new kale and quinoa, according to Google's "
-            "recent parsing of food-focused searches from 2014.",
-            "Some of the other more interesting food-related data points include:",
-            "Pizza was searched more than the World Cup.",
-            "Oh, and nine million people watched a tiny hampster eating a tiny burrito.",
-            "The lesson, as always: you are what you search.",
-        ),
-        furniture=(
-            "Back to Main Menu", "Customize Your Weather", "Forgot your username and password?",
-            "View/Post Comments", "Related Stories",
-            "Cleveland's A-List: 100 tempting dining destinations",
-            "Vigil held for man shot by Bedford police officer", "Report a Delivery Issue",
-            "The material on this site may not be reproduced",
-        ),
-    ),
     # a national news site: edition picker, share bar, photo gallery, a sidebar of older
     # stories, most-popular list and footer around a long article
     "news_cnn.html": Page(
@@ -111,22 +91,6 @@ PAGES = {
         furniture=(
             "中文网首页", "分享到微信", "最热新闻", "多项促民营经济发展政策举措酝酿出台",
             "2023乌镇世界互联网大会", "互联网新闻信息服务许可证", "友情链接", "中国日报版权所有",
-        ),
-    ),
-    # a Japanese news page: section menus, share line, "read also" and top stories, footer
-    "ja_news_afpbb.html": Page(
-        "http://www.afpbb.com/articles/-/3178894",
-        kept=(
-            "【6月18日 AFP】ナイジェリア北東部ボルノ（Borno）州で16日夜、",
-            "数回の自爆の後、襲撃者らは自爆攻撃の現場に集まった群集の中に携行式ロケット弾を撃ち込み、"
-            "死傷者がさらに増えた。",
-            "政府はボコ・ハラムが劣勢にあると繰り返し主張しているが、",
-        ),
-        furniture=(
-            "このニュースをシェア", "あわせて読みたい", "金正恩氏が訪中、習国家主席と会談",
-            "AFPBB Newsに掲載している写真・見出し・記事の無断使用を禁じます",
-            "プライバシーポリシー",
-            "広告掲載に関するお問い合わせ", "戦争・紛争 一覧へ",
         ),
     ),
     # a chapter of a Chinese DocBook manual written as questions and answers: navigation
@@ -221,8 +185,6 @@ WRONG_TODAY: dict[tuple[str, str], str] = {
      "View and edit CSS styles associated with a Web page, create new ones and apply "
      "existing CSS stylesheets to any page."):
         "the product page's feature list is dropped (its last item)",
-    ("ja_news_afpbb.html", "このニュースをシェア"):
-        "the share line just above the article (\"share this news\") is kept",
 }
 
 CASES = [(name, "kept", s) for name, p in PAGES.items() for s in p.kept] + [
