@@ -114,9 +114,10 @@ def test_bias_steers_the_choice_but_not_the_weights():
 
 def test_balancer_moves_the_bias_against_the_load_and_skips_a_skipped_step():
     torch.manual_seed(0)
-    model = GPT(small(n_layer=2, router_bias_rate=0.01))
+    cfg = small(n_layer=2, router_bias_rate=0.01)
+    model = GPT(cfg)
     model.train()
-    b = Balancer(model, 0.01)
+    b = Balancer(model, 0.01, cfg)
     assert len(b.layers) == 2
     idx = torch.randint(0, 61, (2, 16))
     model(idx, idx)

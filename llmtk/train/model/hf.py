@@ -549,8 +549,7 @@ SHAPE_FLAGS = ("layers", "d_model", "heads", "kv_heads", "ffn_hidden", "untied",
                "top_k", "shared_experts", "expert_ffn_hidden", "moe_every",
                "first_dense_layers", "router_score")
 # How the routers train: applied over the folder's own (_moe_fields) when given.
-ROUTER_FLAGS = {"router_bias_rate": "router_bias_rate", "router_aux_loss": "router_aux_loss",
-                "router_z_loss": "router_z_loss", "capacity_factor": "capacity_factor"}
+ROUTER_FLAGS = ("router_bias_rate", "router_aux_loss", "router_z_loss", "capacity_factor")
 
 
 @dataclass(frozen=True)
@@ -615,7 +614,7 @@ def init_model_config(init: InitSpec, tokenizer_vocab: int) -> ModelConfig:
     if tokenizer_vocab > mc.vocab_size:
         raise ConfigError("init_from", f"its tokenizer has {tokenizer_vocab} tokens but the "
                           f"model only {mc.vocab_size} embeddings", value=init.init_from)
-    given = {field: getattr(init, flag) for flag, field in ROUTER_FLAGS.items()
+    given = {flag: getattr(init, flag) for flag in ROUTER_FLAGS
              if getattr(init, flag) is not None}
     return replace(mc, **given) if mc.n_experts else mc
 

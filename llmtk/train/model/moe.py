@@ -354,20 +354,15 @@ class Balancer:
     `model` at their places and zeros for the rest. Under pipeline parallelism `model` is
     a stage's (it holds some of the layers, or none), the vector has the same length on
     every rank, the all-reduce sums each layer's counts over the ranks that run it, each
-    stage moves its own layers' bias, and every rank's metrics row has every layer's load.
-    Without `mcfg`: the layers of `model`."""
+    stage moves its own layers' bias, and every rank's metrics row has every layer's load."""
 
-    def __init__(self, model, rate: float, mcfg=None):
+    def __init__(self, model, rate: float, mcfg):
         held = {name: m for name, m in model.named_modules() if isinstance(m, MoE)}
-        if not getattr(mcfg, "n_experts", 0):
-            self.names = list(held)
-            first = next(iter(held.values()), None)
-            self.n, capped = (first.n, first.capacity_factor is not None) if first else (0, False)
-        else:
-            self.names = [f"layers.{i}.mlp" for i in range(mcfg.n_layer) if mcfg.is_moe(i)]
-            self.n, capped = mcfg.n_experts, mcfg.capacity_factor is not None
+        self.n = getattr(mcfg, "n_experts", 0)
+        self.names = [f"layers.{i}.mlp" for i in range(mcfg.n_layer) if mcfg.is_moe(i)] \
+            if self.n else []
         self.layers = {name: held.get(name) for name in self.names}  # None: another stage's
-        self.capped = capped
+        self.capped = bool(self.n) and mcfg.capacity_factor is not None
         self.rate = rate
         self.window: torch.Tensor | None = None  # (L, E + 1) loads and drops since the row
 
