@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import orjson
@@ -176,20 +177,24 @@ class SFTSampler(Sampler):
         super().__init__(rows, micro_batch, world, rank, seed, shuffle)
         self.cp = cp  # (size, rank): --cp's ranks each take their chunks of every row
 
+    @cached_property
+    def _per_row(self) -> np.ndarray:
+        """(rows,) each row's loss-carrying targets (position 0 is never a target)."""
+        return self.w.trained[:, 1:].sum(axis=1)
+
+    @cached_property
+    def _per_row_mine(self) -> np.ndarray:
+        """(rows,) the same at this cp rank's positions of each row (its chunks)."""
+        from llmtk.train.layout.context_parallel import chunk_positions
+
+        targets = self.w.trained[:, 1:]
+        mine = chunk_positions(targets.shape[1], *self.cp)
+        return targets[:, np.concatenate([np.arange(r.start, r.stop) for r in mine])].sum(axis=1)
+
     def _trained(self, start: int, count: int, mine: bool = False) -> int:
         """Loss-carrying tokens in rows [start, start + count) of the job's order (`mine`:
         only at this cp rank's positions of each row)."""
-        key = "_per_row_mine" if mine and self.cp[0] > 1 else "_per_row"
-        if not hasattr(self, key):
-            targets = self.w.trained[:, 1:]  # (rows, T): position 0 is never a target
-            if key == "_per_row_mine":
-                from llmtk.train.layout.context_parallel import chunk_positions
-
-                targets = targets[:, np.concatenate(
-                    [np.arange(r.start, r.stop) for r in chunk_positions(targets.shape[1],
-                                                                         *self.cp)])]
-            setattr(self, key, targets.sum(axis=1))
-        per_row = getattr(self, key)
+        per_row = self._per_row_mine if mine and self.cp[0] > 1 else self._per_row
         return int(sum(per_row[self._index(start + j)] for j in range(count)))
 
     def loss_scale(self, step_position: int, micro: int, grad_accum: int) -> float:
