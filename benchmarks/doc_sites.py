@@ -2,7 +2,7 @@
 
 The data (see benchmarks/doc_sites_corpus.py for what it is and how the truth is made):
 
-    python3 benchmarks/doc_sites_corpus.py DATA_DIR          # apt-get download, no install
+    .venv/bin/python benchmarks/doc_sites_corpus.py DATA_DIR          # apt-get download, no install
     taskset -c 0 .venv/bin/python benchmarks/doc_sites.py DATA_DIR
 
 Fit on one half, report the other: the first twelve sites (one Debian package each) are

@@ -2,7 +2,7 @@
 
 Reproduce (Debian/Ubuntu with apt-get and dpkg-deb; nothing is installed):
 
-    python3 benchmarks/doc_sites_corpus.py DATA_DIR      # -> DATA_DIR/pages.jsonl, pages.warc.gz
+    .venv/bin/python benchmarks/doc_sites_corpus.py DATA_DIR  # -> pages.jsonl, pages.warc.gz
     .venv/bin/python benchmarks/doc_sites.py DATA_DIR    # the scores
 
 It runs `apt-get download` for one Debian -doc package per site (SITES below: MkDocs in its
