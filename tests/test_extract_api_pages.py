@@ -138,3 +138,48 @@ def test_a_table_row_of_links_is_navigation_a_member_row_is_not():
                    f"{listing}</div></body></html>")
     assert "project page" not in text and "Namespace" not in text
     assert "isValid () const" in text and "return 0;" in text
+
+
+def test_a_reference_page_keeps_its_header_labels_and_notes_its_navigation_goes():
+    # javadoc: the lines above the description (package, class, known subclasses) and the
+    # notes after the last paragraph ("Parameters:", "Throws:", "Since:") are short and
+    # without a sentence: around an article they are furniture, on a reference page (a
+    # tenth of its blocks linked code) they are the reference
+    header = ('<div>Package <a href="package-summary.html">org.example.nodes</a></div>'
+              "<h1>Class FormElement</h1><dl><dt>Direct Known Subclasses:</dt>"
+              '<dd><a href="SubmitForm.html">SubmitFormElement</a></dd></dl>')
+    members = "".join(
+        f'<h4>m{i}</h4><pre>public <a href="C.html">Connection</a> m{i}('
+        f'<a href="K.html">KeyVal</a> key)</pre><div class=block>{p}</div>'
+        "<dl><dt>Parameters:</dt><dd>key - the key to look up</dd><dt>Throws:</dt>"
+        '<dd><a href="NPE.html">NullPointerException</a> - if key is null</dd>'
+        f"<dt>Since:</dt><dd>1.{i}</dd></dl>" for i, p in enumerate(PROSE))
+    navbar = "".join(f'<li><a href="/{w}.html">{w}</a></li>' for w in
+                     ("Overview", "Package", "Tree", "Deprecated", "Index", "Help"))
+    text = extract(f"<!DOCTYPE html><html><body><main>{header}{members}</main>"
+                   f"<div><ul>{navbar}<li>Next Class</li></ul></div></body></html>")
+    assert "Package org.example.nodes\n\nClass FormElement" in text
+    assert "SubmitFormElement" in text
+    assert "NullPointerException - if key is null" in text
+    assert text.endswith("Since:\n1.3")
+    assert "Overview" not in text and "Next Class" not in text
+
+
+def test_class_words_name_the_api_on_a_reference_page_not_on_an_article():
+    # odoc: each value's notes in a list of class "at-tags" (the hint word "tags"), each
+    # heading after an empty permalink (`<a href="#id" class="anchor"></a>`, which the
+    # rendering leaves open: the heading read as link text)
+    specs = "".join(
+        f'<h2 id="s{i}"><a href="#s{i}" class="anchor"></a>Section {i}</h2>'
+        f'<div class=spec><a href="#val-f{i}">val f{i}</a> : <a href="T.html">Date.t</a>'
+        f' -&gt; <a href="#t">t</a></div><p>{p}</p><ul class="at-tags"><li class=since>'
+        f"<span class=at-tag>since</span> 1.0{i}</li></ul>" for i, p in enumerate(PROSE))
+    text = extract(page(f"<div>{specs}</div>"))
+    assert "Section 0\n\nval f0 : Date.t -> t" in text
+    assert "since 1.00" in text and "since 1.02" in text  # (between the values)
+    # on an article the same list is a hint: its label goes
+    paras = "".join(f"<p>{p}</p>" for p in PROSE)
+    text = extract("<!DOCTYPE html><html><body><article>"
+                   f'{paras}<ul class="post-tags"><li>Filed under politics</li></ul>'
+                   f"<p>{PROSE[0]}</p></article></body></html>")
+    assert PROSE[-1] in text and "Filed under" not in text

@@ -40,10 +40,18 @@ paragraph (a listing, a reference page, a short snippet) keeps every block that 
 furniture between the first and the last block outside the hinted elements (the text
 cannot say where such a page starts and ends; its markup can).
 
+A reference page (REFERENCE_SHARE of its blocks an API's linked code: javadoc, Doxygen,
+odoc, haddock; an article has next to none) is read as a reference, not an article: a
+block whose links all name identifiers in a programmer's spelling is linked code too, a
+short block that is not furniture (a label "Returns:", a value "1.1", a heading) weighs as
+a short sentence, not against the stretch, and what the hinted elements hold inside
+the stretch stay (there a class word names the API: odoc's "at-tags", a "SharedObject").
+
 Thresholds were chosen on the development half of the Article Extraction Benchmark's sites,
 the no-prose rule and the API rules on the development sites of the documentation sites
-(doc_sites.py: the API rules on its `dev` group of javadoc, Doxygen, odoc and haddock
-sites, reported on two held-out groups), the
+(doc_sites.py: the API and reference-page rules on its `dev` group of javadoc, Doxygen,
+odoc and haddock sites, reported on two held-out groups; the reference pages' share chosen
+among 0.0-0.3 where the news sets' dev halves stayed as they were, with a margin), the
 hint rules and the label rule also on the development half of trafilatura's evaluation
 pages (trafilatura_eval.py), and checked on the Debian manuals (article_extraction.py,
 extract_quality.py; numbers in docs/clean.md). Lengths are UTF-8 bytes: a CJK character
@@ -66,6 +74,7 @@ HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hi
 MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
 SECOND = 0.5        # a further stretch is kept when it weighs this share of the best one
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
+REFERENCE_SHARE = 0.1  # a page with this share of its blocks linked code is a reference
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
 _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width space)
 # where an element that llmtk.clean.extract.HINTS names starts and ends (one control
@@ -83,7 +92,7 @@ _HREF = re.compile(r'href="([^"]*)"')
 
 class Block:
     __slots__ = ("parts", "plain", "kind", "chars", "links", "gap", "raw", "sentence", "hints",
-                 "mains", "term", "api")
+                 "mains", "term", "api", "linked")
 
     def __init__(self, gap: bool) -> None:
         self.hints: tuple[int, ...] = ()  # the hinted elements it lies in (by number)
@@ -98,6 +107,7 @@ class Block:
         self.sentence = False   # whether raw holds a sentence
         self.term = False       # an API member's linked name before its description
         self.api: bool | None = None  # whether it is linked code (_api_links, once)
+        self.linked: list[str] = []  # the texts of its links
 
     def seal(self) -> None:
         self.raw = "".join(self.parts)
@@ -167,6 +177,8 @@ def blocks(rendered: str) -> list[Block]:
             elif in_link:
                 in_link = False
                 _drop_mark(block, link_start, link_href)
+                if len(block.parts) > link_start:
+                    block.linked.append("".join(block.parts[link_start:]))
         elif tag == "pre":
             in_pre = not closing
             block.kind = "pre"
@@ -237,7 +249,8 @@ def main_text(rendered: str) -> str:
     if not bs:
         return ""
     _mark_terms(bs)
-    ws = [weight(b) for b in bs]
+    reference = _reference(bs)
+    ws = _reference_weights(bs) if reference else [weight(b) for b in bs]
     hinted = _hinted(bs, ws)
     unhinted = [0.0 if h and w > 0 else w for h, w in zip(hinted, ws, strict=True)]
     # a page is read as prose when one block is a full paragraph; short sentences alone
@@ -249,7 +262,9 @@ def main_text(rendered: str) -> str:
         hinted, prose = [False] * len(bs), True
     else:
         ws = unhinted
-    drop = _dropped(bs, ws, hinted)
+    # (on a reference page the class words name the API, not furniture: odoc's "at-tags"
+    # list of `since` and `see` notes, Doxygen's rows of a "...SharedObject" class)
+    drop = _dropped(bs, ws, [False] * len(bs) if reference else hinted)
     if prose:
         first, last = _main_span(bs, ws)
         chosen = _stretches(ws, first, last + 1, 0.0)
@@ -272,6 +287,37 @@ def main_text(rendered: str) -> str:
             lines.append("")
         lines.append(text)
     return "\n".join(lines)
+
+
+def _reference(bs: list[Block]) -> bool:
+    """Whether the page is an API reference: REFERENCE_SHARE of its blocks are linked code
+    (_api_links). Its text is signatures, labels and one-line descriptions, not paragraphs:
+    the weights that find an article's stretch would cut it short at each label."""
+    full = [b for b in bs if b.chars]
+    code = sum(1 for b in full if b.links and _api_links(b))
+    return code >= REFERENCE_SHARE * len(full)
+
+
+def _reference_weights(bs: list[Block]) -> list[float]:
+    """A reference page's weights: a block whose links all name identifiers in a
+    programmer's spelling is linked code too ("NullPointerException - if coll is null",
+    "mark in class ProxyInputStream", "Packages that use ClosedOutputStream"); and a short
+    block that is not furniture (a label "Returns:", a value "1.1", a heading "Method
+    Summary") is part of the reference: it weighs as a short sentence, not against it."""
+    for b in bs:
+        if b.links and not _api_links(b) and _code_names(b):
+            b.api = True
+    ws = [weight(b) for b in bs]
+    return [SHORT_PROSE * b.chars if w < 0 and not _furniture(b) else w
+            for b, w in zip(bs, ws, strict=True)]
+
+
+def _code_names(b: Block) -> bool:
+    """Whether every link of a block is one identifier, one of them in a programmer's
+    spelling (camelCase, snake_case, dotted: "ProxyInputStream", "Date_sig.S.prev")."""
+    names = [x.strip().replace("\u200b", "") for x in b.linked]
+    return (all(_IDENT.fullmatch(x) for x in names)
+            and any(_CODE_IDENT.search(x) for x in names))
 
 
 def _prose(bs: list[Block], ws: list[float]) -> bool:

@@ -42,7 +42,11 @@ BOILERPLATE = (
     ".sphinxsidebar", "#mw-navigation", "#mw-panel", "#catlinks", ".mw-editsection", ".navbox",
     "#titlearea", ".navpath",  # Doxygen's project header and breadcrumb
 )
-_BOILERPLATE = ", ".join(BOILERPLATE)  # one selector, joined once (not per page)
+# Empty links to an anchor of the page (the permalink odoc puts before each heading and
+# member: `<a href="#x" class="anchor"></a>`): resiliparse renders one as a link left open,
+# and the rest of its block then reads as link text. Removed in the same query.
+_EMPTY_ANCHORS = 'a[href^="#"]:empty'
+_BOILERPLATE = ", ".join(BOILERPLATE + (_EMPTY_ANCHORS,))  # one selector, joined once
 # Elements whose names say they are not the main text, however their text reads: comment
 # sections, share and subscribe boxes, related and recommended stories, captions, bylines,
 # hidden and pop-up elements, promotions. Only a hint (llmtk.clean.density.main_text):
