@@ -293,9 +293,16 @@ def _reference(bs: list[Block]) -> bool:
     """Whether the page is an API reference: REFERENCE_SHARE of its blocks are linked code
     (_api_links). Its text is signatures, labels and one-line descriptions, not paragraphs:
     the weights that find an article's stretch would cut it short at each label."""
-    full = [b for b in bs if b.chars]
-    code = sum(1 for b in full if b.links and _api_links(b))
-    return code >= REFERENCE_SHARE * len(full)
+    need = REFERENCE_SHARE * sum(1 for b in bs if b.chars)
+    # the link-dense blocks were asked already (weight); the others only when they could
+    # still make the share: on an article they cannot, and asking costs a regex each
+    code = sum(1 for b in bs if b.api)
+    unasked = [b for b in bs if b.links and b.api is None]
+    for i, b in enumerate(unasked):
+        if code >= need or code + len(unasked) - i < need:
+            break
+        code += _api_links(b)
+    return code >= need
 
 
 def _reference_weights(bs: list[Block]) -> list[float]:
@@ -413,7 +420,9 @@ def _api_links(b: Block) -> bool:
 
 def _linked_code(b: Block) -> bool:
     raw = htmllib.unescape(b.raw) if "&" in b.raw else b.raw  # ("Iterable&lt;E&gt;")
-    text = _ADDRESS.sub(" ", raw.replace("\u200b", "").replace("\xa0", " "))
+    text = raw.replace("\u200b", "").replace("\xa0", " ")
+    if "/" in text or "@" in text or "www." in text:  # (the only text _ADDRESS matches)
+        text = _ADDRESS.sub(" ", text)
     if _CODE_MARK.search(text):
         return True
     items = [x.strip() for x in text.split(",")]
