@@ -183,3 +183,20 @@ def test_class_words_name_the_api_on_a_reference_page_not_on_an_article():
                    f'{paras}<ul class="post-tags"><li>Filed under politics</li></ul>'
                    f"<p>{PROSE[0]}</p></article></body></html>")
     assert PROSE[-1] in text and "Filed under" not in text
+
+
+def test_an_article_with_code_like_headlines_is_not_a_reference_page():
+    # French spacing ("viols : 14") is a mark an API's linked code has too ("val x : t"),
+    # but only code writes calls, arrows and snake_case: a news page's list of headlines
+    # does not make it a reference page, whose hinted captions and labels would stay; and
+    # a CJK name with an underscore is no snake_case (a list of them is a menu)
+    paras = [f"<p>{p}</p>" for p in PROSE]
+    article = (f"{paras[0]}{paras[1]}<div class=caption>Photo : AFP</div>{paras[2]}"
+               f"<div class=byline>Publié le 30 avril</div>{paras[3]}")
+    latest = "".join(f'<li><a href="/a{i}">1{i}:44 Accusations de viols : {i} militaires mis '
+                     f'en cause</a></li><li><a href="/b{i}">史蒂文的家_藍天 {i}</a></li>'
+                     for i in range(8))
+    text = extract(f"<!DOCTYPE html><html><body><article>{article}</article>"
+                   f"<ul>{latest}</ul></body></html>")
+    assert PROSE[0] in text and PROSE[-1] in text
+    assert "Photo" not in text and "Publié" not in text and "藍天" not in text

@@ -296,12 +296,12 @@ def _reference(bs: list[Block]) -> bool:
     need = REFERENCE_SHARE * sum(1 for b in bs if b.chars)
     # the link-dense blocks were asked already (weight); the others only when they could
     # still make the share: on an article they cannot, and asking costs a regex each
-    code = sum(1 for b in bs if b.api)
-    unasked = [b for b in bs if b.links and b.api is None]
-    for i, b in enumerate(unasked):
-        if code >= need or code + len(unasked) - i < need:
+    asked = [b for b in bs if b.api] + [b for b in bs if b.links and b.api is None]
+    code = 0
+    for i, b in enumerate(asked):
+        if code >= need or code + len(asked) - i < need:
             break
-        code += _api_links(b)
+        code += _api_links(b) and _code_shaped(b)
     return code >= need
 
 
@@ -397,9 +397,10 @@ def _furniture(b: Block) -> bool:
 
 # An API reference's linked code: a signature (`val make : int -> t`, `elements()`,
 # `std::string`, `java.util.List<Connection.KeyVal>`, `Date_sig.S.week`, `MDB_val *key`;
-# `ssh_channel_open`; not an image's file name alone, "dp3_1_en") ...
-_CODE_MARK = re.compile(r"\w\(|\(\)|->|::|\w<\w|\s[:=]\s"  # calls, arrows, generics
-                        r"|[A-Za-z]{2}_[A-Za-z]{2}|\w_\w\S* "  # snake_case
+# `ssh_channel_open`; not an image's file name alone, "dp3_1_en"; in ASCII: CJK is \w
+# too, and "史蒂文的家_藍天 於 2014/01/01 回覆" is a blog comment's author line) ...
+_CODE_MARK = re.compile(r"[A-Za-z0-9_]\(|\(\)|->|::|[A-Za-z0-9]<[A-Za-z]|\s[:=]\s"  # calls...
+                        r"|[A-Za-z]{2}_[A-Za-z]{2}|[A-Za-z0-9]_[A-Za-z0-9]\S* "  # snake_case
                         r"|[a-z]\.[a-zA-Z_]\w*\.")  # dotted paths
 # (not in addresses, paths and handles: "http://po.st/TP_615", "pic.twitter.com/x1",
 # "@tasty_food")
@@ -407,6 +408,9 @@ _ADDRESS = re.compile(r"\S*(?:/|www\.|@)\S*")
 # ... or a list of identifiers ("addClass, after, append, appendChild, ..."), one of them
 # in a programmer's spelling (camelCase, snake_case, dotted)
 _IDENT = re.compile(r"[\w$.]+")
+# (the marks that decide whether a page is a reference: _code_shaped)
+_STRONG_CODE = re.compile(r"[A-Za-z0-9_]\(|\(\)|->|::|[A-Za-z0-9]<[A-Za-z]"
+                          r"|[A-Za-z0-9]_[A-Za-z0-9]|[a-z]\.[a-zA-Z_]\w*\.[a-zA-Z_]")
 _CODE_IDENT = re.compile(r"[a-z][A-Z]|\w_\w|\w\.\w")
 
 
@@ -419,15 +423,35 @@ def _api_links(b: Block) -> bool:
 
 
 def _linked_code(b: Block) -> bool:
+    text = _code_text(b)
+    return _CODE_MARK.search(text) is not None or _names(text)
+
+
+def _code_text(b: Block) -> str:
+    """A block's text as the code rules read it: unescaped, without addresses."""
     raw = htmllib.unescape(b.raw) if "&" in b.raw else b.raw  # ("Iterable&lt;E&gt;")
     text = raw.replace("\u200b", "").replace("\xa0", " ")
     if "/" in text or "@" in text or "www." in text:  # (the only text _ADDRESS matches)
         text = _ADDRESS.sub(" ", text)
-    if _CODE_MARK.search(text):
-        return True
+    return text
+
+
+def _names(text: str) -> bool:
+    """A list of identifiers, one of them in a programmer's spelling."""
     items = [x.strip() for x in text.split(",")]
     return (len(items) >= 3 and all(_IDENT.fullmatch(x) for x in items)
             and any(_CODE_IDENT.search(x) for x in items))
+
+
+def _code_shaped(b: Block) -> bool:
+    """Linked code that only code writes: a member's name before its description, a
+    list of names, or a call, an arrow, a generic, ASCII snake_case or a dotted path of
+    three (not French spacing "viols : 14", a citation's "github.com.", a CJK
+    "史蒂文的家_藍天", whose marks _CODE_MARK also takes)."""
+    if b.term:
+        return True
+    text = _code_text(b)
+    return _STRONG_CODE.search(text) is not None or _names(text)
 
 
 # a member as Doxygen lists it: its name, a space, its arguments ("decide (const Event &)")
