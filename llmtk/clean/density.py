@@ -40,12 +40,13 @@ paragraph (a listing, a reference page, a short snippet) keeps every block that 
 furniture between the first and the last block outside the hinted elements (the text
 cannot say where such a page starts and ends; its markup can).
 
-A reference page (REFERENCE_SHARE of its blocks an API's linked code: javadoc, Doxygen,
-odoc, haddock; an article has next to none) is read as a reference, not an article: a
-block whose links all name identifiers in a programmer's spelling is linked code too, a
-short block that is not furniture (a label "Returns:", a value "1.1", a heading) weighs as
-a short sentence, not against the stretch, and what the hinted elements hold inside
-the stretch stay (there a class word names the API: odoc's "at-tags", a "SharedObject").
+A reference page (REFERENCE_SHARE of its blocks an API's linked code, in a shape only code
+has: javadoc, Doxygen, odoc, haddock; an article has next to none) is read as a reference,
+not an article: a block whose links all name identifiers in a programmer's spelling is
+linked code too, a short block that is not furniture (a label "Returns:", a value "1.1", a
+heading) weighs as a short sentence, not against the stretch, and what the hinted elements
+hold inside the stretch stays (there a class word names the API: odoc's "at-tags", a
+"SharedObject").
 
 Thresholds were chosen on the development half of the Article Extraction Benchmark's sites,
 the no-prose rule and the API rules on the development sites of the documentation sites
@@ -291,8 +292,9 @@ def main_text(rendered: str) -> str:
 
 def _reference(bs: list[Block]) -> bool:
     """Whether the page is an API reference: REFERENCE_SHARE of its blocks are linked code
-    (_api_links). Its text is signatures, labels and one-line descriptions, not paragraphs:
-    the weights that find an article's stretch would cut it short at each label."""
+    (_api_links) shaped as only code is (_code_shaped). Its text is signatures, labels and
+    one-line descriptions, not paragraphs: the weights that find an article's stretch would
+    cut it short at each label."""
     need = REFERENCE_SHARE * sum(1 for b in bs if b.chars)
     # the link-dense blocks were asked already (weight); the others only when they could
     # still make the share: on an article they cannot, and asking costs a regex each
