@@ -65,6 +65,7 @@ SHORT_WEIGHT = 0.2  # any other short block (a heading, a date, a label) minus t
 HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hint
 MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
 SECOND = 0.5        # a further stretch is kept when it weighs this share of the best one
+ALL_LINKS = 0.8
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
 _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width space)
@@ -339,7 +340,13 @@ def _furniture(b: Block) -> bool:
         return _link_row(b)
     if not b.chars or b.links / b.chars <= BAD_LINKS or _api_links(b):
         return False
-    return not b.sentence or (b.kind == "p" and _label("".join(b.plain).strip()))
+    if not b.sentence:
+        return True
+    plain = "".join(b.plain).strip()
+    if b.kind == "p" and _label(plain):
+        return True
+    # EXP: nearly all links, and no sentence outside them (a linked headline)
+    return b.links >= ALL_LINKS * b.chars and _SENTENCE.search(plain) is None
 
 
 # An API reference's linked code: a signature (`val make : int -> t`, `elements()`,
