@@ -66,6 +66,7 @@ HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hi
 MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
 SECOND = 0.5        # a further stretch is kept when it weighs this share of the best one
 ALL_LINKS = 0.8
+DIGITS = 0.3        # a short line with this share of digits is a date or a price
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
 _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width space)
@@ -226,8 +227,16 @@ def weight(b: Block) -> float:
     if density <= GOOD_LINKS and b.sentence:
         if b.chars >= GOOD_CHARS:
             return float(b.chars)
-        return SHORT_PROSE * b.chars
+        if not _numeric(b.raw):
+            return SHORT_PROSE * b.chars
     return -SHORT_WEIGHT * b.chars
+
+
+def _numeric(text: str) -> bool:
+    """Whether a short line is mostly numbers: a date, a time, a price ("October 12,
+    2017", "Published Monday, November 18, 2019 8:22AM EST"): its comma is no sentence."""
+    digits = sum(c.isdigit() for c in text)
+    return digits >= DIGITS * sum(c.isalnum() for c in text)
 
 
 def main_text(rendered: str) -> str:
