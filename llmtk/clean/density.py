@@ -260,6 +260,7 @@ def main_text(rendered: str) -> str:
     else:
         ws = unhinted
     drop = _dropped(bs, ws, hinted)
+    drop |= _list_titles(bs)
     if prose:
         first, last = _main_span(bs, ws)
         chosen = _stretches(ws, first, last + 1, 0.0)
@@ -294,6 +295,22 @@ def _dropped(bs: list[Block], ws: list[float], hinted: list[bool]) -> set[int]:
     holds that is not prose (its labels, dates, bylines, buttons)."""
     return {i for i, b in enumerate(bs)
             if _furniture(b) or (hinted[i] and ws[i] <= 0 and b.kind != "pre")}
+
+
+def _list_titles(bs: list[Block]) -> set[int]:
+    """The short lines without a sentence that head a list of links ("Mehr zum Thema",
+    "Vous aimerez aussi", "RELATED ARTICLES"): the next block with text is furniture."""
+    out = set()
+    after = None  # the next block with text
+    for i in range(len(bs) - 1, -1, -1):
+        b = bs[i]
+        if not b.chars:
+            continue
+        if (after is not None and b.chars < GOOD_CHARS and not b.sentence
+                and b.kind != "pre" and _furniture(after)):
+            out.add(i)
+        after = b
+    return out
 
 
 def _main_span(bs: list[Block], ws: list[float]) -> tuple[int, int]:
