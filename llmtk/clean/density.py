@@ -67,6 +67,8 @@ MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bo
 SECOND = 0.5        # a further stretch is kept when it weighs this share of the best one
 ALL_LINKS = 0.8
 DIGITS = 0.3        # a short line with this share of digits is a date or a price
+LIST_RUN = 2       # furniture blocks in a row that make a list of links
+TAIL = 0.2          # prose after the stretch's last list of links weighing less goes
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
 _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width space)
@@ -264,6 +266,7 @@ def main_text(rendered: str) -> str:
     if prose:
         first, last = _main_span(bs, ws)
         chosen = _stretches(ws, first, last + 1, 0.0)
+        chosen = [_trim_tail(bs, ws, first, last) for first, last in chosen]
         if chosen:
             chosen[0] = (_heading_before(bs, chosen[0][0], hinted), chosen[0][1])
     else:
@@ -311,6 +314,33 @@ def _list_titles(bs: list[Block]) -> set[int]:
             out.add(i)
         after = b
     return out
+
+
+def _trim_tail(bs: list[Block], ws: list[float], first: int, last: int) -> tuple[int, int]:
+    """The stretch without what follows its last list of links (two or more furniture
+    blocks in a row) when that weighs less than TAIL of the stretch: an author's note, a
+    newsletter box or another story's teaser after the article's related links."""
+    total = sum(w for w in ws[first:last + 1] if w > 0)
+    while True:
+        after = 0.0  # the weight of the prose after block i
+        run = 0  # furniture blocks in a row at i
+        cut = -1
+        for i in range(last, first, -1):
+            b = bs[i]
+            if not b.chars:
+                continue
+            if _furniture(b):
+                run += 1
+                continue
+            if run >= LIST_RUN:
+                cut = i
+                break
+            run = 0
+            if ws[i] > 0:
+                after += ws[i]
+        if cut < 0 or after >= TAIL * total:
+            return first, last
+        last = cut
 
 
 def _main_span(bs: list[Block], ws: list[float]) -> tuple[int, int]:
