@@ -82,6 +82,7 @@ MAIN_START, MAIN_END = "\x04", "\x05"
 _TOKEN = re.compile(r"(<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n+|[\x02-\x05])")
 # a run of spaces inside a line of prose (&nbsp;&nbsp;, table cells' tabs): one space
 _INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
+_URL_TEXT = re.compile(r"\s*\(?(?:https?://|www\.)")
 _HREF = re.compile(r'href="([^"]*)"')
 
 
@@ -221,7 +222,8 @@ def weight(b: Block) -> float:
     if density > GOOD_LINKS and _api_links(b):  # (an index entry "NODEDATA : mdb.c" too)
         return API_WEIGHT * b.chars
     if density > BAD_LINKS:
-        return -BAD_WEIGHT * b.chars
+        # a bare address (a source cited in the text) is no menu: it weighs nothing
+        return 0.0 if _URL_TEXT.match(b.raw) else -BAD_WEIGHT * b.chars
     if b.kind == "pre":
         return float(b.chars)
     if b.kind == "h":  # a title, however long, is not the text it heads
