@@ -69,6 +69,7 @@ ALL_LINKS = 0.8
 DIGITS = 0.3        # a short line with this share of digits is a date or a price
 LIST_RUN = 2       # furniture blocks in a row that make a list of links
 TAIL = 0.2          # prose after the stretch's last list of links weighing less goes
+TITLE_WORDS = 6     # a list's title ("Das könnte Sie auch interessieren") has at most this
 MID_WEIGHT = 0.2   # a long paragraph with a sentence and a few more links: plus this share
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
@@ -308,16 +309,19 @@ def _dropped(bs: list[Block], ws: list[float], hinted: list[bool]) -> set[int]:
 
 
 def _list_titles(bs: list[Block]) -> set[int]:
-    """The short lines without a sentence that head a list of links ("Mehr zum Thema",
-    "Vous aimerez aussi", "RELATED ARTICLES"): the next block with text is furniture."""
+    """The short titles that head a list of links ("Mehr zum Thema", "Vous aimerez aussi",
+    "RELATED ARTICLES"): at most TITLE_WORDS words, no sentence and no link in them, and the
+    next block with text is furniture. (Longer lines are a manual's: "The documentation
+    for this struct was generated from the following file:".)"""
     out = set()
     after = None  # the next block with text
     for i in range(len(bs) - 1, -1, -1):
         b = bs[i]
         if not b.chars:
             continue
-        if (after is not None and b.chars < GOOD_CHARS and not b.sentence
-                and b.kind != "pre" and _furniture(after)):
+        if (after is not None and not b.sentence and not b.links and b.kind != "pre"
+                and b.chars < GOOD_CHARS and len(b.raw.split()) <= TITLE_WORDS
+                and _furniture(after)):
             out.add(i)
         after = b
     return out
