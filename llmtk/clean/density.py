@@ -70,6 +70,7 @@ DIGITS = 0.3        # a short line with this share of digits is a date or a pric
 LIST_RUN = 2       # furniture blocks in a row that make a list of links
 TAIL = 0.2          # prose after the stretch's last list of links weighing less goes
 TITLE_WORDS = 6     # a list's title ("Das könnte Sie auch interessieren") has at most this
+HEADLINE_WORDS = 4  # a linked headline has at least this many words
 MID_WEIGHT = 0.2   # a long paragraph with a sentence and a few more links: plus this share
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
@@ -413,7 +414,16 @@ def _furniture(b: Block) -> bool:
     if b.kind == "p" and _label(plain):
         return True
     # EXP: nearly all links, and no sentence outside them (a linked headline)
-    return b.links >= ALL_LINKS * b.chars and _SENTENCE.search(plain) is None
+    return (b.links >= ALL_LINKS * b.chars and _SENTENCE.search(plain) is None
+            and _headline(b.raw))
+
+
+def _headline(raw: str) -> bool:
+    """Whether a line reads as a headline (words, no full stop at its end), not as an
+    API's linked names ("Evaluator.ContainsData", "Serializable, RandomGenerator") or a
+    linked sentence ("Go to the source code of this file.")."""
+    raw = raw.strip()
+    return len(raw.split()) >= HEADLINE_WORDS and not raw.endswith(".")
 
 
 # An API reference's linked code: a signature (`val make : int -> t`, `elements()`,
