@@ -9,8 +9,12 @@ text and link density, jusText's length and context, readability's punctuation):
 
 * prose: at least GOOD_CHARS long, few links, a sentence in it: plus its length;
   a shorter block with a sentence: plus a little;
+* a long paragraph with a sentence and a few more links (an article citing its sources):
+  plus a little;
 * link-dense (menus, related-article lists, tag clouds, share bars): minus a multiple of
-  its length; headings and other short blocks (dates, bylines, labels): minus a little;
+  its length, unless it is a bare address (a source cited as its URL: nothing); headings
+  and other short blocks (dates, bylines, labels, a short line mostly of digits): minus a
+  little;
   a table row weighs nothing (a table of links is content as often as it is navigation);
 * an API reference's linked code (a signature `val make : int -> t`, `size (const Event &)`,
   a list of member names `addClass, after, appendChild`, an index entry `NODEDATA : mdb.c`,
@@ -32,9 +36,12 @@ code) stay, those before the first and after the last paragraph (titles, bylines
 bars, related stories, footers) go; when an element named as the article's body
 (llmtk.clean.extract.MAIN: `article`, `main`, `itemprop=articleBody`, `entry-content`...)
 holds MAIN_SHARE of the page's prose, the stretch is chosen inside the innermost such
-element. Inside the stretch, link-dense blocks without a sentence (or with no more than a
-label outside their links: "Related: <headline>") and the non-prose blocks of hinted
-elements are dropped. Header-link marks (the `¶` or `#` link to the heading's own
+element. What follows the stretch's last list of links (two furniture blocks in a row) is
+cut when it holds under TAIL of the stretch's prose (an author's note, a newsletter box).
+Inside the stretch, link-dense blocks without a sentence (or with no more than a label
+outside their links: "Related: <headline>", or a linked headline with no sentence mark
+outside its links), the short title heading such a list ("Mehr zum Thema") and the non-prose
+blocks of hinted elements are dropped. Header-link marks (the `¶` or `#` link to the heading's own
 anchor that Sphinx, MkDocs and others add) are removed anywhere. A page without a full
 paragraph (a listing, a reference page, a short snippet) keeps every block that is not
 furniture between the first and the last block outside the hinted elements (the text
