@@ -9,8 +9,12 @@ text and link density, jusText's length and context, readability's punctuation):
 
 * prose: at least GOOD_CHARS long, few links, a sentence in it: plus its length;
   a shorter block with a sentence: plus a little;
+* a long paragraph with a sentence and a few more links (an article citing its sources):
+  plus a little;
 * link-dense (menus, related-article lists, tag clouds, share bars): minus a multiple of
-  its length; headings and other short blocks (dates, bylines, labels): minus a little;
+  its length, unless it is a bare address (a source cited as its URL: nothing); headings
+  and other short blocks (dates, bylines, labels, a short line mostly of digits): minus a
+  little;
   a table row weighs nothing (a table of links is content as often as it is navigation);
 * an API reference's linked code (a signature `val make : int -> t`, `size (const Event &)`,
   a list of member names `addClass, after, appendChild`, an index entry `NODEDATA : mdb.c`,
@@ -32,9 +36,12 @@ code) stay, those before the first and after the last paragraph (titles, bylines
 bars, related stories, footers) go; when an element named as the article's body
 (llmtk.clean.extract.MAIN: `article`, `main`, `itemprop=articleBody`, `entry-content`...)
 holds MAIN_SHARE of the page's prose, the stretch is chosen inside the innermost such
-element. Inside the stretch, link-dense blocks without a sentence (or with no more than a
-label outside their links: "Related: <headline>") and the non-prose blocks of hinted
-elements are dropped. Header-link marks (the `¶` or `#` link to the heading's own
+element. What follows the stretch's last list of links (two furniture blocks in a row) is
+cut when it holds under TAIL of the stretch's prose (an author's note, a newsletter box).
+Inside the stretch, link-dense blocks without a sentence (or with no more than a label
+outside their links: "Related: <headline>", or a linked headline with no sentence mark
+outside its links), the short title heading such a list ("Mehr zum Thema") and the non-prose
+blocks of hinted elements are dropped. Header-link marks (the `¶` or `#` link to the heading's own
 anchor that Sphinx, MkDocs and others add) are removed anywhere. A page without a full
 paragraph (a listing, a reference page, a short snippet) keeps every block that is not
 furniture between the first and the last block outside the hinted elements (the text
@@ -74,6 +81,13 @@ SHORT_WEIGHT = 0.2  # any other short block (a heading, a date, a label) minus t
 HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hint
 MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
 SECOND = 0.5        # a further stretch is kept when it weighs this share of the best one
+ALL_LINKS = 0.8     # a block with this share of its text in links is a list item or headline
+DIGITS = 0.3        # a short line with this share of digits is a date or a price
+LIST_RUN = 2         # furniture blocks in a row that make a list of links
+TAIL = 0.2          # prose after the stretch's last list of links weighing less goes
+TITLE_WORDS = 6     # a list's title ("Das könnte Sie auch interessieren") has at most this
+HEADLINE_WORDS = 4  # a linked headline has at least this many words
+MID_WEIGHT = 0.2    # a long paragraph with a sentence and a few more links: plus this share
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 REFERENCE_SHARE = 0.1  # a page with this share of its blocks linked code is a reference
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
@@ -88,6 +102,7 @@ MAIN_START, MAIN_END = "\x04", "\x05"
 _TOKEN = re.compile(r"(<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n+|[\x02-\x05])")
 # a run of spaces inside a line of prose (&nbsp;&nbsp;, table cells' tabs): one space
 _INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
+_URL_TEXT = re.compile(r"\s*\(?(?:https?://|www\.)")
 _HREF = re.compile(r'href="([^"]*)"')
 
 
@@ -230,16 +245,29 @@ def weight(b: Block) -> float:
     if density > GOOD_LINKS and _api_links(b):  # (an index entry "NODEDATA : mdb.c" too)
         return API_WEIGHT * b.chars
     if density > BAD_LINKS:
-        return -BAD_WEIGHT * b.chars
+        # a bare address (a source cited in the text) is no menu: it weighs nothing
+        return 0.0 if _URL_TEXT.match(b.raw) else -BAD_WEIGHT * b.chars
     if b.kind == "pre":
         return float(b.chars)
     if b.kind == "h":  # a title, however long, is not the text it heads
         return -SHORT_WEIGHT * b.chars
+    if b.sentence and density > GOOD_LINKS and b.chars >= GOOD_CHARS:
+        # (a paragraph citing its sources in links: prose, if weaker; the news article's
+        # later paragraphs, not a menu; measured the same from 0.1 to 0.6)
+        return MID_WEIGHT * b.chars
     if density <= GOOD_LINKS and b.sentence:
         if b.chars >= GOOD_CHARS:
             return float(b.chars)
-        return SHORT_PROSE * b.chars
+        if not _numeric(b.raw):
+            return SHORT_PROSE * b.chars
     return -SHORT_WEIGHT * b.chars
+
+
+def _numeric(text: str) -> bool:
+    """Whether a short line is mostly numbers: a date, a time, a price ("October 12,
+    2017", "Published Monday, November 18, 2019 8:22AM EST"): its comma is no sentence."""
+    digits = sum(c.isdigit() for c in text)
+    return digits >= DIGITS * sum(c.isalnum() for c in text)
 
 
 def main_text(rendered: str) -> str:
@@ -266,9 +294,11 @@ def main_text(rendered: str) -> str:
     # (on a reference page the class words name the API, not furniture: odoc's "at-tags"
     # list of `since` and `see` notes, Doxygen's rows of a "...SharedObject" class)
     drop = _dropped(bs, ws, [False] * len(bs) if reference else hinted)
+    drop |= _list_titles(bs)
     if prose:
         first, last = _main_span(bs, ws)
         chosen = _stretches(ws, first, last + 1, 0.0)
+        chosen = [_trim_tail(bs, ws, first, last) for first, last in chosen]
         if chosen:
             chosen[0] = (_heading_before(bs, chosen[0][0], hinted), chosen[0][1])
     else:
@@ -341,6 +371,52 @@ def _dropped(bs: list[Block], ws: list[float], hinted: list[bool]) -> set[int]:
             if _furniture(b) or (hinted[i] and ws[i] <= 0 and b.kind != "pre")}
 
 
+def _list_titles(bs: list[Block]) -> set[int]:
+    """The short titles that head a list of links ("Mehr zum Thema", "Vous aimerez aussi",
+    "RELATED ARTICLES"): at most TITLE_WORDS words, no sentence and no link in them, and the
+    next block with text is furniture. (Longer lines are a manual's: "The documentation
+    for this struct was generated from the following file:".)"""
+    out = set()
+    after = None  # the next block with text
+    for i in range(len(bs) - 1, -1, -1):
+        b = bs[i]
+        if not b.chars:
+            continue
+        if (after is not None and not b.sentence and not b.links and b.kind != "pre"
+                and b.chars < GOOD_CHARS and len(b.raw.split()) <= TITLE_WORDS
+                and _furniture(after)):
+            out.add(i)
+        after = b
+    return out
+
+
+def _trim_tail(bs: list[Block], ws: list[float], first: int, last: int) -> tuple[int, int]:
+    """The stretch without what follows its last list of links (two or more furniture
+    blocks in a row) when that weighs less than TAIL of the stretch: an author's note, a
+    newsletter box or another story's teaser after the article's related links."""
+    total = sum(w for w in ws[first:last + 1] if w > 0)
+    while True:
+        after = 0.0  # the weight of the prose after block i
+        run = 0  # furniture blocks in a row at i
+        cut = -1
+        for i in range(last, first, -1):
+            b = bs[i]
+            if not b.chars:
+                continue
+            if _furniture(b):
+                run += 1
+                continue
+            if run >= LIST_RUN:
+                cut = i
+                break
+            run = 0
+            if ws[i] > 0:
+                after += ws[i]
+        if cut < 0 or after >= TAIL * total:
+            return first, last
+        last = cut
+
+
 def _main_span(bs: list[Block], ws: list[float]) -> tuple[int, int]:
     """The blocks of the innermost article-body element that holds MAIN_SHARE of the
     page's prose, or all blocks."""
@@ -394,7 +470,22 @@ def _furniture(b: Block) -> bool:
         return _link_row(b)
     if not b.chars or b.links / b.chars <= BAD_LINKS or _api_links(b):
         return False
-    return not b.sentence or (b.kind == "p" and _label("".join(b.plain).strip()))
+    if not b.sentence:
+        return True
+    plain = "".join(b.plain).strip()
+    if b.kind == "p" and _label(plain):
+        return True
+    # EXP: nearly all links, and no sentence outside them (a linked headline)
+    return (b.links >= ALL_LINKS * b.chars and _SENTENCE.search(plain) is None
+            and _headline(b.raw))
+
+
+def _headline(raw: str) -> bool:
+    """Whether a line reads as a headline (words, no full stop at its end), not as an
+    API's linked names ("Evaluator.ContainsData", "Serializable, RandomGenerator") or a
+    linked sentence ("Go to the source code of this file.")."""
+    raw = raw.strip()
+    return len(raw.split()) >= HEADLINE_WORDS and not raw.endswith(".")
 
 
 # An API reference's linked code: a signature (`val make : int -> t`, `elements()`,
