@@ -175,6 +175,21 @@ def test_link_to_the_own_anchor_is_a_mark_but_other_links_stay():
     assert b.text() == "Options see #" and b.kind == "h"
 
 
+def test_a_link_that_spells_its_address_is_text_a_named_link_is_not():
+    from llmtk.clean.density import blocks, weight
+
+    # the address is the sentence's object: the block is prose, not a menu item
+    [b] = blocks('<p>The installation guide of the latest release is kept up to date: see '
+                 '<a href="https://example.org/guide">https://example.org/guide/install</a>.'
+                 '</p>\n')
+    assert b.links == 0 and weight(b) == b.chars
+    # the same sentence naming its target in words is link-dense
+    [b] = blocks('<p>Read <a href="https://example.org/guide">the installation guide of the'
+                 ' latest release, kept up to date</a>.</p>\n')
+    assert b.links == len("the installation guide of the latest release, kept up to date")
+    assert weight(b) < 0
+
+
 DOCSITES = Path(__file__).parent / "data" / "clean" / "docsites"
 
 

@@ -170,9 +170,6 @@ PAGES = {
 
 # The cases the default extractor gets wrong today: (page, string) -> what is wrong.
 WRONG_TODAY: dict[tuple[str, str], str] = {
-    ("zh_faq_support.html", "12.1. Debian 系统中还能获得哪些有针对性的文档？"):
-        "the chapter's first section heading is dropped (with the chapter title and the "
-        "section's first list item): the start of the text is cut too late",
     ("shop_books_toscrape.html", "A Light in the Attic £51.77 In stock (22 available)"):
         "a product page keeps only its description: the name, price and stock above it "
         "are dropped",

@@ -12,6 +12,8 @@ text and link density, jusText's length and context, readability's punctuation):
 * link-dense (menus, related-article lists, tag clouds, share bars): minus a multiple of
   its length; headings and other short blocks (dates, bylines, labels): minus a little;
   a table row weighs nothing (a table of links is content as often as it is navigation);
+  a link whose text is a web address spelled out ("see https://www.debian.org/doc") counts
+  as text, not as a link: menus and headline lists name their targets in words;
 * an API reference's linked code (a signature `val make : int -> t`, `size (const Event &)`,
   a list of member names `addClass, after, appendChild`, an index entry `NODEDATA : mdb.c`,
   a member table's row or one-line description, a linked member name before its
@@ -167,6 +169,7 @@ def blocks(rendered: str) -> list[Block]:
             elif in_link:
                 in_link = False
                 _drop_mark(block, link_start, link_href)
+                _unlink_address(block, link_start)
         elif tag == "pre":
             in_pre = not closing
             block.kind = "pre"
@@ -206,6 +209,21 @@ def _drop_mark(block: Block, start: int, href: str) -> None:
             block.parts.pop()
             block.chars -= len(text.encode())
             block.links -= len(text.encode())
+
+
+# a link whose text is its own address ("https://www.debian.org/Bugs/", "www.example.org")
+_SPELLED_ADDRESS = re.compile(r"\s*(?:https?://|www\.)\S+\s*")
+
+
+def _unlink_address(block: Block, start: int) -> None:
+    """Count a link whose text is a web address as text: an address spelled out in a
+    sentence ("see https://www.debian.org/doc") is a reference the reader is meant to
+    read, not a menu item (menus and headline lists name their targets in words)."""
+    parts = block.parts[start:]
+    if len(parts) == 1 and _SPELLED_ADDRESS.fullmatch(parts[0]):
+        n = _size(parts[0])
+        block.links -= n
+        block.plain.append(parts[0])
 
 
 def weight(b: Block) -> float:
