@@ -190,6 +190,24 @@ def test_a_link_that_spells_its_address_is_text_a_named_link_is_not():
     assert weight(b) < 0
 
 
+def test_a_title_and_its_short_paragraphs_above_the_first_section_start_the_text():
+    from llmtk.clean.density import main_text
+
+    body = ("<p>A collection of poems and drawings, reissued for its twentieth year with "
+            "twelve new poems that were left out of the first edition.</p>\n")
+    # a product's name, price and stock above its "Description" section
+    rendered = ('<a href="/">Home</a>\n<h1>A Light in the Attic</h1>\n<p>£51.77</p>\n'
+                f"<p>In stock (22 available)</p>\n<h2>Description</h2>\n{body}")
+    assert main_text(rendered).splitlines()[:4] == [
+        "A Light in the Attic", "£51.77", "In stock (22 available)", "Description"]
+    # a site's section name above an article's title: a label, not a paragraph
+    rendered = f"<h1>News</h1>\nDetails\n<h2>Poems reissued</h2>\n{body}"
+    assert main_text(rendered).splitlines()[0] == "Poems reissued"
+    # a title right above the first section heading: the text starts at the section
+    rendered = f"<h1>Poems</h1>\n<h2>Reissued</h2>\n{body}"
+    assert main_text(rendered).splitlines()[0] == "Reissued"
+
+
 DOCSITES = Path(__file__).parent / "data" / "clean" / "docsites"
 
 

@@ -170,9 +170,6 @@ PAGES = {
 
 # The cases the default extractor gets wrong today: (page, string) -> what is wrong.
 WRONG_TODAY: dict[tuple[str, str], str] = {
-    ("shop_books_toscrape.html", "A Light in the Attic £51.77 In stock (22 available)"):
-        "a product page keeps only its description: the name, price and stock above it "
-        "are dropped",
     ("product_firefox_developer.html",
      "Examine the HTML and CSS of any Web page and easily modify the structure and "
      "layout of a page."):

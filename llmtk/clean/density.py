@@ -31,16 +31,19 @@ text and link density, jusText's length and context, readability's punctuation):
 The main text is the stretch of blocks with the largest sum (and any other stretch that
 weighs at least SECOND of it): short pieces between paragraphs (subheadings, list items,
 code) stay, those before the first and after the last paragraph (titles, bylines, share
-bars, related stories, footers) go; when an element named as the article's body
-(llmtk.clean.extract.MAIN: `article`, `main`, `itemprop=articleBody`, `entry-content`...)
-holds MAIN_SHARE of the page's prose, the stretch is chosen inside the innermost such
-element. Inside the stretch, link-dense blocks without a sentence (or with no more than a
-label outside their links: "Related: <headline>") and the non-prose blocks of hinted
-elements are dropped. Header-link marks (the `¶` or `#` link to the heading's own
-anchor that Sphinx, MkDocs and others add) are removed anywhere. A page without a full
-paragraph (a listing, a reference page, a short snippet) keeps every block that is not
-furniture between the first and the last block outside the hinted elements (the text
-cannot say where such a page starts and ends; its markup can).
+bars, related stories, footers) go, except the heading just before the first paragraph
+(and, when that is a section heading, the title ranked above it with the short paragraphs
+between them: a product's name, price and stock above its "Description"); when an element
+named as the article's body (llmtk.clean.extract.MAIN: `article`, `main`,
+`itemprop=articleBody`, `entry-content`...) holds MAIN_SHARE of the page's prose, the
+stretch is chosen inside the innermost such element. Inside the stretch, link-dense blocks
+without a sentence (or with no more than a label outside their links: "Related:
+<headline>") and the non-prose blocks of hinted elements are dropped. Header-link marks
+(the `¶` or `#` link to the heading's own anchor that Sphinx, MkDocs and others add) are
+removed anywhere. A page without a full paragraph (a listing, a reference page, a short
+snippet) keeps every block that is not furniture between the first and the last block
+outside the hinted elements (the text cannot say where such a page starts and ends; its
+markup can).
 
 Thresholds were chosen on the development half of the Article Extraction Benchmark's sites,
 the no-prose rule and the API rules on the development sites of the documentation sites
@@ -67,6 +70,7 @@ SHORT_WEIGHT = 0.2  # any other short block (a heading, a date, a label) minus t
 HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hint
 MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
 SECOND = 0.5        # a further stretch is kept when it weighs this share of the best one
+LEAD_LINES = 3      # short lines between a title and the first section heading it heads
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
 _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width space)
@@ -85,7 +89,7 @@ _HREF = re.compile(r'href="([^"]*)"')
 
 class Block:
     __slots__ = ("parts", "plain", "kind", "chars", "links", "gap", "raw", "sentence", "hints",
-                 "mains", "term", "api")
+                 "mains", "term", "api", "level")
 
     def __init__(self, gap: bool) -> None:
         self.hints: tuple[int, ...] = ()  # the hinted elements it lies in (by number)
@@ -93,6 +97,7 @@ class Block:
         self.parts: list[str] = []
         self.plain: list[str] = []  # the parts outside links
         self.kind = ""          # "p", "h", "pre" or "" (any other line)
+        self.level = 0          # a heading's rank (1 for <h1>), 0 for other blocks
         self.chars = 0
         self.links = 0
         self.gap = gap          # a blank line before it
@@ -177,6 +182,7 @@ def blocks(rendered: str) -> list[Block]:
             block.kind = "p"
         elif tag[0] == "h" and tag != "br":
             block.kind = "h"
+            block.level = block.level or int(tag[1])
     seg = pieces[-1]
     if seg:
         block.parts.append(seg)
@@ -444,13 +450,38 @@ def _label(plain: str) -> bool:
 
 def _heading_before(bs: list[Block], first: int, hinted: list[bool]) -> int:
     """The stretch's first block, or the heading just before it (the article's title or a
-    chapter's): a heading weighs against the stretch, but the text it heads starts here."""
+    chapter's): a heading weighs against the stretch, but the text it heads starts here.
+    When the text starts with a section heading ("Product Description", "12.1 ..."), the
+    title above it and the short lines between them (a product's price, a chapter's
+    number) start it: a page's first section is not where its text begins."""
     i = first - 1
     while i >= 0 and not bs[i].chars:
         i -= 1
-    if i >= 0 and bs[i].kind == "h" and not hinted[i] and not _furniture(bs[i]):
-        return i
-    return first
+    if i < 0 or bs[i].kind != "h" or hinted[i] or _furniture(bs[i]):
+        return first
+    j, lines = _before(bs, i, hinted), 0
+    while j >= 0 and bs[j].kind != "h" and lines < LEAD_LINES and _lead_line(bs[j]):
+        j, lines = _before(bs, j, hinted), lines + 1
+    # a title ranks above the section heading (a site's section label above an article's
+    # title does not); a title right above the first section heading adds a title, not
+    # text: left out
+    if lines and j >= 0 and 0 < bs[j].level < bs[i].level and not _furniture(bs[j]):
+        return j
+    return i
+
+
+def _before(bs: list[Block], i: int, hinted: list[bool]) -> int:
+    """The block before i that has text and lies outside the hinted elements (-1: none)."""
+    i -= 1
+    while i >= 0 and (not bs[i].chars or hinted[i]):
+        i -= 1
+    return i
+
+
+def _lead_line(b: Block) -> bool:
+    """A short paragraph without links (a price, a stock count): what a title heads (a
+    label outside a paragraph, "Details", "Promis", is a site's section name)."""
+    return b.kind == "p" and b.chars < GOOD_CHARS and not b.links
 
 
 def _stretches(ws: list[float], lo: int, hi: int, floor: float) -> list[tuple[int, int]]:
