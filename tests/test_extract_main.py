@@ -208,6 +208,33 @@ def test_a_title_and_its_short_paragraphs_above_the_first_section_start_the_text
     assert main_text(rendered).splitlines()[0] == "Reissued"
 
 
+def test_a_hinted_run_of_headed_sections_in_the_article_stays_teaser_cards_go():
+    from llmtk.clean.extract import extract
+
+    intro = ("<p>Developer Edition comes with a new profile so that it runs alongside the "
+             "other versions you have installed, and it keeps its own settings.</p>"
+             "<p>Sign in to sync it: the new profile starts empty, without the bookmarks, "
+             "passwords and add-ons of the profile you used before, until you do.</p>")
+    features = [("Page Inspector", "Examine the HTML and CSS of any page and change the "
+                 "structure and the layout of the page as you look at it."),
+                ("Web Console", "See what a page logs and interact with it by running "
+                 "JavaScript in the context of the page you are looking at."),
+                ("Style Editor", "View and edit the CSS styles of a page, create new ones "
+                 "and apply existing style sheets to any page you have open.")]
+
+    def page(item: str) -> str:
+        items = "".join(item.format(h=h, p=p) for h, p in features)
+        return (f"<!DOCTYPE html><html><body><main>{intro}"
+                f"<section class='more-features'>{items}</section></main></body></html>")
+
+    # each feature under its own heading, in the article's body: the article's sections
+    text = extract(page("<h3>{h}</h3><p>{p}</p><a href='/x'>Learn more</a>"))
+    assert all(h in text and p in text for h, p in features)
+    # the same under "more-" as teaser cards (a link around heading and text): they go
+    text = extract(page("<a href='/x'><div><h3>{h}</h3><p>{p}</p></div></a>"))
+    assert intro[3:40] in text and not any(p in text for _, p in features)
+
+
 DOCSITES = Path(__file__).parent / "data" / "clean" / "docsites"
 
 

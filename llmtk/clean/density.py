@@ -23,8 +23,10 @@ text and link density, jusText's length and context, readability's punctuation):
   page without prose;
 * a prose block inside an element whose markup names it furniture (llmtk.clean.extract.HINTS:
   comments, share and subscribe boxes, related stories, captions, bylines...) weighs
-  nothing, unless that element holds most of the page's prose: the names are a hint, not
-  the rule; and when every paragraph lies in a hinted element, the page's hints say
+  nothing, unless that element holds most of the page's prose, or SECTIONS paragraphs each
+  under its own unlinked heading in the article's body (a "more-features" list: the
+  article's sections; teaser cards, a link around heading and text, are not): the names
+  are a hint, not the rule; and when every paragraph lies in a hinted element, the page's hints say
   nothing (a layout class on its wrapper). The elements are marked in the one rendering
   (HINT_START/HINT_END).
 
@@ -68,6 +70,7 @@ BAD_WEIGHT = 1.5    # ... and weighs minus this many times its length
 SHORT_PROSE = 0.3   # a shorter block with a sentence weighs plus this share of its length
 SHORT_WEIGHT = 0.2  # any other short block (a heading, a date, a label) minus this share
 HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hint
+SECTIONS = 3        # a hinted element of this many headed paragraphs is the text's sections
 MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
 SECOND = 0.5        # a further stretch is kept when it weighs this share of the best one
 LEAD_LINES = 3      # short lines between a title and the first section heading it heads
@@ -89,7 +92,7 @@ _HREF = re.compile(r'href="([^"]*)"')
 
 class Block:
     __slots__ = ("parts", "plain", "kind", "chars", "links", "gap", "raw", "sentence", "hints",
-                 "mains", "term", "api", "level")
+                 "mains", "term", "api", "level", "card")
 
     def __init__(self, gap: bool) -> None:
         self.hints: tuple[int, ...] = ()  # the hinted elements it lies in (by number)
@@ -98,6 +101,7 @@ class Block:
         self.plain: list[str] = []  # the parts outside links
         self.kind = ""          # "p", "h", "pre" or "" (any other line)
         self.level = 0          # a heading's rank (1 for <h1>), 0 for other blocks
+        self.card = False       # inside a link around whole blocks (a teaser's card)
         self.chars = 0
         self.links = 0
         self.gap = gap          # a blank line before it
@@ -122,7 +126,7 @@ def blocks(rendered: str) -> list[Block]:
     """The blocks of resiliparse's minimal_html rendering, with their link characters."""
     out: list[Block] = []
     block = Block(False)
-    in_link = in_pre = False
+    in_link = in_pre = in_card = False
     link_start, link_href = 0, ""
     count = 0
     stack: list[int] = []  # the hinted elements open here
@@ -148,10 +152,13 @@ def blocks(rendered: str) -> list[Block]:
             if in_pre:
                 block.parts.append(token)
                 continue
-            in_link = False  # a link never reaches past its block (nor does a bad one)
+            # a link never reaches past its block (nor does a bad one); one around whole
+            # blocks makes them a card (a teaser's heading and text as one link)
+            in_card, in_link = in_card or in_link, False
             if block.parts:
                 out.append(block)
                 block = Block(len(token) > 1)  # (a blank line before it)
+                block.card = in_card
             else:
                 block.gap = True
             continue
@@ -165,6 +172,8 @@ def blocks(rendered: str) -> list[Block]:
             continue
         closing, tag = pieces[i + 2], pieces[i + 3]
         if tag == "a":
+            if closing:
+                in_card = False
             if not closing:
                 # an anchor without a target (`<a id=…></a>`) is rendered as an empty,
                 # unclosed link: it is not a link
@@ -342,7 +351,36 @@ def _hinted(bs: list[Block], ws: list[float]) -> list[bool]:
             for h in b.hints:
                 held[h] = held.get(h, 0.0) + w
     wrong = {h for h, w in held.items() if w > HINT_SHARE * total and w >= GOOD_CHARS}
+    wrong |= _sectioned(bs, ws)
     return [any(h not in wrong for h in b.hints) for b in bs]
+
+
+def _sectioned(bs: list[Block], ws: list[float]) -> set[int]:
+    """The hinted elements that hold SECTIONS or more paragraphs, each under its own
+    heading without links ("Page Inspector" / what it does) and in the same article-body
+    element as prose outside the hints: a run of the article's sections (a "more-features"
+    list), not comments, nor a sidebar's teasers (each in an `article` of its own, or a
+    card: a link around its heading and text)."""
+    bodies = {b.mains[-1] for b, w in zip(bs, ws, strict=True)
+              if b.mains and not b.hints and w >= GOOD_CHARS and b.kind != "pre"}
+    headed: dict[int, int] = {}
+    unheaded: set[int] = set()
+    before = None
+    for b, w in zip(bs, ws, strict=True):
+        if not b.chars:
+            continue
+        if b.hints and w >= GOOD_CHARS and b.kind != "pre":
+            section = (before is not None and before.kind == "h" and not before.links
+                       and not b.card and not before.card
+                       and bool(b.mains) and b.mains[-1] in bodies
+                       and before.mains[-1:] == b.mains[-1:])
+            for h in b.hints:
+                if section and h in before.hints:
+                    headed[h] = headed.get(h, 0) + 1
+                else:
+                    unheaded.add(h)
+        before = b
+    return {h for h, n in headed.items() if n >= SECTIONS and h not in unheaded}
 
 
 def _hinted_span(bs: list[Block], hinted: list[bool]) -> tuple[int, int]:
