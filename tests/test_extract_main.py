@@ -175,6 +175,66 @@ def test_link_to_the_own_anchor_is_a_mark_but_other_links_stay():
     assert b.text() == "Options see #" and b.kind == "h"
 
 
+def test_a_link_that_spells_its_address_is_text_a_named_link_is_not():
+    from llmtk.clean.density import blocks, weight
+
+    # the address is the sentence's object: the block is prose, not a menu item
+    [b] = blocks('<p>The installation guide of the latest release is kept up to date: see '
+                 '<a href="https://example.org/guide">https://example.org/guide/install</a>.'
+                 '</p>\n')
+    assert b.links == 0 and weight(b) == b.chars
+    # the same sentence naming its target in words is link-dense
+    [b] = blocks('<p>Read <a href="https://example.org/guide">the installation guide of the'
+                 ' latest release, kept up to date</a>.</p>\n')
+    assert b.links == len("the installation guide of the latest release, kept up to date")
+    assert weight(b) < 0
+
+
+def test_a_title_and_its_short_paragraphs_above_the_first_section_start_the_text():
+    from llmtk.clean.density import main_text
+
+    body = ("<p>A collection of poems and drawings, reissued for its twentieth year with "
+            "twelve new poems that were left out of the first edition.</p>\n")
+    # a product's name, price and stock above its "Description" section
+    rendered = ('<a href="/">Home</a>\n<h1>A Light in the Attic</h1>\n<p>£51.77</p>\n'
+                f"<p>In stock (22 available)</p>\n<h2>Description</h2>\n{body}")
+    assert main_text(rendered).splitlines()[:4] == [
+        "A Light in the Attic", "£51.77", "In stock (22 available)", "Description"]
+    # a site's section name above an article's title: a label, not a paragraph
+    rendered = f"<h1>News</h1>\nDetails\n<h2>Poems reissued</h2>\n{body}"
+    assert main_text(rendered).splitlines()[0] == "Poems reissued"
+    # a title right above the first section heading: the text starts at the section
+    rendered = f"<h1>Poems</h1>\n<h2>Reissued</h2>\n{body}"
+    assert main_text(rendered).splitlines()[0] == "Reissued"
+
+
+def test_a_hinted_run_of_headed_sections_in_the_article_stays_teaser_cards_go():
+    from llmtk.clean.extract import extract
+
+    intro = ("<p>Developer Edition comes with a new profile so that it runs alongside the "
+             "other versions you have installed, and it keeps its own settings.</p>"
+             "<p>Sign in to sync it: the new profile starts empty, without the bookmarks, "
+             "passwords and add-ons of the profile you used before, until you do.</p>")
+    features = [("Page Inspector", "Examine the HTML and CSS of any page and change the "
+                 "structure and the layout of the page as you look at it."),
+                ("Web Console", "See what a page logs and interact with it by running "
+                 "JavaScript in the context of the page you are looking at."),
+                ("Style Editor", "View and edit the CSS styles of a page, create new ones "
+                 "and apply existing style sheets to any page you have open.")]
+
+    def page(item: str) -> str:
+        items = "".join(item.format(h=h, p=p) for h, p in features)
+        return (f"<!DOCTYPE html><html><body><main>{intro}"
+                f"<section class='more-features'>{items}</section></main></body></html>")
+
+    # each feature under its own heading, in the article's body: the article's sections
+    text = extract(page("<h3>{h}</h3><p>{p}</p><a href='/x'>Learn more</a>"))
+    assert all(h in text and p in text for h, p in features)
+    # the same under "more-" as teaser cards (a link around heading and text): they go
+    text = extract(page("<a href='/x'><div><h3>{h}</h3><p>{p}</p></div></a>"))
+    assert intro[3:40] in text and not any(p in text for _, p in features)
+
+
 DOCSITES = Path(__file__).parent / "data" / "clean" / "docsites"
 
 

@@ -16,6 +16,8 @@ text and link density, jusText's length and context, readability's punctuation):
   and other short blocks (dates, bylines, labels, a short line mostly of digits): minus a
   little;
   a table row weighs nothing (a table of links is content as often as it is navigation);
+  a link whose text is a web address spelled out ("see https://www.debian.org/doc") counts
+  as text, not as a link: menus and headline lists name their targets in words;
 * an API reference's linked code (a signature `val make : int -> t`, `size (const Event &)`,
   a list of member names `addClass, after, appendChild`, an index entry `NODEDATA : mdb.c`,
   a member table's row or one-line description, a linked member name before its
@@ -25,27 +27,32 @@ text and link density, jusText's length and context, readability's punctuation):
   page without prose;
 * a prose block inside an element whose markup names it furniture (llmtk.clean.extract.HINTS:
   comments, share and subscribe boxes, related stories, captions, bylines...) weighs
-  nothing, unless that element holds most of the page's prose: the names are a hint, not
-  the rule; and when every paragraph lies in a hinted element, the page's hints say
+  nothing, unless that element holds most of the page's prose, or SECTIONS paragraphs each
+  under its own unlinked heading in the article's body (a "more-features" list: the
+  article's sections; teaser cards, a link around heading and text, are not): the names
+  are a hint, not the rule; and when every paragraph lies in a hinted element, the page's hints say
   nothing (a layout class on its wrapper). The elements are marked in the one rendering
   (HINT_START/HINT_END).
 
 The main text is the stretch of blocks with the largest sum (and any other stretch that
 weighs at least SECOND of it): short pieces between paragraphs (subheadings, list items,
 code) stay, those before the first and after the last paragraph (titles, bylines, share
-bars, related stories, footers) go; when an element named as the article's body
-(llmtk.clean.extract.MAIN: `article`, `main`, `itemprop=articleBody`, `entry-content`...)
-holds MAIN_SHARE of the page's prose, the stretch is chosen inside the innermost such
-element. What follows the stretch's last list of links (two furniture blocks in a row) is
-cut when it holds under TAIL of the stretch's prose (an author's note, a newsletter box).
-Inside the stretch, link-dense blocks without a sentence (or with no more than a label
-outside their links: "Related: <headline>", or a linked headline with no sentence mark
-outside its links), the short title heading such a list ("Mehr zum Thema") and the non-prose
-blocks of hinted elements are dropped. Header-link marks (the `¶` or `#` link to the heading's own
-anchor that Sphinx, MkDocs and others add) are removed anywhere. A page without a full
-paragraph (a listing, a reference page, a short snippet) keeps every block that is not
-furniture between the first and the last block outside the hinted elements (the text
-cannot say where such a page starts and ends; its markup can).
+bars, related stories, footers) go, except the heading just before the first paragraph
+(and, when that is a section heading, the title ranked above it with the short paragraphs
+between them: a product's name, price and stock above its "Description"); when an element
+named as the article's body (llmtk.clean.extract.MAIN: `article`, `main`,
+`itemprop=articleBody`, `entry-content`...) holds MAIN_SHARE of the page's prose, the
+stretch is chosen inside the innermost such element. What follows the stretch's last list
+of links (two furniture blocks in a row) is cut when it holds under TAIL of the stretch's
+prose (an author's note, a newsletter box). Inside the stretch, link-dense blocks without a
+sentence (or with no more than a label outside their links: "Related: <headline>", or a
+linked headline with no sentence mark outside its links), the short title heading such a
+list ("Mehr zum Thema") and the non-prose blocks of hinted elements are dropped.
+Header-link marks (the `¶` or `#` link to the heading's own anchor that Sphinx, MkDocs and
+others add) are removed anywhere. A page without a full paragraph (a listing, a reference
+page, a short snippet) keeps every block that is not furniture between the first and the
+last block outside the hinted elements (the text cannot say where such a page starts and
+ends; its markup can).
 
 A reference page (REFERENCE_SHARE of its blocks an API's linked code, in a shape only code
 has: javadoc, Doxygen, odoc, haddock; an article has next to none) is read as a reference,
@@ -79,6 +86,7 @@ BAD_WEIGHT = 1.5    # ... and weighs minus this many times its length
 SHORT_PROSE = 0.3   # a shorter block with a sentence weighs plus this share of its length
 SHORT_WEIGHT = 0.2  # any other short block (a heading, a date, a label) minus this share
 HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hint
+SECTIONS = 3        # a hinted element of this many headed paragraphs is the text's sections
 MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
 SECOND = 0.5        # a further stretch is kept when it weighs this share of the best one
 ALL_LINKS = 0.8     # a block with this share of its text in links is a list item or headline
@@ -88,6 +96,7 @@ TAIL = 0.2          # prose after the stretch's last list of links weighing less
 TITLE_WORDS = 6     # a list's title ("Das könnte Sie auch interessieren") has at most this
 HEADLINE_WORDS = 4  # a linked headline has at least this many words
 MID_WEIGHT = 0.2    # a long paragraph with a sentence and a few more links: plus this share
+LEAD_LINES = 3      # short lines between a title and the first section heading it heads
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 REFERENCE_SHARE = 0.1  # a page with this share of its blocks linked code is a reference
 _SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
@@ -108,7 +117,7 @@ _HREF = re.compile(r'href="([^"]*)"')
 
 class Block:
     __slots__ = ("parts", "plain", "kind", "chars", "links", "gap", "raw", "sentence", "hints",
-                 "mains", "term", "api", "linked")
+                 "mains", "term", "api", "linked", "level", "card")
 
     def __init__(self, gap: bool) -> None:
         self.hints: tuple[int, ...] = ()  # the hinted elements it lies in (by number)
@@ -116,6 +125,8 @@ class Block:
         self.parts: list[str] = []
         self.plain: list[str] = []  # the parts outside links
         self.kind = ""          # "p", "h", "pre" or "" (any other line)
+        self.level = 0          # a heading's rank (1 for <h1>), 0 for other blocks
+        self.card = False       # inside a link around whole blocks (a teaser's card)
         self.chars = 0
         self.links = 0
         self.gap = gap          # a blank line before it
@@ -141,7 +152,7 @@ def blocks(rendered: str) -> list[Block]:
     """The blocks of resiliparse's minimal_html rendering, with their link characters."""
     out: list[Block] = []
     block = Block(False)
-    in_link = in_pre = False
+    in_link = in_pre = in_card = False
     link_start, link_href = 0, ""
     count = 0
     stack: list[int] = []  # the hinted elements open here
@@ -167,10 +178,13 @@ def blocks(rendered: str) -> list[Block]:
             if in_pre:
                 block.parts.append(token)
                 continue
-            in_link = False  # a link never reaches past its block (nor does a bad one)
+            # a link never reaches past its block (nor does a bad one); one around whole
+            # blocks makes them a card (a teaser's heading and text as one link)
+            in_card, in_link = in_card or in_link, False
             if block.parts:
                 out.append(block)
                 block = Block(len(token) > 1)  # (a blank line before it)
+                block.card = in_card
             else:
                 block.gap = True
             continue
@@ -184,6 +198,8 @@ def blocks(rendered: str) -> list[Block]:
             continue
         closing, tag = pieces[i + 2], pieces[i + 3]
         if tag == "a":
+            if closing:
+                in_card = False
             if not closing:
                 # an anchor without a target (`<a id=…></a>`) is rendered as an empty,
                 # unclosed link: it is not a link
@@ -195,6 +211,7 @@ def blocks(rendered: str) -> list[Block]:
                 _drop_mark(block, link_start, link_href)
                 if len(block.parts) > link_start:
                     block.linked.append("".join(block.parts[link_start:]))
+                _unlink_address(block, link_start)
         elif tag == "pre":
             in_pre = not closing
             block.kind = "pre"
@@ -202,6 +219,7 @@ def blocks(rendered: str) -> list[Block]:
             block.kind = "p"
         elif tag[0] == "h" and tag != "br":
             block.kind = "h"
+            block.level = block.level or int(tag[1])
     seg = pieces[-1]
     if seg:
         block.parts.append(seg)
@@ -234,6 +252,21 @@ def _drop_mark(block: Block, start: int, href: str) -> None:
             block.parts.pop()
             block.chars -= len(text.encode())
             block.links -= len(text.encode())
+
+
+# a link whose text is its own address ("https://www.debian.org/Bugs/", "www.example.org")
+_SPELLED_ADDRESS = re.compile(r"\s*(?:https?://|www\.)\S+\s*")
+
+
+def _unlink_address(block: Block, start: int) -> None:
+    """Count a link whose text is a web address as text: an address spelled out in a
+    sentence ("see https://www.debian.org/doc") is a reference the reader is meant to
+    read, not a menu item (menus and headline lists name their targets in words)."""
+    parts = block.parts[start:]
+    if len(parts) == 1 and _SPELLED_ADDRESS.fullmatch(parts[0]):
+        n = _size(parts[0])
+        block.links -= n
+        block.plain.append(parts[0])
 
 
 def weight(b: Block) -> float:
@@ -449,7 +482,36 @@ def _hinted(bs: list[Block], ws: list[float]) -> list[bool]:
             for h in b.hints:
                 held[h] = held.get(h, 0.0) + w
     wrong = {h for h, w in held.items() if w > HINT_SHARE * total and w >= GOOD_CHARS}
+    wrong |= _sectioned(bs, ws)
     return [any(h not in wrong for h in b.hints) for b in bs]
+
+
+def _sectioned(bs: list[Block], ws: list[float]) -> set[int]:
+    """The hinted elements that hold SECTIONS or more paragraphs, each under its own
+    heading without links ("Page Inspector" / what it does) and in the same article-body
+    element as prose outside the hints: a run of the article's sections (a "more-features"
+    list), not comments, nor a sidebar's teasers (each in an `article` of its own, or a
+    card: a link around its heading and text)."""
+    bodies = {b.mains[-1] for b, w in zip(bs, ws, strict=True)
+              if b.mains and not b.hints and w >= GOOD_CHARS and b.kind != "pre"}
+    headed: dict[int, int] = {}
+    unheaded: set[int] = set()
+    before = None
+    for b, w in zip(bs, ws, strict=True):
+        if not b.chars:
+            continue
+        if b.hints and w >= GOOD_CHARS and b.kind != "pre":
+            section = (before is not None and before.kind == "h" and not before.links
+                       and not b.card and not before.card
+                       and bool(b.mains) and b.mains[-1] in bodies
+                       and before.mains[-1:] == b.mains[-1:])
+            for h in b.hints:
+                if section and h in before.hints:
+                    headed[h] = headed.get(h, 0) + 1
+                else:
+                    unheaded.add(h)
+        before = b
+    return {h for h, n in headed.items() if n >= SECTIONS and h not in unheaded}
 
 
 def _hinted_span(bs: list[Block], hinted: list[bool]) -> tuple[int, int]:
@@ -598,13 +660,38 @@ def _label(plain: str) -> bool:
 
 def _heading_before(bs: list[Block], first: int, hinted: list[bool]) -> int:
     """The stretch's first block, or the heading just before it (the article's title or a
-    chapter's): a heading weighs against the stretch, but the text it heads starts here."""
+    chapter's): a heading weighs against the stretch, but the text it heads starts here.
+    When the text starts with a section heading ("Product Description", "12.1 ..."), the
+    title above it and the short lines between them (a product's price, a chapter's
+    number) start it: a page's first section is not where its text begins."""
     i = first - 1
     while i >= 0 and not bs[i].chars:
         i -= 1
-    if i >= 0 and bs[i].kind == "h" and not hinted[i] and not _furniture(bs[i]):
-        return i
-    return first
+    if i < 0 or bs[i].kind != "h" or hinted[i] or _furniture(bs[i]):
+        return first
+    j, lines = _before(bs, i, hinted), 0
+    while j >= 0 and bs[j].kind != "h" and lines < LEAD_LINES and _lead_line(bs[j]):
+        j, lines = _before(bs, j, hinted), lines + 1
+    # a title ranks above the section heading (a site's section label above an article's
+    # title does not); a title right above the first section heading adds a title, not
+    # text: left out
+    if lines and j >= 0 and 0 < bs[j].level < bs[i].level and not _furniture(bs[j]):
+        return j
+    return i
+
+
+def _before(bs: list[Block], i: int, hinted: list[bool]) -> int:
+    """The block before i that has text and lies outside the hinted elements (-1: none)."""
+    i -= 1
+    while i >= 0 and (not bs[i].chars or hinted[i]):
+        i -= 1
+    return i
+
+
+def _lead_line(b: Block) -> bool:
+    """A short paragraph without links (a price, a stock count): what a title heads (a
+    label outside a paragraph, "Details", "Promis", is a site's section name)."""
+    return b.kind == "p" and b.chars < GOOD_CHARS and not b.links
 
 
 def _stretches(ws: list[float], lo: int, hi: int, floor: float) -> list[tuple[int, int]]:
