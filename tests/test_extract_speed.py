@@ -51,3 +51,19 @@ def test_the_node_cache_is_put_back_after_a_page_and_after_a_failure():
         assert node._node_cache is not before
         raise ValueError("a failing page")
     assert node._node_cache is before
+
+
+def test_furniture_found_in_the_same_walk_as_math_and_listings_still_goes():
+    # a listing that is also furniture (class "toc fragment"), math inside a navigation
+    # bar: both go with their furniture; the listing and the math in the text are rewritten
+    page = ("<!DOCTYPE html><html><body><nav><a href='/'>Home</a> <math><mi>q</mi></math>"
+            "</nav><div class='toc fragment'><div class='line'>menu_line()</div></div>"
+            "<p>" + "A paragraph of the article that says enough to be prose. " * 3 + "</p>"
+            "<div class='fragment'><div class='line'>int x = 1;</div>\n"
+            "<div class='line'>  return x;</div></div>"
+            "<p>Then <math><mfrac><mn>1</mn><mi>x</mi></mfrac></math> follows, as said.</p>"
+            "</body></html>")
+    text = x.extract(page)
+    assert "int x = 1;\n  return x;" in text
+    assert "Then $\\frac{1}{x}$ follows" in text
+    assert "menu_line" not in text and "Home" not in text and "$q$" not in text

@@ -111,6 +111,7 @@ _RENDERED = (".katex-html, .MathJax_Preview, .MathJax, .MathJax_Display, .MathJa
 # whether a page has any of what _rewrite rewrites (or a little more: a cheaper query)
 _SPECIAL = ", ".join((_CODE_LINES, _MATH_SCRIPT, "math", "[class*=MathJax]", ".katex-html",
                       "mjx-container"))
+_FURNITURE_OR_SPECIAL = f"{_BOILERPLATE}, {_SPECIAL}"
 
 
 @dataclass(frozen=True)
@@ -201,14 +202,19 @@ def _prepare(page: str, hints: bool = False):
     body = tree.body
     if body is None:
         return tree
-    for node in body.query_selector_all(_BOILERPLATE).values():
+    # one walk finds the furniture and whether the page has math or code listings to
+    # rewrite (cheaper than searching the page's text for them; each walk costs ~0.1 ms)
+    special = False
+    for node in body.query_selector_all(_FURNITURE_OR_SPECIAL).values():
+        if _maybe_special(node):
+            special = True  # (where it is not, _rewrite finds nothing to rewrite)
+            if not node.matches(_BOILERPLATE):
+                continue
         if node.tag == "aside" and len(node.text) >= ASIDE_TEXT:
             continue  # (an article written in an aside: left to the hint below)
         if node.parent is not None:
             node.parent.remove_child(node)
-    # one walk finds whether the page has math or code listings to rewrite (cheaper than
-    # searching the page's text for them)
-    if body.query_selector(_SPECIAL) is not None:
+    if special:
         _rewrite(tree, body)
     if hints:
         # (values(): indexing the node list runs the query again for each item)
@@ -221,6 +227,15 @@ def _prepare(page: str, hints: bool = False):
             node.prepend(tree.create_text_node(MAIN_START))
             node.append(tree.create_text_node(MAIN_END))
     return tree
+
+
+def _maybe_special(node) -> bool:
+    """Whether an element may be one that _SPECIAL names (more: any script, and the class
+    words in any case), told apart from the furniture without another query."""
+    if (node.tag or "").lower() in ("math", "script", "mjx-container"):
+        return True
+    names = (node.getattr("class") or "").lower()
+    return "fragment" in names or "mathjax" in names or "katex-html" in names
 
 
 def _end_of(node):
