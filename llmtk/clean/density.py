@@ -78,7 +78,6 @@ MAIN_START, MAIN_END = "\x04", "\x05"
 _TOKEN = re.compile(r"(<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n+|[\x02-\x05])")
 # a run of spaces inside a line of prose (&nbsp;&nbsp;, table cells' tabs): one space
 _INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
-_HREF = re.compile(r'href="([^"]*)"')
 
 
 class Block:
@@ -162,8 +161,7 @@ def blocks(rendered: str) -> list[Block]:
             if not closing:
                 # an anchor without a target (`<a id=…></a>`) is rendered as an empty,
                 # unclosed link: it is not a link
-                href = _HREF.search(pieces[i + 4])
-                link_href = href.group(1) if href else ""
+                link_href = _href(pieces[i + 4])
                 in_link, link_start = bool(link_href), len(block.parts)
             elif in_link:
                 in_link = False
@@ -191,6 +189,16 @@ def blocks(rendered: str) -> list[Block]:
     for b in out:
         b.seal()
     return out
+
+
+def _href(attributes: str) -> str:
+    """A link's target: from its attributes' first `href="` to the next quote ("" when
+    there is none); a regex search a link cost more."""
+    start = attributes.find('href="')
+    if start < 0:
+        return ""
+    end = attributes.find('"', start + 6)
+    return attributes[start + 6:end] if end >= 0 else ""
 
 
 def _size(seg: str) -> int:
@@ -352,6 +360,8 @@ _CODE_MARK = re.compile(r"\w\(|\(\)|->|::|\w<\w|\s[:=]\s"  # calls, arrows, gene
 # (not in addresses, paths and handles: "http://po.st/TP_615", "pic.twitter.com/x1",
 # "@tasty_food")
 _ADDRESS = re.compile(r"\S*(?:/|www\.|@)\S*")
+# a character each of _CODE_MARK's forms needs: without one it cannot match
+_MAYBE_CODE = re.compile(r"[(>:<=_.]")
 # ... or a list of identifiers ("addClass, after, append, appendChild, ..."), one of them
 # in a programmer's spelling (camelCase, snake_case, dotted)
 _IDENT = re.compile(r"[\w$.]+")
@@ -368,8 +378,10 @@ def _api_links(b: Block) -> bool:
 
 def _linked_code(b: Block) -> bool:
     raw = htmllib.unescape(b.raw) if "&" in b.raw else b.raw  # ("Iterable&lt;E&gt;")
-    text = _ADDRESS.sub(" ", raw.replace("\u200b", "").replace("\xa0", " "))
-    if _CODE_MARK.search(text):
+    text = raw.replace("\u200b", "").replace("\xa0", " ")
+    if "/" in text or "@" in text or "www." in text:  # (a menu's words have none: the
+        text = _ADDRESS.sub(" ", text)                # search costs per word, squared)
+    if _MAYBE_CODE.search(text) and _CODE_MARK.search(text):  # (the first: a cheap scan)
         return True
     items = [x.strip() for x in text.split(",")]
     return (len(items) >= 3 and all(_IDENT.fullmatch(x) for x in items)
