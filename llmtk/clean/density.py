@@ -327,6 +327,8 @@ def _hinted(bs: list[Block], ws: list[float]) -> list[bool]:
             for h in b.hints:
                 held[h] = held.get(h, 0.0) + w
     wrong = {h for h, w in held.items() if w > HINT_SHARE * total and w >= GOOD_CHARS}
+    if not wrong:  # (most pages: no generator a block)
+        return [bool(b.hints) for b in bs]
     return [any(h not in wrong for h in b.hints) for b in bs]
 
 
