@@ -21,7 +21,9 @@ another type is never extracted.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
+from weakref import WeakValueDictionary
 
 from llmtk.text.html import looks_like_html_page
 
@@ -76,7 +78,26 @@ HINTS = tuple(f"[class*={word} i]:not({_NOT_HINTS})" for word in (
 )  # (not <a>: DocBook's anchors carry ids made of section titles, "_sharing_copying";
 # class names only, and menus and navigation bars left to link density: each selector and
 # each marked node costs, and together they cost more than resiliparse's whole rendering)
-_HINTS = ", ".join(HINTS)
+
+
+def _grouped(selectors: tuple[str, ...]) -> str:
+    """One selector list that matches what `selectors` match, with those that test the same
+    attribute (and the same rest) behind one test that the element has it:
+    `[class]:is([class*=share i], [class*=social i]):not(a)`. lexbor tries every selector
+    on every element, and most elements have no class: a quarter of the hint query's time."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for sel in selectors:
+        m = _ATTR_TEST.fullmatch(sel)
+        key = (m.group(2), m.group(3)) if m else (sel, "")
+        groups.setdefault(key, []).append(m.group(1) if m else sel)
+    return ", ".join(
+        f"[{attr}]:is({', '.join(tests)}){rest}" if len(tests) > 1 else tests[0] + rest
+        for (attr, rest), tests in groups.items())
+
+
+# an attribute test (`[class*=share i]`, `[role=dialog]`), then the rest of the selector
+_ATTR_TEST = re.compile(r"(\[([\w-]+)[*^$|~]?=[^\]]*\])(.*)")
+_HINTS = _grouped(HINTS)
 # Elements whose names say they hold the article's body. Also a hint: the innermost one
 # that holds most of the page's prose bounds the stretch (llmtk.clean.density.main_text).
 MAIN = ("article", "main", "[role=main]", "[itemprop=articleBody]") + tuple(
@@ -94,6 +115,7 @@ _RENDERED = (".katex-html, .MathJax_Preview, .MathJax, .MathJax_Display, .MathJa
 # whether a page has any of what _rewrite rewrites (or a little more: a cheaper query)
 _SPECIAL = ", ".join((_CODE_LINES, _MATH_SCRIPT, "math", "[class*=MathJax]", ".katex-html",
                       "mjx-container"))
+_FURNITURE_OR_SPECIAL = f"{_BOILERPLATE}, {_SPECIAL}"
 
 
 @dataclass(frozen=True)
@@ -116,6 +138,11 @@ def extract(page: str, method: str = "resiliparse") -> str:
     """The main text of an HTML page, lines separated by newlines."""
     if method == "none":
         return page
+    with _page_node_cache():
+        return _tidy(_extract(page, method))
+
+
+def _extract(page: str, method: str) -> str:
     tree = _prepare(page, hints=method == "resiliparse")
     if method == "resiliparse":
         from resiliparse.extract.html2text import extract_plain_text
@@ -138,7 +165,30 @@ def extract(page: str, method: str = "resiliparse") -> str:
         text = _INNER_SPACES.sub(" ", text)
     else:
         raise ValueError(method)
-    return _tidy(text)
+    return text
+
+
+@contextmanager
+def _page_node_cache():
+    """resiliparse 2 keeps the Python object of each DOM node it hands out in a module-level
+    WeakValueDictionary (`resiliparse.parse.html.node._node_cache`, looked up on each use);
+    a page hands out ~170 (its hinted elements and two marks each), and the weak references
+    cost ~0.4 ms a page, a tenth of `llmtk clean` on WARC. For one page a plain dict holds
+    them: none dies while the page's tree lives (so no node's address is reused for
+    another), and all go with the dict when the page is done. Other versions: unchanged."""
+    try:
+        from resiliparse.parse.html import node as nodes
+    except ImportError:  # (resiliparse < 2: no such cache)
+        nodes = None
+    weak = getattr(nodes, "_node_cache", None)
+    if not isinstance(weak, WeakValueDictionary):
+        yield
+        return
+    nodes._node_cache = {}
+    try:
+        yield
+    finally:
+        nodes._node_cache = weak
 
 
 def _prepare(page: str, hints: bool = False):
@@ -156,14 +206,19 @@ def _prepare(page: str, hints: bool = False):
     body = tree.body
     if body is None:
         return tree
-    for node in body.query_selector_all(_BOILERPLATE).values():
+    # one walk finds the furniture and whether the page has math or code listings to
+    # rewrite (cheaper than searching the page's text for them; each walk costs ~0.1 ms)
+    special = False
+    for node in body.query_selector_all(_FURNITURE_OR_SPECIAL).values():
+        if _maybe_special(node):
+            special = True  # (where it is not, _rewrite finds nothing to rewrite)
+            if not node.matches(_BOILERPLATE):
+                continue
         if node.tag == "aside" and len(node.text) >= ASIDE_TEXT:
             continue  # (an article written in an aside: left to the hint below)
         if node.parent is not None:
             node.parent.remove_child(node)
-    # one walk finds whether the page has math or code listings to rewrite (cheaper than
-    # searching the page's text for them)
-    if body.query_selector(_SPECIAL) is not None:
+    if special:
         _rewrite(tree, body)
     if hints:
         # (values(): indexing the node list runs the query again for each item)
@@ -176,6 +231,15 @@ def _prepare(page: str, hints: bool = False):
             node.prepend(tree.create_text_node(MAIN_START))
             node.append(tree.create_text_node(MAIN_END))
     return tree
+
+
+def _maybe_special(node) -> bool:
+    """Whether an element may be one that _SPECIAL names (more: any script, and the class
+    words in any case), told apart from the furniture without another query."""
+    if (node.tag or "").lower() in ("math", "script", "mjx-container"):
+        return True
+    names = (node.getattr("class") or "").lower()
+    return "fragment" in names or "mathjax" in names or "katex-html" in names
 
 
 def _end_of(node):

@@ -1,0 +1,69 @@
+"""The extractor's speed-ups change nothing it selects: the grouped hint selector matches
+the same elements as the plain list, and resiliparse's node cache is put back after a page
+(also when the page fails)."""
+
+import pytest
+
+from llmtk.clean import extract as x
+
+# an element for each kind of hint test, and ones that must not match (excluded tags, the
+# attribute without the word, the word in another attribute)
+PAGE = """<!DOCTYPE html><html><body>
+<div class="post-share-bar">s</div><a class="share-link" href="/s">a</a>
+<div class="Related-Stories">r</div><img class="comments-icon">
+<div class="c-layout-sidebar">l</div><div class="plain">p</div><div title="sidebar">t</div>
+<aside>a</aside><figure><figcaption>c</figcaption></figure>
+<div hidden>h</div><span aria-hidden="true">x</span><div role="dialog">d</div>
+<div role="alert">al</div><div role="complementary">co</div><div role="main">m</div>
+<div id="Header">hd</div><div id="footer">ft</div><div id="main">mn</div>
+<div style="DISPLAY:none">n1</div><div style="color: red; display: none">n2</div>
+<div style="display:block">b</div><ul class="tags-list"><li class="author-name">au</li></ul>
+</body></html>"""
+
+
+def _matched(selector: str) -> list[str]:
+    from resiliparse.parse.html import HTMLTree
+
+    body = HTMLTree.parse(PAGE).body
+    return [node.html for node in body.query_selector_all(selector).values()]
+
+
+def test_the_grouped_hint_selector_matches_what_the_plain_list_matches():
+    plain = _matched(", ".join(x.HINTS))
+    assert len(plain) == 15  # each kind of hint found, none of the non-matching elements
+    assert _matched(x._HINTS) == plain
+    assert x._HINTS != ", ".join(x.HINTS)  # (the grouping took place)
+
+
+def test_grouping_keeps_the_rest_of_each_selector_and_single_tests_as_they_are():
+    assert x._grouped(("[a=1]:not(p)", "[a=2]:not(p)", "[a=3]", "b", "[c=1]")) == (
+        "[a]:is([a=1], [a=2]):not(p), [a=3], b, [c=1]")
+
+
+def test_the_node_cache_is_put_back_after_a_page_and_after_a_failure():
+    from resiliparse.parse.html import node
+
+    before = node._node_cache
+    first = x.extract(PAGE)
+    assert node._node_cache is before
+    assert x.extract(PAGE) == first
+    with pytest.raises(ValueError), x._page_node_cache():
+        assert node._node_cache is not before
+        raise ValueError("a failing page")
+    assert node._node_cache is before
+
+
+def test_furniture_found_in_the_same_walk_as_math_and_listings_still_goes():
+    # a listing that is also furniture (class "toc fragment"), math inside a navigation
+    # bar: both go with their furniture; the listing and the math in the text are rewritten
+    page = ("<!DOCTYPE html><html><body><nav><a href='/'>Home</a> <math><mi>q</mi></math>"
+            "</nav><div class='toc fragment'><div class='line'>menu_line()</div></div>"
+            "<p>" + "A paragraph of the article that says enough to be prose. " * 3 + "</p>"
+            "<div class='fragment'><div class='line'>int x = 1;</div>\n"
+            "<div class='line'>  return x;</div></div>"
+            "<p>Then <math><mfrac><mn>1</mn><mi>x</mi></mfrac></math> follows, as said.</p>"
+            "</body></html>")
+    text = x.extract(page)
+    assert "int x = 1;\n  return x;" in text
+    assert "Then $\\frac{1}{x}$ follows" in text
+    assert "menu_line" not in text and "Home" not in text and "$q$" not in text
