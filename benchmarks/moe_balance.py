@@ -38,7 +38,7 @@ def train(data: str, out: str, cache: str, args, rate: float) -> subprocess.Pope
            "--expert-ffn-hidden", "64", "--seq-len", "128", "--batch-size", "8",
            "--steps", str(args.steps), "--warmup", "20", "--lr", "3e-3",
            "--log-every", "10", "--threads", "1", "--seed", str(args.seed),
-           "--router-bias-rate", str(rate), "-q"]
+           "--router-bias-rate", str(rate), "--router-bias-rule", args.rule, "-q"]
     return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
 
 
@@ -85,6 +85,10 @@ def main() -> None:
                     help="bias rates to run beside no balancing, comma-separated")
     ap.add_argument("--source", action="append",
                     help="train on the documents of this `source` only (repeatable)")
+    ap.add_argument("--rule", default="sign", choices=("sign", "proportional"),
+                    help="--router-bias-rule of the bias runs")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip the run without balancing (it does not depend on --rule)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", help="keep the runs in this directory")
     args = ap.parse_args()
@@ -94,13 +98,14 @@ def main() -> None:
     data = args.data
     if args.source:
         data = select(args.data, args.source, os.path.join(work, "docs.jsonl"))
-    runs = [(f"bias {r}", float(r)) for r in args.rates.split(",")] + [("none", 0.0)]
+    runs = [(f"bias {r}", float(r)) for r in args.rates.split(",")]
+    runs += [] if args.no_baseline else [("none", 0.0)]
     for name, rate in runs:  # one after another: the first tokenizes for all
         p = train(data, os.path.join(work, name.replace(" ", "-")), cache, args, rate)
         if p.wait():
             sys.exit(f"the run {name} failed")
     print(f"{args.experts} experts, top-{args.top_k}, {args.steps} steps, "
-          f"sources {args.source or 'all'}; shares after step {args.warm} relative to "
+          f"sources {args.source or 'all'}, rule {args.rule}, seed {args.seed}; shares after step {args.warm} relative to "
           f"uniform (1.0), per MoE layer:")
     for name, _rate in runs:
         s, loss = summary(os.path.join(work, name.replace(" ", "-")), args.warm, args.experts)

@@ -364,6 +364,7 @@ class Balancer:
         self.layers = {name: held.get(name) for name in self.names}  # None: another stage's
         self.capped = bool(self.n) and mcfg.capacity_factor is not None
         self.rate = rate
+        self.rule = getattr(mcfg, "router_bias_rule", "sign")
         self.window: torch.Tensor | None = None  # (L, E + 1) loads and drops since the row
 
     def __bool__(self) -> bool:
@@ -380,14 +381,28 @@ class Balancer:
                           torch.cat([m.tokens_per_expert, m.dropped.view(1)]).to(device)
                           for m in self.layers.values()])
 
+    def direction(self, load: torch.Tensor) -> torch.Tensor:
+        """(L, E) each expert's bias step per unit rate from its layer's (L, E) load.
+        sign moves every expert by the same amount however near it is to its share;
+        proportional moves one far off its share (an idle expert: +1) up to the rate and
+        one near it little, so a large rate corrects a collapse fast without making the
+        balanced experts' bias jitter by the full rate every step."""
+        mean = load.mean(1, keepdim=True)
+        if self.rule == "sign":
+            return torch.sign(mean - load)
+        # a layer that saw no tokens (mean 0) has error 0, not 0/0
+        return ((mean - load) / mean.clamp_min(1.0)).clamp(-1.0, 1.0)
+
     @torch.no_grad()
     def update(self, reduced: torch.Tensor, skip: torch.Tensor) -> None:
         """reduced: counts() summed over the ranks; skip: 1.0 when the step was not taken.
-        b_e += rate * sign(mean load - load_e), on the device; the counts restart."""
+        b_e += rate * sign(mean load - load_e) (rule "sign", DeepSeek-V3) or
+        rate * clip((mean load - load_e) / mean load, -1, 1) (rule "proportional"), on the
+        device; the counts restart."""
         E = self.n
         table = reduced.view(len(self.layers), E + 1)  # (L, E + 1)
         load = table[:, :E]
-        step = self.rate * torch.sign(load.mean(1, keepdim=True) - load) * (1 - skip)
+        step = self.rate * self.direction(load) * (1 - skip)
         for i, m in enumerate(self.layers.values()):
             if m is None:
                 continue
