@@ -105,8 +105,8 @@ def main() -> None:
         if p.wait():
             sys.exit(f"the run {name} failed")
     print(f"{args.experts} experts, top-{args.top_k}, {args.steps} steps, "
-          f"sources {args.source or 'all'}, rule {args.rule}, seed {args.seed}; shares after step {args.warm} relative to "
-          f"uniform (1.0), per MoE layer:")
+          f"sources {args.source or 'all'}, rule {args.rule}, seed {args.seed}; shares after "
+          f"step {args.warm} relative to uniform (1.0), per MoE layer:")
     for name, _rate in runs:
         s, loss = summary(os.path.join(work, name.replace(" ", "-")), args.warm, args.experts)
         within = all(lo >= 0.5 and hi <= 2.0 for lo, hi in s.values())

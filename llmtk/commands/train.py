@@ -115,7 +115,7 @@ OPTIONS: dict[str, Opt] = {
     "router_score": Opt(MOE, "Router scores: softmax (Mixtral, Qwen3) or sigmoid "
         "(DeepSeek-V3).", default="softmax"),
     "router_bias_rate": Opt(MOE, "Auxiliary-loss-free balancing: the per-expert bias "
-        "step after each optimizer step (DeepSeek-V3; 0: off).", default="0.003"),
+        "step after each optimizer step (DeepSeek-V3; 0: off).", default="0.01"),
     "router_bias_rule": Opt(MOE, "How the bias moves: sign (rate x sign of the load "
         "error, DeepSeek-V3) or proportional (rate x the error over the mean load, "
         "clipped to +-1).", default="sign"),

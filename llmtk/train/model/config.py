@@ -40,7 +40,7 @@ class ModelConfig:
     router_score: str = "softmax"    # softmax (Mixtral, Qwen3) | sigmoid (DeepSeek-V3)
     router_norm_topk: bool = True    # the K chosen weights renormalised to 1 (Mixtral;
                                      # Qwen3-MoE's norm_topk_prob, false in Qwen1.5/2-MoE)
-    router_bias_rate: float = 3e-3   # aux-loss-free balancing bias step (DeepSeek-V3); 0: off
+    router_bias_rate: float = 1e-2   # aux-loss-free balancing bias step (DeepSeek-V3); 0: off
                                      # (benchmarks/moe_balance.py chose it; DeepSeek: 1e-3)
     router_bias_rule: str = "sign"   # sign: rate*sign(err) (DeepSeek-V3) | proportional:
                                      # rate*clip(err/mean, -1, 1), err = mean load - load

@@ -27,17 +27,19 @@ Balancing:
   1 * a at a uniform load.
 - auxiliary-loss-free bias (DeepSeek-V3, `router_bias_rate` r): a per-expert bias b added
   to the scores for the choice only (the weights stay the scores), updated after every
-  optimizer step by b_e += r * sign(mean load - load_e), the load summed over the step's
-  micro-batches and every data-parallel rank. Every rank must hold the same b, so the loads
-  are reduced before the update; the layer only counts (`tokens_per_expert`, summed over
-  micro-batches in its forward) and `Balancer` below appends every layer's counts to the
-  step's one existing all-reduce (llmtk.train.optim: [loss, squared grad norms]): no extra
-  collective, no host sync, and the update is skipped with the step when it is not finite.
+  optimizer step by b_e += r * sign(mean load - load_e) (`router_bias_rule` "sign"; or
+  "proportional": r * clip((mean load - load_e) / mean load, -1, 1)), the load summed over
+  the step's micro-batches and every data-parallel rank. Every rank must hold the same b,
+  so the loads are reduced before the update; the layer only counts
+  (`tokens_per_expert`, summed over micro-batches in its forward) and `Balancer` below
+  appends every layer's counts to the step's one existing all-reduce (llmtk.train.optim:
+  [loss, squared grad norms]): no extra collective, no host sync, and the update is
+  skipped with the step when it is not finite.
   Why not update in the layer at the next forward: a layer cannot tell the first
   micro-batch of a step from the next one, and a collective inside a forward would have to
   be matched by every rank in the same order (pipeline stages run different layers).
   Activation checkpointing runs each forward twice: both counts double, and neither the
-  sign of (mean - load) nor a share changes.
+  sign of (mean - load), nor (mean - load) / mean, nor a share changes.
 - router z-loss (ST-MoE, `router_z_loss` z): z * mean(logsumexp(logits)^2).
 The auxiliary terms reach the gradient through the model's loss (GPT.forward), whose value
 stays the cross-entropy alone, so loss curves compare with dense runs.
