@@ -10,13 +10,17 @@ metrics.jsonl (`expert_load/N`: each expert's share since the last row) it print
 the rows after `--warm` steps, every MoE layer's smallest and largest share relative to
 uniform (share x E) and whether all stayed within [1/2, 2].
 
-Reproduce (CPU, ~10 minutes on 2 busy cores; a real corpus is an argument, never a
-test fixture):
+`--rule` picks `--router-bias-rule` (sign or proportional); `--no-baseline` skips the
+unbalanced run (it does not depend on the rule), so that seeds and rates can run as
+parallel processes.
 
+Reproduce (CPU, ~4 minutes a run; a real corpus is an argument, never a test fixture):
+
+    for s in 0 1 2; do .venv/bin/python benchmarks/moe_balance.py \
+        --data ../shared/data/corpus-public.jsonl.zst --source python-docs \
+        --rates 0.003,0.01 --seed $s; done                     # choose the rate here
     .venv/bin/python benchmarks/moe_balance.py --data ../shared/data/corpus-public.jsonl.zst \
-        --source python-docs --rates 0.001,0.003,0.01,0.03      # choose the rate here
-    .venv/bin/python benchmarks/moe_balance.py --data ../shared/data/corpus-public.jsonl.zst \
-        --source fortunes --rates 0.001,RATE                    # report it here
+        --source fortunes --rates 0.01 --seed 0                 # report it here (seeds 0-2)
 """
 
 from __future__ import annotations
@@ -77,8 +81,10 @@ def select(data: str, sources: list[str], out: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--warm", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--warm", type=int, default=200,
+                    help="rows up to this step are warm-up: the LR warm-up is 20 steps, and "
+                         "on the fit half every balanced run was in band from step 150 on")
     ap.add_argument("--experts", type=int, default=8)
     ap.add_argument("--top-k", type=int, default=2)
     ap.add_argument("--rates", default="0.001",
