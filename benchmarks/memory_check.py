@@ -128,6 +128,8 @@ def main() -> None:
     ap.add_argument("--experts", type=int, default=None, help="a mixture-of-experts model")
     ap.add_argument("--top-k", type=int, default=None)
     ap.add_argument("--expert-ffn-hidden", type=int, default=None)
+    ap.add_argument("--router-bias-rate", type=float, default=None,
+                    help="the balancing bias's step (default: llmtk train's)")
     ap.add_argument("--ep", type=int, default=1, help="expert parallelism (with --experts)")
     ap.add_argument("--json", help="also write the report here (rank 0)")
     args = ap.parse_args()
@@ -139,7 +141,8 @@ def main() -> None:
     dims = {k: v for k, v in (("layers", args.layers), ("d_model", args.d_model),
                               ("heads", args.heads), ("kv_heads", args.kv_heads),
                               ("experts", args.experts), ("top_k", args.top_k),
-                              ("expert_ffn_hidden", args.expert_ffn_hidden))
+                              ("expert_ffn_hidden", args.expert_ffn_hidden),
+                              ("router_bias_rate", args.router_bias_rate))
             if v is not None}
     cfg = TrainConfig(data=["synthetic"], out=os.path.join(work, "run"), model=args.model,
                       seq_len=args.seq_len, batch_size=args.batch_size, steps=2, warmup=1,

@@ -1,6 +1,7 @@
 """The mixture-of-experts layer (llmtk/train/model/moe.py): routing and grouped compute against a
 per-token reference, capacity, the balancing bias and losses, exact parameter counts."""
 
+import json
 import math
 
 import pytest
@@ -134,6 +135,33 @@ def test_balancer_moves_the_bias_against_the_load_and_skips_a_skipped_step():
     assert row["expert_imbalance/0"] == pytest.approx(2.5)
     assert row["expert_imbalance"] == pytest.approx(2.5)
     assert b.row() == {}  # a window is reported once
+
+
+def test_the_proportional_rule_moves_the_bias_by_the_clipped_relative_error():
+    """rate * clip((mean - load) / mean, -1, 1): an idle expert gains the full rate, one
+    at its share nothing, one at 3x its share loses the full rate (clipped from -2);
+    the sign rule (DeepSeek-V3) moves all four by the rate."""
+    torch.manual_seed(0)
+    reduced = torch.tensor([0., 4., 12., 0.5, 0.] * 2)  # mean 4.125 of (0, 4, 12, 0.5)
+    moved = {}
+    for rule in ("sign", "proportional"):
+        cfg = small(router_bias_rate=0.01, router_bias_rule=rule)
+        b = Balancer(GPT(cfg), 0.01, cfg)
+        b.update(reduced, torch.tensor(0.0))
+        moved[rule] = [m.expert_bias.tolist() for m in b.layers.values()]
+    mean = 16.5 / 4
+    assert moved["sign"] == [pytest.approx([0.01, 0.01, -0.01, 0.01])] * 2
+    assert moved["proportional"] == [pytest.approx(
+        [0.01, 0.01 * (mean - 4) / mean, -0.01, 0.01 * (mean - 0.5) / mean])] * 2
+    with pytest.raises(ValueError, match="router_bias_rule"):
+        small(router_bias_rule="ema").validate()
+
+
+def test_a_layer_that_saw_no_tokens_keeps_its_bias_under_the_proportional_rule():
+    cfg = small(router_bias_rate=0.01, router_bias_rule="proportional")
+    b = Balancer(GPT(cfg), 0.01, cfg)
+    b.update(torch.zeros(10), torch.tensor(0.0))
+    assert all(m.expert_bias.abs().sum() == 0 for m in b.layers.values())
 
 
 def test_aux_losses_change_the_gradient_but_not_the_loss_value():
@@ -411,3 +439,76 @@ def test_dry_run_counts_the_expert_adapters_as_they_are_placed():
                                  lora_rank=4, lora_targets="experts"))
     whole, split = 3 * 4 * 4 * 32, 3 * 4 * 16 * 4
     assert rank.trainable == 4 * (whole / 2 + split / 4)
+
+
+@pytest.mark.parametrize("kw", [{}, {"n_shared_experts": 1, "first_dense": 1}])
+@pytest.mark.parametrize("targets", ["q,k,v,o,experts", "q,k,v,o,gate,up,down,experts",
+                                     "q,k,v,o,gate,up,down", "v,experts"])
+def test_estimate_counts_the_adapters_lora_adds_to_a_moe_model(kw, targets):
+    """`llmtk estimate --lora-rank --lora-targets` counts what add_lora adds: the routed
+    experts' adapters (E per weight, three weights) with `experts`, gate/up/down only on
+    the dense layers and the shared experts (it counted a dense MLP's on every layer and
+    no expert's)."""
+    from llmtk.compute.models import spec_from_config
+    from llmtk.estimate.memory import lora_params
+    from llmtk.train.model.lora import add_lora
+
+    cfg = small(n_layer=3, **kw)
+    if targets == "q,k,v,o,gate,up,down" and not kw:
+        cfg = small(n_layer=3, first_dense=1)  # gate/up/down alone need a dense layer
+    n = add_lora(GPT(cfg), 4, targets=targets)
+    assert lora_params(spec_from_config(cfg), 4, targets=tuple(targets.split(","))) == n
+
+
+def test_estimate_cli_takes_lora_targets():
+    from llmtk.compute.models import PRESETS
+    from llmtk.estimate.memory import lora_params
+    from tests.util import llmtk
+
+    def trainable(*flags):
+        p = llmtk("estimate", "--model", "qwen3-30b-a3b", "--tokens", "1B", "--lora-rank", "8",
+                  "--json", *flags, in_process=True)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)["model"]["lora_params"]
+
+    m = PRESETS["qwen3-30b-a3b"]
+    experts = trainable("--lora-targets", "q,k,v,o,experts")
+    # 48 MoE layers x 128 experts x 3 weights x 8 x (2048 + 768) on top of q,k,v,o
+    assert experts - trainable("--lora-targets", "q,k,v,o") == 48 * 128 * 3 * 8 * (2048 + 768)
+    assert trainable() == lora_params(m, 8)  # the default: no routed expert, no shared MLP
+    p = llmtk("estimate", "--model", "qwen3-30b-a3b", "--lora-rank", "8", "--lora-targets",
+              "q,experts,mlp", in_process=True)
+    assert p.returncode == 2 and "lora" in p.stderr.decode().lower()
+
+
+@pytest.mark.parametrize("kw", [{}, {"n_shared_experts": 1, "first_dense": 1},
+                                {"top_k": 1, "n_experts": 8}])
+def test_dry_run_counts_what_expert_adapters_keep_for_backward(kw):
+    """`train --dry-run` with `--lora-targets ...,experts`: what the routed experts'
+    adapters add to the saved activations is what autograd saves, to the byte (fp32, one
+    process): per assignment three A·x and the token and hidden activation their A's
+    gradients need (it counted `experts` as one projection's A·x per token)."""
+    from llmtk.commands.train import plan_rows
+    from llmtk.train.config import TrainConfig
+    from llmtk.train.layout.dryrun import dry_run
+    from llmtk.train.measure import saved_for_backward
+    from llmtk.train.model.lora import add_lora
+
+    shape = {"layers": 3, "d_model": 64, "heads": 4, "experts": kw.get("n_experts", 4),
+             "top_k": kw.get("top_k", 2), "expert_ffn_hidden": 32, "seq_len": 32,
+             "batch_size": 2, "shared_experts": kw.get("n_shared_experts"),
+             "first_dense_layers": kw.get("first_dense")}
+    predicted, measured = {}, {}
+    for targets in ("q,k,v,o", "q,k,v,o,experts"):
+        cfg = TrainConfig(**shape, lora_rank=4, lora_targets=targets, parallel="none")
+        d = dry_run(cfg, 1)
+        predicted[targets] = plan_rows(d, "H100", bf16=False)["rows"][0]["activations"]
+        torch.manual_seed(0)
+        model = GPT(d.plan.mcfg)
+        add_lora(model, 4, targets=targets)
+        idx = torch.randint(0, d.plan.mcfg.vocab_size, (2, 32))
+        with saved_for_backward(model) as saved:
+            model(idx, idx)
+        measured[targets] = saved["bytes"]
+    assert (predicted["q,k,v,o,experts"] - predicted["q,k,v,o"]
+            == measured["q,k,v,o,experts"] - measured["q,k,v,o"])

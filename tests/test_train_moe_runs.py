@@ -52,6 +52,23 @@ def test_moe_resume_is_bit_exact_with_the_balancing_bias(corpus, tmp_path, moe_r
     assert losses(resumed)[-2:] == losses(moe_run)[-2:]
 
 
+def test_proportional_rule_resumes_bit_exactly(corpus, tmp_path):
+    """--router-bias-rule proportional: recorded in the run's config, and a resume from
+    step 3 continues with the checkpointed bias and the same rule, to the bit."""
+    flags = [*MOE, "--steps", "5", "--batch-size", "4", "--router-bias-rate", "0.03",
+             "--router-bias-rule", "proportional"]
+    whole = str(tmp_path / "whole")
+    run_train(corpus, whole, *flags, "--checkpoint-every", "3")
+    assert json.load(open(os.path.join(whole, "config.json")))["model"][
+        "router_bias_rule"] == "proportional"
+    resumed = str(tmp_path / "resumed")
+    os.makedirs(os.path.join(resumed, "checkpoints"))
+    shutil.copytree(os.path.join(whole, "checkpoints", "step-0000003"),
+                    os.path.join(resumed, "checkpoints", "step-0000003"))
+    run_train(corpus, resumed, *flags)
+    assert losses(resumed)[-2:] == losses(whole)[-2:]
+
+
 @pytest.fixture(scope="module")
 def moe_ref(corpus, tmp_path_factory):
     """One process, 2 micro-steps of 2 windows: the micro-batches each rank of a 2-process

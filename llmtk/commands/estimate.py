@@ -105,6 +105,10 @@ def command(
                                    "adafactor.", RUN)] = "adamw",
     lora_rank: Annotated[Text, _opt("--lora-rank", "R", "Fine-tune LoRA adapters of this "
                                     "rank; the base is frozen.", RUN)] = None,
+    lora_targets: Annotated[str, _opt("--lora-targets", "LIST", "With --lora-rank: the "
+                                      "adapted matrices, as llmtk train's (q,k,v,o,gate,up,"
+                                      "down,experts; experts: every routed expert's three).",
+                                      RUN)] = "q,k,v,o,gate,up,down",
     solve: Annotated[Text, _opt("--solve", "WHAT", "gpus, days, tokens or layout: answer 'how "
                                 "many GPUs for --days 30?' or 'which dp x tp x pp is fastest "
                                 "on --gpus?'.", RUN)] = None,
@@ -183,7 +187,7 @@ def command(
         micro_batch=whole("--micro-batch", micro_batch),
         global_batch=whole("--global-batch", global_batch), recompute=recompute,
         optimizer=optimizer, precision=precision, lora_rank=whole("--lora-rank", lora_rank),
-        solve=solve, days=num("--days", days), fit=scaling_fit,
+        lora_targets=lora_targets, solve=solve, days=num("--days", days), fit=scaling_fit,
     )
     if (search_trials is None) != (proxy is None):
         from llmtk.errors import UsageError

@@ -115,7 +115,10 @@ OPTIONS: dict[str, Opt] = {
     "router_score": Opt(MOE, "Router scores: softmax (Mixtral, Qwen3) or sigmoid "
         "(DeepSeek-V3).", default="softmax"),
     "router_bias_rate": Opt(MOE, "Auxiliary-loss-free balancing: the per-expert bias "
-        "step after each optimizer step (DeepSeek-V3; 0: off).", default="0.003"),
+        "step after each optimizer step (DeepSeek-V3; 0: off).", default="0.01"),
+    "router_bias_rule": Opt(MOE, "How the bias moves: sign (rate x sign of the load "
+        "error, DeepSeek-V3) or proportional (rate x the error over the mean load, "
+        "clipped to +-1).", default="sign"),
     "router_aux_loss": Opt(MOE, "Switch/GShard load-balancing loss coefficient (0: off).",
         default="0"),
     "router_z_loss": Opt(MOE, "Router z-loss coefficient (0: off).", default="0"),
@@ -378,7 +381,7 @@ def plan_rows(d, gpu: str, bf16: bool, grad_accum: int | None = None) -> dict:
     instead of the plan's). What `llmtk train --dry-run` prints, and
     benchmarks/memory_check.py's prediction."""
     from llmtk.estimate.ranks import rank_rows
-    from llmtk.train.model.lora import parse_targets
+    from llmtk.train.model.lora import adapted_per_token, parse_targets
 
     plan, lay = d.plan, d.plan.layout
     recompute = "full" if plan.activation_checkpointing else "selective"
@@ -388,7 +391,9 @@ def plan_rows(d, gpu: str, bf16: bool, grad_accum: int | None = None) -> dict:
         micro_batch=plan.batch_size,
         grad_accum=grad_accum or plan.grad_accum, recompute=recompute,
         bf16=bf16, gpu_name=gpu, lora_rank=plan.lora.rank if plan.lora else None,
-        **({"lora_parts": len(parse_targets(plan.lora.targets))} if plan.lora else {}))
+        **({"lora_parts": adapted_per_token(plan.mcfg, plan.lora.targets),
+            "lora_experts": "experts" in parse_targets(plan.lora.targets)} if plan.lora
+           else {}))
 
 
 def _dry_run(d, shown: Shown, launch) -> None:

@@ -39,6 +39,11 @@ BLOCK_PLAN = {"attn_norm": REPLICATED, "attn.wqkv": COLWISE, "attn.wo": ROWWISE,
 MOE_PLAN = {"mlp.router": None, "mlp": None, "mlp.experts": 1,
             "mlp.shared.w1": 0, "mlp.shared.w3": 0, "mlp.shared.w2": 1}
 EXPERT_DIM = {"w1": 1, "w3": 1, "w2": 2}  # (E, H, C), (E, H, C), (E, C, H)
+# LoRA's targets (llmtk train --lora-targets, llmtk estimate --lora-targets): q, k, v (slices
+# of attn.wqkv), o (attn.wo), gate/up/down (mlp.w1/w3/w2: on a MoE layer its shared experts'),
+# experts (each routed expert's w1, w3, w2; opt-in)
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down", "experts")
+DEFAULT_LORA_TARGETS = "q,k,v,o,gate,up,down"
 # LoRA's per-expert adapters (`--lora-targets experts`: A (E, r, in), B (E, out, r)) follow
 # their weight's split of the hidden width H on their H side and are whole on the other:
 # A of w1/w3 (E, r, C) whole, B (E, H, r) by H; A of w2 (E, r, H) by H, B (E, C, r) whole.

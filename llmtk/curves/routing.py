@@ -82,8 +82,8 @@ def detect_collapsed_routing(run: Run) -> list[Finding]:
                 "a learning rate high enough to grow the router's logits before the "
                 "balancing catches up",
                 "a balancing bias rate too small for the run's length"],
-        fixes=["turn on the auxiliary-loss-free bias, --router-bias-rate 1e-3 to 3e-3 "
-               "(DeepSeek-V3; llmtk's default 3e-3), and resume or restart",
+        fixes=["turn on the auxiliary-loss-free bias, --router-bias-rate 1e-3 to 1e-2 "
+               "(DeepSeek-V3: 1e-3; llmtk's default 1e-2), and resume or restart",
                "or add the Switch balance loss, --router-aux-loss 1e-2 (with "
                "--router-z-loss 1e-3 to keep the router's logits small)",
                "lower the peak learning rate or lengthen the warm-up",

@@ -19,8 +19,9 @@ from llmtk.estimate import memory
 
 def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
                       recompute: str = "selective", lora_rank: int | None = None,
-                      lora_parts: int = 7, tp: int = 1, weight_copies: bool = False,
-                      residual: int = 4, cp: int = 1) -> dict[str, float]:
+                      lora_parts: float = 7, tp: int = 1, weight_copies: bool = False,
+                      residual: int = 4, cp: int = 1,
+                      lora_experts: bool = False) -> dict[str, float]:
     """Bytes autograd keeps for backward in `llmtk.train.model.gpt.GPT` on one rank: eager,
     fp32 (elem=4) or under bf16 autocast (elem=2), with tp-way tensor parallelism as
     `llmtk train --tp` runs it (sequence-parallel norms).
@@ -63,8 +64,9 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
     checkpointed layer's input is bf16, and each layer keeps two per-layer constants:
     its norms' weight.float() copies (2C fp32) and the rotary tables cast to bf16.
 
-    With lora_rank r (llmtk train's LoRA, base frozen, `lora_parts` adapted projections
-    per layer, 7 = q,k,v,o,gate,up,down; no dropout; fp32): each adapter keeps A·x,
+    With lora_rank r (llmtk train's LoRA, base frozen, `lora_parts` adapter inputs kept
+    per token per layer, 7 = q,k,v,o,gate,up,down on a dense model, the layers' mean on a
+    MoE one: llmtk.train.model.lora.adapted_per_token; no dropout; fp32): each adapter keeps A·x,
     r per token; a norm with a frozen weight does not keep x·rstd (-C per norm); the
     first layer's attention norm needs no gradient at all (its input, the frozen
     embedding's output, has none: -C - rstd); no token ids (the embedding gets no
@@ -97,6 +99,8 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
     else:
         per_layer = n * (norms + attn + mlp) + gathered
     per_layer += moe_layer_bytes(cfg, n, elem, t)
+    if lora_rank and lora_experts:
+        per_layer += expert_adapter_bytes(cfg, n, lora_rank, elem, t)
     copies = 0.0
     if weight_copies and recompute != "full":
         copies = 2.0 * (C * (H * D + 2 * K * D) + H * D * C + 3 * C * f) / t
@@ -144,6 +148,21 @@ def moe_layer_bytes(cfg, n: int, elem: int = 4, tp: int = 1) -> float:
     if getattr(cfg, "router_aux_loss", 0):
         layer += 16
     return (n * token + layer) * cfg.moe_layers / cfg.n_layer
+
+
+def expert_adapter_bytes(cfg, n: int, rank: int, elem: int = 4, tp: int = 1) -> float:
+    """What LoRA's `experts` target (llmtk.train.model.lora.LoRAExperts) adds to a MoE
+    layer's saved activations for n tokens, the layers' mean: per (token, expert)
+    assignment each of its three adapters' A·x (3r) and the inputs their A's gradients
+    need, which the frozen base's matmuls would not keep (the token's copy, C, and the
+    expert's hidden activation, H, split over tp); per layer each adapter matmul's int64
+    per-expert counts (3 x 8 bytes an expert). Measured exact on CPU in fp32, one process,
+    as the difference from the same model without the target (tests/test_train_moe.py)."""
+    experts = getattr(cfg, "n_experts", 0)
+    if not experts:
+        return 0.0
+    token = cfg.top_k * (3 * rank + cfg.d_model + cfg.expert_ffn / tp) * elem
+    return (n * token + 24 * experts) * cfg.moe_layers / cfg.n_layer
 
 
 def in_flight(pp: int, pp_rank: int, n_micro: int, local_stages: int = 1) -> float:

@@ -293,23 +293,42 @@ def block_params(m: ModelSpec, tp: int = 1, ep: int = 1) -> float:
                      for module in BLOCK_PLAN) + bias / tp)
 
 
-def lora_params(m: ModelSpec, rank: int, tp: int = 1) -> float:
-    """LoRA adapters (A: r x in, B: out x r) on every linear layer of every block:
-    wq, wk, wv, wo and the two or three MLP matrices; with `tp`, one tensor-parallel rank's
-    share as llmtk train splits them with their base: on a column-wise base B split and A
-    whole, on a row-wise one (wo, the MLP's out-projection) A split and B whole."""
+def lora_params(m: ModelSpec, rank: int, tp: int = 1,
+                targets: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")) -> float:
+    """LoRA adapters (A: r x in, B: out x r) on the `targets` of every block (llmtk train's
+    --lora-targets, its default: every linear layer but the routed experts): q, k, v, o
+    and gate, up, down on a dense layer's MLP, on a MoE layer's shared experts (none
+    without them), and with `experts` one adapter per routed expert on each of its
+    w1, w3, w2. With `tp`, one tensor-parallel rank's share as llmtk train splits them
+    with their base: on a column-wise base B split and A whole, on a row-wise one (wo, the
+    MLP's out-projection) A split and B whole; an expert's adapters split on their side
+    of the expert's hidden width (placement.EXPERT_ADAPTER_DIM). Under --ep the experts'
+    adapters are counted whole, as the experts' weights are here."""
     from llmtk.compute.placement import BLOCK_PLAN, adapter_split
 
-    d, H, K, hd, f = m.d_model, m.n_head, m.kv_heads, m.hd, m.ffn
-    # (in, out) of each adapted base, by its module in the placement table
-    bases = {"attn.wqkv": [(d, H * hd), (d, K * hd), (d, K * hd)], "attn.wo": [(H * hd, d)],
-             "mlp.w1": [(d, f)], "mlp.w3": [(d, f)] if m.glu else [], "mlp.w2": [(f, d)]}
-    total = 0.0
-    for module, shapes in bases.items():
-        a_split, b_split = adapter_split(BLOCK_PLAN[module])
-        total += sum(i / (tp if a_split else 1) + o / (tp if b_split else 1)
-                     for i, o in shapes)
-    return float(m.n_layer * rank * total)
+    d, H, K, hd = m.d_model, m.n_head, m.kv_heads, m.hd
+
+    def adapters(pairs) -> float:  # (target, module, in, out) -> elements per rank / rank
+        total = 0.0
+        for target, module, i, o in pairs:
+            if target in targets:
+                a_split, b_split = adapter_split(BLOCK_PLAN[module])
+                total += i / (tp if a_split else 1) + o / (tp if b_split else 1)
+        return total
+
+    def mlp(f: int) -> list:
+        return [("gate", "mlp.w1", d, f), *([("up", "mlp.w3", d, f)] if m.glu else []),
+                ("down", "mlp.w2", f, d)]
+
+    attn = adapters([("q", "attn.wqkv", d, H * hd), ("k", "attn.wqkv", d, K * hd),
+                     ("v", "attn.wqkv", d, K * hd), ("o", "attn.wo", H * hd, d)])
+    dense = attn + adapters(mlp(m.ffn))
+    shared = m.n_shared_experts * m.expert_width
+    moe = attn + (adapters(mlp(shared)) if shared else 0.0)
+    if "experts" in targets:  # w1, w3: A (r, C) whole, B (H, r) by H; w2: A by H, B whole
+        moe += m.n_experts * 3 * (d + m.expert_width / tp)
+    n_moe = m.moe_layers
+    return float(rank * ((m.n_layer - n_moe) * dense + n_moe * moe))
 
 
 def expert_params(m: ModelSpec) -> float:

@@ -47,6 +47,7 @@ class Request:
     optimizer: str = "adamw"
     precision: str = "bf16-mixed"
     lora_rank: int | None = None
+    lora_targets: str = "q,k,v,o,gate,up,down"  # llmtk train's --lora-targets
     solve: str | None = None
     days: float | None = None
     fit: str = "besiroglu"
@@ -56,6 +57,17 @@ def _choice(key: str, value: str, choices) -> str:
     if value not in choices:
         raise ConfigError(key, f"expected one of {', '.join(choices)}, got {value!r}")
     return value
+
+
+def lora_targets(req: Request) -> tuple[str, ...]:
+    """--lora-targets as a tuple of llmtk train's target names (ConfigError if one is not)."""
+    from llmtk.compute.placement import LORA_TARGETS
+
+    names = tuple(t.strip() for t in req.lora_targets.split(",") if t.strip())
+    if not names or any(t not in LORA_TARGETS for t in names):
+        raise ConfigError("lora_targets", f"expected a comma list of {','.join(LORA_TARGETS)}, "
+                          f"got {req.lora_targets!r}")
+    return names
 
 
 def validate(req: Request) -> None:
@@ -77,6 +89,7 @@ def validate(req: Request) -> None:
         raise ConfigError("dp", f"must be >= 1, got {req.dp}")
     if req.lora_rank is not None and req.lora_rank < 1:
         raise ConfigError("lora_rank", f"must be >= 1, got {req.lora_rank}")
+    lora_targets(req)
     if req.solve == "layout":
         searched = {"dp": req.dp is not None, "tp": req.tp != 1, "pp": req.pp != 1,
                     "cp": req.cp != 1, "ep": req.ep != 1, "zero": req.zero != 0,
@@ -166,7 +179,7 @@ def estimate(req: Request) -> dict:
         if spec is None:
             raise ConfigError("lora_rank", "needs the model's shape ({0} or {1}/{2}/{3}), not "
                               "only {4}", also=("model", "layers", "d_model", "heads", "params"))
-        lora = memory.lora_params(spec, req.lora_rank)
+        lora = memory.lora_params(spec, req.lora_rank, targets=lora_targets(req))
         trainable = lora
     n = n_flops(counts, active, lora)
 
@@ -272,6 +285,7 @@ def estimate(req: Request) -> dict:
             "tokens_per_step": global_batch * seq if seq else None,
             "steps": steps,
             "recompute": req.recompute, "optimizer": req.optimizer, "lora_rank": req.lora_rank,
+            "lora_targets": req.lora_targets if req.lora_rank else None,
             "pipeline_bubble": (pp - 1) / (accum + pp - 1) if pp > 1 else 0.0,
         },
         "flops": {
@@ -488,7 +502,8 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
         # llmtk train keeps fp32 parameters and gradients under bf16 autocast (its masters
         # are its weights): fp32's bytes, and a frozen base costs 4 bytes, not 2. The
         # busiest rank's share, then ZeRO's sharding over dp.
-        lora_shard = (memory.lora_params(spec, req.lora_rank, tp=par.tp)
+        lora_shard = (memory.lora_params(spec, req.lora_rank, tp=par.tp,
+                                         targets=lora_targets(req))
                       if req.lora_rank is not None and spec is not None else None)
         stage, stage_trained = _stage_share(spec, counts, stored, trainable, par, lora_shard)
         stage_experts = experts / par.tp * (

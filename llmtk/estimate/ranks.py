@@ -18,7 +18,8 @@ from llmtk.estimate.emit import CUSTOM_BASE, gb2
 
 def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro_batch: int,
               grad_accum: int, recompute: str, bf16: bool, gpu_name: str,
-              lora_rank: int | None = None, lora_parts: int = 7, cp: int = 1) -> dict:
+              lora_rank: int | None = None, lora_parts: float = 7, cp: int = 1,
+              lora_experts: bool = False) -> dict:
     """{"gpu", "capacity", "rows": [{kind, rank, layers, params, weights, gradients,
     optimizer, recompute, fsdp_buffers, fsdp_held, activations, overhead, total, fits}]} in
     bytes (recompute: under full recompute the layer recomputed in backward, which holds
@@ -36,7 +37,8 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro
     a = llmtk_saved_bytes(mcfg, micro_batch, mcfg.seq_len, elem=2 if bf16 else 4,
                           recompute=recompute, lora_rank=lora_rank, lora_parts=lora_parts,
                           tp=tp, weight_copies=bf16 and not fsdp,
-                          residual=2 if bf16 and fsdp else 4, cp=cp)
+                          residual=2 if bf16 and fsdp else 4, cp=cp,
+                          lora_experts=lora_experts)
     rows = []
     for plan in plans:
         act = stage_bytes(a, mcfg.n_layer, plan.layers, embedding=plan.embedding,

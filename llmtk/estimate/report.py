@@ -63,7 +63,7 @@ def render(r: dict, file) -> None:
                  else "all parameters (no shape to find the embedding lookup in)"))
     if model["lora_params"]:
         t.add_row("  trainable (LoRA)", si(model["lora_params"]),
-                  f"rank {run['lora_rank']} on every linear layer; base frozen")
+                  f"rank {run['lora_rank']} on {run['lora_targets']}; base frozen")
     if model["shape"]:
         t.add_row("  shape", "", model["shape"]["text"])
     if model["note"]:

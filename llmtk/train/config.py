@@ -58,6 +58,7 @@ class TrainConfig:
     first_dense_layers: int | None = None
     router_score: str | None = None       # softmax | sigmoid
     router_bias_rate: float | None = None
+    router_bias_rule: str | None = None   # sign | proportional
     router_aux_loss: float | None = None
     router_z_loss: float | None = None
     capacity_factor: float | None = None  # None: dropless
@@ -265,7 +266,8 @@ RULES = {
     "experts": _at_least(0), "top_k": _at_least(1), "shared_experts": _at_least(0),
     "expert_ffn_hidden": _at_least(1), "moe_every": _at_least(1),
     "first_dense_layers": _at_least(0), "router_score": _one_of("softmax", "sigmoid"),
-    "router_bias_rate": _between(0.0, 1e6), "router_aux_loss": _between(0.0, 1e6),
+    "router_bias_rate": _between(0.0, 1e6),
+    "router_bias_rule": _one_of("sign", "proportional"), "router_aux_loss": _between(0.0, 1e6),
     "router_z_loss": _between(0.0, 1e6), "capacity_factor": _between(0.0, 1e6, low_open=True),
     "text_field": lambda v: None if v else "must not be empty",
     "out": lambda v: None if v else "must not be empty",

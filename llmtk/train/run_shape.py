@@ -36,6 +36,7 @@ def moe_overrides(spec: ModelSpec) -> dict:
             "n_shared_experts": spec.shared_experts, "expert_hidden": spec.expert_ffn_hidden,
             "moe_every": spec.moe_every, "first_dense": spec.first_dense_layers,
             "router_score": spec.router_score, "router_bias_rate": spec.router_bias_rate,
+            "router_bias_rule": spec.router_bias_rule,
             "router_aux_loss": spec.router_aux_loss, "router_z_loss": spec.router_z_loss,
             "capacity_factor": spec.capacity_factor}
 

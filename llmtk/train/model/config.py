@@ -40,8 +40,10 @@ class ModelConfig:
     router_score: str = "softmax"    # softmax (Mixtral, Qwen3) | sigmoid (DeepSeek-V3)
     router_norm_topk: bool = True    # the K chosen weights renormalised to 1 (Mixtral;
                                      # Qwen3-MoE's norm_topk_prob, false in Qwen1.5/2-MoE)
-    router_bias_rate: float = 3e-3   # aux-loss-free balancing bias step (DeepSeek-V3); 0: off
+    router_bias_rate: float = 1e-2   # aux-loss-free balancing bias step (DeepSeek-V3); 0: off
                                      # (benchmarks/moe_balance.py chose it; DeepSeek: 1e-3)
+    router_bias_rule: str = "sign"   # sign: rate*sign(err) (DeepSeek-V3) | proportional:
+                                     # rate*clip(err/mean, -1, 1), err = mean load - load
     router_aux_loss: float = 0.0     # Switch/GShard balance loss coefficient
     router_z_loss: float = 0.0       # ST-MoE router z-loss coefficient
     capacity_factor: float | None = None  # None: dropless
@@ -123,6 +125,9 @@ class ModelConfig:
         if self.router_score not in ("softmax", "sigmoid"):
             raise ValueError(f"router_score must be softmax or sigmoid, got "
                              f"{self.router_score!r}")
+        if self.router_bias_rule not in ("sign", "proportional"):
+            raise ValueError(f"router_bias_rule must be sign or proportional, got "
+                             f"{self.router_bias_rule!r}")
         if self.capacity_factor is not None and self.capacity_factor <= 0:
             raise ValueError(f"capacity_factor must be > 0, got {self.capacity_factor}")
         if not self.moe_layers:

@@ -549,7 +549,8 @@ SHAPE_FLAGS = ("layers", "d_model", "heads", "kv_heads", "ffn_hidden", "untied",
                "top_k", "shared_experts", "expert_ffn_hidden", "moe_every",
                "first_dense_layers", "router_score")
 # How the routers train: applied over the folder's own (_moe_fields) when given.
-ROUTER_FLAGS = ("router_bias_rate", "router_aux_loss", "router_z_loss", "capacity_factor")
+ROUTER_FLAGS = ("router_bias_rate", "router_bias_rule", "router_aux_loss", "router_z_loss",
+                "capacity_factor")
 
 
 @dataclass(frozen=True)
@@ -576,6 +577,7 @@ class InitSpec:
     router_score: str | None = None
     # router training options (None: the folder's, see _moe_fields)
     router_bias_rate: float | None = None
+    router_bias_rule: str | None = None
     router_aux_loss: float | None = None
     router_z_loss: float | None = None
     capacity_factor: float | None = None

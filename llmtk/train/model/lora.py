@@ -39,13 +39,33 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
+from llmtk.compute.placement import DEFAULT_LORA_TARGETS, LORA_TARGETS
 from llmtk.errors import ConfigError
 from llmtk.train.model.gpt import ModelConfig, group_qkv, init_whole_
 from llmtk.train.model.moe import GroupedExperts, MoE, expert_matmul, grad_scaled
 
-TARGETS = ("q", "k", "v", "o", "gate", "up", "down", "experts")
-DEFAULT_TARGETS = "q,k,v,o,gate,up,down"  # --lora-targets' default: not `experts` (opt-in)
+TARGETS = LORA_TARGETS
+DEFAULT_TARGETS = DEFAULT_LORA_TARGETS  # --lora-targets' default: not `experts` (opt-in)
 MODULE_OF = {"o": "attn.wo", "gate": "mlp.w1", "up": "mlp.w3", "down": "mlp.w2"}
+
+
+def adapted_per_token(cfg: ModelConfig, targets: str) -> float:
+    """How many rank-r adapter outputs (A·x) of q, k, v, o, gate, up, down one token's
+    forward keeps per layer, the layers' mean (llmtk.estimate.activations' lora_parts): on
+    a dense layer one per adapted projection, on a MoE layer gate, up and down only where
+    it has shared experts (the routed experts' adapters, target `experts`, are
+    llmtk.estimate.activations.expert_adapter_bytes)."""
+    names = parse_targets(targets)
+    attn = sum(n in names for n in ("q", "k", "v", "o"))
+    mlp = sum(n in names for n in ("gate", "up", "down"))
+    total = 0
+    for i in range(cfg.n_layer):
+        if not cfg.is_moe(i):
+            total += attn + mlp
+            continue
+        shared = mlp if cfg.n_shared_experts else 0
+        total += attn + shared
+    return total / cfg.n_layer
 
 
 def parse_targets(spec: str) -> list[str]:

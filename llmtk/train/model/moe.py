@@ -27,17 +27,19 @@ Balancing:
   1 * a at a uniform load.
 - auxiliary-loss-free bias (DeepSeek-V3, `router_bias_rate` r): a per-expert bias b added
   to the scores for the choice only (the weights stay the scores), updated after every
-  optimizer step by b_e += r * sign(mean load - load_e), the load summed over the step's
-  micro-batches and every data-parallel rank. Every rank must hold the same b, so the loads
-  are reduced before the update; the layer only counts (`tokens_per_expert`, summed over
-  micro-batches in its forward) and `Balancer` below appends every layer's counts to the
-  step's one existing all-reduce (llmtk.train.optim: [loss, squared grad norms]): no extra
-  collective, no host sync, and the update is skipped with the step when it is not finite.
+  optimizer step by b_e += r * sign(mean load - load_e) (`router_bias_rule` "sign"; or
+  "proportional": r * clip((mean load - load_e) / mean load, -1, 1)), the load summed over
+  the step's micro-batches and every data-parallel rank. Every rank must hold the same b,
+  so the loads are reduced before the update; the layer only counts
+  (`tokens_per_expert`, summed over micro-batches in its forward) and `Balancer` below
+  appends every layer's counts to the step's one existing all-reduce (llmtk.train.optim:
+  [loss, squared grad norms]): no extra collective, no host sync, and the update is
+  skipped with the step when it is not finite.
   Why not update in the layer at the next forward: a layer cannot tell the first
   micro-batch of a step from the next one, and a collective inside a forward would have to
   be matched by every rank in the same order (pipeline stages run different layers).
   Activation checkpointing runs each forward twice: both counts double, and neither the
-  sign of (mean - load) nor a share changes.
+  sign of (mean - load), nor (mean - load) / mean, nor a share changes.
 - router z-loss (ST-MoE, `router_z_loss` z): z * mean(logsumexp(logits)^2).
 The auxiliary terms reach the gradient through the model's loss (GPT.forward), whose value
 stays the cross-entropy alone, so loss curves compare with dense runs.
@@ -364,6 +366,7 @@ class Balancer:
         self.layers = {name: held.get(name) for name in self.names}  # None: another stage's
         self.capped = bool(self.n) and mcfg.capacity_factor is not None
         self.rate = rate
+        self.rule = getattr(mcfg, "router_bias_rule", "sign")
         self.window: torch.Tensor | None = None  # (L, E + 1) loads and drops since the row
 
     def __bool__(self) -> bool:
@@ -380,14 +383,28 @@ class Balancer:
                           torch.cat([m.tokens_per_expert, m.dropped.view(1)]).to(device)
                           for m in self.layers.values()])
 
+    def direction(self, load: torch.Tensor) -> torch.Tensor:
+        """(L, E) each expert's bias step per unit rate from its layer's (L, E) load.
+        sign moves every expert by the same amount however near it is to its share;
+        proportional moves one far off its share (an idle expert: +1) up to the rate and
+        one near it little, so a large rate corrects a collapse fast without making the
+        balanced experts' bias jitter by the full rate every step."""
+        mean = load.mean(1, keepdim=True)
+        if self.rule == "sign":
+            return torch.sign(mean - load)
+        # a layer that saw no tokens (mean 0) has error 0, not 0/0
+        return ((mean - load) / mean.clamp_min(1.0)).clamp(-1.0, 1.0)
+
     @torch.no_grad()
     def update(self, reduced: torch.Tensor, skip: torch.Tensor) -> None:
         """reduced: counts() summed over the ranks; skip: 1.0 when the step was not taken.
-        b_e += rate * sign(mean load - load_e), on the device; the counts restart."""
+        b_e += rate * sign(mean load - load_e) (rule "sign", DeepSeek-V3) or
+        rate * clip((mean load - load_e) / mean load, -1, 1) (rule "proportional"), on the
+        device; the counts restart."""
         E = self.n
         table = reduced.view(len(self.layers), E + 1)  # (L, E + 1)
         load = table[:, :E]
-        step = self.rate * torch.sign(load.mean(1, keepdim=True) - load) * (1 - skip)
+        step = self.rate * self.direction(load) * (1 - skip)
         for i, m in enumerate(self.layers.values()):
             if m is None:
                 continue
