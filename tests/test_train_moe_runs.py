@@ -37,6 +37,14 @@ def test_moe_model_trains_and_logs_its_experts_load(moe_run):
     assert steps[-1]["loss"] < steps[0]["loss"]
 
 
+def _from_checkpoint(run: str, step: int, dest) -> str:
+    """A new run folder holding only `run`'s checkpoint of `step` (to resume from it)."""
+    name = f"step-{step:07d}"
+    shutil.copytree(os.path.join(run, "checkpoints", name),
+                    os.path.join(dest, "checkpoints", name))
+    return str(dest)
+
+
 def test_moe_resume_is_bit_exact_with_the_balancing_bias(corpus, tmp_path, moe_run):
     import torch
 
@@ -44,9 +52,7 @@ def test_moe_resume_is_bit_exact_with_the_balancing_bias(corpus, tmp_path, moe_r
     state = torch.load(os.path.join(ckpt, "model.pt"), weights_only=True)
     bias = state.get("state_dict", state)["layers.0.mlp.expert_bias"]
     assert bias.abs().sum() > 0  # three steps of updates, kept in the checkpoint
-    resumed = str(tmp_path / "resumed")
-    os.makedirs(os.path.join(resumed, "checkpoints"))
-    shutil.copytree(ckpt, os.path.join(resumed, "checkpoints", "step-0000003"))
+    resumed = _from_checkpoint(moe_run, 3, tmp_path / "resumed")
     run_train(corpus, resumed, *MOE, "--steps", "5", "--batch-size", "4",
               "--router-bias-rate", "0.01")
     assert losses(resumed)[-2:] == losses(moe_run)[-2:]
@@ -61,10 +67,7 @@ def test_proportional_rule_resumes_bit_exactly(corpus, tmp_path):
     run_train(corpus, whole, *flags, "--checkpoint-every", "3")
     assert json.load(open(os.path.join(whole, "config.json")))["model"][
         "router_bias_rule"] == "proportional"
-    resumed = str(tmp_path / "resumed")
-    os.makedirs(os.path.join(resumed, "checkpoints"))
-    shutil.copytree(os.path.join(whole, "checkpoints", "step-0000003"),
-                    os.path.join(resumed, "checkpoints", "step-0000003"))
+    resumed = _from_checkpoint(whole, 3, tmp_path / "resumed")
     run_train(corpus, resumed, *flags)
     assert losses(resumed)[-2:] == losses(whole)[-2:]
 
@@ -134,10 +137,7 @@ def test_fsdp2_sharded_checkpoint_resumes_the_bias_bit_exactly(corpus, tmp_path)
             "--parallel", "fsdp", "--router-bias-rate", "0.01"]
     out = str(tmp_path / "run")
     run_train(corpus, out, *fsdp, "--checkpoint-every", "2")
-    resumed = str(tmp_path / "resumed")
-    os.makedirs(os.path.join(resumed, "checkpoints"))
-    shutil.copytree(os.path.join(out, "checkpoints", "step-0000002"),
-                    os.path.join(resumed, "checkpoints", "step-0000002"))
+    resumed = _from_checkpoint(out, 2, tmp_path / "resumed")
     run_train(corpus, resumed, *fsdp)
     assert losses(resumed)[-2:] == losses(out)[-2:]
     assert [r["expert_load/1"] for r in rows(resumed) if "expert_load/1" in r] == \
