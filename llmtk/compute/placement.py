@@ -44,6 +44,18 @@ EXPERT_DIM = {"w1": 1, "w3": 1, "w2": 2}  # (E, H, C), (E, H, C), (E, C, H)
 # experts (each routed expert's w1, w3, w2; opt-in)
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down", "experts")
 DEFAULT_LORA_TARGETS = "q,k,v,o,gate,up,down"
+
+
+def parse_lora_targets(spec: str) -> list[str]:
+    """--lora-targets (train's and estimate's) as target names in LORA_TARGETS' order;
+    ConfigError when one is not a target or none is given."""
+    from llmtk.errors import ConfigError
+
+    names = [t.strip() for t in spec.split(",") if t.strip()]
+    if not names or any(t not in LORA_TARGETS for t in names):
+        raise ConfigError("lora_targets", f"expected a comma list of {','.join(LORA_TARGETS)}, "
+                          f"got {spec!r}")
+    return [t for t in LORA_TARGETS if t in names]
 # LoRA's per-expert adapters (`--lora-targets experts`: A (E, r, in), B (E, out, r)) follow
 # their weight's split of the hidden width H on their H side and are whole on the other:
 # A of w1/w3 (E, r, C) whole, B (E, H, r) by H; A of w2 (E, r, H) by H, B (E, C, r) whole.

@@ -61,13 +61,9 @@ def _choice(key: str, value: str, choices) -> str:
 
 def lora_targets(req: Request) -> tuple[str, ...]:
     """--lora-targets as a tuple of llmtk train's target names (ConfigError if one is not)."""
-    from llmtk.compute.placement import LORA_TARGETS
+    from llmtk.compute.placement import parse_lora_targets
 
-    names = tuple(t.strip() for t in req.lora_targets.split(",") if t.strip())
-    if not names or any(t not in LORA_TARGETS for t in names):
-        raise ConfigError("lora_targets", f"expected a comma list of {','.join(LORA_TARGETS)}, "
-                          f"got {req.lora_targets!r}")
-    return names
+    return tuple(parse_lora_targets(req.lora_targets))
 
 
 def validate(req: Request) -> None:

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from llmtk.compute.placement import DEFAULT_LORA_TARGETS, LORA_TARGETS
+from llmtk.compute.placement import parse_lora_targets as parse_targets
 from llmtk.errors import ConfigError
 from llmtk.train.model.gpt import ModelConfig, group_qkv, init_whole_
 from llmtk.train.model.moe import GroupedExperts, MoE, expert_matmul, grad_scaled
@@ -66,15 +67,6 @@ def adapted_per_token(cfg: ModelConfig, targets: str) -> float:
         shared = mlp if cfg.n_shared_experts else 0
         total += attn + shared
     return total / cfg.n_layer
-
-
-def parse_targets(spec: str) -> list[str]:
-    names = [t.strip() for t in spec.split(",") if t.strip()]
-    bad = [t for t in names if t not in TARGETS]
-    if bad or not names:
-        raise ConfigError("lora_targets", f"expected a comma list of {','.join(TARGETS)}, "
-                          f"got {spec!r}")
-    return [t for t in TARGETS if t in names]
 
 
 class _PlainCheckpointLoads:
