@@ -548,7 +548,7 @@ def _furniture(b: Block) -> bool:
     plain = "".join(b.plain).strip()
     if b.kind == "p" and _label(plain):
         return True
-    # EXP: nearly all links, and no sentence outside them (a linked headline)
+    # nearly all links, and no sentence outside them: a linked headline
     return (b.links >= ALL_LINKS * b.chars and _SENTENCE.search(plain) is None
             and _headline(b.raw))
 
