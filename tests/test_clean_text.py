@@ -200,7 +200,8 @@ NEVER_PERSONAL = [
     "+20 000 000", "+1234567890", "15000000000", "-1.19099999999", "252.227-7013",
     "fuzz.com/testcase/5390364397928448", "4044404959645932768", "+10000-12-31",
     "101.102.103.104", "123.45.67.89", "pkg==1.2.3.4", "pip install numpy>=1.26.4.1",
-    "requests~=2.31.0.1",
+    "requests~=2.31.0.1", "pkg==93.184.216.34", "pkg >= 185.199.108.153",
+    "gem 'x', '~> 93.184.216.34'",
 ]
 # Real-shaped personal data in several countries' formats, which must still go.
 REAL_SHAPED = [
@@ -231,6 +232,7 @@ def test_pii_still_finds_real_shaped_data_of_several_countries():
 def test_public_address_after_a_version_word_is_a_version():
     assert scrub("upgrade to version 93.184.216.34 now")[1] == {}
     assert scrub("connect to 93.184.216.34 now") == ("connect to <IP> now", {"IP": 1})
+    assert scrub("ip=93.184.216.34") == ("ip=<IP>", {"IP": 1})
 
 
 # -- normalisation -------------------------------------------------------------------------

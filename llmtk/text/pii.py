@@ -10,7 +10,8 @@ nobody's personal data, so each candidate must also read as what it looks like:
   - an IP address must be public (`ipaddress`' `is_global`, not multicast; IPv6 only in the
     global unicast range 2000::/3, which keeps `A::B`, `be::` and `dead::beef` out) and must
     not read as a version or section number: not every part small (`1.2.0.1`, `21.3.5.7`),
-    not after a word such as "version", "release" or "section", not glued to a name
+    not after a word such as "version", "release" or "section" or a version specifier's
+    operator (`pkg==93.184.216.34`, `~> `), not glued to a name
     (`linux-2.6.35.5`), an epoch (`1:3.0.1.2`) or a suffix (`4.19.0.2-1`, `.in-addr`),
     and not a network (`10.1.0.0`, `2a00:1450::`), a placeholder (`123.45.67.89`,
     `101.102.103.104`) or a public service everybody's configuration names (the public
@@ -180,6 +181,9 @@ _NUMBERING = frozenset(
     "standard standards oid part article art rule level no number tag milestone sp "
     "§".split())
 _WORD_BEFORE = re.compile(r"(?<!\w)([A-Za-z]+|§)[\s:=(#,.]*\Z")  # a word, not a name's end
+# A version specifier's operator (pip, Poetry, Bundler): what follows it is a version. A
+# single "=" is left out: "ip=93.184.216.34" is an address.
+_PIN_BEFORE = re.compile(r"(?:[=!<>~]=|~>)\s*\Z")
 
 
 # Public services everybody's resolver configuration names: the public DNS resolvers
@@ -226,6 +230,8 @@ def _ip4_ok(text: str, start: int, end: int) -> bool:
         return False  # "linux-2.6.35.5", an epoch "1:3.0.1.2", "rfc4880:5.2.3.16"
     if re.match(r"[-+~]\w", text[end:end + 2]):
         return False  # "4.6.0.152-fe9c", "3.0.1.2-5", "1.2.3.4+svn"
+    if _PIN_BEFORE.search(text, max(0, start - 4), start):
+        return False  # a pinned version: "pkg==93.184.216.34", "gem 'x', '~> 93.1.1.2'"
     m = _WORD_BEFORE.search(text, max(0, start - 32), start)
     if m is not None:
         word = m.group(1).lower()
