@@ -136,7 +136,8 @@ def moe_layer_bytes(cfg, n: int, elem: int = 4, tp: int = 1) -> float:
     the z-loss its logits and log-sum-exp too; per layer the expert counts (12 bytes an
     expert), 16 bytes with the balance loss. Dropless (a capacity keeps fewer rows).
     Measured exact on CPU in fp32, one process (tests/test_train_ep.py). Under --ep a rank
-    computes the rows its experts received instead of its own: the same on average."""
+    computes the rows its experts received instead of its own: the same on average, and
+    expert_row_bytes more for each row above the mean."""
     experts = getattr(cfg, "n_experts", 0)
     if not experts:
         return 0.0
@@ -148,6 +149,23 @@ def moe_layer_bytes(cfg, n: int, elem: int = 4, tp: int = 1) -> float:
     if getattr(cfg, "router_aux_loss", 0):
         layer += 16
     return (n * token + layer) * cfg.moe_layers / cfg.n_layer
+
+
+def expert_row_bytes(cfg, elem: int = 4, tp: int = 1) -> float:
+    """What a rank keeps for each row its experts compute under --ep
+    (llmtk.train.layout.expert_parallel.AllToAll), in one MoE layer: the row and its
+    expert output (2C, whole on every tp rank; putting the outputs back in arrival order
+    keeps them), the hidden layer's five intermediates (w1 x, w3 x, silu, their product
+    and the routing-weighted product: 5H, split over tp), the row's place in expert order
+    (int64) and its routing weight (which travels as one more column of the rows, in
+    their dtype). Routing decides how many rows a rank receives; moe_layer_bytes counts
+    the mean, N*K a layer, so a rank that receives R rows over the model's MoE layers
+    keeps (R - mean) * this beyond the dry run's count. Measured exact on CPU in fp32:
+    the bytes of two ranks of one run differ by this times their rows' difference
+    (tests/test_train_ep.py)."""
+    if not getattr(cfg, "n_experts", 0):
+        return 0.0
+    return 2 * cfg.d_model * elem + 5 * cfg.expert_ffn * elem / tp + 8 + elem
 
 
 def expert_adapter_bytes(cfg, n: int, rank: int, elem: int = 4, tp: int = 1) -> float:
