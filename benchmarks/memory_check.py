@@ -9,7 +9,13 @@ shard, parameters and their gathered copies excluded), and after its backward th
 rank's local parameter shards, gradients and optimizer states
 (llmtk.train.measure.state_bytes). The dry-run's numbers for the same configuration and
 world (llmtk.train.layout.dryrun + llmtk.estimate.ranks, as `llmtk train --dry-run` prints
-them) are set beside them. Rank 0 prints one JSON object (and writes it with --json).
+them) are set beside them.
+
+Under --ep each rank computes the rows its experts received, which routing need not
+split evenly, where the dry run counts the mean: the report's "routing" gives each
+rank's rows, their share of an even split, and the activations the dry run's count
+plus the bytes of the rows beyond the mean come to; the activations' ratio is against
+that. Rank 0 prints one JSON object (and writes it with --json).
 
 Reproduce:
     .venv/bin/python benchmarks/memory_check.py
@@ -58,6 +64,15 @@ def held_gradient_bytes(model) -> int:
     return total
 
 
+def expert_dispatches(model) -> list:
+    """The expert-parallel dispatches (expert_parallel.AllToAll) of model's MoE layers:
+    none without --ep."""
+    from llmtk.train.model.moe import GroupedExperts
+
+    return [m.dispatch for m in model.modules()
+            if isinstance(m, GroupedExperts) and m.dispatch is not None]
+
+
 def measure_rank(cfg, work: str) -> tuple[dict, object]:
     """(this rank's measured bytes, the Dist) after one step and one measured micro-step."""
     from llmtk.train.data.inputs import cache_source
@@ -74,11 +89,16 @@ def measure_rank(cfg, work: str) -> tuple[dict, object]:
     trainer.health.pending.append(trainer._train_step(st))
     trainer.health.settle(st)
     batch = trainer.batches.get(st.position)  # (x, y), and the document ids (--doc-mask)
+    dispatches = expert_dispatches(trainer.built.raw)
+    for d in dispatches:
+        d.received = 0
     with trainer.autocast(), saved_for_backward(trainer.built.raw) as saved:
         _, loss = trainer.model(*batch)
     loss.backward()
     params = list(trainer.built.raw.parameters())
     out = {**state_bytes(params, trainer.optim.opt), "activations": saved["bytes"]}
+    if dispatches:  # --ep: the rows this rank's experts received in the measured forward
+        out["routed_rows"] = sum(d.received for d in dispatches)
     if trainer.plan.parallel == "fsdp":
         # FSDP2: a micro-step as the trainer runs each one before a step's last; the whole
         # gradients it then holds are what the step's micro-steps hold
@@ -106,6 +126,24 @@ def predicted(cfg, world: int) -> dict:
         again = plan_rows(d, cfg.gpu, cfg.dtype != "fp32", grad_accum=2)
         out["held_gradients"] = again["rows"][0]["fsdp_held"]
     return out
+
+
+def routed(cfg, world: int, activations: float, rows: int) -> dict:
+    """Under --ep, a rank's activations at its own routing: the dry run counts the mean,
+    N * K rows per MoE layer (N the rank's tokens; under tp every tp rank routes the whole
+    sequence), and each row received beyond it keeps expert_row_bytes more
+    (llmtk.estimate.activations). -> the rank's rows, the mean, their ratio (its routing
+    share against an even split), the bytes per row and the activations so predicted."""
+    from llmtk.estimate.activations import expert_row_bytes
+    from llmtk.train.layout.dryrun import dry_run
+
+    mcfg = dry_run(cfg, world).plan.mcfg
+    mean = cfg.batch_size * cfg.seq_len // cfg.cp * mcfg.top_k * mcfg.moe_layers
+    # a checkpointed layer keeps only its input: the rows are recomputed in backward
+    per_row = 0.0 if cfg.activation_checkpointing else \
+        expert_row_bytes(mcfg, 2 if cfg.dtype == "bf16" else 4, cfg.tp)
+    return {"rows": rows, "mean_rows": mean, "share": rows / mean, "bytes_per_row": per_row,
+            "activations": activations + (rows - mean) * per_row}
 
 
 def main() -> None:
@@ -164,6 +202,12 @@ def main() -> None:
         report = {"world": world, "layout": pred["layout"], "parallel": pred["parallel"],
                   "predicted": {k: pred[k] for k in parts}, "measured": ranks,
                   "ratio": [{k: r[k] / pred[k] for k in parts if pred[k]} for r in ranks]}
+        if "routed_rows" in mine:  # each rank's activations against its own routing
+            report["routing"] = [routed(cfg, world, pred["activations"], r["routed_rows"])
+                                 for r in ranks]
+            for ratio, r, bound in zip(report["ratio"], ranks, report["routing"], strict=True):
+                ratio["activations_at_mean_routing"] = ratio["activations"]
+                ratio["activations"] = r["activations"] / bound["activations"]
         text = json.dumps(report, indent=1, sort_keys=True)
         print(text, flush=True)
         if args.json:

@@ -148,6 +148,62 @@ def test_ep_splits_the_experts_states():
     assert sum(z3.values()) == pytest.approx(16 * total / 8)
 
 
+MIXTRAL_LORA = ["--model", "mixtral-8x7b", "--tokens", "1T", "--gpus", "64xH100",
+                "--lora-rank", "8"]
+
+
+def test_ep_splits_the_experts_adapters_and_trains_only_them():
+    """--lora-targets experts under ep 8, ZeRO 0 (bf16: 2-byte weights and gradients):
+    each rank holds 1/8 of the frozen experts and 1/8 of their adapters (llmtk train
+    places the adapters with their experts), and trains only the adapters. Before, the
+    adapters were counted whole on every rank, and with LoRA the frozen experts were
+    counted as trained, taken off the adapters: negative gradients (-79 GB)."""
+    m = preset("mixtral-8x7b")
+    experts = memory.expert_params(m)
+    adapters = 8 * 32 * 8 * 3 * (4096 + 14336)  # rank x layers x experts x (A + B)
+    assert memory.expert_adapter_params(m, 8, targets=("experts",)) == adapters
+    one, split = (run_json(*MIXTRAL_LORA, "--lora-targets", "experts", "--ep", ep)
+                  for ep in ("1", "8"))
+    total = one["model"]["params"]
+    assert one["memory"]["gradients"] == 2 * adapters
+    assert split["memory"]["gradients"] == 2 * adapters / 8
+    assert split["memory"]["optimizer"] == 8 * adapters / 8  # AdamW's m and v, fp32
+    assert split["memory"]["weights"] == pytest.approx(
+        2 * (total - experts + (experts + adapters) / 8), rel=1e-12)
+    # the default targets adapt no routed expert: ep leaves their adapters whole
+    attn = run_json(*MIXTRAL_LORA, "--ep", "8")["memory"]
+    assert attn["gradients"] == run_json(*MIXTRAL_LORA)["memory"]["gradients"] > 0
+
+
+def test_estimate_holds_the_experts_adapters_as_the_dry_run_does(monkeypatch):
+    """What estimate counts for llmtk train's rank (its `llmtk_train_total`) under ep 8 with
+    adapters on the experts: the states and FSDP2's gather buffers (1 of the 8 experts'
+    adapters per MoE block, before: all 8, 12 MB over) are the dry run's, to the byte."""
+    from llmtk.commands.train import plan_rows
+    from llmtk.estimate import plan
+    from llmtk.train.config import TrainConfig
+    from llmtk.train.layout.dryrun import dry_run
+
+    cfg = TrainConfig(model="mixtral-8x7b", ep=8, parallel="fsdp", dtype="bf16",
+                      lora_rank=8, lora_targets="experts")
+    row = plan_rows(dry_run(cfg, 64), "H100", True)["rows"][0]
+    seen = {}
+    counted = plan._memory
+
+    def llmtk_trains(*args, **kw):  # what estimate counts as llmtk train holds it
+        out = counted(*args, **kw)
+        if kw.get("llmtk_model"):
+            seen.update(out)
+        return out
+
+    monkeypatch.setattr(plan, "_memory", llmtk_trains)
+    estimate(Request(model="mixtral-8x7b", gpus="64xH100", ep=8, zero=3, lora_rank=8,
+                     lora_targets="experts", micro_batch=cfg.batch_size,
+                     global_batch=cfg.batch_size * 64))
+    for part in ("weights", "gradients", "optimizer", "fsdp_buffers"):
+        assert seen[part] == pytest.approx(row[part], rel=1e-12), part
+
+
 def test_moe_interface_keeps_total_and_active_params_and_prices_ep():
     r = run_json("--model", "mixtral-8x7b", "--tokens", "1T", "--gpus", "64xH100")
     assert r["model"]["params"] == pytest.approx(46.70e9, rel=0.005)

@@ -386,7 +386,7 @@ def plan_rows(d, gpu: str, bf16: bool, grad_accum: int | None = None) -> dict:
     plan, lay = d.plan, d.plan.layout
     recompute = "full" if plan.activation_checkpointing else "selective"
     return rank_rows(
-        plan.mcfg, d.plans, tp=lay.tp, pp=lay.pp, cp=lay.cp,
+        plan.mcfg, d.plans, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep,
         fsdp=plan.parallel == "fsdp", dp_shard=lay.dp_shard * lay.cp,
         micro_batch=plan.batch_size,
         grad_accum=grad_accum or plan.grad_accum, recompute=recompute,

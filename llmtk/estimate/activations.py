@@ -21,7 +21,7 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
                       recompute: str = "selective", lora_rank: int | None = None,
                       lora_parts: float = 7, tp: int = 1, weight_copies: bool = False,
                       residual: int = 4, cp: int = 1,
-                      lora_experts: bool = False) -> dict[str, float]:
+                      lora_experts: bool = False, ep: int = 1) -> dict[str, float]:
     """Bytes autograd keeps for backward in `llmtk.train.model.gpt.GPT` on one rank: eager,
     fp32 (elem=4) or under bf16 autocast (elem=2), with tp-way tensor parallelism as
     `llmtk train --tp` runs it (sequence-parallel norms).
@@ -98,7 +98,7 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
         first = -n * (C * 4 + 4) / t
     else:
         per_layer = n * (norms + attn + mlp) + gathered
-    per_layer += moe_layer_bytes(cfg, n, elem, t)
+    per_layer += moe_layer_bytes(cfg, n, elem, t, ep)
     if lora_rank and lora_experts:
         per_layer += expert_adapter_bytes(cfg, n, lora_rank, elem, t)
     copies = 0.0
@@ -126,7 +126,7 @@ def llmtk_saved_bytes(cfg, batch: int, seq: int, elem: int = 4,
             "recompute_peak": recompute_peak}
 
 
-def moe_layer_bytes(cfg, n: int, elem: int = 4, tp: int = 1) -> float:
+def moe_layer_bytes(cfg, n: int, elem: int = 4, tp: int = 1, ep: int = 1) -> float:
     """What a mixture-of-experts layer (llmtk.train.model.moe) keeps for n tokens beyond a
     dense SwiGLU MLP of its active width, averaged over the layers as active_ffn is: per
     (token, expert) assignment its copy of the token and its expert output (2C, whole on
@@ -136,18 +136,43 @@ def moe_layer_bytes(cfg, n: int, elem: int = 4, tp: int = 1) -> float:
     the z-loss its logits and log-sum-exp too; per layer the expert counts (12 bytes an
     expert), 16 bytes with the balance loss. Dropless (a capacity keeps fewer rows).
     Measured exact on CPU in fp32, one process (tests/test_train_ep.py). Under --ep a rank
-    computes the rows its experts received instead of its own: the same on average."""
+    computes the rows its experts received instead of its own: the same on average, and
+    expert_row_bytes more for each row above the mean. The dispatch keeps more: per
+    assignment the outputs that came back (C, whole under tp: index_add keeps its source,
+    and the expert's rank keeps its own copy of them) and the received row's place in
+    expert order (int64, counted at the mean); the counts are of the rank's E/ep
+    experts. Measured exact on CPU in fp32 under ep 2 and ep 2 x tp 2, each rank at its
+    own routing (tests/test_train_ep.py)."""
     experts = getattr(cfg, "n_experts", 0)
     if not experts:
         return 0.0
     k, h = cfg.top_k, cfg.expert_ffn
     token = k * (2 * cfg.d_model * elem + h * elem / tp + 32) + experts * 4 + 4
-    layer = 12 * experts
+    layer = 12 * experts / ep
+    if ep > 1:
+        token += k * (cfg.d_model * elem + 8)
     if getattr(cfg, "router_z_loss", 0):
         token += experts * 4 + 4
     if getattr(cfg, "router_aux_loss", 0):
         layer += 16
     return (n * token + layer) * cfg.moe_layers / cfg.n_layer
+
+
+def expert_row_bytes(cfg, elem: int = 4, tp: int = 1) -> float:
+    """What a rank keeps for each row its experts compute under --ep
+    (llmtk.train.layout.expert_parallel.AllToAll), in one MoE layer: the row and its
+    expert output (2C, whole on every tp rank; putting the outputs back in arrival order
+    keeps them), the hidden layer's five intermediates (w1 x, w3 x, silu, their product
+    and the routing-weighted product: 5H, split over tp), the row's place in expert order
+    (int64) and its routing weight (which travels as one more column of the rows, in
+    their dtype). Routing decides how many rows a rank receives; moe_layer_bytes counts
+    the mean, N*K a layer, so a rank that receives R rows over the model's MoE layers
+    keeps (R - mean) * this beyond the dry run's count. Measured exact on CPU in fp32:
+    the bytes of two ranks of one run differ by this times their rows' difference
+    (tests/test_train_ep.py)."""
+    if not getattr(cfg, "n_experts", 0):
+        return 0.0
+    return 2 * cfg.d_model * elem + 5 * cfg.expert_ffn * elem / tp + 8 + elem
 
 
 def expert_adapter_bytes(cfg, n: int, rank: int, elem: int = 4, tp: int = 1) -> float:

@@ -80,27 +80,31 @@ class Parallel:
 def model_state_bytes(
     n_params: float, *, precision: str, optimizer: str, par: Parallel,
     trainable: float | None = None, adafactor_elems: float | None = None,
-    expert_params: float = 0.0,
+    expert_params: float = 0.0, expert_trainable: float | None = None,
 ) -> dict[str, float]:
     """Per-GPU bytes of weights, gradients, fp32 master weights and optimizer states.
 
     n_params: all parameters stored. trainable: those that get gradients (LoRA
     adapters; default all). adafactor_elems: fp32 elements of Adafactor's factored
     state for the trainable parameters (required for optimizer='adafactor').
-    expert_params: how many of n_params (all trained) are routed experts, split over
-    par.ep ranks and then sharded over the shard group's other shard_group/ep ranks.
+    expert_params: how many of n_params are routed experts' (with LoRA their adapters
+    too), split over par.ep ranks and then sharded over the shard group's other
+    shard_group/ep ranks; expert_trainable: how many of those are trained (default all;
+    LoRA: the experts' adapters, the experts frozen).
     """
     if expert_params and par.ep > 1:
+        expert_trained = expert_params if expert_trainable is None else expert_trainable
         dense = model_state_bytes(n_params - expert_params, precision=precision,
                                   optimizer=optimizer, par=par,
                                   trainable=None if trainable is None
-                                  else trainable - expert_params,
+                                  else trainable - expert_trained,
                                   adafactor_elems=adafactor_elems)
         # ep ranks each hold 1/ep of the experts; ZeRO then shards over the dp·cp/ep
         # ranks that hold the same experts
         expert = model_state_bytes(expert_params / par.ep, precision=precision,
                                    optimizer=optimizer, par=replace(
-                                       par, dp=par.shard_group // par.ep, cp=1, ep=1))
+                                       par, dp=par.shard_group // par.ep, cp=1, ep=1),
+                                   trainable=expert_trained / par.ep)
         return {k: dense[k] + expert[k] for k in dense}
     w, g, m = PRECISION_BYTES[precision]
     trainable = n_params if trainable is None else trainable
@@ -303,7 +307,8 @@ def lora_params(m: ModelSpec, rank: int, tp: int = 1,
     with their base: on a column-wise base B split and A whole, on a row-wise one (wo, the
     MLP's out-projection) A split and B whole; an expert's adapters split on their side
     of the expert's hidden width (placement.EXPERT_ADAPTER_DIM). Under --ep the experts'
-    adapters are counted whole, as the experts' weights are here."""
+    adapters are counted whole, as the experts' weights are here (model_state_bytes
+    splits them: expert_adapter_params)."""
     from llmtk.compute.placement import BLOCK_PLAN, adapter_split
 
     d, H, K, hd = m.d_model, m.n_head, m.kv_heads, m.hd
@@ -329,6 +334,15 @@ def lora_params(m: ModelSpec, rank: int, tp: int = 1,
         moe += m.n_experts * 3 * (d + m.expert_width / tp)
     n_moe = m.moe_layers
     return float(rank * ((m.n_layer - n_moe) * dense + n_moe * moe))
+
+
+def expert_adapter_params(m: ModelSpec, rank: int | None, tp: int = 1,
+                          targets: tuple[str, ...] = ()) -> float:
+    """Of lora_params, the routed experts' adapters (`experts` among the targets; 0
+    without LoRA): llmtk train splits them over --ep with the experts they adapt."""
+    if not rank or "experts" not in targets:
+        return 0.0
+    return lora_params(m, rank, tp=tp, targets=("experts",))
 
 
 def expert_params(m: ModelSpec) -> float:

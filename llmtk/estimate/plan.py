@@ -493,31 +493,41 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
     stored = total + (trainable if req.lora_rank else 0)
     mp = par.tp * par.pp
     experts = _experts(spec, counts)
+    # LoRA's expert adapters (--lora-targets experts): split over ep with their experts,
+    # and the experts frozen (only the adapters trained)
+    lora = req.lora_rank if spec is not None else None
+    targets = lora_targets(req) if lora else ()
+    adapters = memory.expert_adapter_params(spec, lora, targets=targets) if experts else 0.0
     lora_shard = None
     if llmtk_model:
         # llmtk train keeps fp32 parameters and gradients under bf16 autocast (its masters
         # are its weights): fp32's bytes, and a frozen base costs 4 bytes, not 2. The
         # busiest rank's share, then ZeRO's sharding over dp.
-        lora_shard = (memory.lora_params(spec, req.lora_rank, tp=par.tp,
-                                         targets=lora_targets(req))
-                      if req.lora_rank is not None and spec is not None else None)
+        lora_shard = (memory.lora_params(spec, req.lora_rank, tp=par.tp, targets=targets)
+                      if lora else None)
         stage, stage_trained = _stage_share(spec, counts, stored, trainable, par, lora_shard)
-        stage_experts = experts / par.tp * (
-            max(stage_layers(spec.n_layer, par.pp)) / spec.n_layer if par.pp > 1 else 1.0)
+        in_stage = max(stage_layers(spec.n_layer, par.pp)) / spec.n_layer if par.pp > 1 \
+            else 1.0
+        adapters = (memory.expert_adapter_params(spec, lora, tp=par.tp, targets=targets)
+                    if experts else 0.0) * in_stage
         states = memory.model_state_bytes(
             stage, precision="fp32", optimizer=req.optimizer,
             par=replace(par, tp=1, pp=1), trainable=stage_trained,
-            adafactor_elems=None if ada is None else ada / mp, expert_params=stage_experts)
+            adafactor_elems=None if ada is None else ada / mp,
+            expert_params=experts / par.tp * in_stage + adapters,
+            expert_trainable=adapters if lora else None)
     else:
         states = memory.model_state_bytes(
             stored, precision=req.precision, optimizer=req.optimizer, par=par,
-            trainable=trainable, adafactor_elems=ada, expert_params=experts)
+            trainable=trainable, adafactor_elems=ada, expert_params=experts + adapters,
+            expert_trainable=adapters if lora else None)
     fully_shard = req.zero == 3 or (llmtk_model and mp > 1)
     buffers = held = 0.0
     if fully_shard and counts is not None:
-        # one block on one tp rank, as the placement table splits it (and its adapters)
-        block = memory.block_params(spec, tp=par.tp, ep=par.ep) \
-            + (lora_shard or 0.0) / spec.n_layer
+        # one block on one tp rank, as the placement table splits it (and its adapters,
+        # the experts' E/ep of them)
+        block = memory.block_params(spec, tp=par.tp, ep=par.ep) + (
+            (lora_shard - adapters * (1 - 1 / par.ep)) / spec.n_layer if lora_shard else 0.0)
         buffers = memory.fsdp_buffer_bytes(block, precision=req.precision,
                                            full_grads=req.lora_rank is None)
     if fully_shard and llmtk_model:

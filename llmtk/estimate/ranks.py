@@ -19,7 +19,7 @@ from llmtk.estimate.emit import CUSTOM_BASE, gb2
 def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro_batch: int,
               grad_accum: int, recompute: str, bf16: bool, gpu_name: str,
               lora_rank: int | None = None, lora_parts: float = 7, cp: int = 1,
-              lora_experts: bool = False) -> dict:
+              lora_experts: bool = False, ep: int = 1) -> dict:
     """{"gpu", "capacity", "rows": [{kind, rank, layers, params, weights, gradients,
     optimizer, recompute, fsdp_buffers, fsdp_held, activations, overhead, total, fits}]} in
     bytes (recompute: under full recompute the layer recomputed in backward, which holds
@@ -30,7 +30,8 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro
     what its eager forward saves, measured exact on CPU in fp32 and bf16 autocast, one
     process, FSDP2 and tp 2: tests/test_train_memory.py), not Korthikanti's GPT-3 block,
     which `llmtk estimate` uses for any model. Under --cp each rank's T/cp tokens and the
-    gathered keys and values, as `llmtk estimate` prices them (the same function)."""
+    gathered keys and values, as `llmtk estimate` prices them (the same function). Under
+    --ep a MoE layer's dispatch at the mean routing (moe_layer_bytes)."""
     from llmtk.estimate.activations import llmtk_saved_bytes, stage_bytes
 
     gpu = hardware.gpu(gpu_name)
@@ -38,7 +39,7 @@ def rank_rows(mcfg, plans, *, tp: int, pp: int, fsdp: bool, dp_shard: int, micro
                           recompute=recompute, lora_rank=lora_rank, lora_parts=lora_parts,
                           tp=tp, weight_copies=bf16 and not fsdp,
                           residual=2 if bf16 and fsdp else 4, cp=cp,
-                          lora_experts=lora_experts)
+                          lora_experts=lora_experts, ep=ep)
     rows = []
     for plan in plans:
         act = stage_bytes(a, mcfg.n_layer, plan.layers, embedding=plan.embedding,

@@ -142,6 +142,10 @@ class AllToAll:
 
     def __init__(self, group, ep: int, n: int):
         self.group, self.ep, self.n = group, ep, n
+        # The rows this rank's experts received, summed over calls until a caller resets
+        # it: routing need not split them evenly, and a rank's activations grow with them
+        # (benchmarks/memory_check.py reads it). A host int: the split sizes are there.
+        self.received = 0
 
     def __call__(self, compute, x, counts, scale):
         """compute(rows, counts per local expert, scale) on the rows of x (M, C) sorted by
@@ -156,6 +160,7 @@ class AllToAll:
         got = _plain(got).view(ep, e)
         send = counts.view(ep, e).sum(1).tolist()  # rows to each rank (host: split sizes)
         recv = got.sum(1).tolist()
+        self.received += sum(recv)
         # 2. the rows with their routing weights, to their experts' ranks
         cols = x.shape[1]
         rows = x if scale is None else torch.cat([x, scale.to(x.dtype).unsqueeze(1)], 1)
