@@ -403,3 +403,28 @@ def test_a_label_and_a_headline_link_inside_the_story_go_an_index_entry_stays():
     page = (f"<!DOCTYPE html><html><body><div>{''.join(paras[:2])}<ul>{index}</ul>"
             f"{''.join(paras[2:])}</div></body></html>")
     assert "member1\xa0:\xa0file1.cpp" in extract(page)
+
+
+def test_a_comment_section_or_sidebar_named_only_by_its_id_is_a_hint():
+    from llmtk.clean.extract import extract
+
+    # (as on real blogs: `div#comments` > `li#comment-9266`, `div#sidebar` holding a text
+    # widget, no class word on either; the comments are prose as long as the story's)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    def comments(name: str) -> str:
+        return "".join(
+            f"<li id={name}{i}><p>Posted by reader {i} on 17 July</p><p>I ride the number {i} "
+            "bus every morning and the new timetable is a real change for my street, thank "
+            "you for writing about it in such detail.</p></li>" for i in range(4))
+    widget = ("<p>About this blog: we write about the town's council, its buses and its "
+              "roads every week, and we have done so since the spring of 2009.</p>")
+    for ids in (("comments", "sidebar", "comment-"), ("x1", "x2", "c-")):
+        page = (f"<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>{body}"
+                f"<div id={ids[0]}><h3>4 replies</h3><ol>{comments(ids[2])}</ol></div></div>"
+                f"<div id={ids[1]}>{widget}</div></body></html>")
+        text = extract(page)
+        assert ARTICLE[0] in text and ARTICLE[-1] in text
+        hinted = ids[0] == "comments"
+        # named by its id, it goes; the same markup with ids that name nothing stays
+        assert ("number 2 bus" in text) is not hinted
+        assert ("About this blog" in text) is not hinted
