@@ -428,3 +428,23 @@ def test_a_comment_section_or_sidebar_named_only_by_its_id_is_a_hint():
         # named by its id, it goes; the same markup with ids that name nothing stays
         assert ("number 2 bus" in text) is not hinted
         assert ("About this blog" in text) is not hinted
+
+
+def test_a_short_title_over_teaser_cards_goes_with_them_a_subheading_stays():
+    from llmtk.clean.extract import extract
+
+    # (as on a real trade paper's page: "Das könnte Sie auch interessieren" above teaser
+    # cards, each a link around its headline and first lines in a box of its own, between
+    # the story's paragraphs; the title is outside the boxes, a hint cannot take it)
+    paras = [f"<p>{p}</p>" for p in ARTICLE]
+    cards = "".join(
+        f'<div class=related-{i}> <a href="/news/{i}"><h3>Trams return to the old town {i}</h3>'
+        f"<p>After twenty "
+        f"years the council brings back the tram line number {i}, and residents are glad "
+        "about it.</p></a></div>" for i in range(2))
+    page = (f"<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>"
+            f"{''.join(paras[:2])}<h2>You may also like</h2>{cards}"
+            f"<h2>What the routes cost</h2>{''.join(paras[2:])}</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "You may also like" not in text and "What the routes cost" in text

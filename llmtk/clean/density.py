@@ -416,8 +416,8 @@ def _dropped(bs: list[Block], ws: list[float], hinted: list[bool]) -> set[int]:
 def _list_titles(bs: list[Block]) -> set[int]:
     """The short titles that head a list of links ("Mehr zum Thema", "Vous aimerez aussi",
     "RELATED ARTICLES"): at most TITLE_WORDS words, no sentence and no link in them, and the
-    next block with text is furniture. (Longer lines are a manual's: "The documentation
-    for this struct was generated from the following file:".)"""
+    next block with text is furniture or a teaser card (_heads_a_list). (Longer lines are a
+    manual's: "The documentation for this struct was generated from the following file:".)"""
     out = set()
     after = None  # the next block with text
     for i in range(len(bs) - 1, -1, -1):
@@ -426,10 +426,19 @@ def _list_titles(bs: list[Block]) -> set[int]:
             continue
         if (after is not None and not b.sentence and not b.links and b.kind != "pre"
                 and b.chars < GOOD_CHARS and len(b.raw.split()) <= TITLE_WORDS
-                and _furniture(after)):
+                and _heads_a_list(b, after)):
             out.add(i)
         after = b
     return out
+
+
+def _heads_a_list(title: Block, after: Block) -> bool:
+    """Whether the block after a short title starts a list that is not the text: furniture,
+    or a teaser card the title lies outside of (a link around the card's heading and text:
+    "Das könnte Sie auch interessieren" over the stories' cards). (A hinted element after
+    the title, "Mehr zum Thema" over a box named "related", was tried: it cost the AEB's and
+    the doc sites' dev halves more than it won.)"""
+    return _furniture(after) or (after.card and not title.card)
 
 
 def _trim_tail(bs: list[Block], ws: list[float], first: int, last: int) -> tuple[int, int]:
