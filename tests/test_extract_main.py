@@ -448,3 +448,21 @@ def test_a_short_title_over_teaser_cards_goes_with_them_a_subheading_stays():
     text = extract(page)
     assert ARTICLE[0] in text and ARTICLE[-1] in text
     assert "You may also like" not in text and "What the routes cost" in text
+
+
+def test_a_page_inside_a_noscript_left_open_is_read_from_it():
+    from llmtk.clean.extract import extract
+
+    # (as on a real park authority's page: "<noscript><div id=x></noscript>" opens the
+    # body, and the parser reads the whole page as the noscript's content)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    page = (f"<!DOCTYPE html><html><body><noscript><div id=nojs></noscript><div>"
+            f"<h1>Council expands bus network</h1>{body}</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    # a noscript message beside a readable page stays out
+    page = (f"<!DOCTYPE html><html><body><noscript><p>Please turn on JavaScript to see the "
+            f"comments below this story, they need it to load.</p></noscript><div>{body}"
+            f"</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and "JavaScript" not in text

@@ -152,16 +152,14 @@ def extract(page: str, method: str = "resiliparse") -> str:
 def _extract(page: str, method: str) -> str:
     tree = _prepare(page, hints=method == "resiliparse")
     if method == "resiliparse":
-        from resiliparse.extract.html2text import extract_plain_text
-
         from llmtk.clean.density import main_text
 
         # rendered once, with its blocks, links and the hinted elements' edges marked
-        rendered = extract_plain_text(tree, preserve_formatting="minimal_html",
-                                      main_content=False, links=True, list_bullets=False,
-                                      alt_texts=False, comments=False, noscript=False,
-                                      form_fields=False)
-        text = main_text(rendered)
+        text = main_text(_render(tree, noscript=False))
+        if not text and tree.body is not None and tree.body.query_selector("noscript"):
+            # (a `<noscript>` left open, "<noscript><div id=x></noscript>", holds the rest
+            # of the page as the parser reads it: rendered with it, once nothing else is)
+            text = main_text(_render(tree, noscript=True))
     elif method == "trafilatura":
         import trafilatura
 
@@ -238,6 +236,15 @@ def _prepare(page: str, hints: bool = False):
             node.prepend(tree.create_text_node(MAIN_START))
             node.append(tree.create_text_node(MAIN_END))
     return tree
+
+
+def _render(tree, noscript: bool) -> str:
+    """The page as resiliparse's minimal_html rendering: its blocks and links."""
+    from resiliparse.extract.html2text import extract_plain_text
+
+    return extract_plain_text(tree, preserve_formatting="minimal_html", main_content=False,
+                              links=True, list_bullets=False, alt_texts=False,
+                              comments=False, noscript=noscript, form_fields=False)
 
 
 def _maybe_special(node) -> bool:
