@@ -466,3 +466,20 @@ def test_a_page_inside_a_noscript_left_open_is_read_from_it():
             f"</div></body></html>")
     text = extract(page)
     assert ARTICLE[0] in text and "JavaScript" not in text
+
+
+def test_a_banner_around_the_main_element_is_the_page_not_furniture():
+    from llmtk.clean.extract import extract
+
+    # (as on a real news site: a `header role=banner` left open around the whole page,
+    # its `main` inside; an ordinary banner beside the main element still goes)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    page = (f"<!DOCTYPE html><html><body><header role=banner><div>Daily Town News</div>"
+            f"<main><h1>Council expands bus network</h1>{body}</main></header></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    page = (f"<!DOCTYPE html><html><body><header role=banner><p>Daily Town News, the "
+            f"paper of the town since 1901, is read by twelve thousand people.</p></header>"
+            f"<main><h1>Council expands bus network</h1>{body}</main></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and "twelve thousand" not in text

@@ -111,6 +111,9 @@ MAIN = ("article", "main", "[role=main]", "[itemprop=articleBody]") + tuple(
     f"[class*={word} i]" for word in (
         "article-body", "article-content", "post-content", "entry-content", "story-body"))
 _MAIN = ", ".join(MAIN)
+# the page's main element or its article's body, not any `article` (a menu's teasers are):
+# furniture around one is the page's wrapper, not furniture (_prepare)
+_BODY = ", ".join(m for m in MAIN if m != "article")
 _MARK_CHARS = "\x02\x03\x04\x05"
 _MARKS = re.compile(f"[{_MARK_CHARS}]")
 # Code listings whose lines are elements of their own (Doxygen's fragments), made <pre>.
@@ -221,6 +224,8 @@ def _prepare(page: str, hints: bool = False):
                 continue
         if node.tag == "aside" and len(node.text) >= ASIDE_TEXT:
             continue  # (an article written in an aside: left to the hint below)
+        if node.query_selector(_BODY) is not None:
+            continue  # (a `role=banner` header around the whole page: left to the text)
         if node.parent is not None:
             node.parent.remove_child(node)
     if special:
