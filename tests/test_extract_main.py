@@ -483,3 +483,22 @@ def test_a_banner_around_the_main_element_is_the_page_not_furniture():
             f"<main><h1>Council expands bus network</h1>{body}</main></body></html>")
     text = extract(page)
     assert ARTICLE[0] in text and "twelve thousand" not in text
+
+
+def test_a_heading_over_teasers_that_went_goes_a_section_heading_over_a_caption_stays():
+    from llmtk.clean.extract import extract
+
+    # (as on real news pages: "Mehr zum Thema" over a box of short teasers, which go as
+    # the hinted box's non-prose; a section's heading over a picture's caption and then
+    # its text, as on Wikipedia, heads text that stays)
+    paras = [f"<p>{p}</p>" for p in ARTICLE]
+    teasers = "".join(f"<div class=teaser-{i}><a href=/n/{i}><img src=/t{i}.jpg></a>"
+                      f"<p>Tram line {i} opens 27.10.2023</p></div>" for i in range(3))
+    page = (f"<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>"
+            f"{''.join(paras[:2])}<h2>More on this</h2><div class=related-box>{teasers}</div>"
+            f"<h2>The routes</h2><div class=map><img src=/map.png><div class=map-caption>The "
+            f"four routes</div></div>{''.join(paras[2:])}</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "More on this" not in text and "Tram line" not in text
+    assert "The routes" in text

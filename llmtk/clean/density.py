@@ -348,6 +348,8 @@ def main_text(rendered: str) -> str:
         # (nothing else ends a page without prose: its generator's copyright line goes; on
         # a page of prose the stretch decides, and a news site's notice is the article's)
         drop |= {i for i, b in enumerate(bs) if _notice(b)}
+    if prose:
+        drop |= _orphan_headings(bs, chosen, drop)
     lines: list[str] = []
     for i in (i for first, last in chosen for i in range(first, last + 1)):
         b = bs[i]
@@ -424,12 +426,44 @@ def _list_titles(bs: list[Block]) -> set[int]:
         b = bs[i]
         if not b.chars:
             continue
-        if (after is not None and not b.sentence and not b.links and b.kind != "pre"
-                and b.chars < GOOD_CHARS and len(b.raw.split()) <= TITLE_WORDS
-                and _heads_a_list(b, after)):
+        if after is not None and _title_shaped(b) and _heads_a_list(b, after):
             out.add(i)
         after = b
     return out
+
+
+def _orphan_headings(bs: list[Block], chosen: list[tuple[int, int]],
+                     drop: set[int]) -> set[int]:
+    """The short headings of the text (_title_shaped) whose next block with text is not
+    kept: the title of a list that went ("Vous aimerez aussi", "Zum Weiterlesen" over the
+    teasers left out), heading nothing of the text; unless that block is one hinted or
+    furniture block right before kept text (a picture's caption, a "Main article:" link
+    under a section's heading)."""
+    kept = {i for first, last in chosen for i in range(first, last + 1)} - drop
+    out = set()
+    for i in sorted(kept):
+        b = bs[i]
+        if b.kind != "h" or not b.chars or not _title_shaped(b):
+            continue
+        after = []  # the next two blocks with text
+        j = i + 1
+        while j < len(bs) and len(after) < 2:
+            if bs[j].chars:
+                after.append(j)
+            j += 1
+        if not after or after[0] in kept:
+            continue
+        first = bs[after[0]]
+        if len(after) == 2 and after[1] in kept and (first.hints or _furniture(first)):
+            continue
+        out.add(i)
+    return out
+
+
+def _title_shaped(b: Block) -> bool:
+    """A short title: at most TITLE_WORDS words, no sentence and no link in it."""
+    return (not b.sentence and not b.links and b.kind != "pre" and b.chars < GOOD_CHARS
+            and len(b.raw.split()) <= TITLE_WORDS)
 
 
 def _heads_a_list(title: Block, after: Block) -> bool:
