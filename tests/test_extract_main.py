@@ -502,3 +502,25 @@ def test_a_heading_over_teasers_that_went_goes_a_section_heading_over_a_caption_
     assert ARTICLE[0] in text and ARTICLE[-1] in text
     assert "More on this" not in text and "Tram line" not in text
     assert "The routes" in text
+
+
+def test_a_recipes_ingredients_between_its_lines_and_its_method_stay():
+    from llmtk.clean.extract import extract
+
+    # (as on a real baking blog: the time and yield, then the ingredients, each a list
+    # item starting with its quantity, then the method; a menu's unnumbered items go)
+    items = ["300 g flour", "1 tsp baking powder", "100 g ground almonds", "200 g butter",
+             "200 g sugar", "2 eggs", "1 pinch of salt", "50 g flaked almonds"]
+    method = ["Mix the flour, the baking powder and the almonds in a large bowl, then rub "
+              "in the butter with your fingers until the mixture looks like breadcrumbs.",
+              "Stir in the sugar and the eggs, knead to a smooth dough, roll it out and cut "
+              "out the biscuits; bake them for fifteen minutes until they are golden."]
+    page = ("<!DOCTYPE html><html><body><ul><li>Home</li><li>Recipes</li><li>About</li></ul>"
+            "<h1>Almond biscuits</h1><p>Takes 25 minutes, plus 15 to bake.</p>"
+            "<p>Makes 40 biscuits.</p><p>Ingredients:</p><ul>"
+            + "".join(f"<li>{i}</li>" for i in items) + "</ul><h2>Method</h2>"
+            + "".join(f"<p>{m}</p>" for m in method) + "</body></html>")
+    text = extract(page)
+    assert method[0] in text and method[1] in text
+    assert "Makes 40 biscuits." in text and all(i in text for i in items)
+    assert "Recipes" not in text

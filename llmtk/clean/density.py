@@ -14,7 +14,8 @@ text and link density, jusText's length and context, readability's punctuation):
 * link-dense (menus, related-article lists, tag clouds, share bars): minus a multiple of
   its length, unless it is a bare address (a source cited as its URL: nothing); headings
   and other short blocks (dates, bylines, labels, a short line mostly of digits): minus a
-  little;
+  little; a list item without links that starts with a number (a recipe's "300 g Mehl"):
+  nothing;
   a table row weighs nothing (a table of links is content as often as it is navigation);
   a link whose text is a web address spelled out ("see https://www.debian.org/doc") counts
   as text, not as a link: menus and headline lists name their targets in words;
@@ -302,7 +303,16 @@ def weight(b: Block) -> float:
             return float(b.chars)
         if not _numeric(b.raw):
             return SHORT_PROSE * b.chars
+    if not b.links and not b.kind and b.raw.lstrip()[:1].isdigit() and _has_word(b.raw):
+        # (a list item that starts with a number: a recipe's "300 g Mehl", a step: part
+        # of the list it is in, not against it; a bare value, "1.3", is no item)
+        return 0.0
     return -SHORT_WEIGHT * b.chars
+
+
+def _has_word(text: str) -> bool:
+    """Whether a text holds a letter (a word, not only a number)."""
+    return any(c.isalpha() for c in text)
 
 
 def _numeric(text: str) -> bool:
