@@ -524,3 +524,23 @@ def test_a_recipes_ingredients_between_its_lines_and_its_method_stay():
     assert method[0] in text and method[1] in text
     assert "Makes 40 biscuits." in text and all(i in text for i in items)
     assert "Recipes" not in text
+
+
+@pytest.mark.parametrize("name", ["newsletter-form", "site-disclaimer", "top-banner",
+                                  "nextstory", "next-post"])
+def test_newsletter_disclaimer_banner_and_next_story_boxes_are_hints(name):
+    from llmtk.clean.extract import extract
+
+    # (as on real pages: a newsletter sign-up between the story's paragraphs, a
+    # publisher's disclaimer, a banner, the next story's teaser after the text; each reads
+    # as prose, only its name says what it is)
+    paras = [f"<p>{p}</p>" for p in ARTICLE]
+    box = ("<p>Sign up to get the best stories of the week, and great offers, as picked by "
+           "the editors: delivered to your inbox every Friday morning.</p>")
+    page = (f"<!DOCTYPE html><html><body><div>{''.join(paras[:2])}<div class={name}>{box}"
+            f"</div>{''.join(paras[2:])}</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "Sign up" not in text
+    # the same box under a name that says nothing stays: it reads as prose
+    assert "Sign up" in extract(page.replace(f"class={name}", "class=x7"))

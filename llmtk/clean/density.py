@@ -451,7 +451,7 @@ def _orphan_headings(bs: list[Block], chosen: list[tuple[int, int]],
     under a section's heading)."""
     kept = {i for first, last in chosen for i in range(first, last + 1)} - drop
     out = set()
-    for i in sorted(kept):
+    for i in kept:
         b = bs[i]
         if b.kind != "h" or not b.chars or not _title_shaped(b):
             continue

@@ -67,10 +67,14 @@ HINTS = tuple(f"[class*={word} i]:not({_NOT_HINTS})" for word in (
     # removal lowered a score on the development halves of the Article Extraction
     # Benchmark, trafilatura's pages or the doc sites; disqus, respond, signup, sponsor,
     # advert, consent, modal, popup, timestamp, login, follow... changed no score there,
-    # and sharing, newsletter, breadcrumb and print lowered the one on trafilatura's pages)
+    # and sharing, breadcrumb and print lowered the one on trafilatura's pages)
     "comments", "comment-", "share", "social", "related", "recommend", "more-", "subscri",
     "promo", "cookie", "footer", "sidebar", "byline", "author", "caption", "credit",
     "gallery", "carousel", "slideshow", "popular", "tags", "hidden",
+    # (and, chosen later on trafilatura's pages' dev half where no other dev score fell:
+    # a newsletter box, a disclaimer, a banner, the next story's teaser; newsletter had
+    # lowered that score before the rules for titles over teasers)
+    "newsletter", "disclaimer", "banner", "nextstory", "next-",
 )) + tuple(f"[id*={word} i]:not({_NOT_HINTS})" for word in (
     # the same words in an element's id (`div#comments`, `li#comment-9266`, `div#sidebar`,
     # `div#article_comments`): kept are those whose removal lowered a score on the
@@ -83,8 +87,9 @@ HINTS = tuple(f"[class*={word} i]:not({_NOT_HINTS})" for word in (
     "[role=complementary]", "[id=header i]", "[id=footer i]", "[style*=\"display:none\" i]",
     "[style*=\"display: none\" i]",
 )  # (not <a>: DocBook's anchors carry ids made of section titles, "_sharing_copying";
-# class names only, and menus and navigation bars left to link density: each selector and
-# each marked node costs, and together they cost more than resiliparse's whole rendering)
+# class names and a few id words only, and menus and navigation bars left to link density:
+# each selector and each marked node costs, and together they cost more than resiliparse's
+# whole rendering)
 
 
 def _grouped(selectors: tuple[str, ...]) -> str:
@@ -112,7 +117,7 @@ MAIN = ("article", "main", "[role=main]", "[itemprop=articleBody]") + tuple(
         "article-body", "article-content", "post-content", "entry-content", "story-body"))
 _MAIN = ", ".join(MAIN)
 # the page's main element or its article's body, not any `article` (a menu's teasers are):
-# furniture around one is the page's wrapper, not furniture (_prepare)
+# a header around one is the page's wrapper, not its banner (_prepare)
 _BODY = ", ".join(m for m in MAIN if m != "article")
 _MARK_CHARS = "\x02\x03\x04\x05"
 _MARKS = re.compile(f"[{_MARK_CHARS}]")
@@ -224,8 +229,8 @@ def _prepare(page: str, hints: bool = False):
                 continue
         if node.tag == "aside" and len(node.text) >= ASIDE_TEXT:
             continue  # (an article written in an aside: left to the hint below)
-        if node.query_selector(_BODY) is not None:
-            continue  # (a `role=banner` header around the whole page: left to the text)
+        if node.tag == "header" and node.query_selector(_BODY) is not None:
+            continue  # (a banner around the whole page, its main inside: left to the text)
         if node.parent is not None:
             node.parent.remove_child(node)
     if special:
