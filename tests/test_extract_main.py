@@ -527,7 +527,8 @@ def test_a_recipes_ingredients_between_its_lines_and_its_method_stay():
 
 
 @pytest.mark.parametrize("name", ["newsletter-form", "site-disclaimer", "top-banner",
-                                  "nextstory", "next-post"])
+                                  "nextstory", "next-post", "cta-box",
+                                  "block-content_breaker"])
 def test_newsletter_disclaimer_banner_and_next_story_boxes_are_hints(name):
     from llmtk.clean.extract import extract
 

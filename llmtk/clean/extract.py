@@ -72,9 +72,10 @@ HINTS = tuple(f"[class*={word} i]:not({_NOT_HINTS})" for word in (
     "promo", "cookie", "footer", "sidebar", "byline", "author", "caption", "credit",
     "gallery", "carousel", "slideshow", "popular", "tags", "hidden",
     # (and, chosen later on trafilatura's pages' dev half where no other dev score fell:
-    # a newsletter box, a disclaimer, a banner, the next story's teaser; newsletter had
-    # lowered that score before the rules for titles over teasers)
-    "newsletter", "disclaimer", "banner", "nextstory", "next-",
+    # a newsletter box, a disclaimer, a banner, the next story's teaser, a call to action,
+    # a "content breaker" box between paragraphs; newsletter had lowered that score before
+    # the rules for titles over teasers)
+    "newsletter", "disclaimer", "banner", "nextstory", "next-", "cta", "breaker",
 )) + tuple(f"[id*={word} i]:not({_NOT_HINTS})" for word in (
     # the same words in an element's id (`div#comments`, `li#comment-9266`, `div#sidebar`,
     # `div#article_comments`): kept are those whose removal lowered a score on the
