@@ -48,7 +48,9 @@ of links (two furniture blocks in a row) is cut when it holds under TAIL of the 
 prose (an author's note, a newsletter box). Inside the stretch, link-dense blocks without a
 sentence (or with no more than a label outside their links: "Related: <headline>", or a
 linked headline with no sentence mark outside its links), the short title heading such a
-list ("Mehr zum Thema") and the non-prose blocks of hinted elements are dropped.
+list or a row of teaser cards ("Mehr zum Thema"), a short heading whose next block is not
+kept (the title of teasers that went, "Vous aimerez aussi") and the non-prose blocks of
+hinted elements are dropped.
 Header-link marks (the `¶` or `#` link to the heading's own anchor that Sphinx, MkDocs and
 others add) are removed anywhere. A page without a full paragraph (a listing, a reference
 page, a short snippet) keeps every block that is not furniture between the first and the
