@@ -403,3 +403,145 @@ def test_a_label_and_a_headline_link_inside_the_story_go_an_index_entry_stays():
     page = (f"<!DOCTYPE html><html><body><div>{''.join(paras[:2])}<ul>{index}</ul>"
             f"{''.join(paras[2:])}</div></body></html>")
     assert "member1\xa0:\xa0file1.cpp" in extract(page)
+
+
+def test_a_comment_section_or_sidebar_named_only_by_its_id_is_a_hint():
+    from llmtk.clean.extract import extract
+
+    # (as on real blogs: `div#comments` > `li#comment-9266`, `div#sidebar` holding a text
+    # widget, no class word on either; the comments are prose as long as the story's)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    def comments(name: str) -> str:
+        return "".join(
+            f"<li id={name}{i}><p>Posted by reader {i} on 17 July</p><p>I ride the number {i} "
+            "bus every morning and the new timetable is a real change for my street, thank "
+            "you for writing about it in such detail.</p></li>" for i in range(4))
+    widget = ("<p>About this blog: we write about the town's council, its buses and its "
+              "roads every week, and we have done so since the spring of 2009.</p>")
+    for ids in (("comments", "sidebar", "comment-"), ("x1", "x2", "c-")):
+        page = (f"<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>{body}"
+                f"<div id={ids[0]}><h3>4 replies</h3><ol>{comments(ids[2])}</ol></div></div>"
+                f"<div id={ids[1]}>{widget}</div></body></html>")
+        text = extract(page)
+        assert ARTICLE[0] in text and ARTICLE[-1] in text
+        hinted = ids[0] == "comments"
+        # named by its id, it goes; the same markup with ids that name nothing stays
+        assert ("number 2 bus" in text) is not hinted
+        assert ("About this blog" in text) is not hinted
+
+
+def test_a_short_title_over_teaser_cards_goes_with_them_a_subheading_stays():
+    from llmtk.clean.extract import extract
+
+    # (as on a real trade paper's page: "Das könnte Sie auch interessieren" above teaser
+    # cards, each a link around its headline and first lines in a box of its own, between
+    # the story's paragraphs; the title is outside the boxes, a hint cannot take it)
+    paras = [f"<p>{p}</p>" for p in ARTICLE]
+    cards = "".join(
+        f'<div class=related-{i}> <a href="/news/{i}"><h3>Trams return to the old town {i}</h3>'
+        f"<p>After twenty "
+        f"years the council brings back the tram line number {i}, and residents are glad "
+        "about it.</p></a></div>" for i in range(2))
+    page = (f"<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>"
+            f"{''.join(paras[:2])}<h2>You may also like</h2>{cards}"
+            f"<h2>What the routes cost</h2>{''.join(paras[2:])}</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "You may also like" not in text and "What the routes cost" in text
+
+
+def test_a_page_inside_a_noscript_left_open_is_read_from_it():
+    from llmtk.clean.extract import extract
+
+    # (as on a real park authority's page: "<noscript><div id=x></noscript>" opens the
+    # body, and the parser reads the whole page as the noscript's content)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    page = (f"<!DOCTYPE html><html><body><noscript><div id=nojs></noscript><div>"
+            f"<h1>Council expands bus network</h1>{body}</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    # a noscript message beside a readable page stays out
+    page = (f"<!DOCTYPE html><html><body><noscript><p>Please turn on JavaScript to see the "
+            f"comments below this story, they need it to load.</p></noscript><div>{body}"
+            f"</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and "JavaScript" not in text
+
+
+def test_a_banner_around_the_main_element_is_the_page_not_furniture():
+    from llmtk.clean.extract import extract
+
+    # (as on a real news site: a `header role=banner` left open around the whole page,
+    # its `main` inside; an ordinary banner beside the main element still goes)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    page = (f"<!DOCTYPE html><html><body><header role=banner><div>Daily Town News</div>"
+            f"<main><h1>Council expands bus network</h1>{body}</main></header></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    page = (f"<!DOCTYPE html><html><body><header role=banner><p>Daily Town News, the "
+            f"paper of the town since 1901, is read by twelve thousand people.</p></header>"
+            f"<main><h1>Council expands bus network</h1>{body}</main></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and "twelve thousand" not in text
+
+
+def test_a_heading_over_teasers_that_went_goes_a_section_heading_over_a_caption_stays():
+    from llmtk.clean.extract import extract
+
+    # (as on real news pages: "Mehr zum Thema" over a box of short teasers, which go as
+    # the hinted box's non-prose; a section's heading over a picture's caption and then
+    # its text, as on Wikipedia, heads text that stays)
+    paras = [f"<p>{p}</p>" for p in ARTICLE]
+    teasers = "".join(f"<div class=teaser-{i}><a href=/n/{i}><img src=/t{i}.jpg></a>"
+                      f"<p>Tram line {i} opens 27.10.2023</p></div>" for i in range(3))
+    page = (f"<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>"
+            f"{''.join(paras[:2])}<h2>More on this</h2><div class=related-box>{teasers}</div>"
+            f"<h2>The routes</h2><div class=map><img src=/map.png><div class=map-caption>The "
+            f"four routes</div></div>{''.join(paras[2:])}</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "More on this" not in text and "Tram line" not in text
+    assert "The routes" in text
+
+
+def test_a_recipes_ingredients_between_its_lines_and_its_method_stay():
+    from llmtk.clean.extract import extract
+
+    # (as on a real baking blog: the time and yield, then the ingredients, each a list
+    # item starting with its quantity, then the method; a menu's unnumbered items go)
+    items = ["300 g flour", "1 tsp baking powder", "100 g ground almonds", "200 g butter",
+             "200 g sugar", "2 eggs", "1 pinch of salt", "50 g flaked almonds"]
+    method = ["Mix the flour, the baking powder and the almonds in a large bowl, then rub "
+              "in the butter with your fingers until the mixture looks like breadcrumbs.",
+              "Stir in the sugar and the eggs, knead to a smooth dough, roll it out and cut "
+              "out the biscuits; bake them for fifteen minutes until they are golden."]
+    page = ("<!DOCTYPE html><html><body><ul><li>Home</li><li>Recipes</li><li>About</li></ul>"
+            "<h1>Almond biscuits</h1><p>Takes 25 minutes, plus 15 to bake.</p>"
+            "<p>Makes 40 biscuits.</p><p>Ingredients:</p><ul>"
+            + "".join(f"<li>{i}</li>" for i in items) + "</ul><h2>Method</h2>"
+            + "".join(f"<p>{m}</p>" for m in method) + "</body></html>")
+    text = extract(page)
+    assert method[0] in text and method[1] in text
+    assert "Makes 40 biscuits." in text and all(i in text for i in items)
+    assert "Recipes" not in text
+
+
+@pytest.mark.parametrize("name", ["newsletter-form", "site-disclaimer", "top-banner",
+                                  "nextstory", "next-post", "cta-box",
+                                  "block-content_breaker"])
+def test_newsletter_disclaimer_banner_and_next_story_boxes_are_hints(name):
+    from llmtk.clean.extract import extract
+
+    # (as on real pages: a newsletter box between the story's paragraphs, a publisher's
+    # disclaimer, a banner, the next story's teaser, a call to action; each can read as
+    # prose, only its name says what it is)
+    paras = [f"<p>{p}</p>" for p in ARTICLE]
+    box = ("<p>Our weekly letter follows the council's transport committee, which meets "
+           "again in the spring; its minutes appear a week after each meeting.</p>")
+    page = (f"<!DOCTYPE html><html><body><div>{''.join(paras[:2])}<div class={name}>{box}"
+            f"</div>{''.join(paras[2:])}</div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "weekly letter" not in text
+    # the same box under a name that says nothing stays: it reads as prose
+    assert "weekly letter" in extract(page.replace(f"class={name}", "class=x7"))

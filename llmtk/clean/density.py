@@ -14,7 +14,8 @@ text and link density, jusText's length and context, readability's punctuation):
 * link-dense (menus, related-article lists, tag clouds, share bars): minus a multiple of
   its length, unless it is a bare address (a source cited as its URL: nothing); headings
   and other short blocks (dates, bylines, labels, a short line mostly of digits): minus a
-  little;
+  little; a list item without links that starts with a number (a recipe's "300 g Mehl"):
+  nothing;
   a table row weighs nothing (a table of links is content as often as it is navigation);
   a link whose text is a web address spelled out ("see https://www.debian.org/doc") counts
   as text, not as a link: menus and headline lists name their targets in words;
@@ -47,7 +48,9 @@ of links (two furniture blocks in a row) is cut when it holds under TAIL of the 
 prose (an author's note, a newsletter box). Inside the stretch, link-dense blocks without a
 sentence (or with no more than a label outside their links: "Related: <headline>", or a
 linked headline with no sentence mark outside its links), the short title heading such a
-list ("Mehr zum Thema") and the non-prose blocks of hinted elements are dropped.
+list or a row of teaser cards ("Mehr zum Thema"), a short heading whose next block is not
+kept (the title of teasers that went, "Vous aimerez aussi") and the non-prose blocks of
+hinted elements are dropped.
 Header-link marks (the `¶` or `#` link to the heading's own anchor that Sphinx, MkDocs and
 others add) are removed anywhere. A page without a full paragraph (a listing, a reference
 page, a short snippet) keeps every block that is not furniture between the first and the
@@ -302,7 +305,16 @@ def weight(b: Block) -> float:
             return float(b.chars)
         if not _numeric(b.raw):
             return SHORT_PROSE * b.chars
+    if not b.links and not b.kind and b.raw.lstrip()[:1].isdigit() and _has_word(b.raw):
+        # (a list item that starts with a number: a recipe's "300 g Mehl", a step: part
+        # of the list it is in, not against it; a bare value, "1.3", is no item)
+        return 0.0
     return -SHORT_WEIGHT * b.chars
+
+
+def _has_word(text: str) -> bool:
+    """Whether a text holds a letter (a word, not only a number)."""
+    return any(c.isalpha() for c in text)
 
 
 def _numeric(text: str) -> bool:
@@ -348,6 +360,8 @@ def main_text(rendered: str) -> str:
         # (nothing else ends a page without prose: its generator's copyright line goes; on
         # a page of prose the stretch decides, and a news site's notice is the article's)
         drop |= {i for i, b in enumerate(bs) if _notice(b)}
+    if prose:
+        drop |= _orphan_headings(bs, chosen, drop)
     lines: list[str] = []
     for i in (i for first, last in chosen for i in range(first, last + 1)):
         b = bs[i]
@@ -416,20 +430,61 @@ def _dropped(bs: list[Block], ws: list[float], hinted: list[bool]) -> set[int]:
 def _list_titles(bs: list[Block]) -> set[int]:
     """The short titles that head a list of links ("Mehr zum Thema", "Vous aimerez aussi",
     "RELATED ARTICLES"): at most TITLE_WORDS words, no sentence and no link in them, and the
-    next block with text is furniture. (Longer lines are a manual's: "The documentation
-    for this struct was generated from the following file:".)"""
+    next block with text is furniture or a teaser card (_heads_a_list). (Longer lines are a
+    manual's: "The documentation for this struct was generated from the following file:".)"""
     out = set()
     after = None  # the next block with text
     for i in range(len(bs) - 1, -1, -1):
         b = bs[i]
         if not b.chars:
             continue
-        if (after is not None and not b.sentence and not b.links and b.kind != "pre"
-                and b.chars < GOOD_CHARS and len(b.raw.split()) <= TITLE_WORDS
-                and _furniture(after)):
+        if after is not None and _title_shaped(b) and _heads_a_list(b, after):
             out.add(i)
         after = b
     return out
+
+
+def _orphan_headings(bs: list[Block], chosen: list[tuple[int, int]],
+                     drop: set[int]) -> set[int]:
+    """The short headings of the text (_title_shaped) whose next block with text is not
+    kept: the title of a list that went ("Vous aimerez aussi", "Zum Weiterlesen" over the
+    teasers left out), heading nothing of the text; unless that block is one hinted or
+    furniture block right before kept text (a picture's caption, a "Main article:" link
+    under a section's heading)."""
+    kept = {i for first, last in chosen for i in range(first, last + 1)} - drop
+    out = set()
+    for i in kept:
+        b = bs[i]
+        if b.kind != "h" or not b.chars or not _title_shaped(b):
+            continue
+        after = []  # the next two blocks with text
+        j = i + 1
+        while j < len(bs) and len(after) < 2:
+            if bs[j].chars:
+                after.append(j)
+            j += 1
+        if not after or after[0] in kept:
+            continue
+        first = bs[after[0]]
+        if len(after) == 2 and after[1] in kept and (first.hints or _furniture(first)):
+            continue
+        out.add(i)
+    return out
+
+
+def _title_shaped(b: Block) -> bool:
+    """A short title: at most TITLE_WORDS words, no sentence and no link in it."""
+    return (not b.sentence and not b.links and b.kind != "pre" and b.chars < GOOD_CHARS
+            and len(b.raw.split()) <= TITLE_WORDS)
+
+
+def _heads_a_list(title: Block, after: Block) -> bool:
+    """Whether the block after a short title starts a list that is not the text: furniture,
+    or a teaser card the title lies outside of (a link around the card's heading and text:
+    "Das könnte Sie auch interessieren" over the stories' cards). (A hinted element after
+    the title, "Mehr zum Thema" over a box named "related", was tried: it cost the AEB's and
+    the doc sites' dev halves more than it won.)"""
+    return _furniture(after) or (after.card and not title.card)
 
 
 def _trim_tail(bs: list[Block], ws: list[float], first: int, last: int) -> tuple[int, int]:

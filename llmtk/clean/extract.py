@@ -67,17 +67,30 @@ HINTS = tuple(f"[class*={word} i]:not({_NOT_HINTS})" for word in (
     # removal lowered a score on the development halves of the Article Extraction
     # Benchmark, trafilatura's pages or the doc sites; disqus, respond, signup, sponsor,
     # advert, consent, modal, popup, timestamp, login, follow... changed no score there,
-    # and sharing, newsletter, breadcrumb and print lowered the one on trafilatura's pages)
+    # and sharing, breadcrumb and print lowered the one on trafilatura's pages)
     "comments", "comment-", "share", "social", "related", "recommend", "more-", "subscri",
     "promo", "cookie", "footer", "sidebar", "byline", "author", "caption", "credit",
     "gallery", "carousel", "slideshow", "popular", "tags", "hidden",
+    # (and, chosen later on trafilatura's pages' dev half where no other dev score fell:
+    # a newsletter box, a disclaimer, a banner, the next story's teaser, a call to action,
+    # a "content breaker" box between paragraphs; newsletter had lowered that score before
+    # the rules for titles over teasers)
+    "newsletter", "disclaimer", "banner", "nextstory", "next-", "cta", "breaker",
+)) + tuple(f"[id*={word} i]:not({_NOT_HINTS})" for word in (
+    # the same words in an element's id (`div#comments`, `li#comment-9266`, `div#sidebar`,
+    # `div#article_comments`): kept are those whose removal lowered a score on the
+    # development halves of trafilatura's pages or Readability's pages (the others changed
+    # nothing there; "more-" lowered Readability's recall; "share" and "author", which
+    # helped Readability by 0.0003, are left out: a DocBook section id is its title)
+    "comments", "comment-", "sidebar", "gallery", "tags", "cookie",
 )) + (
     "aside", "figcaption", "[hidden]", "[aria-hidden=true]", "[role=dialog]", "[role=alert]",
     "[role=complementary]", "[id=header i]", "[id=footer i]", "[style*=\"display:none\" i]",
     "[style*=\"display: none\" i]",
 )  # (not <a>: DocBook's anchors carry ids made of section titles, "_sharing_copying";
-# class names only, and menus and navigation bars left to link density: each selector and
-# each marked node costs, and together they cost more than resiliparse's whole rendering)
+# class names and a few id words only, and menus and navigation bars left to link density:
+# each selector and each marked node costs, and together they cost more than resiliparse's
+# whole rendering)
 
 
 def _grouped(selectors: tuple[str, ...]) -> str:
@@ -104,6 +117,9 @@ MAIN = ("article", "main", "[role=main]", "[itemprop=articleBody]") + tuple(
     f"[class*={word} i]" for word in (
         "article-body", "article-content", "post-content", "entry-content", "story-body"))
 _MAIN = ", ".join(MAIN)
+# the page's main element or its article's body, not any `article` (a menu's teasers are):
+# a header around one is the page's wrapper, not its banner (_prepare)
+_BODY = ", ".join(m for m in MAIN if m != "article")
 _MARK_CHARS = "\x02\x03\x04\x05"
 _MARKS = re.compile(f"[{_MARK_CHARS}]")
 # Code listings whose lines are elements of their own (Doxygen's fragments), made <pre>.
@@ -145,16 +161,14 @@ def extract(page: str, method: str = "resiliparse") -> str:
 def _extract(page: str, method: str) -> str:
     tree = _prepare(page, hints=method == "resiliparse")
     if method == "resiliparse":
-        from resiliparse.extract.html2text import extract_plain_text
-
         from llmtk.clean.density import main_text
 
         # rendered once, with its blocks, links and the hinted elements' edges marked
-        rendered = extract_plain_text(tree, preserve_formatting="minimal_html",
-                                      main_content=False, links=True, list_bullets=False,
-                                      alt_texts=False, comments=False, noscript=False,
-                                      form_fields=False)
-        text = main_text(rendered)
+        text = main_text(_render(tree, noscript=False))
+        if not text and tree.body is not None and tree.body.query_selector("noscript"):
+            # (a `<noscript>` left open, "<noscript><div id=x></noscript>", holds the rest
+            # of the page as the parser reads it: rendered with it, once nothing else is)
+            text = main_text(_render(tree, noscript=True))
     elif method == "trafilatura":
         import trafilatura
 
@@ -216,6 +230,8 @@ def _prepare(page: str, hints: bool = False):
                 continue
         if node.tag == "aside" and len(node.text) >= ASIDE_TEXT:
             continue  # (an article written in an aside: left to the hint below)
+        if node.tag == "header" and node.query_selector(_BODY) is not None:
+            continue  # (a banner around the whole page, its main inside: left to the text)
         if node.parent is not None:
             node.parent.remove_child(node)
     if special:
@@ -231,6 +247,15 @@ def _prepare(page: str, hints: bool = False):
             node.prepend(tree.create_text_node(MAIN_START))
             node.append(tree.create_text_node(MAIN_END))
     return tree
+
+
+def _render(tree, noscript: bool) -> str:
+    """The page as resiliparse's minimal_html rendering: its blocks and links."""
+    from resiliparse.extract.html2text import extract_plain_text
+
+    return extract_plain_text(tree, preserve_formatting="minimal_html", main_content=False,
+                              links=True, list_bullets=False, alt_texts=False,
+                              comments=False, noscript=noscript, form_fields=False)
 
 
 def _maybe_special(node) -> bool:
