@@ -67,3 +67,30 @@ def test_furniture_found_in_the_same_walk_as_math_and_listings_still_goes():
     assert "int x = 1;\n  return x;" in text
     assert "Then $\\frac{1}{x}$ follows" in text
     assert "menu_line" not in text and "Home" not in text and "$q$" not in text
+
+
+@pytest.mark.parametrize("text,sentence", [
+    ("Read the manual.", True), ("Really?", True), ("终于。", True), ("wait…", True),
+    ("one, two", True), ("term: value", True), ("一，二", False), ("一， 二", True),
+    ("a,b;c:d", False), ("trailing comma,", False), ("clause;\nnext", True), ("", False),
+    ("Menu Home About", False)])
+def test_a_sentence_is_a_sentence_mark_or_a_clause_mark_before_a_space(text, sentence):
+    """density._SENTENCE, written as one character class and a condition for speed, reads
+    as the two alternatives it stands for."""
+    from llmtk.clean.density import _SENTENCE
+
+    assert (_SENTENCE.search(text) is not None) is sentence
+
+
+def test_the_rendering_splits_into_text_and_tokens_with_their_groups():
+    """density._TOKEN (each alternative led by a literal, for speed): a run of newlines is
+    one token, the marks are tokens, a tag's closing slash, name and attributes its groups."""
+    from llmtk.clean.density import _TOKEN
+
+    rendered = 'x<p>One <a href="/a">link</a>.</p>\n\n\x02<h2>T</h2>\x03\n<br>\x04y\x05<b>'
+    assert _TOKEN.split(rendered) == [
+        "x", "<p>", "", "p", "", "One ", '<a href="/a">', "", "a", ' href="/a"', "link",
+        "</a>", "/", "a", "", ".", "</p>", "/", "p", "", "", "\n\n", None, None, None, "",
+        "\x02", None, None, None, "", "<h2>", "", "h2", "", "T", "</h2>", "/", "h2", "", "",
+        "\x03", None, None, None, "", "\n", None, None, None, "", "<br>", "", "br", "", "",
+        "\x04", None, None, None, "y", "\x05", None, None, None, "<b>"]

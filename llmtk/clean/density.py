@@ -99,7 +99,10 @@ MID_WEIGHT = 0.2    # a long paragraph with a sentence and a few more links: plu
 LEAD_LINES = 3      # short lines between a title and the first section heading it heads
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 REFERENCE_SHARE = 0.1  # a page with this share of its blocks linked code is a reference
-_SENTENCE = re.compile(r"[.!?。！？…]|[,;:，、；：]\s")
+# a sentence mark (. ! ? 。 …), or a clause mark (, ; : ，、) before a space: written as one
+# class and a condition, the engine skips to candidates by the class alone (written as two
+# alternatives, a search cost twice as much)
+_SENTENCE = re.compile(r"[.!?。！？…,;:，、；：](?:(?<=[.!?。！？…])|\s)")
 _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width space)
 # where an element that llmtk.clean.extract.HINTS names starts and ends (one control
 # character each, removed from the page before it is parsed)
@@ -107,8 +110,10 @@ HINT_START, HINT_END = "\x02", "\x03"
 # where an element that llmtk.clean.extract.MAIN names (an article body) starts and ends
 MAIN_START, MAIN_END = "\x04", "\x05"
 # (a run of newlines is one token: a page's rendering is a third blank lines; the page is
-# split by it in one call, each token followed by its groups: closing slash, tag, attributes)
-_TOKEN = re.compile(r"(<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n+|[\x02-\x05])")
+# split by it in one call, each token followed by its groups: closing slash, tag, attributes.
+# Every alternative starts with a literal character, so the regex engine skips the text
+# between tokens by those characters alone: `\n+` and `[\x02-\x05]` cost a third more.)
+_TOKEN = re.compile(r"(<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n\n*|\x02|\x03|\x04|\x05)")
 # a run of spaces inside a line of prose (&nbsp;&nbsp;, table cells' tabs): one space
 _INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
 _URL_TEXT = re.compile(r"\s*\(?(?:https?://|www\.)")
