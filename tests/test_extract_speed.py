@@ -37,7 +37,13 @@ def test_the_grouped_hint_selector_matches_what_the_plain_list_matches():
 
 def test_grouping_keeps_the_rest_of_each_selector_and_single_tests_as_they_are():
     assert x._grouped(("[a=1]:not(p)", "[a=2]:not(p)", "[a=3]", "b", "[c=1]")) == (
-        "[a]:is([a=1], [a=2]):not(p), [a=3], b, [c=1]")
+        "[a]:not(p):is([a=1], [a=2]), [a=3], b, [c=1]")
+    # a rest's excluded tag names before the tests, its other exclusions after them; class
+    # and id selectors grouped with the attribute's other tests
+    assert x._grouped(("[k*=x i]:not(a, [k*=y i], b-c)", "[k*=z i]:not(a, [k*=y i], b-c)",
+                       ".t", "#i", "[k=w]", "#j:empty", "#l:empty", "p.q")) == (
+        "[k]:not(a, b-c):is([k*=x i], [k*=z i]):not([k*=y i]), .t, #i, "
+        "[k=w], [id]:is(#j, #l):empty, p.q")
 
 
 def test_the_node_cache_is_put_back_after_a_page_and_after_a_failure():
@@ -94,3 +100,18 @@ def test_the_rendering_splits_into_text_and_tokens_with_their_groups():
         "\x02", None, None, None, "", "<h2>", "", "h2", "", "T", "</h2>", "/", "h2", "", "",
         "\x03", None, None, None, "", "\n", None, None, None, "", "<br>", "", "br", "", "",
         "\x04", None, None, None, "y", "\x05", None, None, None, "<b>"]
+
+
+def test_the_grouped_furniture_selector_matches_what_the_plain_list_matches():
+    page = ("<html><body><nav>n</nav><div role=banner>b</div><div class='x toc'>t</div>"
+            "<div id=toc>i</div><div id=catlinks>c</div><div class=navbox>nb</div>"
+            "<div class=fragment>f</div><span class=MathJax_Preview>m</span>"
+            "<a href='#s'></a><a href='#t'>kept</a><div class=tocs>no</div><div id=toc2>no</div>"
+            "<div role=main>no</div><div class=katex-html>k</div></body></html>")
+    from resiliparse.parse.html import HTMLTree
+
+    body = HTMLTree.parse(page).body
+    plain = [n.html for n in body.query_selector_all(
+        ", ".join(x.BOILERPLATE + (x._EMPTY_ANCHORS,) + x._SPECIAL)).values()]
+    assert len(plain) == 10
+    assert [n.html for n in body.query_selector_all(x._FURNITURE_OR_SPECIAL).values()] == plain
