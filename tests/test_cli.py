@@ -24,16 +24,25 @@ except SystemExit:
     pass
 heavy = sorted({m.split(".")[0] for m in sys.modules} & set(HEAVY))
 sys.stderr.write("HEAVY=" + json.dumps(heavy) + "\\n")
+commands = sorted(m for m in sys.modules if m.startswith("llmtk.commands."))
+sys.stderr.write("COMMANDS=" + json.dumps(commands) + "\\n")
 """
+
+
+def probe(*args: str) -> dict[str, list[str]]:
+    """What running `llmtk ARGS` in a fresh interpreter imported: {"HEAVY": the heavy
+    top-level packages, "COMMANDS": the llmtk.commands modules}."""
+    code = f"HEAVY = {list(HEAVY)!r}\n" + IMPORT_PROBE
+    r = subprocess.run([sys.executable, "-c", code, json.dumps([str(a) for a in args])],
+                       capture_output=True, env=env())
+    lines = r.stderr.decode().splitlines()
+    return {key: json.loads([x for x in lines if x.startswith(key + "=")][-1][len(key) + 1:])
+            for key in ("HEAVY", "COMMANDS")}
 
 
 def heavy_imports(*args: str) -> list[str]:
     """The heavy top-level packages imported by running `llmtk ARGS` in a fresh interpreter."""
-    code = f"HEAVY = {list(HEAVY)!r}\n" + IMPORT_PROBE
-    r = subprocess.run([sys.executable, "-c", code, json.dumps(list(args))],
-                       capture_output=True, env=env())
-    line = [x for x in r.stderr.decode().splitlines() if x.startswith("HEAVY=")][-1]
-    return json.loads(line[len("HEAVY="):])
+    return probe(*args)["HEAVY"]
 
 
 def test_help_lists_every_command_with_summaries_and_examples():
@@ -64,6 +73,25 @@ def test_help_does_not_import_heavy_libraries():
 @pytest.mark.parametrize("name", COMMANDS)
 def test_command_help_does_not_import_heavy_libraries(name):
     assert heavy_imports(name, "--help") == []
+
+
+def test_a_command_imports_no_other_command(tmp_path):
+    """`llmtk clean FILE` loads llmtk.commands.clean and no other command's module (their
+    imports and options cost a tenth of a short run); --help and a misspelt command, which
+    name every command, load them all."""
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text(json.dumps({"text": "One short document."}) + "\n")
+    ran = probe("clean", docs, "--filters", "none", "--no-langid", "--no-pii", "-q",
+                "-o", tmp_path / "out.jsonl")
+    assert (tmp_path / "out.jsonl").read_text().count("\n") == 1
+    assert ran["HEAVY"] == []
+    loaded = {m.rsplit(".", 1)[1] for m in ran["COMMANDS"]}
+    assert "clean" in loaded and not loaded & {"train", "dedup", "estimate", "mix", "cat"}
+    from llmtk.cli import COMMANDS
+
+    for args in (["--help"], ["no-such-command"]):
+        loaded = {m.rsplit(".", 1)[1] for m in probe(*args)["COMMANDS"]}
+        assert set(COMMANDS.values()) <= loaded, args
 
 
 def test_unknown_command_is_usage_error():

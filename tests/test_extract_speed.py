@@ -37,7 +37,13 @@ def test_the_grouped_hint_selector_matches_what_the_plain_list_matches():
 
 def test_grouping_keeps_the_rest_of_each_selector_and_single_tests_as_they_are():
     assert x._grouped(("[a=1]:not(p)", "[a=2]:not(p)", "[a=3]", "b", "[c=1]")) == (
-        "[a]:is([a=1], [a=2]):not(p), [a=3], b, [c=1]")
+        "[a]:not(p):is([a=1], [a=2]), [a=3], b, [c=1]")
+    # a rest's excluded tag names before the tests, its other exclusions after them; class
+    # and id selectors grouped with the attribute's other tests
+    assert x._grouped(("[k*=x i]:not(a, [k*=y i], b-c)", "[k*=z i]:not(a, [k*=y i], b-c)",
+                       ".t", "#i", "[k=w]", "#j:empty", "#l:empty", "p.q")) == (
+        "[k]:not(a, b-c):is([k*=x i], [k*=z i]):not([k*=y i]), .t, #i, "
+        "[k=w], [id]:is(#j, #l):empty, p.q")
 
 
 def test_the_node_cache_is_put_back_after_a_page_and_after_a_failure():
@@ -67,3 +73,45 @@ def test_furniture_found_in_the_same_walk_as_math_and_listings_still_goes():
     assert "int x = 1;\n  return x;" in text
     assert "Then $\\frac{1}{x}$ follows" in text
     assert "menu_line" not in text and "Home" not in text and "$q$" not in text
+
+
+@pytest.mark.parametrize("text,sentence", [
+    ("Read the manual.", True), ("Really?", True), ("终于。", True), ("wait…", True),
+    ("one, two", True), ("term: value", True), ("一，二", False), ("一， 二", True),
+    ("a,b;c:d", False), ("trailing comma,", False), ("clause;\nnext", True), ("", False),
+    ("Menu Home About", False)])
+def test_a_sentence_is_a_sentence_mark_or_a_clause_mark_before_a_space(text, sentence):
+    """density._SENTENCE, written as one character class and a condition for speed, reads
+    as the two alternatives it stands for."""
+    from llmtk.clean.density import _SENTENCE
+
+    assert (_SENTENCE.search(text) is not None) is sentence
+
+
+def test_the_rendering_splits_into_text_and_tokens_with_their_groups():
+    """density._TOKEN (each alternative led by a literal, for speed): a run of newlines is
+    one token, the marks are tokens, a tag's closing slash, name and attributes its groups."""
+    from llmtk.clean.density import _TOKEN
+
+    rendered = 'x<p>One <a href="/a">link</a>.</p>\n\n\x02<h2>T</h2>\x03\n<br>\x04y\x05<b>'
+    assert _TOKEN.split(rendered) == [
+        "x", "<p>", "", "p", "", "One ", '<a href="/a">', "", "a", ' href="/a"', "link",
+        "</a>", "/", "a", "", ".", "</p>", "/", "p", "", "", "\n\n", None, None, None, "",
+        "\x02", None, None, None, "", "<h2>", "", "h2", "", "T", "</h2>", "/", "h2", "", "",
+        "\x03", None, None, None, "", "\n", None, None, None, "", "<br>", "", "br", "", "",
+        "\x04", None, None, None, "y", "\x05", None, None, None, "<b>"]
+
+
+def test_the_grouped_furniture_selector_matches_what_the_plain_list_matches():
+    page = ("<html><body><nav>n</nav><div role=banner>b</div><div class='x toc'>t</div>"
+            "<div id=toc>i</div><div id=catlinks>c</div><div class=navbox>nb</div>"
+            "<div class=fragment>f</div><span class=MathJax_Preview>m</span>"
+            "<a href='#s'></a><a href='#t'>kept</a><div class=tocs>no</div><div id=toc2>no</div>"
+            "<div role=main>no</div><div class=katex-html>k</div></body></html>")
+    from resiliparse.parse.html import HTMLTree
+
+    body = HTMLTree.parse(page).body
+    plain = [n.html for n in body.query_selector_all(
+        ", ".join(x.BOILERPLATE + (x._EMPTY_ANCHORS,) + x._SPECIAL)).values()]
+    assert len(plain) == 10
+    assert [n.html for n in body.query_selector_all(x._FURNITURE_OR_SPECIAL).values()] == plain
