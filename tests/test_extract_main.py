@@ -568,3 +568,21 @@ def test_a_lead_paragraph_set_as_a_heading_stays_a_long_title_goes():
             "the port and the old town from our transport desk and our readers in 2020 and 2021")
     tail = f"<h3>{more}</h3><ul>{RELATED}</ul></body></html>"
     assert more not in extract(page.replace("</body></html>", tail))
+
+
+def test_a_lead_paragraph_right_above_the_article_body_stays_a_short_line_does_not():
+    from llmtk.clean.extract import extract
+
+    # (as on real press releases: the lead paragraph set above the element that holds the
+    # article's body, which bounds the text)
+    lead = ("In its first year the council has approved more new bus routes than in the "
+            "five years before, and the transport department expects the first of them to "
+            "run in March, ahead of the plan.")
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE * 3)
+    page = (f"<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>"
+            f"<p>{lead}</p><div class=article-body>{body}</div></div></body></html>")
+    text = extract(page)
+    assert lead in text and ARTICLE[0] in text and ARTICLE[-1] in text
+    # a shorter line there (a date and a place, a photo credit) is not a lead
+    short = "Springfield, 8 December 2022. Photo: the transport department."
+    assert short not in extract(page.replace(lead, short))

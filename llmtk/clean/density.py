@@ -44,14 +44,15 @@ bars, related stories, footers) go, except the heading just before the first par
 between them: a product's name, price and stock above its "Description"); when an element
 named as the article's body (llmtk.clean.extract.MAIN: `article`, `main`,
 `itemprop=articleBody`, `entry-content`...) holds MAIN_SHARE of the page's prose, the
-stretch is chosen inside the innermost such element. What follows the stretch's last list
-of links (two furniture blocks in a row) is cut when it holds under TAIL of the stretch's
-prose (an author's note, a newsletter box). Inside the stretch, link-dense blocks without a
-sentence (or with no more than a label outside their links: "Related: <headline>", or a
-linked headline with no sentence mark outside its links), the short title heading such a
-list or a row of teaser cards ("Mehr zum Thema"), a short heading whose next block is not
-kept (the title of teasers that went, "Vous aimerez aussi") and the non-prose blocks of
-hinted elements are dropped.
+stretch is chosen inside the innermost such element (and the lead paragraph right above it,
+LEAD_CHARS of prose without links: a standfirst set outside the body). What follows the
+stretch's last list of links (two furniture blocks in a row) is cut when it holds under
+TAIL of the stretch's prose (an author's note, a newsletter box). Inside the stretch,
+link-dense blocks without a sentence (or with no more than a label outside their links:
+"Related: <headline>", or a linked headline with no sentence mark outside its links), the
+short title heading such a list or a row of teaser cards ("Mehr zum Thema"), a short
+heading whose next block is not kept (the title of teasers that went, "Vous aimerez aussi")
+and the non-prose blocks of hinted elements are dropped.
 Header-link marks (the `¶` or `#` link to the heading's own anchor that Sphinx, MkDocs and
 others add) are removed anywhere. A page without a full paragraph (a listing, a reference
 page, a short snippet) keeps every block that is not furniture between the first and the
@@ -104,7 +105,8 @@ LEAD_LINES = 3      # short lines between a title and the first section heading 
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 REFERENCE_SHARE = 0.1  # a page with this share of its blocks linked code is a reference
 # a heading this long with a sentence in it is a lead paragraph (a news site's standfirst
-# set as <h2>), weighed as prose; chosen among 1.25-3 × GOOD_CHARS on trafilatura's pages'
+# set as <h2>), weighed as prose, and so is a paragraph as long right above the article's
+# body element (outside it); chosen among 1.25-3 × GOOD_CHARS on trafilatura's pages'
 # dev half: below 2 × the AEB's dev half lost precision (its truth leaves out decks of
 # 130-160 bytes), above it trafilatura's pages lost their leads
 LEAD_CHARS = 2 * GOOD_CHARS
@@ -365,6 +367,7 @@ def main_text(rendered: str) -> str:
     drop |= _list_titles(bs)
     if prose:
         first, last = _main_span(bs, ws)
+        first = _lead_above(bs, ws, hinted, first)
         chosen = _stretches(ws, first, last + 1, 0.0)
         chosen = [_trim_tail(bs, ws, first, last) for first, last in chosen]
         if chosen:
@@ -546,6 +549,19 @@ def _main_span(bs: list[Block], ws: list[float]) -> tuple[int, int]:
             if best is None or size < best[0]:
                 best = (size, m)
     return tuple(span[best[1]]) if best else (0, len(bs) - 1)
+
+
+def _lead_above(bs: list[Block], ws: list[float], hinted: list[bool], first: int) -> int:
+    """The first block of the article-body element that bounds the text, or the lead
+    paragraph right above the element (a standfirst set outside it: a paragraph without
+    links, of LEAD_CHARS of prose, nothing between them)."""
+    j = first - 1
+    while j >= 0 and not bs[j].chars:
+        j -= 1
+    if (j >= 0 and ws[j] >= LEAD_CHARS and bs[j].kind == "p" and not bs[j].links
+            and not hinted[j]):
+        return j
+    return first
 
 
 def _hinted(bs: list[Block], ws: list[float]) -> list[bool]:
