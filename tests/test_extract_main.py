@@ -545,3 +545,44 @@ def test_newsletter_disclaimer_banner_and_next_story_boxes_are_hints(name):
     assert "weekly letter" not in text
     # the same box under a name that says nothing stays: it reads as prose
     assert "weekly letter" in extract(page.replace(f"class={name}", "class=x7"))
+
+
+def test_a_lead_paragraph_set_as_a_heading_stays_a_long_title_goes():
+    from llmtk.clean.extract import extract
+
+    # (as on real news pages: the standfirst, two sentences, set as an <h2> under the
+    # title and above the byline; a heading of that length with a sentence in it is prose)
+    lead = ("The council approved four new bus routes on Tuesday. They will link the "
+            "northern suburbs with the hospital district and cost twelve million dollars "
+            "over three years.")
+    title = "Council expands bus network to the northern suburbs, the hospital and the port"
+    page = (f"<!DOCTYPE html><html><body><div><h1>{title}</h1><h2>{lead}</h2>"
+            f"<p>By Ana Ruiz</p><p>5 May 2020</p>"
+            f"{''.join(f'<p>{p}</p>' for p in ARTICLE)}</div></body></html>")
+    text = extract(page)
+    assert lead in text and ARTICLE[0] in text and ARTICLE[-1] in text
+    assert text.startswith(title)  # (the heading just before the text starts it)
+    # a heading as long without a sentence in it is a title, not a lead: after the text,
+    # over a list of links, it goes
+    more = ("More on buses trams and trains in the northern suburbs the hospital district "
+            "the port and the old town from our transport desk and our readers in 2020 and 2021")
+    tail = f"<h3>{more}</h3><ul>{RELATED}</ul></body></html>"
+    assert more not in extract(page.replace("</body></html>", tail))
+
+
+def test_a_lead_paragraph_right_above_the_article_body_stays_a_short_line_does_not():
+    from llmtk.clean.extract import extract
+
+    # (as on real press releases: the lead paragraph set above the element that holds the
+    # article's body, which bounds the text)
+    lead = ("In its first year the council has approved more new bus routes than in the "
+            "five years before, and the transport department expects the first of them to "
+            "run in March, ahead of the plan.")
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE * 3)
+    page = (f"<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>"
+            f"<p>{lead}</p><div class=article-body>{body}</div></div></body></html>")
+    text = extract(page)
+    assert lead in text and ARTICLE[0] in text and ARTICLE[-1] in text
+    # a shorter line there (a date and a place, a photo credit) is not a lead
+    short = "Springfield, 8 December 2022. Photo: the transport department."
+    assert short not in extract(page.replace(lead, short))

@@ -14,8 +14,9 @@ text and link density, jusText's length and context, readability's punctuation):
 * link-dense (menus, related-article lists, tag clouds, share bars): minus a multiple of
   its length, unless it is a bare address (a source cited as its URL: nothing); headings
   and other short blocks (dates, bylines, labels, a short line mostly of digits): minus a
-  little; a list item without links that starts with a number (a recipe's "300 g Mehl"):
-  nothing;
+  little, but a heading LEAD_CHARS long with a sentence (a lead paragraph set as a
+  heading) weighs as prose; a list item without links that starts with a number (a
+  recipe's "300 g Mehl"): nothing;
   a table row weighs nothing (a table of links is content as often as it is navigation);
   a link whose text is a web address spelled out ("see https://www.debian.org/doc") counts
   as text, not as a link: menus and headline lists name their targets in words;
@@ -43,14 +44,15 @@ bars, related stories, footers) go, except the heading just before the first par
 between them: a product's name, price and stock above its "Description"); when an element
 named as the article's body (llmtk.clean.extract.MAIN: `article`, `main`,
 `itemprop=articleBody`, `entry-content`...) holds MAIN_SHARE of the page's prose, the
-stretch is chosen inside the innermost such element. What follows the stretch's last list
-of links (two furniture blocks in a row) is cut when it holds under TAIL of the stretch's
-prose (an author's note, a newsletter box). Inside the stretch, link-dense blocks without a
-sentence (or with no more than a label outside their links: "Related: <headline>", or a
-linked headline with no sentence mark outside its links), the short title heading such a
-list or a row of teaser cards ("Mehr zum Thema"), a short heading whose next block is not
-kept (the title of teasers that went, "Vous aimerez aussi") and the non-prose blocks of
-hinted elements are dropped.
+stretch is chosen inside the innermost such element (and the lead paragraph right above it,
+LEAD_CHARS of prose without links: a standfirst set outside the body). What follows the
+stretch's last list of links (two furniture blocks in a row) is cut when it holds under
+TAIL of the stretch's prose (an author's note, a newsletter box). Inside the stretch,
+link-dense blocks without a sentence (or with no more than a label outside their links:
+"Related: <headline>", or a linked headline with no sentence mark outside its links), the
+short title heading such a list or a row of teaser cards ("Mehr zum Thema"), a short
+heading whose next block is not kept (the title of teasers that went, "Vous aimerez aussi")
+and the non-prose blocks of hinted elements are dropped.
 Header-link marks (the `¶` or `#` link to the heading's own anchor that Sphinx, MkDocs and
 others add) are removed anywhere. A page without a full paragraph (a listing, a reference
 page, a short snippet) keeps every block that is not furniture between the first and the
@@ -102,6 +104,12 @@ MID_WEIGHT = 0.2    # a long paragraph with a sentence and a few more links: plu
 LEAD_LINES = 3      # short lines between a title and the first section heading it heads
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 REFERENCE_SHARE = 0.1  # a page with this share of its blocks linked code is a reference
+# a heading this long with a sentence in it is a lead paragraph (a news site's standfirst
+# set as <h2>), weighed as prose, and so is a paragraph as long right above the article's
+# body element (outside it); chosen among 1.25-3 × GOOD_CHARS on trafilatura's pages'
+# dev half: below 2 × the AEB's dev half lost precision (its truth leaves out decks of
+# 130-160 bytes), above it trafilatura's pages lost their leads
+LEAD_CHARS = 2 * GOOD_CHARS
 # a sentence mark (. ! ? 。 …), or a clause mark (, ; : ，、) before a space: written as one
 # class and a condition, the engine skips to candidates by the class alone (written as two
 # alternatives, a search cost twice as much)
@@ -300,7 +308,9 @@ def weight(b: Block) -> float:
         return 0.0 if _URL_TEXT.match(b.raw) else -BAD_WEIGHT * b.chars
     if b.kind == "pre":
         return float(b.chars)
-    if b.kind == "h":  # a title, however long, is not the text it heads
+    if b.kind == "h" and not (b.sentence and b.chars >= LEAD_CHARS):
+        # a title, however long, is not the text it heads (a heading of two paragraphs'
+        # length with a sentence in it is a lead paragraph set as a heading: prose)
         return -SHORT_WEIGHT * b.chars
     if b.sentence and density > GOOD_LINKS and b.chars >= GOOD_CHARS:
         # (a paragraph citing its sources in links: prose, if weaker; the news article's
@@ -357,6 +367,7 @@ def main_text(rendered: str) -> str:
     drop |= _list_titles(bs)
     if prose:
         first, last = _main_span(bs, ws)
+        first = _lead_above(bs, ws, hinted, first)
         chosen = _stretches(ws, first, last + 1, 0.0)
         chosen = [_trim_tail(bs, ws, first, last) for first, last in chosen]
         if chosen:
@@ -538,6 +549,19 @@ def _main_span(bs: list[Block], ws: list[float]) -> tuple[int, int]:
             if best is None or size < best[0]:
                 best = (size, m)
     return tuple(span[best[1]]) if best else (0, len(bs) - 1)
+
+
+def _lead_above(bs: list[Block], ws: list[float], hinted: list[bool], first: int) -> int:
+    """The first block of the article-body element that bounds the text, or the lead
+    paragraph right above the element (a standfirst set outside it: a paragraph without
+    links, of LEAD_CHARS of prose, nothing between them)."""
+    j = first - 1
+    while j >= 0 and not bs[j].chars:
+        j -= 1
+    if (j >= 0 and ws[j] >= LEAD_CHARS and bs[j].kind == "p" and not bs[j].links
+            and not hinted[j]):
+        return j
+    return first
 
 
 def _hinted(bs: list[Block], ws: list[float]) -> list[bool]:
