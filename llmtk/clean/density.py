@@ -650,7 +650,8 @@ def _headline(raw: str) -> bool:
 # `std::string`, `java.util.List<Connection.KeyVal>`, `Date_sig.S.week`, `MDB_val *key`;
 # `ssh_channel_open`; not an image's file name alone, "dp3_1_en"; in ASCII: CJK is \w
 # too, and "史蒂文的家_藍天 於 2014/01/01 回覆" is a blog comment's author line) ...
-_CODE_MARK = re.compile(r"[A-Za-z0-9_]\(|\(\)|->|::|[A-Za-z0-9]<[A-Za-z]|\s[:=]\s"  # calls...
+_CALLS = r"[A-Za-z0-9_]\(|\(\)|->|::|[A-Za-z0-9]<[A-Za-z]"  # calls, arrows, generics
+_CODE_MARK = re.compile(_CALLS + r"|\s[:=]\s"
                         r"|[A-Za-z]{2}_[A-Za-z]{2}|[A-Za-z0-9]_[A-Za-z0-9]\S* "  # snake_case
                         r"|[a-z]\.[a-zA-Z_]\w*\.")  # dotted paths
 # (not in addresses, paths and handles: "http://po.st/TP_615", "pic.twitter.com/x1",
@@ -662,8 +663,7 @@ _MAYBE_CODE = re.compile(r"[(>:<=_.]")
 # in a programmer's spelling (camelCase, snake_case, dotted)
 _IDENT = re.compile(r"[\w$.]+")
 # (the marks that decide whether a page is a reference: _code_shaped)
-_STRONG_CODE = re.compile(r"[A-Za-z0-9_]\(|\(\)|->|::|[A-Za-z0-9]<[A-Za-z]"
-                          r"|[A-Za-z0-9]_[A-Za-z0-9]|[a-z]\.[a-zA-Z_]\w*\.[a-zA-Z_]")
+_STRONG_CODE = re.compile(_CALLS + r"|[A-Za-z0-9]_[A-Za-z0-9]|[a-z]\.[a-zA-Z_]\w*\.[a-zA-Z_]")
 _CODE_IDENT = re.compile(r"[a-z][A-Z]|\w_\w|\w\.\w")
 
 
