@@ -14,6 +14,7 @@ import typer
 
 from llmtk.commands import configs
 from llmtk.commands import options as o
+from llmtk.compute.placement import DEFAULT_LORA_TARGETS
 
 HELP = """\
 FLOPs, memory per GPU, time, GPU-hours, cost and Chinchilla tokens for a training run.
@@ -108,7 +109,7 @@ def command(
     lora_targets: Annotated[str, _opt("--lora-targets", "LIST", "With --lora-rank: the "
                                       "adapted matrices, as llmtk train's (q,k,v,o,gate,up,"
                                       "down,experts; experts: every routed expert's three).",
-                                      RUN)] = "q,k,v,o,gate,up,down",
+                                      RUN)] = DEFAULT_LORA_TARGETS,
     solve: Annotated[Text, _opt("--solve", "WHAT", "gpus, days, tokens or layout: answer 'how "
                                 "many GPUs for --days 30?' or 'which dp x tp x pp is fastest "
                                 "on --gpus?'.", RUN)] = None,

@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass, replace
 
 from llmtk.compute.models import ModelSpec
+from llmtk.compute.placement import DEFAULT_LORA_TARGETS
 
 # Bytes per parameter: (weights, gradients, fp32 master copy).
 PRECISION_BYTES = {
@@ -298,7 +299,7 @@ def block_params(m: ModelSpec, tp: int = 1, ep: int = 1) -> float:
 
 
 def lora_params(m: ModelSpec, rank: int, tp: int = 1,
-                targets: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")) -> float:
+                targets: tuple[str, ...] = tuple(DEFAULT_LORA_TARGETS.split(","))) -> float:
     """LoRA adapters (A: r x in, B: out x r) on the `targets` of every block (llmtk train's
     --lora-targets, its default: every linear layer but the routed experts): q, k, v, o
     and gate, up, down on a dense layer's MLP, on a MoE layer's shared experts (none

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from llmtk.compute import flops as F
 from llmtk.compute import hardware
 from llmtk.compute.models import Dims, ModelSpec, build_spec, count_params
-from llmtk.compute.placement import stage_layers
+from llmtk.compute.placement import DEFAULT_LORA_TARGETS, stage_layers
 from llmtk.errors import ConfigError
 from llmtk.estimate import layout, memory, rules, scaling
 from llmtk.estimate.emit import refusal
@@ -47,7 +47,7 @@ class Request:
     optimizer: str = "adamw"
     precision: str = "bf16-mixed"
     lora_rank: int | None = None
-    lora_targets: str = "q,k,v,o,gate,up,down"  # llmtk train's --lora-targets
+    lora_targets: str = DEFAULT_LORA_TARGETS  # llmtk train's --lora-targets
     solve: str | None = None
     days: float | None = None
     fit: str = "besiroglu"
@@ -497,7 +497,6 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
     # and the experts frozen (only the adapters trained)
     lora = req.lora_rank if spec is not None else None
     targets = lora_targets(req) if lora else ()
-    adapters = memory.expert_adapter_params(spec, lora, targets=targets) if experts else 0.0
     lora_shard = None
     if llmtk_model:
         # llmtk train keeps fp32 parameters and gradients under bf16 autocast (its masters
@@ -517,6 +516,7 @@ def _memory(spec, counts, total, trainable, req, par, accum, gpu,
             expert_params=experts / par.tp * in_stage + adapters,
             expert_trainable=adapters if lora else None)
     else:
+        adapters = memory.expert_adapter_params(spec, lora, targets=targets) if experts else 0.0
         states = memory.model_state_bytes(
             stored, precision=req.precision, optimizer=req.optimizer, par=par,
             trainable=trainable, adafactor_elems=ada, expert_params=experts + adapters,

@@ -25,6 +25,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 
+from llmtk.compute.placement import DEFAULT_LORA_TARGETS
 from llmtk.errors import ConfigError
 from llmtk.io import tomlfile
 
@@ -129,7 +130,7 @@ class TrainConfig:
     packing: bool = True                  # pack examples (document-masked) or pad each
     lora_rank: int | None = None          # LoRA adapters of this rank; the base is frozen
     lora_alpha: float | None = None       # default: the rank (scale 1)
-    lora_targets: str = "q,k,v,o,gate,up,down"
+    lora_targets: str = DEFAULT_LORA_TARGETS  # not `experts` (opt-in)
     lora_dropout: float = 0.0
     eval_tasks: list[str] = field(default_factory=list)
     eval_bad_cases: int = 5

@@ -39,14 +39,12 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from llmtk.compute.placement import DEFAULT_LORA_TARGETS, LORA_TARGETS
+from llmtk.compute.placement import DEFAULT_LORA_TARGETS
 from llmtk.compute.placement import parse_lora_targets as parse_targets
 from llmtk.errors import ConfigError
 from llmtk.train.model.gpt import ModelConfig, group_qkv, init_whole_
 from llmtk.train.model.moe import GroupedExperts, MoE, expert_matmul, grad_scaled
 
-TARGETS = LORA_TARGETS
-DEFAULT_TARGETS = DEFAULT_LORA_TARGETS  # --lora-targets' default: not `experts` (opt-in)
 MODULE_OF = {"o": "attn.wo", "gate": "mlp.w1", "up": "mlp.w3", "down": "mlp.w2"}
 
 
@@ -269,7 +267,7 @@ def _get(module, path: str):
     return module
 
 
-def add_lora(model, rank: int, alpha: float | None = None, targets: str = DEFAULT_TARGETS,
+def add_lora(model, rank: int, alpha: float | None = None, targets: str = DEFAULT_LORA_TARGETS,
              dropout: float = 0.0) -> int:
     """Freeze every parameter of `model` (a llmtk GPT) and add adapters; returns the number
     of trainable (adapter) parameters."""
