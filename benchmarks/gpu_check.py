@@ -21,8 +21,9 @@ step-time model of --solve layout, llmtk.estimate.layout, at --mfu for the matmu
 cp with its K/V all-gather). --doc-mask trains with `llmtk train --doc-mask` on documents
 of about a quarter of the sequence (several per window): FlexAttention's block mask on
 one GPU or under tp/fsdp, the cp ranks' bool masks under cp (the estimate does not price
-the mask). Without enough GPUs it says so in one line and records nothing (exit 1). The
-cp and --doc-mask layouts have not been run on a GPU yet (none was lent).
+the mask). Without enough GPUs it says so in one line and records nothing (exit 1). A
+failed run prints the worker's last stderr lines. fsdp1 --doc-mask ran on one H200
+(docs/train.md); the cp layouts have not been run on GPUs yet.
 
 Reproduce:
     python benchmarks/gpu_check.py                   # one H100/H200: under 8 minutes
@@ -395,8 +396,26 @@ def predict_layout(args, model: str, layout: dict, device_name: str, per_node: i
             "mfu": flops_per_token_for_config(mcfg, causal=True) * tps / peak}
 
 
-def check_layout(args, layout: dict) -> None:
+def run_train(cmd: list, out: str, keep_lines: int = 30) -> dict | None:
+    """Run one `llmtk train`; None when it succeeds, else its last stderr line as `error`
+    and the last `keep_lines` lines as `worker_messages`: train's own last line only
+    says that a worker failed, and the worker's traceback above it is the reason (on a
+    lent GPU a run cannot be repeated to read it). The whole stderr is kept in
+    OUT/stderr.log."""
     import subprocess
+
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode == 0:
+        return None
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "stderr.log"), "w") as f:
+        f.write(p.stderr)
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    return {"error": lines[-1] if lines else f"exit {p.returncode}",
+            "worker_messages": lines[-keep_lines:]}
+
+
+def check_layout(args, layout: dict) -> None:
 
     import torch
 
@@ -422,13 +441,13 @@ def check_layout(args, layout: dict) -> None:
         for mode in args.modes.split(","):
             out = os.path.join(work, f"run-{model}-{mode}")
             cmd = [sys.executable, *train_command(args, layout, model, mode, corpus, out)]
-            p = subprocess.run(cmd, capture_output=True, text=True)
             r = {"model": model, "layout": args.layout, "compile": mode == "compile",
                  "doc_mask": args.doc_mask, "gpus": n, "device": device_name}
-            if p.returncode != 0:
-                lines = [x for x in p.stderr.splitlines() if x.strip()]
-                r["error"] = lines[-1] if lines else f"exit {p.returncode}"
-                print(f"{model:>5} {mode:>7} {args.layout}: failed: {r['error']}", flush=True)
+            failure = run_train(cmd, out)
+            if failure:
+                r.update(failure)
+                print(f"{model:>5} {mode:>7} {args.layout}: failed: {r['error']}\n"
+                      + "\n".join("    " + x for x in r["worker_messages"]), flush=True)
                 results.append(r)
                 continue
             with open(os.path.join(out, "metrics.jsonl")) as f:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from benchmarks.gpu_check import parse_layout
+from benchmarks.gpu_check import parse_layout, run_train
 from tests.util import ROOT, env, run_module
 
 
@@ -33,6 +33,21 @@ def test_without_gpus_it_says_so_and_records_nothing(tmp_path):
     assert err[0].startswith("gpu_check --layout fsdp4xtp2: needs 8 CUDA GPUs on this node")
     assert err[0].endswith("nothing measured, nothing recorded")
     assert not report.exists()
+
+
+def test_a_failed_layout_run_keeps_the_worker_messages(tmp_path):
+    # train's last line says only that a worker failed; the reason is the worker's
+    # traceback above it, which the report must carry (a GPU run cannot be repeated)
+    worker = ("import sys\n"
+              "print('worker 0: ModuleNotFoundError: No module named zlib_ng', file=sys.stderr)\n"
+              "print('llmtk: error: training failed: worker exit status [1]', file=sys.stderr)\n"
+              "sys.exit(1)\n")
+    failure = run_train([sys.executable, "-c", worker], str(tmp_path / "run"))
+    assert failure["error"] == "llmtk: error: training failed: worker exit status [1]"
+    assert failure["worker_messages"][0].endswith("No module named zlib_ng")
+    assert "No module named zlib_ng" in (tmp_path / "run" / "stderr.log").read_text()
+    assert run_train([sys.executable, "-c", "pass"], str(tmp_path / "ok")) is None
+    assert not (tmp_path / "ok").exists()
 
 
 @pytest.mark.parametrize("name,mode,doc_mask", [
