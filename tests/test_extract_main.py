@@ -586,3 +586,27 @@ def test_a_lead_paragraph_right_above_the_article_body_stays_a_short_line_does_n
     # a shorter line there (a date and a place, a photo credit) is not a lead
     short = "Springfield, 8 December 2022. Photo: the transport department."
     assert short not in extract(page.replace(lead, short))
+
+
+def test_what_follows_a_run_of_dropped_furniture_at_the_end_goes_a_long_paragraph_stays():
+    from llmtk.clean.extract import extract
+
+    # (as on real news pages: the story, its metadata box of short lines and tag links,
+    # then a newsletter box inside the same article element)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE * 2)
+    tags = " ".join(f'<a href="/tags/{t}">{t}</a>,' for t in ("buses", "council", "transport"))
+    meta = (f"<div class=post-tags><div>Words: 717</div><div>Published: May 5, 2020, 6:18 "
+            f"p.m.</div><div>Tags: {tags}</div></div>")
+    box = ("<h2>Subscribe to the Morning Review</h2><p>Get the day's top headlines delivered "
+           "to your inbox every morning by signing up today.</p>")
+    page = (f"<!DOCTYPE html><html><body><article>{body}{meta}{box}</article>"
+            f"</body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "inbox" not in text and "Subscribe" not in text
+    # a long paragraph after such a run (the story goes on after a photo gallery) stays
+    more = ("Note: the council will also review the night routes next spring, after the "
+            "consultation with the drivers' union and the residents of the northern "
+            "suburbs has ended, and it expects to publish the new timetable in June.")
+    text = extract(page.replace(box, f"<p>{more}</p>"))
+    assert more in text

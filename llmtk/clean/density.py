@@ -97,6 +97,7 @@ SECOND = 0.5        # a further stretch is kept when it weighs this share of the
 ALL_LINKS = 0.8     # a block with this share of its text in links is a list item or headline
 DIGITS = 0.3        # a short line with this share of digits is a date or a price
 LIST_RUN = 2         # furniture blocks in a row that make a list of links
+DROP_RUN = 3        # dropped blocks in a row that end the article's text
 TAIL = 0.2          # prose after the stretch's last list of links weighing less goes
 TITLE_WORDS = 6     # a list's title ("Das könnte Sie auch interessieren") has at most this
 HEADLINE_WORDS = 4  # a linked headline has at least this many words
@@ -370,6 +371,7 @@ def main_text(rendered: str) -> str:
         first = _lead_above(bs, ws, hinted, first)
         chosen = _stretches(ws, first, last + 1, 0.0)
         chosen = [_trim_tail(bs, ws, first, last) for first, last in chosen]
+        chosen = [_trim_after_furniture(bs, ws, drop, first, last) for first, last in chosen]
         if chosen:
             chosen[0] = (_heading_before(bs, chosen[0][0], hinted), chosen[0][1])
     else:
@@ -529,6 +531,40 @@ def _trim_tail(bs: list[Block], ws: list[float], first: int, last: int) -> tuple
         if cut < 0 or after >= TAIL * total:
             return first, last
         last = cut
+
+
+def _trim_after_furniture(bs: list[Block], ws: list[float], drop: set[int], first: int,
+                          last: int) -> tuple[int, int]:
+    """The stretch without what follows its last run of DROP_RUN blocks that are dropped
+    anyway and are no paragraphs (a hinted box's word count, date and tag links) when what
+    follows weighs less than TAIL of the stretch and holds no paragraph of LEAD_CHARS: the
+    article ends where the page's own furniture starts, and a newsletter box after that
+    furniture is the page's, not the article's (the list-of-links rule, _trim_tail, needs
+    two unhinted link lists in a row, which a metadata box is not). A hinted caption is a
+    paragraph, and a long paragraph after the run is the article going on after a photo
+    gallery: either keeps what follows."""
+    total = sum(w for w in ws[first:last + 1] if w > 0)
+    after = 0.0
+    run = 0
+    for i in range(last, first, -1):
+        if not bs[i].chars:
+            continue
+        if i in drop and not _paragraph(bs[i]):
+            run += 1
+            continue
+        if run >= DROP_RUN:
+            return (first, i) if after < TAIL * total else (first, last)
+        run = 0
+        if ws[i] > 0:
+            after += ws[i]
+        if ws[i] >= LEAD_CHARS:  # (a long paragraph after a figure: still the article)
+            return first, last
+    return first, last
+
+
+def _paragraph(b: Block) -> bool:
+    """Whether a block reads as a paragraph: GOOD_CHARS long, a sentence, few links."""
+    return b.sentence and b.chars >= GOOD_CHARS and b.links <= GOOD_LINKS * b.chars
 
 
 def _main_span(bs: list[Block], ws: list[float]) -> tuple[int, int]:
