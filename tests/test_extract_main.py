@@ -610,3 +610,30 @@ def test_what_follows_a_run_of_dropped_furniture_at_the_end_goes_a_long_paragrap
             "suburbs has ended, and it expects to publish the new timetable in June.")
     text = extract(page.replace(box, f"<p>{more}</p>"))
     assert more in text
+
+
+def test_the_text_ends_with_its_article_body_element_unless_the_next_one_goes_on():
+    from llmtk.clean.extract import extract
+
+    # (as on real podcast and news pages: the article element, then, outside it, another
+    # story's teaser under a heading; the page's own blurb far below, past its menus)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE * 2)
+    teaser = ("This week a listener who has not voted in years looks for reasons to vote "
+              "again, and asks her neighbours, her family and a judge what they think.")
+    about = ("Our radio has produced documentaries, reports and interviews since 2002, made "
+             "by independent authors and broadcast each week on our site and on the air. "
+             "Every programme is free to listen to and to share with your friends.")
+    menu = "".join(f'<li><a href="/m/{i}">Programme number {i}</a></li>' for i in range(12))
+    page = (f"<!DOCTYPE html><html><body><div><article>{body}</article>"
+            f"<h3>You may also like</h3><p>{teaser}</p></div><ul>{menu}</ul>"
+            f"<div><p>{about}</p></div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert teaser not in text and about not in text
+    # an article written in two body elements, one after the other, goes on in the second
+    more = ("The transport department will publish the timetables of the four new routes "
+            "in February, a month before the first buses run.")
+    parts = (f"<div class=article-body>{body}</div><div class=article-body><p>{more}</p>"
+             f"</div>")
+    text = extract(page.replace(f"<article>{body}</article>", parts))
+    assert more in text
