@@ -637,3 +637,21 @@ def test_the_text_ends_with_its_article_body_element_unless_the_next_one_goes_on
              f"</div>")
     text = extract(page.replace(f"<article>{body}</article>", parts))
     assert more in text
+
+
+def test_lines_of_another_element_after_the_last_paragraph_go_a_section_stays():
+    from llmtk.clean.extract import extract
+
+    # (as on real news pages: the story in <p> paragraphs, then its author's bio and a
+    # dateline as a box's lines)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE * 2)
+    bio = "Ana Ruiz has covered the city council for ten years. Write to her any time."
+    page = (f"<!DOCTYPE html><html><body><div>{body}<div><div>{bio}</div>"
+            f"<div>First published: May 5, 2020, 8:38 AM</div></div></div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "Ana Ruiz has" not in text and "First published" not in text
+    # under a heading such lines are a section of the text (a list of the new stops)
+    stops = "".join(f"<li>Stop {n}, near the old mill.</li>" for n in ("one", "two", "three"))
+    text = extract(page.replace("<div><div>", f"<h2>The new stops</h2><ul>{stops}</ul><div><div>"))
+    assert "The new stops" in text and "Stop three, near the old mill." in text
