@@ -655,3 +655,10 @@ def test_lines_of_another_element_after_the_last_paragraph_go_a_section_stays():
     stops = "".join(f"<li>Stop {n}, near the old mill.</li>" for n in ("one", "two", "three"))
     text = extract(page.replace("<div><div>", f"<h2>The new stops</h2><ul>{stops}</ul><div><div>"))
     assert "The new stops" in text and "Stop three, near the old mill." in text
+    # and after a paragraph that introduces them, a list of the text's items
+    intro = ("<p>Before the work starts, the department will consult the people who live "
+             "along the routes, at two meetings:</p>")
+    meetings = "<ul><li>Monday, at the town hall.</li><li>Friday, at the library.</li></ul>"
+    text = extract(f"<!DOCTYPE html><html><body><div>{body}{intro}{meetings}</div>"
+                   "</body></html>")
+    assert "Friday, at the library." in text

@@ -100,6 +100,7 @@ LIST_RUN = 2         # furniture blocks in a row that make a list of links
 DROP_RUN = 3        # dropped blocks in a row that end the article's text
 BODY_SHARE = 0.5    # an article-body element with this share of the stretch's prose ends it
 KIND_PARAGRAPHS = 3  # <p> paragraphs that say the text is written in them ...
+KIND_LINES = 4      # ... when they are no more lines than this (a box, not a list)
 KIND_TAIL = 0.1     # ... and what follows them in other elements goes under this share
 TAIL = 0.2          # prose after the stretch's last list of links weighing less goes
 TITLE_WORDS = 6     # a list's title ("Das könnte Sie auch interessieren") has at most this
@@ -377,7 +378,8 @@ def main_text(rendered: str) -> str:
         chosen = [_trim_after_furniture(bs, ws, drop, first, last) for first, last in chosen]
         if chosen:
             chosen[-1] = _end_of_body(bs, ws, *chosen[-1])
-            chosen[-1] = _end_of_paragraphs(bs, ws, *chosen[-1])
+            if not reference:
+                chosen[-1] = _end_of_paragraphs(bs, ws, drop, *chosen[-1])
         if chosen:
             chosen[0] = (_heading_before(bs, chosen[0][0], hinted), chosen[0][1])
     else:
@@ -595,21 +597,27 @@ def _end_of_body(bs: list[Block], ws: list[float], first: int, last: int) -> tup
     return (first, end) if 0 < after < TAIL * total else (first, last)
 
 
-def _end_of_paragraphs(bs: list[Block], ws: list[float], first: int,
+def _end_of_paragraphs(bs: list[Block], ws: list[float], drop: set[int], first: int,
                        last: int) -> tuple[int, int]:
     """The stretch ended at its last <p> paragraph when the text is written in <p>
     paragraphs (KIND_PARAGRAPHS of them) and what follows it holds prose only in elements
     of another kind (a `div`'s lines: an author's bio, a dateline, a donation call, a
     disclaimer), no heading, and weighs less than KIND_TAIL of the stretch: an article's
-    own last lines are paragraphs like the rest of it, or a section under its heading.
+    own last lines are paragraphs like the rest of it, a section under its heading, or a
+    list its last paragraph introduces (ends with a colon); more than KIND_LINES lines are
+    a list too (a manual's last definitions), and a reference page is left as it is.
     (KIND_TAIL among 0.1-0.35 on the development halves: above 0.1 trafilatura's pages lost
     text; KIND_PARAGRAPHS from 2 to 5 changed nothing there.)"""
     ps = [i for i in range(first, last + 1) if bs[i].kind == "p" and _paragraph(bs[i])]
     if len(ps) < KIND_PARAGRAPHS:
         return first, last
     end = ps[-1]
+    if bs[end].raw.rstrip().endswith((":", "：")):
+        return first, last  # (the paragraph introduces what follows: a list of its items)
     if any(bs[i].kind and (ws[i] > 0 or bs[i].kind == "h") for i in range(end + 1, last + 1)):
         return first, last  # (a paragraph, code or a heading: the text goes on)
+    if sum(1 for i in range(end + 1, last + 1) if bs[i].chars and i not in drop) > KIND_LINES:
+        return first, last
     total = sum(w for w in ws[first:last + 1] if w > 0)
     after = sum(w for w in ws[end + 1:last + 1] if w > 0)
     return (first, end) if 0 < after < KIND_TAIL * total else (first, last)
