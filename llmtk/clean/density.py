@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import html as htmllib
 import re
+from itertools import islice
 
 # chosen on the benchmark's development half (see above); lengths in UTF-8 bytes
 GOOD_CHARS = 80     # a prose block is at least this long ...
@@ -608,10 +609,12 @@ def _end_of_paragraphs(bs: list[Block], ws: list[float], drop: set[int], first: 
     a list too (a manual's last definitions), and a reference page is left as it is.
     (KIND_TAIL among 0.1-0.35 on the development halves: above 0.1 trafilatura's pages lost
     text; KIND_PARAGRAPHS from 2 to 5 changed nothing there.)"""
-    ps = [i for i in range(first, last + 1) if bs[i].kind == "p" and _paragraph(bs[i])]
-    if len(ps) < KIND_PARAGRAPHS:
+    # (from the end: the last <p> paragraph, then whether KIND_PARAGRAPHS are there)
+    ps = (i for i in range(last, first - 1, -1) if bs[i].kind == "p" and _paragraph(bs[i]))
+    end = next(ps, None)
+    if end is None or end == last or sum(1 for _ in islice(ps, KIND_PARAGRAPHS - 1)) < \
+            KIND_PARAGRAPHS - 1:
         return first, last
-    end = ps[-1]
     if bs[end].raw.rstrip().endswith((":", "：")):
         return first, last  # (the paragraph introduces what follows: a list of its items)
     if any(bs[i].kind and (ws[i] > 0 or bs[i].kind == "h") for i in range(end + 1, last + 1)):
