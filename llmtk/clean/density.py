@@ -47,7 +47,11 @@ named as the article's body (llmtk.clean.extract.MAIN: `article`, `main`,
 stretch is chosen inside the innermost such element (and the lead paragraph right above it,
 LEAD_CHARS of prose without links: a standfirst set outside the body). What follows the
 stretch's last list of links (two furniture blocks in a row) is cut when it holds under
-TAIL of the stretch's prose (an author's note, a newsletter box). Inside the stretch,
+TAIL of the stretch's prose (an author's note, a newsletter box); so is what follows its
+last run of DROP_RUN dropped blocks (a metadata box's date and tags), what it holds after
+the article-body element that holds BODY_SHARE of its prose, and the lines of other
+elements after its last `<p>` paragraph (a bio, a dateline: _end_of_paragraphs), each
+when small and without the paragraphs that would say the article goes on. Inside the stretch,
 link-dense blocks without a sentence (or with no more than a label outside their links:
 "Related: <headline>", or a linked headline with no sentence mark outside its links), the
 short title heading such a list or a row of teaser cards ("Mehr zum Thema"), a short
