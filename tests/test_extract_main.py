@@ -586,3 +586,79 @@ def test_a_lead_paragraph_right_above_the_article_body_stays_a_short_line_does_n
     # a shorter line there (a date and a place, a photo credit) is not a lead
     short = "Springfield, 8 December 2022. Photo: the transport department."
     assert short not in extract(page.replace(lead, short))
+
+
+def test_what_follows_a_run_of_dropped_furniture_at_the_end_goes_a_long_paragraph_stays():
+    from llmtk.clean.extract import extract
+
+    # (as on real news pages: the story, its metadata box of short lines and tag links,
+    # then a newsletter box inside the same article element)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE * 2)
+    tags = " ".join(f'<a href="/tags/{t}">{t}</a>,' for t in ("buses", "council", "transport"))
+    meta = (f"<div class=post-tags><div>Words: 717</div><div>Published: May 5, 2020, 6:18 "
+            f"p.m.</div><div>Tags: {tags}</div></div>")
+    box = ("<h2>Subscribe to the Morning Review</h2><p>Get the day's top headlines delivered "
+           "to your inbox every morning by signing up today.</p>")
+    page = (f"<!DOCTYPE html><html><body><article>{body}{meta}{box}</article>"
+            f"</body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "inbox" not in text and "Subscribe" not in text
+    # a long paragraph after such a run (the story goes on after a photo gallery) stays
+    more = ("Note: the council will also review the night routes next spring, after the "
+            "consultation with the drivers' union and the residents of the northern "
+            "suburbs has ended, and it expects to publish the new timetable in June.")
+    text = extract(page.replace(box, f"<p>{more}</p>"))
+    assert more in text
+
+
+def test_the_text_ends_with_its_article_body_element_unless_the_next_one_goes_on():
+    from llmtk.clean.extract import extract
+
+    # (as on real podcast and news pages: the article element, then, outside it, another
+    # story's teaser under a heading; the page's own blurb far below, past its menus)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE * 2)
+    teaser = ("This week a listener who has not voted in years looks for reasons to vote "
+              "again, and asks her neighbours, her family and a judge what they think.")
+    about = ("Our radio has produced documentaries, reports and interviews since 2002, made "
+             "by independent authors and broadcast each week on our site and on the air. "
+             "Every programme is free to listen to and to share with your friends.")
+    menu = "".join(f'<li><a href="/m/{i}">Programme number {i}</a></li>' for i in range(12))
+    page = (f"<!DOCTYPE html><html><body><div><article>{body}</article>"
+            f"<h3>You may also like</h3><p>{teaser}</p></div><ul>{menu}</ul>"
+            f"<div><p>{about}</p></div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert teaser not in text and about not in text
+    # an article written in two body elements, one after the other, goes on in the second
+    more = ("The transport department will publish the timetables of the four new routes "
+            "in February, a month before the first buses run.")
+    parts = (f"<div class=article-body>{body}</div><div class=article-body><p>{more}</p>"
+             f"</div>")
+    text = extract(page.replace(f"<article>{body}</article>", parts))
+    assert more in text
+
+
+def test_lines_of_another_element_after_the_last_paragraph_go_a_section_stays():
+    from llmtk.clean.extract import extract
+
+    # (as on real news pages: the story in <p> paragraphs, then its author's bio and a
+    # dateline as a box's lines)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE * 2)
+    bio = "Ana Ruiz has covered the city council for ten years. Write to her any time."
+    page = (f"<!DOCTYPE html><html><body><div>{body}<div><div>{bio}</div>"
+            f"<div>First published: May 5, 2020, 8:38 AM</div></div></div></body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "Ana Ruiz has" not in text and "First published" not in text
+    # under a heading such lines are a section of the text (a list of the new stops)
+    stops = "".join(f"<li>Stop {n}, near the old mill.</li>" for n in ("one", "two", "three"))
+    text = extract(page.replace("<div><div>", f"<h2>The new stops</h2><ul>{stops}</ul><div><div>"))
+    assert "The new stops" in text and "Stop three, near the old mill." in text
+    # and after a paragraph that introduces them, a list of the text's items
+    intro = ("<p>Before the work starts, the department will consult the people who live "
+             "along the routes, at two meetings:</p>")
+    meetings = "<ul><li>Monday, at the town hall.</li><li>Friday, at the library.</li></ul>"
+    text = extract(f"<!DOCTYPE html><html><body><div>{body}{intro}{meetings}</div>"
+                   "</body></html>")
+    assert "Friday, at the library." in text

@@ -47,7 +47,11 @@ named as the article's body (llmtk.clean.extract.MAIN: `article`, `main`,
 stretch is chosen inside the innermost such element (and the lead paragraph right above it,
 LEAD_CHARS of prose without links: a standfirst set outside the body). What follows the
 stretch's last list of links (two furniture blocks in a row) is cut when it holds under
-TAIL of the stretch's prose (an author's note, a newsletter box). Inside the stretch,
+TAIL of the stretch's prose (an author's note, a newsletter box); so is what follows its
+last run of DROP_RUN dropped blocks (a metadata box's date and tags), what it holds after
+the article-body element that holds BODY_SHARE of its prose, and the lines of other
+elements after its last `<p>` paragraph (a bio, a dateline: _end_of_paragraphs), each
+when small and without the paragraphs that would say the article goes on. Inside the stretch,
 link-dense blocks without a sentence (or with no more than a label outside their links:
 "Related: <headline>", or a linked headline with no sentence mark outside its links), the
 short title heading such a list or a row of teaser cards ("Mehr zum Thema"), a short
@@ -82,6 +86,7 @@ from __future__ import annotations
 
 import html as htmllib
 import re
+from itertools import islice
 
 # chosen on the benchmark's development half (see above); lengths in UTF-8 bytes
 GOOD_CHARS = 80     # a prose block is at least this long ...
@@ -97,6 +102,11 @@ SECOND = 0.5        # a further stretch is kept when it weighs this share of the
 ALL_LINKS = 0.8     # a block with this share of its text in links is a list item or headline
 DIGITS = 0.3        # a short line with this share of digits is a date or a price
 LIST_RUN = 2         # furniture blocks in a row that make a list of links
+DROP_RUN = 3        # dropped blocks in a row that end the article's text
+BODY_SHARE = 0.5    # an article-body element with this share of the stretch's prose ends it
+KIND_PARAGRAPHS = 3  # <p> paragraphs that say the text is written in them ...
+KIND_LINES = 4      # ... when they are no more lines than this (a box, not a list)
+KIND_TAIL = 0.1     # ... and what follows them in other elements goes under this share
 TAIL = 0.2          # prose after the stretch's last list of links weighing less goes
 TITLE_WORDS = 6     # a list's title ("Das könnte Sie auch interessieren") has at most this
 HEADLINE_WORDS = 4  # a linked headline has at least this many words
@@ -370,6 +380,11 @@ def main_text(rendered: str) -> str:
         first = _lead_above(bs, ws, hinted, first)
         chosen = _stretches(ws, first, last + 1, 0.0)
         chosen = [_trim_tail(bs, ws, first, last) for first, last in chosen]
+        chosen = [_trim_after_furniture(bs, ws, drop, first, last) for first, last in chosen]
+        if chosen:
+            chosen[-1] = _end_of_body(bs, ws, *chosen[-1])
+            if not reference:
+                chosen[-1] = _end_of_paragraphs(bs, ws, drop, *chosen[-1])
         if chosen:
             chosen[0] = (_heading_before(bs, chosen[0][0], hinted), chosen[0][1])
     else:
@@ -529,6 +544,95 @@ def _trim_tail(bs: list[Block], ws: list[float], first: int, last: int) -> tuple
         if cut < 0 or after >= TAIL * total:
             return first, last
         last = cut
+
+
+def _trim_after_furniture(bs: list[Block], ws: list[float], drop: set[int], first: int,
+                          last: int) -> tuple[int, int]:
+    """The stretch without what follows its last run of DROP_RUN blocks that are dropped
+    anyway and are no paragraphs (a hinted box's word count, date and tag links) when what
+    follows weighs less than TAIL of the stretch and holds no paragraph of LEAD_CHARS: the
+    article ends where the page's own furniture starts, and a newsletter box after that
+    furniture is the page's, not the article's (the list-of-links rule, _trim_tail, needs
+    two unhinted link lists in a row, which a metadata box is not). A hinted caption is a
+    paragraph, and a long paragraph after the run is the article going on after a photo
+    gallery: either keeps what follows."""
+    total = sum(w for w in ws[first:last + 1] if w > 0)
+    after = 0.0
+    run = 0
+    for i in range(last, first, -1):
+        if not bs[i].chars:
+            continue
+        if i in drop and not _paragraph(bs[i]):
+            run += 1
+            continue
+        if run >= DROP_RUN:
+            return (first, i) if after < TAIL * total else (first, last)
+        run = 0
+        if ws[i] > 0:
+            after += ws[i]
+        if ws[i] >= LEAD_CHARS:  # (a long paragraph after a figure: still the article)
+            return first, last
+    return first, last
+
+
+def _end_of_body(bs: list[Block], ws: list[float], first: int, last: int) -> tuple[int, int]:
+    """The stretch ended where the article-body element (MAIN) that holds BODY_SHARE of its
+    prose ends, when the prose the stretch holds after that element weighs less than TAIL
+    of the stretch: a teaser, a donation call or a contact box set after the article, which
+    the article-body rule (_main_span) leaves in when the page has more prose elsewhere (its
+    cookie notice, its footer's blurb). Not when the block right after the element is a
+    paragraph: an article written in sibling body elements goes on there. (BODY_SHARE from
+    0.3 to 0.7 changed nothing on the development halves; 0.85 lost a page's cut.)"""
+    held: dict[int, float] = {}
+    for i in range(first, last + 1):
+        if ws[i] > 0 and bs[i].mains:
+            m = bs[i].mains[-1]
+            held[m] = held.get(m, 0.0) + ws[i]
+    if not held:
+        return first, last
+    total = sum(w for w in ws[first:last + 1] if w > 0)
+    m = max(held, key=held.__getitem__)
+    if held[m] < BODY_SHARE * total:
+        return first, last
+    end = max(i for i in range(first, last + 1) if m in bs[i].mains)
+    nxt = next((i for i in range(end + 1, last + 1) if bs[i].chars), None)
+    if nxt is None or _paragraph(bs[nxt]):
+        return first, last  # (the text runs on in the next element: an article in parts)
+    after = sum(w for w in ws[end + 1:last + 1] if w > 0)
+    return (first, end) if 0 < after < TAIL * total else (first, last)
+
+
+def _end_of_paragraphs(bs: list[Block], ws: list[float], drop: set[int], first: int,
+                       last: int) -> tuple[int, int]:
+    """The stretch ended at its last <p> paragraph when the text is written in <p>
+    paragraphs (KIND_PARAGRAPHS of them) and what follows it holds prose only in elements
+    of another kind (a `div`'s lines: an author's bio, a dateline, a donation call, a
+    disclaimer), no heading, and weighs less than KIND_TAIL of the stretch: an article's
+    own last lines are paragraphs like the rest of it, a section under its heading, or a
+    list its last paragraph introduces (ends with a colon); more than KIND_LINES lines are
+    a list too (a manual's last definitions), and a reference page is left as it is.
+    (KIND_TAIL among 0.1-0.35 on the development halves: above 0.1 trafilatura's pages lost
+    text; KIND_PARAGRAPHS from 2 to 5 changed nothing there.)"""
+    # (from the end: the last <p> paragraph, then whether KIND_PARAGRAPHS are there)
+    ps = (i for i in range(last, first - 1, -1) if bs[i].kind == "p" and _paragraph(bs[i]))
+    end = next(ps, None)
+    if end is None or end == last or sum(1 for _ in islice(ps, KIND_PARAGRAPHS - 1)) < \
+            KIND_PARAGRAPHS - 1:
+        return first, last
+    if bs[end].raw.rstrip().endswith((":", "：")):
+        return first, last  # (the paragraph introduces what follows: a list of its items)
+    if any(bs[i].kind and (ws[i] > 0 or bs[i].kind == "h") for i in range(end + 1, last + 1)):
+        return first, last  # (a paragraph, code or a heading: the text goes on)
+    if sum(1 for i in range(end + 1, last + 1) if bs[i].chars and i not in drop) > KIND_LINES:
+        return first, last
+    total = sum(w for w in ws[first:last + 1] if w > 0)
+    after = sum(w for w in ws[end + 1:last + 1] if w > 0)
+    return (first, end) if 0 < after < KIND_TAIL * total else (first, last)
+
+
+def _paragraph(b: Block) -> bool:
+    """Whether a block reads as a paragraph: GOOD_CHARS long, a sentence, few links."""
+    return b.sentence and b.chars >= GOOD_CHARS and b.links <= GOOD_LINKS * b.chars
 
 
 def _main_span(bs: list[Block], ws: list[float]) -> tuple[int, int]:
