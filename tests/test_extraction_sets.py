@@ -5,6 +5,8 @@ texts written here (the sets themselves stay outside the repository)."""
 import importlib
 import sys
 
+import pytest
+
 from tests.util import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -86,3 +88,22 @@ def test_a_saved_pages_site():
     assert aeb.page_site("<p>no links</p>") == ""
     assert aeb.site_half("shop.com") in ("dev", "held-out")
     assert aeb.half("http://www.shop.com/x") == aeb.site_half("shop.com")
+
+
+@pytest.mark.parametrize("layout", ["dragnet_data", "merged"])
+def test_dragnet_pages_load_from_either_layout(tmp_path, layout):
+    """The repository's tarballs unpack to HTML/ and Corrected/; the merged copy has input/
+    and GoldStandard/. The page's site comes from its canonical link."""
+    page = ('<html><head><link rel="canonical" href="http://www.example.com/a"></head>'
+            "<body><p>Story.</p></body></html>")
+    truth = "Story.\n!@#$%^&*()  COMMENTS\nFirst!\n".encode("utf-16")
+    html_dir, gold_dir, gold_name = (("HTML", "Corrected", "7.html.corrected.txt")
+                                     if layout == "dragnet_data"
+                                     else ("input", "GoldStandard", "7.txt"))
+    (tmp_path / html_dir).mkdir()
+    (tmp_path / gold_dir).mkdir()
+    (tmp_path / html_dir / "7.html").write_text(page)
+    (tmp_path / gold_dir / gold_name).write_bytes(truth)
+    [loaded] = dragnet.load(tmp_path)
+    assert loaded["key"] == "7" and loaded["site"] == "example.com"
+    assert loaded["true"] == "Story.\n" and loaded["half"] == aeb.site_half("example.com")
