@@ -53,20 +53,63 @@ def site(url: str) -> str:
 
 def half(url: str) -> str:
     """`dev` or `held-out`, by the site's name, so no site is on both sides."""
-    digest = hashlib.sha1(site(url).encode()).digest()
+    return site_half(site(url))
+
+
+# Where a saved page says its own address: the CleanEval/CETD wrapper line
+# (`<text id="URL" ...>`), a canonical link or an `og:url`.
+_OWN_URL = re.compile(r'^\s*<text id="(https?://[^"]+)"|<link[^>]*rel=["\']?canonical["\']?[^>]*'
+                      r'href=["\']?(https?://[^"\'\s>]+)|<link[^>]*href=["\']?(https?://[^"\'\s>]+)'
+                      r'[^>]*rel=["\']?canonical|property=["\']og:url["\'][^>]*content=["\']'
+                      r'(https?://[^"\'\s>]+)', re.I)
+_LINK = re.compile(r'<a\s[^>]*?href\s*=\s*["\']?(https?://[^"\'\s>]+)', re.I)
+
+
+def page_site(html: str) -> str:
+    """The site a saved page comes from, for pages stored without their address: the
+    address the page states, else the host most of its absolute links point to (a page
+    links its own site's sections more than any other site); "" when neither is there."""
+    m = _OWN_URL.search(html)
+    if m:
+        return site(next(g for g in m.groups() if g))
+    hosts = Counter(site(u) for u in _LINK.findall(html))
+    return hosts.most_common(1)[0][0] if hosts else ""
+
+
+def read_truth(path: Path) -> str:
+    """A hand-made truth file's text. The sets were typed on many systems: UTF-16 or UTF-8
+    with a byte-order mark, UTF-8, or a Western legacy charset (read as Windows-1252, as
+    browsers read undeclared Western text)."""
+    raw = path.read_bytes()
+    for bom, name in ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16"),
+                      (b"\xfe\xff", "utf-16")):
+        if raw.startswith(bom):
+            return raw.decode(name, "replace")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("cp1252", "replace")
+
+
+def site_half(host: str) -> str:
+    """`dev` or `held-out` of a site named by its host (without `www.`)."""
+    digest = hashlib.sha1(host.encode()).digest()
     return "dev" if digest[0] % 2 == 0 else "held-out"
 
 
 # --- the benchmark's scoring (evaluate.py's string_shingle_matching and metrics) ---
 
-def _shingles(text: str, n: int = 4) -> Counter:
-    tokens = _TOKEN.findall(text or "")
+def _shingles(text: str, n: int = 4, tokenize=_TOKEN.findall) -> Counter:
+    tokens = tokenize(text or "")
     return Counter(tuple(tokens[i:i + n]) for i in range(max(1, len(tokens) - n + 1))
                    if tokens[i:i + n])
 
 
-def tp_fp_fn(true: str, pred: str) -> tuple[float, float, float]:
-    t, p = _shingles(true), _shingles(pred)
+def tp_fp_fn(true: str, pred: str, tokenize=_TOKEN.findall) -> tuple[float, float, float]:
+    """The page's shingle tp/fp/fn, normalised to sum 1. `tokenize`: the benchmark's `\\w+`
+    runs; Chinese or Japanese text needs `llmtk.text.segment.words` (a CJK character a
+    token), or a whole clause between two punctuation marks is one token."""
+    t, p = _shingles(true, tokenize=tokenize), _shingles(pred, tokenize=tokenize)
     tp = fp = fn = 0.0
     for key in set(t) | set(p):
         a, b = t.get(key, 0), p.get(key, 0)
@@ -133,19 +176,62 @@ def load(folder: Path) -> list[dict]:
     return pages
 
 
-def run(pages: list[dict], name: str) -> tuple[dict, float]:
+def run(pages: list[dict], name: str) -> tuple[dict, dict]:
+    """(text, CPU seconds) of each page by key; a page the extractor fails on gives ""
+    (the count goes to stderr; trafilatura's evaluation scores a crash so too)."""
     fn = EXTRACTORS[name]
     fn(pages[0]["html"])  # imports and first-call set-up outside the timing
     if "trafilatura" in name:
         # its `deduplicate` remembers text across calls: each run starts with none seen
         from trafilatura.meta import reset_caches
         reset_caches()
-    out, cpu = {}, {}
+    out, cpu, failed = {}, {}, 0
     for page in pages:
         t0 = time.process_time()
-        out[page["key"]] = fn(page["html"])
+        try:
+            out[page["key"]] = fn(page["html"])
+        except Exception:
+            out[page["key"]], failed = "", failed + 1
         cpu[page["key"]] = time.process_time() - t0
+    if failed:
+        print(f"{name}: failed on {failed} pages (scored as empty)", file=sys.stderr)
     return out, cpu
+
+
+def report(pages: list[dict], names: list[str], results: dict, halves: list[str],
+           tokenize=_TOKEN.findall) -> None:
+    """Per half: pages and sites, then each extractor's precision, recall, F1 and pages per
+    CPU-second, and llmtk's speed over trafilatura's when both ran."""
+    for h in halves:
+        chosen = [p for p in pages if h == "all" or p["half"] == h]
+        if not chosen:
+            continue
+        sites = len({p["site"] if "site" in p else site(p["url"]) for p in chosen})
+        print(f"\n{h}: {len(chosen)} pages, {sites} sites")
+        print(f"{'extractor':<20} {'precision':>9} {'recall':>7} {'F1':>6} {'pages/CPU-s':>12}")
+        rates = {}
+        for name in names:
+            out, cpu = results[name]
+            m = metrics([tp_fp_fn(p["true"], out[p["key"]], tokenize) for p in chosen])
+            seconds = sum(cpu[p["key"]] for p in chosen)
+            rates[name] = len(chosen) / seconds if seconds else float("inf")
+            print(f"{name:<20} {m['precision']:>9.3f} {m['recall']:>7.3f} {m['f1']:>6.3f} "
+                  f"{rates[name]:>12.1f}")
+        if "llmtk" in rates and rates.get("trafilatura"):
+            print(f"llmtk / trafilatura speed: {rates['llmtk'] / rates['trafilatura']:.1f}x")
+
+
+def worst(pages: list[dict], out: dict, n: int, tokenize=_TOKEN.findall) -> None:
+    """The n dev pages of lowest F1 in `out` (one extractor's texts): where to look first."""
+    rows = []
+    for p in pages:
+        if p["half"] == "dev":
+            s = tp_fp_fn(p["true"], out[p["key"]], tokenize)
+            prec, rec = _precision(*s), _recall(*s)
+            rows.append((2 * prec * rec / (prec + rec) if prec + rec else 0.0, prec, rec,
+                         p["key"]))
+    for f1, prec, rec, key in sorted(rows)[:n]:
+        print(f"  F1 {f1:.3f} P {prec:.3f} R {rec:.3f} {key}")
 
 
 def main() -> None:
@@ -167,19 +253,7 @@ def main() -> None:
             (args.dump / f"{name}.json").write_text(json.dumps(
                 {k: {"articleBody": v} for k, v in out.items()}, ensure_ascii=False))
     halves = [args.half] if args.half else ["held-out", "dev", "all"]
-    for h in halves:
-        chosen = [p for p in pages if h == "all" or p["half"] == h]
-        sites = len({site(p["url"]) for p in chosen})
-        print(f"\n{h}: {len(chosen)} pages, {sites} sites")
-        print(f"{'extractor':<20} {'precision':>9} {'recall':>7} {'F1':>6} {'pages/CPU-s':>12}")
-        for name in names:
-            out, cpu = results[name]
-            m = metrics([tp_fp_fn(p["true"], out[p["key"]]) for p in chosen])
-            seconds = sum(cpu[p["key"]] for p in chosen)
-            rate = len(chosen) / seconds if seconds else float("inf")
-            print(f"{name:<20} {m['precision']:>9.3f} {m['recall']:>7.3f} {m['f1']:>6.3f} "
-                  f"{rate:>12.1f}")
-
+    report(pages, names, results, halves)
 
 if __name__ == "__main__":
     main()

@@ -662,3 +662,33 @@ def test_lines_of_another_element_after_the_last_paragraph_go_a_section_stays():
     text = extract(f"<!DOCTYPE html><html><body><div>{body}{intro}{meetings}</div>"
                    "</body></html>")
     assert "Friday, at the library." in text
+
+
+@pytest.mark.parametrize("topics", ["entry-category-social_media entry-author-sam_lee",
+                                    "category-promotions tag-social-media"])
+def test_a_posts_topic_classes_on_its_wrapper_are_no_hint(topics):
+    from llmtk.clean.extract import extract
+
+    # (as TypePad and WordPress write a post's wrapper: its categories, tags and author in
+    # its class, "social", "promo" and "author" among them; the comments under the post
+    # are prose as long as the post's, so the wrapper alone holds less than most of it)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    comments = "".join(
+        f"<li id=comment-{i}><p>I ride the number {i} bus every morning and the new "
+        "timetable is a real change for my street, thank you for writing about it in such "
+        "detail, I will be at the next council meeting.</p></li>" for i in range(4))
+    bio = ("<p>Sam Lee writes about the town's council, its buses and its roads every week, "
+           "and has done so since the spring of 2009 for this blog.</p>")
+
+    def page(box: str) -> str:
+        return (f"<!DOCTYPE html><html><body><div id=alpha>{bio}<div>{LINKS}</div></div>"
+                f"<div id=beta><div class='entry {topics}'><h3>Council expands bus "
+                f"network</h3><div class=entry-body>{body}</div>{box}</div>"
+                f"<div id=comments><ol>{comments}</ol></div></div></body></html>")
+
+    text = extract(page(""))
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "number 2 bus" not in text and "Sam Lee writes" not in text
+    # a box named by its role is still a hint: the author's box under the post goes
+    text = extract(page(f"<div class=author-box>{bio}</div>"))
+    assert ARTICLE[-1] in text and "Sam Lee writes" not in text

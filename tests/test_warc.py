@@ -452,3 +452,39 @@ def test_damaged_gzip_members_read_as_cpython_zlib_reads_them(tmp_path, monkeypa
         assert got == events(zlib)
         bad += any(kind == "Invalid" for kind, *_ in got)
     assert bad >= 40  # (most damage is seen: the check compares errors, not only pages)
+
+
+DE = ("Für die Soße schön viel Olivenöl nehmen, grüne Kräuter dazu; im März schmecken "
+      "die Blätter am besten, später werden sie härter. Größere Stücke länger kochen. ")
+
+
+def test_a_few_damaged_bytes_do_not_change_a_pages_charset():
+    """A UTF-8 page with stray Windows-1252 quotes, a GBK page whose last character is cut
+    in two: each still decodes as its charset (a replacement character where the damage
+    is), not as whatever single-byte charset a detector guesses from the failed bytes."""
+    from llmtk.io.warc import decode_html
+
+    # a page that is mostly ASCII markup, its one "ü" of an alt text in Windows-1252
+    menu = "".join(f'<li><a href="/rezepte/{i}">Rezept {i}</a></li>' for i in range(300))
+    german = (f'<html><head><meta charset="utf-8"></head><body><ul>{menu}</ul><p>{DE}</p>'
+              '<img alt="Hosting für Profit"></body></html>')
+    body = german.encode("utf-8").replace("für Profit".encode(), "für Profit".encode("cp1252"))
+    text, charset = decode_html(body)
+    assert charset == "utf-8" and DE in text and text.count("\ufffd") == 1
+
+    chinese = f"<html><head><meta charset=\"gbk\"></head><body><p>{ZH * 4}</p></body></html>"
+    cut = chinese.encode("gbk").replace(b"</p>", "中".encode("gbk")[:1] + b"</p>")
+    text, charset = decode_html(cut)
+    assert charset == "gb18030" and ZH in text and text.count("\ufffd") == 1
+
+
+def test_a_lying_utf8_label_still_goes_to_detection():
+    """Windows-1252 bytes under a UTF-8 label: nearly every non-ASCII byte fails, so the
+    label is passed over and the page is not read as UTF-8 with replacement characters."""
+    from llmtk.io.warc import decode_html
+
+    french = ("<html><head><meta charset=\"utf-8\"></head><body><p>L'été dernier, à "
+              "Genève, les élèves ont préparé une fête très réussie pour leur école.</p>"
+              * 6 + "</body></html>")
+    text, charset = decode_html(french.encode("cp1252"))
+    assert charset != "utf-8" and "\ufffd" not in text and "élèves" in text

@@ -265,6 +265,8 @@ def _prepare(page: str, hints: bool = False):
         text = tree.document.create_text_node
         # (values(): indexing the node list runs the query again for each item)
         for node in body.query_selector_all(_HINTS).values():
+            if _named_by_topics_only(node):
+                continue
             # its first and last child: the rendering shows where the element starts and
             # ends (resiliparse renders a one-character control text as it is)
             node.prepend(text(HINT_START))
@@ -291,6 +293,24 @@ def _maybe_special(node) -> bool:
         return True
     names = (node.getattr("class") or "").lower()
     return "fragment" in names or "mathjax" in names or "katex-html" in names
+
+
+# A post's topics and author written into its wrapper's class by blog engines
+# (WordPress's `category-social tag-promotion`, TypePad's `entry-category-media
+# entry-author-jane`): they name what the post is about, not what the element is.
+_TOPIC_CLASS = re.compile(r"(?<!\S)(?:(?:entry-)?(?:category|tag)|entry-author)-\S+", re.I)
+
+
+def _named_by_topics_only(node) -> bool:
+    """Whether a hinted element is one only because a hint word (`social`, `promo`,
+    `author`) is in its topic classes: without them it matches no hint."""
+    names = node.getattr("class") or ""
+    if "-" not in names or _TOPIC_CLASS.search(names) is None:
+        return False
+    node.setattr("class", _TOPIC_CLASS.sub("", names))
+    hinted = node.matches(_HINTS)
+    node.setattr("class", names)
+    return not hinted
 
 
 def _end_of(node):

@@ -642,6 +642,15 @@ def decode_html(body: bytes, http_charset: str | None = None) -> tuple[str | Non
         return body.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         pass
+    # A few damaged bytes (a multi-byte character cut in two, a Windows-1252 quote pasted
+    # into a UTF-8 page) fail a strict decoding, and a detector that never sees the
+    # right charset decode guesses a wrong one for the whole page (a German UTF-8 page
+    # read as Urdu cp1006, a GBK page as Kazakh): read such a page as UTF-8, or as its
+    # declared multi-byte charset, when most of its non-ASCII characters decode so.
+    for name in ["utf-8"] + [n for n in declared if n and _multibyte(n)]:
+        text = body.decode(name, "replace")
+        if _mostly_decoded(text):
+            return text, name
     from charset_normalizer import from_bytes
 
     best = from_bytes(body[:65536]).best()
@@ -650,6 +659,25 @@ def decode_html(body: bytes, http_charset: str | None = None) -> tuple[str | Non
         name = next((n for n in declared if n), None) or "cp1252"
     text = body.decode(name, "replace")
     return (None if _garbled(text) else text), name
+
+
+def _multibyte(codec: str) -> bool:
+    """A CJK multi-byte charset (GB18030, Big5, Shift_JIS, EUC-*): it writes a Han character
+    in two bytes or more. A single-byte charset decodes nearly any bytes, so that most of
+    a page decodes in one says nothing about it."""
+    try:
+        return len("中".encode(codec)) > 1
+    except (UnicodeEncodeError, LookupError):
+        return False
+
+
+def _mostly_decoded(text: str) -> bool:
+    """More of the non-ASCII characters of a lenient decoding decoded than were replaced.
+    Bytes of another charset rarely form a valid sequence of UTF-8 (or of GB18030 or
+    Shift_JIS) by chance, so when most do, the charset is right and a few are damaged."""
+    replaced = text.count("\ufffd")
+    decoded = len(text) - len(text.encode("ascii", "ignore")) - replaced
+    return decoded > replaced
 
 
 def _garbled(text: str) -> bool:
