@@ -95,7 +95,8 @@ BAD_LINKS = 0.5     # a block with more than this share in links is furniture ..
 BAD_WEIGHT = 1.5    # ... and weighs minus this many times its length
 SHORT_PROSE = 0.3   # a shorter block with a sentence weighs plus this share of its length
 SHORT_WEIGHT = 0.2  # any other short block (a heading, a date, a label) minus this share
-HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hint
+HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hint ...
+THREAD_POST = 160   # ... unless it is a comment thread under a post of this much prose
 SECTIONS = 3        # a hinted element of this many headed paragraphs is the text's sections
 MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
 SECOND = 0.5        # a further stretch is kept when it weighs this share of the best one
@@ -128,13 +129,16 @@ _MARKS = {"¶", "#", "§", "🔗", "⚓", "\u200b"}  # (Docusaurus: a zero-width
 # where an element that llmtk.clean.extract.HINTS names starts and ends (one control
 # character each, removed from the page before it is parsed)
 HINT_START, HINT_END = "\x02", "\x03"
+# where a hinted element named as a comment thread starts (it ends with HINT_END): its
+# number is negative in a block's hints (_threads)
+THREAD_START = "\x06"
 # where an element that llmtk.clean.extract.MAIN names (an article body) starts and ends
 MAIN_START, MAIN_END = "\x04", "\x05"
 # (a run of newlines is one token: a page's rendering is a third blank lines; the page is
 # split by it in one call, each token followed by its groups: closing slash, tag, attributes.
 # Every alternative starts with a literal character, so the regex engine skips the text
 # between tokens by those characters alone: `\n+` and `[\x02-\x05]` cost a third more.)
-_TOKEN = re.compile(r"(<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n\n*|\x02|\x03|\x04|\x05)")
+_TOKEN = re.compile(r"(<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n\n*|\x02|\x03|\x04|\x05|\x06)")
 # a run of spaces inside a line of prose (&nbsp;&nbsp;, table cells' tabs): one space
 _INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
 _URL_TEXT = re.compile(r"\s*\(?(?:https?://|www\.)")
@@ -221,6 +225,9 @@ def blocks(rendered: str) -> list[Block]:
             if token in (MAIN_START, HINT_START):
                 count += 1  # each marked element gets its own number
                 marked.append(count)
+            elif token == THREAD_START:
+                count += 1  # (a comment thread's: negative)
+                marked.append(-count)
             elif marked:
                 marked.pop()
             continue
@@ -680,10 +687,25 @@ def _hinted(bs: list[Block], ws: list[float]) -> list[bool]:
             for h in b.hints:
                 held[h] = held.get(h, 0.0) + w
     wrong = {h for h, w in held.items() if w > HINT_SHARE * total and w >= GOOD_CHARS}
+    wrong -= _threads(bs, ws, wrong)
     wrong |= _sectioned(bs, ws)
     if not wrong:  # (most pages: no generator a block)
         return [bool(b.hints) for b in bs]
     return [any(h not in wrong for h in b.hints) for b in bs]
+
+
+def _threads(bs: list[Block], ws: list[float], wrong: set[int]) -> set[int]:
+    """The comment threads (THREAD_START: `div#comments`, `ol.commentlist`) among the
+    hinted elements that hold most of the page's prose (`wrong`) that stay hints: those with
+    a post outside every hinted element of THREAD_POST prose. A short post under a long
+    discussion (a blog's note over sixty comments) is still the page's text; the share rule
+    (HINT_SHARE) is for a hint word on the article's own wrapper, and a page whose article is
+    all inside the "comments" element has no such post outside it."""
+    threads = {h for h in wrong if h < 0}
+    if not threads:
+        return threads
+    post = sum(w for b, w in zip(bs, ws, strict=True) if w > 0 and not b.hints)
+    return threads if post >= THREAD_POST else set()
 
 
 def _sectioned(bs: list[Block], ws: list[float]) -> set[int]:

@@ -143,7 +143,7 @@ _MAIN = ", ".join(MAIN)
 # the page's main element or its article's body, not any `article` (a menu's teasers are):
 # a header around one is the page's wrapper, not its banner (_prepare)
 _BODY = ", ".join(m for m in MAIN if m != "article")
-_MARK_CHARS = "\x02\x03\x04\x05"
+_MARK_CHARS = "\x02\x03\x04\x05\x06"
 _MARKS = re.compile(f"[{_MARK_CHARS}]")
 # Code listings whose lines are elements of their own (Doxygen's fragments), made <pre>.
 _CODE_LINES = "div.fragment"
@@ -233,7 +233,7 @@ def _prepare(page: str, hints: bool = False):
     `hints`, the elements HINTS names marked (llmtk.clean.density.HINT_START/END)."""
     from resiliparse.parse.html import HTMLTree
 
-    from llmtk.clean.density import HINT_END, HINT_START, MAIN_END, MAIN_START
+    from llmtk.clean.density import HINT_END, HINT_START, MAIN_END, MAIN_START, THREAD_START
 
     # the marks are ours alone (one `in` a character: a regex scan of a page costs more
     # than its parse)
@@ -269,7 +269,7 @@ def _prepare(page: str, hints: bool = False):
                 continue
             # its first and last child: the rendering shows where the element starts and
             # ends (resiliparse renders a one-character control text as it is)
-            node.prepend(text(HINT_START))
+            node.prepend(text(THREAD_START if _thread(node) else HINT_START))
             _end_of(node).append(text(HINT_END))
         for node in body.query_selector_all(_MAIN).values():
             node.prepend(text(MAIN_START))
@@ -311,6 +311,15 @@ def _named_by_topics_only(node) -> bool:
     hinted = node.matches(_HINTS)
     node.setattr("class", names)
     return not hinted
+
+
+def _thread(node) -> bool:
+    """Whether a hinted element is named as a comment thread or one of its comments
+    (`div#comments`, `ol.commentlist`, `li#comment-9266`): marked apart (THREAD_START), so
+    that a short post above a long discussion keeps the thread a hint however much of
+    the page's prose it holds (llmtk.clean.density._threads). (The node's class was read
+    already: _named_by_topics_only.)"""
+    return "comment" in ((node.getattr("class") or "") + (node.getattr("id") or "")).lower()
 
 
 def _end_of(node):
