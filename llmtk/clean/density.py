@@ -96,6 +96,8 @@ BAD_WEIGHT = 1.5    # ... and weighs minus this many times its length
 SHORT_PROSE = 0.3   # a shorter block with a sentence weighs plus this share of its length
 SHORT_WEIGHT = 0.2  # any other short block (a heading, a date, a label) minus this share
 HINT_SHARE = 0.7    # a hinted element holding more of the page's prose is no hint ...
+THREAD_DATES = 2    # ... and a heading that names comments over this many dated lines
+THREAD_LINES = 40    # ... among the first this many lines under it
 THREAD_POST = 160   # ... unless it is a comment thread under a post of this much prose
 SECTIONS = 3        # a hinted element of this many headed paragraphs is the text's sections
 MAIN_SHARE = 0.85   # an article-body element holding this share of the prose bounds it
@@ -388,6 +390,7 @@ def main_text(rendered: str) -> str:
         chosen = _stretches(ws, first, last + 1, 0.0)
         chosen = [_trim_tail(bs, ws, first, last) for first, last in chosen]
         chosen = [_trim_after_furniture(bs, ws, drop, first, last) for first, last in chosen]
+        chosen = _before_thread(bs, ws, chosen)
         if chosen:
             chosen[-1] = _end_of_body(bs, ws, *chosen[-1])
             if not reference:
@@ -580,6 +583,51 @@ def _trim_after_furniture(bs: list[Block], ws: list[float], drop: set[int], firs
         if ws[i] >= LEAD_CHARS:  # (a long paragraph after a figure: still the article)
             return first, last
     return first, last
+
+
+# a heading that names a comment thread ("Comments", "20 Responses to ...", "Leave a
+# Reply", "Kommentare"): a comment word among its first three words
+_THREAD_HEADING = re.compile(
+    r"\W*(?:\S+\s+){0,2}?(?:comments?|responses|repl(?:y|ies)|reactions|discussion|"
+    r"kommentare?|commentaires?|comentarios?|commenti|reacties|komentarze|评论|評論|留言|"
+    r"コメント)\b", re.IGNORECASE)
+# a comment's author-and-date line: a year, a time of day or "... ago"
+_DATED = re.compile(r"\b(?:19|20)\d\d\b|\d:\d\d|\bago\b")
+
+
+def _before_thread(bs: list[Block], ws: list[float],
+                   chosen: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The stretches ended before a heading that names a comment thread (_THREAD_HEADING)
+    when THREAD_POST of prose comes before it and THREAD_DATES author-and-date lines
+    (short, with a year or a time: "Posted by: Dave at November 7, 2012 3:12 PM") after
+    it: a blog's comments set flat after its post, in elements no hint names, weigh as
+    prose and would run the stretch on; the stretches after it go too. A manual's section
+    called "Comments" has no dated lines under it."""
+    prose = 0.0
+    for k, (first, last) in enumerate(chosen):
+        for i in range(first, last + 1):
+            if ws[i] > 0:
+                prose += ws[i]
+            elif (bs[i].kind == "h" and prose >= THREAD_POST and bs[i].chars < GOOD_CHARS
+                  and _THREAD_HEADING.match(bs[i].raw) and _dated(bs, i + 1) >= THREAD_DATES):
+                end = max((j for j in range(first, i) if bs[j].chars), default=-1)
+                return chosen[:k] + ([(first, end)] if end >= first else [])
+    return chosen
+
+
+def _dated(bs: list[Block], start: int) -> int:
+    """How many of the THREAD_LINES blocks with text from `start` are short dated lines
+    (the first comments' author lines, right under the heading)."""
+    n = seen = 0
+    for b in bs[start:]:
+        if not b.chars:
+            continue
+        seen += 1
+        if b.chars < GOOD_CHARS and _DATED.search(b.raw):
+            n += 1
+        if seen >= THREAD_LINES:
+            break
+    return n
 
 
 def _end_of_body(bs: list[Block], ws: list[float], first: int, last: int) -> tuple[int, int]:
