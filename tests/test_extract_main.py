@@ -692,3 +692,58 @@ def test_a_posts_topic_classes_on_its_wrapper_are_no_hint(topics):
     # a box named by its role is still a hint: the author's box under the post goes
     text = extract(page(f"<div class=author-box>{bio}</div>"))
     assert ARTICLE[-1] in text and "Sam Lee writes" not in text
+
+
+def test_a_comment_thread_under_a_short_post_stays_a_hint_however_long():
+    from llmtk.clean.extract import extract
+
+    # (as on real blogs: a note of one paragraph under sixty comments; `div#comments`
+    # holds most of the page's prose, which alone would make its name no hint)
+    comments = "".join(
+        f"<li><p>Reader {i}, 17 July</p><p>I ride the number {i} bus every "
+        "morning and the new timetable is a real change for my street, thank you for "
+        "writing about it in such detail, I will be at the next council meeting.</p></li>"
+        for i in range(6))
+    post = f"<h1>Council expands bus network</h1><p>{ARTICLE[0]}</p>"
+    text = extract(f"<!DOCTYPE html><html><body><div>{post}</div><div id=comments>"
+                   f"<ol class=commentlist>{comments}</ol></div></body></html>")
+    assert ARTICLE[0] in text and "number 2 bus" not in text
+    # an element of another name holding as much (a "related" box) is still no hint
+    text = extract(f"<!DOCTYPE html><html><body><div>{post}</div><div class=related>"
+                   f"<ol>{comments}</ol></div></body></html>")
+    assert ARTICLE[0] in text and "number 2 bus" in text
+    # and with no post outside it the thread's name says nothing: the text is in it
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    text = extract(f"<!DOCTYPE html><html><body><div class=comments-open>{body}</div>"
+                   "</body></html>")
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+
+
+def test_the_text_ends_at_a_heading_over_a_dated_comment_thread_a_section_stays():
+    from llmtk.clean.extract import extract
+
+    # (as on real blogs: the comments set flat after the post, each a paragraph and a
+    # "Posted by" line, in elements no hint names)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    comments = "".join(
+        f"<div><p>I ride the number {i} bus every morning and the new timetable is a real "
+        "change for my street, thank you for writing about it in such detail.</p>"
+        f"<p>Posted by: Reader {i} at November {i + 1}, 2012 3:12 PM</p></div>"
+        for i in range(4))
+
+    def page(heading: str, after: str) -> str:
+        return (f"<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>{body}"
+                f"<h2>{heading}</h2>{after}</div></body></html>")
+
+    for heading in ("Comments", "4 Responses to “Council expands bus network”"):
+        text = extract(page(heading, comments))
+        assert ARTICLE[0] in text and ARTICLE[-1] in text
+        assert "number 2 bus" not in text and heading not in text
+    # a section of the text so named (a style guide's "Comments") has no dated lines
+    section = ("<p>Comments in the minutes are written in full sentences, and each of "
+               "them names the member who made it and the motion it was made on.</p>")
+    text = extract(page("Comments", section * 2))
+    assert "Comments" in text and "names the member who made it" in text
+    # nor does a heading of one word that is a section's name elsewhere ("Response")
+    text = extract(page("Response", comments))
+    assert "number 2 bus" in text
