@@ -265,11 +265,12 @@ def _prepare(page: str, hints: bool = False):
         text = tree.document.create_text_node
         # (values(): indexing the node list runs the query again for each item)
         for node in body.query_selector_all(_HINTS).values():
-            if _named_by_topics_only(node):
+            names = node.getattr("class") or ""
+            if _named_by_topics_only(node, names):
                 continue
             # its first and last child: the rendering shows where the element starts and
             # ends (resiliparse renders a one-character control text as it is)
-            node.prepend(text(THREAD_START if _thread(node) else HINT_START))
+            node.prepend(text(THREAD_START if _thread(node, names) else HINT_START))
             _end_of(node).append(text(HINT_END))
         for node in body.query_selector_all(_MAIN).values():
             node.prepend(text(MAIN_START))
@@ -301,10 +302,10 @@ def _maybe_special(node) -> bool:
 _TOPIC_CLASS = re.compile(r"(?<!\S)(?:(?:entry-)?(?:category|tag)|entry-author)-\S+", re.I)
 
 
-def _named_by_topics_only(node) -> bool:
-    """Whether a hinted element is one only because a hint word (`social`, `promo`,
-    `author`) is in its topic classes: without them it matches no hint."""
-    names = node.getattr("class") or ""
+def _named_by_topics_only(node, names: str) -> bool:
+    """Whether a hinted element (of class `names`) is one only because a hint word
+    (`social`, `promo`, `author`) is in its topic classes: without them it matches no
+    hint."""
     if "-" not in names or _TOPIC_CLASS.search(names) is None:
         return False
     node.setattr("class", _TOPIC_CLASS.sub("", names))
@@ -313,13 +314,14 @@ def _named_by_topics_only(node) -> bool:
     return not hinted
 
 
-def _thread(node) -> bool:
-    """Whether a hinted element is named as a comment thread or one of its comments
-    (`div#comments`, `ol.commentlist`, `li#comment-9266`): marked apart (THREAD_START), so
-    that a short post above a long discussion keeps the thread a hint however much of
-    the page's prose it holds (llmtk.clean.density._threads). (The node's class was read
-    already: _named_by_topics_only.)"""
-    return "comment" in ((node.getattr("class") or "") + (node.getattr("id") or "")).lower()
+def _thread(node, names: str) -> bool:
+    """Whether a hinted element (of class `names`) is named as a comment thread or one of
+    its comments (`div#comments`, `div.Comments`, `li#comment-9266`): marked apart
+    (THREAD_START), so that a short post above a long discussion keeps the thread a hint
+    however much of the page's prose it holds (llmtk.clean.density._threads). ("omment":
+    both spellings without lowering the names; the id is read only when the class does
+    not say: each read costs, and a page has ~50 hinted elements.)"""
+    return "omment" in names or "omment" in (node.getattr("id") or "")
 
 
 def _end_of(node):
