@@ -588,9 +588,10 @@ def _trim_after_furniture(bs: list[Block], ws: list[float], drop: set[int], firs
 # a heading that names a comment thread ("Comments", "20 Responses to ...", "Leave a
 # Reply", "Kommentare"): a comment word among its first three words
 _THREAD_HEADING = re.compile(
-    r"\W*(?:\S+\s+){0,2}?(?:comments?|responses|repl(?:y|ies)|reactions|discussion|"
-    r"kommentare?|commentaires?|comentarios?|commenti|reacties|komentarze|评论|評論|留言|"
-    r"コメント)\b", re.IGNORECASE)
+    r"\W*(?:(?:\S+\s+){0,2}?(?:comments|responses|replies|reactions|discussion|"
+    r"kommentare|commentaires|comentarios|commenti|reacties|komentarze|评论|評論|留言|"
+    r"コメント)|(?:\S+\s+){1,2}?(?:comment|reply|kommentar|commentaire|comentario|"
+    r"commento))\b", re.IGNORECASE)
 # a comment's author-and-date line: a year, a time of day or "... ago"
 _DATED = re.compile(r"\b(?:19|20)\d\d\b|\d:\d\d|\bago\b")
 
