@@ -29,7 +29,9 @@ text and link density, jusText's length and context, readability's punctuation):
   page without prose;
 * a prose block inside an element whose markup names it furniture (llmtk.clean.extract.HINTS:
   comments, share and subscribe boxes, related stories, captions, bylines...) weighs
-  nothing, unless that element holds most of the page's prose, or SECTIONS paragraphs each
+  nothing, unless that element holds most of the page's prose (but a comment thread,
+  THREAD_START, under a post of THREAD_POST prose outside the hints stays a hint however
+  much it holds: a short note under a long discussion), or SECTIONS paragraphs each
   under its own unlinked heading in the article's body (a "more-features" list: the
   article's sections; teaser cards, a link around heading and text, are not): the names
   are a hint, not the rule; and when every paragraph lies in a hinted element, the page's hints say
@@ -51,7 +53,10 @@ TAIL of the stretch's prose (an author's note, a newsletter box); so is what fol
 last run of DROP_RUN dropped blocks (a metadata box's date and tags), what it holds after
 the article-body element that holds BODY_SHARE of its prose, and the lines of other
 elements after its last `<p>` paragraph (a bio, a dateline: _end_of_paragraphs), each
-when small and without the paragraphs that would say the article goes on. Inside the stretch,
+when small and without the paragraphs that would say the article goes on; and the text ends
+before a heading that names a comment thread ("Comments", "20 Responses to ...") with
+THREAD_DATES short dated lines under it (a blog's comments set flat after the post, in
+elements no hint names: _before_thread). Inside the stretch,
 link-dense blocks without a sentence (or with no more than a label outside their links:
 "Related: <headline>", or a linked headline with no sentence mark outside its links), the
 short title heading such a list or a row of teaser cards ("Mehr zum Thema"), a short
@@ -77,7 +82,9 @@ the no-prose rule and the API rules on the development sites of the documentatio
 odoc and haddock sites, reported on two held-out groups; the reference pages' share chosen
 among 0.0-0.3 where the news sets' dev halves stayed as they were, with a margin), the
 hint rules and the label rule also on the development half of trafilatura's evaluation
-pages (trafilatura_eval.py), and checked on the Debian manuals (article_extraction.py,
+pages (trafilatura_eval.py), the comment-thread rules on Dragnet's development half with
+the other sets' development halves as checks (dragnet_pages.py and the sets beside it in
+docs/clean.md), and checked on the Debian manuals (article_extraction.py,
 extract_quality.py; numbers in docs/clean.md). Lengths are UTF-8 bytes: a CJK character
 (3 bytes) says about as much as a short word, so one threshold serves both kinds of script.
 """
