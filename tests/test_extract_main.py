@@ -586,3 +586,32 @@ def test_a_lead_paragraph_right_above_the_article_body_stays_a_short_line_does_n
     # a shorter line there (a date and a place, a photo credit) is not a lead
     short = "Springfield, 8 December 2022. Photo: the transport department."
     assert short not in extract(page.replace(lead, short))
+
+
+def _teaser_page(n: int, own_line: bool) -> str:
+    """The article, then n teaser cards with no class name: each a link around a story's
+    headline and summary (the summary a sentence long enough to read as prose)."""
+    gap = "\n" if own_line else ""
+    cards = "".join(
+        f'<div><a href="/news/{i}">{gap}<h3>Trams return to the old town {i}</h3>'
+        f"<p>After twenty years the council brings back the tram line number {i}, and "
+        "residents of the old town say they are glad about it.</p></a></div>"
+        for i in range(n))
+    paras = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    return (f"<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>{paras}"
+            f"<h2>Read more</h2>{cards}</div></body></html>")
+
+
+@pytest.mark.parametrize("own_line", [False, True])
+def test_a_run_of_teaser_cards_goes_however_little_of_it_is_links(own_line):
+    from llmtk.clean.extract import extract
+
+    # (as on a real Swiss paper's page: after the story, other stories each as one link
+    # around headline and summary; their text is not link text, so the summaries read as
+    # prose and continued the stretch; also with the link on a line of its own)
+    text = extract(_teaser_page(2, own_line))
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "tram line" not in text and "Trams return" not in text
+    # one card alone is no list of stories: it stays
+    text = extract(_teaser_page(1, own_line))
+    assert ARTICLE[-1] in text and "tram line number 0" in text

@@ -101,6 +101,12 @@ TAIL = 0.2          # prose after the stretch's last list of links weighing less
 TITLE_WORDS = 6     # a list's title ("Das könnte Sie auch interessieren") has at most this
 HEADLINE_WORDS = 4  # a linked headline has at least this many words
 MID_WEIGHT = 0.2    # a long paragraph with a sentence and a few more links: plus this share
+# a teaser card (a link around a story's headline, summary and byline) has at most this
+# many blocks, and a page with this many such cards lists other stories (_teaser_cards);
+# chosen on the development halves: 3 blocks lost a card of four (a label, headline,
+# summary and date), 6 gained nothing; a run of 3 cards as good as 2
+TEASER_BLOCKS = 4
+TEASER_CARDS = 2
 LEAD_LINES = 3      # short lines between a title and the first section heading it heads
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 REFERENCE_SHARE = 0.1  # a page with this share of its blocks linked code is a reference
@@ -141,7 +147,7 @@ class Block:
         self.plain: list[str] = []  # the parts outside links
         self.kind = ""          # "p", "h", "pre" or "" (any other line)
         self.level = 0          # a heading's rank (1 for <h1>), 0 for other blocks
-        self.card = False       # inside a link around whole blocks (a teaser's card)
+        self.card = 0           # inside a link around whole blocks (a teaser's card): its number
         self.chars = 0
         self.links = 0
         self.gap = gap          # a blank line before it
@@ -168,7 +174,8 @@ def blocks(rendered: str) -> list[Block]:
     out: list[Block] = []
     block = Block(False)
     parts, plain = block.parts, block.plain  # (the current block's, held in locals)
-    in_link = in_pre = in_card = False
+    in_link = in_pre = False
+    in_card = cards = 0  # the card open here (a link around whole blocks), and how many
     link_start, link_href = 0, ""
     count = 0
     stack: list[int] = []  # the hinted elements open here
@@ -197,7 +204,10 @@ def blocks(rendered: str) -> list[Block]:
                 continue
             # a link never reaches past its block (nor does a bad one); one around whole
             # blocks makes them a card (a teaser's heading and text as one link)
-            in_card, in_link = in_card or in_link, False
+            if in_link and not in_card:
+                cards += 1
+                in_card = cards
+            in_link = False
             if parts:
                 out.append(block)
                 block = Block(len(token) > 1)  # (a blank line before it)
@@ -205,6 +215,7 @@ def blocks(rendered: str) -> list[Block]:
                 block.card = in_card
             else:
                 block.gap = True
+                block.card = in_card  # (a link opened on a line of its own)
             continue
         if first != "<":  # an article-body or a hinted element opens or closes
             marked = mains if token in (MAIN_START, MAIN_END) else stack
@@ -216,7 +227,7 @@ def blocks(rendered: str) -> list[Block]:
             continue
         if tag == "a":
             if closing:
-                in_card = False
+                in_card = 0
             if not closing:
                 # an anchor without a target (`<a id=…></a>`) is rendered as an empty,
                 # unclosed link: it is not a link
@@ -365,6 +376,8 @@ def main_text(rendered: str) -> str:
     # list of `since` and `see` notes, Doxygen's rows of a "...SharedObject" class)
     drop = _dropped(bs, ws, [False] * len(bs) if reference else hinted)
     drop |= _list_titles(bs)
+    if not reference:  # (an API page's linked blocks are its members, not teasers)
+        drop |= _teaser_cards(bs)
     if prose:
         first, last = _main_span(bs, ws)
         first = _lead_above(bs, ws, hinted, first)
@@ -493,6 +506,26 @@ def _title_shaped(b: Block) -> bool:
     """A short title: at most TITLE_WORDS words, no sentence and no link in it."""
     return (not b.sentence and not b.links and b.kind != "pre" and b.chars < GOOD_CHARS
             and len(b.raw.split()) <= TITLE_WORDS)
+
+
+def _teaser_cards(bs: list[Block]) -> set[int]:
+    """The blocks of teaser cards: links around a heading and at most TEASER_BLOCKS blocks
+    (a story's headline, summary and byline as one link), when the page has TEASER_CARDS
+    or more of them. Such a run is a list of other stories ("More on this topic" and its
+    cards, in any language), however much of its text is outside link text: the text of
+    a link around whole blocks is not counted as links (a card's summary reads as prose).
+    (One card alone is kept: a page's lead story or a link around a section.)"""
+    size: dict[int, int] = {}
+    headed = set()
+    for b in bs:
+        if b.card and b.chars:
+            size[b.card] = size.get(b.card, 0) + 1
+            if b.kind == "h":
+                headed.add(b.card)
+    teasers = {c for c in headed if size[c] <= TEASER_BLOCKS}
+    if len(teasers) < TEASER_CARDS:
+        return set()
+    return {i for i, b in enumerate(bs) if b.card in teasers}
 
 
 def _heads_a_list(title: Block, after: Block) -> bool:
