@@ -615,25 +615,3 @@ def test_a_run_of_teaser_cards_goes_however_little_of_it_is_links(own_line):
     # one card alone is no list of stories: it stays
     text = extract(_teaser_page(1, own_line))
     assert ARTICLE[-1] in text and "tram line number 0" in text
-
-
-def test_a_photo_credit_beside_an_image_goes_a_caption_and_a_paragraph_stay():
-    from llmtk.clean.extract import extract
-
-    # (as on real news pages: the picture's credit on its own line right after the image,
-    # "<p><img><br><em>(Credit: ...)</em></p>", "<div><img><span>AFP / ...</span></div>",
-    # with no class name to say so)
-    paras = [f"<p>{p}</p>" for p in ARTICLE]
-    page = ("<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>"
-            f"{paras[0]}<p><img src=a.jpg><br><em>(Credit: Jane Roe / Town Agency)</em></p>"
-            f"{paras[1]}<div><img src=b.jpg><span>AFP / SAM LEE</span></div>"
-            # a caption that is a sentence stays (Readability's truth keeps captions)
-            f"{paras[2]}<p><img src=c.jpg><br><i>The new stop by the hospital.</i></p>"
-            # an image inside a paragraph: the words after it are the paragraph's
-            f"<p><img src=d.jpg><em>Mayor</em> Ruiz said that the first route would open "
-            f"in March.</p>{paras[3]}</div></body></html>")
-    text = extract(page)
-    assert ARTICLE[0] in text and ARTICLE[-1] in text
-    assert "Credit" not in text and "AFP" not in text
-    assert "The new stop by the hospital." in text
-    assert "Mayor Ruiz said that the first route would open in March." in text

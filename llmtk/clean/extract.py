@@ -269,43 +269,10 @@ def _prepare(page: str, hints: bool = False):
             # ends (resiliparse renders a one-character control text as it is)
             node.prepend(text(HINT_START))
             _end_of(node).append(text(HINT_END))
-        _mark_credits(body, text)
         for node in body.query_selector_all(_MAIN).values():
             node.prepend(text(MAIN_START))
             node.append(text(MAIN_END))
     return tree
-
-
-# A line right after an image (after its line break, too): where a page prints the
-# picture's credit or caption (`<p><img><br><em>(Credit: Grist)</em></p>`,
-# `<div><img><span>AFP / MARCO BERTORELLO</span></div>`). Adjacent siblings only: a
-# general sibling test (`img ~ *`) with the link test `:has(a)` cost a tenth of the
-# extraction's time.
-_BESIDE_IMAGE = ("img + br + :is(em, i, small, span, sub), "
-                 "img + :is(span, em, i, small, sub, div, p)")
-# a sentence's end (a full stop, ! or ?, then a space or the end): a caption has one, a
-# credit ("Foto: Getty", "AFP / MARCO BERTORELLO", "(Credit: Clayton Aldern / Grist)") not
-_SENTENCE_END = re.compile(r"[.!?。！？…](?:\s|$)")
-
-
-def _mark_credits(body, text) -> None:
-    """Mark as hinted (furniture) a photo credit: a line right after an image that is the
-    only text its element holds beside the image, with no sentence's end in it. (A caption
-    with a sentence stays: Readability's truth keeps captions, the AEB's and trafilatura's
-    leave them out; an inline element after an image inside a paragraph is the paragraph's
-    first words, and its parent holds more text.)"""
-    from llmtk.clean.density import HINT_END, HINT_START
-
-    for node in body.query_selector_all(_BESIDE_IMAGE).values():
-        line = node.text.strip()
-        if not line or _SENTENCE_END.search(line) or node.parent is None:
-            continue
-        if len(node.parent.text.strip()) <= len(line) + _BESIDE:
-            node.prepend(text(HINT_START))
-            _end_of(node).append(text(HINT_END))
-
-
-_BESIDE = 3  # (the parent's text may hold a separator beside the credit: " | ")
 
 
 def _render(tree, noscript: bool) -> str:
