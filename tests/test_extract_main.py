@@ -615,3 +615,18 @@ def test_a_run_of_teaser_cards_goes_however_little_of_it_is_links(own_line):
     # one card alone is no list of stories: it stays
     text = extract(_teaser_page(1, own_line))
     assert ARTICLE[-1] in text and "tram line number 0" in text
+
+
+def test_an_ad_slots_label_between_paragraphs_goes_a_term_stays():
+    from llmtk.clean.extract import extract
+
+    # (as on real news pages: an empty ad slot's one-word label between the paragraphs,
+    # more than once on the page, in a plain div; a definition list's term between its
+    # descriptions is written once)
+    p = [f"<p>{x}</p>" for x in ARTICLE]
+    slot = "<div><div>Werbung</div></div>"
+    page = ("<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>"
+            f"{p[0]}{slot}{p[1]}<div>Routes</div>{p[2]}{slot}{p[3]}</div></body></html>")
+    text = extract(page)
+    assert all(x in text for x in ARTICLE)
+    assert "Werbung" not in text and "Routes" in text

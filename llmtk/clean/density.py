@@ -107,6 +107,9 @@ MID_WEIGHT = 0.2    # a long paragraph with a sentence and a few more links: plu
 # summary and date), 6 gained nothing; a run of 3 cards as good as 2
 TEASER_BLOCKS = 4
 TEASER_CARDS = 2
+# an ad slot's label between two paragraphs has this many words ("Advertisement"; at 2
+# the same lines went on the development halves, no more)
+SLOT_WORDS = 1
 LEAD_LINES = 3      # short lines between a title and the first section heading it heads
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 REFERENCE_SHARE = 0.1  # a page with this share of its blocks linked code is a reference
@@ -378,6 +381,7 @@ def main_text(rendered: str) -> str:
     drop |= _list_titles(bs)
     if not reference:  # (an API page's linked blocks are its members, not teasers)
         drop |= _teaser_cards(bs)
+        drop |= _slot_labels(bs, ws)
     if prose:
         first, last = _main_span(bs, ws)
         first = _lead_above(bs, ws, hinted, first)
@@ -526,6 +530,28 @@ def _teaser_cards(bs: list[Block]) -> set[int]:
     if len(teasers) < TEASER_CARDS:
         return set()
     return {i for i, b in enumerate(bs) if b.card in teasers}
+
+
+def _slot_labels(bs: list[Block], ws: list[float]) -> set[int]:
+    """The labels of ad slots between the paragraphs ("Advertisement", "Anzeige", "Advert"
+    in any language): a line of one word (SLOT_WORDS) that is no paragraph, heading, link
+    or sentence, with a full paragraph on each side, and whose text the page shows more
+    than once. (Without the repetition a definition list's terms went too: "Save", "Quit",
+    "--no-index" between their descriptions on the doc sites.)"""
+    full = [i for i, b in enumerate(bs) if b.chars]
+    found = []
+    for before, i, after in zip(full, full[1:], full[2:], strict=False):
+        b = bs[i]
+        if (not b.kind and not b.links and not b.sentence and ws[before] >= GOOD_CHARS
+                and ws[after] >= GOOD_CHARS and len(b.raw.split()) <= SLOT_WORDS):
+            found.append(i)
+    if not found:  # (most pages: no line is counted)
+        return set()
+    seen: dict[str, int] = {}
+    for i in full:
+        text = bs[i].raw.strip()
+        seen[text] = seen.get(text, 0) + 1
+    return {i for i in found if seen[bs[i].raw.strip()] > 1}
 
 
 def _heads_a_list(title: Block, after: Block) -> bool:
