@@ -51,8 +51,10 @@ TAIL of the stretch's prose (an author's note, a newsletter box). Inside the str
 link-dense blocks without a sentence (or with no more than a label outside their links:
 "Related: <headline>", or a linked headline with no sentence mark outside its links), the
 short title heading such a list or a row of teaser cards ("Mehr zum Thema"), a short
-heading whose next block is not kept (the title of teasers that went, "Vous aimerez aussi")
-and the non-prose blocks of hinted elements are dropped.
+heading whose next block is not kept (the title of teasers that went, "Vous aimerez aussi"),
+the non-prose blocks of hinted elements, teaser cards when a page has TEASER_CARDS of them
+(a link around a headline and a few blocks: its summary reads as prose) and an ad slot's
+one-word label between two paragraphs that the page repeats ("Advertisement") are dropped.
 Header-link marks (the `¶` or `#` link to the heading's own anchor that Sphinx, MkDocs and
 others add) are removed anywhere. A page without a full paragraph (a listing, a reference
 page, a short snippet) keeps every block that is not furniture between the first and the
