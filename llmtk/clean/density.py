@@ -55,8 +55,10 @@ when small and without the paragraphs that would say the article goes on. Inside
 link-dense blocks without a sentence (or with no more than a label outside their links:
 "Related: <headline>", or a linked headline with no sentence mark outside its links), the
 short title heading such a list or a row of teaser cards ("Mehr zum Thema"), a short
-heading whose next block is not kept (the title of teasers that went, "Vous aimerez aussi")
-and the non-prose blocks of hinted elements are dropped.
+heading whose next block is not kept (the title of teasers that went, "Vous aimerez aussi"),
+the non-prose blocks of hinted elements, teaser cards when a page has TEASER_CARDS of them
+(a link around a headline and a few blocks: its summary reads as prose) and an ad slot's
+one-word label between two paragraphs that the page repeats ("Advertisement") are dropped.
 Header-link marks (the `¶` or `#` link to the heading's own anchor that Sphinx, MkDocs and
 others add) are removed anywhere. A page without a full paragraph (a listing, a reference
 page, a short snippet) keeps every block that is not furniture between the first and the
@@ -111,6 +113,15 @@ TAIL = 0.2          # prose after the stretch's last list of links weighing less
 TITLE_WORDS = 6     # a list's title ("Das könnte Sie auch interessieren") has at most this
 HEADLINE_WORDS = 4  # a linked headline has at least this many words
 MID_WEIGHT = 0.2    # a long paragraph with a sentence and a few more links: plus this share
+# a teaser card (a link around a story's headline, summary and byline) has at most this
+# many blocks, and a page with this many such cards lists other stories (_teaser_cards);
+# chosen on the development halves: 3 blocks lost a card of four (a label, headline,
+# summary and date), 6 gained nothing; a run of 3 cards as good as 2
+TEASER_BLOCKS = 4
+TEASER_CARDS = 2
+# an ad slot's label between two paragraphs has this many words ("Advertisement"; at 2
+# the same lines went on the development halves, no more)
+SLOT_WORDS = 1
 LEAD_LINES = 3      # short lines between a title and the first section heading it heads
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 REFERENCE_SHARE = 0.1  # a page with this share of its blocks linked code is a reference
@@ -151,7 +162,7 @@ class Block:
         self.plain: list[str] = []  # the parts outside links
         self.kind = ""          # "p", "h", "pre" or "" (any other line)
         self.level = 0          # a heading's rank (1 for <h1>), 0 for other blocks
-        self.card = False       # inside a link around whole blocks (a teaser's card)
+        self.card = 0           # inside a link around whole blocks (a teaser's card): its number
         self.chars = 0
         self.links = 0
         self.gap = gap          # a blank line before it
@@ -178,7 +189,8 @@ def blocks(rendered: str) -> list[Block]:
     out: list[Block] = []
     block = Block(False)
     parts, plain = block.parts, block.plain  # (the current block's, held in locals)
-    in_link = in_pre = in_card = False
+    in_link = in_pre = False
+    in_card = cards = 0  # the card open here (a link around whole blocks), and how many
     link_start, link_href = 0, ""
     count = 0
     stack: list[int] = []  # the hinted elements open here
@@ -207,7 +219,10 @@ def blocks(rendered: str) -> list[Block]:
                 continue
             # a link never reaches past its block (nor does a bad one); one around whole
             # blocks makes them a card (a teaser's heading and text as one link)
-            in_card, in_link = in_card or in_link, False
+            if in_link and not in_card:
+                cards += 1
+                in_card = cards
+            in_link = False
             if parts:
                 out.append(block)
                 block = Block(len(token) > 1)  # (a blank line before it)
@@ -215,6 +230,7 @@ def blocks(rendered: str) -> list[Block]:
                 block.card = in_card
             else:
                 block.gap = True
+                block.card = in_card  # (a link opened on a line of its own)
             continue
         if first != "<":  # an article-body or a hinted element opens or closes
             marked = mains if token in (MAIN_START, MAIN_END) else stack
@@ -226,7 +242,7 @@ def blocks(rendered: str) -> list[Block]:
             continue
         if tag == "a":
             if closing:
-                in_card = False
+                in_card = 0
             if not closing:
                 # an anchor without a target (`<a id=…></a>`) is rendered as an empty,
                 # unclosed link: it is not a link
@@ -375,6 +391,9 @@ def main_text(rendered: str) -> str:
     # list of `since` and `see` notes, Doxygen's rows of a "...SharedObject" class)
     drop = _dropped(bs, ws, [False] * len(bs) if reference else hinted)
     drop |= _list_titles(bs)
+    if not reference:  # (an API page's linked blocks are its members, not teasers)
+        drop |= _teaser_cards(bs)
+        drop |= _slot_labels(bs, ws)
     if prose:
         first, last = _main_span(bs, ws)
         first = _lead_above(bs, ws, hinted, first)
@@ -508,6 +527,48 @@ def _title_shaped(b: Block) -> bool:
     """A short title: at most TITLE_WORDS words, no sentence and no link in it."""
     return (not b.sentence and not b.links and b.kind != "pre" and b.chars < GOOD_CHARS
             and len(b.raw.split()) <= TITLE_WORDS)
+
+
+def _teaser_cards(bs: list[Block]) -> set[int]:
+    """The blocks of teaser cards: links around a heading and at most TEASER_BLOCKS blocks
+    (a story's headline, summary and byline as one link), when the page has TEASER_CARDS
+    or more of them. Such a run is a list of other stories ("More on this topic" and its
+    cards, in any language), however much of its text is outside link text: the text of
+    a link around whole blocks is not counted as links (a card's summary reads as prose).
+    (One card alone is kept: a page's lead story or a link around a section.)"""
+    size: dict[int, int] = {}
+    headed = set()
+    for b in bs:
+        if b.card and b.chars:
+            size[b.card] = size.get(b.card, 0) + 1
+            if b.kind == "h":
+                headed.add(b.card)
+    teasers = {c for c in headed if size[c] <= TEASER_BLOCKS}
+    if len(teasers) < TEASER_CARDS:
+        return set()
+    return {i for i, b in enumerate(bs) if b.card in teasers}
+
+
+def _slot_labels(bs: list[Block], ws: list[float]) -> set[int]:
+    """The labels of ad slots between the paragraphs ("Advertisement", "Anzeige", "Advert"
+    in any language): a line of one word (SLOT_WORDS) that is no paragraph, heading, link
+    or sentence, with a full paragraph on each side, and whose text the page shows more
+    than once. (Without the repetition a definition list's terms went too: "Save", "Quit",
+    "--no-index" between their descriptions on the doc sites.)"""
+    full = [i for i, b in enumerate(bs) if b.chars]
+    found = []
+    for before, i, after in zip(full, full[1:], full[2:], strict=False):
+        b = bs[i]
+        if (not b.kind and not b.links and not b.sentence and ws[before] >= GOOD_CHARS
+                and ws[after] >= GOOD_CHARS and len(b.raw.split()) <= SLOT_WORDS):
+            found.append(i)
+    if not found:  # (most pages: no line is counted)
+        return set()
+    seen: dict[str, int] = {}
+    for i in full:
+        text = bs[i].raw.strip()
+        seen[text] = seen.get(text, 0) + 1
+    return {i for i in found if seen[bs[i].raw.strip()] > 1}
 
 
 def _heads_a_list(title: Block, after: Block) -> bool:
