@@ -88,18 +88,35 @@ def test_a_sentence_is_a_sentence_mark_or_a_clause_mark_before_a_space(text, sen
     assert (_SENTENCE.search(text) is not None) is sentence
 
 
-def test_the_rendering_splits_into_text_and_tokens_with_their_groups():
-    """density._TOKEN (each alternative led by a literal, for speed): a run of newlines is
-    one token, the marks are tokens, a tag's closing slash, name and attributes its groups."""
+def test_the_rendering_splits_into_text_and_tokens():
+    """density._TOKEN (each alternative led by a literal, no groups, for speed): a run of
+    newlines is one token, the marks are tokens, a tag is one token."""
     from llmtk.clean.density import _TOKEN
 
     rendered = 'x<p>One <a href="/a">link</a>.</p>\n\n\x02<h2>T</h2>\x03\n<br>\x04y\x05<b>'
     assert _TOKEN.split(rendered) == [
-        "x", "<p>", "", "p", "", "One ", '<a href="/a">', "", "a", ' href="/a"', "link",
-        "</a>", "/", "a", "", ".", "</p>", "/", "p", "", "", "\n\n", None, None, None, "",
-        "\x02", None, None, None, "", "<h2>", "", "h2", "", "T", "</h2>", "/", "h2", "", "",
-        "\x03", None, None, None, "", "\n", None, None, None, "", "<br>", "", "br", "", "",
-        "\x04", None, None, None, "y", "\x05", None, None, None, "<b>"]
+        "x", "<p>", "One ", '<a href="/a">', "link", "</a>", ".", "</p>", "", "\n\n", "",
+        "\x02", "", "<h2>", "T", "</h2>", "", "\x03", "", "\n", "", "<br>", "", "\x04", "y",
+        "\x05", "<b>"]
+
+
+def test_a_tag_token_looked_up_has_the_parts_the_tag_regex_reads():
+    from llmtk.clean.density import _BARE_TAGS, _TAG_PARTS
+
+    assert len(_BARE_TAGS) == 20
+    for token, parts in _BARE_TAGS.items():
+        assert _TAG_PARTS.fullmatch(token).groups() == parts
+
+
+@pytest.mark.parametrize("link", ['<a href="/a">', '<a\thref="/a">', '<a id=x href="/a">'])
+def test_a_link_counts_however_its_tag_is_spaced(link):
+    """A link's tag found by its first three characters or parsed: the same link."""
+    from llmtk.clean.density import blocks
+
+    (b,) = blocks(f"<p>Some text {link}linked words</a> after.</p>")
+    # (each piece counted without its outer spaces)
+    assert (b.chars, b.links, b.linked) == (len("Some textlinked wordsafter."),
+                                            len("linked words"), ["linked words"])
 
 
 def test_the_grouped_furniture_selector_matches_what_the_plain_list_matches():
