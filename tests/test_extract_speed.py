@@ -119,6 +119,33 @@ def test_a_link_counts_however_its_tag_is_spaced(link):
                                             len("linked words"), ["linked words"])
 
 
+def test_the_code_marks_read_as_their_plain_forms():
+    """density._CODE_MARK and _STRONG_CODE, each alternative written from its key character
+    with a lookbehind (for speed), find a mark exactly where the plain forms do: on
+    crafted cases and on random strings of the characters the forms test."""
+    import random
+    import re
+
+    from llmtk.clean.density import _CODE_MARK, _STRONG_CODE
+
+    calls = r"[A-Za-z0-9_]\(|\(\)|->|::|[A-Za-z0-9]<[A-Za-z]"
+    plain_mark = re.compile(calls + r"|\s[:=]\s|[A-Za-z]{2}_[A-Za-z]{2}"
+                            r"|[A-Za-z0-9]_[A-Za-z0-9]\S* |[a-z]\.[a-zA-Z_]\w*\.")
+    plain_strong = re.compile(calls + r"|[A-Za-z0-9]_[A-Za-z0-9]"
+                              r"|[a-z]\.[a-zA-Z_]\w*\.[a-zA-Z_]")
+    crafted = ["f(x)", "()", "a -> b", "std::string", "List<T>", "x : int", "a = b",
+               "MDB_val *key", "ssh_channel_open", "java.util.List", "Date_sig.S.week",
+               "dp3_1_en", "e.g. this", "(a)", "1 < 2", "a:b", "_x", "史_藍", "viols : 14",
+               "Read the manual.", ""]
+    rng = random.Random(35)
+    alphabet = list("aZz09_()<>-:=. \t\n\xa0é史$/@,")
+    fuzzed = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 9)))
+              for _ in range(20000)]
+    for text in crafted + fuzzed:
+        assert (_CODE_MARK.search(text) is None) == (plain_mark.search(text) is None), text
+        assert (_STRONG_CODE.search(text) is None) == (plain_strong.search(text) is None), text
+
+
 def test_the_grouped_furniture_selector_matches_what_the_plain_list_matches():
     page = ("<html><body><nav>n</nav><div role=banner>b</div><div class='x toc'>t</div>"
             "<div id=toc>i</div><div id=catlinks>c</div><div class=navbox>nb</div>"
