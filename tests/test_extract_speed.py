@@ -159,3 +159,10 @@ def test_the_grouped_furniture_selector_matches_what_the_plain_list_matches():
         ", ".join(x.BOILERPLATE + (x._EMPTY_ANCHORS,) + x._SPECIAL)).values()]
     assert len(plain) == 10
     assert [n.html for n in body.query_selector_all(x._FURNITURE_OR_SPECIAL).values()] == plain
+
+
+@pytest.mark.parametrize("newlines", range(1, 7))
+def test_tidy_leaves_at_most_one_blank_line(newlines):
+    """extract._BLANKS, written with its three newlines first for speed, is `\\n{3,}`."""
+    text = x._tidy("one  \n" + "\n" * (newlines - 1) + "two\n\n\n")
+    assert text == "one" + ("\n" if newlines == 1 else "\n\n") + "two"
