@@ -142,10 +142,16 @@ HINT_START, HINT_END = "\x02", "\x03"
 # where an element that llmtk.clean.extract.MAIN names (an article body) starts and ends
 MAIN_START, MAIN_END = "\x04", "\x05"
 # (a run of newlines is one token: a page's rendering is a third blank lines; the page is
-# split by it in one call, each token followed by its groups: closing slash, tag, attributes.
-# Every alternative starts with a literal character, so the regex engine skips the text
-# between tokens by those characters alone: `\n+` and `[\x02-\x05]` cost a third more.)
-_TOKEN = re.compile(r"(<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n\n*|\x02|\x03|\x04|\x05)")
+# split by it in one call into texts and tokens, no groups inside a token: each group is one
+# more piece a token. Every alternative starts with a literal character, so the regex engine
+# skips the text between tokens by those characters alone: `\n+` and `[\x02-\x05]` cost a
+# third more.)
+_TOKEN = re.compile(r"(<(?:/?)(?:a|p|pre|h[1-6]|br)\b[^>]*>|\n\n*|\x02|\x03|\x04|\x05)")
+# A tag token's parts (closing slash, tag, attributes): the bare tags the rendering writes
+# are looked up, the rest parsed; a link's target is read from its token (`<a href="...">`)
+_BARE_TAGS = {f"<{slash}{tag}>": (slash, tag, "") for slash in ("", "/")
+              for tag in ("a", "p", "pre", "br", "h1", "h2", "h3", "h4", "h5", "h6")}
+_TAG_PARTS = re.compile(r"<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>")
 # a run of spaces inside a line of prose (&nbsp;&nbsp;, table cells' tabs): one space
 _INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
 _URL_TEXT = re.compile(r"\s*\(?(?:https?://|www\.)")
@@ -195,10 +201,9 @@ def blocks(rendered: str) -> list[Block]:
     count = 0
     stack: list[int] = []  # the hinted elements open here
     mains: list[int] = []  # the article-body elements open here
-    pieces = _TOKEN.split(rendered)  # text, token, slash, tag, attributes, text, ...
-    items = iter(pieces)  # (read five at a time; the last text is left over: strict=False)
-    fives = zip(items, items, items, items, items, strict=False)
-    for seg, token, closing, tag, attributes in fives:
+    pieces = _TOKEN.split(rendered)  # text, token, text, token, ..., text
+    items = iter(pieces)  # (read two at a time; the last text is left over: strict=False)
+    for seg, token in zip(items, items, strict=False):
         if seg:
             parts.append(seg)
             n = seg.strip()  # (_size, inlined: a call per piece costs a tenth of the loop)
@@ -240,20 +245,33 @@ def blocks(rendered: str) -> list[Block]:
             elif marked:
                 marked.pop()
             continue
+        if token.startswith("<a "):  # a link opens
+            link_href = _href(token)  # (the tag's name holds no `href="`)
+            in_link, link_start = bool(link_href), len(parts)
+            continue
+        closing, tag, attributes = _BARE_TAGS.get(token) or _TAG_PARTS.fullmatch(token).groups()
         if tag == "a":
-            if closing:
-                in_card = 0
             if not closing:
                 # an anchor without a target (`<a id=…></a>`) is rendered as an empty,
                 # unclosed link: it is not a link
                 link_href = _href(attributes)
                 in_link, link_start = bool(link_href), len(parts)
-            elif in_link:
+                continue
+            in_card = 0
+            if in_link:
                 in_link = False
-                _drop_mark(block, link_start, link_href)
-                if len(parts) > link_start:
+                # (the calls below only where they can change something: a link of one
+                # piece, most are; each call a link costs a twentieth of the loop)
+                if len(parts) == link_start + 1 and link_href[0] == "#":
+                    _drop_mark(block, link_start, link_href)
+                k = len(parts) - link_start
+                if k == 1:
+                    text = parts[-1]
+                    block.linked.append(text)
+                    if _SPELLED_ADDRESS.fullmatch(text):
+                        _unlink_address(block, link_start)
+                elif k:
                     block.linked.append("".join(parts[link_start:]))
-                _unlink_address(block, link_start)
         elif tag == "pre":
             in_pre = not closing
             block.kind = "pre"
@@ -815,20 +833,27 @@ def _headline(raw: str) -> bool:
 # `std::string`, `java.util.List<Connection.KeyVal>`, `Date_sig.S.week`, `MDB_val *key`;
 # `ssh_channel_open`; not an image's file name alone, "dp3_1_en"; in ASCII: CJK is \w
 # too, and "史蒂文的家_藍天 於 2014/01/01 回覆" is a blog comment's author line) ...
-_CALLS = r"[A-Za-z0-9_]\(|\(\)|->|::|[A-Za-z0-9]<[A-Za-z]"  # calls, arrows, generics
-_CODE_MARK = re.compile(_CALLS + r"|\s[:=]\s"
-                        r"|[A-Za-z]{2}_[A-Za-z]{2}|[A-Za-z0-9]_[A-Za-z0-9]\S* "  # snake_case
-                        r"|[a-z]\.[a-zA-Z_]\w*\.")  # dotted paths
+# (Each mark is written from its one key character, what must stand before it a lookbehind:
+# every alternative then starts with a literal, and the engine skips to those characters
+# alone; written from the character before, a search tried every alternative at every
+# position, ~15 times slower on prose. The plain forms are in the comments.)
+# calls `x(`, `()`; arrows `->`; `::`; generics `x<T`
+_CALLS = r"\((?:(?<=[A-Za-z0-9_]\()|\))|->|::|<(?<=[A-Za-z0-9]<)[A-Za-z]"
+_CODE_MARK = re.compile(
+    _CALLS + r"|:(?<=\s:)\s|=(?<=\s=)\s"  # `\s[:=]\s`
+    # snake_case: `[A-Za-z]{2}_[A-Za-z]{2}`, `[A-Za-z0-9]_[A-Za-z0-9]\S* `
+    r"|_(?:(?<=[A-Za-z]{2}_)[A-Za-z]{2}|(?<=[A-Za-z0-9]_)[A-Za-z0-9]\S* )"
+    r"|\.(?<=[a-z]\.)[a-zA-Z_]\w*\.")  # dotted paths: `[a-z]\.[a-zA-Z_]\w*\.`
 # (not in addresses, paths and handles: "http://po.st/TP_615", "pic.twitter.com/x1",
 # "@tasty_food")
 _ADDRESS = re.compile(r"\S*(?:/|www\.|@)\S*")
-# a character each of _CODE_MARK's forms needs: without one it cannot match
-_MAYBE_CODE = re.compile(r"[(>:<=_.]")
 # ... or a list of identifiers ("addClass, after, append, appendChild, ..."), one of them
 # in a programmer's spelling (camelCase, snake_case, dotted)
 _IDENT = re.compile(r"[\w$.]+")
-# (the marks that decide whether a page is a reference: _code_shaped)
-_STRONG_CODE = re.compile(_CALLS + r"|[A-Za-z0-9]_[A-Za-z0-9]|[a-z]\.[a-zA-Z_]\w*\.[a-zA-Z_]")
+# (the marks that decide whether a page is a reference: _code_shaped; snake_case
+# `[A-Za-z0-9]_[A-Za-z0-9]`, a dotted path of three `[a-z]\.[a-zA-Z_]\w*\.[a-zA-Z_]`)
+_STRONG_CODE = re.compile(_CALLS + r"|_(?<=[A-Za-z0-9]_)[A-Za-z0-9]"
+                          r"|\.(?<=[a-z]\.)[a-zA-Z_]\w*\.[a-zA-Z_]")
 _CODE_IDENT = re.compile(r"[a-z][A-Z]|\w_\w|\w\.\w")
 
 
@@ -842,9 +867,7 @@ def _api_links(b: Block) -> bool:
 
 def _linked_code(b: Block) -> bool:
     text = _code_text(b)
-    # (_MAYBE_CODE first: a cheap scan for a character every code mark needs)
-    return (_MAYBE_CODE.search(text) is not None and _CODE_MARK.search(text) is not None
-            or _names(text))
+    return _CODE_MARK.search(text) is not None or _names(text)
 
 
 def _code_text(b: Block) -> str:
