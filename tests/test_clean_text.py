@@ -263,5 +263,24 @@ def test_width_folding_and_unicode_forms():
     assert Normalize()("e\u0301") == "é"  # NFC composes
 
 
+def test_the_run_regexes_match_the_runs_a_plus_matches():
+    """normalize's character runs, written `[x][x]*` for speed, match where `[x]+` does."""
+    import re
+
+    from llmtk.clean import normalize
+
+    rng = random.Random(35)
+    alphabet = "ab \x01\x1f\x7f\x9f\u200b\ufeff\u2060\uff01\uff10\uff21\uff5e\uff5f\uff0f"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 9)))
+             for _ in range(5000)]
+    for fast in (normalize._CONTROL, *normalize._WIDE.values()):
+        first = fast.pattern[:fast.pattern.index("]") + 1]
+        assert fast.pattern == first + first + "*"
+        plain = re.compile(first + "+")
+        for text in texts:
+            assert fast.sub(lambda m: f"<{m.group()}>", text) == \
+                plain.sub(lambda m: f"<{m.group()}>", text)
+
+
 def test_zh_conversion_with_opencc():
     assert Normalize(zh_convert="t2s")("漢字轉換") == "汉字转换"

@@ -694,6 +694,50 @@ def test_a_posts_topic_classes_on_its_wrapper_are_no_hint(topics):
     assert ARTICLE[-1] in text and "Sam Lee writes" not in text
 
 
+def _teaser_page(n: int, own_line: bool) -> str:
+    """The article, then n teaser cards with no class name: each a link around a story's
+    headline and summary (the summary a sentence long enough to read as prose)."""
+    gap = "\n" if own_line else ""
+    cards = "".join(
+        f'<div><a href="/news/{i}">{gap}<h3>Trams return to the old town {i}</h3>'
+        f"<p>After twenty years the council brings back the tram line number {i}, and "
+        "residents of the old town say they are glad about it.</p></a></div>"
+        for i in range(n))
+    paras = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    return (f"<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>{paras}"
+            f"<h2>Read more</h2>{cards}</div></body></html>")
+
+
+@pytest.mark.parametrize("own_line", [False, True])
+def test_a_run_of_teaser_cards_goes_however_little_of_it_is_links(own_line):
+    from llmtk.clean.extract import extract
+
+    # (as on a real Swiss paper's page: after the story, other stories each as one link
+    # around headline and summary; their text is not link text, so the summaries read as
+    # prose and continued the stretch; also with the link on a line of its own)
+    text = extract(_teaser_page(2, own_line))
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "tram line" not in text and "Trams return" not in text
+    # one card alone is no list of stories: it stays
+    text = extract(_teaser_page(1, own_line))
+    assert ARTICLE[-1] in text and "tram line number 0" in text
+
+
+def test_an_ad_slots_label_between_paragraphs_goes_a_term_stays():
+    from llmtk.clean.extract import extract
+
+    # (as on real news pages: an empty ad slot's one-word label between the paragraphs,
+    # more than once on the page, in a plain div; a definition list's term between its
+    # descriptions is written once)
+    p = [f"<p>{x}</p>" for x in ARTICLE]
+    slot = "<div><div>Werbung</div></div>"
+    page = ("<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>"
+            f"{p[0]}{slot}{p[1]}<div>Routes</div>{p[2]}{slot}{p[3]}</div></body></html>")
+    text = extract(page)
+    assert all(x in text for x in ARTICLE)
+    assert "Werbung" not in text and "Routes" in text
+
+
 def test_a_comment_thread_under_a_short_post_stays_a_hint_however_long():
     from llmtk.clean.extract import extract
 

@@ -88,18 +88,62 @@ def test_a_sentence_is_a_sentence_mark_or_a_clause_mark_before_a_space(text, sen
     assert (_SENTENCE.search(text) is not None) is sentence
 
 
-def test_the_rendering_splits_into_text_and_tokens_with_their_groups():
-    """density._TOKEN (each alternative led by a literal, for speed): a run of newlines is
-    one token, the marks are tokens, a tag's closing slash, name and attributes its groups."""
+def test_the_rendering_splits_into_text_and_tokens():
+    """density._TOKEN (each alternative led by a literal, no groups, for speed): a run of
+    newlines is one token, the marks are tokens, a tag is one token."""
     from llmtk.clean.density import _TOKEN
 
     rendered = 'x<p>One <a href="/a">link</a>.</p>\n\n\x02<h2>T</h2>\x03\n<br>\x04y\x05<b>'
     assert _TOKEN.split(rendered) == [
-        "x", "<p>", "", "p", "", "One ", '<a href="/a">', "", "a", ' href="/a"', "link",
-        "</a>", "/", "a", "", ".", "</p>", "/", "p", "", "", "\n\n", None, None, None, "",
-        "\x02", None, None, None, "", "<h2>", "", "h2", "", "T", "</h2>", "/", "h2", "", "",
-        "\x03", None, None, None, "", "\n", None, None, None, "", "<br>", "", "br", "", "",
-        "\x04", None, None, None, "y", "\x05", None, None, None, "<b>"]
+        "x", "<p>", "One ", '<a href="/a">', "link", "</a>", ".", "</p>", "", "\n\n", "",
+        "\x02", "", "<h2>", "T", "</h2>", "", "\x03", "", "\n", "", "<br>", "", "\x04", "y",
+        "\x05", "<b>"]
+
+
+def test_a_tag_token_looked_up_has_the_parts_the_tag_regex_reads():
+    from llmtk.clean.density import _BARE_TAGS, _TAG_PARTS
+
+    assert len(_BARE_TAGS) == 20
+    for token, parts in _BARE_TAGS.items():
+        assert _TAG_PARTS.fullmatch(token).groups() == parts
+
+
+@pytest.mark.parametrize("link", ['<a href="/a">', '<a\thref="/a">', '<a id=x href="/a">'])
+def test_a_link_counts_however_its_tag_is_spaced(link):
+    """A link's tag found by its first three characters or parsed: the same link."""
+    from llmtk.clean.density import blocks
+
+    (b,) = blocks(f"<p>Some text {link}linked words</a> after.</p>")
+    # (each piece counted without its outer spaces)
+    assert (b.chars, b.links, b.linked) == (len("Some textlinked wordsafter."),
+                                            len("linked words"), ["linked words"])
+
+
+def test_the_code_marks_read_as_their_plain_forms():
+    """density._CODE_MARK and _STRONG_CODE, each alternative written from its key character
+    with a lookbehind (for speed), find a mark exactly where the plain forms do: on
+    crafted cases and on random strings of the characters the forms test."""
+    import random
+    import re
+
+    from llmtk.clean.density import _CODE_MARK, _STRONG_CODE
+
+    calls = r"[A-Za-z0-9_]\(|\(\)|->|::|[A-Za-z0-9]<[A-Za-z]"
+    plain_mark = re.compile(calls + r"|\s[:=]\s|[A-Za-z]{2}_[A-Za-z]{2}"
+                            r"|[A-Za-z0-9]_[A-Za-z0-9]\S* |[a-z]\.[a-zA-Z_]\w*\.")
+    plain_strong = re.compile(calls + r"|[A-Za-z0-9]_[A-Za-z0-9]"
+                              r"|[a-z]\.[a-zA-Z_]\w*\.[a-zA-Z_]")
+    crafted = ["f(x)", "()", "a -> b", "std::string", "List<T>", "x : int", "a = b",
+               "MDB_val *key", "ssh_channel_open", "java.util.List", "Date_sig.S.week",
+               "dp3_1_en", "e.g. this", "(a)", "1 < 2", "a:b", "_x", "史_藍", "viols : 14",
+               "Read the manual.", ""]
+    rng = random.Random(35)
+    alphabet = list("aZz09_()<>-:=. \t\n\xa0é史$/@,")
+    fuzzed = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 9)))
+              for _ in range(20000)]
+    for text in crafted + fuzzed:
+        assert (_CODE_MARK.search(text) is None) == (plain_mark.search(text) is None), text
+        assert (_STRONG_CODE.search(text) is None) == (plain_strong.search(text) is None), text
 
 
 def test_the_grouped_furniture_selector_matches_what_the_plain_list_matches():
@@ -115,3 +159,10 @@ def test_the_grouped_furniture_selector_matches_what_the_plain_list_matches():
         ", ".join(x.BOILERPLATE + (x._EMPTY_ANCHORS,) + x._SPECIAL)).values()]
     assert len(plain) == 10
     assert [n.html for n in body.query_selector_all(x._FURNITURE_OR_SPECIAL).values()] == plain
+
+
+@pytest.mark.parametrize("newlines", range(1, 7))
+def test_tidy_leaves_at_most_one_blank_line(newlines):
+    """extract._BLANKS, written with its three newlines first for speed, is `\\n{3,}`."""
+    text = x._tidy("one  \n" + "\n" * (newlines - 1) + "two\n\n\n")
+    assert text == "one" + ("\n" if newlines == 1 else "\n\n") + "two"

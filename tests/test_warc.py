@@ -488,3 +488,18 @@ def test_a_lying_utf8_label_still_goes_to_detection():
               * 6 + "</body></html>")
     text, charset = decode_html(french.encode("cp1252"))
     assert charset != "utf-8" and "\ufffd" not in text and "élèves" in text
+
+
+@pytest.mark.parametrize("label", ["utf-16", "utf-32"])
+def test_a_lying_utf16_label_is_not_read_leniently(label):
+    """Windows-1252 bytes under a UTF-16 or UTF-32 label: those decode nearly any bytes,
+    so "most characters decoded" says nothing; the page goes to detection, not to a page
+    of CJK-looking pairs of ASCII bytes."""
+    from llmtk.io.warc import decode_html
+
+    french = (f"<html><head><meta charset=\"{label}\"></head><body><p>L'été dernier, à "
+              "Genève, les élèves ont préparé une fête très réussie pour leur école.</p>"
+              * 6 + "</body></html>")
+    for http in (None, label):
+        text, charset = decode_html(french.encode("cp1252"), http)
+        assert not charset.startswith("utf") and "élèves" in text

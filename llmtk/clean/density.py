@@ -60,8 +60,10 @@ elements no hint names: _before_thread). Inside the stretch,
 link-dense blocks without a sentence (or with no more than a label outside their links:
 "Related: <headline>", or a linked headline with no sentence mark outside its links), the
 short title heading such a list or a row of teaser cards ("Mehr zum Thema"), a short
-heading whose next block is not kept (the title of teasers that went, "Vous aimerez aussi")
-and the non-prose blocks of hinted elements are dropped.
+heading whose next block is not kept (the title of teasers that went, "Vous aimerez aussi"),
+the non-prose blocks of hinted elements, teaser cards when a page has TEASER_CARDS of them
+(a link around a headline and a few blocks: its summary reads as prose) and an ad slot's
+one-word label between two paragraphs that the page repeats ("Advertisement") are dropped.
 Header-link marks (the `¶` or `#` link to the heading's own anchor that Sphinx, MkDocs and
 others add) are removed anywhere. A page without a full paragraph (a listing, a reference
 page, a short snippet) keeps every block that is not furniture between the first and the
@@ -121,6 +123,15 @@ TAIL = 0.2          # prose after the stretch's last list of links weighing less
 TITLE_WORDS = 6     # a list's title ("Das könnte Sie auch interessieren") has at most this
 HEADLINE_WORDS = 4  # a linked headline has at least this many words
 MID_WEIGHT = 0.2    # a long paragraph with a sentence and a few more links: plus this share
+# a teaser card (a link around a story's headline, summary and byline) has at most this
+# many blocks, and a page with this many such cards lists other stories (_teaser_cards);
+# chosen on the development halves: 3 blocks lost a card of four (a label, headline,
+# summary and date), 6 gained nothing; a run of 3 cards as good as 2
+TEASER_BLOCKS = 4
+TEASER_CARDS = 2
+# an ad slot's label between two paragraphs has this many words ("Advertisement"; at 2
+# the same lines went on the development halves, no more)
+SLOT_WORDS = 1
 LEAD_LINES = 3      # short lines between a title and the first section heading it heads
 API_WEIGHT = 0.3    # an API page's linked signature or member row weighs plus this share
 REFERENCE_SHARE = 0.1  # a page with this share of its blocks linked code is a reference
@@ -144,10 +155,16 @@ THREAD_START = "\x06"
 # where an element that llmtk.clean.extract.MAIN names (an article body) starts and ends
 MAIN_START, MAIN_END = "\x04", "\x05"
 # (a run of newlines is one token: a page's rendering is a third blank lines; the page is
-# split by it in one call, each token followed by its groups: closing slash, tag, attributes.
-# Every alternative starts with a literal character, so the regex engine skips the text
-# between tokens by those characters alone: `\n+` and `[\x02-\x05]` cost a third more.)
-_TOKEN = re.compile(r"(<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>|\n\n*|\x02|\x03|\x04|\x05|\x06)")
+# split by it in one call into texts and tokens, no groups inside a token: each group is one
+# more piece a token. Every alternative starts with a literal character, so the regex engine
+# skips the text between tokens by those characters alone: `\n+` and `[\x02-\x05]` cost a
+# third more.)
+_TOKEN = re.compile(r"(<(?:/?)(?:a|p|pre|h[1-6]|br)\b[^>]*>|\n\n*|\x02|\x03|\x04|\x05|\x06)")
+# A tag token's parts (closing slash, tag, attributes): the bare tags the rendering writes
+# are looked up, the rest parsed; a link's target is read from its token (`<a href="...">`)
+_BARE_TAGS = {f"<{slash}{tag}>": (slash, tag, "") for slash in ("", "/")
+              for tag in ("a", "p", "pre", "br", "h1", "h2", "h3", "h4", "h5", "h6")}
+_TAG_PARTS = re.compile(r"<(/?)(a|p|pre|h[1-6]|br)\b([^>]*)>")
 # a run of spaces inside a line of prose (&nbsp;&nbsp;, table cells' tabs): one space
 _INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
 _URL_TEXT = re.compile(r"\s*\(?(?:https?://|www\.)")
@@ -164,7 +181,7 @@ class Block:
         self.plain: list[str] = []  # the parts outside links
         self.kind = ""          # "p", "h", "pre" or "" (any other line)
         self.level = 0          # a heading's rank (1 for <h1>), 0 for other blocks
-        self.card = False       # inside a link around whole blocks (a teaser's card)
+        self.card = 0           # inside a link around whole blocks (a teaser's card): its number
         self.chars = 0
         self.links = 0
         self.gap = gap          # a blank line before it
@@ -191,15 +208,15 @@ def blocks(rendered: str) -> list[Block]:
     out: list[Block] = []
     block = Block(False)
     parts, plain = block.parts, block.plain  # (the current block's, held in locals)
-    in_link = in_pre = in_card = False
+    in_link = in_pre = False
+    in_card = cards = 0  # the card open here (a link around whole blocks), and how many
     link_start, link_href = 0, ""
     count = 0
     stack: list[int] = []  # the hinted elements open here
     mains: list[int] = []  # the article-body elements open here
-    pieces = _TOKEN.split(rendered)  # text, token, slash, tag, attributes, text, ...
-    items = iter(pieces)  # (read five at a time; the last text is left over: strict=False)
-    fives = zip(items, items, items, items, items, strict=False)
-    for seg, token, closing, tag, attributes in fives:
+    pieces = _TOKEN.split(rendered)  # text, token, text, token, ..., text
+    items = iter(pieces)  # (read two at a time; the last text is left over: strict=False)
+    for seg, token in zip(items, items, strict=False):
         if seg:
             parts.append(seg)
             n = seg.strip()  # (_size, inlined: a call per piece costs a tenth of the loop)
@@ -220,7 +237,10 @@ def blocks(rendered: str) -> list[Block]:
                 continue
             # a link never reaches past its block (nor does a bad one); one around whole
             # blocks makes them a card (a teaser's heading and text as one link)
-            in_card, in_link = in_card or in_link, False
+            if in_link and not in_card:
+                cards += 1
+                in_card = cards
+            in_link = False
             if parts:
                 out.append(block)
                 block = Block(len(token) > 1)  # (a blank line before it)
@@ -228,6 +248,7 @@ def blocks(rendered: str) -> list[Block]:
                 block.card = in_card
             else:
                 block.gap = True
+                block.card = in_card  # (a link opened on a line of its own)
             continue
         if first != "<":  # an article-body or a hinted element opens or closes
             marked = mains if token in (MAIN_START, MAIN_END) else stack
@@ -240,20 +261,33 @@ def blocks(rendered: str) -> list[Block]:
             elif marked:
                 marked.pop()
             continue
+        if token.startswith("<a "):  # a link opens
+            link_href = _href(token)  # (the tag's name holds no `href="`)
+            in_link, link_start = bool(link_href), len(parts)
+            continue
+        closing, tag, attributes = _BARE_TAGS.get(token) or _TAG_PARTS.fullmatch(token).groups()
         if tag == "a":
-            if closing:
-                in_card = False
             if not closing:
                 # an anchor without a target (`<a id=…></a>`) is rendered as an empty,
                 # unclosed link: it is not a link
                 link_href = _href(attributes)
                 in_link, link_start = bool(link_href), len(parts)
-            elif in_link:
+                continue
+            in_card = 0
+            if in_link:
                 in_link = False
-                _drop_mark(block, link_start, link_href)
-                if len(parts) > link_start:
+                # (the calls below only where they can change something: a link of one
+                # piece, most are; each call a link costs a twentieth of the loop)
+                if len(parts) == link_start + 1 and link_href[0] == "#":
+                    _drop_mark(block, link_start, link_href)
+                k = len(parts) - link_start
+                if k == 1:
+                    text = parts[-1]
+                    block.linked.append(text)
+                    if _SPELLED_ADDRESS.fullmatch(text):
+                        _unlink_address(block, link_start)
+                elif k:
                     block.linked.append("".join(parts[link_start:]))
-                _unlink_address(block, link_start)
         elif tag == "pre":
             in_pre = not closing
             block.kind = "pre"
@@ -391,6 +425,9 @@ def main_text(rendered: str) -> str:
     # list of `since` and `see` notes, Doxygen's rows of a "...SharedObject" class)
     drop = _dropped(bs, ws, [False] * len(bs) if reference else hinted)
     drop |= _list_titles(bs)
+    if not reference:  # (an API page's linked blocks are its members, not teasers)
+        drop |= _teaser_cards(bs)
+        drop |= _slot_labels(bs, ws)
     if prose:
         first, last = _main_span(bs, ws)
         first = _lead_above(bs, ws, hinted, first)
@@ -525,6 +562,48 @@ def _title_shaped(b: Block) -> bool:
     """A short title: at most TITLE_WORDS words, no sentence and no link in it."""
     return (not b.sentence and not b.links and b.kind != "pre" and b.chars < GOOD_CHARS
             and len(b.raw.split()) <= TITLE_WORDS)
+
+
+def _teaser_cards(bs: list[Block]) -> set[int]:
+    """The blocks of teaser cards: links around a heading and at most TEASER_BLOCKS blocks
+    (a story's headline, summary and byline as one link), when the page has TEASER_CARDS
+    or more of them. Such a run is a list of other stories ("More on this topic" and its
+    cards, in any language), however much of its text is outside link text: the text of
+    a link around whole blocks is not counted as links (a card's summary reads as prose).
+    (One card alone is kept: a page's lead story or a link around a section.)"""
+    size: dict[int, int] = {}
+    headed = set()
+    for b in bs:
+        if b.card and b.chars:
+            size[b.card] = size.get(b.card, 0) + 1
+            if b.kind == "h":
+                headed.add(b.card)
+    teasers = {c for c in headed if size[c] <= TEASER_BLOCKS}
+    if len(teasers) < TEASER_CARDS:
+        return set()
+    return {i for i, b in enumerate(bs) if b.card in teasers}
+
+
+def _slot_labels(bs: list[Block], ws: list[float]) -> set[int]:
+    """The labels of ad slots between the paragraphs ("Advertisement", "Anzeige", "Advert"
+    in any language): a line of one word (SLOT_WORDS) that is no paragraph, heading, link
+    or sentence, with a full paragraph on each side, and whose text the page shows more
+    than once. (Without the repetition a definition list's terms went too: "Save", "Quit",
+    "--no-index" between their descriptions on the doc sites.)"""
+    full = [i for i, b in enumerate(bs) if b.chars]
+    found = []
+    for before, i, after in zip(full, full[1:], full[2:], strict=False):
+        b = bs[i]
+        if (not b.kind and not b.links and not b.sentence and ws[before] >= GOOD_CHARS
+                and ws[after] >= GOOD_CHARS and len(b.raw.split()) <= SLOT_WORDS):
+            found.append(i)
+    if not found:  # (most pages: no line is counted)
+        return set()
+    seen: dict[str, int] = {}
+    for i in full:
+        text = bs[i].raw.strip()
+        seen[text] = seen.get(text, 0) + 1
+    return {i for i in found if seen[bs[i].raw.strip()] > 1}
 
 
 def _heads_a_list(title: Block, after: Block) -> bool:
@@ -835,20 +914,27 @@ def _headline(raw: str) -> bool:
 # `std::string`, `java.util.List<Connection.KeyVal>`, `Date_sig.S.week`, `MDB_val *key`;
 # `ssh_channel_open`; not an image's file name alone, "dp3_1_en"; in ASCII: CJK is \w
 # too, and "史蒂文的家_藍天 於 2014/01/01 回覆" is a blog comment's author line) ...
-_CALLS = r"[A-Za-z0-9_]\(|\(\)|->|::|[A-Za-z0-9]<[A-Za-z]"  # calls, arrows, generics
-_CODE_MARK = re.compile(_CALLS + r"|\s[:=]\s"
-                        r"|[A-Za-z]{2}_[A-Za-z]{2}|[A-Za-z0-9]_[A-Za-z0-9]\S* "  # snake_case
-                        r"|[a-z]\.[a-zA-Z_]\w*\.")  # dotted paths
+# (Each mark is written from its one key character, what must stand before it a lookbehind:
+# every alternative then starts with a literal, and the engine skips to those characters
+# alone; written from the character before, a search tried every alternative at every
+# position, ~15 times slower on prose. The plain forms are in the comments.)
+# calls `x(`, `()`; arrows `->`; `::`; generics `x<T`
+_CALLS = r"\((?:(?<=[A-Za-z0-9_]\()|\))|->|::|<(?<=[A-Za-z0-9]<)[A-Za-z]"
+_CODE_MARK = re.compile(
+    _CALLS + r"|:(?<=\s:)\s|=(?<=\s=)\s"  # `\s[:=]\s`
+    # snake_case: `[A-Za-z]{2}_[A-Za-z]{2}`, `[A-Za-z0-9]_[A-Za-z0-9]\S* `
+    r"|_(?:(?<=[A-Za-z]{2}_)[A-Za-z]{2}|(?<=[A-Za-z0-9]_)[A-Za-z0-9]\S* )"
+    r"|\.(?<=[a-z]\.)[a-zA-Z_]\w*\.")  # dotted paths: `[a-z]\.[a-zA-Z_]\w*\.`
 # (not in addresses, paths and handles: "http://po.st/TP_615", "pic.twitter.com/x1",
 # "@tasty_food")
 _ADDRESS = re.compile(r"\S*(?:/|www\.|@)\S*")
-# a character each of _CODE_MARK's forms needs: without one it cannot match
-_MAYBE_CODE = re.compile(r"[(>:<=_.]")
 # ... or a list of identifiers ("addClass, after, append, appendChild, ..."), one of them
 # in a programmer's spelling (camelCase, snake_case, dotted)
 _IDENT = re.compile(r"[\w$.]+")
-# (the marks that decide whether a page is a reference: _code_shaped)
-_STRONG_CODE = re.compile(_CALLS + r"|[A-Za-z0-9]_[A-Za-z0-9]|[a-z]\.[a-zA-Z_]\w*\.[a-zA-Z_]")
+# (the marks that decide whether a page is a reference: _code_shaped; snake_case
+# `[A-Za-z0-9]_[A-Za-z0-9]`, a dotted path of three `[a-z]\.[a-zA-Z_]\w*\.[a-zA-Z_]`)
+_STRONG_CODE = re.compile(_CALLS + r"|_(?<=[A-Za-z0-9]_)[A-Za-z0-9]"
+                          r"|\.(?<=[a-z]\.)[a-zA-Z_]\w*\.[a-zA-Z_]")
 _CODE_IDENT = re.compile(r"[a-z][A-Z]|\w_\w|\w\.\w")
 
 
@@ -862,9 +948,7 @@ def _api_links(b: Block) -> bool:
 
 def _linked_code(b: Block) -> bool:
     text = _code_text(b)
-    # (_MAYBE_CODE first: a cheap scan for a character every code mark needs)
-    return (_MAYBE_CODE.search(text) is not None and _CODE_MARK.search(text) is not None
-            or _names(text))
+    return _CODE_MARK.search(text) is not None or _names(text)
 
 
 def _code_text(b: Block) -> str:

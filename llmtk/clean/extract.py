@@ -420,7 +420,9 @@ def _mathml(node) -> str:
     return "".join(parts)
 
 
-_BLANKS = re.compile(r"\n{3,}")
+# (three newlines written out: a pattern that starts with a literal is searched for as a
+# string; one that starts with a repeat, `\n{3,}`, is tried at every position, 9x slower)
+_BLANKS = re.compile(r"\n\n\n\n*")
 _INNER_SPACES = re.compile(r"(?<=\S)[^\S\n]{2,}(?=\S)")
 
 

@@ -22,9 +22,11 @@ from itertools import accumulate, compress, filterfalse
 from operator import itemgetter, ne, sub
 
 from llmtk.clean.cjk_words import SEGMENTED_LANGS
-from llmtk.clean.tokens import tokens
-from llmtk.clean.wrap import MAX_WIDTH, MIN_LINES, paragraphs, width
 from llmtk.text.stopwords import stop_words
+
+# (llmtk.clean.tokens and llmtk.clean.wrap are imported where a document first needs them:
+# their regexes take ~15 ms to compile, a tenth of `llmtk clean`'s start-up, which a run
+# without the filters, `--filters none`, need not pay)
 
 CJK_LANGS = frozenset({"zh", "ja", "ko", "yue", "wuu"})
 
@@ -77,6 +79,8 @@ class DocText:
     @property
     def words(self) -> list[str]:
         if self._words is None:
+            from llmtk.clean.tokens import tokens
+
             self._words = tokens(self.text, self.lang, self._segmented, self.cjk)
         return self._words
 
@@ -85,6 +89,8 @@ class DocText:
         """A hard-wrapped text's logical lines with their physical ones (llmtk.clean.wrap),
         blank lines included; None for any other text (its lines are its lines)."""
         if self._units is None:
+            from llmtk.clean.wrap import MAX_WIDTH, MIN_LINES, paragraphs, width
+
             self._units = False
             breaks = self.text.count("\n")
             # A mean line longer than the widest wrap column: not wrapped (most web text)
@@ -494,9 +500,10 @@ _POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "u
            "use cookies")
 
 
-def _sentences(line: str) -> int:
-    """Sentences in a line: tokens that end one (. ! ? 。) followed by a token that does not."""
-    toks = tokens(line, cjk=True)  # a CJK sentence mark ends one wherever it stands
+def _sentences(toks: list[str]) -> int:
+    """Sentences in a line, given its tokens (`tokens(line, cjk=True)`: a CJK sentence mark
+    ends one wherever it stands): tokens that end one (. ! ? 。) followed by one that does
+    not."""
     n = 0
     for i, t in enumerate(toks):
         if t in _SENT_END and (i + 1 == len(toks) or toks[i + 1] not in _SENT_END):
@@ -521,6 +528,8 @@ class C4:
     filter_policy: bool = True
 
     def check(self, d: DocText, p: Profile, vals: dict | None = None) -> str | None:
+        from llmtk.clean.tokens import tokens
+
         n_sent = 0
         kept: list[str] = []
         n_kept = 0
@@ -554,7 +563,7 @@ class C4:
             if self.filter_policy and any(x in low for x in _POLICY):
                 continue
             if _on(self.min_num_sentences) and n_sent < self.min_num_sentences:
-                n_sent += _sentences(line)
+                n_sent += _sentences(tokens(line, cjk=True))
             if gap and kept:
                 kept.append("")
             gap = False

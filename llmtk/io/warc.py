@@ -663,10 +663,11 @@ def decode_html(body: bytes, http_charset: str | None = None) -> tuple[str | Non
 
 def _multibyte(codec: str) -> bool:
     """A CJK multi-byte charset (GB18030, Big5, Shift_JIS, EUC-*): it writes a Han character
-    in two bytes or more. A single-byte charset decodes nearly any bytes, so that most of
-    a page decodes in one says nothing about it."""
+    in two bytes or more and ASCII as ASCII. A single-byte charset decodes nearly any bytes,
+    and so do UTF-16 and UTF-32 (a label on 8-bit bytes that lies), so that most of a page
+    decodes in one of them says nothing about it."""
     try:
-        return len("中".encode(codec)) > 1
+        return len("中".encode(codec)) > 1 and "<p>".encode(codec) == b"<p>"
     except (UnicodeEncodeError, LookupError):
         return False
 

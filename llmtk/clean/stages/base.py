@@ -163,6 +163,10 @@ class Work:
         """A dict for a rule's measured values when --annotate wants them, else None."""
         return {} if self.notes is not None else None
 
+    def filters(self) -> dict:
+        """The heuristic filters that apply to the document's language, by name."""
+        return self._plan(self.lang)[0]
+
     def prose(self):
         """(the heuristic filters' configs for the document's language, its DocText,
         its Profile), made once, when the first filter asks."""

@@ -17,10 +17,12 @@ class Heuristic(Stage):
     per_lang = True
 
     def check(self, work: Work) -> str | None:
-        filters, d, profile = work.prose()
-        rule = filters.get(self.name)  # None: switched off for this language
-        if rule is None:
+        # (asked before the document's words and profile are made: with every filter off,
+        # `--filters none`, nothing is made)
+        if self.name not in work.filters():  # switched off for this language
             return None
+        filters, d, profile = work.prose()
+        rule = filters[self.name]
         vals = work.values()
         reason = rule.check(d, profile, vals)
         if vals:

@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 
 from llmtk.clean.stages.base import CODE, WEB, Flag, Stage, Work, one_of
 from llmtk.errors import ConfigError
-from llmtk.text.pii import scrub
-from llmtk.text.secrets import scrub_secrets
 
 PII_KINDS = ("EMAIL", "PHONE", "ID_NUMBER", "CARD", "IP")
 SECRET_SCRUB = ("code", "all", "off")
@@ -60,6 +58,8 @@ class SecretsStage(Stage):
 
     def check(self, work: Work) -> str | None:
         if work.road == CODE or self.cfg.scrub == "all":
+            from llmtk.text.secrets import scrub_secrets
+
             _replace(work, "secrets", scrub_secrets, self.kinds)
         return None
 
@@ -87,6 +87,8 @@ class PiiStage(Stage):
         return cfg.enabled
 
     def check(self, work: Work) -> str | None:
+        from llmtk.text.pii import scrub
+
         _replace(work, "pii", scrub, self.kinds)
         return None
 
