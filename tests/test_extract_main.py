@@ -736,3 +736,29 @@ def test_an_ad_slots_label_between_paragraphs_goes_a_term_stays():
     text = extract(page)
     assert all(x in text for x in ARTICLE)
     assert "Werbung" not in text and "Routes" in text
+
+
+def test_what_follows_the_one_thematic_break_after_the_story_goes_section_breaks_stay():
+    from llmtk.clean.extract import extract
+
+    # (as on press releases: the story, then a rule, then the company's boilerplate as
+    # paragraphs of their own; the rendering shows no rule, only the marks say where it is)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE * 2)
+    about = ("<p>Daily Town Media is a regional publisher founded in 1921, with offices "
+             "in four cities and a staff of about three hundred people.</p>")
+    page = (f"<!DOCTYPE html><html><body><div>{body}</div><div><hr>{about}</div>"
+            "</body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "Daily Town Media" not in text
+    assert "\n\n".join(ARTICLE) in text  # (the marks leave the text's lines as they were)
+    # an article that breaks its sections with rules keeps what follows each of them
+    close = ("<p>At the end of the meeting, the mayor thanked the residents for their "
+             "patience during the long consultation.</p>")
+    ruled = f"<!DOCTYPE html><html><body><div>{body}<hr>{body}<hr>{close}</div></body></html>"
+    assert "the mayor thanked" in extract(ruled)
+    # and so does a heading's section after the rule, or one inside the article's body
+    assert "Daily Town Media" in extract(page.replace("<hr>", "<hr><h2>About us</h2>"))
+    inside = page.replace("<div>", "<article>", 1).replace("</div><div><hr>", "<hr><div>")
+    inside = inside.replace("</div></body>", "</div></article></body>")
+    assert "<article>" in inside and "Daily Town Media" in extract(inside)

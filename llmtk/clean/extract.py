@@ -143,7 +143,7 @@ _MAIN = ", ".join(MAIN)
 # the page's main element or its article's body, not any `article` (a menu's teasers are):
 # a header around one is the page's wrapper, not its banner (_prepare)
 _BODY = ", ".join(m for m in MAIN if m != "article")
-_MARK_CHARS = "\x02\x03\x04\x05"
+_MARK_CHARS = "\x02\x03\x04\x05\x06"
 _MARKS = re.compile(f"[{_MARK_CHARS}]")
 # Code listings whose lines are elements of their own (Doxygen's fragments), made <pre>.
 _CODE_LINES = "div.fragment"
@@ -154,7 +154,14 @@ _RENDERED = (".katex-html, .MathJax_Preview, .MathJax, .MathJax_Display, .MathJa
 # whether a page has any of what _rewrite rewrites (or a little more: a cheaper query)
 _SPECIAL = (_CODE_LINES, _MATH_SCRIPT, "math", "[class*=MathJax]", ".katex-html",
             "mjx-container")
-_FURNITURE_OR_SPECIAL = _grouped(BOILERPLATE + (_EMPTY_ANCHORS,) + _SPECIAL)
+# (and the thematic breaks: marked for the rendering, which shows none; in this walk they
+# cost ~6 µs a page, in their own ~0.1 ms)
+# the elements a thematic break's mark is set in: blocks, whose text starts a line (in an
+# inline element, a link, the mark would make a line of its own)
+_RULED = frozenset(("p", "div", "section", "article", "aside", "footer", "blockquote", "ul",
+                    "ol", "dl", "table", "figure", "address", "h1", "h2", "h3", "h4", "h5",
+                    "h6"))
+_FURNITURE_OR_SPECIAL = _grouped(BOILERPLATE + (_EMPTY_ANCHORS,) + _SPECIAL + ("hr",))
 
 
 @dataclass(frozen=True)
@@ -233,7 +240,7 @@ def _prepare(page: str, hints: bool = False):
     `hints`, the elements HINTS names marked (llmtk.clean.density.HINT_START/END)."""
     from resiliparse.parse.html import HTMLTree
 
-    from llmtk.clean.density import HINT_END, HINT_START, MAIN_END, MAIN_START
+    from llmtk.clean.density import HINT_END, HINT_START, MAIN_END, MAIN_START, RULE
 
     # the marks are ours alone (one `in` a character: a regex scan of a page costs more
     # than its parse)
@@ -246,7 +253,11 @@ def _prepare(page: str, hints: bool = False):
     # one walk finds the furniture and whether the page has math or code listings to
     # rewrite (cheaper than searching the page's text for them; each walk costs ~0.1 ms)
     special = False
+    rules = []
     for node in body.query_selector_all(_FURNITURE_OR_SPECIAL).values():
+        if node.tag == "hr":
+            rules.append(node)
+            continue
         if _maybe_special(node):
             special = True  # (where it is not, _rewrite finds nothing to rewrite)
             if not node.matches(_BOILERPLATE):
@@ -274,6 +285,12 @@ def _prepare(page: str, hints: bool = False):
         for node in body.query_selector_all(_MAIN).values():
             node.prepend(text(MAIN_START))
             node.append(text(MAIN_END))
+        for node in rules:
+            # at the start of the element after it, as a hinted element's start is marked
+            # (a mark of its own, in the break's place, would add a line to the rendering)
+            after = node.next_element_sibling
+            if after is not None and after.tag in _RULED:
+                after.prepend(text(RULE))
     return tree
 
 
