@@ -762,3 +762,22 @@ def test_what_follows_the_one_thematic_break_after_the_story_goes_section_breaks
     inside = page.replace("<div>", "<article>", 1).replace("</div><div><hr>", "<hr><div>")
     inside = inside.replace("</div></body>", "</div></article></body>")
     assert "<article>" in inside and "Daily Town Media" in extract(inside)
+
+
+def test_a_photos_caption_in_its_wrapper_goes_a_paragraph_after_a_lead_photo_stays():
+    from llmtk.clean.extract import extract
+
+    # (as on news pages: the lead photo and its caption as a wrapper of their own above
+    # the story, no <figure>, no class word that says "caption")
+    caption = ("In this file photo, council members listen to residents during a public "
+               "consultation on the bus network at the town hall. (Daily Town, File)")
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    page = ("<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>"
+            f'<div class="image"><img src="bus.jpg" alt=""><p>{caption}</p></div>'
+            f"<div>{body}</div></div></body></html>")
+    text = extract(page)
+    assert all(p in text for p in ARTICLE)
+    assert "In this file photo" not in text
+    # a story whose paragraphs follow its lead photo in one element keeps its first one
+    story = page.replace(f"<p>{caption}</p></div><div>", "")
+    assert "In this file photo" not in story and ARTICLE[0] in extract(story)

@@ -87,6 +87,12 @@ HINTS = tuple(f"[class*={word} i]:not({_NOT_HINTS})" for word in (
     "aside", "figcaption", "[hidden]", "[aria-hidden=true]", "[role=dialog]", "[role=alert]",
     "[role=complementary]", "[id=header i]", "[id=footer i]", "[style*=\"display:none\" i]",
     "[style*=\"display: none\" i]",
+    # a photo's caption set without <figure> or a class word: the last element of its
+    # wrapper, right after the image (`<div class="image"><img><p>In this photo…</p></div>`;
+    # chosen on the development halves, issue 35: `img + p` alone took the first paragraph
+    # after an article's lead photo, `img ~ p` more; `div` and `span` gained captions on
+    # trafilatura's pages)
+    "img + p:last-child", "img + div:last-child", "img + span:last-child",
 )  # (not <a>: DocBook's anchors carry ids made of section titles, "_sharing_copying";
 # class names and a few id words only, and menus and navigation bars left to link density:
 # each selector and each marked node costs, and together they cost more than resiliparse's
