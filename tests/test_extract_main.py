@@ -778,6 +778,8 @@ def test_a_photos_caption_in_its_wrapper_goes_a_paragraph_after_a_lead_photo_sta
     text = extract(page)
     assert all(p in text for p in ARTICLE)
     assert "In this file photo" not in text
+    spanned = page.replace(f"<p>{caption}</p>", f"<span>{caption}</span>")
+    assert "<span>" in spanned and "In this file photo" not in extract(spanned)
     # a story whose paragraphs follow its lead photo in one element keeps its first one
     story = page.replace(f"<p>{caption}</p></div><div>", "")
     assert "In this file photo" not in story and ARTICLE[0] in extract(story)
