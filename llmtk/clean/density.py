@@ -50,8 +50,9 @@ stretch's last list of links (two furniture blocks in a row) is cut when it hold
 TAIL of the stretch's prose (an author's note, a newsletter box); so is what follows its
 last run of DROP_RUN dropped blocks (a metadata box's date and tags), what it holds after
 the article-body element that holds BODY_SHARE of its prose, and the lines of other
-elements after its last `<p>` paragraph (a bio, a dateline: _end_of_paragraphs), each
-when small and without the paragraphs that would say the article goes on. Inside the stretch,
+elements after its last `<p>` paragraph (a bio, a dateline: _end_of_paragraphs) and what
+follows its one thematic break (`<hr>`, marked RULE: _after_rule), each when small and
+without the paragraphs that would say the article goes on. Inside the stretch,
 link-dense blocks without a sentence (or with no more than a label outside their links:
 "Related: <headline>", or a linked headline with no sentence mark outside its links), the
 short title heading such a list or a row of teaser cards ("Mehr zum Thema"), a short

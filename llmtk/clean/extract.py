@@ -243,7 +243,8 @@ def _page_node_cache():
 
 def _prepare(page: str, hints: bool = False):
     """The parsed page with math as LaTeX text and rendered duplicates removed; with
-    `hints`, the elements HINTS names marked (llmtk.clean.density.HINT_START/END)."""
+    `hints`, the elements HINTS names marked (llmtk.clean.density.HINT_START/END), and the
+    thematic breaks (`<hr>`: RULE)."""
     from resiliparse.parse.html import HTMLTree
 
     from llmtk.clean.density import HINT_END, HINT_START, MAIN_END, MAIN_START, RULE
