@@ -792,3 +792,50 @@ def test_the_text_ends_at_a_heading_over_a_dated_comment_thread_a_section_stays(
     # paper's "Discussion" over its references' dated lines)
     for heading in ("Response", "Discussion"):
         assert "number 2 bus" in extract(page(heading, comments))
+
+
+def test_what_follows_the_one_thematic_break_after_the_story_goes_section_breaks_stay():
+    from llmtk.clean.extract import extract
+
+    # (as on press releases: the story, then a rule, then the company's boilerplate as
+    # paragraphs of their own; the rendering shows no rule, only the marks say where it is)
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE * 2)
+    about = ("<p>Daily Town Media is a regional publisher founded in 1921, with offices "
+             "in four cities and a staff of about three hundred people.</p>")
+    page = (f"<!DOCTYPE html><html><body><div>{body}</div><div><hr>{about}</div>"
+            "</body></html>")
+    text = extract(page)
+    assert ARTICLE[0] in text and ARTICLE[-1] in text
+    assert "Daily Town Media" not in text
+    assert "\n\n".join(ARTICLE) in text  # (the marks leave the text's lines as they were)
+    # an article that breaks its sections with rules keeps what follows each of them
+    close = ("<p>At the end of the meeting, the mayor thanked the residents for their "
+             "patience during the long consultation.</p>")
+    ruled = f"<!DOCTYPE html><html><body><div>{body}<hr>{body}<hr>{close}</div></body></html>"
+    assert "the mayor thanked" in extract(ruled)
+    # and so does a heading's section after the rule, or one inside the article's body
+    assert "Daily Town Media" in extract(page.replace("<hr>", "<hr><h2>About us</h2>"))
+    inside = page.replace("<div>", "<article>", 1).replace("</div><div><hr>", "<hr><div>")
+    inside = inside.replace("</div></body>", "</div></article></body>")
+    assert "<article>" in inside and "Daily Town Media" in extract(inside)
+
+
+def test_a_photos_caption_in_its_wrapper_goes_a_paragraph_after_a_lead_photo_stays():
+    from llmtk.clean.extract import extract
+
+    # (as on news pages: the lead photo and its caption as a wrapper of their own above
+    # the story, no <figure>, no class word that says "caption")
+    caption = ("In this file photo, council members listen to residents during a public "
+               "consultation on the bus network at the town hall. (Daily Town, File)")
+    body = "".join(f"<p>{p}</p>" for p in ARTICLE)
+    page = ("<!DOCTYPE html><html><body><div><h1>Council expands bus network</h1>"
+            f'<div class="image"><img src="bus.jpg" alt=""><p>{caption}</p></div>'
+            f"<div>{body}</div></div></body></html>")
+    text = extract(page)
+    assert all(p in text for p in ARTICLE)
+    assert "In this file photo" not in text
+    spanned = page.replace(f"<p>{caption}</p>", f"<span>{caption}</span>")
+    assert "<span>" in spanned and "In this file photo" not in extract(spanned)
+    # a story whose paragraphs follow its lead photo in one element keeps its first one
+    story = page.replace(f"<p>{caption}</p></div><div>", "")
+    assert "In this file photo" not in story and ARTICLE[0] in extract(story)

@@ -52,8 +52,9 @@ stretch's last list of links (two furniture blocks in a row) is cut when it hold
 TAIL of the stretch's prose (an author's note, a newsletter box); so is what follows its
 last run of DROP_RUN dropped blocks (a metadata box's date and tags), what it holds after
 the article-body element that holds BODY_SHARE of its prose, and the lines of other
-elements after its last `<p>` paragraph (a bio, a dateline: _end_of_paragraphs), each
-when small and without the paragraphs that would say the article goes on; and the text ends
+elements after its last `<p>` paragraph (a bio, a dateline: _end_of_paragraphs) and what
+follows its one thematic break (`<hr>`, marked RULE: _after_rule), each when small and
+without the paragraphs that would say the article goes on; and the text ends
 before a heading that names a comment thread ("Comments", "20 Responses to ...") with
 THREAD_DATES short dated lines under it (a blog's comments set flat after the post, in
 elements no hint names: _before_thread). Inside the stretch,
@@ -119,6 +120,12 @@ BODY_SHARE = 0.5    # an article-body element with this share of the stretch's p
 KIND_PARAGRAPHS = 3  # <p> paragraphs that say the text is written in them ...
 KIND_LINES = 4      # ... when they are no more lines than this (a box, not a list)
 KIND_TAIL = 0.1     # ... and what follows them in other elements goes under this share
+# what follows the stretch's one thematic break (`<hr>`) goes when it is this many paragraphs
+# or fewer weighing under this share of the stretch (_after_rule; chosen on the development
+# halves: 0.25-0.35 the same, 0.2 kept a press release's two "about the company"
+# paragraphs, and so did 1 paragraph; 3 lost text on L3S-GN1's)
+RULE_PARAGRAPHS = 2
+RULE_TAIL = 0.3
 TAIL = 0.2          # prose after the stretch's last list of links weighing less goes
 TITLE_WORDS = 6     # a list's title ("Das könnte Sie auch interessieren") has at most this
 HEADLINE_WORDS = 4  # a linked headline has at least this many words
@@ -154,12 +161,14 @@ HINT_START, HINT_END = "\x02", "\x03"
 THREAD_START = "\x06"
 # where an element that llmtk.clean.extract.MAIN names (an article body) starts and ends
 MAIN_START, MAIN_END = "\x04", "\x05"
+# where a thematic break (`<hr>`) stands: the rendering shows none
+RULE = "\x07"
 # (a run of newlines is one token: a page's rendering is a third blank lines; the page is
 # split by it in one call into texts and tokens, no groups inside a token: each group is one
 # more piece a token. Every alternative starts with a literal character, so the regex engine
-# skips the text between tokens by those characters alone: `\n+` and `[\x02-\x05]` cost a
+# skips the text between tokens by those characters alone: `\n+` and `[\x02-\x07]` cost a
 # third more.)
-_TOKEN = re.compile(r"(<(?:/?)(?:a|p|pre|h[1-6]|br)\b[^>]*>|\n\n*|\x02|\x03|\x04|\x05|\x06)")
+_TOKEN = re.compile(r"(<(?:/?)(?:a|p|pre|h[1-6]|br)\b[^>]*>|\n\n*|\x02|\x03|\x04|\x05|\x06|\x07)")
 # A tag token's parts (closing slash, tag, attributes): the bare tags the rendering writes
 # are looked up, the rest parsed; a link's target is read from its token (`<a href="...">`)
 _BARE_TAGS = {f"<{slash}{tag}>": (slash, tag, "") for slash in ("", "/")
@@ -172,7 +181,7 @@ _URL_TEXT = re.compile(r"\s*\(?(?:https?://|www\.)")
 
 class Block:
     __slots__ = ("parts", "plain", "kind", "chars", "links", "gap", "raw", "sentence", "hints",
-                 "mains", "term", "api", "linked", "level", "card")
+                 "mains", "term", "api", "linked", "level", "card", "rule")
 
     def __init__(self, gap: bool) -> None:
         self.hints: tuple[int, ...] = ()  # the hinted elements it lies in (by number)
@@ -182,6 +191,7 @@ class Block:
         self.kind = ""          # "p", "h", "pre" or "" (any other line)
         self.level = 0          # a heading's rank (1 for <h1>), 0 for other blocks
         self.card = 0           # inside a link around whole blocks (a teaser's card): its number
+        self.rule = False       # a thematic break (`<hr>`) right before it
         self.chars = 0
         self.links = 0
         self.gap = gap          # a blank line before it
@@ -208,7 +218,9 @@ def blocks(rendered: str) -> list[Block]:
     out: list[Block] = []
     block = Block(False)
     parts, plain = block.parts, block.plain  # (the current block's, held in locals)
-    in_link = in_pre = False
+    # (ruled: a thematic break stands before the next text; on_mark: its mark is the last
+    # token, the newline after it ends the mark's line, no blank line)
+    in_link = in_pre = ruled = on_mark = False
     in_card = cards = 0  # the card open here (a link around whole blocks), and how many
     link_start, link_href = 0, ""
     count = 0
@@ -225,6 +237,8 @@ def blocks(rendered: str) -> list[Block]:
                 if stack and not in_pre:  # (code is content)
                     block.hints = tuple(stack)
                 block.mains = tuple(mains)
+                if ruled:
+                    block.rule, ruled = True, False
             block.chars += n
             if in_link:
                 block.links += n
@@ -232,6 +246,7 @@ def blocks(rendered: str) -> list[Block]:
                 plain.append(seg)
         first = token[0]
         if first == "\n":
+            marked_line, on_mark = on_mark, False
             if in_pre:
                 parts.append(token)
                 continue
@@ -247,8 +262,12 @@ def blocks(rendered: str) -> list[Block]:
                 parts, plain = block.parts, block.plain
                 block.card = in_card
             else:
-                block.gap = True
+                # (the line a thematic break's mark stands on is no blank line)
+                block.gap = block.gap or not marked_line or len(token) > 1
                 block.card = in_card  # (a link opened on a line of its own)
+            continue
+        if token == RULE:  # (the next block with text starts after a thematic break)
+            ruled = on_mark = not in_pre
             continue
         if first != "<":  # an article-body or a hinted element opens or closes
             marked = mains if token in (MAIN_START, MAIN_END) else stack
@@ -439,6 +458,7 @@ def main_text(rendered: str) -> str:
             chosen[-1] = _end_of_body(bs, ws, *chosen[-1])
             if not reference:
                 chosen[-1] = _end_of_paragraphs(bs, ws, drop, *chosen[-1])
+                chosen[-1] = _after_rule(bs, ws, *chosen[-1])
         if chosen:
             chosen[0] = (_heading_before(bs, chosen[0][0], hinted), chosen[0][1])
     else:
@@ -773,6 +793,34 @@ def _end_of_paragraphs(bs: list[Block], ws: list[float], drop: set[int], first: 
     total = sum(w for w in ws[first:last + 1] if w > 0)
     after = sum(w for w in ws[end + 1:last + 1] if w > 0)
     return (first, end) if 0 < after < KIND_TAIL * total else (first, last)
+
+
+def _after_rule(bs: list[Block], ws: list[float], first: int, last: int) -> tuple[int, int]:
+    """The stretch ended before its thematic break (`<hr>`) when the stretch has one, what
+    follows it is RULE_PARAGRAPHS paragraphs or fewer, no heading, weighing under RULE_TAIL
+    of the stretch, and the break does not stand inside the article-body element that holds
+    the text before it: a press release's "about the company" paragraphs, a copyright or
+    licence note, a comment box set off by a rule after the story. An article that uses
+    rules as its own section breaks has several, or a heading after one; a rule inside its
+    body element is the author's."""
+    cut = None
+    for i in range(last, first, -1):
+        if bs[i].rule:
+            if cut is not None:
+                return first, last  # (two or more: the article's own section breaks)
+            cut = i
+    if cut is None:
+        return first, last
+    body = bs[cut - 1].mains
+    if bs[cut].mains and bs[cut].mains[-1] in body:
+        return first, last
+    if any(bs[i].kind == "h" for i in range(cut, last + 1)):
+        return first, last
+    if sum(1 for i in range(cut, last + 1) if _paragraph(bs[i])) > RULE_PARAGRAPHS:
+        return first, last
+    total = sum(w for w in ws[first:last + 1] if w > 0)
+    after = sum(w for w in ws[cut:last + 1] if w > 0)
+    return (first, cut - 1) if 0 < after < RULE_TAIL * total else (first, last)
 
 
 def _paragraph(b: Block) -> bool:

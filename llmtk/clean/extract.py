@@ -87,6 +87,12 @@ HINTS = tuple(f"[class*={word} i]:not({_NOT_HINTS})" for word in (
     "aside", "figcaption", "[hidden]", "[aria-hidden=true]", "[role=dialog]", "[role=alert]",
     "[role=complementary]", "[id=header i]", "[id=footer i]", "[style*=\"display:none\" i]",
     "[style*=\"display: none\" i]",
+    # a photo's caption set without <figure> or a class word: the last element of its
+    # wrapper, right after the image (`<div class="image"><img><p>In this photo…</p></div>`;
+    # chosen on the development halves, issue 35: `img + p` alone took the first paragraph
+    # after an article's lead photo, `img ~ p` more; `span` gained captions on
+    # trafilatura's pages, `div` nothing more; the two cost ~0.03 ms a page)
+    "img + p:last-child", "img + span:last-child",
 )  # (not <a>: DocBook's anchors carry ids made of section titles, "_sharing_copying";
 # class names and a few id words only, and menus and navigation bars left to link density:
 # each selector and each marked node costs, and together they cost more than resiliparse's
@@ -143,7 +149,7 @@ _MAIN = ", ".join(MAIN)
 # the page's main element or its article's body, not any `article` (a menu's teasers are):
 # a header around one is the page's wrapper, not its banner (_prepare)
 _BODY = ", ".join(m for m in MAIN if m != "article")
-_MARK_CHARS = "\x02\x03\x04\x05\x06"
+_MARK_CHARS = "\x02\x03\x04\x05\x06\x07"
 _MARKS = re.compile(f"[{_MARK_CHARS}]")
 # Code listings whose lines are elements of their own (Doxygen's fragments), made <pre>.
 _CODE_LINES = "div.fragment"
@@ -154,7 +160,14 @@ _RENDERED = (".katex-html, .MathJax_Preview, .MathJax, .MathJax_Display, .MathJa
 # whether a page has any of what _rewrite rewrites (or a little more: a cheaper query)
 _SPECIAL = (_CODE_LINES, _MATH_SCRIPT, "math", "[class*=MathJax]", ".katex-html",
             "mjx-container")
-_FURNITURE_OR_SPECIAL = _grouped(BOILERPLATE + (_EMPTY_ANCHORS,) + _SPECIAL)
+# (and the thematic breaks: marked for the rendering, which shows none; in this walk they
+# cost ~6 µs a page, in their own ~0.1 ms)
+# the elements a thematic break's mark is set in: blocks, whose text starts a line (in an
+# inline element, a link, the mark would make a line of its own)
+_RULED = frozenset(("p", "div", "section", "article", "aside", "footer", "blockquote", "ul",
+                    "ol", "dl", "table", "figure", "address", "h1", "h2", "h3", "h4", "h5",
+                    "h6"))
+_FURNITURE_OR_SPECIAL = _grouped(BOILERPLATE + (_EMPTY_ANCHORS,) + _SPECIAL + ("hr",))
 
 
 @dataclass(frozen=True)
@@ -230,10 +243,11 @@ def _page_node_cache():
 
 def _prepare(page: str, hints: bool = False):
     """The parsed page with math as LaTeX text and rendered duplicates removed; with
-    `hints`, the elements HINTS names marked (llmtk.clean.density.HINT_START/END)."""
+    `hints`, the elements HINTS names marked (llmtk.clean.density.HINT_START/END), and the
+    thematic breaks (`<hr>`: RULE)."""
     from resiliparse.parse.html import HTMLTree
 
-    from llmtk.clean.density import HINT_END, HINT_START, MAIN_END, MAIN_START, THREAD_START
+    from llmtk.clean.density import HINT_END, HINT_START, MAIN_END, MAIN_START, RULE, THREAD_START
 
     # the marks are ours alone (one `in` a character: a regex scan of a page costs more
     # than its parse)
@@ -246,7 +260,11 @@ def _prepare(page: str, hints: bool = False):
     # one walk finds the furniture and whether the page has math or code listings to
     # rewrite (cheaper than searching the page's text for them; each walk costs ~0.1 ms)
     special = False
+    rules = []
     for node in body.query_selector_all(_FURNITURE_OR_SPECIAL).values():
+        if node.tag == "hr":
+            rules.append(node)
+            continue
         if _maybe_special(node):
             special = True  # (where it is not, _rewrite finds nothing to rewrite)
             if not node.matches(_BOILERPLATE):
@@ -275,6 +293,12 @@ def _prepare(page: str, hints: bool = False):
         for node in body.query_selector_all(_MAIN).values():
             node.prepend(text(MAIN_START))
             node.append(text(MAIN_END))
+        for node in rules:
+            # at the start of the element after it, as a hinted element's start is marked
+            # (a mark of its own, in the break's place, would add a line to the rendering)
+            after = node.next_element_sibling
+            if after is not None and after.tag in _RULED:
+                after.prepend(text(RULE))
     return tree
 
 
