@@ -234,6 +234,26 @@ def worst(pages: list[dict], out: dict, n: int, tokenize=_TOKEN.findall) -> None
         print(f"  F1 {f1:.3f} P {prec:.3f} R {rec:.3f} {key}")
 
 
+def set_main(doc: str, load_pages, folder_help: str, many: bool = False,
+             tokenize=_TOKEN.findall) -> None:
+    """The command line of an extraction set's script (dragnet_pages.py and the others):
+    its folder (or folders, `many`), --extractors and --worst; each half scored and the
+    worst dev pages listed, with `tokenize` as the scorer's tokens."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("folders" if many else "folder", type=Path, nargs="+" if many else None,
+                    help=folder_help)
+    ap.add_argument("--extractors", default="llmtk,trafilatura")
+    ap.add_argument("--worst", type=int, default=0,
+                    help="list the N dev pages of lowest F1 for the first extractor")
+    args = ap.parse_args()
+    pages = load_pages(args.folders if many else args.folder)
+    names = [n for n in args.extractors.split(",") if n]
+    results = {name: run(pages, name) for name in names}
+    report(pages, names, results, ["held-out", "dev", "all"], tokenize)
+    if args.worst:
+        worst(pages, results[names[0]][0], args.worst, tokenize)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("folder", type=Path, help="the benchmark's checkout (ground-truth.json, html/)")

@@ -28,7 +28,6 @@ one process (`taskset -c 0` for one core).
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -40,11 +39,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from article_extraction import (  # noqa: E402
     page_site,
     read_truth,
-    report,
-    run,
+    set_main,
     site,
     site_half,
-    worst,
 )
 
 from llmtk.io.warc import decode_html  # noqa: E402
@@ -79,19 +76,7 @@ def load(folders: list[Path]) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("folders", type=Path, nargs="+",
-                    help="CleanEval sets, each with input/ and GoldStandard/")
-    ap.add_argument("--extractors", default="llmtk,trafilatura")
-    ap.add_argument("--worst", type=int, default=0,
-                    help="list the N dev pages of lowest F1 for the first extractor")
-    args = ap.parse_args()
-    pages = load(args.folders)
-    names = [n for n in args.extractors.split(",") if n]
-    results = {name: run(pages, name) for name in names}
-    report(pages, names, results, ["held-out", "dev", "all"])
-    if args.worst:
-        worst(pages, results[names[0]][0], args.worst)
+    set_main(__doc__, load, "CleanEval sets, each with input/ and GoldStandard/", many=True)
 
 
 if __name__ == "__main__":

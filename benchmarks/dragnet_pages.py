@@ -25,7 +25,6 @@ one process (`taskset -c 0` for one core).
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -34,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from article_extraction import page_site, read_truth, report, run, site_half, worst  # noqa: E402
+from article_extraction import page_site, read_truth, set_main, site_half  # noqa: E402
 
 from llmtk.io.warc import decode_html  # noqa: E402
 
@@ -74,18 +73,7 @@ def load(folder: Path) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("folder", type=Path, help="the dragnet_data checkout, tarballs unpacked")
-    ap.add_argument("--extractors", default="llmtk,trafilatura")
-    ap.add_argument("--worst", type=int, default=0,
-                    help="list the N dev pages of lowest F1 for the first extractor")
-    args = ap.parse_args()
-    pages = load(args.folder)
-    names = [n for n in args.extractors.split(",") if n]
-    results = {name: run(pages, name) for name in names}
-    report(pages, names, results, ["held-out", "dev", "all"])
-    if args.worst:
-        worst(pages, results[names[0]][0], args.worst)
+    set_main(__doc__, load, "the dragnet_data checkout, tarballs unpacked")
 
 
 if __name__ == "__main__":
