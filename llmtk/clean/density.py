@@ -1010,8 +1010,10 @@ def _code_text(b: Block) -> str:
 
 def _names(text: str) -> bool:
     """A list of identifiers, one of them in a programmer's spelling."""
+    if text.count(",") < 2:  # (fewer than three items, as most blocks: no list made)
+        return False
     items = [x.strip() for x in text.split(",")]
-    return (len(items) >= 3 and all(_IDENT.fullmatch(x) for x in items)
+    return (all(_IDENT.fullmatch(x) for x in items)
             and any(_CODE_IDENT.search(x) for x in items))
 
 
