@@ -639,7 +639,7 @@ def _trim_tail(bs: list[Block], ws: list[float], first: int, last: int) -> tuple
     """The stretch without what follows its last list of links (two or more furniture
     blocks in a row) when that weighs less than TAIL of the stretch: an author's note, a
     newsletter box or another story's teaser after the article's related links."""
-    total = sum(w for w in ws[first:last + 1] if w > 0)
+    total = _held(ws, first, last)
     while True:
         after = 0.0  # the weight of the prose after block i
         run = 0  # furniture blocks in a row at i
@@ -672,7 +672,7 @@ def _trim_after_furniture(bs: list[Block], ws: list[float], drop: set[int], firs
     two unhinted link lists in a row, which a metadata box is not). A hinted caption is a
     paragraph, and a long paragraph after the run is the article going on after a photo
     gallery: either keeps what follows."""
-    total = sum(w for w in ws[first:last + 1] if w > 0)
+    total = _held(ws, first, last)
     after = 0.0
     run = 0
     for i in range(last, first, -1):
@@ -755,7 +755,7 @@ def _end_of_body(bs: list[Block], ws: list[float], first: int, last: int) -> tup
             held[m] = held.get(m, 0.0) + ws[i]
     if not held:
         return first, last
-    total = sum(w for w in ws[first:last + 1] if w > 0)
+    total = _held(ws, first, last)
     m = max(held, key=held.__getitem__)
     if held[m] < BODY_SHARE * total:
         return first, last
@@ -763,7 +763,7 @@ def _end_of_body(bs: list[Block], ws: list[float], first: int, last: int) -> tup
     nxt = next((i for i in range(end + 1, last + 1) if bs[i].chars), None)
     if nxt is None or _paragraph(bs[nxt]):
         return first, last  # (the text runs on in the next element: an article in parts)
-    after = sum(w for w in ws[end + 1:last + 1] if w > 0)
+    after = _held(ws, end + 1, last)
     return (first, end) if 0 < after < TAIL * total else (first, last)
 
 
@@ -790,8 +790,8 @@ def _end_of_paragraphs(bs: list[Block], ws: list[float], drop: set[int], first: 
         return first, last  # (a paragraph, code or a heading: the text goes on)
     if sum(1 for i in range(end + 1, last + 1) if bs[i].chars and i not in drop) > KIND_LINES:
         return first, last
-    total = sum(w for w in ws[first:last + 1] if w > 0)
-    after = sum(w for w in ws[end + 1:last + 1] if w > 0)
+    total = _held(ws, first, last)
+    after = _held(ws, end + 1, last)
     return (first, end) if 0 < after < KIND_TAIL * total else (first, last)
 
 
@@ -818,9 +818,14 @@ def _after_rule(bs: list[Block], ws: list[float], first: int, last: int) -> tupl
         return first, last
     if sum(1 for i in range(cut, last + 1) if _paragraph(bs[i])) > RULE_PARAGRAPHS:
         return first, last
-    total = sum(w for w in ws[first:last + 1] if w > 0)
-    after = sum(w for w in ws[cut:last + 1] if w > 0)
+    total = _held(ws, first, last)
+    after = _held(ws, cut, last)
     return (first, cut - 1) if 0 < after < RULE_TAIL * total else (first, last)
+
+
+def _held(ws: list[float], first: int, last: int) -> float:
+    """The prose the blocks first..last hold: the sum of their positive weights."""
+    return sum(w for w in ws[first:last + 1] if w > 0)
 
 
 def _paragraph(b: Block) -> bool:
