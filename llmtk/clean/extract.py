@@ -285,14 +285,12 @@ def _prepare(page: str, hints: bool = False):
         # (values(): indexing the node list runs the query again for each item)
         for node in body.query_selector_all(_HINTS).values():
             names = node.getattr("class") or ""
-            # (the tests are called only where they can say yes: a topic class has a "-",
-            # and a comment thread is named so in its class or else its id)
+            # (the topic test is called only where it can say yes: a topic class has a "-")
             if "-" in names and _named_by_topics_only(node, names):
                 continue
             # its first and last child: the rendering shows where the element starts and
             # ends (resiliparse renders a one-character control text as it is)
-            node.prepend(text(THREAD_START if "omment" in names or _thread(node, names)
-                              else HINT_START))
+            node.prepend(text(THREAD_START if _thread(node, names) else HINT_START))
             _end_of(node).append(text(HINT_END))
         for node in body.query_selector_all(_MAIN).values():
             node.prepend(text(MAIN_START))
@@ -333,8 +331,8 @@ _TOPIC_CLASS = re.compile(r"(?<!\S)(?:(?:entry-)?(?:category|tag)|entry-author)-
 def _named_by_topics_only(node, names: str) -> bool:
     """Whether a hinted element (of class `names`) is one only because a hint word
     (`social`, `promo`, `author`) is in its topic classes: without them it matches no
-    hint."""
-    if "-" not in names or _TOPIC_CLASS.search(names) is None:
+    hint. (The caller asks only where `names` holds a "-", as every topic class does.)"""
+    if _TOPIC_CLASS.search(names) is None:
         return False
     node.setattr("class", _TOPIC_CLASS.sub("", names))
     hinted = node.matches(_HINTS)
