@@ -152,8 +152,7 @@ def _usage_line(e: typer.TyperException) -> str:
     if ctx is not None and isinstance(ctx.command, DefaultCommand) and ctx.parent is not None:
         ctx = ctx.parent  # `llmtk clean`, not its hidden default command `llmtk clean run`
     where = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
-    message = e.format_message().replace(": Value error, ", ": ")  # typer's enum wording
-    return f"llmtk: error: {message}{where}"
+    return f"llmtk: error: {e.format_message()}{where}"
 
 
 def main() -> None:

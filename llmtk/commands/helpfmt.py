@@ -9,6 +9,8 @@ and clig.dev write them. Options that name their metavar keep it.
 
 from __future__ import annotations
 
+import copy
+
 # The order a user meets the tools in (docs/index.md, the README's pipeline);
 # commands not listed follow in the order they were registered.
 PIPELINE_ORDER = ("inspect", "clean", "dedup", "contam-check", "mix", "estimate", "train",
@@ -23,17 +25,15 @@ def placeholder(param) -> str:
     if getattr(param, "is_flag", False) or getattr(param, "count", False):
         return ""
     name = (param.name or "").lower()
-    desc = param.type_descriptor  # typer's description of the annotation
-    kind = desc.annotation
-    if desc.is_list and getattr(kind, "__args__", None):
-        kind = kind.__args__[0]
-    if desc.is_choice:
-        word = "|".join(str(getattr(c, "value", c)) for c in desc.choices or ())
-    elif kind is int:
+    ptype = param.type  # the click parameter type typer made from the annotation
+    kind = ptype.name
+    if kind == "choice":
+        word = "|".join(str(getattr(c, "value", c)) for c in ptype.choices)
+    elif kind.startswith("int"):  # int, int range
         word = "N"
-    elif kind is float:
+    elif kind.startswith("float"):  # float, float range
         word = "X"
-    elif desc.is_path or _names_a_file(name):
+    elif kind in ("path", "file", "directory") or _names_a_file(name):
         word = "FILE"
     else:
         word = "TEXT"
@@ -50,7 +50,7 @@ def _names_a_file(name: str) -> bool:
 
 
 def _usage_name(param) -> str:
-    """FILE... or [FILE]... in the usage line (typer writes {file}... for required)."""
+    """FILE... or [FILES...] in the usage line."""
     name = param.metavar + ("..." if param.nargs != 1 else "")
     return name if param.required else f"[{name}]"
 
@@ -73,10 +73,12 @@ def polish(command) -> None:
         if param.metavar is None:
             param.metavar = placeholder(param)
         if param.param_type_name == "argument":
-            # the name column already says FILES...; typer would add <list[str]>
-            param.display_type_rich = lambda ctx: None
-            if hasattr(param, "_usage_display_name"):
-                param._usage_display_name = lambda p=param: _usage_name(p)
+            # the name column already says FILES; typer would add <str> as the type column
+            # (a copy: click's types are shared by every parameter of the kind)
+            param.type = copy.copy(param.type)
+            param.type.get_metavar = lambda param, ctx: ""
+            # and the usage line FILES... (typer writes [FILES], {FILE} for required)
+            param.get_usage_pieces = lambda ctx, p=param: [_usage_name(p)]
     # click makes -h/--help lazily, on first use: give it no placeholder then
     make_help = command.get_help_option
 
