@@ -250,6 +250,17 @@ def test_mojibake_fixed():
     assert n("Le café est déjà là.") == "Le café est déjà là."  # correct text untouched
 
 
+def test_mojibake_is_judged_on_the_lines_that_hint_at_it():
+    """ftfy's test runs on each line with a lead-and-continuation pair: French spacing
+    (`é` before a no-break space) is such a pair and stays; damage on a later line is found
+    past it, and the whole text is repaired."""
+    n = Normalize(whitespace=False)
+    french = "Un thé\xa0?\nOui, à la carte."
+    assert n(french) == french
+    damaged = french + "\nLa journÃ©e fut â€œbelleâ€\x9d.\nFin."
+    assert n(damaged) == french + "\nLa journée fut “belle”.\nFin."
+
+
 def test_whitespace_and_line_endings():
     n = Normalize()
     assert n("  one\r\ntwo  \u00a0three   four\r\n\n\n\n\nfive \t") == \

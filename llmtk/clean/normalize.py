@@ -118,10 +118,21 @@ class Normalize:
 
 
 def _fix_mojibake(text: str) -> str:
-    """Undo UTF-8 decoded as Latin-1/Windows-1252 (ftfy), only where ftfy sees damage."""
+    """Undo UTF-8 decoded as Latin-1/Windows-1252 (ftfy), where ftfy sees damage in a line
+    that holds a mojibake hint. (ftfy's test on the lines alone, not the whole text: most
+    hints are a letter before a no-break space or a soft hyphen, and the test costs ~2 ms
+    on a page's text, 0.04 ms on a line of 200 characters.)"""
     if not _MOJIBAKE_HINT.search(text):
         return text
     from ftfy import fix_encoding
     from ftfy.badness import is_bad
 
-    return fix_encoding(text) if is_bad(text) else text
+    lines = set()  # (the start of each line tested)
+    for hint in _MOJIBAKE_HINT.finditer(text):
+        start = text.rfind("\n", 0, hint.start()) + 1
+        if start not in lines:
+            lines.add(start)
+            end = text.find("\n", hint.end())
+            if is_bad(text[start:end] if end >= 0 else text[start:]):
+                return fix_encoding(text)
+    return text
