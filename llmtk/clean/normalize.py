@@ -122,13 +122,14 @@ def _fix_mojibake(text: str) -> str:
     that holds a mojibake hint. (ftfy's test on the lines alone, not the whole text: most
     hints are a letter before a no-break space or a soft hyphen, and the test costs ~2 ms
     on a page's text, 0.04 ms on a line of 200 characters.)"""
-    if not _MOJIBAKE_HINT.search(text):
+    first = _MOJIBAKE_HINT.search(text)
+    if first is None:
         return text
     from ftfy import fix_encoding
     from ftfy.badness import is_bad
 
     lines = set()  # (the start of each line tested)
-    for hint in _MOJIBAKE_HINT.finditer(text):
+    for hint in _MOJIBAKE_HINT.finditer(text, first.start()):  # (not scanned again)
         start = text.rfind("\n", 0, hint.start()) + 1
         if start not in lines:
             lines.add(start)
