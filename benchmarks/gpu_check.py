@@ -416,7 +416,6 @@ def run_train(cmd: list, out: str, keep_lines: int = 30) -> dict | None:
 
 
 def check_layout(args, layout: dict) -> None:
-
     import torch
 
     n = world(layout)
